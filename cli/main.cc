@@ -1,0 +1,293 @@
+// nightshift: the user and operator CLI (noun verb, like kubectl).
+//
+// Exit codes: 0 success; 1 the job ended FAILED or CANCELLED (submit --wait, watch);
+// 2 bad usage; 3 the coordinator refused the call (the message says why);
+// 4 the coordinator cannot be reached.
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "common/grpc_status.h"
+#include "nightshift/v1/admin.grpc.pb.h"
+#include "nightshift/v1/jobs.grpc.pb.h"
+
+namespace {
+
+using namespace nightshift;
+
+struct Globals {
+  std::string coordinator;
+  std::string output = "table";
+};
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+int RpcFailed(const grpc::Status& s) {
+  std::cerr << "error: " << GrpcErrorString(s) << "\n";
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+             ? 4 : 3;
+}
+
+std::string StateName(v1::JobState s) { return v1::JobState_Name(s); }
+
+std::string Duration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "-";
+  int s = static_cast<int>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", s / 3600, (s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof(buf), "%ds", s);
+  return buf;
+}
+
+std::string ProgressLine(const v1::Job& job) {
+  const v1::Progress& p = job.progress();
+  std::ostringstream os;
+  const int width = 24;
+  double frac = p.total_steps() > 0 ? std::min(1.0, double(p.step()) / p.total_steps()) : 0;
+  int filled = static_cast<int>(frac * width);
+  os << "[" << std::string(filled, '#') << std::string(width - filled, '.') << "] "
+     << static_cast<int>(frac * 100) << "% step " << p.step() << "/" << p.total_steps() << " epoch "
+     << p.epoch();
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), " loss %.4f %.0f tok/s", p.loss(), p.tokens_per_second());
+  os << buf;
+  if (p.host_rss_bytes() > 0) os << " rss " << p.host_rss_bytes() / (1 << 20) << " MiB";
+  os << " ETA " << Duration(p.eta_seconds());
+  return os.str();
+}
+
+void PrintJobTable(const v1::Job& job) {
+  std::printf("%-10s %-10s %-20s %s\n", job.id().c_str(), StateName(job.state()).c_str(),
+              job.spec().name().c_str(), job.reason().c_str());
+}
+
+void Describe(const v1::Job& job) {
+  std::printf("Job:        %s (%s)\n", job.id().c_str(), job.spec().name().c_str());
+  std::printf("State:      %s\n", StateName(job.state()).c_str());
+  std::printf("Reason:     %s\n", job.reason().c_str());
+  std::printf("World size: %d   Attempt: %d   Restarts: %d/%d\n", job.spec().resources().world_size(),
+              job.attempt(), job.restarts(), job.spec().restart().max_restarts());
+  for (const auto& p : job.placements())
+    std::printf("Placement:  %s ranks %d..%d%s\n", p.worker().c_str(), p.first_rank(),
+                p.first_rank() + p.num_ranks() - 1, p.finished() ? " (finished)" : p.running() ? " (running)" : "");
+  if (job.progress().step() > 0) std::printf("Progress:   %s\n", ProgressLine(job).c_str());
+  if (job.checkpoint_step() > 0)
+    std::printf("Checkpoint: step %lld at %s\n", static_cast<long long>(job.checkpoint_step()),
+                job.checkpoint_path().c_str());
+  if (!job.metrics().empty()) {
+    std::printf("Metrics:\n");
+    std::map<std::string, double> sorted(job.metrics().begin(), job.metrics().end());
+    for (const auto& [k, v] : sorted) std::printf("  %-20s %.4f\n", k.c_str(), v);
+  }
+  if (!job.error().empty()) std::printf("Error:      %s\n", job.error().c_str());
+  std::printf("Events:\n");
+  for (const auto& e : job.events()) {
+    time_t t = e.time().seconds();
+    std::tm tm;
+    gmtime_r(&t, &tm);
+    char ts[32];
+    std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    std::printf("  %s  %-10s attempt %d  %s\n", ts, StateName(e.state()).c_str(), e.attempt(), e.reason().c_str());
+  }
+}
+
+bool Terminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+// Follows a job to its end. Prints progress (a bar redrawn in place on a terminal, a
+// line every few seconds otherwise). Returns the exit code.
+int Watch(v1::JobService::Stub* stub, const std::string& id, const Globals& g) {
+  const bool tty = ::isatty(1);
+  v1::Job last;
+  for (int reconnects = 0; reconnects < 30; ++reconnects) {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_id(id);
+    auto reader = stub->WatchJob(&ctx, req);
+    v1::Job job;
+    v1::JobState printed_state = v1::JOB_STATE_UNSPECIFIED;
+    auto last_line = std::chrono::steady_clock::now() - std::chrono::seconds(60);
+    while (reader->Read(&job)) {
+      last = job;
+      if (job.state() != printed_state) {
+        if (tty) std::printf("\r\033[K");
+        std::printf("%s %s: %s\n", job.id().c_str(), StateName(job.state()).c_str(), job.reason().c_str());
+        printed_state = job.state();
+      }
+      if (g.output == "table" && job.state() == v1::RUNNING && job.progress().step() > 0) {
+        auto now = std::chrono::steady_clock::now();
+        if (tty) {
+          std::printf("\r\033[K%s", ProgressLine(job).c_str());
+        } else if (now - last_line > std::chrono::seconds(5)) {
+          std::printf("%s\n", ProgressLine(job).c_str());
+          last_line = now;
+        }
+      }
+      std::fflush(stdout);
+    }
+    grpc::Status s = reader->Finish();
+    if (Terminal(last.state())) break;
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) return RpcFailed(s);
+    // The coordinator went away (restart?): reconnect.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (tty) std::printf("\n");
+  if (g.output == "json") std::printf("%s\n", ToJson(last).c_str());
+  else if (!last.metrics().empty()) {
+    std::map<std::string, double> sorted(last.metrics().begin(), last.metrics().end());
+    for (const auto& [k, v] : sorted) std::printf("  %-20s %.4f\n", k.c_str(), v);
+  }
+  if (!last.error().empty() && last.state() != v1::SUCCEEDED) std::printf("error: %s\n", last.error().c_str());
+  return last.state() == v1::SUCCEEDED ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Globals g;
+  const char* env = std::getenv("NIGHTSHIFT_COORDINATOR");
+  g.coordinator = env ? env : "127.0.0.1:7070";
+  CLI::App app{"nightshift: submit and follow training jobs, operate the cluster"};
+  app.require_subcommand(1);
+  app.add_option("--coordinator", g.coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
+  app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
+
+  auto* job = app.add_subcommand("job", "jobs")->require_subcommand(1);
+  std::string file, id, state_filter;
+  bool wait = false;
+  auto* submit = job->add_subcommand("submit", "submit a job spec (YAML or JSON); prints the job id");
+  submit->add_option("FILE", file, "job spec")->required();
+  submit->add_flag("--wait", wait, "follow the job to its end; exit 0 only if it SUCCEEDED");
+  auto* list = job->add_subcommand("list", "list jobs");
+  list->add_option("--state", state_filter, "only jobs in this state (QUEUED, RUNNING, ...)");
+  auto* describe = job->add_subcommand("describe", "show a job: state, progress, metrics, events");
+  describe->add_option("ID", id)->required();
+  auto* watch = job->add_subcommand("watch", "follow a job's progress to its end");
+  watch->add_option("ID", id)->required();
+  auto* cancel = job->add_subcommand("cancel", "cancel a job");
+  cancel->add_option("ID", id)->required();
+  auto* worker = app.add_subcommand("worker", "workers")->require_subcommand(1);
+  auto* wlist = worker->add_subcommand("list", "list workers");
+  CLI11_PARSE(app, argc, argv);
+
+  auto channel = grpc::CreateChannel(g.coordinator, grpc::InsecureChannelCredentials());
+  auto jobs = v1::JobService::NewStub(channel);
+  auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(30); };
+
+  if (submit->parsed()) {
+    std::ifstream in(file);
+    if (!in) {
+      std::cerr << "error: cannot read spec file " << file << "\n";
+      return 2;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(ss.str());
+    if (req.spec_yaml().empty()) {
+      std::cerr << "error: spec file " << file << " is empty\n";
+      return 2;
+    }
+    v1::Job out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status s = jobs->SubmitJob(&ctx, req, &out);
+    if (!s.ok()) {
+      std::cerr << "error: " << file << ": " << GrpcErrorString(s) << "\n";
+      return s.error_code() == grpc::StatusCode::UNAVAILABLE ? 4 : 3;
+    }
+    if (!wait) {
+      if (g.output == "json") std::printf("%s\n", ToJson(out).c_str());
+      else std::printf("%s\n", out.id().c_str());
+      return 0;
+    }
+    if (g.output == "table") std::printf("%s\n", out.id().c_str());
+    return Watch(jobs.get(), out.id(), g);
+  }
+  if (list->parsed()) {
+    v1::ListJobsRequest req;
+    if (!state_filter.empty()) {
+      v1::JobState st;
+      if (!v1::JobState_Parse(state_filter, &st)) {
+        std::cerr << "error: --state: unknown state " << state_filter << "\n";
+        return 2;
+      }
+      req.add_states(st);
+    }
+    v1::ListJobsResponse all;
+    do {
+      v1::ListJobsResponse page;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline());
+      grpc::Status s = jobs->ListJobs(&ctx, req, &page);
+      if (!s.ok()) return RpcFailed(s);
+      for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+      req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
+    if (g.output == "json") {
+      std::printf("%s\n", ToJson(all).c_str());
+    } else {
+      std::printf("%-10s %-10s %-20s %s\n", "ID", "STATE", "NAME", "REASON");
+      for (const auto& j : all.jobs()) PrintJobTable(j);
+    }
+    return 0;
+  }
+  if (describe->parsed() || cancel->parsed()) {
+    v1::Job out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status s;
+    if (describe->parsed()) {
+      v1::GetJobRequest req;
+      req.set_id(id);
+      s = jobs->GetJob(&ctx, req, &out);
+    } else {
+      v1::CancelJobRequest req;
+      req.set_id(id);
+      s = jobs->CancelJob(&ctx, req, &out);
+    }
+    if (!s.ok()) return RpcFailed(s);
+    if (g.output == "json") std::printf("%s\n", ToJson(out).c_str());
+    else if (describe->parsed()) Describe(out);
+    else std::printf("%s %s\n", out.id().c_str(), StateName(out.state()).c_str());
+    return 0;
+  }
+  if (watch->parsed()) return Watch(jobs.get(), id, g);
+  if (wlist->parsed()) {
+    auto admin = v1::AdminService::NewStub(channel);
+    v1::ListWorkersResponse out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status s = admin->ListWorkers(&ctx, v1::ListWorkersRequest(), &out);
+    if (!s.ok()) return RpcFailed(s);
+    if (g.output == "json") {
+      std::printf("%s\n", ToJson(out).c_str());
+    } else {
+      std::printf("%-16s %-14s %-6s %-6s %s\n", "NAME", "STATE", "SLOTS", "USED", "TASKS");
+      for (const auto& w : out.workers()) {
+        std::string tasks;
+        for (const auto& t : w.tasks()) tasks += (tasks.empty() ? "" : ",") + t.job_id();
+        std::printf("%-16s %-14s %-6d %-6d %s\n", w.name().c_str(), v1::WorkerState_Name(w.state()).c_str(),
+                    w.slots(), w.used_slots(), tasks.c_str());
+      }
+    }
+    return 0;
+  }
+  return 2;
+}

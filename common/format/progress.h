@@ -1,0 +1,52 @@
+// Progress lines: the contract between a trainer and its worker. The trainer writes one
+// JSON object per line to the file descriptor named by NIGHTSHIFT_PROGRESS_FD (stdout
+// when unset); the worker parses them. Objects are flat: string keys, values that are
+// numbers or strings. Standard library only.
+//
+// Every line has "event". Events and their keys (units in the names):
+//   start       world_size, rank, resumed_step, num_parameters, train_samples, val_samples,
+//               total_steps, blas_gflops, device (string)
+//   step        step, epoch, total_steps, loss, lr, tokens_per_second (real tokens),
+//               samples_per_second, step_seconds, data_wait_seconds, padding_efficiency,
+//               batch_samples, batch_padded_tokens, memory_allocated_bytes,
+//               memory_reserved_bytes, memory_peak_bytes, host_rss_bytes,
+//               skipped_steps, oom_recoveries
+//   eval        step, epoch, val_loss, val_accuracy, val_f1 (two classes), val_perplexity
+//   checkpoint  step, path (string), bytes, seconds
+//   warning     message (string)
+//   done        step, and the final metrics (val_*), train_seconds
+//   error       message (string): the reason the trainer is about to exit non-zero
+#ifndef NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_
+#define NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_
+
+#include <map>
+#include <string>
+
+namespace nightshift::format {
+
+struct ProgressRecord {
+  std::string event;
+  std::map<std::string, double> numbers;
+  std::map<std::string, std::string> strings;
+
+  double Number(const std::string& key, double fallback = 0) const {
+    auto it = numbers.find(key);
+    return it == numbers.end() ? fallback : it->second;
+  }
+  std::string String(const std::string& key) const {
+    auto it = strings.find(key);
+    return it == strings.end() ? std::string() : it->second;
+  }
+};
+
+// One line of JSON, without the trailing newline. Non-finite numbers are written as
+// null (JSON has no NaN) and read back as NaN.
+std::string FormatProgressLine(const ProgressRecord& record);
+
+// Returns "" on success, else what is wrong with the line (never throws, never crashes
+// on any input).
+std::string ParseProgressLine(const std::string& line, ProgressRecord* record);
+
+}  // namespace nightshift::format
+
+#endif  // NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_

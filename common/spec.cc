@@ -1,0 +1,266 @@
+#include "common/spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+namespace nightshift {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+struct FieldError {
+  std::string field;
+  std::string message;
+};
+
+std::string LineOf(const YAML::Node& node) {
+  return "line " + std::to_string(node.Mark().line + 1);
+}
+
+// Sets `message` from a YAML mapping, recording each field's line in `lines`.
+Status FillMessage(const YAML::Node& node, const std::string& path, Message* message,
+                   std::map<std::string, int>* lines) {
+  const std::string where = path.empty() ? "the spec" : path;
+  if (!node.IsMap()) {
+    return Status::InvalidArgument(where + " (" + LineOf(node) + "): expected a mapping of fields");
+  }
+  const Descriptor* desc = message->GetDescriptor();
+  const Reflection* refl = message->GetReflection();
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string field_path = path.empty() ? key : path + "." + key;
+    const FieldDescriptor* field = desc->FindFieldByName(key);
+    if (field == nullptr) field = desc->FindFieldByCamelcaseName(key);
+    if (field == nullptr) {
+      std::string known;
+      for (int i = 0; i < desc->field_count(); ++i) known += (i ? ", " : "") + desc->field(i)->name();
+      return Status::InvalidArgument(field_path + " (" + LineOf(kv.first) +
+                                     "): unknown field; known fields here: " + known);
+    }
+    (*lines)[field_path] = kv.first.Mark().line + 1;
+    const YAML::Node& value = kv.second;
+    if (value.IsNull()) continue;
+    if (field->is_repeated()) {
+      return Status::InvalidArgument(field_path + ": lists are not supported here");
+    }
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      NS_RETURN_IF_ERROR(FillMessage(value, field_path, refl->MutableMessage(message, field), lines));
+      continue;
+    }
+    if (!value.IsScalar()) {
+      return Status::InvalidArgument(field_path + " (" + LineOf(value) + "): expected a single value");
+    }
+    const std::string text = value.Scalar();
+    auto bad = [&](const char* what) {
+      return Status::InvalidArgument(field_path + " (" + LineOf(value) + "): '" + text +
+                                     "' is not " + what);
+    };
+    errno = 0;
+    char* end = nullptr;
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64: {
+        long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE) return bad("an integer");
+        if (field->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+          if (v < INT32_MIN || v > INT32_MAX) return bad("a 32-bit integer");
+          refl->SetInt32(message, field, static_cast<int32_t>(v));
+        } else {
+          refl->SetInt64(message, field, v);
+        }
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_UINT32:
+      case FieldDescriptor::CPPTYPE_UINT64: {
+        if (!text.empty() && text[0] == '-') return bad("a non-negative integer");
+        unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE) return bad("a non-negative integer");
+        if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
+          if (v > UINT32_MAX) return bad("a 32-bit integer");
+          refl->SetUInt32(message, field, static_cast<uint32_t>(v));
+        } else {
+          refl->SetUInt64(message, field, v);
+        }
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v)) return bad("a finite number");
+        if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) refl->SetDouble(message, field, v);
+        else refl->SetFloat(message, field, static_cast<float>(v));
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_BOOL:
+        if (text == "true") refl->SetBool(message, field, true);
+        else if (text == "false") refl->SetBool(message, field, false);
+        else return bad("true or false");
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        refl->SetString(message, field, text);
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const auto* ev = field->enum_type()->FindValueByName(text);
+        if (ev == nullptr) return bad("a known value");
+        refl->SetEnum(message, field, ev);
+        break;
+      }
+      default:
+        return Status::InvalidArgument(field_path + ": unsupported field type");
+    }
+  }
+  return Status::OK();
+}
+
+Status Invalid(const std::string& field, const std::string& message) {
+  return Status::InvalidArgument(field + ": " + message);
+}
+
+}  // namespace
+
+int64_t MaxTokensOf(const v1::BatchingSpec& batching) {
+  const std::string& s = batching.max_tokens();
+  if (s.empty()) return 0;
+  if (s == "auto") return -1;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (*end != '\0' || v <= 0) return -2;  // invalid; validation reports it
+  return v;
+}
+
+Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
+  if (spec->name().empty()) spec->set_name("job");
+  if (spec->name().size() > 128) return Invalid("name", "longer than 128 characters");
+
+  v1::ModelSpec* m = spec->mutable_model();
+  static const std::set<std::string> kArchs = {"transformer_classifier", "gpt_lm", "torchscript"};
+  if (m->arch().empty()) return Invalid("model.arch", "missing (one of transformer_classifier, gpt_lm, torchscript)");
+  if (!kArchs.count(m->arch()))
+    return Invalid("model.arch", "unknown architecture '" + m->arch() +
+                                     "' (expected transformer_classifier, gpt_lm or torchscript)");
+  if (m->arch() == "torchscript" && m->path().empty())
+    return Invalid("model.path", "required when model.arch is torchscript");
+  if (m->layers() == 0) m->set_layers(2);
+  if (m->d_model() == 0) m->set_d_model(128);
+  if (m->heads() == 0) m->set_heads(4);
+  if (m->ffn() == 0) m->set_ffn(4 * m->d_model());
+  if (m->max_len() == 0) m->set_max_len(512);
+  if (m->layers() < 1 || m->layers() > 128) return Invalid("model.layers", "must be in [1, 128]");
+  if (m->d_model() < 1 || m->d_model() > 65536) return Invalid("model.d_model", "must be in [1, 65536]");
+  if (m->heads() < 1 || m->d_model() % m->heads() != 0)
+    return Invalid("model.heads", "must be positive and divide model.d_model (" +
+                                      std::to_string(m->d_model()) + ")");
+  if (m->ffn() < 1 || m->ffn() > 1 << 20) return Invalid("model.ffn", "must be in [1, 1048576]");
+  if (m->dropout() < 0 || m->dropout() >= 1) return Invalid("model.dropout", "must be in [0, 1)");
+  if (m->max_len() < 2 || m->max_len() > 1 << 16) return Invalid("model.max_len", "must be in [2, 65536]");
+
+  v1::DataSpec* d = spec->mutable_data();
+  if (d->path().empty()) return Invalid("data.path", "missing: the folder or file with the training data");
+  if (d->format().empty()) d->set_format("text_dir");
+  if (d->format() != "text_dir" && d->format() != "jsonl")
+    return Invalid("data.format", "unknown format '" + d->format() + "' (expected text_dir or jsonl)");
+  if (d->format() == "jsonl") {
+    if (d->text_field().empty()) d->set_text_field("text");
+    if (d->label_field().empty() && m->arch() != "gpt_lm") d->set_label_field("label");
+  }
+  if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
+  if (d->validation_fraction() < 0 || d->validation_fraction() >= 1)
+    return Invalid("data.validation_fraction", "must be in [0, 1)");
+  if (d->max_samples() < 0) return Invalid("data.max_samples", "must be >= 0 (0: all)");
+  v1::TokenizerSpec* tok = d->mutable_tokenizer();
+  if (tok->type().empty()) tok->set_type("sentencepiece");
+  if (tok->type() != "sentencepiece")
+    return Invalid("data.tokenizer.type", "unknown tokenizer '" + tok->type() + "' (expected sentencepiece)");
+  if (tok->vocab_size() == 0) tok->set_vocab_size(8000);
+  if (tok->vocab_size() < 16 || tok->vocab_size() > 1000000)
+    return Invalid("data.tokenizer.vocab_size", "must be in [16, 1000000]");
+
+  v1::TrainSpec* t = spec->mutable_train();
+  if (t->epochs() == 0) t->set_epochs(1);
+  if (t->epochs() < 0 || t->epochs() > 100000) return Invalid("train.epochs", "must be in [1, 100000]");
+  if (t->optimizer().empty()) t->set_optimizer("adamw");
+  if (t->optimizer() != "adamw") return Invalid("train.optimizer", "unknown optimizer '" + t->optimizer() + "' (expected adamw)");
+  if (t->lr() == 0) t->set_lr(1e-3);
+  if (t->lr() < 0 || t->lr() > 10) return Invalid("train.lr", "must be in (0, 10]");
+  if (t->weight_decay() < 0) return Invalid("train.weight_decay", "must be >= 0");
+  if (t->warmup_steps() < 0) return Invalid("train.warmup_steps", "must be >= 0");
+  if (t->seed() == 0) t->set_seed(1234);
+  if (t->precision().empty()) t->set_precision("fp32");
+  if (t->precision() != "fp32" && t->precision() != "bf16" && t->precision() != "fp16")
+    return Invalid("train.precision", "unknown precision '" + t->precision() + "' (expected fp32, bf16 or fp16)");
+  if (t->grad_clip() < 0) return Invalid("train.grad_clip", "must be >= 0 (0 disables clipping)");
+  if (t->activation_checkpointing().empty()) t->set_activation_checkpointing("none");
+  const std::string& ac = t->activation_checkpointing();
+  if (ac != "none" && ac != "full" &&
+      !(ac.rfind("every_", 0) == 0 && ac.size() > 6 && std::atoi(ac.c_str() + 6) >= 1))
+    return Invalid("train.activation_checkpointing", "'" + ac + "' is not none, full or every_N");
+  if (t->max_steps() < 0) return Invalid("train.max_steps", "must be >= 0 (0: no limit)");
+  if (t->threads() < 0 || t->threads() > 1024) return Invalid("train.threads", "must be in [0, 1024]");
+  v1::BatchingSpec* b = t->mutable_batching();
+  if (b->prefetch() == 0) b->set_prefetch(2);
+  if (b->prefetch() < 1 || b->prefetch() > 64) return Invalid("train.batching.prefetch", "must be in [1, 64]");
+  const int64_t max_tokens = MaxTokensOf(*b);
+  if (max_tokens == -2)
+    return Invalid("train.batching.max_tokens", "'" + b->max_tokens() + "' is not a positive integer or auto");
+  if (max_tokens == 0 && b->batch_size() == 0) b->set_batch_size(32);
+  if (b->batch_size() < 0 || b->batch_size() > 1 << 20)
+    return Invalid("train.batching.batch_size", "must be in [1, 1048576]");
+  if (max_tokens > 0 && max_tokens < m->max_len())
+    return Invalid("train.batching.max_tokens", "must be at least model.max_len (" +
+                                                    std::to_string(m->max_len()) + ") so every sample fits");
+
+  v1::ResourceSpec* r = spec->mutable_resources();
+  if (!r->has_world_size()) r->set_world_size(1);  // an explicit 0 is refused below
+  if (r->world_size() < 1 || r->world_size() > 4096)
+    return Invalid("resources.world_size", "must be in [1, 4096], got " + std::to_string(r->world_size()));
+
+  v1::CheckpointSpec* c = spec->mutable_checkpoint();
+  if (c->every_steps() < 0) return Invalid("checkpoint.every_steps", "must be >= 0");
+  if (c->every_seconds() < 0) return Invalid("checkpoint.every_seconds", "must be >= 0");
+  if (c->keep_last() == 0) c->set_keep_last(3);
+  if (c->keep_last() < 1 || c->keep_last() > 1000) return Invalid("checkpoint.keep_last", "must be in [1, 1000]");
+
+  if (spec->restart().max_restarts() < 0 || spec->restart().max_restarts() > 1000)
+    return Invalid("restart.max_restarts", "must be in [0, 1000]");
+  return Status::OK();
+}
+
+StatusOr<v1::JobSpec> LoadJobSpec(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    return Status::InvalidArgument("spec does not parse as YAML or JSON: line " +
+                                   std::to_string(e.mark.line + 1) + ", column " +
+                                   std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) return Status::InvalidArgument("spec is empty");
+  v1::JobSpec spec;
+  std::map<std::string, int> lines;
+  try {
+    NS_RETURN_IF_ERROR(FillMessage(root, "", &spec, &lines));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument("spec: line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  Status s = DefaultAndValidateJobSpec(&spec);
+  if (!s.ok()) {
+    const std::string& msg = s.message();
+    std::string field = msg.substr(0, msg.find(':'));
+    auto it = lines.find(field);
+    if (it != lines.end())
+      return Status::InvalidArgument(field + " (line " + std::to_string(it->second) + ")" +
+                                     msg.substr(field.size()));
+    return s;
+  }
+  return spec;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,420 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "common/log.h"
+#include "common/spec.h"
+#include "common/time_util.h"
+#include "coordinator/scheduler.h"
+
+namespace nightshift {
+namespace {
+
+std::string JobIdFor(uint64_t seq) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "j-%06" PRIu64, seq);
+  return buf;
+}
+
+bool IsActive(v1::JobState s) { return s == v1::SCHEDULED || s == v1::RUNNING; }
+
+std::string RankRange(const v1::Placement& p) {
+  if (p.num_ranks() == 1) return "rank " + std::to_string(p.first_rank());
+  return "ranks " + std::to_string(p.first_rank()) + "-" +
+         std::to_string(p.first_rank() + p.num_ranks() - 1);
+}
+
+}  // namespace
+
+bool Coordinator::IsTerminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
+    : options_(options), store_(std::move(store)), started_(Clock::now()) {}
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options) {
+  if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
+  if (options.lease_seconds <= 0) return Status::InvalidArgument("--lease-seconds must be positive");
+  auto store = JobStore::Open(options.data_dir);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store.value())));
+  std::vector<v1::Job> jobs;
+  NS_RETURN_IF_ERROR(c->store_->LoadAll(&jobs));
+  for (auto& job : jobs) {
+    c->next_seq_ = std::max(c->next_seq_, job.submit_seq() + 1);
+    c->by_seq_[job.submit_seq()] = job.id();
+    JobEntry entry;
+    entry.job = std::move(job);
+    c->jobs_[entry.job.id()] = std::move(entry);
+  }
+  NS_INFO("coordinator: loaded " << jobs.size() << " jobs from " << options.data_dir);
+  return c;
+}
+
+void Coordinator::Persist(JobEntry* entry, bool sync) {
+  entry->version++;
+  *entry->job.mutable_updated() = NowTimestamp();
+  Status s = store_->Put(entry->job, sync);
+  if (!s.ok()) NS_ERROR("coordinator: " << s.ToString());
+  changed_.notify_all();
+}
+
+void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::string& reason,
+                           int64_t step) {
+  v1::Job& job = entry->job;
+  job.set_state(state);
+  job.set_reason(reason);
+  v1::JobEvent* ev = job.add_events();
+  *ev->mutable_time() = NowTimestamp();
+  ev->set_state(state);
+  ev->set_reason(reason);
+  ev->set_attempt(job.attempt());
+  ev->set_step(step);
+  NS_INFO("job " << job.id() << " -> " << v1::JobState_Name(state) << ": " << reason);
+  Persist(entry, /*sync=*/true);
+}
+
+StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec) {
+  NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  JobEntry entry;
+  v1::Job& job = entry.job;
+  const uint64_t seq = next_seq_;
+  job.set_id(JobIdFor(seq));
+  job.set_submit_seq(seq);
+  *job.mutable_spec() = std::move(spec);
+  *job.mutable_created() = NowTimestamp();
+  *job.mutable_updated() = job.created();
+  job.set_state(v1::QUEUED);
+  job.set_reason("accepted");
+  v1::JobEvent* ev = job.add_events();
+  *ev->mutable_time() = job.created();
+  ev->set_state(v1::QUEUED);
+  ev->set_reason("accepted");
+  // The synced write comes before anything else can see the job, and before the answer.
+  Status s = store_->Put(job, /*sync=*/true);
+  if (!s.ok()) return Status::Unavailable("job not accepted: " + s.message());
+  next_seq_++;
+  by_seq_[seq] = job.id();
+  const std::string id = job.id();
+  v1::Job copy = job;
+  jobs_[id] = std::move(entry);
+  NS_INFO("job " << id << " accepted: " << copy.spec().name() << ", world_size "
+                 << copy.spec().resources().world_size());
+  changed_.notify_all();
+  return copy;
+}
+
+StatusOr<v1::Job> Coordinator::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  return it->second.job;
+}
+
+StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& request) const {
+  int page_size = request.page_size() == 0 ? 100 : request.page_size();
+  if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in [1, 1000]");
+  uint64_t after = 0;
+  if (!request.page_token().empty()) {
+    char* end = nullptr;
+    after = std::strtoull(request.page_token().c_str(), &end, 10);
+    if (*end != '\0') return Status::InvalidArgument("page_token: not a token from ListJobs");
+  }
+  std::set<int> states(request.states().begin(), request.states().end());
+  v1::ListJobsResponse response;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = by_seq_.upper_bound(after); it != by_seq_.end(); ++it) {
+    const v1::Job& job = jobs_.at(it->second).job;
+    if (!states.empty() && !states.count(job.state())) continue;
+    if (response.jobs_size() == page_size) {
+      response.set_next_page_token(std::to_string(response.jobs(page_size - 1).submit_seq()));
+      break;
+    }
+    *response.add_jobs() = job;
+  }
+  return response;
+}
+
+StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  JobEntry& entry = it->second;
+  if (IsTerminal(entry.job.state()))
+    return Status::FailedPrecondition("job " + id + " already ended " +
+                                      v1::JobState_Name(entry.job.state()));
+  // Its workers are told to stop the ranks at their next heartbeat (reconciliation).
+  SetState(&entry, v1::CANCELLED, reason.empty() ? "cancelled by user" : reason);
+  return entry.job;
+}
+
+StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* version,
+                                             std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto deadline = Clock::now() + timeout;
+  while (true) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Status::NotFound("no job " + id);
+    if (it->second.version > *version) {
+      *version = it->second.version;
+      return it->second.job;
+    }
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
+      return Status::DeadlineExceeded("no change");
+  }
+}
+
+Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterResponse* response) {
+  if (request.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
+  if (request.slots() < 0 || request.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerEntry& w = workers_[request.name()];
+  const bool known = w.info.state() == v1::WORKER_READY;
+  w.info.set_name(request.name());
+  w.info.set_state(v1::WORKER_READY);
+  w.info.set_slots(request.slots());
+  w.info.mutable_gpus()->CopyFrom(request.gpus());
+  *w.info.mutable_last_heartbeat() = NowTimestamp();
+  w.last_seen = Clock::now();
+  NS_INFO("worker " << request.name() << (known ? " re-registered" : " registered") << " with "
+                    << request.slots() << " slots, " << request.tasks_size() << " running tasks");
+  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  return Status::OK();
+}
+
+Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto wit = workers_.find(request.name());
+  if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
+    return Status::NotFound("worker " + request.name() + " is not registered");
+  WorkerEntry& worker = wit->second;
+  worker.last_seen = Clock::now();
+  *worker.info.mutable_last_heartbeat() = NowTimestamp();
+  worker.info.clear_tasks();
+
+  std::set<std::pair<std::string, int>> reported;
+  for (const auto& status : request.tasks()) {
+    reported.insert({status.task().job_id(), status.task().attempt()});
+    *worker.info.add_tasks() = status.task();
+    HandleTaskStatus(request.name(), status, response);
+  }
+  // Parts placed on this worker that it does not hold: start them, or, if it held them
+  // before and lost them (it restarted), fail the attempt.
+  for (auto& [id, entry] : jobs_) {
+    v1::Job& job = entry.job;
+    if (!IsActive(job.state())) continue;
+    for (auto& p : *job.mutable_placements()) {
+      if (p.worker() != request.name() || p.finished()) continue;
+      if (reported.count({job.id(), job.attempt()})) continue;
+      if (p.running()) {
+        FailAttempt(&entry, "worker " + request.name() + " no longer runs " + RankRange(p) +
+                                " (it restarted)", /*user_error=*/false);
+        break;
+      }
+      // Ranks off rank 0's worker need the rendezvous address it chooses first.
+      if (p.first_rank() != 0 && job.master_addr().empty()) continue;
+      v1::Assignment* a = response->add_start();
+      a->mutable_task()->set_job_id(job.id());
+      a->mutable_task()->set_attempt(job.attempt());
+      *a->mutable_spec() = job.spec();
+      a->set_first_rank(p.first_rank());
+      a->set_num_ranks(p.num_ranks());
+      a->set_world_size(job.spec().resources().world_size());
+      a->set_master_addr(job.master_addr());
+    }
+  }
+  return Status::OK();
+}
+
+Status Coordinator::ReportTask(const v1::ReportTaskRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::HeartbeatResponse ignored;
+  HandleTaskStatus(request.name(), request.status(), &ignored);
+  return Status::OK();
+}
+
+void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
+                                   v1::HeartbeatResponse* response) {
+  auto stop = [&] {
+    if (status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING)
+      *response->add_stop() = status.task();
+  };
+  auto it = jobs_.find(status.task().job_id());
+  if (it == jobs_.end()) return stop();
+  JobEntry& entry = it->second;
+  v1::Job& job = entry.job;
+  if (job.attempt() != status.task().attempt() || !IsActive(job.state())) return stop();
+  v1::Placement* part = nullptr;
+  for (auto& p : *job.mutable_placements())
+    if (p.worker() == worker) part = &p;
+  if (part == nullptr) return stop();
+
+  bool changed = false;
+  if (part->first_rank() == 0 && job.master_addr().empty() && !status.master_addr().empty()) {
+    job.set_master_addr(status.master_addr());
+    changed = true;
+  }
+  if (status.checkpoint_step() > job.checkpoint_step()) {
+    job.set_checkpoint_step(status.checkpoint_step());
+    job.set_checkpoint_path(status.checkpoint_path());
+    changed = true;
+  }
+  if (part->first_rank() == 0 && status.has_progress() &&
+      status.progress().step() >= job.progress().step()) {
+    *job.mutable_progress() = status.progress();
+    changed = true;
+  }
+  switch (status.state()) {
+    case v1::TASK_RUNNING:
+    case v1::TASK_SUCCEEDED:
+      if (!part->running()) {
+        part->set_running(true);
+        bool all = std::all_of(job.placements().begin(), job.placements().end(),
+                               [](const v1::Placement& p) { return p.running(); });
+        if (all && job.state() == v1::SCHEDULED) {
+          SetState(&entry, v1::RUNNING, "all " + std::to_string(job.spec().resources().world_size()) +
+                                            " ranks started", job.checkpoint_step());
+          changed = false;
+        }
+      }
+      if (status.state() == v1::TASK_SUCCEEDED && !part->finished()) {
+        part->set_finished(true);
+        if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
+        bool all = std::all_of(job.placements().begin(), job.placements().end(),
+                               [](const v1::Placement& p) { return p.finished(); });
+        if (all) {
+          SetState(&entry, v1::SUCCEEDED, "all ranks finished", job.progress().step());
+          changed = false;
+        } else {
+          Persist(&entry, true);
+          changed = false;
+        }
+      }
+      break;
+    case v1::TASK_FAILED:
+      FailAttempt(&entry, status.error().empty() ? "task failed on " + worker : status.error(),
+                  status.user_error());
+      changed = false;
+      break;
+    default:
+      break;
+  }
+  if (changed) Persist(&entry, /*sync=*/false);
+}
+
+void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool user_error) {
+  v1::Job& job = entry->job;
+  job.set_error(error);
+  const int max_restarts = job.spec().restart().max_restarts();
+  if (user_error) {
+    SetState(entry, v1::FAILED, error);
+    return;
+  }
+  if (job.restarts() >= max_restarts) {
+    SetState(entry, v1::FAILED,
+             max_restarts == 0 ? error
+                               : "failed after " + std::to_string(max_restarts) + " restarts: " + error);
+    return;
+  }
+  job.set_restarts(job.restarts() + 1);
+  job.set_attempt(job.attempt() + 1);
+  job.clear_placements();
+  job.clear_master_addr();
+  double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
+  entry->not_before = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
+  SetState(entry, v1::QUEUED,
+           "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) +
+               " from step " + std::to_string(job.checkpoint_step()) + " after: " + error,
+           job.checkpoint_step());
+}
+
+int Coordinator::UsedSlots(const std::string& worker) const {
+  int used = 0;
+  for (const auto& [id, entry] : jobs_) {
+    if (!IsActive(entry.job.state())) continue;
+    for (const auto& p : entry.job.placements())
+      if (p.worker() == worker && !p.finished()) used += p.num_ranks();
+  }
+  return used;
+}
+
+void Coordinator::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  const auto lease = std::chrono::milliseconds(static_cast<int64_t>(options_.lease_seconds * 1000));
+
+  for (auto& [name, w] : workers_) {
+    if (w.info.state() == v1::WORKER_READY && now - w.last_seen > lease) {
+      w.info.set_state(v1::WORKER_LOST);
+      NS_WARN("worker " << name << " lost: no heartbeat for " << options_.lease_seconds << " s");
+    }
+  }
+  // Attempts on lost workers fail. After our own restart, workers get one lease to
+  // come back before their attempts count as lost.
+  for (auto& [id, entry] : jobs_) {
+    if (!IsActive(entry.job.state())) continue;
+    for (const auto& p : entry.job.placements()) {
+      auto wit = workers_.find(p.worker());
+      bool lost = wit == workers_.end() ? now - started_ > lease
+                                        : wit->second.info.state() == v1::WORKER_LOST;
+      if (lost) {
+        FailAttempt(&entry, "worker " + p.worker() + " lost: no heartbeat for " +
+                                std::to_string(static_cast<int>(options_.lease_seconds)) + " s",
+                    /*user_error=*/false);
+        break;
+      }
+    }
+  }
+
+  std::vector<SchedJob> pending;
+  for (const auto& [id, entry] : jobs_) {
+    if (entry.job.state() != v1::QUEUED || entry.not_before > now) continue;
+    pending.push_back({id, entry.job.spec().resources().world_size(), entry.job.spec().priority(),
+                       entry.job.submit_seq()});
+  }
+  if (pending.empty()) return;
+  std::vector<SchedWorker> workers;
+  for (const auto& [name, w] : workers_) {
+    if (w.info.state() != v1::WORKER_READY) continue;
+    workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name))});
+  }
+  ScheduleResult result = Schedule(std::move(pending), std::move(workers));
+  for (auto& [id, parts] : result.placed) {
+    JobEntry& entry = jobs_.at(id);
+    std::string where;
+    for (const auto& part : parts) {
+      v1::Placement* p = entry.job.add_placements();
+      p->set_worker(part.worker);
+      p->set_first_rank(part.first_rank);
+      p->set_num_ranks(part.num_ranks);
+      where += (where.empty() ? "" : ", ") + part.worker + " (" + RankRange(*p) + ")";
+    }
+    SetState(&entry, v1::SCHEDULED, "placed on " + where, entry.job.checkpoint_step());
+  }
+  for (auto& [id, reason] : result.waiting) {
+    JobEntry& entry = jobs_.at(id);
+    if (entry.job.reason() != reason) {
+      entry.job.set_reason(reason);
+      Persist(&entry, /*sync=*/false);
+    }
+  }
+}
+
+v1::ListWorkersResponse Coordinator::ListWorkers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::ListWorkersResponse response;
+  for (const auto& [name, w] : workers_) {
+    v1::WorkerInfo* info = response.add_workers();
+    *info = w.info;
+    info->set_used_slots(UsedSlots(name));
+  }
+  return response;
+}
+
+}  // namespace nightshift

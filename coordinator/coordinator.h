@@ -1,0 +1,102 @@
+// Coordinator: the cluster's state and every decision on it. The gRPC services only
+// translate to and from these calls; the scheduler decides placements; the job store
+// persists. All state is guarded by one mutex: the cluster is small (hundreds of
+// workers), and one lock makes every transition atomic and easy to reason about.
+//
+// Durability: a job is in the store (synced write) before Submit returns, and every
+// state change is written synced before the lock is released. Progress updates are
+// written unsynced: losing the last one in a crash costs nothing that was promised.
+#ifndef NIGHTSHIFT_COORDINATOR_COORDINATOR_H_
+#define NIGHTSHIFT_COORDINATOR_COORDINATOR_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/job_store.h"
+#include "common/status.h"
+#include "nightshift/v1/admin.pb.h"
+#include "nightshift/v1/cluster.pb.h"
+#include "nightshift/v1/jobs.pb.h"
+
+namespace nightshift {
+
+struct CoordinatorOptions {
+  std::string data_dir;                 // RocksDB job store lives here; required
+  double lease_seconds = 10;            // a worker silent this long is lost
+  int heartbeat_interval_ms = 250;      // told to workers at registration
+  double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
+};
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Opens the store and loads every job. Jobs that were SCHEDULED or RUNNING keep their
+  // placements: their workers have one lease to come back and report them.
+  static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
+
+  // JobService.
+  StatusOr<v1::Job> Submit(v1::JobSpec spec);
+  StatusOr<v1::Job> Get(const std::string& id) const;
+  StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
+  StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
+  // Returns the job once its version is above *version (and sets *version), or
+  // DEADLINE_EXCEEDED after `timeout` with no change, or NOT_FOUND.
+  StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* version,
+                                  std::chrono::milliseconds timeout) const;
+
+  // WorkerService.
+  Status Register(const v1::RegisterRequest& request, v1::RegisterResponse* response);
+  Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
+  Status ReportTask(const v1::ReportTaskRequest& request);
+
+  // AdminService.
+  v1::ListWorkersResponse ListWorkers() const;
+
+  // One pass of the control loop: expire worker leases, fail the attempts they held,
+  // and place queued jobs. Called periodically by the daemon (and directly by tests).
+  void Tick();
+
+  static bool IsTerminal(v1::JobState state);
+
+ private:
+  struct JobEntry {
+    v1::Job job;
+    uint64_t version = 1;             // bumped on every change; WatchJob waits on it
+    Clock::time_point not_before{};   // restart backoff
+  };
+  struct WorkerEntry {
+    v1::WorkerInfo info;
+    Clock::time_point last_seen;
+  };
+
+  Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
+
+  // All below require mu_ held.
+  void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
+  void Persist(JobEntry* entry, bool sync);
+  void FailAttempt(JobEntry* entry, const std::string& error, bool user_error);
+  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
+                        v1::HeartbeatResponse* response);
+  int UsedSlots(const std::string& worker) const;
+
+  // Constant after construction.
+  const CoordinatorOptions options_;
+  const std::unique_ptr<JobStore> store_;
+  const Clock::time_point started_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;       // notified on every job change
+  std::map<std::string, JobEntry> jobs_;          // GUARDED_BY(mu_), by id
+  std::map<uint64_t, std::string> by_seq_;        // GUARDED_BY(mu_), submit order
+  std::map<std::string, WorkerEntry> workers_;    // GUARDED_BY(mu_), by name
+  uint64_t next_seq_ = 1;                         // GUARDED_BY(mu_)
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,77 @@
+// nightshift-coordinator: parses flags, opens the Coordinator, serves gRPC, runs the
+// control loop until SIGINT/SIGTERM.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "common/log.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/service.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace nightshift;
+  CLI::App app{"Nightshift coordinator: accepts jobs, stores them, schedules their ranks"};
+  std::string listen = "127.0.0.1:7070";
+  CoordinatorOptions options;
+  std::string port_file;
+  app.add_option("--listen", listen, "HOST:PORT to serve gRPC on (port 0: pick one)");
+  app.add_option("--data-dir", options.data_dir, "directory of the RocksDB job store")->required();
+  app.add_option("--lease-seconds", options.lease_seconds, "a worker silent this long is lost");
+  app.add_option("--restart-backoff-seconds", options.restart_backoff_seconds,
+                 "delay before a job's first restart (doubles each time, at most 60 s)");
+  app.add_option("--port-file", port_file, "write the port actually bound to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  auto coordinator = Coordinator::Open(options);
+  if (!coordinator.ok()) {
+    NS_ERROR("coordinator: " << coordinator.status().ToString());
+    return 2;
+  }
+  Coordinator* c = coordinator.value().get();
+  JobServiceImpl jobs(c);
+  WorkerServiceImpl workers(c);
+  AdminServiceImpl admin(c);
+
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&jobs);
+  builder.RegisterService(&workers);
+  builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    NS_ERROR("coordinator: cannot listen on " << listen);
+    return 2;
+  }
+  NS_INFO("coordinator: listening on " << listen.substr(0, listen.rfind(':')) << ":" << port
+                                       << ", data in " << options.data_dir
+                                       << " (insecure mode: no authentication)");
+  if (!port_file.empty()) {
+    FILE* f = std::fopen((port_file + ".tmp").c_str(), "w");
+    if (f) {
+      std::fprintf(f, "%d\n", port);
+      std::fclose(f);
+      std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+    }
+  }
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) {
+    c->Tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  NS_INFO("coordinator: shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,50 @@
+// The coordinator's gRPC services. They only translate: proto in, a Coordinator call,
+// proto out.
+#ifndef NIGHTSHIFT_COORDINATOR_SERVICE_H_
+#define NIGHTSHIFT_COORDINATOR_SERVICE_H_
+
+#include "coordinator/coordinator.h"
+#include "nightshift/v1/admin.grpc.pb.h"
+#include "nightshift/v1/cluster.grpc.pb.h"
+#include "nightshift/v1/jobs.grpc.pb.h"
+
+namespace nightshift {
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  explicit JobServiceImpl(Coordinator* c) : c_(c) {}
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
+                        grpc::ServerWriter<v1::Job>*) override;
+
+ private:
+  Coordinator* const c_;  // not owned
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
+  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override;
+  grpc::Status ReportTask(grpc::ServerContext*, const v1::ReportTaskRequest*, v1::ReportTaskResponse*) override;
+
+ private:
+  Coordinator* const c_;
+};
+
+class AdminServiceImpl final : public v1::AdminService::Service {
+ public:
+  explicit AdminServiceImpl(Coordinator* c) : c_(c) {}
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse*) override;
+
+ private:
+  Coordinator* const c_;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_SERVICE_H_

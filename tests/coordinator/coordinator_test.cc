@@ -1,0 +1,230 @@
+// Coordinator logic without servers: the worker protocol is driven by direct calls.
+#include "coordinator/coordinator.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "common/spec.h"
+
+namespace nightshift {
+namespace {
+
+class CoordinatorTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/coord." + std::to_string(::getpid()) + "." +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    options_.data_dir = dir_;
+    options_.lease_seconds = 0.3;
+    options_.restart_backoff_seconds = 0;
+    Reopen();
+  }
+  void TearDown() override {
+    c_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen() {
+    c_.reset();
+    auto c = Coordinator::Open(options_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c.value());
+  }
+  v1::JobSpec Spec(int world_size = 1, int max_restarts = 2) {
+    auto spec = LoadJobSpec("model: {arch: transformer_classifier}\ndata: {path: /data}\n");
+    EXPECT_TRUE(spec.ok());
+    spec->mutable_resources()->set_world_size(world_size);
+    spec->mutable_restart()->set_max_restarts(max_restarts);
+    return spec.value();
+  }
+  void RegisterWorker(const std::string& name, int slots) {
+    v1::RegisterRequest req;
+    req.set_name(name);
+    req.set_slots(slots);
+    v1::RegisterResponse resp;
+    ASSERT_TRUE(c_->Register(req, &resp).ok());
+  }
+  v1::HeartbeatResponse Heartbeat(const std::string& name, std::vector<v1::TaskStatus> tasks = {}) {
+    v1::HeartbeatRequest req;
+    req.set_name(name);
+    for (auto& t : tasks) *req.add_tasks() = t;
+    v1::HeartbeatResponse resp;
+    EXPECT_TRUE(c_->Heartbeat(req, &resp).ok());
+    return resp;
+  }
+  static v1::TaskStatus Status(const std::string& job, int attempt, v1::TaskState state) {
+    v1::TaskStatus s;
+    s.mutable_task()->set_job_id(job);
+    s.mutable_task()->set_attempt(attempt);
+    s.set_state(state);
+    return s;
+  }
+  void Report(const std::string& worker, const v1::TaskStatus& status) {
+    v1::ReportTaskRequest req;
+    req.set_name(worker);
+    *req.mutable_status() = status;
+    ASSERT_TRUE(c_->ReportTask(req).ok());
+  }
+  v1::JobState StateOf(const std::string& id) { return c_->Get(id)->state(); }
+
+  std::string dir_;
+  CoordinatorOptions options_;
+  std::unique_ptr<Coordinator> c_;
+};
+
+TEST_F(CoordinatorTest, JobRunsToSuccessAndSurvivesARestart) {
+  auto job = c_->Submit(Spec());
+  ASSERT_TRUE(job.ok());
+  const std::string id = job->id();
+  EXPECT_EQ(StateOf(id), v1::QUEUED);
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::QUEUED);  // no worker yet
+  RegisterWorker("w1", 1);
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::SCHEDULED);
+  auto resp = Heartbeat("w1");
+  ASSERT_EQ(resp.start_size(), 1);
+  EXPECT_EQ(resp.start(0).task().job_id(), id);
+  EXPECT_EQ(resp.start(0).world_size(), 1);
+  // Repeated until the worker reports it.
+  EXPECT_EQ(Heartbeat("w1").start_size(), 1);
+  EXPECT_EQ(Heartbeat("w1", {Status(id, 0, v1::TASK_PREPARING)}).start_size(), 0);
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  auto done = Status(id, 0, v1::TASK_SUCCEEDED);
+  (*done.mutable_metrics())["val_accuracy"] = 0.97;
+  Report("w1", done);
+  EXPECT_EQ(StateOf(id), v1::SUCCEEDED);
+  Report("w1", done);  // a repeated final report changes nothing
+  const v1::Job before = c_->Get(id).value();
+  EXPECT_EQ(before.events_size(), 4);  // QUEUED (accepted), SCHEDULED, RUNNING, SUCCEEDED
+
+  Reopen();
+  auto after = c_->Get(id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->state(), v1::SUCCEEDED);
+  EXPECT_DOUBLE_EQ(after->metrics().at("val_accuracy"), 0.97);
+  EXPECT_EQ(after->events_size(), before.events_size());
+  // New ids continue after the stored ones.
+  auto next = c_->Submit(Spec());
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->id(), id);
+}
+
+TEST_F(CoordinatorTest, FailureRestartsThenFails) {
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec(1, /*max_restarts=*/1))->id();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    c_->Tick();
+    ASSERT_EQ(StateOf(id), v1::SCHEDULED) << attempt;
+    auto resp = Heartbeat("w1");
+    ASSERT_EQ(resp.start_size(), 1);
+    EXPECT_EQ(resp.start(0).task().attempt(), attempt);
+    auto failed = Status(id, attempt, v1::TASK_FAILED);
+    failed.set_error("trainer rank 0 killed by signal 6 (SIGABRT)");
+    Report("w1", failed);
+  }
+  auto job = c_->Get(id);
+  EXPECT_EQ(job->state(), v1::FAILED);
+  EXPECT_EQ(job->restarts(), 1);
+  EXPECT_NE(job->reason().find("SIGABRT"), std::string::npos);
+  EXPECT_NE(job->error().find("SIGABRT"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, UserErrorIsNotRetried) {
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec(1, 3))->id();
+  c_->Tick();
+  Heartbeat("w1");
+  auto failed = Status(id, 0, v1::TASK_FAILED);
+  failed.set_error("data.path '/nope' does not exist");
+  failed.set_user_error(true);
+  Report("w1", failed);
+  auto job = c_->Get(id);
+  EXPECT_EQ(job->state(), v1::FAILED);
+  EXPECT_EQ(job->restarts(), 0);
+  EXPECT_NE(job->reason().find("/nope"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, CancelStopsTheRanks) {
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  ASSERT_TRUE(c_->Cancel(id, "").ok());
+  EXPECT_EQ(StateOf(id), v1::CANCELLED);
+  auto resp = Heartbeat("w1", {Status(id, 0, v1::TASK_RUNNING)});
+  ASSERT_EQ(resp.stop_size(), 1);
+  EXPECT_EQ(resp.stop(0).job_id(), id);
+  EXPECT_EQ(c_->Cancel(id, "").status().code(), Status::kFailedPrecondition);
+  // The slot is free again.
+  const std::string next = c_->Submit(Spec())->id();
+  c_->Tick();
+  EXPECT_EQ(StateOf(next), v1::SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, LostWorkerRequeuesItsJob) {
+  RegisterWorker("w1", 1);
+  RegisterWorker("w2", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  auto job = c_->Get(id);
+  const std::string first = job->placements(0).worker();
+  const std::string other = first == "w1" ? "w2" : "w1";
+  Heartbeat(first);
+  Report(first, Status(id, 0, v1::TASK_RUNNING));
+  // Only the other worker keeps heartbeating.
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    Heartbeat(other);
+    c_->Tick();
+  }
+  job = c_->Get(id);
+  EXPECT_EQ(job->attempt(), 1);
+  EXPECT_EQ(job->state(), v1::SCHEDULED);
+  EXPECT_EQ(job->placements(0).worker(), other);
+  EXPECT_NE(job->events(job->events_size() - 2).reason().find("lost"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, JobBiggerThanTheClusterWaitsWithAReason) {
+  RegisterWorker("w1", 1);
+  const std::string big = c_->Submit(Spec(4))->id();
+  const std::string small = c_->Submit(Spec(1))->id();
+  c_->Tick();
+  EXPECT_EQ(StateOf(big), v1::QUEUED);
+  EXPECT_EQ(c_->Get(big)->reason(), "needs 4 slots; the cluster has 1");
+  EXPECT_EQ(StateOf(small), v1::SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, ListPagesInSubmitOrder) {
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(c_->Submit(Spec()).ok());
+  v1::ListJobsRequest req;
+  req.set_page_size(3);
+  std::vector<std::string> ids;
+  do {
+    auto page = c_->List(req);
+    ASSERT_TRUE(page.ok());
+    for (const auto& j : page->jobs()) ids.push_back(j.id());
+    req.set_page_token(page->next_page_token());
+  } while (!req.page_token().empty());
+  ASSERT_EQ(ids.size(), 7u);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  req.set_page_token("");
+  req.add_states(v1::SUCCEEDED);
+  EXPECT_EQ(c_->List(req)->jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, InvalidSpecIsRefusedAndNothingStored) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_data()->clear_path();
+  auto job = c_->Submit(spec);
+  EXPECT_EQ(job.status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(c_->List(v1::ListJobsRequest())->jobs_size(), 0);
+}
+
+}  // namespace
+}  // namespace nightshift

@@ -1,0 +1,189 @@
+// A real cluster for end-to-end tests: the coordinator and workers are the built
+// binaries, started on 127.0.0.1 with ports they pick, logging to files in the test's
+// directory, and always killed by the destructor.
+#ifndef NIGHTSHIFT_TESTS_E2E_CLUSTER_H_
+#define NIGHTSHIFT_TESTS_E2E_CLUSTER_H_
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nightshift/v1/admin.grpc.pb.h"
+#include "nightshift/v1/jobs.grpc.pb.h"
+
+namespace nightshift::testing_e2e {
+
+namespace fs = std::filesystem;
+
+class Process {
+ public:
+  Process() = default;
+  Process(const std::vector<std::string>& argv, const std::string& log,
+          const std::map<std::string, std::string>& env = {}) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      FILE* f = std::freopen(log.c_str(), "a", stderr);
+      (void)f;
+      ::dup2(2, 1);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+  }
+  Process(Process&& o) noexcept : pid_(o.pid_) { o.pid_ = -1; }
+  Process& operator=(Process&& o) noexcept {
+    Kill(SIGKILL);
+    pid_ = o.pid_;
+    o.pid_ = -1;
+    return *this;
+  }
+  ~Process() { Kill(SIGKILL); }
+  // Sends `sig` and reaps the process (SIGTERM: waits up to 20 s, then SIGKILL).
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    for (int i = 0; i < 200 && sig != SIGKILL; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(const std::string& name) {
+    dir_ = fs::path(::testing::TempDir()) / ("nightshift-e2e-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  ~Cluster() {
+    workers_.clear();
+    coordinator_.Kill(SIGKILL);
+    if (!::testing::Test::HasFailure()) fs::remove_all(dir_);
+  }
+  std::string dir() const { return dir_.string(); }
+
+  // Starts (or restarts) the coordinator on a new port; waits until it answers.
+  void StartCoordinator() {
+    const std::string port_file = dir() + "/coordinator.port";
+    fs::remove(port_file);
+    coordinator_ = Process({Bin("nightshift-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+                            dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5",
+                            "--restart-backoff-seconds", "0.2"},
+                           dir() + "/coordinator.log");
+    for (int i = 0; i < 300 && !fs::exists(port_file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(port_file);
+    int port = 0;
+    in >> port;
+    address_ = "127.0.0.1:" + std::to_string(port);
+    auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    jobs_ = v1::JobService::NewStub(channel);
+    admin_ = v1::AdminService::NewStub(channel);
+  }
+  Process& coordinator() { return coordinator_; }
+
+  void StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {}) {
+    workers_.emplace_back(std::vector<std::string>{Bin("nightshift-worker"), "--coordinator", address_, "--name",
+                                                   name, "--work-dir", dir() + "/" + name, "--cpu-slots",
+                                                   std::to_string(slots), "--checkpoint-root",
+                                                   dir() + "/checkpoints"},
+                          dir() + "/" + name + ".log", env);
+  }
+
+  // Spec text with the data path filled in.
+  grpc::Status Submit(const std::string& yaml, v1::Job* job) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(yaml);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return jobs_->SubmitJob(&ctx, req, job);
+  }
+  grpc::Status Get(const std::string& id, v1::Job* job) {
+    v1::GetJobRequest req;
+    req.set_id(id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return jobs_->GetJob(&ctx, req, job);
+  }
+  // Polls until the job is in a terminal state or `seconds` pass; returns the last view.
+  v1::Job WaitForEnd(const std::string& id, int seconds) {
+    v1::Job job;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Get(id, &job).ok() &&
+          (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED))
+        return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return job;
+  }
+  const std::string& address() const { return address_; }
+  std::string Bin(const std::string& name) const { return std::string(NIGHTSHIFT_BIN_DIR) + "/" + name; }
+
+  // Runs the CLI; returns its exit code and fills *out with its stdout.
+  int Cli(const std::vector<std::string>& args, std::string* out) {
+    std::string cmd = Bin("nightshift") + " --coordinator " + address_;
+    for (const auto& a : args) cmd += " '" + a + "'";
+    cmd += " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    out->clear();
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+    int status = ::pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // Two classes of short mails with distinct vocabularies, `per_class` of each.
+  std::string MakeData(int per_class) {
+    const std::string root = dir() + "/data";
+    const char* words[2][8] = {{"meeting", "project", "lunch", "report", "agenda", "thanks", "team", "review"},
+                               {"winner", "prize", "free", "money", "click", "offer", "cash", "bonus"}};
+    const char* shared[4] = {"the", "and", "you", "today"};
+    const char* labels[2] = {"ham", "spam"};
+    for (int c = 0; c < 2; ++c) {
+      fs::create_directories(root + "/" + labels[c]);
+      for (int i = 0; i < per_class; ++i) {
+        std::ofstream f(root + "/" + labels[c] + "/" + std::to_string(i) + ".txt");
+        for (int k = 0; k < 6 + (i * 7) % 30; ++k)
+          f << ((k + i) % 3 == 0 ? words[c][(i * 3 + k) % 8] : shared[(i + k) % 4]) << ' ';
+      }
+    }
+    return root;
+  }
+
+ private:
+  fs::path dir_;
+  std::string address_;
+  Process coordinator_;
+  std::vector<Process> workers_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+};
+
+}  // namespace nightshift::testing_e2e
+
+#endif  // NIGHTSHIFT_TESTS_E2E_CLUSTER_H_

@@ -1,0 +1,40 @@
+// Agent: the worker's side of the worker protocol. Registers, heartbeats the tasks it
+// holds, starts and stops tasks as the coordinator answers, and reports progress and
+// results. A final result is re-sent until the coordinator acknowledges it, so a
+// coordinator restart loses no result.
+#ifndef NIGHTSHIFT_WORKER_AGENT_H_
+#define NIGHTSHIFT_WORKER_AGENT_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "nightshift/v1/cluster.grpc.pb.h"
+#include "worker/task.h"
+
+namespace nightshift {
+
+class Agent {
+ public:
+  explicit Agent(const WorkerOptions& options);
+  // Runs until *stop becomes true; then stops every task.
+  void Run(const std::atomic<bool>* stop);
+
+ private:
+  bool Register();
+  void HeartbeatOnce();
+  void ReportTasks();
+
+  const WorkerOptions options_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  bool registered_ = false;
+  int interval_ms_ = 250;
+  // Tasks by (job id, attempt). Only the agent thread touches this map.
+  std::map<std::pair<std::string, int>, std::unique_ptr<Task>> tasks_;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_AGENT_H_

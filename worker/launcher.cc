@@ -1,0 +1,103 @@
+#include "worker/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <fstream>
+
+extern char** environ;
+
+namespace nightshift {
+
+StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
+                                const std::map<std::string, std::string>& extra_env,
+                                const std::string& log_path) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    return Status::IOError("cannot open log " + log_path + ": " + std::strerror(errno));
+  }
+  // Everything the child needs is built before fork (no allocation after it).
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  env["NIGHTSHIFT_PROGRESS_FD"] = "3";
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    ::close(log_fd);
+    return Status::Internal(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::dup2(pipefd[1], 3);  // dup2 clears O_CLOEXEC on the new descriptor
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::execve(args[0], args.data(), envp.data());
+    const char msg[] = "nightshift-worker: exec of the trainer failed\n";
+    (void)!::write(2, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so a kill right after fork reaches it
+  ::close(pipefd[1]);
+  ::close(log_fd);
+  ChildProcess p;
+  p.pid = pid;
+  p.progress_fd = pipefd[0];
+  p.log_path = log_path;
+  return p;
+}
+
+std::string DescribeWaitStatus(int ws) {
+  if (WIFEXITED(ws)) return "exited with code " + std::to_string(WEXITSTATUS(ws));
+  if (WIFSIGNALED(ws)) {
+    int sig = WTERMSIG(ws);
+    const char* name = sigabbrev_np(sig);
+    return "killed by signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "ended with status " + std::to_string(ws);
+}
+
+std::string TailOfFile(const std::string& path, int max_lines) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    lines.push_back(line);
+    if (static_cast<int>(lines.size()) > max_lines) lines.pop_front();
+  }
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+
+}  // namespace nightshift

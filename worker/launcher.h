@@ -1,0 +1,36 @@
+// Launcher: starts one child (a trainer rank, or data preparation), with its progress pipe on fd 3
+// and its stdout/stderr appended to a log file. The child is its own process group
+// leader (so a stop reaches everything it started) and dies with the worker
+// (PR_SET_PDEATHSIG), so a killed worker leaves no orphan ranks.
+#ifndef NIGHTSHIFT_WORKER_LAUNCHER_H_
+#define NIGHTSHIFT_WORKER_LAUNCHER_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace nightshift {
+
+struct ChildProcess {
+  pid_t pid = -1;
+  int progress_fd = -1;   // read end of the child's fd 3; owned by the caller
+  std::string log_path;
+};
+
+StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
+                                const std::map<std::string, std::string>& extra_env,
+                                const std::string& log_path);
+
+// "exited with code 1", "killed by signal 9 (SIGKILL)".
+std::string DescribeWaitStatus(int wait_status);
+
+// The last `max_lines` non-empty lines of a file (for error reports).
+std::string TailOfFile(const std::string& path, int max_lines);
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_LAUNCHER_H_

@@ -1,0 +1,47 @@
+// nightshift-worker: parses flags, runs the agent until SIGINT/SIGTERM.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "common/log.h"
+#include "worker/agent.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace nightshift;
+  CLI::App app{"Nightshift worker: runs the ranks of jobs as nightshift-trainer processes"};
+  WorkerOptions options;
+  app.add_option("--coordinator", options.coordinator, "coordinator HOST:PORT")->required();
+  app.add_option("--name", options.name, "this worker's unique name")->required();
+  app.add_option("--work-dir", options.work_dir, "data cache, job configs and rank logs")->required();
+  app.add_option("--cpu-slots", options.cpu_slots, "ranks to run at once when there is no GPU")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--checkpoint-root", options.checkpoint_root,
+                 "where jobs' checkpoints go (share it between workers so a job can move)");
+  app.add_option("--advertise-host", options.advertise_host, "address other workers reach our ranks on");
+  app.add_option("--trainer", options.trainer_path, "path of nightshift-trainer (default: beside this binary)");
+  app.add_option("--prep-threads", options.prep_threads, "threads for data preparation")->check(CLI::Range(1, 256));
+  CLI11_PARSE(app, argc, argv);
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.work_dir, ec);
+  if (ec) {
+    NS_ERROR("worker: cannot create --work-dir " << options.work_dir << ": " << ec.message());
+    return 2;
+  }
+  options.work_dir = std::filesystem::absolute(options.work_dir).string();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  NS_INFO("worker " << options.name << ": work dir " << options.work_dir << ", coordinator "
+                    << options.coordinator);
+  Agent agent(options);
+  agent.Run(&g_stop);
+  return 0;
+}

@@ -1,0 +1,55 @@
+// nightshift-prepare: data preparation in its own process (see worker/data_prep.h for
+// why). Started by the worker; prints one progress line: {"event":"prepared",
+// "meta": <path of meta.json>, "reused": 0|1, "seconds": ...} or {"event":"error",...}.
+// Exit codes: 0 done; 2 the data or options are wrong (a user error, not retried);
+// 1 anything else.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "common/format/progress.h"
+#include "worker/data_prep.h"
+
+int main(int argc, char** argv) {
+  using namespace nightshift;
+  CLI::App app{"Prepare a job's data: tokenizer and token shards"};
+  PrepOptions o;
+  std::string cache_root;
+  int threads = 2;
+  app.add_option("--path", o.path, "data.path")->required();
+  app.add_option("--format", o.format, "text_dir or jsonl");
+  app.add_option("--text-field", o.text_field);
+  app.add_option("--label-field", o.label_field);
+  app.add_option("--max-samples", o.max_samples);
+  app.add_option("--validation-fraction", o.validation_fraction);
+  app.add_option("--seed", o.seed);
+  app.add_option("--vocab-size", o.vocab_size);
+  app.add_option("--max-len", o.max_len);
+  app.add_option("--classifier", o.classifier);
+  app.add_option("--cache-root", cache_root)->required();
+  app.add_option("--threads", threads);
+  CLI11_PARSE(app, argc, argv);
+
+  const char* fd_env = std::getenv("NIGHTSHIFT_PROGRESS_FD");
+  const int fd = fd_env ? std::atoi(fd_env) : 1;
+  format::ProgressRecord r;
+  auto data = PrepareData(o, cache_root, threads);
+  int code = 0;
+  if (data.ok()) {
+    r.event = "prepared";
+    r.strings["meta"] = data->dir + "/meta.json";
+    r.numbers["reused"] = data->reused;
+    r.numbers["seconds"] = data->seconds;
+  } else {
+    r.event = "error";
+    r.strings["message"] = data.status().message();
+    const bool user = data.status().code() == Status::kNotFound ||
+                      data.status().code() == Status::kInvalidArgument;
+    code = user ? 2 : 1;
+    std::fprintf(stderr, "nightshift-prepare: %s\n", data.status().ToString().c_str());
+  }
+  std::string line = format::FormatProgressLine(r) + "\n";
+  (void)!::write(fd, line.data(), line.size());
+  return code;
+}

@@ -1,0 +1,354 @@
+#include "worker/task.h"
+
+#include <arpa/inet.h>
+#include <google/protobuf/util/json_util.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/format/atomic_file.h"
+#include "common/format/progress.h"
+#include "common/log.h"
+#include "common/time_util.h"
+#include "worker/launcher.h"
+
+namespace fs = std::filesystem;
+
+namespace nightshift {
+namespace {
+
+// One preparation at a time per worker: concurrent jobs on the same data then find the
+// first one's result instead of building it twice.
+std::mutex g_prepare_mu;
+
+std::string BinaryBesideUs(const std::string& name) {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / name).string();
+}
+
+// Asks the kernel for a free TCP port on `host` (the rendezvous port of rank 0).
+int PickFreePort(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  int port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+void ApplyProgress(const format::ProgressRecord& r, v1::Progress* p) {
+  p->set_step(static_cast<int64_t>(r.Number("step", static_cast<double>(p->step()))));
+  p->set_total_steps(static_cast<int64_t>(r.Number("total_steps", static_cast<double>(p->total_steps()))));
+  p->set_epoch(static_cast<int32_t>(r.Number("epoch", p->epoch())));
+  p->set_loss(r.Number("loss"));
+  p->set_lr(r.Number("lr"));
+  p->set_tokens_per_second(r.Number("tokens_per_second"));
+  p->set_samples_per_second(r.Number("samples_per_second"));
+  p->set_step_seconds(r.Number("step_seconds"));
+  p->set_data_wait_seconds(r.Number("data_wait_seconds"));
+  p->set_padding_efficiency(r.Number("padding_efficiency"));
+  p->set_memory_allocated_bytes(static_cast<int64_t>(r.Number("memory_allocated_bytes")));
+  p->set_memory_reserved_bytes(static_cast<int64_t>(r.Number("memory_reserved_bytes")));
+  p->set_memory_peak_bytes(static_cast<int64_t>(r.Number("memory_peak_bytes")));
+  p->set_host_rss_bytes(static_cast<int64_t>(r.Number("host_rss_bytes")));
+  p->set_skipped_steps(static_cast<int64_t>(r.Number("skipped_steps")));
+  p->set_oom_recoveries(static_cast<int64_t>(r.Number("oom_recoveries")));
+  if (p->step() > 0 && p->total_steps() > p->step() && p->step_seconds() > 0)
+    p->set_eta_seconds((p->total_steps() - p->step()) * p->step_seconds());
+  *p->mutable_updated() = NowTimestamp();
+}
+
+}  // namespace
+
+Task::Task(const WorkerOptions& options, const v1::Assignment& assignment)
+    : options_(options), assignment_(assignment) {
+  *status_.mutable_task() = assignment.task();
+  status_.set_state(v1::TASK_PREPARING);
+  status_.set_master_addr(assignment.master_addr());
+}
+
+Task::~Task() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Task::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Task::Stop() {
+  if (stopping_.exchange(true)) return;
+  SignalRanks(SIGTERM);
+}
+
+void Task::SignalRanks(int sig) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (pid_t pid : pids_) ::kill(-pid, sig);
+}
+
+v1::TaskStatus Task::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+bool Task::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_.state() == v1::TASK_SUCCEEDED || status_.state() == v1::TASK_FAILED;
+}
+
+void Task::Finish(v1::TaskState state, const std::string& error, bool user_error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.set_state(state);
+  status_.set_error(error);
+  status_.set_user_error(user_error);
+  progress_dirty_ = true;
+}
+
+void Task::Run() {
+  const std::string& job_id = assignment_.task().job_id();
+  const v1::JobSpec& spec = assignment_.spec();
+  const std::string job_dir = options_.work_dir + "/jobs/" + job_id + "/attempt-" +
+                              std::to_string(assignment_.task().attempt());
+  std::error_code ec;
+  fs::create_directories(job_dir, ec);
+  if (ec) return Finish(v1::TASK_FAILED, "cannot create " + job_dir + ": " + ec.message(), false);
+
+  nlohmann::json data;
+  bool user_error = false;
+  std::string prep_error = Prepare(job_dir, &data, &user_error);
+  if (!prep_error.empty())
+    return Finish(v1::TASK_FAILED, "data preparation on worker " + options_.name + ": " + prep_error, user_error);
+  if (stopping_) return Finish(v1::TASK_FAILED, "stopped before start", false);
+
+  if (assignment_.first_rank() == 0 && assignment_.master_addr().empty()) {
+    int port = PickFreePort(options_.advertise_host);
+    if (port == 0) return Finish(v1::TASK_FAILED, "cannot find a free port for the rendezvous", false);
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.set_master_addr(options_.advertise_host + ":" + std::to_string(port));
+  }
+
+  // The trainer's config: the spec as protobuf JSON plus what preparation resolved.
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions jopts;
+  jopts.preserve_proto_field_names = true;
+  jopts.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &spec_json, jopts);
+  nlohmann::json config;
+  config["job_id"] = job_id;
+  config["attempt"] = assignment_.task().attempt();
+  config["spec"] = nlohmann::json::parse(spec_json);
+  config["data"] = data;
+  const std::string ckpt_root = options_.checkpoint_root.empty() ? options_.work_dir + "/checkpoints"
+                                                                 : options_.checkpoint_root;
+  config["checkpoint_dir"] = fs::absolute(ckpt_root + "/" + job_id).string();
+  const std::string config_path = job_dir + "/trainer-config.json";
+  std::string err = format::WriteFileAtomically(config_path, config.dump(2));
+  if (!err.empty()) return Finish(v1::TASK_FAILED, err, false);
+  RunRanks(config_path, job_dir);
+}
+
+std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error) {
+  const v1::JobSpec& spec = assignment_.spec();
+  const v1::DataSpec& d = spec.data();
+  std::vector<std::string> argv = {
+      BinaryBesideUs("nightshift-prepare"), "--path", d.path(), "--format", d.format(),
+      "--text-field", d.text_field(), "--label-field", d.label_field(),
+      "--max-samples", std::to_string(d.max_samples()),
+      "--validation-fraction", std::to_string(d.validation_fraction()),
+      "--seed", std::to_string(spec.train().seed()),
+      "--vocab-size", std::to_string(d.tokenizer().vocab_size()),
+      "--max-len", std::to_string(spec.model().max_len()),
+      "--classifier", spec.model().arch() == "gpt_lm" ? "false" : "true",
+      "--cache-root", options_.work_dir + "/cache", "--threads", std::to_string(options_.prep_threads)};
+  std::lock_guard<std::mutex> prep_lock(g_prepare_mu);
+  auto proc = SpawnProcess(argv, {}, job_dir + "/prepare.log");
+  if (!proc.ok()) return proc.status().message();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.push_back(proc->pid);
+  }
+  std::string out, line;
+  char buf[4096];
+  ssize_t got;
+  while ((got = ::read(proc->progress_fd, buf, sizeof(buf))) != 0) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) break;
+    out.append(buf, static_cast<size_t>(got));
+  }
+  ::close(proc->progress_fd);
+  int ws = 0;
+  ::waitpid(proc->pid, &ws, 0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.clear();
+  }
+  format::ProgressRecord rec;
+  std::string perr = format::ParseProgressLine(out.substr(0, out.find('\n')), &rec);
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2) *user_error = true;
+  if (!perr.empty() || rec.event != "prepared") {
+    std::string detail = rec.event == "error" ? rec.String("message") : TailOfFile(proc->log_path, 3);
+    return "nightshift-prepare " + DescribeWaitStatus(ws) + ": " + detail;
+  }
+  std::ifstream in(rec.String("meta"));
+  *data = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!data->is_object()) return "cannot read " + rec.String("meta");
+  NS_INFO("job " << assignment_.task().job_id() << ": data " << (rec.Number("reused") ? "reused" : "prepared")
+                 << " in " << rec.Number("seconds") << " s");
+  return "";
+}
+
+void Task::RunRanks(const std::string& config_path, const std::string& job_dir) {
+  const std::string trainer = options_.trainer_path.empty() ? BinaryBesideUs("nightshift-trainer") : options_.trainer_path;
+  std::string master;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    master = status_.master_addr();
+  }
+  const size_t colon = master.rfind(':');
+  struct Rank {
+    int rank;
+    ChildProcess proc;
+    std::string buffer;       // partial progress line
+    std::string last_error;   // from its "error" event
+    int wait_status = 0;
+    bool exited = false;
+  };
+  std::vector<Rank> ranks;
+  for (int i = 0; i < assignment_.num_ranks(); ++i) {
+    const int rank = assignment_.first_rank() + i;
+    std::map<std::string, std::string> env = {
+        {"RANK", std::to_string(rank)},
+        {"LOCAL_RANK", std::to_string(i)},
+        {"WORLD_SIZE", std::to_string(assignment_.world_size())},
+        {"LOCAL_WORLD_SIZE", std::to_string(assignment_.num_ranks())},
+        {"MASTER_ADDR", master.substr(0, colon)},
+        {"MASTER_PORT", colon == std::string::npos ? "" : master.substr(colon + 1)},
+        {"NIGHTSHIFT_JOB_ID", assignment_.task().job_id()}};
+    auto proc = SpawnProcess({trainer, "--config", config_path}, env, job_dir + "/rank-" + std::to_string(rank) + ".log");
+    if (!proc.ok()) {
+      SignalRanks(SIGKILL);
+      for (auto& r : ranks) ::waitpid(r.proc.pid, nullptr, 0);
+      return Finish(v1::TASK_FAILED, "cannot start the trainer " + trainer + ": " + proc.status().message(), false);
+    }
+    ranks.push_back({rank, proc.value(), "", "", 0, false});
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.push_back(proc->pid);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.set_state(v1::TASK_RUNNING);
+    progress_dirty_ = true;
+  }
+  if (stopping_) SignalRanks(SIGTERM);
+
+  // Follow the progress pipes until every rank has closed its pipe and exited.
+  std::string first_failure;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  size_t open_pipes = ranks.size();
+  while (open_pipes > 0) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i].proc.progress_fd >= 0) {
+        fds.push_back({ranks[i].proc.progress_fd, POLLIN, 0});
+        which.push_back(i);
+      }
+    }
+    int n = ::poll(fds.data(), fds.size(), 200);
+    if (stopping_ && stop_deadline == std::chrono::steady_clock::time_point::max())
+      stop_deadline = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(options_.stop_grace_seconds * 1000));
+    if (std::chrono::steady_clock::now() > stop_deadline) SignalRanks(SIGKILL);
+    // A rank that died without closing its pipe (its children hold it) is reaped here.
+    for (auto& r : ranks) {
+      if (!r.exited && ::waitpid(r.proc.pid, &r.wait_status, WNOHANG) == r.proc.pid) {
+        r.exited = true;
+        bool ok = WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0;
+        if (!ok && first_failure.empty() && !stopping_) {
+          first_failure = "rank " + std::to_string(r.rank);
+          // Peers would wait in a collective for it: stop them now.
+          stopping_ = true;
+          SignalRanks(SIGTERM);
+        }
+      }
+    }
+    if (n <= 0) continue;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Rank& r = ranks[which[k]];
+      char buf[65536];
+      ssize_t got = ::read(r.proc.progress_fd, buf, sizeof(buf));
+      if (got <= 0) {
+        ::close(r.proc.progress_fd);
+        r.proc.progress_fd = -1;
+        --open_pipes;
+        continue;
+      }
+      r.buffer.append(buf, static_cast<size_t>(got));
+      size_t nl;
+      while ((nl = r.buffer.find('\n')) != std::string::npos) {
+        std::string line = r.buffer.substr(0, nl);
+        r.buffer.erase(0, nl + 1);
+        format::ProgressRecord rec;
+        std::string perr = format::ParseProgressLine(line, &rec);
+        if (!perr.empty()) {
+          NS_WARN("job " << assignment_.task().job_id() << " rank " << r.rank << ": " << perr);
+          continue;
+        }
+        if (rec.event == "error") r.last_error = rec.String("message");
+        if (r.rank != assignment_.first_rank()) continue;  // the lowest local rank speaks for the task
+        std::lock_guard<std::mutex> lock(mu_);
+        if (rec.event == "step" || rec.event == "start") {
+          ApplyProgress(rec, status_.mutable_progress());
+        } else if (rec.event == "checkpoint") {
+          status_.set_checkpoint_step(static_cast<int64_t>(rec.Number("step")));
+          status_.set_checkpoint_path(rec.String("path"));
+        } else if (rec.event == "eval" || rec.event == "done") {
+          for (const auto& [k, v] : rec.numbers)
+            if (k.rfind("val_", 0) == 0 || k == "train_seconds") (*status_.mutable_metrics())[k] = v;
+        }
+        progress_dirty_ = true;
+      }
+    }
+  }
+  for (auto& r : ranks) {
+    if (!r.exited) ::waitpid(r.proc.pid, &r.wait_status, 0);
+    r.exited = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.clear();
+  }
+  // The first rank that failed is the cause; the others were stopped because of it.
+  for (auto& r : ranks) {
+    bool ok = WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0;
+    if (ok) continue;
+    if (!first_failure.empty() && first_failure != "rank " + std::to_string(r.rank)) continue;
+    std::string detail = r.last_error;
+    if (detail.empty()) detail = TailOfFile(r.proc.log_path, 3);
+    return Finish(v1::TASK_FAILED,
+                  "trainer rank " + std::to_string(r.rank) + " " + DescribeWaitStatus(r.wait_status) +
+                      (detail.empty() ? "" : ": " + detail) + " (log: " + r.proc.log_path + ")",
+                  false);
+  }
+  Finish(v1::TASK_SUCCEEDED, "", false);
+}
+
+}  // namespace nightshift

@@ -1,0 +1,72 @@
+// Task: one worker's part of one attempt of a job: prepare the data, start a trainer
+// per local rank, follow their progress lines, and end SUCCEEDED or FAILED with the
+// failing rank's error. Runs on its own thread; the agent reads snapshots of it.
+#ifndef NIGHTSHIFT_WORKER_TASK_H_
+#define NIGHTSHIFT_WORKER_TASK_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nightshift/v1/cluster.pb.h"
+
+namespace nightshift {
+
+struct WorkerOptions {
+  std::string coordinator;       // HOST:PORT of the coordinator
+  std::string name;              // unique worker name
+  std::string work_dir;          // data cache, job configs and rank logs
+  std::string checkpoint_root;   // <root>/<job id>/ holds a job's checkpoints; default <work_dir>/checkpoints
+  std::string advertise_host = "127.0.0.1";  // address other workers reach rank 0 on
+  std::string trainer_path;      // default: nightshift-trainer beside this binary
+  int cpu_slots = 1;             // ranks this worker runs at once (no GPUs)
+  int prep_threads = 2;          // threads for tokenization
+  double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
+};
+
+class Task {
+ public:
+  Task(const WorkerOptions& options, const v1::Assignment& assignment);
+  ~Task();  // stops the ranks and joins the thread
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+
+  void Start();
+  // Asks the ranks to stop (SIGTERM: they checkpoint and exit), SIGKILL after the grace.
+  void Stop();
+
+  v1::TaskStatus Snapshot() const;
+  bool finished() const;
+  // True once per batch of new progress since the last call.
+  bool TakeProgressDirty() { return progress_dirty_.exchange(false); }
+
+ private:
+  void Run();
+  // Runs nightshift-prepare; on success fills *data (the trainer config's "data"
+  // section) and returns "", else the error.
+  std::string Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error);
+  void RunRanks(const std::string& config_path, const std::string& job_dir);
+  void Finish(v1::TaskState state, const std::string& error, bool user_error);
+  void SignalRanks(int sig);
+
+  // Constant after construction.
+  const WorkerOptions options_;
+  const v1::Assignment assignment_;
+
+  mutable std::mutex mu_;
+  v1::TaskStatus status_;         // GUARDED_BY(mu_)
+  std::vector<pid_t> pids_;       // GUARDED_BY(mu_), running ranks
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> progress_dirty_{false};
+  std::thread thread_;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_TASK_H_
