@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
   g.coordinator = env ? env : "127.0.0.1:7070";
   CLI::App app{"nightshift: submit and follow training jobs, operate the cluster"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--coordinator, -o) also after the subcommand
   app.add_option("--coordinator", g.coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
   app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
 

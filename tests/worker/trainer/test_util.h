@@ -1,0 +1,84 @@
+// Tiny synthetic data and configs for the trainer tests.
+#ifndef NIGHTSHIFT_TESTS_WORKER_TRAINER_TEST_UTIL_H_
+#define NIGHTSHIFT_TESTS_WORKER_TRAINER_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "common/format/shard.h"
+#include "worker/trainer/config.h"
+
+namespace nightshift::trainer::testing {
+
+constexpr int kVocab = 32, kPad = 0, kBos = 2, kEos = 3, kSignal = 5;
+
+// A fresh, empty directory under the test temp dir. Its name carries the first process's
+// id, passed on through the environment so that a "threadsafe" death-test child (which
+// re-runs the test body in a new process) uses the same directory as its parent.
+inline std::string FreshDir(const std::string& name) {
+  if (std::getenv("NIGHTSHIFT_TRAINER_TEST_RUN") == nullptr)
+    setenv("NIGHTSHIFT_TRAINER_TEST_RUN", std::to_string(::getpid()).c_str(), 1);
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(base ? base : ::testing::TempDir()) /
+                              ("nightshift_trainer_" + name + "_" + std::getenv("NIGHTSHIFT_TRAINER_TEST_RUN"));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// Classifier samples: bos, then `min_len - 1 .. max_len - 1` tokens in [6, kVocab); class 1
+// samples contain kSignal somewhere. Deterministic in `seed`.
+inline void WriteSyntheticShard(const std::string& path, int n, uint64_t seed, int min_len = 4,
+                                int max_len = 12) {
+  std::mt19937_64 rng(seed);
+  format::ShardWriter writer(kVocab, 2);
+  for (int i = 0; i < n; ++i) {
+    const int label = static_cast<int>(rng() % 2);
+    const int len = min_len + static_cast<int>(rng() % (max_len - min_len + 1));
+    std::vector<int32_t> tokens{kBos};
+    for (int k = 1; k < len; ++k) tokens.push_back(6 + static_cast<int32_t>(rng() % (kVocab - 6)));
+    if (label == 1) tokens[1 + rng() % (len - 1)] = kSignal;
+    writer.Add(seed * 100000 + i, label, tokens);
+  }
+  ASSERT_EQ(writer.WriteFile(path), "");
+}
+
+// A small classifier run over fresh shards in `dir`: n_train samples, batch 8, 2 epochs.
+inline TrainConfig TinyConfig(const std::string& dir, int n_train = 40, int n_val = 16) {
+  TrainConfig c;
+  c.job_id = "j-test";
+  c.model.layers = 1;
+  c.model.d_model = 16;
+  c.model.heads = 2;
+  c.model.ffn = 32;
+  c.model.dropout = 0.1;
+  c.model.max_len = 16;
+  c.train.epochs = 2;
+  c.train.lr = 3e-3;
+  c.train.warmup_steps = 2;
+  c.train.batch_size = 8;
+  c.train.threads = 1;
+  c.checkpoint.every_steps = 3;
+  c.checkpoint.keep_last = 10;
+  c.data.train_shard = dir + "/train.shard";
+  c.data.val_shard = dir + "/val.shard";
+  c.data.vocab_size = kVocab;
+  c.data.num_classes = 2;
+  c.data.pad_id = kPad;
+  c.data.bos_id = kBos;
+  c.data.eos_id = kEos;
+  c.checkpoint_dir = dir + "/checkpoints";
+  WriteSyntheticShard(c.data.train_shard, n_train, 1);
+  WriteSyntheticShard(c.data.val_shard, n_val, 2);
+  return c;
+}
+
+}  // namespace nightshift::trainer::testing
+
+#endif  // NIGHTSHIFT_TESTS_WORKER_TRAINER_TEST_UTIL_H_

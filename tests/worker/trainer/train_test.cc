@@ -1,0 +1,126 @@
+#include "worker/trainer/train.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+
+#include "tests/worker/trainer/test_util.h"
+
+namespace nightshift::trainer {
+namespace {
+
+using testing::FreshDir;
+using testing::TinyConfig;
+
+TEST(TrainTest, LearnsAnEasyTaskAndReportsProgress) {
+  const std::string dir = FreshDir("easy");
+  TrainConfig c = TinyConfig(dir, /*n_train=*/480, /*n_val=*/100);
+  c.model.d_model = 32;
+  c.model.heads = 2;
+  c.model.ffn = 64;
+  c.model.dropout = 0.0;
+  c.train.epochs = 3;
+  c.train.lr = 5e-3;
+  c.train.warmup_steps = 10;
+  c.train.batch_size = 0;
+  c.train.max_tokens = 192;  // token-budget batches
+  c.train.threads = 2;
+  c.checkpoint.every_steps = 0;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+
+  std::map<std::string, int> count;
+  for (const auto& r : progress.records) {
+    count[r.event]++;
+    // Every record survives the line format.
+    format::ProgressRecord parsed;
+    ASSERT_EQ(format::ParseProgressLine(format::FormatProgressLine(r), &parsed), "");
+    if (r.event == "step") {
+      for (const char* key : {"step", "epoch", "total_steps", "loss", "lr", "tokens_per_second",
+                              "samples_per_second", "step_seconds", "data_wait_seconds",
+                              "padding_efficiency", "host_rss_bytes", "memory_peak_bytes"})
+        EXPECT_TRUE(r.numbers.count(key)) << key;
+      EXPECT_GT(r.Number("padding_efficiency"), 0.5);
+      EXPECT_LE(r.Number("padding_efficiency"), 1.0);
+      EXPECT_LE(r.Number("batch_padded_tokens"), 192);
+    }
+  }
+  EXPECT_EQ(progress.records.front().event, "start");  // before any warning
+  EXPECT_GT(progress.records.front().Number("blas_gflops"), 0);
+  EXPECT_EQ(count["start"], 1);
+  EXPECT_GE(count["step"], 3);
+  EXPECT_EQ(count["eval"], 3);        // one per epoch; the final one is the last epoch's
+  EXPECT_EQ(count["checkpoint"], 1);  // the final checkpoint
+  const auto& done = progress.records.back();
+  ASSERT_EQ(done.event, "done");
+  EXPECT_GE(done.Number("val_accuracy"), 0.9) << "val_loss " << done.Number("val_loss");
+  EXPECT_GE(done.Number("val_f1"), 0.9);
+}
+
+TEST(TrainTest, MaxStepsStopsEarlyWithEvalCheckpointAndDone) {
+  TrainConfig c = TinyConfig(FreshDir("max_steps"));
+  c.train.max_steps = 4;
+  c.checkpoint.every_steps = 0;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  EXPECT_EQ(progress.records.front().event, "start");
+  EXPECT_EQ(progress.records.front().Number("total_steps"), 4);
+  std::vector<std::string> tail;
+  for (size_t i = progress.records.size() - 3; i < progress.records.size(); ++i)
+    tail.push_back(progress.records[i].event);
+  EXPECT_EQ(tail, (std::vector<std::string>{"eval", "checkpoint", "done"}));
+  EXPECT_EQ(progress.records.back().Number("step"), 4);
+}
+
+TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
+  TrainConfig c = TinyConfig(FreshDir("unsupported"));
+  RankInfo two;
+  two.world_size = 2;
+  MemoryProgressSink p1;
+  EXPECT_EQ(RunTraining(c, two, p1), kExitError);
+  ASSERT_EQ(p1.records.back().event, "error");
+  EXPECT_EQ(p1.records.back().String("message"),
+            "world_size > 1 needs data-parallel support (not built yet)");
+
+  c.train.precision = "bf16";
+  MemoryProgressSink p2;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, p2), kExitError);
+  EXPECT_NE(p2.records.back().String("message").find("not supported yet"), std::string::npos);
+
+  c.train.precision = "fp32";
+  c.data.train_shard = "/nonexistent/train.shard";
+  MemoryProgressSink p3;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, p3), kExitError);
+  EXPECT_NE(p3.records.back().String("message").find("/nonexistent/train.shard"), std::string::npos);
+}
+
+TEST(LearningRateTest, WarmupThenLinearDecayToZero) {
+  EXPECT_DOUBLE_EQ(LearningRate(0, 10, 110, 1.0), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(9, 10, 110, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRate(10, 10, 110, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRate(60, 10, 110, 1.0), 0.5);
+  EXPECT_DOUBLE_EQ(LearningRate(109, 10, 110, 1.0), 0.01);
+  EXPECT_DOUBLE_EQ(LearningRate(0, 0, 10, 2.0), 2.0);
+}
+
+TEST(ProgressSinkTest, WritesOneParseableLinePerEvent) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  FdProgressSink sink(fds[1]);
+  sink.Emit(format::ProgressRecord{"step", {{"step", 3}, {"loss", 0.5}}, {}});
+  sink.Emit(format::ProgressRecord{"warning", {}, {{"message", "a \"quoted\"\nline"}}});
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) text.append(buf, n);
+  close(fds[0]);
+  ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  format::ProgressRecord r;
+  ASSERT_EQ(format::ParseProgressLine(text.substr(0, text.find('\n')), &r), "");
+  EXPECT_EQ(r.event, "step");
+  EXPECT_EQ(r.Number("step"), 3);
+}
+
+}  // namespace
+}  // namespace nightshift::trainer

@@ -1,0 +1,131 @@
+#include "worker/trainer/batching.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+namespace nightshift::trainer {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Fisher-Yates with mt19937_64, whose output the standard fixes (std::shuffle's use of
+// it is not), so the order is the same with every standard library.
+template <typename T>
+void Shuffle(std::vector<T>* v, std::mt19937_64* rng) {
+  for (size_t i = v->size(); i > 1; --i) {
+    size_t j = static_cast<size_t>((*rng)() % i);
+    std::swap((*v)[i - 1], (*v)[j]);
+  }
+}
+
+// Cuts length-sorted (ascending) samples into batches of at most max_tokens padded tokens.
+void CutToBudget(const std::vector<uint32_t>& sorted, const std::vector<uint32_t>& lengths,
+                 int64_t max_tokens, BatchPlan* out) {
+  std::vector<uint32_t> batch;
+  for (uint32_t i : sorted) {
+    const int64_t longest = std::max<int64_t>(lengths[i], 1);
+    if (!batch.empty() && static_cast<int64_t>(batch.size() + 1) * longest > max_tokens) {
+      out->push_back(std::move(batch));
+      batch.clear();
+    }
+    batch.push_back(i);
+  }
+  if (!batch.empty()) out->push_back(std::move(batch));
+}
+
+void SortByLength(std::vector<uint32_t>* v, const std::vector<uint32_t>& lengths) {
+  std::stable_sort(v->begin(), v->end(),
+                   [&](uint32_t a, uint32_t b) { return lengths[a] < lengths[b]; });
+}
+
+}  // namespace
+
+BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
+                    uint64_t seed, int64_t epoch, int rank, int world_size) {
+  std::mt19937_64 rng(SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(epoch))));
+  std::vector<uint32_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), 0u);
+  Shuffle(&order, &rng);
+
+  BatchPlan all;
+  if (options.max_tokens <= 0) {
+    const size_t bs = static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
+    for (size_t i = 0; i < order.size(); i += bs)
+      all.emplace_back(order.begin() + i, order.begin() + std::min(order.size(), i + bs));
+  } else {
+    const int64_t pool_tokens = options.max_tokens * std::max<int64_t>(options.pool_batches, 1);
+    std::vector<uint32_t> pool;
+    int64_t tokens = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+      pool.push_back(order[k]);
+      tokens += lengths[order[k]];
+      if (tokens >= pool_tokens || k + 1 == order.size()) {
+        SortByLength(&pool, lengths);
+        CutToBudget(pool, lengths, options.max_tokens, &all);
+        pool.clear();
+        tokens = 0;
+      }
+    }
+    Shuffle(&all, &rng);
+  }
+
+  const size_t world = static_cast<size_t>(std::max(world_size, 1));
+  const size_t per_rank = all.size() / world;
+  if (world == 1) return all;
+  BatchPlan mine;
+  mine.reserve(per_rank);
+  for (size_t b = 0; b < per_rank; ++b) mine.push_back(std::move(all[b * world + rank]));
+  return mine;
+}
+
+BatchPlan PlanEval(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options) {
+  std::vector<uint32_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), 0u);
+  SortByLength(&order, lengths);
+  BatchPlan plan;
+  if (options.max_tokens > 0) {
+    CutToBudget(order, lengths, options.max_tokens, &plan);
+  } else {
+    const size_t bs = static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
+    for (size_t i = 0; i < order.size(); i += bs)
+      plan.emplace_back(order.begin() + i, order.begin() + std::min(order.size(), i + bs));
+  }
+  return plan;
+}
+
+Batch Collate(const format::ShardReader& shard, const std::vector<uint32_t>& indices,
+              int64_t max_len, int64_t pad_id) {
+  const int64_t b = static_cast<int64_t>(indices.size());
+  int64_t l = 1;
+  for (uint32_t i : indices) l = std::max<int64_t>(l, std::min<int64_t>(shard.length(i), max_len));
+  Batch batch;
+  batch.tokens = torch::full({b, l}, pad_id, torch::kLong);
+  batch.pad_mask = torch::ones({b, l}, torch::kBool);
+  batch.labels = torch::empty({b}, torch::kLong);
+  int64_t* tok = batch.tokens.data_ptr<int64_t>();
+  bool* pad = batch.pad_mask.data_ptr<bool>();
+  int64_t* lab = batch.labels.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r) {
+    const uint32_t i = indices[r];
+    const int64_t n = std::min<int64_t>(shard.length(i), max_len);
+    const int32_t* src = shard.tokens(i);
+    for (int64_t c = 0; c < n; ++c) {
+      tok[r * l + c] = src[c];
+      pad[r * l + c] = false;
+    }
+    pad[r * l] = false;  // never mask a whole row (an empty sample would give NaN)
+    lab[r] = shard.label(i);
+    batch.real_tokens += n;
+  }
+  batch.padded_tokens = b * l;
+  batch.samples = b;
+  return batch;
+}
+
+}  // namespace nightshift::trainer

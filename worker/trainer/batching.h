@@ -1,0 +1,51 @@
+// Batches: which samples go together (a pure, deterministic planner) and how a batch
+// becomes tensors (collate).
+#ifndef NIGHTSHIFT_WORKER_TRAINER_BATCHING_H_
+#define NIGHTSHIFT_WORKER_TRAINER_BATCHING_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/format/shard.h"
+
+namespace nightshift::trainer {
+
+struct BatchPlanOptions {
+  int64_t batch_size = 32;    // samples per batch, used when max_tokens == 0
+  int64_t max_tokens = 0;     // padded tokens (batch size x longest sample) per batch; 0: off
+  int64_t pool_batches = 100; // token budget: samples are length-sorted within pools of
+                              // about this many batches' worth of tokens
+};
+
+using BatchPlan = std::vector<std::vector<uint32_t>>;  // batches of sample indices
+
+// The batches of one epoch for one rank. Pure function of its arguments: the order
+// depends only on (seed, epoch). `lengths` are the (truncated) sample lengths in tokens.
+// Fixed batch_size: shuffle, chunk (world 1 keeps the last partial batch). Token budget:
+// shuffle, sort pools by length, cut greedily to the budget (a sample longer than the
+// budget is a batch alone), shuffle the batches. Ranks get batches round-robin, and
+// every rank the same count (the remainder is dropped).
+BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
+                    uint64_t seed, int64_t epoch, int rank, int world_size);
+
+// Evaluation batches: every sample once, in length order (no shuffle, little padding).
+BatchPlan PlanEval(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options);
+
+struct Batch {
+  torch::Tensor tokens;    // int64 [B, L], padded with pad_id to the longest sample
+  torch::Tensor pad_mask;  // bool [B, L], true at padding positions
+  torch::Tensor labels;    // int64 [B]
+  int64_t real_tokens = 0;    // non-pad tokens
+  int64_t padded_tokens = 0;  // B x L
+  int64_t samples = 0;        // B
+};
+
+// Builds the tensors of one batch; samples longer than max_len are truncated.
+Batch Collate(const format::ShardReader& shard, const std::vector<uint32_t>& indices,
+              int64_t max_len, int64_t pad_id);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_BATCHING_H_

@@ -1,0 +1,215 @@
+#include "worker/trainer/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "common/format/atomic_file.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kComplete[] = "COMPLETE";
+
+void Check(const std::string& err) {
+  if (!err.empty()) throw std::runtime_error("checkpoint: " + err);
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("checkpoint: cannot read " + path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Step number of a "step-00000123" name, or -1.
+int64_t StepOf(const std::string& name) {
+  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::string Hex(const std::string& bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) { out.push_back(d[c >> 4]); out.push_back(d[c & 15]); }
+  return out;
+}
+
+std::string Unhex(const std::string& hex) {
+  auto v = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::runtime_error("checkpoint: bad hex in manifest rng_cpu");
+  };
+  if (hex.size() % 2) throw std::runtime_error("checkpoint: bad hex in manifest rng_cpu");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(v(hex[i]) * 16 + v(hex[i + 1])));
+  return out;
+}
+
+void RemoveCheckpoint(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove(dir / kComplete, ec);
+  format::SyncDirectory(dir.string());
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(CheckpointOptions options)
+    : options_(std::move(options)), last_save_(std::chrono::steady_clock::now()) {}
+
+bool CheckpointManager::Due(int64_t step) const {
+  if (options_.every_steps > 0 && step % options_.every_steps == 0) return true;
+  return options_.every_seconds > 0 &&
+         std::chrono::steady_clock::now() - last_save_ >= std::chrono::seconds(options_.every_seconds);
+}
+
+SavedCheckpoint CheckpointManager::Save(const TrainPosition& position, torch::nn::Module& model,
+                                        torch::optim::Optimizer& optimizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(position.step));
+  const fs::path dir = fs::path(options_.dir) / name;
+  std::error_code ec;
+  fs::create_directories(options_.dir, ec);
+  if (fs::exists(dir)) RemoveCheckpoint(dir);  // a leftover of a crashed save
+  if (!fs::create_directories(dir, ec))
+    throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
+
+  SavedCheckpoint saved;
+  saved.path = dir.string();
+  auto write = [&](const char* file, const std::string& bytes) {
+    Check(format::WriteFileAtomically((dir / file).string(), bytes));
+    saved.bytes += static_cast<int64_t>(bytes.size());
+  };
+  {
+    torch::serialize::OutputArchive archive;
+    model.save(archive);
+    std::ostringstream s;
+    archive.save_to(s);
+    write("model.pt", s.str());
+  }
+  {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    std::ostringstream s;
+    archive.save_to(s);
+    write("optimizer.pt", s.str());
+  }
+  json manifest = {{"magic", kCheckpointMagic},
+                   {"version", kCheckpointVersion},
+                   {"step", position.step},
+                   {"epoch", position.epoch},
+                   {"batch_in_epoch", position.batch_in_epoch},
+                   {"rng_cpu", Hex(position.rng_cpu)},
+                   {"metrics", position.metrics}};
+  write("manifest.json", manifest.dump(2) + "\n");
+  write(kComplete, std::to_string(position.step) + "\n");
+  Check(format::SyncDirectory(options_.dir));
+
+  last_save_ = std::chrono::steady_clock::now();
+  saved.seconds = std::chrono::duration<double>(last_save_ - t0).count();
+  Prune();
+  return saved;
+}
+
+std::vector<std::string> CheckpointManager::ListComplete() const {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
+    const int64_t step = StepOf(entry.path().filename().string());
+    if (step >= 0 && fs::exists(entry.path() / kComplete)) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+void CheckpointManager::Prune() {
+  std::vector<std::string> complete = ListComplete();
+  const size_t keep = static_cast<size_t>(std::max(options_.keep_last, 1));
+  for (size_t i = 0; i + keep < complete.size(); ++i) RemoveCheckpoint(complete[i]);
+  // Leftovers of saves that crashed before their marker, older than the newest checkpoint.
+  const int64_t newest = complete.empty() ? -1 : StepOf(fs::path(complete.back()).filename().string());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
+    const int64_t step = StepOf(entry.path().filename().string());
+    if (step >= 0 && step < newest && !fs::exists(entry.path() / kComplete)) fs::remove_all(entry.path(), ec);
+  }
+  Check(format::SyncDirectory(options_.dir));
+}
+
+bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                   TrainPosition* position, std::string* path) {
+  std::vector<std::string> complete = ListComplete();
+  if (complete.empty()) return false;
+  const fs::path dir = complete.back();
+  json m;
+  try {
+    m = json::parse(ReadFile(dir / "manifest.json"));
+  } catch (const json::exception& e) {
+    throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
+  }
+  if (m.value("magic", "") != kCheckpointMagic || m.value("version", 0) != kCheckpointVersion)
+    throw std::runtime_error("checkpoint: " + dir.string() +
+                             " is not a nightshift-checkpoint version 1 (delete it to start over)");
+  try {
+    TrainPosition p;
+    p.step = m.at("step").get<int64_t>();
+    p.epoch = m.at("epoch").get<int64_t>();
+    p.batch_in_epoch = m.at("batch_in_epoch").get<int64_t>();
+    p.rng_cpu = Unhex(m.at("rng_cpu").get<std::string>());
+    p.metrics = m.at("metrics").get<std::map<std::string, double>>();
+    *position = std::move(p);
+  } catch (const json::exception& e) {
+    throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
+  }
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "model.pt").string());
+    model.load(archive);
+  }
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "optimizer.pt").string());
+    optimizer.load(archive);
+  }
+  if (path != nullptr) *path = dir.string();
+  return true;
+}
+
+std::string GetCpuRngState() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor state = gen.get_state().contiguous();
+  return std::string(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()),
+                     static_cast<size_t>(state.numel()));
+}
+
+void SetCpuRngState(const std::string& bytes) {
+  auto state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(state.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+}  // namespace nightshift::trainer

@@ -1,0 +1,80 @@
+// Checkpoints: one directory per saved step, step-00000123/, holding
+//   model.pt       the model's parameters and buffers (torch::serialize archive)
+//   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded)
+//   manifest.json  {"magic": "nightshift-checkpoint", "version": 1, step, epoch,
+//                   batch_in_epoch, rng_cpu (hex of the CPU generator state), metrics}
+//   COMPLETE       written last: a checkpoint without it does not exist.
+// Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
+// writing: the marker goes first, then the rest.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_H_
+#define NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_H_
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace nightshift::trainer {
+
+inline constexpr char kCheckpointMagic[] = "nightshift-checkpoint";
+inline constexpr int kCheckpointVersion = 1;
+
+struct CheckpointOptions {
+  std::string dir;         // this job's checkpoint directory (created if missing)
+  int every_steps = 0;     // save when step % every_steps == 0; 0: off
+  int every_seconds = 0;   // save when this long has passed since the last save; 0: off
+  int keep_last = 3;       // complete checkpoints kept
+};
+
+// Where the run stands: enough to continue exactly.
+struct TrainPosition {
+  int64_t step = 0;            // optimizer steps done
+  int64_t epoch = 0;           // current epoch (0-based)
+  int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained
+  std::string rng_cpu;         // CPU generator state (bytes)
+  std::map<std::string, double> metrics;  // running metrics (train_seconds, ...)
+};
+
+struct SavedCheckpoint {
+  std::string path;  // the step directory
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
+class CheckpointManager {
+ public:
+  explicit CheckpointManager(CheckpointOptions options);
+
+  // Whether a checkpoint is due after `step` (by step count or by time since the last save).
+  bool Due(int64_t step) const;
+
+  // Writes the checkpoint of `position`, then deletes the oldest beyond keep_last.
+  // Throws std::runtime_error naming the file on failure.
+  SavedCheckpoint Save(const TrainPosition& position, torch::nn::Module& model,
+                       torch::optim::Optimizer& optimizer);
+
+  // Loads the newest complete checkpoint into model and optimizer (built as when saved)
+  // and *position; returns false when there is none. Throws if it is unreadable.
+  bool LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                  TrainPosition* position, std::string* path = nullptr);
+
+  // Step directories with their COMPLETE marker, oldest first.
+  std::vector<std::string> ListComplete() const;
+
+ private:
+  void Prune();
+
+  const CheckpointOptions options_;
+  std::chrono::steady_clock::time_point last_save_;
+};
+
+// The CPU generator's state (dropout, init) as bytes, and back.
+std::string GetCpuRngState();
+void SetCpuRngState(const std::string& state);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_H_

@@ -1,0 +1,93 @@
+// The trainer's configuration: the JSON file the worker writes (job id, the resolved
+// JobSpec, the prepared data and the checkpoint directory), parsed once into plain
+// structs and validated, and the torchrun-style environment of this rank.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_CONFIG_H_
+#define NIGHTSHIFT_WORKER_TRAINER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nightshift::trainer {
+
+struct ModelConfig {
+  std::string arch = "transformer_classifier";  // only transformer_classifier for now
+  int layers = 2;         // transformer blocks
+  int d_model = 128;      // hidden width; divisible by heads
+  int heads = 4;          // attention heads
+  int ffn = 0;            // feed-forward width; 0 in the JSON means 4 * d_model
+  double dropout = 0.1;   // in [0, 1)
+  int max_len = 512;      // tokens per sample (longer ones are truncated)
+};
+
+struct TrainSection {
+  int epochs = 1;
+  std::string optimizer = "adamw";
+  double lr = 1e-3;             // peak learning rate
+  double weight_decay = 0.01;
+  int warmup_steps = 100;       // linear warm-up steps, then linear decay to 0
+  uint64_t seed = 1234;
+  int batch_size = 32;          // samples per batch when max_tokens == 0
+  int64_t max_tokens = 0;       // padded tokens per batch; 0: fixed batch_size
+  bool max_tokens_auto = false; // "auto" in the spec (falls back to a fixed budget)
+  int prefetch = 2;             // batches prepared ahead
+  std::string precision = "fp32";
+  double grad_clip = 1.0;       // max global gradient norm; 0 disables
+  std::string activation_checkpointing = "none";
+  int64_t max_steps = 0;        // optimizer steps; 0: no limit
+  int threads = 0;              // intra-op threads; 0: cores / local ranks
+};
+
+struct CheckpointConfig {
+  int every_steps = 200;   // 0 disables step-based checkpoints
+  int every_seconds = 0;   // 0 disables time-based checkpoints
+  int keep_last = 3;       // complete checkpoints kept (>= 1)
+};
+
+struct DataConfig {
+  std::string train_shard;   // absolute path of the training shard
+  std::string val_shard;     // absolute path of the validation shard
+  int vocab_size = 0;
+  int num_classes = 0;
+  int pad_id = 0;
+  int bos_id = 2;            // classifier samples start with it (the CLS position)
+  int eos_id = 3;
+  std::vector<std::string> class_names;
+};
+
+struct TrainConfig {
+  std::string job_id;
+  int attempt = 0;
+  int world_size = 1;          // spec.resources.world_size
+  ModelConfig model;
+  TrainSection train;
+  CheckpointConfig checkpoint;
+  DataConfig data;
+  std::string checkpoint_dir;  // this job's checkpoints: step-00000123/ directories
+};
+
+// Fills *config from the JSON text; returns "" or a message naming the field. Absent
+// spec fields take the JobSpec's documented defaults (so the worker should write zeros
+// explicitly); int64/uint64 fields may be numbers or strings (protobuf JSON); field
+// names may be snake_case or lowerCamelCase.
+std::string ParseTrainConfig(const std::string& json_text, TrainConfig* config);
+std::string LoadTrainConfig(const std::string& path, TrainConfig* config);
+
+// This process's place in the job, from torchrun-style environment variables.
+struct RankInfo {
+  int rank = 0;                // RANK
+  int world_size = 1;          // WORLD_SIZE
+  int local_rank = 0;          // LOCAL_RANK
+  int local_world_size = 1;    // LOCAL_WORLD_SIZE
+  std::string master_addr;     // MASTER_ADDR
+  int master_port = 0;         // MASTER_PORT
+  int64_t fault_abort_at_step = 0;  // NIGHTSHIFT_FAULT_ABORT_AT_STEP (tests): abort()
+                                    // before this step (1-based) runs; 0: never
+};
+
+// Reads the variables above (absent: the defaults); returns "" or what is wrong.
+std::string ReadRankInfo(RankInfo* info);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_CONFIG_H_

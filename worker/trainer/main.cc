@@ -1,0 +1,63 @@
+// nightshift-trainer --config FILE.json
+// Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset). Logs go to stderr.
+// Exit: 0 done, 1 error (an `error` event was written), 2 usage, 143 stopped by SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "worker/trainer/config.h"
+#include "worker/trainer/progress_sink.h"
+#include "worker/trainer/train.h"
+
+namespace nt = nightshift::trainer;
+
+namespace {
+
+int Fail(nt::ProgressSink& progress, const std::string& message) {
+  std::fprintf(stderr, "nightshift-trainer: error: %s\n", message.c_str());
+  progress.Emit(nightshift::format::ProgressRecord{"error", {}, {{"message", message}}});
+  return nt::kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (std::strncmp(argv[i], "--config=", 9) == 0) {
+      config_path = argv[i] + 9;
+    } else {
+      config_path.clear();
+      break;
+    }
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "usage: nightshift-trainer --config FILE.json\n");
+    return 2;
+  }
+
+  int fd = 1;
+  std::string fd_error = nt::ProgressFdFromEnv(&fd);
+  nt::FdProgressSink progress(fd_error.empty() ? fd : 1);
+  if (!fd_error.empty()) return Fail(progress, fd_error);
+  try {
+    nt::TrainConfig config;
+    if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty())
+      return Fail(progress, err);
+    nt::RankInfo rank;
+    if (std::string err = nt::ReadRankInfo(&rank); !err.empty()) return Fail(progress, err);
+    ::signal(SIGPIPE, SIG_IGN);  // a dead reader makes write() fail, not kill us
+    nt::InstallStopSignalHandler();
+    return nt::RunTraining(config, rank, progress);
+  } catch (const std::exception& e) {
+    return Fail(progress, e.what());
+  } catch (...) {
+    return Fail(progress, "unknown exception");
+  }
+}

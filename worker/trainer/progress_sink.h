@@ -1,0 +1,43 @@
+// Where progress events go: one line of JSON (common/format/progress.h) per event.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_PROGRESS_SINK_H_
+#define NIGHTSHIFT_WORKER_TRAINER_PROGRESS_SINK_H_
+
+#include <string>
+#include <vector>
+
+#include "common/format/progress.h"
+
+namespace nightshift::trainer {
+
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  virtual void Emit(const format::ProgressRecord& record) = 0;
+};
+
+// Writes each line with one write() call to a file descriptor (not owned). A failed
+// write is reported once on stderr and otherwise ignored (training goes on).
+class FdProgressSink : public ProgressSink {
+ public:
+  explicit FdProgressSink(int fd) : fd_(fd) {}
+  void Emit(const format::ProgressRecord& record) override;
+
+ private:
+  int fd_;
+  bool failed_ = false;
+};
+
+// Keeps the records (tests).
+class MemoryProgressSink : public ProgressSink {
+ public:
+  void Emit(const format::ProgressRecord& record) override { records.push_back(record); }
+  std::vector<format::ProgressRecord> records;
+};
+
+// The descriptor named by NIGHTSHIFT_PROGRESS_FD, or 1 (stdout) when unset; returns ""
+// or what is wrong with the variable.
+std::string ProgressFdFromEnv(int* fd);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_PROGRESS_SINK_H_

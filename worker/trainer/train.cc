@@ -1,0 +1,394 @@
+#include "worker/trainer/train.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+#include <thread>
+
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/compat.h"
+#include "worker/trainer/data_loader.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace F = torch::nn::functional;
+using Clock = std::chrono::steady_clock;
+using format::ProgressRecord;
+
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the SIGTERM flag must be lock-free");
+
+extern "C" void OnStopSignal(int) { g_stop_requested.store(true); }
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// A "Vm...:  1234 kB" line of /proc/self/status, in bytes (0 if absent).
+double ProcStatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(key);
+  while (std::getline(in, line))
+    if (line.compare(0, n, key) == 0) return std::atof(line.c_str() + n) * 1024.0;
+  return 0;
+}
+
+void Log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void Log(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::fputs("nightshift-trainer: ", stderr);
+  std::vfprintf(stderr, fmt, args);
+  std::fputc('\n', stderr);
+  va_end(args);
+}
+
+void Warn(ProgressSink& progress, const std::string& message) {
+  Log("warning: %s", message.c_str());
+  progress.Emit(ProgressRecord{"warning", {}, {{"message", message}}});
+}
+
+void OpenShard(const std::string& path, const char* what, const DataConfig& data,
+               format::ShardReader* shard) {
+  std::string err = shard->Open(path, /*verify_checksum=*/false);
+  if (!err.empty()) throw std::runtime_error(std::string(what) + " shard: " + err);
+  const auto& h = shard->header();
+  if (h.vocab_size > static_cast<uint32_t>(data.vocab_size))
+    throw std::runtime_error(std::string(what) + " shard " + path + " has vocab_size " +
+                             std::to_string(h.vocab_size) + " but data.vocab_size is " +
+                             std::to_string(data.vocab_size));
+  if (h.num_classes != static_cast<uint32_t>(data.num_classes))
+    throw std::runtime_error(std::string(what) + " shard " + path + " has " +
+                             std::to_string(h.num_classes) + " classes but data.num_classes is " +
+                             std::to_string(data.num_classes));
+  for (uint64_t i = 0; i < shard->num_samples(); ++i)
+    if (shard->label(i) < 0 || shard->label(i) >= data.num_classes)
+      throw std::runtime_error(std::string(what) + " shard " + path + ": sample " + std::to_string(i) +
+                               " has label " + std::to_string(shard->label(i)) + " outside [0, " +
+                               std::to_string(data.num_classes) + ")");
+}
+
+std::vector<uint32_t> Lengths(const format::ShardReader& shard, int64_t max_len) {
+  std::vector<uint32_t> lengths(shard.num_samples());
+  for (uint64_t i = 0; i < lengths.size(); ++i)
+    lengths[i] = static_cast<uint32_t>(std::min<uint64_t>(shard.length(i), max_len));
+  return lengths;
+}
+
+// Sums of the steps since the last `step` event.
+struct StepWindow {
+  int64_t steps = 0, tokens = 0, padded = 0, samples = 0;
+  double seconds = 0, wait = 0, loss = 0;
+};
+
+int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) {
+  const auto t_start = Clock::now();
+  std::vector<std::string> warnings;  // emitted right after the start event
+  // ---- validate what this trainer can do
+  if (rank.world_size > 1 || cfg.world_size > 1)
+    throw std::runtime_error("world_size > 1 needs data-parallel support (not built yet)");
+  if (cfg.train.precision != "fp32")
+    throw std::runtime_error("spec.train.precision " + cfg.train.precision +
+                             " is not supported yet (use fp32)");
+  if (cfg.model.arch != "transformer_classifier")
+    throw std::runtime_error("model.arch " + cfg.model.arch + " not supported by this trainer yet");
+  if (cfg.train.activation_checkpointing != "none")
+    warnings.push_back("activation_checkpointing " + cfg.train.activation_checkpointing +
+                       " is not built yet; training without it");
+  const bool is_rank0 = rank.rank == 0;
+
+  // ---- threads and BLAS speed
+  const int threads = cfg.train.threads > 0
+                          ? cfg.train.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                            std::max(1, rank.local_world_size));
+  torch::set_num_threads(threads);
+  const double blas_gflops = MeasureBlasGflops();
+
+  // ---- data
+  format::ShardReader train_shard, val_shard;
+  OpenShard(cfg.data.train_shard, "train", cfg.data, &train_shard);
+  OpenShard(cfg.data.val_shard, "val", cfg.data, &val_shard);
+  const int64_t max_len = cfg.model.max_len, pad_id = cfg.data.pad_id;
+  const std::vector<uint32_t> train_lengths = Lengths(train_shard, max_len);
+  const std::vector<uint32_t> val_lengths = Lengths(val_shard, max_len);
+  BatchPlanOptions plan_options;
+  plan_options.batch_size = cfg.train.batch_size;
+  plan_options.max_tokens = cfg.train.max_tokens;
+  if (cfg.train.max_tokens_auto)
+    warnings.push_back("max_tokens: auto is not built yet; using batch_size " +
+                       std::to_string(cfg.train.batch_size));
+  const uint64_t seed = cfg.train.seed;
+  std::vector<int64_t> batches_per_epoch;
+  int64_t total_steps = 0;
+  for (int e = 0; e < cfg.train.epochs; ++e) {
+    batches_per_epoch.push_back(static_cast<int64_t>(
+        PlanEpoch(train_lengths, plan_options, seed, e, rank.rank, rank.world_size).size()));
+    total_steps += batches_per_epoch.back();
+  }
+  if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
+  if (total_steps == 0) throw std::runtime_error("no training batches: the train shard is empty");
+  const BatchPlan val_plan = PlanEval(val_lengths, plan_options);
+
+  // ---- model, optimizer, checkpoints (resume)
+  torch::manual_seed(seed);
+  TransformerClassifier model =
+      BuildModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, pad_id);
+  torch::optim::AdamW optimizer(
+      model->parameters(),
+      torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
+  CheckpointManager checkpoints(CheckpointOptions{cfg.checkpoint_dir, cfg.checkpoint.every_steps,
+                                                  cfg.checkpoint.every_seconds,
+                                                  cfg.checkpoint.keep_last});
+  TrainPosition pos;
+  std::string resumed_from;
+  const bool resumed = checkpoints.LoadLatest(*model, optimizer, &pos, &resumed_from);
+  if (resumed) {
+    SetCpuRngState(pos.rng_cpu);  // dropout continues where the saved run was
+    Log("resumed from %s (step %lld)", resumed_from.c_str(), static_cast<long long>(pos.step));
+  }
+  int64_t num_parameters = 0;
+  for (const auto& p : model->parameters()) num_parameters += p.numel();
+
+  progress.Emit(ProgressRecord{
+      "start",
+      {{"world_size", rank.world_size}, {"rank", rank.rank}, {"resumed_step", double(pos.step)},
+       {"num_parameters", double(num_parameters)}, {"train_samples", double(train_shard.num_samples())},
+       {"val_samples", double(val_shard.num_samples())}, {"total_steps", double(total_steps)},
+       {"blas_gflops", blas_gflops}, {"threads", threads}},
+      {{"device", "cpu"}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
+  for (const std::string& w : warnings) Warn(progress, w);
+  // Debian's reference BLAS does 1-3 GFLOP/s; OpenBLAS does 20+ on two cores (a little
+  // less on one thread of a small VM, hence the per-thread allowance).
+  if (blas_gflops < std::min(20.0, 8.0 * threads))
+    warnings.push_back("BLAS is slow (" + std::to_string(blas_gflops) +
+                       " GFLOP/s on a 512x512 matmul; Debian's reference BLAS?): install "
+                       "libopenblas0-pthread (scripts/install-deps.sh does)");
+  Log("job %s attempt %d: %lld parameters, %llu train / %llu val samples, %lld steps, "
+      "%d threads, BLAS %.1f GFLOP/s",
+      cfg.job_id.c_str(), cfg.attempt, static_cast<long long>(num_parameters),
+      static_cast<unsigned long long>(train_shard.num_samples()),
+      static_cast<unsigned long long>(val_shard.num_samples()), static_cast<long long>(total_steps),
+      threads, blas_gflops);
+
+  // ---- state of the run
+  int64_t step = pos.step, epoch = pos.epoch, batch_in_epoch = pos.batch_in_epoch;
+  const double seconds_before = pos.metrics.count("train_seconds") ? pos.metrics["train_seconds"] : 0;
+  double tokens_seen = pos.metrics.count("tokens_seen") ? pos.metrics["tokens_seen"] : 0;
+  int64_t last_saved_step = resumed ? step : -1, last_eval_step = -1;
+  EvalMetrics last_eval;
+  const auto train_seconds = [&] { return seconds_before + Seconds(t_start); };
+
+  const auto save_checkpoint = [&] {
+    TrainPosition p{step, epoch, batch_in_epoch, GetCpuRngState(),
+                    {{"train_seconds", train_seconds()}, {"tokens_seen", tokens_seen}}};
+    SavedCheckpoint saved = checkpoints.Save(p, *model, optimizer);
+    last_saved_step = step;
+    progress.Emit(ProgressRecord{
+        "checkpoint",
+        {{"step", double(step)}, {"bytes", double(saved.bytes)}, {"seconds", saved.seconds}},
+        {{"path", saved.path}}});
+    Log("checkpoint step %lld: %s (%lld bytes, %.2f s)", static_cast<long long>(step),
+        saved.path.c_str(), static_cast<long long>(saved.bytes), saved.seconds);
+  };
+  const auto evaluate = [&] {
+    last_eval = Evaluate(model, val_shard, val_plan, max_len, pad_id, cfg.data.num_classes);
+    last_eval_step = step;
+    progress.Emit(ProgressRecord{"eval",
+                                 {{"step", double(step)}, {"epoch", double(epoch)},
+                                  {"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
+                                  {"val_f1", last_eval.f1}},
+                                 {}});
+    Log("eval step %lld epoch %lld: val_loss %.4f val_accuracy %.4f val_f1 %.4f",
+        static_cast<long long>(step), static_cast<long long>(epoch), last_eval.loss,
+        last_eval.accuracy, last_eval.f1);
+  };
+
+  // ---- the loop
+  StepWindow window;
+  auto last_report = Clock::now(), last_log = Clock::now();
+  const int64_t first_step = step;
+  bool stop = false, stopped_by_signal = false;
+  for (; epoch < cfg.train.epochs; ++epoch, batch_in_epoch = 0) {
+    const BatchPlan plan = PlanEpoch(train_lengths, plan_options, seed, epoch, rank.rank, rank.world_size);
+    BatchPrefetcher loader(train_shard, plan, static_cast<size_t>(batch_in_epoch), max_len, pad_id,
+                           cfg.train.prefetch);
+    while (batch_in_epoch < static_cast<int64_t>(plan.size())) {
+      if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) { stop = true; break; }
+      if (rank.fault_abort_at_step == step + 1) {
+        std::fprintf(stderr, "fault injection: aborting at step %lld\n", static_cast<long long>(step + 1));
+        std::abort();
+      }
+      const auto t_step = Clock::now();
+      double wait = 0;
+      Batch batch = loader.Next(&wait);
+
+      model->train();
+      const double lr = LearningRate(step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
+      for (auto& group : optimizer.param_groups())
+        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      optimizer.zero_grad();
+      torch::Tensor loss = F::cross_entropy(model->forward(batch.tokens, batch.pad_mask), batch.labels);
+      loss.backward();
+      // Data parallel (world_size > 1, not built yet): all-reduce the gradients here.
+      if (cfg.train.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.grad_clip);
+      optimizer.step();
+      ++step;
+      ++batch_in_epoch;
+      tokens_seen += batch.real_tokens;
+
+      // report (at most ~2 step events a second, and at the end of each epoch)
+      window.steps++;
+      window.tokens += batch.real_tokens;
+      window.padded += batch.padded_tokens;
+      window.samples += batch.samples;
+      window.seconds += Seconds(t_step);
+      window.wait += wait;
+      window.loss += loss.item<double>();
+      const bool epoch_end = batch_in_epoch == static_cast<int64_t>(plan.size());
+      if (step == first_step + 1 || epoch_end || Seconds(last_report) >= 0.5 || StopRequested()) {
+        const double mean_loss = window.loss / window.steps;
+        progress.Emit(ProgressRecord{
+            "step",
+            {{"step", double(step)}, {"epoch", double(epoch)}, {"total_steps", double(total_steps)},
+             {"loss", mean_loss}, {"lr", lr},
+             {"tokens_per_second", window.tokens / window.seconds},
+             {"samples_per_second", window.samples / window.seconds},
+             {"step_seconds", window.seconds / window.steps},
+             {"data_wait_seconds", window.wait / window.steps},
+             {"padding_efficiency", double(window.tokens) / double(window.padded)},
+             {"batch_samples", double(batch.samples)}, {"batch_padded_tokens", double(batch.padded_tokens)},
+             {"host_rss_bytes", ProcStatusBytes("VmRSS:")},
+             {"memory_peak_bytes", ProcStatusBytes("VmHWM:")},
+             {"skipped_steps", 0}, {"oom_recoveries", 0}},
+            {}});
+        if (Seconds(last_log) >= 10 || step == first_step + 1) {
+          Log("step %lld/%lld epoch %lld loss %.4f lr %.3g %.0f tokens/s", static_cast<long long>(step),
+              static_cast<long long>(total_steps), static_cast<long long>(epoch), mean_loss, lr,
+              window.tokens / window.seconds);
+          last_log = Clock::now();
+        }
+        window = StepWindow{};
+        last_report = Clock::now();
+      }
+
+      // checkpoint (and stop on SIGTERM)
+      if (StopRequested()) stop = stopped_by_signal = true;
+      if (is_rank0 && (stopped_by_signal || checkpoints.Due(step))) save_checkpoint();
+      if (stop) break;
+    }
+    if (stop) break;
+    evaluate();
+  }
+
+  if (stopped_by_signal) {
+    Warn(progress, "stopped by SIGTERM at step " + std::to_string(step) + " after a checkpoint");
+    return kExitStopped;
+  }
+  if (last_eval_step != step) evaluate();
+  if (is_rank0 && last_saved_step != step) save_checkpoint();
+  progress.Emit(ProgressRecord{"done",
+                               {{"step", double(step)}, {"val_loss", last_eval.loss},
+                                {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},
+                                {"train_seconds", train_seconds()}},
+                               {}});
+  Log("done at step %lld: val_accuracy %.4f, %.1f s", static_cast<long long>(step),
+      last_eval.accuracy, train_seconds());
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunTraining(const TrainConfig& config, const RankInfo& rank, ProgressSink& progress) {
+  try {
+    return Train(config, rank, progress);
+  } catch (const std::exception& e) {
+    // c10::Error messages carry a long backtrace; the first line is the message.
+    std::string message = e.what();
+    if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) message = c10->what_without_backtrace();
+    Log("error: %s", message.c_str());
+    progress.Emit(ProgressRecord{"error", {}, {{"message", message}}});
+  } catch (...) {
+    Log("error: unknown exception");
+    progress.Emit(ProgressRecord{"error", {}, {{"message", "unknown exception"}}});
+  }
+  return kExitError;
+}
+
+void InstallStopSignalHandler() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+}
+void RequestStop() { g_stop_requested.store(true); }
+void ClearStopRequest() { g_stop_requested.store(false); }
+bool StopRequested() { return g_stop_requested.load(); }
+
+double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak) {
+  if (step < warmup) return peak * double(step + 1) / double(warmup);
+  const double span = double(total - warmup);
+  if (span <= 0) return peak;
+  return peak * std::max(0.0, double(total - step) / span);
+}
+
+EvalMetrics Evaluate(TransformerClassifier& model, const format::ShardReader& shard,
+                     const BatchPlan& plan, int64_t max_len, int64_t pad_id, int64_t num_classes) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  double loss_sum = 0;
+  int64_t n = 0, correct = 0, tp = 0, fp = 0, fn = 0;
+  for (const auto& indices : plan) {
+    Batch batch = Collate(shard, indices, max_len, pad_id);
+    torch::Tensor logits = model->forward(batch.tokens, batch.pad_mask);
+    loss_sum += F::cross_entropy(logits, batch.labels,
+                                 F::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    torch::Tensor pred = logits.argmax(1);
+    correct += pred.eq(batch.labels).sum().item<int64_t>();
+    if (num_classes == 2) {
+      tp += (pred.eq(1) & batch.labels.eq(1)).sum().item<int64_t>();
+      fp += (pred.eq(1) & batch.labels.eq(0)).sum().item<int64_t>();
+      fn += (pred.eq(0) & batch.labels.eq(1)).sum().item<int64_t>();
+    }
+    n += batch.samples;
+  }
+  model->train();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EvalMetrics m;
+  m.samples = n;
+  m.loss = n > 0 ? loss_sum / n : nan;
+  m.accuracy = n > 0 ? double(correct) / n : nan;
+  m.f1 = num_classes != 2 || n == 0 ? nan : (tp == 0 ? 0.0 : 2.0 * tp / double(2 * tp + fp + fn));
+  return m;
+}
+
+double MeasureBlasGflops() {
+  torch::NoGradGuard no_grad;
+  const int64_t n = 512;
+  torch::Tensor a = torch::full({n, n}, 0.5f), b = torch::full({n, n}, 0.25f);
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = Clock::now();
+    c = torch::mm(a, b);
+    best = std::min(best, Seconds(t0));
+    if (best > 0.05) break;  // clearly slow: do not spend seconds proving it
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+}  // namespace nightshift::trainer

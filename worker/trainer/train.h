@@ -1,0 +1,50 @@
+// The training run: build, then for each step batch, forward, backward, (all-reduce),
+// clip, step, report, checkpoint; evaluate every epoch. Used by main and by the tests.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_TRAIN_H_
+#define NIGHTSHIFT_WORKER_TRAINER_TRAIN_H_
+
+#include <cstdint>
+
+#include "worker/trainer/batching.h"
+#include "worker/trainer/config.h"
+#include "worker/trainer/model.h"
+#include "worker/trainer/progress_sink.h"
+
+namespace nightshift::trainer {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;      // an `error` event was emitted first
+inline constexpr int kExitStopped = 143;  // SIGTERM: checkpoint saved, then exit (128 + 15)
+
+// Trains (resuming from the newest complete checkpoint in config.checkpoint_dir) and
+// returns an exit code above. Never throws: errors become an `error` event, a stderr
+// line and kExitError.
+int RunTraining(const TrainConfig& config, const RankInfo& rank, ProgressSink& progress);
+
+// SIGTERM sets a flag (nothing else in the handler); the loop checks it after each step.
+void InstallStopSignalHandler();
+void RequestStop();       // what the handler does (async-signal-safe); tests call it
+void ClearStopRequest();  // tests
+bool StopRequested();
+
+// Linear warm-up over `warmup` steps to `peak`, then linear decay to 0 at `total`.
+// `step` is the 0-based index of the step about to run.
+double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak);
+
+struct EvalMetrics {
+  double loss = 0;      // mean cross-entropy per sample
+  double accuracy = 0;  // in [0, 1]
+  double f1 = 0;        // F1 of class 1 (two classes only, else NaN)
+  int64_t samples = 0;
+};
+
+// Evaluates without gradients in eval mode (restores train mode after).
+EvalMetrics Evaluate(TransformerClassifier& model, const format::ShardReader& shard,
+                     const BatchPlan& plan, int64_t max_len, int64_t pad_id, int64_t num_classes);
+
+// Best of a few 512x512 float matmuls, in GFLOP/s.
+double MeasureBlasGflops();
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_TRAIN_H_
