@@ -116,6 +116,12 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
                                             std::max(1, rank.local_world_size));
   torch::set_num_threads(threads);
   const double blas_gflops = MeasureBlasGflops();
+  // Debian's reference BLAS does 1-3 GFLOP/s; OpenBLAS does 20+ on two cores (a little
+  // less on one thread of a small VM, hence the per-thread allowance).
+  if (blas_gflops < std::min(20.0, 8.0 * threads))
+    warnings.push_back("BLAS is slow (" + std::to_string(blas_gflops) +
+                       " GFLOP/s on a 512x512 matmul; Debian's reference BLAS?): install "
+                       "libopenblas0-pthread (scripts/install-deps.sh does)");
 
   // ---- data
   format::ShardReader train_shard, val_shard;
@@ -170,12 +176,6 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
        {"blas_gflops", blas_gflops}, {"threads", threads}},
       {{"device", "cpu"}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
   for (const std::string& w : warnings) Warn(progress, w);
-  // Debian's reference BLAS does 1-3 GFLOP/s; OpenBLAS does 20+ on two cores (a little
-  // less on one thread of a small VM, hence the per-thread allowance).
-  if (blas_gflops < std::min(20.0, 8.0 * threads))
-    warnings.push_back("BLAS is slow (" + std::to_string(blas_gflops) +
-                       " GFLOP/s on a 512x512 matmul; Debian's reference BLAS?): install "
-                       "libopenblas0-pthread (scripts/install-deps.sh does)");
   Log("job %s attempt %d: %lld parameters, %llu train / %llu val samples, %lld steps, "
       "%d threads, BLAS %.1f GFLOP/s",
       cfg.job_id.c_str(), cfg.attempt, static_cast<long long>(num_parameters),
