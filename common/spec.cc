@@ -221,6 +221,12 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   if (!r->has_world_size()) r->set_world_size(1);  // an explicit 0 is refused below
   if (r->world_size() < 1 || r->world_size() > 4096)
     return Invalid("resources.world_size", "must be in [1, 4096], got " + std::to_string(r->world_size()));
+  if (r->timeout_seconds() == 0) r->set_timeout_seconds(300);
+  if (r->timeout_seconds() < 1 || r->timeout_seconds() > 86400)
+    return Invalid("resources.timeout_seconds", "must be in [1, 86400], got " + std::to_string(r->timeout_seconds()));
+  if (r->bucket_mb() == 0) r->set_bucket_mb(25);
+  if (r->bucket_mb() < 1 || r->bucket_mb() > 1024)
+    return Invalid("resources.bucket_mb", "must be in [1, 1024], got " + std::to_string(r->bucket_mb()));
 
   v1::CheckpointSpec* c = spec->mutable_checkpoint();
   if (c->every_steps() < 0) return Invalid("checkpoint.every_steps", "must be >= 0");

@@ -65,6 +65,16 @@ TEST(SpecTest, WorldSizeZeroIsRefusedWithItsLine) {
   ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 0"), "resources.world_size (line 10)");
 }
 
+TEST(SpecTest, DataParallelDefaultsAndLimits) {
+  auto spec = LoadJobSpec(kGood);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->resources().timeout_seconds(), 300);
+  EXPECT_EQ(spec->resources().bucket_mb(), 25);
+  ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 2, timeout_seconds: -5"),
+                "resources.timeout_seconds (line 10)");
+  ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 2, bucket_mb: 2048"), "resources.bucket_mb");
+}
+
 TEST(SpecTest, UnknownArchIsRefused) {
   ExpectInvalid(Replace(kGood, "arch: transformer_classifier", "arch: resnet"), "model.arch (line 2)");
 }

@@ -4,6 +4,11 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 
 #define NIGHTSHIFT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||             \
@@ -32,6 +37,15 @@ inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
   at::autocast::set_autocast_gpu_dtype(dtype);
 #endif
 }
+
+// The base class of c10d's Gloo and NCCL groups: ProcessGroup in 1.13, Backend in 2.x
+// (where ProcessGroup became a dispatcher over backends). Both have the collectives
+// (broadcast, allreduce, barrier) with the same signatures and return c10d::Work.
+#if TORCH_VERSION_MAJOR >= 2
+using C10dBackend = c10d::Backend;
+#else
+using C10dBackend = c10d::ProcessGroup;
+#endif
 
 // Human-readable LibTorch version, for the start log.
 inline const char* TorchVersion() { return TORCH_VERSION; }

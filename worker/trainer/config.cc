@@ -169,6 +169,10 @@ void Parse(const json& root, TrainConfig* c) {
 
   Section resources = spec.Sub("resources");
   resources.Int("world_size", &c->world_size, 1, 1 << 20);
+  resources.Int("timeout_seconds", &c->timeout_seconds, 0, 86400);
+  if (c->timeout_seconds == 0) c->timeout_seconds = 300;
+  resources.Int("bucket_mb", &c->bucket_mb, 0, 1024);
+  if (c->bucket_mb == 0) c->bucket_mb = 25;
 
   Section ckpt = spec.Sub("checkpoint");
   ckpt.Int("every_steps", &c->checkpoint.every_steps, 0, kI32);
@@ -250,7 +254,10 @@ std::string ReadRankInfo(RankInfo* info) {
   if (err.empty()) err = read_int("MASTER_PORT", 0, 65535, &r.master_port);
   if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_ABORT_AT_STEP", 0, kI64, &r.fault_abort_at_step);
   if (!err.empty()) return err;
+  if (err.empty()) err = read_int("TORCHELASTIC_RESTART_COUNT", 0, kI32, &r.restart_count);
+  if (!err.empty()) return err;
   if (const char* a = std::getenv("MASTER_ADDR")) r.master_addr = a;
+  if (const char* s = std::getenv("TORCHELASTIC_USE_AGENT_STORE")) r.use_agent_store = std::string(s) == "True";
   if (r.rank >= r.world_size)
     return "RANK (" + std::to_string(r.rank) + ") must be below WORLD_SIZE (" +
            std::to_string(r.world_size) + ")";

@@ -59,6 +59,8 @@ struct TrainConfig {
   std::string job_id;
   int attempt = 0;
   int world_size = 1;          // spec.resources.world_size
+  int timeout_seconds = 300;   // spec.resources.timeout_seconds: rendezvous and collectives
+  int bucket_mb = 25;          // spec.resources.bucket_mb: gradient all-reduce bucket, MiB
   ModelConfig model;
   TrainSection train;
   CheckpointConfig checkpoint;
@@ -81,6 +83,9 @@ struct RankInfo {
   int local_world_size = 1;    // LOCAL_WORLD_SIZE
   std::string master_addr;     // MASTER_ADDR
   int master_port = 0;         // MASTER_PORT
+  bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun hosts the
+                                 // store at MASTER_PORT, so rank 0 joins it as a client
+  int restart_count = 0;       // TORCHELASTIC_RESTART_COUNT: keys of each restart apart
   int64_t fault_abort_at_step = 0;  // NIGHTSHIFT_FAULT_ABORT_AT_STEP (tests): abort()
                                     // before this step (1-based) runs; 0: never
 };

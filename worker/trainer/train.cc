@@ -18,6 +18,7 @@
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/compat.h"
 #include "worker/trainer/data_loader.h"
+#include "worker/trainer/ddp.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -91,14 +92,13 @@ std::vector<uint32_t> Lengths(const format::ShardReader& shard, int64_t max_len)
 struct StepWindow {
   int64_t steps = 0, tokens = 0, padded = 0, samples = 0;
   double seconds = 0, wait = 0, loss = 0;
+  double allreduce = 0, allreduce_hidden = 0;  // data parallel: seconds, fraction
 };
 
 int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) {
   const auto t_start = Clock::now();
   std::vector<std::string> warnings;  // emitted right after the start event
   // ---- validate what this trainer can do
-  if (rank.world_size > 1 || cfg.world_size > 1)
-    throw std::runtime_error("world_size > 1 needs data-parallel support (not built yet)");
   if (cfg.train.precision != "fp32")
     throw std::runtime_error("spec.train.precision " + cfg.train.precision +
                              " is not supported yet (use fp32)");
@@ -167,6 +167,14 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   }
   int64_t num_parameters = 0;
   for (const auto& p : model->parameters()) num_parameters += p.numel();
+  // Data parallel (world_size > 1): join the group; every rank starts from rank 0's
+  // parameters at rank 0's position. Gradients are averaged in buckets during backward.
+  std::unique_ptr<GradientSync> ddp =
+      StartDataParallel(cfg, rank, *model, {pos.step, pos.epoch, pos.batch_in_epoch});
+  if (ddp)
+    Log("data parallel: rank %d of %d, %d gradient buckets of up to %d MiB, timeout %d s", rank.rank,
+        rank.world_size, ddp->num_buckets(), cfg.bucket_mb, cfg.timeout_seconds);
+
 
   progress.Emit(ProgressRecord{
       "start",
@@ -192,6 +200,11 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   const auto train_seconds = [&] { return seconds_before + Seconds(t_start); };
 
   const auto save_checkpoint = [&] {
+    if (ddp) ddp->group().Barrier();  // every rank is done with this step; rank 0 writes
+    if (!is_rank0) {
+      last_saved_step = step;
+      return;
+    }
     TrainPosition p{step, epoch, batch_in_epoch, GetCpuRngState(),
                     {{"train_seconds", train_seconds()}, {"tokens_seen", tokens_seen}}};
     SavedCheckpoint saved = checkpoints.Save(p, *model, optimizer);
@@ -242,7 +255,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       optimizer.zero_grad();
       torch::Tensor loss = F::cross_entropy(model->forward(batch.tokens, batch.pad_mask), batch.labels);
       loss.backward();
-      // Data parallel (world_size > 1, not built yet): all-reduce the gradients here.
+      // Data parallel: wait for the gradient all-reduce (launched during backward).
+      const SyncStats sync_stats = ddp ? ddp->Finish() : SyncStats{};
       if (cfg.train.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.grad_clip);
       optimizer.step();
       ++step;
@@ -256,6 +270,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       window.samples += batch.samples;
       window.seconds += Seconds(t_step);
       window.wait += wait;
+      window.allreduce += sync_stats.allreduce_seconds;
+      window.allreduce_hidden += sync_stats.hidden_fraction;
       window.loss += loss.item<double>();
       const bool epoch_end = batch_in_epoch == static_cast<int64_t>(plan.size());
       if (step == first_step + 1 || epoch_end || Seconds(last_report) >= 0.5 || StopRequested()) {
@@ -272,6 +288,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
              {"batch_samples", double(batch.samples)}, {"batch_padded_tokens", double(batch.padded_tokens)},
              {"host_rss_bytes", ProcStatusBytes("VmRSS:")},
              {"memory_peak_bytes", ProcStatusBytes("VmHWM:")},
+             {"allreduce_seconds", window.allreduce / window.steps},
+             {"allreduce_hidden_fraction", window.allreduce_hidden / window.steps},
              {"skipped_steps", 0}, {"oom_recoveries", 0}},
             {}});
         if (Seconds(last_log) >= 10 || step == first_step + 1) {
@@ -285,8 +303,15 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       }
 
       // checkpoint (and stop on SIGTERM)
-      if (StopRequested()) stop = stopped_by_signal = true;
-      if (is_rank0 && (stopped_by_signal || checkpoints.Due(step))) save_checkpoint();
+      // (ranks decide together: a SIGTERM or a due checkpoint on any rank counts for all)
+      bool stop_now = StopRequested(), save_now = is_rank0 && checkpoints.Due(step);
+      if (ddp) {
+        const std::vector<bool> any = ddp->group().AnyRank({stop_now, save_now});
+        stop_now = any[0];
+        save_now = any[1];
+      }
+      if (stop_now) stop = stopped_by_signal = true;
+      if (stopped_by_signal || save_now) save_checkpoint();
       if (stop) break;
     }
     if (stop) break;
@@ -298,7 +323,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
     return kExitStopped;
   }
   if (last_eval_step != step) evaluate();
-  if (is_rank0 && last_saved_step != step) save_checkpoint();
+  if (last_saved_step != step) save_checkpoint();
   progress.Emit(ProgressRecord{"done",
                                {{"step", double(step)}, {"val_loss", last_eval.loss},
                                 {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},
