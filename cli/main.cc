@@ -96,6 +96,9 @@ void Describe(const v1::Job& job) {
     std::map<std::string, double> sorted(job.metrics().begin(), job.metrics().end());
     for (const auto& [k, v] : sorted) std::printf("  %-20s %.4f\n", k.c_str(), v);
   }
+  if (!job.data_cache().key().empty())
+    std::printf("Data:       cache %s %s on %s, ready in %.1f s\n", job.data_cache().hit() ? "hit" : "miss (built)",
+                job.data_cache().key().c_str(), job.data_cache().worker().c_str(), job.data_cache().prepare_seconds());
   if (!job.error().empty()) std::printf("Error:      %s\n", job.error().c_str());
   std::printf("Events:\n");
   for (const auto& e : job.events()) {
@@ -185,6 +188,15 @@ int main(int argc, char** argv) {
   cancel->add_option("ID", id)->required();
   auto* worker = app.add_subcommand("worker", "workers")->require_subcommand(1);
   auto* wlist = worker->add_subcommand("list", "list workers");
+  auto* cache = app.add_subcommand("cache", "the workers' preprocessed-feature caches")->require_subcommand(1);
+  std::string worker_filter, cache_key;
+  bool evict_all = false;
+  auto* clist = cache->add_subcommand("list", "entries of every worker's cache");
+  auto* cstats = cache->add_subcommand("stats", "entries, bytes, hits, misses, build seconds saved");
+  auto* cevict = cache->add_subcommand("evict", "evict an entry (KEY) or every entry (--all); entries in use stay");
+  for (auto* c : {clist, cstats, cevict}) c->add_option("--worker", worker_filter, "only this worker");
+  cevict->add_option("KEY", cache_key, "entry key");
+  cevict->add_flag("--all", evict_all, "every entry not in use");
   CLI11_PARSE(app, argc, argv);
 
   auto channel = grpc::CreateChannel(g.coordinator, grpc::InsecureChannelCredentials());
@@ -270,6 +282,55 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (watch->parsed()) return Watch(jobs.get(), id, g);
+  if (clist->parsed() || cstats->parsed()) {
+    auto admin = v1::AdminService::NewStub(channel);
+    v1::ListCacheRequest req;
+    req.set_worker(worker_filter);
+    v1::ListCacheResponse out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status s = admin->ListCache(&ctx, req, &out);
+    if (!s.ok()) return RpcFailed(s);
+    if (g.output == "json") {
+      std::printf("%s\n", ToJson(out).c_str());
+    } else if (clist->parsed()) {
+      std::printf("%-12s %-34s %10s %8s %6s %8s  %s\n", "WORKER", "KEY", "BYTES", "SAMPLES", "IN_USE", "BUILD_S", "DATA");
+      for (const auto& w : out.workers())
+        for (const auto& e : w.report().entries())
+          std::printf("%-12s %-34s %10lld %8lld %6d %8.1f  %s\n", w.worker().c_str(), e.key().c_str(),
+                      static_cast<long long>(e.bytes()), static_cast<long long>(e.train_samples() + e.val_samples()),
+                      e.in_use(), e.build_seconds(), e.data_path().c_str());
+    } else {
+      std::printf("%-12s %8s %12s %12s %6s %6s %10s %12s\n", "WORKER", "ENTRIES", "BYTES", "MAX_BYTES", "HITS",
+                  "MISSES", "BUILD_S", "SAVED_S");
+      for (const auto& w : out.workers()) {
+        const auto& st = w.report().stats();
+        std::printf("%-12s %8lld %12lld %12lld %6lld %6lld %10.1f %12.1f\n", w.worker().c_str(),
+                    static_cast<long long>(st.entries()), static_cast<long long>(st.bytes()),
+                    static_cast<long long>(st.max_bytes()), static_cast<long long>(st.hits()),
+                    static_cast<long long>(st.misses()), st.build_seconds(), st.build_seconds_saved());
+      }
+    }
+    return 0;
+  }
+  if (cevict->parsed()) {
+    if (cache_key.empty() == !evict_all) {
+      std::cerr << "error: cache evict takes a KEY or --all\n";
+      return 2;
+    }
+    auto admin = v1::AdminService::NewStub(channel);
+    v1::EvictCacheRequest req;
+    req.set_worker(worker_filter);
+    req.set_key(cache_key);
+    req.set_all(evict_all);
+    v1::EvictCacheResponse out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status s = admin->EvictCache(&ctx, req, &out);
+    if (!s.ok()) return RpcFailed(s);
+    std::printf("eviction queued for %d worker(s)\n", out.workers());
+    return 0;
+  }
   if (wlist->parsed()) {
     auto admin = v1::AdminService::NewStub(channel);
     v1::ListWorkersResponse out;

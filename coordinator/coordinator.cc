@@ -197,6 +197,11 @@ Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Heartbeat
   worker.last_seen = Clock::now();
   *worker.info.mutable_last_heartbeat() = NowTimestamp();
   worker.info.clear_tasks();
+  if (request.has_cache()) worker.cache = request.cache();
+  for (auto& key : worker.evict_keys) response->add_evict_cache_keys(key);
+  worker.evict_keys.clear();
+  response->set_evict_cache_all(worker.evict_all);
+  worker.evict_all = false;
 
   std::set<std::pair<std::string, int>> reported;
   for (const auto& status : request.tasks()) {
@@ -265,6 +270,14 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
     job.set_checkpoint_path(status.checkpoint_path());
     changed = true;
   }
+  if (part->first_rank() == 0 && !status.cache_key().empty() && job.data_cache().key() != status.cache_key()) {
+    v1::DataCacheUse* use = job.mutable_data_cache();
+    use->set_worker(worker);
+    use->set_key(status.cache_key());
+    use->set_hit(status.cache_hit());
+    use->set_prepare_seconds(status.prepare_seconds());
+    changed = true;
+  }
   if (part->first_rank() == 0 && status.has_progress() &&
       status.progress().step() >= job.progress().step()) {
     *job.mutable_progress() = status.progress();
@@ -326,6 +339,7 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
   job.set_attempt(job.attempt() + 1);
   job.clear_placements();
   job.clear_master_addr();
+  job.clear_data_cache();
   double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
   entry->not_before = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
   SetState(entry, v1::QUEUED,
@@ -415,6 +429,38 @@ v1::ListWorkersResponse Coordinator::ListWorkers() const {
     info->set_used_slots(UsedSlots(name));
   }
   return response;
+}
+
+}  // namespace nightshift
+
+namespace nightshift {
+
+v1::ListCacheResponse Coordinator::ListCache(const std::string& worker) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::ListCacheResponse response;
+  for (const auto& [name, w] : workers_) {
+    if (!worker.empty() && name != worker) continue;
+    v1::WorkerCache* wc = response.add_workers();
+    wc->set_worker(name);
+    *wc->mutable_report() = w.cache;
+  }
+  return response;
+}
+
+StatusOr<int> Coordinator::EvictCache(const v1::EvictCacheRequest& request) {
+  if (request.key().empty() && !request.all())
+    return Status::InvalidArgument("key: name an entry, or set all");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!request.worker().empty() && !workers_.count(request.worker()))
+    return Status::NotFound("no worker " + request.worker());
+  int n = 0;
+  for (auto& [name, w] : workers_) {
+    if (!request.worker().empty() && name != request.worker()) continue;
+    if (request.all()) w.evict_all = true;
+    else w.evict_keys.push_back(request.key());
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace nightshift

@@ -56,6 +56,9 @@ class Coordinator {
 
   // AdminService.
   v1::ListWorkersResponse ListWorkers() const;
+  v1::ListCacheResponse ListCache(const std::string& worker) const;
+  // Queues an eviction for the workers' next heartbeats; returns how many workers.
+  StatusOr<int> EvictCache(const v1::EvictCacheRequest& request);
 
   // One pass of the control loop: expire worker leases, fail the attempts they held,
   // and place queued jobs. Called periodically by the daemon (and directly by tests).
@@ -72,6 +75,9 @@ class Coordinator {
   struct WorkerEntry {
     v1::WorkerInfo info;
     Clock::time_point last_seen;
+    v1::CacheReport cache;                 // as of the last heartbeat that carried one
+    std::vector<std::string> evict_keys;   // queued for the next heartbeat
+    bool evict_all = false;
   };
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);

@@ -76,4 +76,18 @@ grpc::Status AdminServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListW
   return grpc::Status::OK;
 }
 
+grpc::Status AdminServiceImpl::ListCache(grpc::ServerContext*, const v1::ListCacheRequest* req,
+                                         v1::ListCacheResponse* out) {
+  *out = c_->ListCache(req->worker());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::EvictCache(grpc::ServerContext*, const v1::EvictCacheRequest* req,
+                                          v1::EvictCacheResponse* out) {
+  auto n = c_->EvictCache(*req);
+  if (!n.ok()) return ToGrpc(n.status());
+  out->set_workers(n.value());
+  return grpc::Status::OK;
+}
+
 }  // namespace nightshift

@@ -40,6 +40,8 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   explicit AdminServiceImpl(Coordinator* c) : c_(c) {}
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse*) override;
+  grpc::Status ListCache(grpc::ServerContext*, const v1::ListCacheRequest*, v1::ListCacheResponse*) override;
+  grpc::Status EvictCache(grpc::ServerContext*, const v1::EvictCacheRequest*, v1::EvictCacheResponse*) override;
 
  private:
   Coordinator* const c_;

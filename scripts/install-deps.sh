@@ -10,7 +10,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   # services
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  librocksdb-dev prometheus-cpp-dev
+  librocksdb-dev prometheus-cpp-dev libxxhash-dev
   # data, config, CLI
   libsentencepiece-dev sentencepiece nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   # tests

@@ -7,6 +7,7 @@
 
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "common/status.h"
 
 namespace nightshift {
 namespace {
@@ -17,8 +18,9 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(int seconds) {
 }
 }  // namespace
 
-Agent::Agent(const WorkerOptions& options)
+Agent::Agent(const WorkerOptions& options, FeatureCache* cache)
     : options_(options),
+      cache_(cache),
       stub_(v1::WorkerService::NewStub(
           grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials()))) {}
 
@@ -47,6 +49,13 @@ void Agent::HeartbeatOnce() {
   v1::HeartbeatRequest req;
   req.set_name(options_.name);
   for (const auto& [id, task] : tasks_) *req.add_tasks() = task->Snapshot();
+  // The cache report rides along when it changed, and every 30 s regardless.
+  const uint64_t cache_version = cache_->version();
+  const bool send_cache = cache_version != reported_cache_version_ ||
+                          std::chrono::steady_clock::now() >= next_cache_report_;
+  if (send_cache) {
+    *req.mutable_cache() = cache_->Report();
+  }
   v1::HeartbeatResponse resp;
   auto ctx = ContextWithDeadline(5);
   grpc::Status s = stub_->Heartbeat(ctx.get(), req, &resp);
@@ -55,6 +64,17 @@ void Agent::HeartbeatOnce() {
     return;
   }
   if (!s.ok()) return;
+  if (send_cache) {
+    reported_cache_version_ = cache_version;
+    next_cache_report_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  }
+  if (resp.evict_cache_all()) {
+    NS_INFO("worker " << options_.name << ": evicted " << cache_->EvictAll() << " cache entries (operator)");
+  }
+  for (const auto& key : resp.evict_cache_keys()) {
+    Status es = cache_->Evict(key);
+    NS_INFO("worker " << options_.name << ": evict " << key << ": " << (es.ok() ? "done" : es.ToString()));
+  }
   for (const auto& id : resp.stop()) {
     auto it = tasks_.find({id.job_id(), id.attempt()});
     if (it != tasks_.end()) {
@@ -68,7 +88,7 @@ void Agent::HeartbeatOnce() {
     NS_INFO("worker " << options_.name << ": starting " << a.task().job_id() << " attempt " << a.task().attempt()
                       << ", ranks " << a.first_rank() << ".." << a.first_rank() + a.num_ranks() - 1
                       << " of " << a.world_size());
-    auto task = std::make_unique<Task>(options_, a);
+    auto task = std::make_unique<Task>(options_, a, cache_);
     task->Start();
     tasks_[key] = std::move(task);
   }

@@ -6,6 +6,7 @@
 #define NIGHTSHIFT_WORKER_AGENT_H_
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,7 +19,7 @@ namespace nightshift {
 
 class Agent {
  public:
-  explicit Agent(const WorkerOptions& options);
+  Agent(const WorkerOptions& options, FeatureCache* cache);
   // Runs until *stop becomes true; then stops every task.
   void Run(const std::atomic<bool>* stop);
 
@@ -28,6 +29,9 @@ class Agent {
   void ReportTasks();
 
   const WorkerOptions options_;
+  FeatureCache* const cache_;        // not owned; outlives the agent
+  uint64_t reported_cache_version_ = 0;
+  std::chrono::steady_clock::time_point next_cache_report_{};
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   bool registered_ = false;
   int interval_ms_ = 250;

@@ -24,9 +24,6 @@ namespace fs = std::filesystem;
 namespace nightshift {
 namespace {
 
-// Bump when the output of preparation changes for the same inputs.
-constexpr int kPreprocessorVersion = 1;
-
 struct RawSample {
   std::string id;      // stable: "<label>/<file name>" or "<file>:<line>"
   std::string label;   // empty for language models
@@ -65,39 +62,8 @@ StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   return s;
 }
 
-Status ListTextDir(const fs::path& root, std::vector<RawSample>* samples, std::string* fingerprint) {
-  std::vector<fs::path> labels;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) labels.push_back(e.path());
-  std::sort(labels.begin(), labels.end());
-  if (labels.empty())
-    return Status::InvalidArgument("data.path " + root.string() +
-                                   " has no sub-folders: format text_dir needs one folder per label");
-  for (const auto& dir : labels) {
-    std::vector<fs::directory_entry> files;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_regular_file()) files.push_back(e);
-    std::sort(files.begin(), files.end(),
-              [](const auto& a, const auto& b) { return a.path() < b.path(); });
-    const std::string label = dir.filename().string();
-    for (const auto& f : files) {
-      RawSample s;
-      s.label = label;
-      s.id = label + "/" + f.path().filename().string();
-      s.path = f.path().string();
-      struct stat st;
-      if (::stat(s.path.c_str(), &st) == 0) {
-        *fingerprint += s.id + ":" + std::to_string(st.st_size) + ":" +
-                        std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
-      }
-      samples->push_back(std::move(s));
-    }
-  }
-  return Status::OK();
-}
-
 Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels,
-                 std::vector<RawSample>* samples, std::string* fingerprint) {
+                 std::vector<RawSample>* samples) {
   std::ifstream in(file);
   if (!in) return Status::NotFound("cannot read " + file.string());
   std::string line;
@@ -121,39 +87,24 @@ Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels
     }
     samples->push_back(std::move(s));
   }
-  struct stat st;
-  if (::stat(file.c_str(), &st) == 0)
-    *fingerprint += file.string() + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + ";";
   return Status::OK();
-}
-
-std::string Hex(uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 }  // namespace
 
-StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& cache_root, int threads) {
+StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& output_dir, int threads) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool classifier = data.classifier;
   const int max_len = data.max_len;
-  std::error_code ec;
-  fs::path root = fs::absolute(data.path, ec);
-  if (ec || !fs::exists(root))
-    return Status::NotFound("data.path '" + data.path + "' does not exist on this worker (resolved to " +
-                            root.string() + ")");
-
+  std::vector<InputFile> inputs;
+  NS_RETURN_IF_ERROR(ListInputs(data, &inputs));
   std::vector<RawSample> samples;
-  std::string fingerprint;
   if (data.format == "text_dir") {
-    if (!fs::is_directory(root)) return Status::InvalidArgument("data.path " + root.string() + " is not a folder (format text_dir)");
-    NS_RETURN_IF_ERROR(ListTextDir(root, &samples, &fingerprint));
+    for (const auto& f : inputs) samples.push_back({f.id, f.label, f.path, ""});
   } else {
-    NS_RETURN_IF_ERROR(ReadJsonl(root, data, classifier && !data.label_field.empty(), &samples, &fingerprint));
+    NS_RETURN_IF_ERROR(ReadJsonl(inputs[0].path, data, classifier && !data.label_field.empty(), &samples));
   }
-  if (samples.empty()) return Status::InvalidArgument("data.path " + root.string() + " holds no samples");
+  if (samples.empty()) return Status::InvalidArgument("data.path " + data.path + " holds no samples");
   if (data.max_samples > 0 && static_cast<int64_t>(samples.size()) > data.max_samples) {
     // A deterministic subset that does not depend on file order: smallest id hashes.
     std::stable_sort(samples.begin(), samples.end(), [](const RawSample& a, const RawSample& b) {
@@ -162,19 +113,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& c
     samples.resize(static_cast<size_t>(data.max_samples));
   }
 
-  // The key covers everything that changes the output.
-  std::ostringstream opts;
-  opts << "v" << kPreprocessorVersion << "|" << data.format << "|" << data.text_field << "|"
-       << data.label_field << "|" << data.max_samples << "|" << data.validation_fraction << "|"
-       << data.seed << "|" << "sentencepiece-unigram" << "|" << data.vocab_size
-       << "|" << max_len << "|" << classifier << "|" << fingerprint;
-  const std::string key = Hex(format::StableHash64(opts.str()));
   PreparedData out;
-  out.dir = (fs::path(cache_root) / key).string();
-  out.train_shard = out.dir + "/train.shard";
-  out.val_shard = out.dir + "/val.shard";
-  const std::string meta_path = out.dir + "/meta.json";
-
   std::map<std::string, int> label_ids;
   for (const auto& s : samples) if (classifier) label_ids[s.label] = 0;
   int next = 0;
@@ -183,25 +122,11 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& c
     out.class_names.push_back(name);
   }
   if (classifier && label_ids.size() < 2)
-    return Status::InvalidArgument("data.path " + root.string() + " has " + std::to_string(label_ids.size()) +
+    return Status::InvalidArgument("data.path " + data.path + " has " + std::to_string(label_ids.size()) +
                                    " label(s); a classifier needs at least 2");
-
-  // Reuse a complete earlier result (the meta file is written last).
-  if (fs::exists(meta_path)) {
-    std::ifstream in(meta_path);
-    nlohmann::json meta = nlohmann::json::parse(in, nullptr, false);
-    if (meta.is_object() && meta.value("key", "") == key) {
-      out.vocab_size = meta.value("vocab_size", 0);
-      out.train_samples = meta.value("train_samples", 0ULL);
-      out.val_samples = meta.value("val_samples", 0ULL);
-      out.train_tokens = meta.value("train_tokens", 0ULL);
-      out.reused = true;
-      out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return out;
-    }
-  }
-  fs::create_directories(out.dir, ec);
-  if (ec) return Status::IOError("cannot create " + out.dir + ": " + ec.message());
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (ec) return Status::IOError("cannot create " + output_dir + ": " + ec.message());
 
   // Read texts (in parallel: most of the time is file reading and tokenizing).
   const size_t max_bytes = static_cast<size_t>(max_len) * 16;  // enough bytes for max_len tokens
@@ -241,13 +166,13 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& c
   }));
 
   // Tokenizer: trained on the training split only.
-  const std::string corpus = out.dir + "/tokenizer-corpus.txt";
+  const std::string corpus = output_dir + "/tokenizer-corpus.txt";
   {
     std::ofstream f(corpus, std::ios::binary);
     for (size_t i = 0; i < texts.size(); ++i)
       if (!is_val[i] && !texts[i].empty()) f << texts[i] << '\n';
   }
-  const std::string model_prefix = out.dir + "/tokenizer";
+  const std::string model_prefix = output_dir + "/tokenizer";
   std::ostringstream args;
   args << "--input=" << corpus << " --model_prefix=" << model_prefix
        << " --vocab_size=" << data.vocab_size << " --model_type=unigram"
@@ -256,7 +181,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& c
        << " --pad_id=" << kPadId << " --unk_id=" << kUnkId << " --bos_id=" << kBosId << " --eos_id=" << kEosId
        << " --minloglevel=2 --seed_sentencepiece_size=200000";
   auto st = sentencepiece::SentencePieceTrainer::Train(args.str());
-  if (!st.ok()) return Status::Internal("tokenizer training failed on " + root.string() + ": " + st.ToString());
+  if (!st.ok()) return Status::Internal("tokenizer training failed on " + data.path + ": " + st.ToString());
   std::remove(corpus.c_str());
   sentencepiece::SentencePieceProcessor sp;
   st = sp.Load(model_prefix + ".model");
@@ -285,29 +210,34 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& c
     (is_val[i] ? val : train).Add(format::StableHash64(samples[i].id), label, ids[i]);
   }
   if (train.num_samples() == 0) return Status::InvalidArgument("data.validation_fraction leaves no training samples");
-  std::string err = train.WriteFile(out.train_shard);
-  if (err.empty()) err = val.WriteFile(out.val_shard);
+  std::string err = train.WriteFile(output_dir + "/" + kTrainShard);
+  if (err.empty()) err = val.WriteFile(output_dir + "/" + kValShard);
   if (!err.empty()) return Status::IOError(err);
   out.train_samples = train.num_samples();
   out.val_samples = val.num_samples();
   out.train_tokens = train.num_tokens();
 
-  nlohmann::json meta = {{"key", key},
-                         {"vocab_size", out.vocab_size},
+  for (const auto& v : ids) {
+    size_t bucket = 0;
+    while ((size_t{2} << bucket) <= v.size()) ++bucket;
+    if (out.length_histogram.size() <= bucket) out.length_histogram.resize(bucket + 1);
+    out.length_histogram[bucket]++;
+  }
+  for (const auto& t : texts) out.input_bytes += t.size();
+  nlohmann::json meta = {{"vocab_size", out.vocab_size},
                          {"train_samples", out.train_samples},
                          {"val_samples", out.val_samples},
                          {"train_tokens", out.train_tokens},
                          {"class_names", out.class_names},
-                         {"train_shard", out.train_shard},
-                         {"val_shard", out.val_shard},
+                         {"length_histogram", out.length_histogram},
                          {"num_classes", out.class_names.size()},
                          {"pad_id", kPadId},
                          {"bos_id", kBosId},
                          {"eos_id", kEosId}};
-  err = format::WriteFileAtomically(meta_path, meta.dump(1));
+  err = format::WriteFileAtomically(output_dir + "/" + kMetaFile, meta.dump(1));
   if (!err.empty()) return Status::IOError(err);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  NS_INFO("data: prepared " << root.string() << " in " << out.seconds << " s: " << out.train_samples
+  NS_INFO("data: prepared " << data.path << " in " << out.seconds << " s: " << out.train_samples
                             << " train / " << out.val_samples << " val samples, vocabulary " << out.vocab_size);
   return out;
 }

@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--advertise-host", options.advertise_host, "address other workers reach our ranks on");
   app.add_option("--trainer", options.trainer_path, "path of nightshift-trainer (default: beside this binary)");
   app.add_option("--prep-threads", options.prep_threads, "threads for data preparation")->check(CLI::Range(1, 256));
+  app.add_option("--cache-max-bytes", options.cache_max_bytes,
+                 "budget of the feature cache in bytes (least recently used entries are evicted); 0: none")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   std::error_code ec;
@@ -41,7 +44,12 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   NS_INFO("worker " << options.name << ": work dir " << options.work_dir << ", coordinator "
                     << options.coordinator);
-  Agent agent(options);
+  auto cache = FeatureCache::Open({options.work_dir + "/cache", options.cache_max_bytes});
+  if (!cache.ok()) {
+    NS_ERROR("worker: " << cache.status().ToString());
+    return 2;
+  }
+  Agent agent(options, cache.value().get());
   agent.Run(&g_stop);
   return 0;
 }

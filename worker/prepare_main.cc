@@ -1,6 +1,7 @@
 // nightshift-prepare: data preparation in its own process (see worker/data_prep.h for
-// why). Started by the worker; prints one progress line: {"event":"prepared",
-// "meta": <path of meta.json>, "reused": 0|1, "seconds": ...} or {"event":"error",...}.
+// why). Started by the worker, which owns the cache; builds into --output-dir and prints
+// one progress line: {"event":"prepared","seconds":...,"input_bytes":...} or
+// {"event":"error","message":...}.
 // Exit codes: 0 done; 2 the data or options are wrong (a user error, not retried);
 // 1 anything else.
 #include <unistd.h>
@@ -15,7 +16,7 @@ int main(int argc, char** argv) {
   using namespace nightshift;
   CLI::App app{"Prepare a job's data: tokenizer and token shards"};
   PrepOptions o;
-  std::string cache_root;
+  std::string output_dir;
   int threads = 2;
   app.add_option("--path", o.path, "data.path")->required();
   app.add_option("--format", o.format, "text_dir or jsonl");
@@ -27,20 +28,20 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-size", o.vocab_size);
   app.add_option("--max-len", o.max_len);
   app.add_option("--classifier", o.classifier);
-  app.add_option("--cache-root", cache_root)->required();
+  app.add_option("--output-dir", output_dir)->required();
   app.add_option("--threads", threads);
   CLI11_PARSE(app, argc, argv);
 
   const char* fd_env = std::getenv("NIGHTSHIFT_PROGRESS_FD");
   const int fd = fd_env ? std::atoi(fd_env) : 1;
   format::ProgressRecord r;
-  auto data = PrepareData(o, cache_root, threads);
+  auto data = PrepareData(o, output_dir, threads);
   int code = 0;
   if (data.ok()) {
     r.event = "prepared";
-    r.strings["meta"] = data->dir + "/meta.json";
-    r.numbers["reused"] = data->reused;
     r.numbers["seconds"] = data->seconds;
+    r.numbers["input_bytes"] = static_cast<double>(data->input_bytes);
+    r.numbers["train_samples"] = static_cast<double>(data->train_samples);
   } else {
     r.event = "error";
     r.strings["message"] = data.status().message();

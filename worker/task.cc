@@ -20,16 +20,13 @@
 #include "common/format/progress.h"
 #include "common/log.h"
 #include "common/time_util.h"
+#include "worker/data_prep.h"
 #include "worker/launcher.h"
 
 namespace fs = std::filesystem;
 
 namespace nightshift {
 namespace {
-
-// One preparation at a time per worker: concurrent jobs on the same data then find the
-// first one's result instead of building it twice.
-std::mutex g_prepare_mu;
 
 std::string BinaryBesideUs(const std::string& name) {
   std::error_code ec;
@@ -79,8 +76,8 @@ void ApplyProgress(const format::ProgressRecord& r, v1::Progress* p) {
 
 }  // namespace
 
-Task::Task(const WorkerOptions& options, const v1::Assignment& assignment)
-    : options_(options), assignment_(assignment) {
+Task::Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache)
+    : options_(options), assignment_(assignment), cache_(cache) {
   *status_.mutable_task() = assignment.task();
   status_.set_state(v1::TASK_PREPARING);
   status_.set_master_addr(assignment.master_addr());
@@ -167,50 +164,82 @@ void Task::Run() {
 std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error) {
   const v1::JobSpec& spec = assignment_.spec();
   const v1::DataSpec& d = spec.data();
-  std::vector<std::string> argv = {
-      BinaryBesideUs("nightshift-prepare"), "--path", d.path(), "--format", d.format(),
-      "--text-field", d.text_field(), "--label-field", d.label_field(),
-      "--max-samples", std::to_string(d.max_samples()),
-      "--validation-fraction", std::to_string(d.validation_fraction()),
-      "--seed", std::to_string(spec.train().seed()),
-      "--vocab-size", std::to_string(d.tokenizer().vocab_size()),
-      "--max-len", std::to_string(spec.model().max_len()),
-      "--classifier", spec.model().arch() == "gpt_lm" ? "false" : "true",
-      "--cache-root", options_.work_dir + "/cache", "--threads", std::to_string(options_.prep_threads)};
-  std::lock_guard<std::mutex> prep_lock(g_prepare_mu);
-  auto proc = SpawnProcess(argv, {}, job_dir + "/prepare.log");
-  if (!proc.ok()) return proc.status().message();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pids_.push_back(proc->pid);
+  PrepOptions o;
+  o.path = d.path();
+  o.format = d.format();
+  o.text_field = d.text_field();
+  o.label_field = d.label_field();
+  o.max_samples = d.max_samples();
+  o.validation_fraction = d.validation_fraction();
+  o.seed = spec.train().seed();
+  o.vocab_size = d.tokenizer().vocab_size();
+  o.max_len = spec.model().max_len();
+  o.classifier = spec.model().arch() != "gpt_lm";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto key = cache_->KeyFor(o);
+  if (!key.ok()) {
+    *user_error = key.status().code() == Status::kNotFound || key.status().code() == Status::kInvalidArgument;
+    return key.status().message();
   }
-  std::string out, line;
-  char buf[4096];
-  ssize_t got;
-  while ((got = ::read(proc->progress_fd, buf, sizeof(buf))) != 0) {
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) break;
-    out.append(buf, static_cast<size_t>(got));
-  }
-  ::close(proc->progress_fd);
-  int ws = 0;
-  ::waitpid(proc->pid, &ws, 0);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pids_.clear();
-  }
-  format::ProgressRecord rec;
-  std::string perr = format::ParseProgressLine(out.substr(0, out.find('\n')), &rec);
-  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2) *user_error = true;
-  if (!perr.empty() || rec.event != "prepared") {
+  // The build runs in nightshift-prepare (see worker/data_prep.h for why).
+  auto build = [&](const std::string& build_dir) -> Status {
+    std::vector<std::string> argv = {
+        BinaryBesideUs("nightshift-prepare"), "--path", o.path, "--format", o.format,
+        "--text-field", o.text_field, "--label-field", o.label_field,
+        "--max-samples", std::to_string(o.max_samples),
+        "--validation-fraction", std::to_string(o.validation_fraction),
+        "--seed", std::to_string(o.seed), "--vocab-size", std::to_string(o.vocab_size),
+        "--max-len", std::to_string(o.max_len), "--classifier", o.classifier ? "true" : "false",
+        "--output-dir", build_dir, "--threads", std::to_string(options_.prep_threads)};
+    auto proc = SpawnProcess(argv, {}, job_dir + "/prepare.log");
+    if (!proc.ok()) return proc.status();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pids_.push_back(proc->pid);
+    }
+    std::string out;
+    char buf[4096];
+    ssize_t got;
+    while ((got = ::read(proc->progress_fd, buf, sizeof(buf))) != 0) {
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) break;
+      out.append(buf, static_cast<size_t>(got));
+    }
+    ::close(proc->progress_fd);
+    int ws = 0;
+    ::waitpid(proc->pid, &ws, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pids_.clear();
+    }
+    format::ProgressRecord rec;
+    std::string perr = format::ParseProgressLine(out.substr(0, out.find('\n')), &rec);
+    if (perr.empty() && rec.event == "prepared" && WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return Status::OK();
     std::string detail = rec.event == "error" ? rec.String("message") : TailOfFile(proc->log_path, 3);
-    return "nightshift-prepare " + DescribeWaitStatus(ws) + ": " + detail;
+    std::string message = "nightshift-prepare " + DescribeWaitStatus(ws) + ": " + detail;
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == 2 ? Status::InvalidArgument(message) : Status::Internal(message);
+  };
+  bool hit = false;
+  auto lease = cache_->Acquire(key.value(), o.path, build, &hit);
+  if (!lease.ok()) {
+    *user_error = lease.status().code() == Status::kInvalidArgument;
+    return lease.status().message();
   }
-  std::ifstream in(rec.String("meta"));
+  lease_ = lease.value();
+  std::ifstream in(lease_->dir() + "/" + kMetaFile);
   *data = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!data->is_object()) return "cannot read " + rec.String("meta");
-  NS_INFO("job " << assignment_.task().job_id() << ": data " << (rec.Number("reused") ? "reused" : "prepared")
-                 << " in " << rec.Number("seconds") << " s");
+  if (!data->is_object()) return "cannot read " + lease_->dir() + "/" + kMetaFile;
+  (*data)["train_shard"] = lease_->dir() + "/" + kTrainShard;
+  (*data)["val_shard"] = lease_->dir() + "/" + kValShard;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.set_cache_key(key.value());
+    status_.set_cache_hit(hit);
+    status_.set_prepare_seconds(seconds);
+  }
+  NS_INFO("job " << assignment_.task().job_id() << ": data " << (hit ? "from cache" : "built") << " ("
+                 << key.value() << ") in " << seconds << " s");
   return "";
 }
 

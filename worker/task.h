@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nightshift/v1/cluster.pb.h"
+#include "worker/feature_cache.h"
 
 namespace nightshift {
 
@@ -27,12 +28,14 @@ struct WorkerOptions {
   std::string trainer_path;      // default: nightshift-trainer beside this binary
   int cpu_slots = 1;             // ranks this worker runs at once (no GPUs)
   int prep_threads = 2;          // threads for tokenization
+  int64_t cache_max_bytes = 0;   // feature cache budget; 0: none
   double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
 };
 
 class Task {
  public:
-  Task(const WorkerOptions& options, const v1::Assignment& assignment);
+  // `cache` outlives the task.
+  Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache);
   ~Task();  // stops the ranks and joins the thread
   Task(const Task&) = delete;
   Task& operator=(const Task&) = delete;
@@ -58,6 +61,8 @@ class Task {
   // Constant after construction.
   const WorkerOptions options_;
   const v1::Assignment assignment_;
+  FeatureCache* const cache_;
+  std::shared_ptr<CacheLease> lease_;  // the task's data stays in the cache while it runs
 
   mutable std::mutex mu_;
   v1::TaskStatus status_;         // GUARDED_BY(mu_)

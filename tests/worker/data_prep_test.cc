@@ -28,7 +28,7 @@ void MakeTextDir(const std::string& root, int per_class) {
   }
 }
 
-TEST(DataPrepTest, BuildsShardsThenReusesThem) {
+TEST(DataPrepTest, BuildsTokenizerAndShards) {
   const std::string dir = testing::TempDir() + "/prep." + std::to_string(::getpid());
   fs::remove_all(dir);
   MakeTextDir(dir + "/data", 60);
@@ -36,15 +36,14 @@ TEST(DataPrepTest, BuildsShardsThenReusesThem) {
   options.path = dir + "/data";
   options.max_len = 16;
   options.vocab_size = 40;
-  auto first = PrepareData(options, dir + "/cache", 2);
+  auto first = PrepareData(options, dir + "/out", 2);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_FALSE(first->reused);
   EXPECT_EQ(first->class_names, (std::vector<std::string>{"ham", "spam"}));
   EXPECT_EQ(first->train_samples + first->val_samples, 120u);
   EXPECT_GT(first->val_samples, 10u);
 
   format::ShardReader train;
-  ASSERT_EQ(train.Open(first->train_shard, true), "");
+  ASSERT_EQ(train.Open(dir + "/out/train.shard", true), "");
   EXPECT_EQ(train.num_samples(), first->train_samples);
   for (uint64_t i = 0; i < train.num_samples(); ++i) {
     ASSERT_GE(train.length(i), 2u);
@@ -53,24 +52,21 @@ TEST(DataPrepTest, BuildsShardsThenReusesThem) {
     for (uint64_t k = 0; k < train.length(i); ++k) ASSERT_LT(train.tokens(i)[k], first->vocab_size);
   }
 
-  auto second = PrepareData(options, dir + "/cache", 2);
-  ASSERT_TRUE(second.ok());
-  EXPECT_TRUE(second->reused);
-  EXPECT_EQ(second->train_shard, first->train_shard);
-
-  // Another vocabulary size is another entry.
-  options.vocab_size = 50;
-  auto third = PrepareData(options, dir + "/cache", 1);
-  ASSERT_TRUE(third.ok());
-  EXPECT_FALSE(third->reused);
-  EXPECT_NE(third->dir, first->dir);
+  format::ShardReader val;
+  ASSERT_EQ(val.Open(dir + "/out/val.shard", true), "");
+  EXPECT_EQ(val.num_samples(), first->val_samples);
+  int64_t histogram_total = 0;
+  for (int64_t n : first->length_histogram) histogram_total += n;
+  EXPECT_EQ(histogram_total, 120);
+  EXPECT_TRUE(fs::exists(dir + "/out/tokenizer.model"));
+  EXPECT_TRUE(fs::exists(dir + "/out/meta.json"));
   fs::remove_all(dir);
 }
 
 TEST(DataPrepTest, MissingPathIsNotFoundNamingThePath) {
   PrepOptions options;
   options.path = "/no/such/dir";
-  auto r = PrepareData(options, testing::TempDir() + "/cache-missing", 1);
+  auto r = PrepareData(options, testing::TempDir() + "/prep-missing", 1);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::kNotFound);
   EXPECT_NE(r.status().message().find("/no/such/dir"), std::string::npos);

@@ -1,0 +1,48 @@
+// The inputs of data preparation: which files a job's data consists of, and the
+// options that change what preparation makes of them. Shared by the worker (cache keys)
+// and nightshift-prepare (the build); links neither sentencepiece nor protobuf.
+#ifndef NIGHTSHIFT_WORKER_INPUT_FILES_H_
+#define NIGHTSHIFT_WORKER_INPUT_FILES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace nightshift {
+
+// Bump when the output of preparation changes for the same inputs and options.
+inline constexpr int kPreprocessorVersion = 2;
+
+// What changes the output of preparation (the spec's data section, resolved).
+struct PrepOptions {
+  std::string path;                 // data.path; relative to the current directory
+  std::string format = "text_dir";  // text_dir | jsonl
+  std::string text_field = "text";  // jsonl
+  std::string label_field;          // jsonl; empty for language models
+  int64_t max_samples = 0;          // 0: all
+  double validation_fraction = 0.2;
+  uint64_t seed = 1234;             // picks the validation split
+  int vocab_size = 8000;
+  int max_len = 512;                // tokens kept per sample (bos included)
+  bool classifier = true;           // false: language-model samples (bos ... eos)
+};
+
+// Everything in PrepOptions except the path, plus the preprocessor version, as text.
+std::string OptionsFingerprint(const PrepOptions& options);
+
+struct InputFile {
+  std::string id;     // stable sample id: "<label>/<file name>" (text_dir) or the file name (jsonl)
+  std::string label;  // text_dir: the sub-folder; jsonl: empty (labels are inside)
+  std::string path;   // absolute
+};
+
+// The input files in a stable order (sorted by id). A missing path is NOT_FOUND naming
+// it (resolved against the current directory); an empty or malformed layout is
+// INVALID_ARGUMENT. Both are user errors.
+Status ListInputs(const PrepOptions& options, std::vector<InputFile>* files);
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_INPUT_FILES_H_
