@@ -105,13 +105,17 @@ class Cluster {
   }
   Process& coordinator() { return coordinator_; }
 
-  void StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {}) {
-    workers_.emplace_back(std::vector<std::string>{Bin("nightshift-worker"), "--coordinator", address_, "--name",
-                                                   name, "--work-dir", dir() + "/" + name, "--cpu-slots",
-                                                   std::to_string(slots), "--checkpoint-root",
-                                                   dir() + "/checkpoints"},
-                          dir() + "/" + name + ".log", env);
+  // Starts a worker; returns its index for worker(i).
+  size_t StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {},
+                     const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> argv = {Bin("nightshift-worker"), "--coordinator", address_, "--name", name,
+                                     "--work-dir", dir() + "/" + name, "--cpu-slots", std::to_string(slots),
+                                     "--checkpoint-root", dir() + "/checkpoints"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    workers_.emplace_back(argv, dir() + "/" + name + ".log", env);
+    return workers_.size() - 1;
   }
+  Process& worker(size_t i) { return workers_.at(i); }
 
   // Spec text with the data path filled in.
   grpc::Status Submit(const std::string& yaml, v1::Job* job) {
@@ -158,8 +162,8 @@ class Cluster {
   }
 
   // Two classes of short mails with distinct vocabularies, `per_class` of each.
-  std::string MakeData(int per_class) {
-    const std::string root = dir() + "/data";
+  std::string MakeData(int per_class, const std::string& name = "data") {
+    const std::string root = dir() + "/" + name;
     const char* words[2][8] = {{"meeting", "project", "lunch", "report", "agenda", "thanks", "team", "review"},
                                {"winner", "prize", "free", "money", "click", "offer", "cash", "bonus"}};
     const char* shared[4] = {"the", "and", "you", "today"};
