@@ -150,6 +150,10 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
     for (auto& s : results) NS_RETURN_IF_ERROR(s);
     return Status::OK();
   };
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto phase = std::chrono::steady_clock::now();
   NS_RETURN_IF_ERROR(parallel_for([&](size_t i) -> Status {
     std::string raw;
     if (!samples[i].path.empty()) {
@@ -180,6 +184,8 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
        << " --input_sentence_size=200000 --shuffle_input_sentence=true --num_threads=" << std::max(1, threads)
        << " --pad_id=" << kPadId << " --unk_id=" << kUnkId << " --bos_id=" << kBosId << " --eos_id=" << kEosId
        << " --minloglevel=2 --seed_sentencepiece_size=200000";
+  out.read_seconds = since(phase);
+  phase = std::chrono::steady_clock::now();
   auto st = sentencepiece::SentencePieceTrainer::Train(args.str());
   if (!st.ok()) return Status::Internal("tokenizer training failed on " + data.path + ": " + st.ToString());
   std::remove(corpus.c_str());
@@ -189,6 +195,8 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
   out.vocab_size = sp.GetPieceSize();
 
   std::vector<std::vector<int32_t>> ids(samples.size());
+  out.tokenizer_seconds = since(phase);
+  phase = std::chrono::steady_clock::now();
   NS_RETURN_IF_ERROR(parallel_for([&](size_t i) -> Status {
     std::vector<int> pieces;
     auto s = sp.Encode(texts[i], &pieces);
@@ -203,6 +211,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
     return Status::OK();
   }));
 
+  out.tokenize_seconds = since(phase);
   const uint32_t num_classes = static_cast<uint32_t>(out.class_names.size());
   format::ShardWriter train(out.vocab_size, num_classes), val(out.vocab_size, num_classes);
   for (size_t i = 0; i < samples.size(); ++i) {

@@ -33,7 +33,8 @@ struct PreparedData {
   uint64_t train_samples = 0, val_samples = 0, train_tokens = 0;
   std::vector<int64_t> length_histogram;  // samples with length in [2^i, 2^(i+1))
   uint64_t input_bytes = 0;               // bytes read from the inputs
-  double seconds = 0;
+  double seconds = 0;                     // in all; of which:
+  double read_seconds = 0, tokenizer_seconds = 0, tokenize_seconds = 0;
 };
 
 // Builds into `output_dir` (created if needed). `threads` read and tokenize in parallel.

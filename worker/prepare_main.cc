@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     r.numbers["seconds"] = data->seconds;
     r.numbers["input_bytes"] = static_cast<double>(data->input_bytes);
     r.numbers["train_samples"] = static_cast<double>(data->train_samples);
+    r.numbers["read_seconds"] = data->read_seconds;
+    r.numbers["tokenizer_seconds"] = data->tokenizer_seconds;
+    r.numbers["tokenize_seconds"] = data->tokenize_seconds;
   } else {
     r.event = "error";
     r.strings["message"] = data.status().message();
