@@ -219,7 +219,7 @@ Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Heartbeat
       if (reported.count({job.id(), job.attempt()})) continue;
       if (p.running()) {
         FailAttempt(&entry, "worker " + request.name() + " no longer runs " + RankRange(p) +
-                                " (it restarted)", /*user_error=*/false);
+                                " (it restarted)", /*user_error=*/false, "worker_restarted");
         break;
       }
       // Ranks off rank 0's worker need the rendezvous address it chooses first.
@@ -321,7 +321,7 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
   if (changed) Persist(&entry, /*sync=*/false);
 }
 
-void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool user_error) {
+void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool user_error, const char* cause) {
   v1::Job& job = entry->job;
   job.set_error(error);
   const int max_restarts = job.spec().restart().max_restarts();
@@ -335,6 +335,7 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
                                : "failed after " + std::to_string(max_restarts) + " restarts: " + error);
     return;
   }
+  if (options_.observer) options_.observer->JobRestarted(cause);
   job.set_restarts(job.restarts() + 1);
   job.set_attempt(job.attempt() + 1);
   job.clear_placements();
@@ -380,7 +381,7 @@ void Coordinator::Tick() {
       if (lost) {
         FailAttempt(&entry, "worker " + p.worker() + " lost: no heartbeat for " +
                                 std::to_string(static_cast<int>(options_.lease_seconds)) + " s",
-                    /*user_error=*/false);
+                    /*user_error=*/false, "worker_lost");
         break;
       }
     }
@@ -409,6 +410,15 @@ void Coordinator::Tick() {
       p->set_num_ranks(part.num_ranks);
       where += (where.empty() ? "" : ", ") + part.worker + " (" + RankRange(*p) + ")";
     }
+    if (options_.observer) {
+      // Waiting started at the last transition into QUEUED.
+      for (int i = entry.job.events_size() - 1; i >= 0; --i) {
+        if (entry.job.events(i).state() == v1::QUEUED) {
+          options_.observer->JobScheduled(SecondsSince(entry.job.events(i).time()));
+          break;
+        }
+      }
+    }
     SetState(&entry, v1::SCHEDULED, "placed on " + where, entry.job.checkpoint_step());
   }
   for (auto& [id, reason] : result.waiting) {
@@ -418,6 +428,30 @@ void Coordinator::Tick() {
       Persist(&entry, /*sync=*/false);
     }
   }
+}
+
+CoordinatorStats Coordinator::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CoordinatorStats s;
+  for (int st = v1::QUEUED; st <= v1::CANCELLED; ++st)
+    s.jobs_by_state[v1::JobState_Name(static_cast<v1::JobState>(st))] = 0;
+  s.workers_by_state["READY"] = 0;
+  s.workers_by_state["LOST"] = 0;
+  for (const auto& [id, entry] : jobs_) {
+    const v1::Job& job = entry.job;
+    s.jobs_by_state[v1::JobState_Name(job.state())]++;
+    if (job.state() == v1::QUEUED) {
+      s.queue_length++;
+      s.oldest_queued_seconds = std::max(s.oldest_queued_seconds, SecondsSince(job.events(job.events_size() - 1).time()));
+    }
+  }
+  for (const auto& [name, w] : workers_) {
+    const bool ready = w.info.state() == v1::WORKER_READY;
+    s.workers_by_state[ready ? "READY" : "LOST"]++;
+    if (ready) s.slots_total += w.info.slots();
+    s.slots_used += UsedSlots(name);
+  }
+  return s;
 }
 
 v1::ListWorkersResponse Coordinator::ListWorkers() const {

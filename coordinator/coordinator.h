@@ -24,11 +24,29 @@
 
 namespace nightshift {
 
+// Told about events that metrics count (implemented in coordinator/metrics.h).
+class CoordinatorObserver {
+ public:
+  virtual ~CoordinatorObserver() = default;
+  virtual void JobScheduled(double queue_wait_seconds) = 0;
+  virtual void JobRestarted(const std::string& reason) = 0;  // worker_lost, rank_failed, ...
+};
+
+// A snapshot for gauges.
+struct CoordinatorStats {
+  std::map<std::string, int> jobs_by_state;     // every state, zeros included
+  int queue_length = 0;
+  double oldest_queued_seconds = 0;
+  std::map<std::string, int> workers_by_state;
+  int slots_total = 0, slots_used = 0;
+};
+
 struct CoordinatorOptions {
   std::string data_dir;                 // RocksDB job store lives here; required
   double lease_seconds = 10;            // a worker silent this long is lost
   int heartbeat_interval_ms = 250;      // told to workers at registration
   double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
+  CoordinatorObserver* observer = nullptr;  // not owned; may be null
 };
 
 class Coordinator {
@@ -53,6 +71,8 @@ class Coordinator {
   Status Register(const v1::RegisterRequest& request, v1::RegisterResponse* response);
   Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
   Status ReportTask(const v1::ReportTaskRequest& request);
+
+  CoordinatorStats Stats() const;
 
   // AdminService.
   v1::ListWorkersResponse ListWorkers() const;
@@ -85,7 +105,10 @@ class Coordinator {
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
   void Persist(JobEntry* entry, bool sync);
-  void FailAttempt(JobEntry* entry, const std::string& error, bool user_error);
+  // `cause` classifies retryable failures for metrics: worker_lost, worker_restarted,
+  // rank_failed.
+  void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,
+                   const char* cause = "rank_failed");
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
                         v1::HeartbeatResponse* response);
   int UsedSlots(const std::string& worker) const;

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
 #include "coordinator/service.h"
 
 namespace {
@@ -22,24 +23,41 @@ int main(int argc, char** argv) {
   CLI::App app{"Nightshift coordinator: accepts jobs, stores them, schedules their ranks"};
   std::string listen = "127.0.0.1:7070";
   CoordinatorOptions options;
-  std::string port_file;
+  std::string port_file, metrics_listen, metrics_port_file;
   app.add_option("--listen", listen, "HOST:PORT to serve gRPC on (port 0: pick one)");
   app.add_option("--data-dir", options.data_dir, "directory of the RocksDB job store")->required();
   app.add_option("--lease-seconds", options.lease_seconds, "a worker silent this long is lost");
   app.add_option("--restart-backoff-seconds", options.restart_backoff_seconds,
                  "delay before a job's first restart (doubles each time, at most 60 s)");
   app.add_option("--port-file", port_file, "write the port actually bound to this file");
+  app.add_option("--metrics-listen", metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
+  app.add_option("--metrics-port-file", metrics_port_file, "write the metrics port to this file");
   CLI11_PARSE(app, argc, argv);
 
+  CoordinatorMetrics metrics;
+  options.observer = &metrics;
   auto coordinator = Coordinator::Open(options);
   if (!coordinator.ok()) {
     NS_ERROR("coordinator: " << coordinator.status().ToString());
     return 2;
   }
   Coordinator* c = coordinator.value().get();
-  JobServiceImpl jobs(c);
-  WorkerServiceImpl workers(c);
-  AdminServiceImpl admin(c);
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!metrics_listen.empty()) {
+    auto m = MetricsServer::Start(metrics_listen);
+    if (!m.ok()) {
+      NS_ERROR("coordinator: " << m.status().ToString());
+      return 2;
+    }
+    metrics_server = std::move(m.value());
+    metrics.Serve(metrics_server.get(), c);
+    WritePortFile(metrics_port_file, metrics_server->port());
+    NS_INFO("coordinator: metrics on " << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":"
+                                       << metrics_server->port() << "/metrics");
+  }
+  JobServiceImpl jobs(c, &metrics);
+  WorkerServiceImpl workers(c, &metrics);
+  AdminServiceImpl admin(c, &metrics);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -56,19 +74,14 @@ int main(int argc, char** argv) {
   NS_INFO("coordinator: listening on " << listen.substr(0, listen.rfind(':')) << ":" << port
                                        << ", data in " << options.data_dir
                                        << " (insecure mode: no authentication)");
-  if (!port_file.empty()) {
-    FILE* f = std::fopen((port_file + ".tmp").c_str(), "w");
-    if (f) {
-      std::fprintf(f, "%d\n", port);
-      std::fclose(f);
-      std::rename((port_file + ".tmp").c_str(), port_file.c_str());
-    }
-  }
+  WritePortFile(port_file, port);
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   while (!g_stop) {
+    const auto t0 = std::chrono::steady_clock::now();
     c->Tick();
+    metrics.SchedulingPass(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   NS_INFO("coordinator: shutting down");

@@ -10,9 +10,11 @@
 
 namespace nightshift {
 
+class CoordinatorMetrics;
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  explicit JobServiceImpl(Coordinator* c) : c_(c) {}
+  JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics) : c_(c), metrics_(metrics) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -22,22 +24,24 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   Coordinator* const c_;  // not owned
+  CoordinatorMetrics* const metrics_;  // not owned; may be null
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
+  WorkerServiceImpl(Coordinator* c, CoordinatorMetrics* metrics) : c_(c), metrics_(metrics) {}
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override;
   grpc::Status ReportTask(grpc::ServerContext*, const v1::ReportTaskRequest*, v1::ReportTaskResponse*) override;
 
  private:
   Coordinator* const c_;
+  CoordinatorMetrics* const metrics_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
-  explicit AdminServiceImpl(Coordinator* c) : c_(c) {}
+  AdminServiceImpl(Coordinator* c, CoordinatorMetrics* metrics) : c_(c), metrics_(metrics) {}
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse*) override;
   grpc::Status ListCache(grpc::ServerContext*, const v1::ListCacheRequest*, v1::ListCacheResponse*) override;
@@ -45,6 +49,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
 
  private:
   Coordinator* const c_;
+  CoordinatorMetrics* const metrics_;
 };
 
 }  // namespace nightshift

@@ -14,7 +14,7 @@ PACKAGES=(
   # data, config, CLI
   libsentencepiece-dev sentencepiece nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   # tests
-  libgtest-dev libgmock-dev prometheus python3-grpcio python3-protobuf python3-yaml
+  libgtest-dev libgmock-dev prometheus curl python3-grpcio python3-protobuf python3-yaml
   # benchmark baseline (plain PyTorch)
   python3-torch python3-numpy
   ca-certificates

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <tuple>
+#include <vector>
 #include <thread>
 
 #include "common/grpc_status.h"
@@ -90,6 +92,7 @@ void Agent::HeartbeatOnce() {
                       << " of " << a.world_size());
     auto task = std::make_unique<Task>(options_, a, cache_);
     task->Start();
+    std::lock_guard<std::mutex> lock(tasks_mu_);
     tasks_[key] = std::move(task);
   }
 }
@@ -111,7 +114,12 @@ void Agent::ReportTasks() {
     if (s.ok() && finished) {
       NS_INFO("worker " << options_.name << ": " << it->first.first << " attempt " << it->first.second << " "
                         << v1::TaskState_Name(req.status().state()) << " reported");
-      it = tasks_.erase(it);  // joins the task's thread (already done)
+      std::unique_ptr<Task> done = std::move(it->second);
+      {
+        std::lock_guard<std::mutex> lock(tasks_mu_);
+        it = tasks_.erase(it);
+      }
+      done.reset();  // joins the task's thread (already finished)
       continue;
     }
     ++it;
@@ -136,7 +144,74 @@ void Agent::Run(const std::atomic<bool>* stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(registered_ ? interval_ms_ : 500));
   }
   NS_INFO("worker " << options_.name << ": shutting down, stopping " << tasks_.size() << " tasks");
-  tasks_.clear();
+  std::map<std::pair<std::string, int>, std::unique_ptr<Task>> stopping;
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    stopping.swap(tasks_);
+  }
+  stopping.clear();
+}
+
+}  // namespace nightshift
+
+namespace nightshift {
+
+void Agent::CollectMetrics(FamilyBuilder* b) const {
+  // Trainer figures by (job, rank): gauges from the latest step event, counters from the
+  // running totals the trainer reports.
+  static const std::vector<std::tuple<const char*, const char*, const char*>> kGauges = {
+      {"tokens_per_second", "nightshift_trainer_tokens_per_second", "Real (non-padding) tokens trained per second"},
+      {"samples_per_second", "nightshift_trainer_samples_per_second", "Samples trained per second"},
+      {"step_seconds", "nightshift_trainer_step_seconds", "Seconds per optimizer step"},
+      {"data_wait_seconds", "nightshift_trainer_data_wait_seconds", "Seconds per step spent waiting for data"},
+      {"loss", "nightshift_trainer_loss", "Training loss (mean over the last steps)"},
+      {"lr", "nightshift_trainer_learning_rate", "Learning rate"},
+      {"padding_efficiency", "nightshift_trainer_padding_efficiency_ratio", "Real tokens / padded tokens"},
+      {"memory_allocated_bytes", "nightshift_trainer_device_memory_allocated_bytes", "Device memory allocated"},
+      {"memory_reserved_bytes", "nightshift_trainer_device_memory_reserved_bytes", "Device memory reserved"},
+      {"memory_peak_bytes", "nightshift_trainer_memory_peak_bytes", "Peak memory (device, or host RSS on CPU)"},
+      {"host_rss_bytes", "nightshift_trainer_host_rss_bytes", "Host resident memory of the rank"},
+      {"allreduce_seconds", "nightshift_trainer_allreduce_seconds", "Seconds per step waiting on gradient all-reduce"},
+      {"step", "nightshift_trainer_step", "Optimizer steps done"},
+      {"epoch", "nightshift_trainer_epoch", "Current epoch"}};
+  static const std::vector<std::tuple<const char*, const char*, const char*>> kCounters = {
+      {"skipped_steps", "nightshift_trainer_skipped_steps_total", "Steps skipped for non-finite loss or gradients"},
+      {"oom_recoveries", "nightshift_trainer_oom_recoveries_total", "Batches split after an out-of-memory error"}};
+  int running = 0;
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    for (const auto& [id, task] : tasks_) {
+      running += !task->finished();
+      for (const auto& [rank, rec] : task->RankSnapshot()) {
+        const FamilyBuilder::Labels labels = {{"job", id.first}, {"rank", std::to_string(rank)}};
+        if (!rec.step.event.empty()) {
+          for (const auto& [key, name, help] : kGauges)
+            if (rec.step.numbers.count(key)) b->Gauge(name, help, labels, rec.step.Number(key));
+          for (const auto& [key, name, help] : kCounters)
+            b->Counter(name, help, labels, rec.step.Number(key));
+        }
+        if (!rec.checkpoint.event.empty()) {
+          b->Gauge("nightshift_trainer_checkpoint_seconds", "Time to write the last checkpoint", labels,
+                   rec.checkpoint.Number("seconds"));
+          b->Gauge("nightshift_trainer_checkpoint_bytes", "Size of the last checkpoint", labels,
+                   rec.checkpoint.Number("bytes"));
+          b->Gauge("nightshift_trainer_checkpoint_step", "Step of the last checkpoint", labels,
+                   rec.checkpoint.Number("step"));
+        }
+      }
+    }
+  }
+  b->Gauge("nightshift_worker_slots", "Rank slots this worker offers", {}, options_.cpu_slots);
+  b->Gauge("nightshift_worker_tasks_running", "Tasks (job attempts) running on this worker", {}, running);
+  const v1::CacheStats s = cache_->Report().stats();
+  b->Gauge("nightshift_cache_entries", "Feature-cache entries", {}, static_cast<double>(s.entries()));
+  b->Gauge("nightshift_cache_bytes", "Bytes held by the feature cache", {}, static_cast<double>(s.bytes()));
+  b->Gauge("nightshift_cache_max_bytes", "Feature-cache budget (0: none)", {}, static_cast<double>(s.max_bytes()));
+  b->Counter("nightshift_cache_hits_total", "Feature-cache hits", {}, static_cast<double>(s.hits()));
+  b->Counter("nightshift_cache_misses_total", "Feature-cache misses (builds)", {}, static_cast<double>(s.misses()));
+  b->Counter("nightshift_cache_evictions_total", "Feature-cache evictions", {}, static_cast<double>(s.evictions()));
+  b->Counter("nightshift_cache_build_seconds_total", "Seconds spent building cache entries", {}, s.build_seconds());
+  b->Counter("nightshift_cache_build_seconds_saved_total", "Build seconds saved by hits", {}, s.build_seconds_saved());
 }
 
 }  // namespace nightshift

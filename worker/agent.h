@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "common/metrics.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
 #include "worker/task.h"
 
@@ -22,6 +23,9 @@ class Agent {
   Agent(const WorkerOptions& options, FeatureCache* cache);
   // Runs until *stop becomes true; then stops every task.
   void Run(const std::atomic<bool>* stop);
+
+  // Prometheus families for the worker, its tasks' ranks and its cache (any thread).
+  void CollectMetrics(FamilyBuilder* b) const;
 
  private:
   bool Register();
@@ -35,7 +39,9 @@ class Agent {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   bool registered_ = false;
   int interval_ms_ = 250;
-  // Tasks by (job id, attempt). Only the agent thread touches this map.
+  // Tasks by (job id, attempt). Only the agent thread changes the map, under tasks_mu_;
+  // it reads it without the lock, other threads (metrics) with it.
+  mutable std::mutex tasks_mu_;
   std::map<std::pair<std::string, int>, std::unique_ptr<Task>> tasks_;
 };
 

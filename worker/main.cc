@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "worker/agent.h"
 
 namespace {
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-max-bytes", options.cache_max_bytes,
                  "budget of the feature cache in bytes (least recently used entries are evicted); 0: none")
       ->check(CLI::NonNegativeNumber);
+  std::string metrics_listen, metrics_port_file;
+  app.add_option("--metrics-listen", metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
+  app.add_option("--metrics-port-file", metrics_port_file, "write the metrics port to this file");
   CLI11_PARSE(app, argc, argv);
 
   std::error_code ec;
@@ -50,6 +54,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   Agent agent(options, cache.value().get());
+  std::unique_ptr<MetricsServer> metrics;
+  std::shared_ptr<SnapshotCollector> collector;
+  if (!metrics_listen.empty()) {
+    auto m = MetricsServer::Start(metrics_listen);
+    if (!m.ok()) {
+      NS_ERROR("worker: " << m.status().ToString());
+      return 2;
+    }
+    metrics = std::move(m.value());
+    collector = std::make_shared<SnapshotCollector>([&agent](FamilyBuilder* b) { agent.CollectMetrics(b); });
+    metrics->Register(collector);
+    WritePortFile(metrics_port_file, metrics->port());
+    NS_INFO("worker " << options.name << ": metrics on port " << metrics->port());
+  }
   agent.Run(&g_stop);
   return 0;
 }

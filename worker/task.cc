@@ -105,6 +105,11 @@ v1::TaskStatus Task::Snapshot() const {
   return status_;
 }
 
+std::map<int, Task::RankRecords> Task::RankSnapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rank_records_;
+}
+
 bool Task::finished() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_.state() == v1::TASK_SUCCEEDED || status_.state() == v1::TASK_FAILED;
@@ -342,8 +347,10 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
           continue;
         }
         if (rec.event == "error") r.last_error = rec.String("message");
-        if (r.rank != assignment_.first_rank()) continue;  // the lowest local rank speaks for the task
         std::lock_guard<std::mutex> lock(mu_);
+        if (rec.event == "step") rank_records_[r.rank].step = rec;
+        if (rec.event == "checkpoint") rank_records_[r.rank].checkpoint = rec;
+        if (r.rank != assignment_.first_rank()) continue;  // the lowest local rank speaks for the task
         if (rec.event == "step" || rec.event == "start") {
           ApplyProgress(rec, status_.mutable_progress());
         } else if (rec.event == "checkpoint") {

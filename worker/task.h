@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/format/progress.h"
 #include "nightshift/v1/cluster.pb.h"
 #include "worker/feature_cache.h"
 
@@ -45,6 +47,11 @@ class Task {
   void Stop();
 
   v1::TaskStatus Snapshot() const;
+  // The latest "step" and "checkpoint" progress records of each local rank (for metrics).
+  struct RankRecords {
+    format::ProgressRecord step, checkpoint;
+  };
+  std::map<int, RankRecords> RankSnapshot() const;
   bool finished() const;
   // True once per batch of new progress since the last call.
   bool TakeProgressDirty() { return progress_dirty_.exchange(false); }
@@ -67,6 +74,7 @@ class Task {
   mutable std::mutex mu_;
   v1::TaskStatus status_;         // GUARDED_BY(mu_)
   std::vector<pid_t> pids_;       // GUARDED_BY(mu_), running ranks
+  std::map<int, RankRecords> rank_records_;  // GUARDED_BY(mu_), by global rank
   std::atomic<bool> stopping_{false};
   std::atomic<bool> progress_dirty_{false};
   std::thread thread_;

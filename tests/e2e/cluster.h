@@ -86,13 +86,14 @@ class Cluster {
   std::string dir() const { return dir_.string(); }
 
   // Starts (or restarts) the coordinator on a new port; waits until it answers.
-  void StartCoordinator() {
+  void StartCoordinator(const std::vector<std::string>& extra_args = {}) {
     const std::string port_file = dir() + "/coordinator.port";
     fs::remove(port_file);
-    coordinator_ = Process({Bin("nightshift-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
-                            dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5",
-                            "--restart-backoff-seconds", "0.2"},
-                           dir() + "/coordinator.log");
+    std::vector<std::string> argv = {Bin("nightshift-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+                                     dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5",
+                                     "--restart-backoff-seconds", "0.2"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    coordinator_ = Process(argv, dir() + "/coordinator.log");
     for (int i = 0; i < 300 && !fs::exists(port_file); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::ifstream in(port_file);
@@ -146,6 +147,26 @@ class Cluster {
   }
   const std::string& address() const { return address_; }
   std::string Bin(const std::string& name) const { return std::string(NIGHTSHIFT_BIN_DIR) + "/" + name; }
+
+  // Reads a port written by a --*port-file flag (waits up to 15 s for it).
+  int ReadPortFile(const std::string& path) {
+    for (int i = 0; i < 300 && !fs::exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(path);
+    int port = 0;
+    in >> port;
+    return port;
+  }
+
+  // Runs a shell command; returns its exit code and fills *out with stdout and stderr.
+  static int Shell(const std::string& cmd, std::string* out) {
+    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+    char buf[4096];
+    size_t n;
+    out->clear();
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+    int status = ::pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
 
   // Runs the CLI; returns its exit code and fills *out with its stdout.
   int Cli(const std::vector<std::string>& args, std::string* out) {
