@@ -5,16 +5,21 @@
 //
 // Every line has "event". Events and their keys (units in the names):
 //   start       world_size, rank, resumed_step, num_parameters, train_samples, val_samples,
-//               total_steps, blas_gflops, device (string)
+//               total_steps, blas_gflops, max_tokens (the token budget, probed when
+//               the spec says auto; 0: fixed batch_size), batch_size, device (string)
 //   step        step, epoch, total_steps, loss, lr, tokens_per_second (real tokens),
 //               samples_per_second, step_seconds, data_wait_seconds, padding_efficiency,
 //               batch_samples, batch_padded_tokens, memory_allocated_bytes,
 //               memory_reserved_bytes, memory_peak_bytes, host_rss_bytes,
-//               skipped_steps, oom_recoveries
+//               skipped_steps (steps not applied: non-finite loss or fp16 overflow, since
+//               start), oom_recoveries (out-of-memory attempts survived by splitting,
+//               since start), micro_batches (of the last batch), grad_scale (fp16 loss
+//               scale; 1 otherwise), precision (string: fp32, bf16, fp16)
 //   eval        step, epoch, val_loss, val_accuracy, val_f1 (two classes), val_perplexity
 //   checkpoint  step, path (string), bytes, seconds
 //   warning     message (string)
-//   done        step, and the final metrics (val_*), train_seconds
+//   done        step, and the final metrics (val_*; val_perplexity for language
+//               models, else null), train_seconds
 //   error       message (string): the reason the trainer is about to exit non-zero
 #ifndef NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_
 #define NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_

@@ -119,7 +119,8 @@ SavedCheckpoint CheckpointManager::Save(const TrainPosition& position, torch::nn
                    {"epoch", position.epoch},
                    {"batch_in_epoch", position.batch_in_epoch},
                    {"rng_cpu", Hex(position.rng_cpu)},
-                   {"metrics", position.metrics}};
+                   {"metrics", position.metrics},
+                   {"fingerprint", position.fingerprint}};
   write("manifest.json", manifest.dump(2) + "\n");
   write(kComplete, std::to_string(position.step) + "\n");
   Check(format::SyncDirectory(options_.dir));
@@ -157,8 +158,7 @@ void CheckpointManager::Prune() {
   Check(format::SyncDirectory(options_.dir));
 }
 
-bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                   TrainPosition* position, std::string* path) {
+bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) const {
   std::vector<std::string> complete = ListComplete();
   if (complete.empty()) return false;
   const fs::path dir = complete.back();
@@ -178,10 +178,20 @@ bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optim
     p.batch_in_epoch = m.at("batch_in_epoch").get<int64_t>();
     p.rng_cpu = Unhex(m.at("rng_cpu").get<std::string>());
     p.metrics = m.at("metrics").get<std::map<std::string, double>>();
+    p.fingerprint = m.value("fingerprint", "");
     *position = std::move(p);
   } catch (const json::exception& e) {
     throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
   }
+  if (path != nullptr) *path = dir.string();
+  return true;
+}
+
+bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                   TrainPosition* position, std::string* path) {
+  std::string found;
+  if (!PeekLatest(position, &found)) return false;
+  const fs::path dir = found;
   {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "model.pt").string());
@@ -194,6 +204,15 @@ bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optim
   }
   if (path != nullptr) *path = dir.string();
   return true;
+}
+
+std::string RunFingerprint(uint64_t seed, int64_t batch_size, int64_t max_tokens, bool max_tokens_auto,
+                           const std::vector<std::string>& shard_descriptions,
+                           const std::string& model_description) {
+  std::string f = "seed=" + std::to_string(seed) + ";batch_size=" + std::to_string(batch_size) +
+                  ";max_tokens=" + (max_tokens_auto ? std::string("auto") : std::to_string(max_tokens));
+  for (const std::string& d : shard_descriptions) f += ";" + d;
+  return f + ";" + model_description;
 }
 
 std::string GetCpuRngState() {

@@ -2,7 +2,8 @@
 //   model.pt       the model's parameters and buffers (torch::serialize archive)
 //   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded)
 //   manifest.json  {"magic": "nightshift-checkpoint", "version": 1, step, epoch,
-//                   batch_in_epoch, rng_cpu (hex of the CPU generator state), metrics}
+//                   batch_in_epoch, rng_cpu (hex of the CPU generator state), metrics,
+//                   fingerprint (what the run must match to resume from it)}
 //   COMPLETE       written last: a checkpoint without it does not exist.
 // Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
 // writing: the marker goes first, then the rest.
@@ -36,6 +37,7 @@ struct TrainPosition {
   int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained
   std::string rng_cpu;         // CPU generator state (bytes)
   std::map<std::string, double> metrics;  // running metrics (train_seconds, ...)
+  std::string fingerprint;     // RunFingerprint() of the run that wrote it ("": older checkpoint, not checked)
 };
 
 struct SavedCheckpoint {
@@ -61,6 +63,10 @@ class CheckpointManager {
   bool LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                   TrainPosition* position, std::string* path = nullptr);
 
+  // Reads only the newest complete checkpoint's manifest into *position (and its
+  // directory into *path); false when there is none. Throws if it is unreadable.
+  bool PeekLatest(TrainPosition* position, std::string* path = nullptr) const;
+
   // Step directories with their COMPLETE marker, oldest first.
   std::vector<std::string> ListComplete() const;
 
@@ -70,6 +76,13 @@ class CheckpointManager {
   const CheckpointOptions options_;
   std::chrono::steady_clock::time_point last_save_;
 };
+
+// What a checkpoint is only valid for: the seed, the batching options, the data shards
+// (sizes and checksums) and the model's dimensions, as readable "key=value;" text. A
+// resumed run must have the same one (else the data order or the shapes differ).
+std::string RunFingerprint(uint64_t seed, int64_t batch_size, int64_t max_tokens, bool max_tokens_auto,
+                           const std::vector<std::string>& shard_descriptions,
+                           const std::string& model_description);
 
 // The CPU generator's state (dropout, init) as bytes, and back.
 std::string GetCpuRngState();

@@ -38,6 +38,41 @@ inline void SetCudaAutocast(bool enabled, at::ScalarType dtype) {
 #endif
 }
 
+// The whole autocast state of this thread (both device types), to record and re-apply
+// (activation checkpointing re-applies the forward's state in its recompute).
+struct AutocastState {
+  bool cpu_enabled = false;
+  at::ScalarType cpu_dtype = at::kBFloat16;
+  bool cuda_enabled = false;
+  at::ScalarType cuda_dtype = at::kHalf;
+};
+
+inline AutocastState GetAutocastState() {
+  AutocastState s;
+#if NIGHTSHIFT_TORCH_AT_LEAST(2, 4)
+  s.cpu_enabled = at::autocast::is_autocast_enabled(at::kCPU);
+  s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  s.cuda_enabled = at::autocast::is_autocast_enabled(at::kCUDA);
+  s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+  s.cpu_enabled = at::autocast::is_cpu_enabled();
+  s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+  s.cuda_enabled = at::autocast::is_enabled();
+  s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+#endif
+  return s;
+}
+
+inline void SetAutocastState(const AutocastState& s) {
+  SetCpuAutocast(s.cpu_enabled, s.cpu_dtype);
+  SetCudaAutocast(s.cuda_enabled, s.cuda_dtype);
+}
+
+// Autocast nesting (the cast cache is cleared when the outermost region exits).
+inline int IncrementAutocastNesting() { return at::autocast::increment_nesting(); }
+inline int DecrementAutocastNesting() { return at::autocast::decrement_nesting(); }
+inline void ClearAutocastCache() { at::autocast::clear_cache(); }
+
 // The base class of c10d's Gloo and NCCL groups: ProcessGroup in 1.13, Backend in 2.x
 // (where ProcessGroup became a dispatcher over backends). Both have the collectives
 // (broadcast, allreduce, barrier) with the same signatures and return c10d::Work.

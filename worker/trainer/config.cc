@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/trainer/activation_checkpoint.h"
+
 namespace nightshift::trainer {
 namespace {
 
@@ -122,6 +124,12 @@ void Parse(const json& root, TrainConfig* c) {
   Section model = spec.Sub("model");
   ModelConfig& m = c->model;
   model.String("arch", &m.arch);
+  model.String("path", &m.path);
+  if (m.arch != "transformer_classifier" && m.arch != "gpt_lm" && m.arch != "torchscript")
+    throw ConfigError("spec.model.arch must be transformer_classifier, gpt_lm or torchscript, got \"" +
+                      m.arch + "\"");
+  if (m.arch == "torchscript" && m.path.empty())
+    throw ConfigError("spec.model.path is required for model.arch torchscript");
   model.Int("layers", &m.layers, 1, 1024);
   model.Int("d_model", &m.d_model, 1, 1 << 20);
   model.Int("heads", &m.heads, 1, 1024);
@@ -151,6 +159,9 @@ void Parse(const json& root, TrainConfig* c) {
   train.Double("grad_clip", &t.grad_clip, 0.0, 1e30);
   train.String("activation_checkpointing", &t.activation_checkpointing);
   if (t.activation_checkpointing.empty()) t.activation_checkpointing = "none";
+  if (std::string err = ParseActivationCheckpointing(t.activation_checkpointing, &t.checkpoint_every_blocks);
+      !err.empty())
+    throw ConfigError(err);
   train.Int("max_steps", &t.max_steps, 0, kI64);
   train.Int("threads", &t.threads, 0, 4096);
 
@@ -253,6 +264,11 @@ std::string ReadRankInfo(RankInfo* info) {
   if (err.empty()) err = read_int("LOCAL_WORLD_SIZE", 1, kI32, &r.local_world_size);
   if (err.empty()) err = read_int("MASTER_PORT", 0, 65535, &r.master_port);
   if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_ABORT_AT_STEP", 0, kI64, &r.fault_abort_at_step);
+  if (err.empty())
+    err = read_int("NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", 0, kI64, &r.fault_oom_above_tokens);
+  if (err.empty())
+    err = read_int("NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP", 0, kI64, &r.fault_nan_loss_from_step);
+  if (err.empty()) err = read_int("NIGHTSHIFT_MEMORY_LIMIT_BYTES", 0, kI64, &r.memory_limit_bytes);
   if (!err.empty()) return err;
   if (err.empty()) err = read_int("TORCHELASTIC_RESTART_COUNT", 0, kI32, &r.restart_count);
   if (!err.empty()) return err;

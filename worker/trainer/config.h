@@ -11,7 +11,8 @@
 namespace nightshift::trainer {
 
 struct ModelConfig {
-  std::string arch = "transformer_classifier";  // only transformer_classifier for now
+  std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript
+  std::string path;       // torchscript: the module file (forward(tokens, pad_mask) -> logits)
   int layers = 2;         // transformer blocks
   int d_model = 128;      // hidden width; divisible by heads
   int heads = 4;          // attention heads
@@ -33,7 +34,8 @@ struct TrainSection {
   int prefetch = 2;             // batches prepared ahead
   std::string precision = "fp32";
   double grad_clip = 1.0;       // max global gradient norm; 0 disables
-  std::string activation_checkpointing = "none";
+  std::string activation_checkpointing = "none";  // none | full | every_N
+  int checkpoint_every_blocks = 0;  // parsed from it: 0 none, 1 full, N every N-th block
   int64_t max_steps = 0;        // optimizer steps; 0: no limit
   int threads = 0;              // intra-op threads; 0: cores / local ranks
 };
@@ -88,6 +90,15 @@ struct RankInfo {
   int restart_count = 0;       // TORCHELASTIC_RESTART_COUNT: keys of each restart apart
   int64_t fault_abort_at_step = 0;  // NIGHTSHIFT_FAULT_ABORT_AT_STEP (tests): abort()
                                     // before this step (1-based) runs; 0: never
+  int64_t fault_oom_above_tokens = 0;  // NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS (tests): a
+                                       // micro-batch of more padded tokens runs out of
+                                       // memory; 0: never
+  int64_t memory_limit_bytes = 0;  // NIGHTSHIFT_MEMORY_LIMIT_BYTES or --memory-limit: host
+                                   // memory this rank may use (max_tokens: auto); 0: the
+                                   // resident set plus MemAvailable
+  int64_t fault_nan_loss_from_step = 0;  // NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP (tests): the
+                                         // loss of this step (1-based) and later counts as
+                                         // not finite; 0: never
 };
 
 // Reads the variables above (absent: the defaults); returns "" or what is wrong.

@@ -1,4 +1,4 @@
-// nightshift-trainer --config FILE.json
+// nightshift-trainer --config FILE.json [--memory-limit BYTES]
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset). Logs go to stderr.
 // Exit: 0 done, 1 error (an `error` event was written), 2 usage, 143 stopped by SIGTERM.
@@ -27,18 +27,22 @@ int Fail(nt::ProgressSink& progress, const std::string& message) {
 
 int main(int argc, char** argv) {
   std::string config_path;
+  long long memory_limit = 0;  // bytes; 0: NIGHTSHIFT_MEMORY_LIMIT_BYTES or MemAvailable
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
       config_path = argv[++i];
     } else if (std::strncmp(argv[i], "--config=", 9) == 0) {
       config_path = argv[i] + 9;
+    } else if (std::strcmp(argv[i], "--memory-limit") == 0 && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%lld", &memory_limit) == 1 && memory_limit > 0) {
+      ++i;
     } else {
       config_path.clear();
       break;
     }
   }
   if (config_path.empty()) {
-    std::fprintf(stderr, "usage: nightshift-trainer --config FILE.json\n");
+    std::fprintf(stderr, "usage: nightshift-trainer --config FILE.json [--memory-limit BYTES]\n");
     return 2;
   }
 
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
       return Fail(progress, err);
     nt::RankInfo rank;
     if (std::string err = nt::ReadRankInfo(&rank); !err.empty()) return Fail(progress, err);
+    if (memory_limit > 0) rank.memory_limit_bytes = memory_limit;
     ::signal(SIGPIPE, SIG_IGN);  // a dead reader makes write() fail, not kill us
     nt::InstallStopSignalHandler();
     return nt::RunTraining(config, rank, progress);

@@ -1,5 +1,9 @@
 #include "worker/trainer/model.h"
 
+#include <torch/script.h>
+
+#include "worker/trainer/activation_checkpoint.h"
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -7,6 +11,57 @@
 namespace nightshift::trainer {
 
 namespace F = torch::nn::functional;
+
+namespace {
+
+// Runs the blocks, checkpointing every N-th (activation_checkpoint.h).
+torch::Tensor RunBlocks(torch::nn::ModuleList& blocks, int every_n, torch::Tensor x,
+                        const torch::Tensor& attn_bias) {
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    std::shared_ptr<TransformerBlockImpl> block = blocks->ptr<TransformerBlockImpl>(i);
+    if (IsCheckpointedBlock(every_n, static_cast<int64_t>(i))) {
+      x = CheckpointedBlockForward(
+          [block](const torch::Tensor& in, const torch::Tensor& bias) { return block->forward(in, bias); },
+          x, attn_bias);
+    } else {
+      x = block->forward(x, attn_bias);
+    }
+  }
+  return x;
+}
+
+// A TorchScript module as a SequenceModel (shares its parameter and buffer tensors).
+class TorchScriptModel : public SequenceModel {
+ public:
+  explicit TorchScriptModel(const std::string& path) {
+    try {
+      module_ = torch::jit::load(path);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("model.path " + path + ": cannot load a TorchScript module: " +
+                               e.what_without_backtrace());
+    }
+    auto mangle = [](std::string name) {
+      for (size_t at; (at = name.find('.')) != std::string::npos;) name.replace(at, 1, "__");
+      return name;
+    };
+    for (const auto& p : module_.named_parameters(/*recurse=*/true))
+      register_parameter(mangle(p.name), p.value, /*requires_grad=*/true);  // all trained
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(mangle(b.name), b.value);
+    if (parameters().empty()) throw std::runtime_error("model.path " + path + ": the module has no parameters");
+  }
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override {
+    return module_.forward({tokens, pad_mask}).toTensor();
+  }
+  void train(bool on) override {
+    SequenceModel::train(on);
+    module_.train(on);
+  }
+
+ private:
+  torch::jit::Module module_;
+};
+
+}  // namespace
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t heads, int64_t ffn,
                                            double dropout)
@@ -59,10 +114,40 @@ torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
   auto attn_bias = torch::zeros(pad_mask.sizes(), x.options())
                        .masked_fill_(pad_mask, -std::numeric_limits<float>::infinity())
                        .view({pad_mask.size(0), 1, 1, l});
-  for (const auto& block : *blocks_) x = block->as<TransformerBlock>()->forward(x, attn_bias);
+  x = RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
   auto cls = ln_f_(x.select(1, 0));  // [B, D]
   cls = F::dropout(cls, F::DropoutFuncOptions().p(dropout_).training(is_training()));
   return head_(cls);
+}
+
+GptLMImpl::GptLMImpl(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
+    : max_len_(m.max_len), dropout_(m.dropout) {
+  tok_emb_ = register_module(
+      "tok_emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab_size, m.d_model)
+                                          .padding_idx(pad_id)));
+  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(m.max_len, m.d_model));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int i = 0; i < m.layers; ++i)
+    blocks_->push_back(TransformerBlock(m.d_model, m.heads, m.ffn, m.dropout));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.d_model})));
+  head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(m.d_model, vocab_size).bias(false)));
+}
+
+torch::Tensor GptLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
+  TORCH_CHECK(tokens.size(1) <= max_len_, "batch length ", tokens.size(1),
+              " exceeds model.max_len ", max_len_);
+  const int64_t b = tokens.size(0), l = tokens.size(1);
+  auto pos = torch::arange(l, tokens.options());
+  auto x = tok_emb_(tokens) + pos_emb_(pos).unsqueeze(0);  // [B, L, D]
+  x = F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  // Causal and key-padding bias [B, 1, L, L]: query t sees keys <= t that are not padding.
+  // Padding is at the end of a row, so every query row keeps key 0 (no all -inf row).
+  const float inf = std::numeric_limits<float>::infinity();
+  auto causal = torch::ones({l, l}, torch::kBool).triu(1);                      // [L, L]
+  auto blocked = causal.unsqueeze(0) | pad_mask.view({b, 1, l});                 // [B, L, L]
+  auto attn_bias = torch::zeros({b, l, l}, x.options()).masked_fill_(blocked, -inf).unsqueeze(1);
+  x = RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
+  return head_(ln_f_(x));  // [B, L, V]
 }
 
 TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,
@@ -70,6 +155,41 @@ TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,
   if (model.arch != "transformer_classifier")
     throw std::runtime_error("model.arch " + model.arch + " not supported by this trainer yet");
   return TransformerClassifier(model, vocab_size, num_classes, pad_id);
+}
+
+}  // namespace nightshift::trainer
+
+namespace nightshift::trainer {
+
+std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int64_t vocab_size,
+                                                  int64_t num_classes, int64_t pad_id) {
+  if (model.arch == "transformer_classifier")
+    return BuildModel(model, vocab_size, num_classes, pad_id).ptr();
+  if (model.arch == "gpt_lm") return GptLM(model, vocab_size, pad_id).ptr();
+  if (model.arch == "torchscript") {
+    if (model.path.empty()) throw std::runtime_error("model.arch torchscript needs model.path");
+    return std::make_shared<TorchScriptModel>(model.path);
+  }
+  throw std::runtime_error("model.arch " + model.arch +
+                           " is not supported (use transformer_classifier, gpt_lm or torchscript)");
+}
+
+LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token) {
+  auto sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);
+  if (!next_token) return {F::cross_entropy(logits.to(torch::kFloat), batch.labels, sum), batch.samples};
+  const int64_t l = logits.size(1), v = logits.size(2);
+  TORCH_CHECK(l == batch.tokens.size(1), "language-model logits must be [B, L, V]");
+  if (l < 2) return {logits.sum().to(torch::kFloat) * 0, 0};
+  auto pred = logits.narrow(1, 0, l - 1).reshape({-1, v}).to(torch::kFloat);
+  auto target = batch.tokens.narrow(1, 1, l - 1).reshape({-1})
+                    .masked_fill(batch.pad_mask.narrow(1, 1, l - 1).reshape({-1}), -100);
+  return {F::cross_entropy(pred, target, sum.ignore_index(-100)), LossCount(batch, true)};
+}
+
+int64_t LossCount(const Batch& batch, bool next_token) {
+  if (!next_token) return batch.samples;
+  if (batch.tokens.size(1) < 2) return 0;
+  return batch.pad_mask.narrow(1, 1, batch.tokens.size(1) - 1).logical_not().sum().item<int64_t>();
 }
 
 }  // namespace nightshift::trainer

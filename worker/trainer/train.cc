@@ -15,10 +15,13 @@
 #include <stdexcept>
 #include <thread>
 
+#include "worker/trainer/amp.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/compat.h"
 #include "worker/trainer/data_loader.h"
+#include "worker/trainer/memory_probe.h"
 #include "worker/trainer/ddp.h"
+#include "worker/trainer/oom.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -74,7 +77,7 @@ void OpenShard(const std::string& path, const char* what, const DataConfig& data
     throw std::runtime_error(std::string(what) + " shard " + path + " has " +
                              std::to_string(h.num_classes) + " classes but data.num_classes is " +
                              std::to_string(data.num_classes));
-  for (uint64_t i = 0; i < shard->num_samples(); ++i)
+  for (uint64_t i = 0; data.num_classes > 0 && i < shard->num_samples(); ++i)
     if (shard->label(i) < 0 || shard->label(i) >= data.num_classes)
       throw std::runtime_error(std::string(what) + " shard " + path + ": sample " + std::to_string(i) +
                                " has label " + std::to_string(shard->label(i)) + " outside [0, " +
@@ -89,6 +92,17 @@ std::vector<uint32_t> Lengths(const format::ShardReader& shard, int64_t max_len)
 }
 
 // Sums of the steps since the last `step` event.
+// A worst-case batch for memory probes: `rows` samples of `len` tokens, no padding.
+Batch WorstCaseBatch(int64_t rows, int64_t len, int64_t token) {
+  Batch b;
+  b.tokens = torch::full({rows, len}, token, torch::kLong);
+  b.pad_mask = torch::zeros({rows, len}, torch::kBool);
+  b.labels = torch::zeros({rows}, torch::kLong);
+  b.real_tokens = b.padded_tokens = rows * len;
+  b.samples = rows;
+  return b;
+}
+
 struct StepWindow {
   int64_t steps = 0, tokens = 0, padded = 0, samples = 0;
   double seconds = 0, wait = 0, loss = 0;
@@ -99,14 +113,9 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   const auto t_start = Clock::now();
   std::vector<std::string> warnings;  // emitted right after the start event
   // ---- validate what this trainer can do
-  if (cfg.train.precision != "fp32")
-    throw std::runtime_error("spec.train.precision " + cfg.train.precision +
-                             " is not supported yet (use fp32)");
-  if (cfg.model.arch != "transformer_classifier")
-    throw std::runtime_error("model.arch " + cfg.model.arch + " not supported by this trainer yet");
-  if (cfg.train.activation_checkpointing != "none")
-    warnings.push_back("activation_checkpointing " + cfg.train.activation_checkpointing +
-                       " is not built yet; training without it");
+  const torch::Device device(torch::kCPU);  // CUDA placement: not built yet
+  if (std::string err = CheckPrecision(cfg.train.precision, device); !err.empty())
+    throw std::runtime_error(err);
   const bool is_rank0 = rank.rank == 0;
 
   // ---- threads and BLAS speed
@@ -133,10 +142,80 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   BatchPlanOptions plan_options;
   plan_options.batch_size = cfg.train.batch_size;
   plan_options.max_tokens = cfg.train.max_tokens;
-  if (cfg.train.max_tokens_auto)
-    warnings.push_back("max_tokens: auto is not built yet; using batch_size " +
-                       std::to_string(cfg.train.batch_size));
   const uint64_t seed = cfg.train.seed;
+
+  // ---- model, optimizer, checkpoints (resume)
+  torch::manual_seed(seed);
+  std::shared_ptr<SequenceModel> model =
+      BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, pad_id);
+  // Language-model data (no classes) trains next-token prediction.
+  const bool next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
+  model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
+  torch::optim::AdamW optimizer(
+      model->parameters(),
+      torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
+  CheckpointManager checkpoints(CheckpointOptions{cfg.checkpoint_dir, cfg.checkpoint.every_steps,
+                                                  cfg.checkpoint.every_seconds,
+                                                  cfg.checkpoint.keep_last});
+  TrainPosition pos;
+  std::string resumed_from;
+  // A checkpoint of another seed, batching, data or model cannot continue this run.
+  const auto shard_text = [](const char* name, const format::ShardReader& s) {
+    return std::string(name) + "=" + std::to_string(s.num_samples()) + "/" + std::to_string(s.header().num_tokens) +
+           "/" + std::to_string(s.header().payload_checksum);
+  };
+  const ModelConfig& mc = cfg.model;
+  const std::string fingerprint = RunFingerprint(
+      seed, cfg.train.batch_size, cfg.train.max_tokens, cfg.train.max_tokens_auto,
+      {shard_text("train", train_shard), shard_text("val", val_shard)},
+      "model=" + mc.arch + "/" + std::to_string(mc.layers) + "/" + std::to_string(mc.d_model) + "/" +
+          std::to_string(mc.heads) + "/" + std::to_string(mc.ffn) + "/" + std::to_string(mc.max_len) + "/" +
+          std::to_string(cfg.data.vocab_size) + "/" + std::to_string(cfg.data.num_classes));
+  if (TrainPosition latest; checkpoints.PeekLatest(&latest, &resumed_from) &&
+      !latest.fingerprint.empty() && latest.fingerprint != fingerprint)
+    throw std::runtime_error("checkpoint " + resumed_from + " belongs to another run configuration (it has \"" +
+                             latest.fingerprint + "\", this run is \"" + fingerprint +
+                             "\"): resume with the same seed, batching, data and model, or delete " +
+                             cfg.checkpoint_dir + " to start over");
+  const bool resumed = checkpoints.LoadLatest(*model, optimizer, &pos, &resumed_from);
+  if (resumed) {
+    SetCpuRngState(pos.rng_cpu);  // dropout continues where the saved run was
+    Log("resumed from %s (step %lld)", resumed_from.c_str(), static_cast<long long>(pos.step));
+  }
+  int64_t num_parameters = 0;
+  for (const auto& p : model->parameters()) num_parameters += p.numel();
+  // The loss of a batch, summed over its samples or predicted tokens (the mean is sum /
+  // LossCount); the forward pass runs in the run's precision.
+  const auto batch_loss_sum = [&](const Batch& b) {
+    AutocastRegion autocast(cfg.train.precision, device);
+    return ComputeLossSum(model->forward(b.tokens, b.pad_mask), b, next_token).sum;
+  };
+
+  // ---- max_tokens: auto (probed once; a resumed run keeps the budget it started with)
+  if (cfg.train.max_tokens_auto) {
+    if (rank.world_size > 1)
+      throw std::runtime_error("max_tokens: auto with world_size > 1 is not built yet (ranks must "
+                               "agree on one budget); set spec.train.batching.max_tokens");
+    if (pos.metrics.count("max_tokens")) {
+      plan_options.max_tokens = static_cast<int64_t>(pos.metrics["max_tokens"]);
+    } else {
+      const std::string rng = GetCpuRngState();  // the probe must not change dropout's draws
+      std::unique_ptr<MemoryMeter> meter = NewHostMemoryMeter();
+      ProbeOptions probe;
+      probe.limit_bytes = HostMemoryLimit(rank.memory_limit_bytes);
+      probe.max_len = max_len;
+      probe.cap_tokens = static_cast<int64_t>(train_shard.num_samples()) * max_len;
+      const ProbeResult r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
+        batch_loss_sum(WorstCaseBatch(rows, max_len, (pad_id + 1) % cfg.data.vocab_size)).backward();
+        optimizer.zero_grad();
+      });
+      SetCpuRngState(rng);
+      plan_options.max_tokens = r.max_tokens;
+      Log("max_tokens auto: %lld (peak %lld of a %lld-byte target, %d probes)",
+          static_cast<long long>(r.max_tokens), static_cast<long long>(r.peak_bytes),
+          static_cast<long long>(r.target_bytes), r.probes);
+    }
+  }
   std::vector<int64_t> batches_per_epoch;
   int64_t total_steps = 0;
   for (int e = 0; e < cfg.train.epochs; ++e) {
@@ -147,30 +226,12 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
   if (total_steps == 0) throw std::runtime_error("no training batches: the train shard is empty");
   const BatchPlan val_plan = PlanEval(val_lengths, plan_options);
-
-  // ---- model, optimizer, checkpoints (resume)
-  torch::manual_seed(seed);
-  TransformerClassifier model =
-      BuildModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, pad_id);
-  torch::optim::AdamW optimizer(
-      model->parameters(),
-      torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
-  CheckpointManager checkpoints(CheckpointOptions{cfg.checkpoint_dir, cfg.checkpoint.every_steps,
-                                                  cfg.checkpoint.every_seconds,
-                                                  cfg.checkpoint.keep_last});
-  TrainPosition pos;
-  std::string resumed_from;
-  const bool resumed = checkpoints.LoadLatest(*model, optimizer, &pos, &resumed_from);
-  if (resumed) {
-    SetCpuRngState(pos.rng_cpu);  // dropout continues where the saved run was
-    Log("resumed from %s (step %lld)", resumed_from.c_str(), static_cast<long long>(pos.step));
-  }
-  int64_t num_parameters = 0;
-  for (const auto& p : model->parameters()) num_parameters += p.numel();
   // Data parallel (world_size > 1): join the group; every rank starts from rank 0's
   // parameters at rank 0's position. Gradients are averaged in buckets during backward.
   std::unique_ptr<GradientSync> ddp =
-      StartDataParallel(cfg, rank, *model, {pos.step, pos.epoch, pos.batch_in_epoch});
+      StartDataParallel(cfg, rank, *model,
+                        {pos.step, pos.epoch, pos.batch_in_epoch, total_steps,
+                         static_cast<int64_t>(train_shard.num_samples())});
   if (ddp)
     Log("data parallel: rank %d of %d, %d gradient buckets of up to %d MiB, timeout %d s", rank.rank,
         rank.world_size, ddp->num_buckets(), cfg.bucket_mb, cfg.timeout_seconds);
@@ -181,7 +242,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       {{"world_size", rank.world_size}, {"rank", rank.rank}, {"resumed_step", double(pos.step)},
        {"num_parameters", double(num_parameters)}, {"train_samples", double(train_shard.num_samples())},
        {"val_samples", double(val_shard.num_samples())}, {"total_steps", double(total_steps)},
-       {"blas_gflops", blas_gflops}, {"threads", threads}},
+       {"blas_gflops", blas_gflops}, {"threads", threads},
+       {"max_tokens", double(plan_options.max_tokens)}, {"batch_size", double(plan_options.batch_size)}},
       {{"device", "cpu"}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
   for (const std::string& w : warnings) Warn(progress, w);
   Log("job %s attempt %d: %lld parameters, %llu train / %llu val samples, %lld steps, "
@@ -196,6 +258,14 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   const double seconds_before = pos.metrics.count("train_seconds") ? pos.metrics["train_seconds"] : 0;
   double tokens_seen = pos.metrics.count("tokens_seen") ? pos.metrics["tokens_seen"] : 0;
   int64_t last_saved_step = resumed ? step : -1, last_eval_step = -1;
+  double lr_scale = pos.metrics.count("lr_scale") ? pos.metrics["lr_scale"] : 1.0;  // NaN roll-backs halve it
+  // Mixed precision: fp16's loss scaler; the NaN guard (every precision).
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = cfg.train.precision == "fp16";
+  GradScaler scaler(scaler_options);
+  if (pos.metrics.count("grad_scale"))
+    scaler.Restore(pos.metrics["grad_scale"], static_cast<int64_t>(pos.metrics["grad_scale_growth_tracker"]));
+  NanGuard nan_guard;
   EvalMetrics last_eval;
   const auto train_seconds = [&] { return seconds_before + Seconds(t_start); };
 
@@ -206,7 +276,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       return;
     }
     TrainPosition p{step, epoch, batch_in_epoch, GetCpuRngState(),
-                    {{"train_seconds", train_seconds()}, {"tokens_seen", tokens_seen}}};
+                    {{"train_seconds", train_seconds()}, {"tokens_seen", tokens_seen}, {"lr_scale", lr_scale},
+                     {"max_tokens", double(plan_options.max_tokens)},
+                     {"grad_scale", scaler.scale()}, {"grad_scale_growth_tracker", double(scaler.growth_tracker())}}};
+    p.fingerprint = fingerprint;
     SavedCheckpoint saved = checkpoints.Save(p, *model, optimizer);
     last_saved_step = step;
     progress.Emit(ProgressRecord{
@@ -217,16 +290,44 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
         saved.path.c_str(), static_cast<long long>(saved.bytes), saved.seconds);
   };
   const auto evaluate = [&] {
-    last_eval = Evaluate(model, val_shard, val_plan, max_len, pad_id, cfg.data.num_classes);
+    last_eval = Evaluate(*model, val_shard, val_plan, max_len, pad_id, cfg.data.num_classes, next_token);
     last_eval_step = step;
     progress.Emit(ProgressRecord{"eval",
                                  {{"step", double(step)}, {"epoch", double(epoch)},
                                   {"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
-                                  {"val_f1", last_eval.f1}},
+                                  {"val_f1", last_eval.f1}, {"val_perplexity", last_eval.perplexity}},
                                  {}});
     Log("eval step %lld epoch %lld: val_loss %.4f val_accuracy %.4f val_f1 %.4f",
         static_cast<long long>(step), static_cast<long long>(epoch), last_eval.loss,
         last_eval.accuracy, last_eval.f1);
+  };
+
+  // ---- techniques
+  // OOM resilience: a batch that runs out of memory is retried as micro-batches.
+  MicroBatchRunner micro_batches(OomOptions{rank.fault_oom_above_tokens});
+  int64_t oom_recoveries = 0;
+  // One micro-batch: forward (autocast), its share of the batch's mean loss (loss_count:
+  // the whole batch's samples or predicted tokens), backward of the scaled loss. Returns
+  // that share's value.
+  const auto forward_backward = [&](const Batch& micro, int64_t loss_count) {
+    torch::Tensor loss = batch_loss_sum(micro) / double(loss_count);
+    scaler.Scale(loss).backward();
+    return loss.item<double>();
+  };
+  // After 5 non-finite losses in a row: back to the last complete checkpoint, lr halved.
+  const auto roll_back = [&] {
+    std::string path;
+    if (!checkpoints.LoadLatest(*model, optimizer, &pos, &path))
+      throw std::runtime_error("the loss was not finite for " + std::to_string(nan_guard.max_consecutive()) +
+                               " steps in a row and there is no checkpoint to roll back to; lower "
+                               "spec.train.lr or use precision fp32");
+    SetCpuRngState(pos.rng_cpu);
+    step = pos.step;
+    epoch = pos.epoch;
+    batch_in_epoch = pos.batch_in_epoch;
+    lr_scale = 0.5 * (pos.metrics.count("lr_scale") ? pos.metrics["lr_scale"] : 1.0);
+    Warn(progress, "the loss was not finite for " + std::to_string(nan_guard.max_consecutive()) +
+                       " steps in a row: rolled back to " + path + " and halved the learning rate");
   };
 
   // ---- the loop
@@ -234,7 +335,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   auto last_report = Clock::now(), last_log = Clock::now();
   const int64_t first_step = step;
   bool stop = false, stopped_by_signal = false;
-  for (; epoch < cfg.train.epochs; ++epoch, batch_in_epoch = 0) {
+  while (epoch < cfg.train.epochs) {
+    bool rolled_back = false;
     const BatchPlan plan = PlanEpoch(train_lengths, plan_options, seed, epoch, rank.rank, rank.world_size);
     BatchPrefetcher loader(train_shard, plan, static_cast<size_t>(batch_in_epoch), max_len, pad_id,
                            cfg.train.prefetch);
@@ -249,16 +351,34 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       Batch batch = loader.Next(&wait);
 
       model->train();
-      const double lr = LearningRate(step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
+      const double lr = lr_scale * LearningRate(step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
       for (auto& group : optimizer.param_groups())
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-      optimizer.zero_grad();
-      torch::Tensor loss = F::cross_entropy(model->forward(batch.tokens, batch.pad_mask), batch.labels);
-      loss.backward();
+      // forward + backward, split into micro-batches if the batch runs out of memory
+      const MicroBatchResult fb = micro_batches.Run(
+          batch, [&](const Batch& micro) { return forward_backward(micro, LossCount(batch, next_token)); },
+          [&] { optimizer.zero_grad(); });
+      oom_recoveries += fb.oom_recoveries;
       // Data parallel: wait for the gradient all-reduce (launched during backward).
       const SyncStats sync_stats = ddp ? ddp->Finish() : SyncStats{};
-      if (cfg.train.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.grad_clip);
-      optimizer.step();
+      // NaN guard (every precision), then fp16's unscale and overflow check; clip; step
+      const bool injected_nan = rank.fault_nan_loss_from_step > 0 && step + 1 >= rank.fault_nan_loss_from_step;
+      const NanGuard::Action action = nan_guard.Observe(std::isfinite(fb.loss) && !injected_nan);
+      if (action == NanGuard::Action::kFail)
+        throw std::runtime_error("the loss was not finite for " + std::to_string(nan_guard.max_consecutive()) +
+                                 " steps in a row again after rolling back to a checkpoint with half the "
+                                 "learning rate: the run diverges; lower spec.train.lr or use precision fp32");
+      if (action == NanGuard::Action::kRollBack) { roll_back(); rolled_back = true; break; }
+      bool apply_step = action == NanGuard::Action::kStep;
+      if (apply_step && scaler.enabled()) {
+        const bool grads_finite = scaler.UnscaleAndCheckFinite(model->parameters());
+        scaler.Update(!grads_finite);
+        if (!grads_finite) { apply_step = false; nan_guard.CountSkipped(); }
+      }
+      if (apply_step) {
+        if (cfg.train.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.grad_clip);
+        optimizer.step();
+      }
       ++step;
       ++batch_in_epoch;
       tokens_seen += batch.real_tokens;
@@ -272,7 +392,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       window.wait += wait;
       window.allreduce += sync_stats.allreduce_seconds;
       window.allreduce_hidden += sync_stats.hidden_fraction;
-      window.loss += loss.item<double>();
+      window.loss += fb.loss;
       const bool epoch_end = batch_in_epoch == static_cast<int64_t>(plan.size());
       if (step == first_step + 1 || epoch_end || Seconds(last_report) >= 0.5 || StopRequested()) {
         const double mean_loss = window.loss / window.steps;
@@ -290,8 +410,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
              {"memory_peak_bytes", ProcStatusBytes("VmHWM:")},
              {"allreduce_seconds", window.allreduce / window.steps},
              {"allreduce_hidden_fraction", window.allreduce_hidden / window.steps},
-             {"skipped_steps", 0}, {"oom_recoveries", 0}},
-            {}});
+             {"skipped_steps", double(nan_guard.skipped_steps())},
+             {"oom_recoveries", double(oom_recoveries)}, {"micro_batches", double(fb.micro_batches)},
+             {"grad_scale", scaler.scale()}},
+            {{"precision", cfg.train.precision}}});
         if (Seconds(last_log) >= 10 || step == first_step + 1) {
           Log("step %lld/%lld epoch %lld loss %.4f lr %.3g %.0f tokens/s", static_cast<long long>(step),
               static_cast<long long>(total_steps), static_cast<long long>(epoch), mean_loss, lr,
@@ -312,10 +434,14 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       }
       if (stop_now) stop = stopped_by_signal = true;
       if (stopped_by_signal || save_now) save_checkpoint();
+
       if (stop) break;
     }
     if (stop) break;
+    if (rolled_back) continue;  // from the checkpoint's epoch and batch
     evaluate();
+    ++epoch;
+    batch_in_epoch = 0;
   }
 
   if (stopped_by_signal) {
@@ -327,6 +453,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   progress.Emit(ProgressRecord{"done",
                                {{"step", double(step)}, {"val_loss", last_eval.loss},
                                 {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},
+                                {"val_perplexity", last_eval.perplexity},
                                 {"train_seconds", train_seconds()}},
                                {}});
   Log("done at step %lld: val_accuracy %.4f, %.1f s", static_cast<long long>(step),
@@ -370,18 +497,27 @@ double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak) {
   return peak * std::max(0.0, double(total - step) / span);
 }
 
-EvalMetrics Evaluate(TransformerClassifier& model, const format::ShardReader& shard,
-                     const BatchPlan& plan, int64_t max_len, int64_t pad_id, int64_t num_classes) {
+EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
+                     int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token) {
   torch::NoGradGuard no_grad;
-  model->eval();
+  model.eval();
   double loss_sum = 0;
-  int64_t n = 0, correct = 0, tp = 0, fp = 0, fn = 0;
+  int64_t n = 0, terms = 0, correct = 0, tp = 0, fp = 0, fn = 0;
   for (const auto& indices : plan) {
     Batch batch = Collate(shard, indices, max_len, pad_id);
-    torch::Tensor logits = model->forward(batch.tokens, batch.pad_mask);
-    loss_sum += F::cross_entropy(logits, batch.labels,
-                                 F::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
+    torch::Tensor logits = model.forward(batch.tokens, batch.pad_mask);
+    const LossSum loss = ComputeLossSum(logits, batch, next_token);
+    loss_sum += loss.sum.item<double>();
+    terms += loss.count;
+    n += batch.samples;
+    if (next_token) {
+      const int64_t l = batch.tokens.size(1);
+      if (l < 2) continue;
+      torch::Tensor pred = logits.narrow(1, 0, l - 1).argmax(-1);
+      torch::Tensor valid = batch.pad_mask.narrow(1, 1, l - 1).logical_not();
+      correct += (pred.eq(batch.tokens.narrow(1, 1, l - 1)) & valid).sum().item<int64_t>();
+      continue;
+    }
     torch::Tensor pred = logits.argmax(1);
     correct += pred.eq(batch.labels).sum().item<int64_t>();
     if (num_classes == 2) {
@@ -389,15 +525,15 @@ EvalMetrics Evaluate(TransformerClassifier& model, const format::ShardReader& sh
       fp += (pred.eq(1) & batch.labels.eq(0)).sum().item<int64_t>();
       fn += (pred.eq(0) & batch.labels.eq(1)).sum().item<int64_t>();
     }
-    n += batch.samples;
   }
-  model->train();
+  model.train();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EvalMetrics m;
   m.samples = n;
-  m.loss = n > 0 ? loss_sum / n : nan;
-  m.accuracy = n > 0 ? double(correct) / n : nan;
-  m.f1 = num_classes != 2 || n == 0 ? nan : (tp == 0 ? 0.0 : 2.0 * tp / double(2 * tp + fp + fn));
+  m.loss = terms > 0 ? loss_sum / terms : nan;
+  m.accuracy = terms > 0 ? double(correct) / terms : nan;
+  m.f1 = next_token || num_classes != 2 || n == 0 ? nan : (tp == 0 ? 0.0 : 2.0 * tp / double(2 * tp + fp + fn));
+  m.perplexity = next_token ? std::exp(m.loss) : nan;
   return m;
 }
 

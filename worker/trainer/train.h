@@ -35,12 +35,15 @@ struct EvalMetrics {
   double loss = 0;      // mean cross-entropy per sample
   double accuracy = 0;  // in [0, 1]
   double f1 = 0;        // F1 of class 1 (two classes only, else NaN)
+  double perplexity = 0;  // exp(loss) for language models, else NaN
   int64_t samples = 0;
 };
 
-// Evaluates without gradients in eval mode (restores train mode after).
-EvalMetrics Evaluate(TransformerClassifier& model, const format::ShardReader& shard,
-                     const BatchPlan& plan, int64_t max_len, int64_t pad_id, int64_t num_classes);
+// Evaluates without gradients in eval mode (restores train mode after). Classifiers:
+// loss per sample, accuracy, F1. Language models (next_token): loss per predicted token,
+// next-token accuracy, perplexity.
+EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
+                     int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token = false);
 
 // Best of a few 512x512 float matmuls, in GFLOP/s.
 double MeasureBlasGflops();

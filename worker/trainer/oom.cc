@@ -1,0 +1,104 @@
+#include "worker/trainer/oom.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+namespace nightshift::trainer {
+namespace {
+
+int64_t PiecesFor(const Batch& batch, int64_t token_budget) {
+  if (token_budget <= 0) return 1;
+  return std::clamp<int64_t>((batch.padded_tokens + token_budget - 1) / token_budget, 1, batch.samples);
+}
+
+}  // namespace
+
+bool IsOutOfMemory(const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  if (c10_error == nullptr) return false;
+  const std::string& m = c10_error->msg();
+  return m.find("can't allocate memory") != std::string::npos ||
+         m.find("out of memory") != std::string::npos;
+}
+
+void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit) {
+  throw c10::OutOfMemoryError(
+      c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+      "out of memory (fault injection: " + std::to_string(padded_tokens) +
+          " padded tokens > NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS=" + std::to_string(limit) + ")");
+}
+
+Batch SliceBatch(const Batch& batch, int64_t begin, int64_t end) {
+  const int64_t n = end - begin;
+  torch::Tensor mask = batch.pad_mask.narrow(0, begin, n);
+  const torch::Tensor real = mask.logical_not();
+  const int64_t l = std::max<int64_t>(1, real.sum(1).max().item<int64_t>());
+  Batch out;
+  out.tokens = batch.tokens.narrow(0, begin, n).narrow(1, 0, l).contiguous();
+  out.pad_mask = mask.narrow(1, 0, l).contiguous();
+  out.labels = batch.labels.narrow(0, begin, n).contiguous();
+  out.real_tokens = real.sum().item<int64_t>();
+  out.padded_tokens = n * l;
+  out.samples = n;
+  return out;
+}
+
+std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces) {
+  if (pieces <= 1) return {batch};
+  pieces = std::min(pieces, batch.samples);
+  std::vector<Batch> out;
+  for (int64_t i = 0; i < pieces; ++i)
+    out.push_back(SliceBatch(batch, i * batch.samples / pieces, (i + 1) * batch.samples / pieces));
+  return out;
+}
+
+MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward_backward,
+                                       const std::function<void()>& zero_grad) {
+  MicroBatchResult result;
+  int64_t pieces = PiecesFor(batch, micro_batch_tokens_);
+  std::vector<Batch> micro = SplitBatch(batch, pieces);
+  // Uneven lengths: cut finer until every micro-batch is within the budget that fit.
+  while (micro_batch_tokens_ > 0 && pieces < batch.samples &&
+         std::any_of(micro.begin(), micro.end(),
+                     [&](const Batch& m) { return m.padded_tokens > micro_batch_tokens_; }))
+    micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.samples));
+  for (;;) {
+    zero_grad();
+    double loss = 0;
+    int64_t largest = 0;
+    bool oom = false;
+    try {
+      for (const Batch& m : micro) {
+        largest = std::max(largest, m.padded_tokens);
+        if (options_.fault_above_tokens > 0 && m.padded_tokens > options_.fault_above_tokens)
+          ThrowInjectedOutOfMemory(m.padded_tokens, options_.fault_above_tokens);
+        loss += forward_backward(m);
+      }
+    } catch (const std::exception& e) {
+      if (!IsOutOfMemory(e)) throw;
+      oom = true;
+    }
+    if (!options_.vote(oom)) {
+      result.loss = loss;
+      result.micro_batches = static_cast<int64_t>(micro.size());
+      if (result.oom_recoveries > 0) micro_batch_tokens_ = largest;  // later batches: this size
+      return result;
+    }
+    zero_grad();
+    options_.release_memory();
+    if (pieces >= batch.samples)
+      throw std::runtime_error(
+          "out of memory with a single sample per micro-batch (" + std::to_string(largest) +
+          " padded tokens): that sample cannot fit; lower model.max_len, the model size, or use "
+          "activation_checkpointing: full");
+    micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.samples));
+    ++result.oom_recoveries;
+    ++total_recoveries_;
+  }
+}
+
+}  // namespace nightshift::trainer

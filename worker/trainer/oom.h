@@ -1,0 +1,86 @@
+// OOM resilience: runs one batch's forward and backward, and when that runs out of memory,
+// runs it again as micro-batches with gradient accumulation (halving the micro-batch size
+// until it fits), then keeps the smaller micro-batches for later batches.
+//
+// Invariants:
+// - Same update as the unsplit batch: the step function weighs each micro-batch's loss
+//   by its share of the batch (the loss is a mean over samples or tokens, so the caller
+//   divides each micro-batch's loss sum by the whole batch's count); gradients are
+//   cleared before every attempt, so a failed attempt leaves nothing behind.
+// - The batch plan (and so the data order and exact resume) never changes; only how a
+//   batch is cut into micro-batches does. A micro-batch is a contiguous run of the
+//   batch's rows, trimmed to its longest sample.
+// - Fails (std::runtime_error with the reason) only when a micro-batch of one sample
+//   runs out of memory: that sample cannot fit.
+// - Data parallel: every rank calls `vote` exactly once per attempt (success or not),
+//   in the same order, so ranks agree on retrying; a rank whose attempt succeeded
+//   retries too when another failed. Gradient all-reduce belongs after Run() returns
+//   (or in hooks that stay silent until the last micro-batch of the final attempt).
+// Units: tokens are padded tokens (rows x longest row).
+#ifndef NIGHTSHIFT_WORKER_TRAINER_OOM_H_
+#define NIGHTSHIFT_WORKER_TRAINER_OOM_H_
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <vector>
+
+#include "worker/trainer/batching.h"
+
+namespace nightshift::trainer {
+
+// Whether `e` is an out-of-memory error: c10::OutOfMemoryError (CUDA), or a c10::Error
+// whose message says "can't allocate memory" / "out of memory" (the CPU allocator).
+bool IsOutOfMemory(const std::exception& e);
+
+// Throws the c10::OutOfMemoryError that fault injection uses.
+[[noreturn]] void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit);
+
+struct OomOptions {
+  // Fault injection (NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS): a micro-batch of more padded
+  // tokens than this throws an out-of-memory error before its forward; 0: off.
+  int64_t fault_above_tokens = 0;
+  // Whether any rank ran out of memory in this attempt, given this rank's answer. Data
+  // parallel replaces it with an all-reduce (max) over ranks; default: the local answer.
+  std::function<bool(bool local_oom)> vote = [](bool local_oom) { return local_oom; };
+  // Called after an out-of-memory attempt, before the retry (e.g. empty CUDA caches).
+  std::function<void()> release_memory = [] {};
+};
+
+// What Run() did with one batch.
+struct MicroBatchResult {
+  double loss = 0;            // sum of the step function's returns (the batch's mean loss)
+  int64_t micro_batches = 1;  // micro-batches of the final, successful attempt
+  int64_t oom_recoveries = 0; // out-of-memory attempts survived in this batch
+};
+
+// Rows [begin, end) of `batch`, trimmed to their longest sample (padding at the end).
+Batch SliceBatch(const Batch& batch, int64_t begin, int64_t end);
+// `pieces` (1 <= pieces <= batch.samples) contiguous slices with sizes as even as possible.
+std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces);
+
+class MicroBatchRunner {
+ public:
+  // forward_backward(micro): forward, the micro-batch's weighted loss, backward; returns
+  // that weighted loss's value. zero_grad(): clears the gradients.
+  using StepFn = std::function<double(const Batch& micro)>;
+
+  explicit MicroBatchRunner(OomOptions options) : options_(std::move(options)) {}
+
+  // Runs the batch (see the header comment). Rethrows errors other than out-of-memory.
+  MicroBatchResult Run(const Batch& batch, const StepFn& forward_backward,
+                       const std::function<void()>& zero_grad);
+
+  // Padded tokens per micro-batch since the last recovery; 0: whole batches.
+  int64_t micro_batch_tokens() const { return micro_batch_tokens_; }
+  int64_t total_recoveries() const { return total_recoveries_; }
+
+ private:
+  const OomOptions options_;
+  int64_t micro_batch_tokens_ = 0;
+  int64_t total_recoveries_ = 0;
+};
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_OOM_H_
