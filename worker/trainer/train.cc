@@ -362,8 +362,11 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       // Data parallel: wait for the gradient all-reduce (launched during backward).
       const SyncStats sync_stats = ddp ? ddp->Finish() : SyncStats{};
       // NaN guard (every precision), then fp16's unscale and overflow check; clip; step
+      // (data parallel: ranks decide together, since one rank's NaN reaches every gradient)
       const bool injected_nan = rank.fault_nan_loss_from_step > 0 && step + 1 >= rank.fault_nan_loss_from_step;
-      const NanGuard::Action action = nan_guard.Observe(std::isfinite(fb.loss) && !injected_nan);
+      bool loss_finite = std::isfinite(fb.loss) && !injected_nan;
+      if (ddp) loss_finite = !ddp->AnyRank(!loss_finite);
+      const NanGuard::Action action = nan_guard.Observe(loss_finite);
       if (action == NanGuard::Action::kFail)
         throw std::runtime_error("the loss was not finite for " + std::to_string(nan_guard.max_consecutive()) +
                                  " steps in a row again after rolling back to a checkpoint with half the "
