@@ -408,7 +408,7 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
 
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
                                                 torch::nn::Module& model,
-                                                const std::vector<int64_t>& position) {
+                                                const std::vector<int64_t>& must_match) {
   if (config.world_size > 1 && config.world_size != rank.world_size)
     throw std::runtime_error("spec.resources.world_size is " + std::to_string(config.world_size) +
                              " but WORLD_SIZE is " + std::to_string(rank.world_size) + ": start " +
@@ -434,7 +434,7 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   for (const auto& b : model.buffers()) state.push_back(b);
   sync->Broadcast(state);
 
-  torch::Tensor theirs = torch::tensor(position, torch::kInt64);
+  torch::Tensor theirs = torch::tensor(must_match, torch::kInt64);
   const torch::Tensor mine = theirs.clone();
   sync->group().Broadcast(theirs, 0);
   const bool differs = !torch::equal(theirs, mine);
@@ -444,10 +444,10 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
       for (int64_t i = 0; i < t.numel(); ++i) s += (i ? "/" : "") + std::to_string(t[i].item<int64_t>());
       return s;
     };
-    throw std::runtime_error("ranks disagree on where training stands (step/epoch/batch: rank 0 " +
-                             str(theirs) + ", rank " + std::to_string(rank.rank) + " " + str(mine) +
-                             "): did they resume from different checkpoints? The checkpoint "
-                             "directory must be shared by all ranks");
+    throw std::runtime_error("ranks disagree on where training stands or on the data (rank 0: " +
+                             str(theirs) + ", rank " + std::to_string(rank.rank) + ": " + str(mine) +
+                             "): did they resume from different checkpoints or prepare different "
+                             "data? The checkpoint directory must be shared by all ranks");
   }
   return sync;
 }

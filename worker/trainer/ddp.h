@@ -172,11 +172,13 @@ class NoSync {
 // The trainer's data-parallel setup. One rank: returns null. Several (RANK/WORLD_SIZE
 // from the environment rule; a spec world_size above 1 must match WORLD_SIZE): joins the
 // group with the spec's timeout and bucket size, copies rank 0's parameters and buffers
-// to every rank, and checks that every rank stands at rank 0's training position
-// (step, epoch, batch_in_epoch), e.g. after a resume; throws std::runtime_error if not.
+// to every rank, and checks that `must_match` (the training position after a resume,
+// the data's size: step, epoch, batch_in_epoch, total steps, samples) is the same on
+// every rank, so mismatched ranks fail at once instead of hanging in a collective later;
+// throws std::runtime_error if not.
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
                                                 torch::nn::Module& model,
-                                                const std::vector<int64_t>& position);
+                                                const std::vector<int64_t>& must_match);
 
 }  // namespace nightshift::trainer
 
