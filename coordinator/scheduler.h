@@ -1,22 +1,40 @@
 // Scheduler: pure placement decisions over in-memory state. No I/O, no clock, no locks:
-// the coordinator hands it a snapshot and applies what it returns.
+// the coordinator hands it a snapshot (queued jobs, workers that accept new work, the
+// jobs running now with their estimated end) and applies what it returns.
 //
-// Policy: jobs in order of (priority desc, submit order asc). All of a job's ranks are
-// placed at once or none are (gang). A job that fits on one worker goes to the worker
-// with the fewest free slots that fits (best fit, keeps big holes for big jobs);
-// otherwise onto the workers with the most free slots first, so it spans as few workers
-// as possible. A job that needs more slots than the whole cluster has is skipped with a
-// reason and does not hold up the queue; a job that could fit but not now holds up the
-// jobs behind it (strict order, so large jobs are not starved).
+// Policy, in order:
+// - Priority classes: higher priority first. Within one priority, per-user fair share:
+//   the next job comes from the owner who holds the fewest slots (running plus placed in
+//   this pass), FIFO among that owner's jobs and on ties.
+// - Gang: all of a job's ranks are placed at once or none are. A job that fits on one
+//   worker goes to the worker with the fewest free slots that fits (best fit, keeps big
+//   holes for big jobs); otherwise onto the workers with the most free slots first, so
+//   it spans as few workers as possible.
+// - A job that needs more slots than the whole cluster has is skipped with a reason and
+//   holds nothing up.
+// - Backfill with a reservation (EASY backfill): the first job that cannot be placed
+//   gets a reservation at the earliest time enough slots free up, computed from the
+//   running jobs' estimated ends (unknown = never, as far as the plan goes). A later job
+//   may start ahead of it only if it fits in the free slots now and either is expected
+//   to end before the reservation time or fits in the slots the reservation does not
+//   need at that time. So large jobs are never starved, and small jobs still use holes.
+// - Preemption: if the reservation holder has a higher priority than some running jobs
+//   and enough slots would free up by stopping them, the scheduler names the fewest,
+//   lowest-priority such jobs in `preempt`. It does not place the holder in the same
+//   pass: the victims must stop first (they are passed back as `stopping`).
 #ifndef NIGHTSHIFT_COORDINATOR_SCHEDULER_H_
 #define NIGHTSHIFT_COORDINATOR_SCHEDULER_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace nightshift {
+
+// A duration or time from now that nobody can estimate.
+constexpr double kUnknownSeconds = std::numeric_limits<double>::infinity();
 
 struct SchedWorker {
   std::string name;
@@ -29,6 +47,8 @@ struct SchedJob {
   int world_size = 1;
   int priority = 0;
   uint64_t submit_seq = 0;
+  std::string owner;                          // fair share is per owner ("" is one owner)
+  double expected_seconds = kUnknownSeconds;  // run time once started, if known
 };
 
 struct SchedPart {
@@ -37,12 +57,33 @@ struct SchedPart {
   int num_ranks = 0;
 };
 
+// A job that holds slots now.
+struct SchedRunning {
+  std::string id;
+  int priority = 0;
+  uint64_t submit_seq = 0;
+  std::string owner;
+  std::vector<SchedPart> parts;               // only parts on workers passed in count
+  double ends_in_seconds = kUnknownSeconds;   // from its progress ETA; unknown: never
+  bool stopping = false;  // already told to stop (preempted, drained): frees its slots
+                          // soon and is never chosen as a victim again
+};
+
+struct ScheduleOptions {
+  bool preemption = true;
+};
+
 struct ScheduleResult {
   std::map<std::string, std::vector<SchedPart>> placed;  // job id -> parts, rank order
   std::map<std::string, std::string> waiting;            // job id -> why it waits
+  std::vector<std::string> preempt;   // running jobs to stop (checkpoint and requeue)
+  std::string reserved_for;           // the job holding the reservation; "" if none
+  double reserved_in_seconds = 0;     // when its slots should be free (kUnknownSeconds)
 };
 
-ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> workers);
+ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> workers,
+                        const std::vector<SchedRunning>& running = {},
+                        const ScheduleOptions& options = {});
 
 }  // namespace nightshift
 

@@ -61,5 +61,129 @@ TEST(SchedulerTest, NoDoubleBookingWithinOnePass) {
   EXPECT_TRUE(r.waiting.count("c"));
 }
 
+TEST(SchedulerTest, PriorityClassesBeforeFairShare) {
+  // Alice's high-priority jobs go first even though she holds more; then Bob.
+  std::vector<SchedJob> jobs = {{"a1", 1, 5, 1, "alice"}, {"a2", 1, 5, 2, "alice"}, {"b1", 1, 0, 3, "bob"}};
+  auto r = Schedule(jobs, {{"w1", 2, 2}});
+  EXPECT_TRUE(r.placed.count("a1"));
+  EXPECT_TRUE(r.placed.count("a2"));
+  EXPECT_FALSE(r.placed.count("b1"));
+}
+
+TEST(SchedulerTest, FairShareAlternatesBetweenUsers) {
+  // Alice submitted first and more, but with 2 free slots each user gets one.
+  std::vector<SchedJob> jobs = {{"a1", 1, 0, 1, "alice"}, {"a2", 1, 0, 2, "alice"},
+                                {"a3", 1, 0, 3, "alice"}, {"b1", 1, 0, 4, "bob"}};
+  auto r = Schedule(jobs, {{"w1", 2, 2}});
+  EXPECT_TRUE(r.placed.count("a1"));
+  EXPECT_TRUE(r.placed.count("b1"));
+  EXPECT_EQ(r.placed.size(), 2u);
+}
+
+TEST(SchedulerTest, FairShareCountsRunningSlots) {
+  // Alice already holds 3 slots: Bob's later job gets the free one.
+  SchedRunning alice_run{"a0", 0, 0, "alice", {{"w1", 0, 3}}};
+  auto r = Schedule({{"a1", 1, 0, 1, "alice"}, {"b1", 1, 0, 2, "bob"}}, {{"w1", 4, 1}}, {alice_run});
+  EXPECT_TRUE(r.placed.count("b1"));
+  EXPECT_FALSE(r.placed.count("a1"));
+}
+
+TEST(SchedulerTest, BackfillsJobsThatEndBeforeTheReservation) {
+  // "run" holds 3 of 4 slots until t=100; "big" needs 4 and is reserved for t=100.
+  SchedRunning run{"run", 0, 0, "", {{"w1", 0, 3}}, 100};
+  SchedJob big{"big", 4, 0, 1};
+  SchedJob quick{"quick", 1, 0, 2, "", 50};   // ends at t=50: may go first
+  SchedJob slow{"slow", 1, 0, 3, "", 500};    // would delay "big": may not
+  auto r = Schedule({big, quick, slow}, {{"w1", 4, 1}}, {run});
+  EXPECT_EQ(r.reserved_for, "big");
+  EXPECT_EQ(r.reserved_in_seconds, 100);
+  EXPECT_TRUE(r.placed.count("quick"));
+  EXPECT_FALSE(r.placed.count("slow"));
+  EXPECT_FALSE(r.placed.count("big"));
+}
+
+TEST(SchedulerTest, BackfillsIntoSlotsTheReservationDoesNotNeed) {
+  // 6 slots, "run" holds 4 until t=100; "big" needs 5, so 1 slot is spare even then.
+  SchedRunning run{"run", 0, 0, "", {{"w1", 0, 4}}, 100};
+  auto r = Schedule({{"big", 5, 0, 1}, {"s1", 1, 0, 2}, {"s2", 1, 0, 3}}, {{"w1", 6, 2}}, {run});
+  EXPECT_TRUE(r.placed.count("s1"));   // unknown length, but fits in the spare slot
+  EXPECT_FALSE(r.placed.count("s2"));  // would take a slot "big" needs
+  EXPECT_EQ(r.waiting.at("s2"), "queued behind big");
+}
+
+// Simulates a stream of small jobs arriving while a large one waits: with backfill
+// the large one starts as soon as the jobs ahead of it have ended.
+TEST(SchedulerTest, LargeJobIsNotStarvedBySmallJobsThatKeepArriving) {
+  struct Run { std::string id; int slots; int end; };
+  std::vector<Run> runs;
+  std::vector<SchedJob> queue;
+  uint64_t seq = 0;
+  int big_started = -1, backfilled = 0;
+  for (int t = 0; t < 60 && big_started < 0; ++t) {
+    std::vector<Run> still;
+    for (auto& r : runs) if (r.end > t) still.push_back(r);
+    runs = still;
+    // Two one-slot jobs of 3 time units arrive every step; the big one at t=2.
+    for (int k = 0; k < 2; ++k)
+      queue.push_back({"s" + std::to_string(seq), 1, 0, ++seq, "", 3});
+    if (t == 2) queue.push_back({"big", 4, 0, ++seq});
+    std::vector<SchedRunning> running;
+    int used = 0;
+    for (auto& r : runs) {
+      running.push_back({r.id, 0, 0, "", {{"w1", 0, r.slots}}, double(r.end - t)});
+      used += r.slots;
+    }
+    auto res = Schedule(queue, {{"w1", 4, 4 - used}}, running);
+    std::vector<SchedJob> left;
+    for (auto& j : queue) {
+      if (!res.placed.count(j.id)) { left.push_back(j); continue; }
+      if (j.id == "big") big_started = t;
+      else if (t > 2 && big_started < 0) ++backfilled;
+      runs.push_back({j.id, j.world_size, t + (j.id == "big" ? 10 : 3)});
+    }
+    queue = left;
+  }
+  EXPECT_GE(big_started, 2);
+  // The six small jobs submitted before it run first (the last two end at t=6); none of
+  // the ones that keep arriving after it may delay it.
+  EXPECT_EQ(big_started, 6);
+}
+
+TEST(SchedulerTest, PreemptsTheLowestPriorityJob) {
+  std::vector<SchedRunning> running = {{"mid", 5, 1, "", {{"w1", 0, 2}}},
+                                       {"low", 1, 2, "", {{"w1", 0, 2}}}};
+  auto r = Schedule({{"high", 2, 10, 3}}, {{"w1", 4, 0}}, running);
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"low"});
+  EXPECT_FALSE(r.placed.count("high"));  // the victim stops first
+  EXPECT_EQ(r.reserved_for, "high");
+  // Next pass: the victim is stopping; nothing more is preempted.
+  running[1].stopping = true;
+  r = Schedule({{"high", 2, 10, 3}}, {{"w1", 4, 0}}, running);
+  EXPECT_TRUE(r.preempt.empty());
+}
+
+TEST(SchedulerTest, PreemptsTheFewestJobs) {
+  std::vector<SchedRunning> running = {{"a", 0, 1, "", {{"w1", 0, 1}}},
+                                       {"b", 0, 2, "", {{"w1", 0, 1}}},
+                                       {"c", 0, 3, "", {{"w1", 0, 2}}}};
+  auto r = Schedule({{"high", 2, 10, 4}}, {{"w1", 4, 0}}, running);
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"c"});
+}
+
+TEST(SchedulerTest, NeverPreemptsEqualOrHigherPriority) {
+  std::vector<SchedRunning> running = {{"same", 10, 1, "", {{"w1", 0, 2}}}};
+  auto r = Schedule({{"high", 2, 10, 2}}, {{"w1", 2, 0}}, running);
+  EXPECT_TRUE(r.preempt.empty());
+  r = Schedule({{"high", 2, 10, 2}}, {{"w1", 2, 0}}, running, ScheduleOptions{false});
+  EXPECT_TRUE(r.preempt.empty());
+}
+
+TEST(SchedulerTest, PreemptionNotNeededWhenOnlyCapacityIsMissing) {
+  // Not enough even with every lower-priority job stopped: no victims.
+  std::vector<SchedRunning> running = {{"low", 0, 1, "", {{"w1", 0, 1}}}};
+  auto r = Schedule({{"high", 3, 10, 2}}, {{"w1", 2, 0}, {"w2", 1, 0}}, running);
+  EXPECT_TRUE(r.preempt.empty());
+}
+
 }  // namespace
 }  // namespace nightshift
