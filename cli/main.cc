@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/client.h"
 #include "common/grpc_status.h"
 #include "nightshift/v1/admin.grpc.pb.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
@@ -171,6 +172,12 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options (--coordinator, -o) also after the subcommand
   app.add_option("--coordinator", g.coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
   app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  ClientOptions client;
+  app.add_option("--token", client.token, "bearer token (else --token-file, else env NIGHTSHIFT_TOKEN)");
+  app.add_option("--token-file", client.token_file, "file whose first line is the bearer token");
+  app.add_option("--tls-ca", client.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
+  app.add_option("--tls-cert", client.tls_cert, "PEM client certificate (mutual TLS)");
+  app.add_option("--tls-key", client.tls_key, "PEM key of --tls-cert");
 
   auto* job = app.add_subcommand("job", "jobs")->require_subcommand(1);
   std::string file, id, state_filter;
@@ -199,7 +206,14 @@ int main(int argc, char** argv) {
   cevict->add_flag("--all", evict_all, "every entry not in use");
   CLI11_PARSE(app, argc, argv);
 
-  auto channel = grpc::CreateChannel(g.coordinator, grpc::InsecureChannelCredentials());
+  client.address = g.coordinator;
+  Status cs = ResolveToken(&client);
+  auto made = cs.ok() ? MakeChannel(client) : StatusOr<std::shared_ptr<grpc::Channel>>(cs);
+  if (!made.ok()) {
+    std::cerr << "error: " << made.status().message() << "\n";
+    return 2;
+  }
+  auto channel = made.value();
   auto jobs = v1::JobService::NewStub(channel);
   auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(30); };
 

@@ -12,6 +12,7 @@ std::string Status::ToString() const {
     case kNotFound: name = "NOT_FOUND"; break;
     case kAlreadyExists: name = "ALREADY_EXISTS"; break;
     case kPermissionDenied: name = "PERMISSION_DENIED"; break;
+    case kResourceExhausted: name = "RESOURCE_EXHAUSTED"; break;
     case kFailedPrecondition: name = "FAILED_PRECONDITION"; break;
     case kInternal: name = "INTERNAL"; break;
     case kUnavailable: name = "UNAVAILABLE"; break;

@@ -20,6 +20,7 @@ class Status {
     kNotFound = 5,
     kAlreadyExists = 6,
     kPermissionDenied = 7,
+    kResourceExhausted = 8,
     kFailedPrecondition = 9,
     kInternal = 13,
     kUnavailable = 14,
@@ -36,6 +37,9 @@ class Status {
   static Status Internal(std::string m) { return Status(kInternal, std::move(m)); }
   static Status Unavailable(std::string m) { return Status(kUnavailable, std::move(m)); }
   static Status DeadlineExceeded(std::string m) { return Status(kDeadlineExceeded, std::move(m)); }
+  static Status PermissionDenied(std::string m) { return Status(kPermissionDenied, std::move(m)); }
+  static Status Unauthenticated(std::string m) { return Status(kUnauthenticated, std::move(m)); }
+  static Status ResourceExhausted(std::string m) { return Status(kResourceExhausted, std::move(m)); }
   static Status IOError(std::string m) { return Status(kInternal, "I/O error: " + std::move(m)); }
   static Status Corruption(std::string m) { return Status(kDataLoss, "corruption: " + std::move(m)); }
 

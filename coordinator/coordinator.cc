@@ -79,14 +79,21 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   Persist(entry, /*sync=*/true);
 }
 
-StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec) {
+StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner) {
   NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
   std::lock_guard<std::mutex> lock(mu_);
+  int unfinished = 0;
+  for (const auto& [id, e] : jobs_) unfinished += e.job.owner() == owner && !IsTerminal(e.job.state());
+  if (unfinished >= options_.max_jobs_per_user)
+    return Status::ResourceExhausted("user '" + owner + "' already has " + std::to_string(unfinished) +
+                                     " unfinished jobs (at most " + std::to_string(options_.max_jobs_per_user) +
+                                     "); wait for some to end or cancel them");
   JobEntry entry;
   v1::Job& job = entry.job;
   const uint64_t seq = next_seq_;
   job.set_id(JobIdFor(seq));
   job.set_submit_seq(seq);
+  job.set_owner(owner);
   *job.mutable_spec() = std::move(spec);
   *job.mutable_created() = NowTimestamp();
   *job.mutable_updated() = job.created();
@@ -117,7 +124,8 @@ StatusOr<v1::Job> Coordinator::Get(const std::string& id) const {
   return it->second.job;
 }
 
-StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& request) const {
+StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& request,
+                                                 const std::string* owner) const {
   int page_size = request.page_size() == 0 ? 100 : request.page_size();
   if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in [1, 1000]");
   uint64_t after = 0;
@@ -132,6 +140,7 @@ StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& requ
   for (auto it = by_seq_.upper_bound(after); it != by_seq_.end(); ++it) {
     const v1::Job& job = jobs_.at(it->second).job;
     if (!states.empty() && !states.count(job.state())) continue;
+    if (owner != nullptr && job.owner() != *owner) continue;
     if (response.jobs_size() == page_size) {
       response.set_next_page_token(std::to_string(response.jobs(page_size - 1).submit_seq()));
       break;

@@ -46,6 +46,7 @@ struct CoordinatorOptions {
   double lease_seconds = 10;            // a worker silent this long is lost
   int heartbeat_interval_ms = 250;      // told to workers at registration
   double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
+  int max_jobs_per_user = 1000;         // unfinished jobs (queued or running) one owner may have
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
 };
 
@@ -58,9 +59,13 @@ class Coordinator {
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
 
   // JobService.
-  StatusOr<v1::Job> Submit(v1::JobSpec spec);
+  // `owner`: the submitting user (empty in insecure mode); RESOURCE_EXHAUSTED when the
+  // owner already has max_jobs_per_user unfinished jobs.
+  StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner = "");
   StatusOr<v1::Job> Get(const std::string& id) const;
-  StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
+  // `owner` non-null: only that user's jobs.
+  StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request,
+                                      const std::string* owner = nullptr) const;
   StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
   // Returns the job once its version is above *version (and sets *version), or
   // DEADLINE_EXCEEDED after `timeout` with no change, or NOT_FOUND.

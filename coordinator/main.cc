@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
 #include "coordinator/service.h"
@@ -32,7 +33,27 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file, "write the port actually bound to this file");
   app.add_option("--metrics-listen", metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
   app.add_option("--metrics-port-file", metrics_port_file, "write the metrics port to this file");
+  std::string token_file;
+  TlsServerOptions tls;
+  app.add_option("--token-file", token_file,
+                 "lines `<sha256-hex-of-token> <role> <user>` (roles admin, user, worker); reloaded when it "
+                 "changes. Without it: insecure mode, no authentication");
+  app.add_option("--tls-cert", tls.cert, "PEM certificate chain: serve TLS (with --tls-key)");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", tls.client_ca, "PEM CA: require client certificates signed by it (mutual TLS)");
+  app.add_option("--max-jobs-per-user", options.max_jobs_per_user, "unfinished jobs one user may have")
+      ->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
+  auto auth = Authenticator::Open(token_file);
+  if (!auth.ok()) {
+    NS_ERROR("coordinator: " << auth.status().ToString());
+    return 2;
+  }
+  auto server_creds = MakeServerCredentials(tls);
+  if (!server_creds.ok()) {
+    NS_ERROR("coordinator: " << server_creds.status().ToString());
+    return 2;
+  }
 
   CoordinatorMetrics metrics;
   options.observer = &metrics;
@@ -55,14 +76,14 @@ int main(int argc, char** argv) {
     NS_INFO("coordinator: metrics on " << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":"
                                        << metrics_server->port() << "/metrics");
   }
-  JobServiceImpl jobs(c, &metrics);
-  WorkerServiceImpl workers(c, &metrics);
-  AdminServiceImpl admin(c, &metrics);
+  JobServiceImpl jobs(c, &metrics, auth.value().get());
+  WorkerServiceImpl workers(c, &metrics, auth.value().get());
+  AdminServiceImpl admin(c, &metrics, auth.value().get());
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, server_creds.value(), &port);
   builder.RegisterService(&jobs);
   builder.RegisterService(&workers);
   builder.RegisterService(&admin);
@@ -72,8 +93,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   NS_INFO("coordinator: listening on " << listen.substr(0, listen.rfind(':')) << ":" << port
-                                       << ", data in " << options.data_dir
-                                       << " (insecure mode: no authentication)");
+                                       << ", data in " << options.data_dir << ", "
+                                       << (tls.cert.empty() ? "plaintext (no TLS)" : tls.client_ca.empty() ? "TLS" : "mutual TLS")
+                                       << ", " << (auth.value()->insecure() ? "insecure mode: no authentication"
+                                                                            : "bearer tokens from " + token_file));
   WritePortFile(port_file, port);
 
   std::signal(SIGINT, OnSignal);

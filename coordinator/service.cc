@@ -5,10 +5,40 @@
 #include "coordinator/metrics.h"
 
 namespace nightshift {
+namespace {
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::Job* out) {
+// Authentication and roles (coordinator/auth.h); a null authenticator allows everything.
+Status Check(Authenticator* auth, const grpc::ServerContext* ctx, Method method,
+             const std::string* owner = nullptr, Principal* who = nullptr) {
+  if (auth == nullptr) {
+    if (who != nullptr) *who = Principal{};
+    return Status::OK();
+  }
+  return auth->Authorize(*ctx, method, owner, who);
+}
+
+// For calls about one job: the caller must be allowed to touch that job. The job is
+// looked up only after the caller is known, so strangers learn nothing.
+Status CheckJob(Authenticator* auth, Coordinator* c, const grpc::ServerContext* ctx, Method method,
+                const std::string& id) {
+  Principal who;
+  NS_RETURN_IF_ERROR(Check(auth, ctx, method, nullptr, &who));
+  if (who.role == Role::kAdmin) return Status::OK();
+  auto job = c->Get(id);
+  if (!job.ok()) return job.status();
+  return Permit(who, method, &job->owner());
+}
+
+}  // namespace
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::Job* out) {
   RpcTimer timer(metrics_, "SubmitJob");
+  Principal who;
+  Status allowed = Check(auth_, ctx, Method::kSubmitJob, nullptr, &who);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   v1::JobSpec spec = req->spec();
+  if (spec.ByteSizeLong() > (1 << 20))
+    return timer.Done(ToGrpc(Status::InvalidArgument("spec: larger than 1 MiB")));
   if (!req->spec_yaml().empty()) {
     if (req->spec_yaml().size() > (1 << 20))
       return timer.Done(ToGrpc(Status::InvalidArgument("spec_yaml: larger than 1 MiB")));
@@ -16,31 +46,39 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJob
     if (!parsed.ok()) return timer.Done(ToGrpc(parsed.status()));
     spec = std::move(parsed.value());
   }
-  auto job = c_->Submit(std::move(spec));
+  auto job = c_->Submit(std::move(spec), who.user);
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
   *out = std::move(job.value());
   return timer.Done(grpc::Status::OK);
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* out) {
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) {
   RpcTimer timer(metrics_, "GetJob");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kGetJob, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   auto job = c_->Get(req->id());
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
   *out = std::move(job.value());
   return timer.Done(grpc::Status::OK);
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* out) {
   RpcTimer timer(metrics_, "ListJobs");
-  auto list = c_->List(*req);
+  Principal who;
+  Status allowed = Check(auth_, ctx, Method::kListJobs, nullptr, &who);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  // Users see their own jobs only.
+  auto list = c_->List(*req, who.role == Role::kAdmin ? nullptr : &who.user);
   if (!list.ok()) return timer.Done(ToGrpc(list.status()));
   *out = std::move(list.value());
   return timer.Done(grpc::Status::OK);
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req, v1::Job* out) {
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* out) {
   RpcTimer timer(metrics_, "CancelJob");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kCancelJob, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   auto job = c_->Cancel(req->id(), req->reason());
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
   *out = std::move(job.value());
@@ -50,6 +88,8 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJob
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::Job>* writer) {
   RpcTimer timer(metrics_, "WatchJob");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kWatchJob, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   uint64_t version = 0;
   while (!ctx->IsCancelled()) {
     auto job = c_->WaitForChange(req->id(), &version, std::chrono::milliseconds(500));
@@ -61,41 +101,53 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
   return timer.Done(grpc::Status::CANCELLED);
 }
 
-grpc::Status WorkerServiceImpl::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                          v1::RegisterResponse* out) {
   RpcTimer timer(metrics_, "Register");
+  Status allowed = Check(auth_, ctx, Method::kRegister);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   return timer.Done(ToGrpc(c_->Register(*req, out)));
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* out) {
   RpcTimer timer(metrics_, "Heartbeat");
+  Status allowed = Check(auth_, ctx, Method::kHeartbeat);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   return timer.Done(ToGrpc(c_->Heartbeat(*req, out)));
 }
 
-grpc::Status WorkerServiceImpl::ReportTask(grpc::ServerContext*, const v1::ReportTaskRequest* req,
+grpc::Status WorkerServiceImpl::ReportTask(grpc::ServerContext* ctx, const v1::ReportTaskRequest* req,
                                            v1::ReportTaskResponse*) {
   RpcTimer timer(metrics_, "ReportTask");
+  Status allowed = Check(auth_, ctx, Method::kReportTask);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   return timer.Done(ToGrpc(c_->ReportTask(*req)));
 }
 
-grpc::Status AdminServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status AdminServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                                            v1::ListWorkersResponse* out) {
   RpcTimer timer(metrics_, "ListWorkers");
+  Status allowed = Check(auth_, ctx, Method::kListWorkers);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   *out = c_->ListWorkers();
   return timer.Done(grpc::Status::OK);
 }
 
-grpc::Status AdminServiceImpl::ListCache(grpc::ServerContext*, const v1::ListCacheRequest* req,
+grpc::Status AdminServiceImpl::ListCache(grpc::ServerContext* ctx, const v1::ListCacheRequest* req,
                                          v1::ListCacheResponse* out) {
   RpcTimer timer(metrics_, "ListCache");
+  Status allowed = Check(auth_, ctx, Method::kListCache);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   *out = c_->ListCache(req->worker());
   return timer.Done(grpc::Status::OK);
 }
 
-grpc::Status AdminServiceImpl::EvictCache(grpc::ServerContext*, const v1::EvictCacheRequest* req,
+grpc::Status AdminServiceImpl::EvictCache(grpc::ServerContext* ctx, const v1::EvictCacheRequest* req,
                                           v1::EvictCacheResponse* out) {
   RpcTimer timer(metrics_, "EvictCache");
+  Status allowed = Check(auth_, ctx, Method::kEvictCache);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   auto n = c_->EvictCache(*req);
   if (!n.ok()) return timer.Done(ToGrpc(n.status()));
   out->set_workers(n.value());

@@ -3,6 +3,7 @@
 #ifndef NIGHTSHIFT_COORDINATOR_SERVICE_H_
 #define NIGHTSHIFT_COORDINATOR_SERVICE_H_
 
+#include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "nightshift/v1/admin.grpc.pb.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
@@ -14,7 +15,9 @@ class CoordinatorMetrics;
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics) : c_(c), metrics_(metrics) {}
+  // `auth` null: every call is allowed (insecure mode).
+  JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr)
+      : c_(c), metrics_(metrics), auth_(auth) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -25,11 +28,14 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   Coordinator* const c_;  // not owned
   CoordinatorMetrics* const metrics_;  // not owned; may be null
+  Authenticator* const auth_;  // not owned; may be null
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(Coordinator* c, CoordinatorMetrics* metrics) : c_(c), metrics_(metrics) {}
+  // `auth` null: every call is allowed (insecure mode).
+  WorkerServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr)
+      : c_(c), metrics_(metrics), auth_(auth) {}
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override;
   grpc::Status ReportTask(grpc::ServerContext*, const v1::ReportTaskRequest*, v1::ReportTaskResponse*) override;
@@ -37,11 +43,14 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  private:
   Coordinator* const c_;
   CoordinatorMetrics* const metrics_;
+  Authenticator* const auth_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
-  AdminServiceImpl(Coordinator* c, CoordinatorMetrics* metrics) : c_(c), metrics_(metrics) {}
+  // `auth` null: every call is allowed (insecure mode).
+  AdminServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr)
+      : c_(c), metrics_(metrics), auth_(auth) {}
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse*) override;
   grpc::Status ListCache(grpc::ServerContext*, const v1::ListCacheRequest*, v1::ListCacheResponse*) override;
@@ -50,6 +59,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
  private:
   Coordinator* const c_;
   CoordinatorMetrics* const metrics_;
+  Authenticator* const auth_;
 };
 
 }  // namespace nightshift

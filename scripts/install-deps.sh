@@ -11,10 +11,14 @@ PACKAGES=(
   # services
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev prometheus-cpp-dev libxxhash-dev
+  # security: SHA-256 of tokens (libcrypto), test certificates (openssl CLI)
+  libssl-dev openssl
   # data, config, CLI
   libsentencepiece-dev sentencepiece nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   # tests
   libgtest-dev libgmock-dev prometheus curl python3-grpcio python3-protobuf python3-yaml
+  # fuzzing (libFuzzer comes with clang's runtime library)
+  clang libclang-rt-14-dev
   # benchmark baseline (plain PyTorch)
   python3-torch python3-numpy
   ca-certificates

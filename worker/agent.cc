@@ -7,12 +7,24 @@
 #include <vector>
 #include <thread>
 
+#include "common/client.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status.h"
 
 namespace nightshift {
 namespace {
+// The worker's channel to the coordinator: TLS and token as configured (checked at
+// start-up by main, so a failure here falls back to a channel that will be refused).
+std::shared_ptr<grpc::Channel> CoordinatorChannel(const WorkerOptions& o) {
+  ClientOptions c{o.coordinator, o.token, o.token_file, o.tls_ca, o.tls_cert, o.tls_key};
+  Status s = ResolveToken(&c);
+  auto channel = s.ok() ? MakeChannel(c) : StatusOr<std::shared_ptr<grpc::Channel>>(s);
+  if (channel.ok()) return channel.value();
+  NS_ERROR("worker: " << channel.status().ToString());
+  return grpc::CreateChannel(o.coordinator, grpc::InsecureChannelCredentials());
+}
+
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(int seconds) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
@@ -23,8 +35,7 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(int seconds) {
 Agent::Agent(const WorkerOptions& options, FeatureCache* cache)
     : options_(options),
       cache_(cache),
-      stub_(v1::WorkerService::NewStub(
-          grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials()))) {}
+      stub_(v1::WorkerService::NewStub(CoordinatorChannel(options))) {}
 
 bool Agent::Register() {
   v1::RegisterRequest req;

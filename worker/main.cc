@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/client.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "worker/agent.h"
@@ -20,6 +21,11 @@ int main(int argc, char** argv) {
   WorkerOptions options;
   app.add_option("--coordinator", options.coordinator, "coordinator HOST:PORT")->required();
   app.add_option("--name", options.name, "this worker's unique name")->required();
+  app.add_option("--token", options.token, "bearer token (role worker) for the coordinator");
+  app.add_option("--token-file", options.token_file, "file whose first line is the token (else env NIGHTSHIFT_TOKEN)");
+  app.add_option("--tls-ca", options.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
+  app.add_option("--tls-cert", options.tls_cert, "PEM certificate of this worker (mutual TLS)");
+  app.add_option("--tls-key", options.tls_key, "PEM key of --tls-cert");
   app.add_option("--work-dir", options.work_dir, "data cache, job configs and rank logs")->required();
   app.add_option("--cpu-slots", options.cpu_slots, "ranks to run at once when there is no GPU")
       ->check(CLI::Range(0, 1024));
@@ -35,6 +41,16 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
   app.add_option("--metrics-port-file", metrics_port_file, "write the metrics port to this file");
   CLI11_PARSE(app, argc, argv);
+  {
+    ClientOptions c{options.coordinator, options.token, options.token_file, options.tls_ca, options.tls_cert,
+                    options.tls_key};
+    Status s = ResolveToken(&c);
+    auto channel = s.ok() ? MakeChannel(c) : StatusOr<std::shared_ptr<grpc::Channel>>(s);
+    if (!channel.ok()) {
+      NS_ERROR("worker: " << channel.status().ToString());
+      return 2;
+    }
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(options.work_dir, ec);

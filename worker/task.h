@@ -23,6 +23,10 @@ namespace nightshift {
 
 struct WorkerOptions {
   std::string coordinator;       // HOST:PORT of the coordinator
+  std::string token;             // bearer token for the coordinator (role worker); empty: none
+  std::string token_file;        // or a file holding it (else env NIGHTSHIFT_TOKEN)
+  std::string tls_ca;            // PEM CA of the coordinator's certificate; empty: plaintext
+  std::string tls_cert, tls_key; // this worker's certificate and key (mutual TLS); optional
   std::string name;              // unique worker name
   std::string work_dir;          // data cache, job configs and rank logs
   std::string checkpoint_root;   // <root>/<job id>/ holds a job's checkpoints; default <work_dir>/checkpoints

@@ -1,0 +1,37 @@
+// How the CLI and the worker reach the coordinator: the channel's transport security
+// (plaintext, or TLS with a CA to trust and, for mutual TLS, our own certificate) and the
+// bearer token sent with every call.
+#ifndef NIGHTSHIFT_COMMON_CLIENT_H_
+#define NIGHTSHIFT_COMMON_CLIENT_H_
+
+#include <grpcpp/channel.h>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace nightshift {
+
+struct ClientOptions {
+  std::string address;     // HOST:PORT of the coordinator
+  std::string token;       // sent as `authorization: Bearer <token>` on every call; empty: none
+  std::string token_file;  // read `token` from this file (first line) when `token` is empty
+  std::string tls_ca;      // PEM file of the CA that signed the coordinator's certificate; empty: plaintext
+  std::string tls_cert;    // PEM certificate (chain) of this client, for mutual TLS; optional
+  std::string tls_key;     // its PEM private key
+};
+
+// Fills options->token from token_file, or else from the environment NIGHTSHIFT_TOKEN,
+// when it is empty. Missing or unreadable files are errors naming the file.
+Status ResolveToken(ClientOptions* options);
+
+// A channel to options.address with the credentials above (after ResolveToken).
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+
+// Reads a whole (small) file, or an error naming it and `what` it is for.
+StatusOr<std::string> ReadSmallFile(const std::string& path, const std::string& what);
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COMMON_CLIENT_H_

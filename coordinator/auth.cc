@@ -1,0 +1,207 @@
+#include "coordinator/auth.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_context.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "common/client.h"
+#include "common/log.h"
+
+namespace nightshift {
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin: return "admin";
+    case Role::kUser: return "user";
+    case Role::kWorker: return "worker";
+  }
+  return "?";
+}
+
+const char* MethodName(Method m) {
+  switch (m) {
+    case Method::kSubmitJob: return "SubmitJob";
+    case Method::kGetJob: return "GetJob";
+    case Method::kListJobs: return "ListJobs";
+    case Method::kCancelJob: return "CancelJob";
+    case Method::kWatchJob: return "WatchJob";
+    case Method::kStreamLogs: return "StreamLogs";
+    case Method::kRegister: return "Register";
+    case Method::kHeartbeat: return "Heartbeat";
+    case Method::kReportTask: return "ReportTask";
+    case Method::kListWorkers: return "ListWorkers";
+    case Method::kListCache: return "ListCache";
+    case Method::kEvictCache: return "EvictCache";
+  }
+  return "?";
+}
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * SHA256_DIGEST_LENGTH);
+  for (unsigned char c : digest) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+StatusOr<TokenTable> ParseTokenFile(const std::string& text) {
+  TokenTable table;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    std::istringstream fields(line);
+    std::string hash, role, user, extra;
+    fields >> hash;
+    if (hash.empty() || hash[0] == '#') continue;
+    fields >> role >> user >> extra;
+    const std::string where = "token file line " + std::to_string(n) + ": ";
+    if (user.empty() || !extra.empty())
+      return Status::InvalidArgument(where + "expected `<sha256-hex> <role> <user>`");
+    if (hash.size() != 64)
+      return Status::InvalidArgument(where + "the first field must be the token's SHA-256 as 64 hex digits");
+    for (char& c : hash) {
+      if (!std::isxdigit(static_cast<unsigned char>(c)))
+        return Status::InvalidArgument(where + "the first field must be the token's SHA-256 as 64 hex digits");
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    Principal p;
+    if (role == "admin") p.role = Role::kAdmin;
+    else if (role == "user") p.role = Role::kUser;
+    else if (role == "worker") p.role = Role::kWorker;
+    else return Status::InvalidArgument(where + "unknown role '" + role + "' (expected admin, user or worker)");
+    for (char c : user) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' && c != '@')
+        return Status::InvalidArgument(where + "user '" + user + "': use letters, digits and . _ - @");
+    }
+    if (user.size() > 128) return Status::InvalidArgument(where + "user name longer than 128 characters");
+    p.user = user;
+    if (!table.emplace(hash, p).second) return Status::InvalidArgument(where + "the same token is listed twice");
+  }
+  return table;
+}
+
+Status Permit(const Principal& who, Method method, const std::string* owner) {
+  if (who.role == Role::kAdmin) return Status::OK();
+  auto denied = [&](const std::string& why) {
+    return Status::PermissionDenied(std::string(RoleName(who.role)) + " " + who.user + " may not call " +
+                                    MethodName(method) + ": " + why);
+  };
+  switch (method) {
+    case Method::kSubmitJob:
+    case Method::kGetJob:
+    case Method::kListJobs:
+    case Method::kCancelJob:
+    case Method::kWatchJob:
+    case Method::kStreamLogs:
+      if (who.role != Role::kUser) return denied("JobService is for users and admins");
+      if (owner != nullptr && *owner != who.user) return denied("the job belongs to another user");
+      return Status::OK();
+    case Method::kRegister:
+    case Method::kHeartbeat:
+    case Method::kReportTask:
+      if (who.role != Role::kWorker) return denied("WorkerService is for workers and admins");
+      return Status::OK();
+    case Method::kListWorkers:
+    case Method::kListCache:
+    case Method::kEvictCache:
+      return denied("AdminService is for admins");
+  }
+  return denied("unknown method");
+}
+
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsServerOptions& o) {
+  if (o.cert.empty()) {
+    if (!o.key.empty() || !o.client_ca.empty())
+      return Status::InvalidArgument("--tls-key and --tls-client-ca need --tls-cert");
+    return grpc::InsecureServerCredentials();
+  }
+  if (o.key.empty()) return Status::InvalidArgument("--tls-cert needs --tls-key");
+  auto cert = ReadSmallFile(o.cert, "--tls-cert");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadSmallFile(o.key, "--tls-key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({key.value(), cert.value()});
+  if (!o.client_ca.empty()) {
+    auto ca = ReadSmallFile(o.client_ca, "--tls-client-ca");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = ca.value();
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+StatusOr<std::unique_ptr<Authenticator>> Authenticator::Open(const std::string& token_file) {
+  std::unique_ptr<Authenticator> auth(new Authenticator(token_file));
+  if (!token_file.empty()) NS_RETURN_IF_ERROR(auth->ReloadIfChanged());
+  return auth;
+}
+
+Status Authenticator::ReloadIfChanged() {
+  struct stat st {};
+  if (::stat(token_file_.c_str(), &st) != 0)
+    return Status::FailedPrecondition("cannot stat --token-file " + token_file_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (st.st_mtim.tv_sec == mtime_.tv_sec && st.st_mtim.tv_nsec == mtime_.tv_nsec && st.st_size == size_ &&
+      st.st_ino == inode_)
+    return Status::OK();
+  std::ifstream in(token_file_);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return Status::FailedPrecondition("cannot read --token-file " + token_file_);
+  auto table = ParseTokenFile(text.str());
+  if (!table.ok()) return Status::InvalidArgument(token_file_ + ": " + table.status().message());
+  const bool first = size_ < 0;
+  tokens_ = std::move(table.value());
+  mtime_ = st.st_mtim;
+  size_ = st.st_size;
+  inode_ = st.st_ino;
+  NS_INFO("coordinator: " << (first ? "loaded " : "reloaded ") << tokens_.size() << " tokens from "
+                          << token_file_);
+  return Status::OK();
+}
+
+StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContext& ctx) {
+  if (insecure()) return Principal{Role::kAdmin, ""};
+  Status reload = ReloadIfChanged();
+  if (!reload.ok()) {
+    // Keep serving with the tokens we have; say so once per change.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reload.message() != last_reload_error_)
+      NS_ERROR("coordinator: token file not reloaded, keeping the previous tokens: " << reload.message());
+    last_reload_error_ = reload.message();
+  }
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end())
+    return Status::Unauthenticated("no credentials: send `authorization: Bearer <token>` (nightshift --token)");
+  const std::string value(it->second.data(), it->second.size());
+  static const std::string kBearer = "Bearer ";
+  if (value.compare(0, kBearer.size(), kBearer) != 0 || value.size() == kBearer.size())
+    return Status::Unauthenticated("authorization metadata must be `Bearer <token>`");
+  const std::string hash = Sha256Hex(value.substr(kBearer.size()));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto t = tokens_.find(hash);
+  if (t == tokens_.end()) return Status::Unauthenticated("unknown or revoked token");
+  return t->second;
+}
+
+Status Authenticator::Authorize(const grpc::ServerContext& ctx, Method method, const std::string* owner,
+                                Principal* who) {
+  auto p = Authenticate(ctx);
+  if (!p.ok()) return p.status();
+  if (who != nullptr) *who = p.value();
+  return Permit(p.value(), method, owner);
+}
+
+}  // namespace nightshift
