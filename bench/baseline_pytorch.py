@@ -68,8 +68,8 @@ class Classifier(nn.Module):
 
     def forward(self, tokens, pad_mask):
         l = tokens.shape[1]
-        x = F.dropout(self.tok(tokens) + self.pos(torch.arange(l)), self.p, self.training)
-        bias = torch.zeros(pad_mask.shape).masked_fill(pad_mask, float("-inf")).view(-1, 1, 1, l)
+        x = F.dropout(self.tok(tokens) + self.pos(torch.arange(l, device=tokens.device)), self.p, self.training)
+        bias = torch.zeros(pad_mask.shape, device=tokens.device).masked_fill(pad_mask, float("-inf")).view(-1, 1, 1, l)
         for blk in self.blocks:
             x = blk(x, bias)
         return self.head(F.dropout(self.ln_f(x[:, 0]), self.p, self.training))
@@ -121,6 +121,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -133,7 +135,10 @@ def main():
         train, ytrain = train[: a.max_samples], ytrain[: a.max_samples]
     data = list(zip(train, ytrain.tolist()))
 
-    model = Classifier(vocab, ncls, a.layers, a.d_model, a.heads, a.ffn, a.dropout, a.max_len)
+    dev = torch.device(a.device)
+    model = Classifier(vocab, ncls, a.layers, a.d_model, a.heads, a.ffn, a.dropout, a.max_len).to(dev)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    scaler = torch.cuda.amp.GradScaler() if a.precision == "fp16" else None
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
     if a.batching == "fixed":
         loader = torch.utils.data.DataLoader(data, batch_size=a.batch_size, shuffle=True, collate_fn=collate)
@@ -155,11 +160,20 @@ def main():
         else:
             it = (collate([data[i] for i in b]) for b in token_batches(train, a.max_tokens, a.seed + epoch))
         for tokens, mask, y, ntok in it:
-            loss = F.cross_entropy(model(tokens, mask), y)
+            tokens, mask, y = tokens.to(dev, non_blocking=True), mask.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            with torch.autocast(dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                loss = F.cross_entropy(model(tokens, mask), y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
             sched.step()
             step += 1
             real_tokens += ntok
@@ -169,18 +183,24 @@ def main():
                 break
         if step >= total:
             break
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     train_s = time.perf_counter() - t0
 
     result = {"batching": a.batching, "max_len": a.max_len, "steps": step, "train_seconds": round(train_s, 2),
               "tokens_per_second": round(real_tokens / train_s, 1), "samples_per_second": round(samples / train_s, 2),
               "padding_efficiency": round(real_tokens / padded_tokens, 4),
-              "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+              "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+              "device": a.device, "precision": a.precision}
+    if dev.type == "cuda":
+        result["peak_device_bytes"] = torch.cuda.max_memory_allocated()
     if not a.no_eval:
         model.eval()
         correct = 0
         with torch.no_grad():
             for i in range(0, len(val), 64):
                 tokens, mask, y, _ = collate(list(zip(val[i : i + 64], yval[i : i + 64].tolist())))
+                tokens, mask, y = tokens.to(dev), mask.to(dev), y.to(dev)
                 correct += (model(tokens, mask).argmax(-1) == y).sum().item()
         result["val_accuracy"] = round(correct / len(val), 4)
     print(json.dumps(result), flush=True)

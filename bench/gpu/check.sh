@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The one-call GPU check (issue 9), for a machine with an NVIDIA GPU, a CUDA toolkit and a
+# PyTorch wheel, but no network and no apt. From the repository root:
+#   bench/gpu/prepare-carry.sh     # here, on the CPU machine (shards, headers, GoogleTest)
+#   bench/gpu/check.sh             # there; carry bench/gpu/.carry along
+# Builds nightshift-trainer against the wheel's LibTorch, runs the trainer's tests, then
+# the GPU benchmarks (fp32 / bf16 / fp16, activation checkpointing, dynamic batching,
+# Nightshift vs plain PyTorch eager on the same model) and prints one table last.
+# Without a GPU it says so and only checks that it is ready (a dry run). Under 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+CARRY=bench/gpu/.carry
+OUT_DIR=${OUT:-/tmp/nightshift-gpu-check}
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-python3}
+step() { echo; echo "== $* ($(date +%T))"; }
+
+missing=0
+for f in "$CARRY/spam-512/meta.json" "$CARRY/include/nlohmann/json.hpp" "$CARRY/googletest/CMakeLists.txt"; do
+  [ -e "$f" ] || { echo "gpu-check: missing $f: run bench/gpu/prepare-carry.sh on the CPU machine"; missing=1; }
+done
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1 ||
+   ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  echo "gpu-check: no GPU on this machine (nvidia-smi or torch.cuda unavailable): dry run only."
+  echo "gpu-check: carried inputs: $([ $missing = 0 ] && echo present || echo MISSING)"
+  echo "gpu-check: would build with: cmake -DNIGHTSHIFT_TRAINER_ONLY=ON -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path>"
+  bash -n "$0" && echo "gpu-check: script syntax OK"
+  exit 0
+fi
+[ $missing = 0 ] || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
+
+step "build nightshift-trainer against the wheel's LibTorch"
+TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIGHTSHIFT_TRAINER_ONLY=ON \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DNIGHTSHIFT_NLOHMANN_INCLUDE="$PWD/$CARRY/include" \
+  -DNIGHTSHIFT_GTEST_SOURCE="$PWD/$CARRY/googletest" -DCMAKE_CUDA_ARCHITECTURES=90 \
+  >"$OUT_DIR/cmake.log" 2>&1 || { tail -30 "$OUT_DIR/cmake.log"; exit 1; }
+grep -E "NIGHTSHIFT_WITH_CUDA|Torch" "$OUT_DIR/cmake.log" | head -5
+timeout 300 ninja -C build-gpu -j "$(nproc)" >"$OUT_DIR/build.log" 2>&1 || { tail -40 "$OUT_DIR/build.log"; exit 1; }
+
+step "trainer tests (CUDA where a test can use it)"
+timeout 150 ctest --test-dir build-gpu -L trainer -j 8 --timeout 120 2>&1 | tail -15 | tee "$OUT_DIR/ctest.txt"
+
+step "benchmarks"
+timeout 240 "$PY" bench/trainer_bench.py --build build-gpu --work "$OUT_DIR/work" --only gpu --steps 30 \
+  --data-512 "$PWD/$CARRY/spam-512" --python "$PY" 2>&1 | tee "$OUT_DIR/bench.txt"
+echo
+echo "gpu-check: done; logs in $OUT_DIR"

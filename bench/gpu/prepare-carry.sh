@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run HERE (the CPU machine) before bench/gpu/check.sh goes to a GPU machine that has no
+# network and no apt: puts into bench/gpu/.carry (git-ignored; name it in the device
+# tool's `carry`) what the GPU machine lacks: token shards of SpamAssassin (prepared by
+# our own nightshift-prepare), nlohmann-json headers and the GoogleTest sources.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CARRY=bench/gpu/.carry
+BUILD=${BUILD_DIR:-build}
+mkdir -p "$CARRY/include"
+cp -r /usr/include/nlohmann "$CARRY/include/"
+rm -rf "$CARRY/googletest" && cp -r /usr/src/googletest "$CARRY/googletest"
+./scripts/fetch-data.sh >/dev/null
+for len in 512 2048; do
+  out=$CARRY/spam-$len
+  [ -f "$out/meta.json" ] || "$BUILD/bin/nightshift-prepare" --path data/spamassassin --vocab-size 8000 \
+      --max-len $len --output-dir "$out" --threads 2 2>/dev/null
+done
+du -sh "$CARRY"

@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""Side-by-side trainer benchmarks (issue 3): nightshift-trainer against plain PyTorch
+(bench/baseline_pytorch.py, Debian's python3-torch 1.13) on the same token shards, the
+same model, the same thread count, alternating runs in one invocation.
+
+  bench/trainer_bench.py --build build [--quick]
+
+Prints one table, and the raw results as JSON lines. Needs the SpamAssassin corpus
+(scripts/fetch-data.sh) and a build (scripts/test.sh or the quickstart).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
+    if os.path.exists(os.path.join(out_dir, "meta.json")):
+        return json.load(open(os.path.join(out_dir, "meta.json")))
+    cmd = [os.path.join(build, "bin", "nightshift-prepare"), "--path", os.path.join(ROOT, "data/spamassassin"),
+           "--vocab-size", str(vocab), "--max-len", str(max_len), "--max-samples", str(max_samples),
+           "--output-dir", out_dir, "--threads", "2"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.load(open(os.path.join(out_dir, "meta.json")))
+
+
+def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
+                max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512):
+    spec = {"name": name,
+            "model": {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads, "ffn": ffn,
+                      "dropout": 0.1, "max_len": max_len},
+            "train": {"epochs": epochs, "optimizer": "adamw", "lr": 0.001, "weight_decay": 0.01, "warmup_steps": 100,
+                      "seed": "1234", "batching": {"batch_size": batch_size, "max_tokens": max_tokens, "prefetch": 2},
+                      "precision": precision, "grad_clip": 1.0, "activation_checkpointing": ac,
+                      "max_steps": str(max_steps), "threads": threads},
+            "resources": {"world_size": 1},
+            "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
+    data = dict(meta)
+    data["train_shard"] = os.path.join(data_dir, "train.shard")
+    data["val_shard"] = os.path.join(data_dir, "val.shard")
+    cfg = {"job_id": name, "attempt": 0, "spec": spec, "data": data,
+           "checkpoint_dir": tempfile.mkdtemp(dir=tmp)}
+    path = os.path.join(tmp, name + ".json")
+    json.dump(cfg, open(path, "w"))
+    t0 = time.perf_counter()
+    p = subprocess.run([os.path.join(build, "bin", "nightshift-trainer"), "--config", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    wall = time.perf_counter() - t0
+    tokens = seconds = 0.0
+    prev, last_step, done, peak, pad_real, pad_all, device = 0, {}, {}, 0, 0.0, 0.0, "cpu"
+    for line in p.stdout.splitlines():
+        ev = json.loads(line)
+        if ev["event"] == "step":
+            n = ev["step"] - prev
+            prev = ev["step"]
+            s = ev["step_seconds"] * n
+            seconds += s
+            tokens += ev["tokens_per_second"] * s
+            pad_real += ev["tokens_per_second"] * s
+            pad_all += ev["tokens_per_second"] * s / max(ev["padding_efficiency"], 1e-9)
+            peak = max(peak, ev.get("memory_peak_bytes", 0))
+            device = ev.get("device", "cpu")
+            last_step = ev
+        elif ev["event"] == "start":
+            device = ev.get("device", "cpu")
+        elif ev["event"] == "done":
+            done = ev
+        elif ev["event"] == "error":
+            raise RuntimeError(name + ": " + ev["message"])
+    return {"who": "nightshift", "name": name, "steps": prev, "train_seconds": round(seconds, 2),
+            "tokens_per_second": round(tokens / seconds, 1), "padding_efficiency": round(pad_real / pad_all, 4),
+            "peak_rss_bytes": int(peak), "val_accuracy": done.get("val_accuracy"), "wall_seconds": round(wall, 1),
+            "device": device, "precision": precision}
+
+
+def run_python(data_dir, name, *, max_len, layers=2, batching="fixed", max_tokens=16384, max_steps=0, epochs=1,
+               threads=2, evaluate=False, d_model=128, heads=4, ffn=512, batch_size=32, device="cpu", precision="fp32",
+               python="/usr/bin/python3"):
+    cmd = [python, os.path.join(ROOT, "bench/baseline_pytorch.py"), "--data", data_dir,
+           "--batching", batching, "--max-tokens", str(max_tokens), "--max-len", str(max_len), "--layers", str(layers),
+           "--max-steps", str(max_steps), "--epochs", str(epochs), "--threads", str(threads), "--d-model", str(d_model),
+           "--heads", str(heads), "--ffn", str(ffn), "--batch-size", str(batch_size), "--device", device,
+           "--precision", precision]
+    if not evaluate:
+        cmd.append("--no-eval")
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    r.update({"who": "pytorch", "name": name})
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "bench/.work"))
+    ap.add_argument("--steps", type=int, default=40, help="steps of the throughput runs")
+    ap.add_argument("--long-samples", type=int, default=150, help="samples (train+val) of the max_len 2048 runs")
+    ap.add_argument("--only", default="", help="comma list: throughput,dynamic,ac,bf16 (CPU) or gpu")
+    ap.add_argument("--data-512", default="", help="prepared shards (default: prepared into --work)")
+    ap.add_argument("--data-2048", default="")
+    ap.add_argument("--python", default="/usr/bin/python3", help="python with torch for the baseline")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=a.work)
+    only = set(a.only.split(",")) if a.only else {"throughput", "dynamic", "ac", "bf16"}
+    results = []
+
+    def emit(r):
+        results.append(r)
+        print(json.dumps(r), flush=True)
+
+    d512 = a.data_512 or os.path.join(a.work, "spam-512")
+    m512 = prepare(a.build, d512, 512)
+    if "gpu" in only:
+        # A transformer large enough to keep an H100/H200 busy; every run on CUDA.
+        big = dict(layers=12, d_model=1024, heads=16, ffn=4096)
+        steps = a.steps
+        for prec in ["fp32", "bf16", "fp16"]:
+            emit(run_trainer(a.build, d512, m512, tmp, f"gpu-{prec}", max_len=512, batch_size=64, max_steps=steps,
+                             precision=prec, threads=4, **big))
+        emit(run_trainer(a.build, d512, m512, tmp, "gpu-bf16-ac", max_len=512, batch_size=64, max_steps=steps,
+                         precision="bf16", ac="full", threads=4, **big))
+        emit(run_trainer(a.build, d512, m512, tmp, "gpu-bf16-tokens32k", max_len=512, max_tokens="32768",
+                         max_steps=steps, precision="bf16", threads=4, **big))
+        emit(run_python(d512, "gpu-bf16-pytorch", max_len=512, batch_size=64, max_steps=steps, device="cuda",
+                        precision="bf16", threads=4, python=a.python, **big))
+        only = set()
+    if "throughput" in only:
+        for rep in range(2):  # alternate, since this machine is noisy
+            emit(run_python(d512, f"fixed32-512-py-{rep}", max_len=512, max_steps=a.steps))
+            emit(run_trainer(a.build, d512, m512, tmp, f"fixed32-512-ns-{rep}", max_len=512, max_steps=a.steps))
+    if "dynamic" in only:
+        d2k = a.data_2048 or os.path.join(a.work, f"spam-2048-{a.long_samples}")
+        m2k = prepare(a.build, d2k, 2048, max_samples=a.long_samples)
+        emit(run_python(d2k, "fixed32-2048-py", max_len=2048))
+        emit(run_python(d2k, "tokens16k-2048-py", max_len=2048, batching="tokens", max_tokens=16384))
+        emit(run_trainer(a.build, d2k, m2k, tmp, "tokens16k-2048-ns", max_len=2048, max_tokens="16384"))
+        emit(run_trainer(a.build, d2k, m2k, tmp, "fixed32-2048-ns", max_len=2048))
+    if "ac" in only:
+        for ac in ["none", "full"]:
+            emit(run_trainer(a.build, d512, m512, tmp, f"ac-{ac}-6layers", max_len=512, layers=6,
+                             max_steps=max(4, a.steps // 4), ac=ac))
+    if "bf16" in only:
+        for prec in ["fp32", "bf16"]:
+            emit(run_trainer(a.build, d512, m512, tmp, f"prec-{prec}", max_len=512, max_steps=a.steps, precision=prec))
+
+    print("\n%-22s %-10s %-6s %7s %9s %11s %8s %10s" % ("run", "who", "device", "steps", "seconds", "tokens/s",
+                                                      "pad_eff", "peak_MiB"))
+    for r in results:
+        peak = r.get("peak_device_bytes", r["peak_rss_bytes"])
+        print("%-22s %-10s %-6s %7d %9.1f %11.1f %8.3f %10.0f" % (r["name"], r["who"], r.get("device", "cpu"), r["steps"],
+              r["train_seconds"], r["tokens_per_second"], r["padding_efficiency"], peak / 2**20))
+
+
+if __name__ == "__main__":
+    main()
