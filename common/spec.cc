@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -124,6 +125,32 @@ Status Invalid(const std::string& field, const std::string& message) {
   return Status::InvalidArgument(field + ": " + message);
 }
 
+// What the YAML loader cannot produce but a SubmitJobRequest.spec can: fields this
+// coordinator does not know (a newer client's), and strings with control characters or
+// of unbounded length. Checked for every message and string field, recursively.
+Status CheckFieldsAndStrings(const Message& message, const std::string& path) {
+  const Reflection* refl = message.GetReflection();
+  if (!refl->GetUnknownFields(message).empty())
+    return Invalid(path.empty() ? "spec" : path, "has fields this coordinator does not know");
+  std::vector<const FieldDescriptor*> fields;
+  refl->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
+    if (field->is_repeated()) return Invalid(field_path, "lists are not supported here");
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      NS_RETURN_IF_ERROR(CheckFieldsAndStrings(refl->GetMessage(message, field), field_path));
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+      const std::string value = refl->GetString(message, field);
+      if (value.size() > 4096) return Invalid(field_path, "longer than 4096 bytes");
+      for (unsigned char c : value)
+        if (c < 0x20 || c == 0x7f) return Invalid(field_path, "contains a control character");
+    }
+  }
+  return Status::OK();
+}
+
+bool Finite(double v) { return std::isfinite(v); }
+
 }  // namespace
 
 int64_t MaxTokensOf(const v1::BatchingSpec& batching) {
@@ -132,11 +159,13 @@ int64_t MaxTokensOf(const v1::BatchingSpec& batching) {
   if (s == "auto") return -1;
   char* end = nullptr;
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (*end != '\0' || v <= 0) return -2;  // invalid; validation reports it
+  if (*end != '\0' || v <= 0 || v > (1LL << 40) || !std::isdigit(static_cast<unsigned char>(s[0])))
+    return -2;  // invalid; validation reports it
   return v;
 }
 
 Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
+  NS_RETURN_IF_ERROR(CheckFieldsAndStrings(*spec, ""));
   if (spec->name().empty()) spec->set_name("job");
   if (spec->name().size() > 128) return Invalid("name", "longer than 128 characters");
 
@@ -159,7 +188,7 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
     return Invalid("model.heads", "must be positive and divide model.d_model (" +
                                       std::to_string(m->d_model()) + ")");
   if (m->ffn() < 1 || m->ffn() > 1 << 20) return Invalid("model.ffn", "must be in [1, 1048576]");
-  if (m->dropout() < 0 || m->dropout() >= 1) return Invalid("model.dropout", "must be in [0, 1)");
+  if (!Finite(m->dropout()) || m->dropout() < 0 || m->dropout() >= 1) return Invalid("model.dropout", "must be in [0, 1)");
   if (m->max_len() < 2 || m->max_len() > 1 << 16) return Invalid("model.max_len", "must be in [2, 65536]");
 
   v1::DataSpec* d = spec->mutable_data();
@@ -172,9 +201,12 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
     if (d->label_field().empty() && m->arch() != "gpt_lm") d->set_label_field("label");
   }
   if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
-  if (d->validation_fraction() < 0 || d->validation_fraction() >= 1)
+  if (!Finite(d->validation_fraction()) || d->validation_fraction() < 0 || d->validation_fraction() >= 1)
     return Invalid("data.validation_fraction", "must be in [0, 1)");
-  if (d->max_samples() < 0) return Invalid("data.max_samples", "must be >= 0 (0: all)");
+  if (d->max_samples() < 0 || d->max_samples() > (int64_t{1} << 40))
+    return Invalid("data.max_samples", "must be in [0, 2^40] (0: all)");
+  if (d->text_field().size() > 256) return Invalid("data.text_field", "longer than 256 characters");
+  if (d->label_field().size() > 256) return Invalid("data.label_field", "longer than 256 characters");
   v1::TokenizerSpec* tok = d->mutable_tokenizer();
   if (tok->type().empty()) tok->set_type("sentencepiece");
   if (tok->type() != "sentencepiece")
@@ -189,20 +221,25 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   if (t->optimizer().empty()) t->set_optimizer("adamw");
   if (t->optimizer() != "adamw") return Invalid("train.optimizer", "unknown optimizer '" + t->optimizer() + "' (expected adamw)");
   if (t->lr() == 0) t->set_lr(1e-3);
-  if (t->lr() < 0 || t->lr() > 10) return Invalid("train.lr", "must be in (0, 10]");
-  if (t->weight_decay() < 0) return Invalid("train.weight_decay", "must be >= 0");
-  if (t->warmup_steps() < 0) return Invalid("train.warmup_steps", "must be >= 0");
+  if (!Finite(t->lr()) || t->lr() < 0 || t->lr() > 10) return Invalid("train.lr", "must be in (0, 10]");
+  if (!Finite(t->weight_decay()) || t->weight_decay() < 0 || t->weight_decay() > 10)
+    return Invalid("train.weight_decay", "must be in [0, 10]");
+  if (t->warmup_steps() < 0 || t->warmup_steps() > 1000000000)
+    return Invalid("train.warmup_steps", "must be in [0, 1000000000]");
   if (t->seed() == 0) t->set_seed(1234);
   if (t->precision().empty()) t->set_precision("fp32");
   if (t->precision() != "fp32" && t->precision() != "bf16" && t->precision() != "fp16")
     return Invalid("train.precision", "unknown precision '" + t->precision() + "' (expected fp32, bf16 or fp16)");
-  if (t->grad_clip() < 0) return Invalid("train.grad_clip", "must be >= 0 (0 disables clipping)");
+  if (!Finite(t->grad_clip()) || t->grad_clip() < 0 || t->grad_clip() > 1e6)
+    return Invalid("train.grad_clip", "must be in [0, 1e6] (0 disables clipping)");
   if (t->activation_checkpointing().empty()) t->set_activation_checkpointing("none");
   const std::string& ac = t->activation_checkpointing();
   if (ac != "none" && ac != "full" &&
-      !(ac.rfind("every_", 0) == 0 && ac.size() > 6 && std::atoi(ac.c_str() + 6) >= 1))
+      !(ac.rfind("every_", 0) == 0 && ac.size() > 6 && ac.size() <= 10 &&
+        ac.find_first_not_of("0123456789", 6) == std::string::npos && std::atoi(ac.c_str() + 6) >= 1))
     return Invalid("train.activation_checkpointing", "'" + ac + "' is not none, full or every_N");
-  if (t->max_steps() < 0) return Invalid("train.max_steps", "must be >= 0 (0: no limit)");
+  if (t->max_steps() < 0 || t->max_steps() > (int64_t{1} << 40))
+    return Invalid("train.max_steps", "must be in [0, 2^40] (0: no limit)");
   if (t->threads() < 0 || t->threads() > 1024) return Invalid("train.threads", "must be in [0, 1024]");
   v1::BatchingSpec* b = t->mutable_batching();
   if (b->prefetch() == 0) b->set_prefetch(2);
@@ -229,13 +266,17 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
     return Invalid("resources.bucket_mb", "must be in [1, 1024], got " + std::to_string(r->bucket_mb()));
 
   v1::CheckpointSpec* c = spec->mutable_checkpoint();
-  if (c->every_steps() < 0) return Invalid("checkpoint.every_steps", "must be >= 0");
-  if (c->every_seconds() < 0) return Invalid("checkpoint.every_seconds", "must be >= 0");
+  if (c->every_steps() < 0 || c->every_steps() > 1000000000)
+    return Invalid("checkpoint.every_steps", "must be in [0, 1000000000]");
+  if (c->every_seconds() < 0 || c->every_seconds() > 30 * 86400)
+    return Invalid("checkpoint.every_seconds", "must be in [0, 2592000] (30 days)");
   if (c->keep_last() == 0) c->set_keep_last(3);
   if (c->keep_last() < 1 || c->keep_last() > 1000) return Invalid("checkpoint.keep_last", "must be in [1, 1000]");
 
   if (spec->restart().max_restarts() < 0 || spec->restart().max_restarts() > 1000)
     return Invalid("restart.max_restarts", "must be in [0, 1000]");
+  if (spec->priority() < -1000000 || spec->priority() > 1000000)
+    return Invalid("priority", "must be in [-1000000, 1000000]");
   return Status::OK();
 }
 

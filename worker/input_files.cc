@@ -17,13 +17,43 @@ std::string OptionsFingerprint(const PrepOptions& o) {
   return s.str();
 }
 
+Status ResolveRoots(std::vector<std::string>* roots) {
+  for (std::string& r : *roots) {
+    std::error_code ec;
+    fs::path real = fs::canonical(r, ec);
+    if (ec) return Status::InvalidArgument("--data-root " + r + ": " + ec.message());
+    r = real.string();
+  }
+  return Status::OK();
+}
+
+Status ConfinePath(const std::string& what, const std::string& path, const std::vector<std::string>& roots,
+                   std::string* resolved) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(path, ec);  // realpath(3): '..' and every symlink resolved
+  if (ec) {
+    return Status::NotFound(what + " '" + path + "' does not exist on this worker (resolved to " +
+                            fs::absolute(path, ec).lexically_normal().string() + ")");
+  }
+  if (resolved != nullptr) *resolved = real.string();
+  if (roots.empty()) return Status::OK();
+  const std::string p = real.string();
+  for (const std::string& r : roots) {
+    if (p == r || r == "/" || (p.size() > r.size() && p.compare(0, r.size(), r) == 0 && p[r.size()] == '/'))
+      return Status::OK();
+  }
+  std::string list;
+  for (const std::string& r : roots) list += (list.empty() ? "" : ", ") + r;
+  return Status::InvalidArgument(what + " '" + path + "' resolves to " + p + ", outside this worker's data roots (" +
+                                 list + "); use a path under one of them");
+}
+
 Status ListInputs(const PrepOptions& options, std::vector<InputFile>* files) {
   files->clear();
   std::error_code ec;
-  const fs::path root = fs::absolute(options.path, ec);
-  if (ec || !fs::exists(root))
-    return Status::NotFound("data.path '" + options.path + "' does not exist on this worker (resolved to " +
-                            root.string() + ")");
+  std::string resolved;
+  NS_RETURN_IF_ERROR(ConfinePath("data.path", options.path, options.roots, &resolved));
+  const fs::path root = options.roots.empty() ? fs::absolute(options.path, ec) : fs::path(resolved);
   if (options.format == "jsonl") {
     if (!fs::is_regular_file(root))
       return Status::InvalidArgument("data.path " + root.string() + " is not a file (format jsonl)");
@@ -37,6 +67,9 @@ Status ListInputs(const PrepOptions& options, std::vector<InputFile>* files) {
     const std::string label = label_dir.path().filename().string();
     for (const auto& f : fs::directory_iterator(label_dir.path(), ec)) {
       if (!f.is_regular_file()) continue;
+      // A symlink inside the data folder (file or label folder) must not lead out of the roots.
+      if (!options.roots.empty())
+        NS_RETURN_IF_ERROR(ConfinePath("data file", f.path().string(), options.roots));
       files->push_back({label + "/" + f.path().filename().string(), label, f.path().string()});
     }
   }

@@ -27,6 +27,9 @@ struct PrepOptions {
   int vocab_size = 8000;
   int max_len = 512;                // tokens kept per sample (bos included)
   bool classifier = true;           // false: language-model samples (bos ... eos)
+  // Where data may be read from (the worker's --data-root flags, resolved); empty: anywhere.
+  // Not part of the fingerprint: it decides whether, not what, to prepare.
+  std::vector<std::string> roots;
 };
 
 // Everything in PrepOptions except the path, plus the preprocessor version, as text.
@@ -38,7 +41,18 @@ struct InputFile {
   std::string path;   // absolute
 };
 
-// The input files in a stable order (sorted by id). A missing path is NOT_FOUND naming
+// Resolves `path` (relative: against the current directory) following every symlink, and
+// checks that it is one of `roots` or inside one (roots already resolved; empty: no
+// confinement). Missing: NOT_FOUND; outside: INVALID_ARGUMENT naming `what`, the path,
+// what it resolved to and the roots (a user error). Fills *resolved when non-null.
+Status ConfinePath(const std::string& what, const std::string& path, const std::vector<std::string>& roots,
+                   std::string* resolved = nullptr);
+
+// Resolves each root to its real path; a root that does not exist is an error.
+Status ResolveRoots(std::vector<std::string>* roots);
+
+// The input files in a stable order (sorted by id). With options.roots, data.path and
+// every file in it (symlinks followed) must lie inside a root. A missing path is NOT_FOUND naming
 // it (resolved against the current directory); an empty or malformed layout is
 // INVALID_ARGUMENT. Both are user errors.
 Status ListInputs(const PrepOptions& options, std::vector<InputFile>* files);

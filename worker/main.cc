@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", options.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
   app.add_option("--tls-cert", options.tls_cert, "PEM certificate of this worker (mutual TLS)");
   app.add_option("--tls-key", options.tls_key, "PEM key of --tls-cert");
+  app.add_option("--data-root", options.data_roots,
+                 "jobs may read data only under this folder (repeatable; symlinks are resolved). "
+                 "None given: anywhere this worker's user can read");
   app.add_option("--work-dir", options.work_dir, "data cache, job configs and rank logs")->required();
   app.add_option("--cpu-slots", options.cpu_slots, "ranks to run at once when there is no GPU")
       ->check(CLI::Range(0, 1024));
@@ -41,6 +44,17 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
   app.add_option("--metrics-port-file", metrics_port_file, "write the metrics port to this file");
   CLI11_PARSE(app, argc, argv);
+  if (Status s = ResolveRoots(&options.data_roots); !s.ok()) {
+    NS_ERROR("worker: " << s.ToString());
+    return 2;
+  }
+  if (options.data_roots.empty()) {
+    NS_WARN("worker: no --data-root: jobs may read any path this process can (no path confinement)");
+  } else {
+    std::string roots;
+    for (const auto& r : options.data_roots) roots += (roots.empty() ? "" : ", ") + r;
+    NS_INFO("worker: data confined to " << roots);
+  }
   {
     ClientOptions c{options.coordinator, options.token, options.token_file, options.tls_ca, options.tls_cert,
                     options.tls_key};

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--classifier", o.classifier);
   app.add_option("--output-dir", output_dir)->required();
   app.add_option("--threads", threads);
+  app.add_option("--data-root", o.roots, "data must resolve inside one of these (repeatable; none: anywhere)");
   CLI11_PARSE(app, argc, argv);
 
   const char* fd_env = std::getenv("NIGHTSHIFT_PROGRESS_FD");

@@ -126,6 +126,14 @@ void Task::Finish(v1::TaskState state, const std::string& error, bool user_error
 void Task::Run() {
   const std::string& job_id = assignment_.task().job_id();
   const v1::JobSpec& spec = assignment_.spec();
+  // The id names folders (job dir, checkpoints): it must not climb out of them.
+  if (job_id.empty() || job_id.size() > 128 || job_id[0] == '.' ||
+      job_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
+    return Finish(v1::TASK_FAILED, "refusing job id '" + job_id + "': not a plain name", true);
+  if (!spec.model().path().empty()) {
+    Status confined = ConfinePath("model.path", spec.model().path(), options_.data_roots);
+    if (!confined.ok()) return Finish(v1::TASK_FAILED, confined.message(), true);
+  }
   const std::string job_dir = options_.work_dir + "/jobs/" + job_id + "/attempt-" +
                               std::to_string(assignment_.task().attempt());
   std::error_code ec;
@@ -180,6 +188,7 @@ std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool
   o.vocab_size = d.tokenizer().vocab_size();
   o.max_len = spec.model().max_len();
   o.classifier = spec.model().arch() != "gpt_lm";
+  o.roots = options_.data_roots;
   const auto t0 = std::chrono::steady_clock::now();
   auto key = cache_->KeyFor(o);
   if (!key.ok()) {
@@ -196,6 +205,7 @@ std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool
         "--seed", std::to_string(o.seed), "--vocab-size", std::to_string(o.vocab_size),
         "--max-len", std::to_string(o.max_len), "--classifier", o.classifier ? "true" : "false",
         "--output-dir", build_dir, "--threads", std::to_string(options_.prep_threads)};
+    for (const std::string& root : o.roots) argv.insert(argv.end(), {"--data-root", root});
     auto proc = SpawnProcess(argv, {}, job_dir + "/prepare.log");
     if (!proc.ok()) return proc.status();
     {

@@ -27,6 +27,8 @@ struct WorkerOptions {
   std::string token_file;        // or a file holding it (else env NIGHTSHIFT_TOKEN)
   std::string tls_ca;            // PEM CA of the coordinator's certificate; empty: plaintext
   std::string tls_cert, tls_key; // this worker's certificate and key (mutual TLS); optional
+  // Data (data.path, model.path) must resolve inside one of these real paths; empty: anywhere.
+  std::vector<std::string> data_roots;
   std::string name;              // unique worker name
   std::string work_dir;          // data cache, job configs and rank logs
   std::string checkpoint_root;   // <root>/<job id>/ holds a job's checkpoints; default <work_dir>/checkpoints

@@ -109,7 +109,7 @@ std::string ShardReader::Open(const std::string& path, bool verify_checksum) {
   const char* base = static_cast<const char*>(map) + sizeof(ShardHeader);
   offsets_ = reinterpret_cast<const uint64_t*>(base);
   labels_ = reinterpret_cast<const int32_t*>(base + (h.num_samples + 1) * 8);
-  ids_ = reinterpret_cast<const uint64_t*>(base + (h.num_samples + 1) * 8 + h.num_samples * 4);
+  ids_ = base + (h.num_samples + 1) * 8 + h.num_samples * 4;
   tokens_ = reinterpret_cast<const int32_t*>(base + (h.num_samples + 1) * 8 + h.num_samples * 12);
   if (offsets_[0] != 0 || offsets_[h.num_samples] != h.num_tokens)
     return "shard " + path + " is corrupt: offsets do not span the token array";

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,11 @@ class ShardReader {
   uint64_t length(uint64_t i) const { return offsets_[i + 1] - offsets_[i]; }
   const int32_t* tokens(uint64_t i) const { return tokens_ + offsets_[i]; }
   int32_t label(uint64_t i) const { return labels_[i]; }
-  uint64_t id(uint64_t i) const { return ids_[i]; }
+  uint64_t id(uint64_t i) const {  // ids are 4-byte aligned only (after the int32 labels)
+    uint64_t v;
+    std::memcpy(&v, ids_ + i * sizeof(uint64_t), sizeof(v));
+    return v;
+  }
 
  private:
   void* map_ = nullptr;
@@ -80,7 +85,7 @@ class ShardReader {
   const ShardHeader* header_ = nullptr;
   const uint64_t* offsets_ = nullptr;
   const int32_t* labels_ = nullptr;
-  const uint64_t* ids_ = nullptr;
+  const char* ids_ = nullptr;
   const int32_t* tokens_ = nullptr;
 };
 

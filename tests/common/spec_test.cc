@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+
 namespace nightshift {
 namespace {
 
@@ -92,6 +95,70 @@ TEST(SpecTest, UnknownFieldAndWrongTypeAreRefused) {
   ExpectInvalid(Replace(kGood, "precision: fp32", "precision: fp8"), "train.precision");
   ExpectInvalid("", "empty");
   ExpectInvalid("- a\n- b\n", "mapping");
+}
+
+// The proto path (SubmitJobRequest.spec) is checked as strictly as YAML.
+v1::JobSpec GoodProto() {
+  auto spec = LoadJobSpec(kGood);
+  EXPECT_TRUE(spec.ok());
+  return spec.value();
+}
+
+Status Validate(const std::function<void(v1::JobSpec*)>& mutate) {
+  v1::JobSpec spec = GoodProto();
+  mutate(&spec);
+  return DefaultAndValidateJobSpec(&spec);
+}
+
+TEST(SpecTest, ProtoPathRefusesNonFiniteAndOutOfRangeNumbers) {
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  EXPECT_TRUE(Validate([](v1::JobSpec*) {}).ok());
+  struct Case {
+    const char* field;
+    std::function<void(v1::JobSpec*)> mutate;
+  } cases[] = {
+      {"train.lr", [&](v1::JobSpec* s) { s->mutable_train()->set_lr(nan); }},
+      {"train.lr", [&](v1::JobSpec* s) { s->mutable_train()->set_lr(inf); }},
+      {"model.dropout", [&](v1::JobSpec* s) { s->mutable_model()->set_dropout(nan); }},
+      {"data.validation_fraction", [&](v1::JobSpec* s) { s->mutable_data()->set_validation_fraction(nan); }},
+      {"train.weight_decay", [&](v1::JobSpec* s) { s->mutable_train()->set_weight_decay(inf); }},
+      {"train.grad_clip", [&](v1::JobSpec* s) { s->mutable_train()->set_grad_clip(nan); }},
+      {"train.warmup_steps", [](v1::JobSpec* s) { s->mutable_train()->set_warmup_steps(-1); }},
+      {"train.max_steps", [](v1::JobSpec* s) { s->mutable_train()->set_max_steps(int64_t{1} << 50); }},
+      {"checkpoint.every_seconds", [](v1::JobSpec* s) { s->mutable_checkpoint()->set_every_seconds(1 << 30); }},
+      {"priority", [](v1::JobSpec* s) { s->set_priority(2000000000); }},
+      {"data.max_samples", [](v1::JobSpec* s) { s->mutable_data()->set_max_samples(-5); }},
+      {"train.batching.max_tokens", [](v1::JobSpec* s) { s->mutable_train()->mutable_batching()->set_max_tokens("99999999999999999999"); }},
+      {"train.batching.max_tokens", [](v1::JobSpec* s) { s->mutable_train()->mutable_batching()->set_max_tokens(" 4096"); }},
+      {"train.activation_checkpointing", [](v1::JobSpec* s) { s->mutable_train()->set_activation_checkpointing("every_2x"); }},
+  };
+  for (const auto& c : cases) {
+    Status s = Validate(c.mutate);
+    EXPECT_EQ(s.code(), Status::kInvalidArgument) << c.field;
+    EXPECT_EQ(s.message().rfind(c.field, 0), 0u) << s.message();
+  }
+}
+
+TEST(SpecTest, ProtoPathRefusesUnknownFieldsAndBadStrings) {
+  Status s = Validate([](v1::JobSpec* spec) {
+    spec->mutable_model()->GetReflection()->MutableUnknownFields(spec->mutable_model())->AddVarint(99, 1);
+  });
+  EXPECT_EQ(s.code(), Status::kInvalidArgument);
+  EXPECT_NE(s.message().find("model"), std::string::npos) << s.message();
+  s = Validate([](v1::JobSpec* spec) { spec->mutable_data()->set_path(std::string("data\0/etc", 9)); });
+  EXPECT_EQ(s.message().rfind("data.path", 0), 0u) << s.message();
+  s = Validate([](v1::JobSpec* spec) { spec->set_name("evil\nname"); });
+  EXPECT_EQ(s.message().rfind("name", 0), 0u) << s.message();
+  s = Validate([](v1::JobSpec* spec) { spec->mutable_data()->set_path(std::string(5000, 'a')); });
+  EXPECT_EQ(s.message().rfind("data.path", 0), 0u) << s.message();
+  s = Validate([](v1::JobSpec* spec) { spec->set_name(std::string(200, 'a')); });
+  EXPECT_EQ(s.message().rfind("name", 0), 0u) << s.message();
+}
+
+TEST(SpecTest, DeeplyNestedYamlIsRefusedNotACrash) {
+  std::string deep = "name: " + std::string(100000, '[') ;
+  auto spec = LoadJobSpec(deep);
+  EXPECT_FALSE(spec.ok());
 }
 
 }  // namespace

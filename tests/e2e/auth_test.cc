@@ -345,5 +345,29 @@ TEST_F(TlsTest, MutualTlsWithTokensForWorkersAndUsers) {
   EXPECT_EQ(workers.workers(0).state(), v1::WORKER_READY);
 }
 
+// --data-root on the worker: a job whose data lies outside the roots fails at once (a
+// user error, no restarts) with a message naming the path and the roots.
+TEST(PathConfinementTest, DataOutsideTheRootsFailsTheJobWithoutRetries) {
+  Cluster cluster("confine");
+  const std::string allowed = cluster.dir() + "/allowed";
+  fs::create_directories(allowed);
+  const std::string secret = cluster.MakeData(3, "secret");
+  fs::create_directory_symlink(secret, allowed + "/link");
+  cluster.StartCoordinator();
+  cluster.StartWorker("node1", 1, {}, {"--data-root", allowed});
+  for (const std::string& path : {secret, allowed + "/../secret", allowed + "/link"}) {
+    v1::Job job;
+    const std::string spec = "model: {arch: transformer_classifier}\ndata: {path: '" + path +
+                             "'}\nrestart: {max_restarts: 3}\n";
+    ASSERT_TRUE(cluster.Submit(spec, &job).ok());
+    job = cluster.WaitForEnd(job.id(), 60);
+    EXPECT_EQ(job.state(), v1::FAILED) << path;
+    EXPECT_EQ(job.restarts(), 0) << path;
+    EXPECT_NE(job.error().find("'" + path + "'"), std::string::npos) << job.error();
+    EXPECT_NE(job.error().find("outside this worker's data roots (" + fs::canonical(allowed).string() + ")"),
+              std::string::npos) << job.error();
+  }
+}
+
 }  // namespace
 }  // namespace nightshift::testing_e2e
