@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/format/atomic_file.h"
+#include "common/format/shard.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -95,9 +96,11 @@ SavedCheckpoint CheckpointManager::Save(const TrainPosition& position, torch::nn
 
   SavedCheckpoint saved;
   saved.path = dir.string();
+  json files = json::object();  // name -> {bytes, fnv1a64}: checked before a load
   auto write = [&](const char* file, const std::string& bytes) {
     Check(format::WriteFileAtomically((dir / file).string(), bytes));
     saved.bytes += static_cast<int64_t>(bytes.size());
+    files[file] = {{"bytes", bytes.size()}, {"fnv1a64", std::to_string(format::StableHash64(bytes))}};
   };
   {
     torch::serialize::OutputArchive archive;
@@ -120,7 +123,8 @@ SavedCheckpoint CheckpointManager::Save(const TrainPosition& position, torch::nn
                    {"batch_in_epoch", position.batch_in_epoch},
                    {"rng_cpu", Hex(position.rng_cpu)},
                    {"metrics", position.metrics},
-                   {"fingerprint", position.fingerprint}};
+                   {"fingerprint", position.fingerprint},
+                   {"files", files}};
   write("manifest.json", manifest.dump(2) + "\n");
   write(kComplete, std::to_string(position.step) + "\n");
   Check(format::SyncDirectory(options_.dir));
@@ -158,10 +162,11 @@ void CheckpointManager::Prune() {
   Check(format::SyncDirectory(options_.dir));
 }
 
-bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) const {
-  std::vector<std::string> complete = ListComplete();
-  if (complete.empty()) return false;
-  const fs::path dir = complete.back();
+namespace {
+
+// Reads and checks one checkpoint: its manifest, and the size and checksum of every
+// file the manifest lists. Throws std::runtime_error naming the directory.
+TrainPosition ReadCheckpoint(const fs::path& dir) {
   json m;
   try {
     m = json::parse(ReadFile(dir / "manifest.json"));
@@ -169,41 +174,83 @@ bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) c
     throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
   }
   if (m.value("magic", "") != kCheckpointMagic || m.value("version", 0) != kCheckpointVersion)
-    throw std::runtime_error("checkpoint: " + dir.string() +
-                             " is not a nightshift-checkpoint version 1 (delete it to start over)");
+    throw std::runtime_error("checkpoint: " + dir.string() + " is not a nightshift-checkpoint version 1");
+  TrainPosition p;
   try {
-    TrainPosition p;
     p.step = m.at("step").get<int64_t>();
     p.epoch = m.at("epoch").get<int64_t>();
     p.batch_in_epoch = m.at("batch_in_epoch").get<int64_t>();
     p.rng_cpu = Unhex(m.at("rng_cpu").get<std::string>());
     p.metrics = m.at("metrics").get<std::map<std::string, double>>();
     p.fingerprint = m.value("fingerprint", "");
-    *position = std::move(p);
+    if (m.contains("files")) {
+      for (const auto& [name, f] : m["files"].items()) {
+        const std::string bytes = ReadFile(dir / name);
+        if (bytes.size() != f.at("bytes").get<size_t>())
+          throw std::runtime_error("checkpoint: " + (dir / name).string() + " is truncated (" +
+                                   std::to_string(bytes.size()) + " of " + f.at("bytes").dump() + " bytes)");
+        if (std::to_string(format::StableHash64(bytes)) != f.at("fnv1a64").get<std::string>())
+          throw std::runtime_error("checkpoint: " + (dir / name).string() + " does not match its checksum");
+      }
+    }
   } catch (const json::exception& e) {
     throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
   }
-  if (path != nullptr) *path = dir.string();
-  return true;
+  return p;
+}
+
+}  // namespace
+
+bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) const {
+  std::vector<std::string> complete = ListComplete();
+  // Newest first; a damaged one is skipped (with a warning) for the one before it.
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    try {
+      *position = ReadCheckpoint(*it);
+      if (path != nullptr) *path = *it;
+      return true;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nightshift-trainer: warning: %s; trying an older checkpoint\n", e.what());
+    }
+  }
+  if (!complete.empty())
+    throw std::runtime_error("checkpoint: none of the " + std::to_string(complete.size()) + " checkpoints in " +
+                             options_.dir + " is readable (delete them to start over)");
+  return false;
 }
 
 bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                    TrainPosition* position, std::string* path) {
-  std::string found;
-  if (!PeekLatest(position, &found)) return false;
-  const fs::path dir = found;
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "model.pt").string());
-    model.load(archive);
+  std::vector<std::string> complete = ListComplete();
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    const fs::path dir = *it;
+    try {
+      TrainPosition p = ReadCheckpoint(dir);
+      {
+        torch::serialize::InputArchive archive;
+        archive.load_from((dir / "model.pt").string());
+        model.load(archive);
+      }
+      {
+        torch::serialize::InputArchive archive;
+        archive.load_from((dir / "optimizer.pt").string());
+        optimizer.load(archive);
+      }
+      *position = std::move(p);
+      if (path != nullptr) *path = dir.string();
+      return true;
+    } catch (const std::exception& e) {
+      // An older checkpoint overwrites every parameter and optimizer state it loads.
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));
+      std::fprintf(stderr, "nightshift-trainer: warning: cannot load %s: %s; trying an older checkpoint\n",
+                   dir.c_str(), what.c_str());
+    }
   }
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "optimizer.pt").string());
-    optimizer.load(archive);
-  }
-  if (path != nullptr) *path = dir.string();
-  return true;
+  if (!complete.empty())
+    throw std::runtime_error("checkpoint: none of the " + std::to_string(complete.size()) + " checkpoints in " +
+                             options_.dir + " is loadable (delete them to start over)");
+  return false;
 }
 
 std::string RunFingerprint(uint64_t seed, int64_t batch_size, int64_t max_tokens, bool max_tokens_auto,

@@ -58,13 +58,16 @@ class CheckpointManager {
   SavedCheckpoint Save(const TrainPosition& position, torch::nn::Module& model,
                        torch::optim::Optimizer& optimizer);
 
-  // Loads the newest complete checkpoint into model and optimizer (built as when saved)
-  // and *position; returns false when there is none. Throws if it is unreadable.
+  // Loads the newest complete checkpoint that reads back whole (manifest parses, every
+  // file matches its recorded size and checksum, archives load) into model, optimizer
+  // (built as when saved) and *position; a damaged one is skipped, with a warning on
+  // stderr, for the one before it. False when there is none; throws when every one is
+  // damaged.
   bool LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                   TrainPosition* position, std::string* path = nullptr);
 
-  // Reads only the newest complete checkpoint's manifest into *position (and its
-  // directory into *path); false when there is none. Throws if it is unreadable.
+  // Reads only the manifest of the checkpoint LoadLatest would pick (newest readable)
+  // into *position and its directory into *path; false when there is none.
   bool PeekLatest(TrainPosition* position, std::string* path = nullptr) const;
 
   // Step directories with their COMPLETE marker, oldest first.

@@ -153,5 +153,54 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
 }
 
+TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
+  const std::string dir = FreshDir("fallback");
+  torch::manual_seed(3);
+  torch::nn::Linear model(4, 3);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 5});
+  TrainPosition pos{1, 0, 1, GetCpuRngState(), {}};
+  manager.Save(pos, *model, optimizer);
+  const torch::Tensor weight_at_1 = model->weight.detach().clone();
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.add_(1.0);
+  }
+  pos.step = 2;
+  SavedCheckpoint second = manager.Save(pos, *model, optimizer);
+  pos.step = 3;
+  SavedCheckpoint third = manager.Save(pos, *model, optimizer);
+
+  // Step 3: truncated model file. Step 2: a flipped byte in the optimizer state.
+  fs::resize_file(third.path + "/model.pt", fs::file_size(third.path + "/model.pt") / 2);
+  {
+    std::fstream f(second.path + "/optimizer.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    char c;
+    f.seekg(40);
+    f.get(c);
+    f.seekp(40);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  TrainPosition peeked;
+  std::string path;
+  ASSERT_TRUE(manager.PeekLatest(&peeked, &path));
+  EXPECT_EQ(peeked.step, 1);
+  TrainPosition loaded;
+  ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded, &path));
+  EXPECT_EQ(loaded.step, 1);
+  EXPECT_EQ(fs::path(path).filename(), "step-00000001");
+  EXPECT_TRUE(torch::equal(model->weight, weight_at_1));
+
+  // All damaged: a clear error, not a crash.
+  fs::resize_file(path + "/model.pt", 10);
+  try {
+    manager.LoadLatest(*model, optimizer, &loaded);
+    FAIL() << "loaded a damaged checkpoint";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("none of the 3 checkpoints"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace nightshift::trainer
