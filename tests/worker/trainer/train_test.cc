@@ -80,8 +80,9 @@ TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
   MemoryProgressSink p1;
   EXPECT_EQ(RunTraining(c, two, p1), kExitError);
   ASSERT_EQ(p1.records.back().event, "error");
+  // Two ranks without a rendezvous address: the message says what is missing.
   EXPECT_EQ(p1.records.back().String("message"),
-            "world_size > 1 needs data-parallel support (not built yet)");
+            "process group: MASTER_PORT is required when WORLD_SIZE > 1");
 
   c.train.precision = "fp16";  // no fp16 autocast on the CPU
   MemoryProgressSink p2;
