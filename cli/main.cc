@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -195,6 +196,13 @@ int main(int argc, char** argv) {
   cancel->add_option("ID", id)->required();
   auto* worker = app.add_subcommand("worker", "workers")->require_subcommand(1);
   auto* wlist = worker->add_subcommand("list", "list workers");
+  std::string worker_name;
+  auto* wcordon = worker->add_subcommand("cordon", "place no new work on a worker (running jobs stay)");
+  auto* wuncordon = worker->add_subcommand("uncordon", "accept new work on a worker again");
+  auto* wdrain = worker->add_subcommand("drain", "cordon a worker and move its jobs: they checkpoint and resume elsewhere");
+  for (auto* c : {wcordon, wuncordon, wdrain}) c->add_option("NAME", worker_name, "worker name")->required();
+  auto* cluster = app.add_subcommand("cluster", "the cluster as a whole")->require_subcommand(1);
+  auto* cstatus = cluster->add_subcommand("status", "workers, slots and the queue");
   auto* cache = app.add_subcommand("cache", "the workers' preprocessed-feature caches")->require_subcommand(1);
   std::string worker_filter, cache_key;
   bool evict_all = false;
@@ -345,6 +353,78 @@ int main(int argc, char** argv) {
     std::printf("eviction queued for %d worker(s)\n", out.workers());
     return 0;
   }
+  auto worker_state = [](const v1::WorkerInfo& w) {
+    std::string s = v1::WorkerState_Name(w.state());
+    if (w.draining()) s += ",DRAINING";
+    else if (w.cordoned()) s += ",CORDONED";
+    return s;
+  };
+  if (wcordon->parsed() || wuncordon->parsed() || wdrain->parsed()) {
+    auto admin = v1::AdminService::NewStub(channel);
+    v1::WorkerResponse out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    grpc::Status s;
+    if (wdrain->parsed()) {
+      v1::DrainWorkerRequest req;
+      req.set_name(worker_name);
+      s = admin->DrainWorker(&ctx, req, &out);
+    } else {
+      v1::CordonWorkerRequest req;
+      req.set_name(worker_name);
+      req.set_uncordon(wuncordon->parsed());
+      s = admin->CordonWorker(&ctx, req, &out);
+    }
+    if (!s.ok()) return RpcFailed(s);
+    if (g.output == "json") std::printf("%s\n", ToJson(out.worker()).c_str());
+    else std::printf("worker %s: %s\n", out.worker().name().c_str(), worker_state(out.worker()).c_str());
+    return 0;
+  }
+  if (cstatus->parsed()) {
+    auto admin = v1::AdminService::NewStub(channel);
+    v1::ListWorkersResponse workers;
+    grpc::ClientContext wctx;
+    wctx.set_deadline(deadline());
+    grpc::Status s = admin->ListWorkers(&wctx, v1::ListWorkersRequest(), &workers);
+    if (!s.ok()) return RpcFailed(s);
+    v1::ListJobsRequest jreq;
+    jreq.set_page_size(1000);
+    for (auto st : {v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::PREEMPTED, v1::STUCK}) jreq.add_states(st);
+    v1::ListJobsResponse jobs_out;
+    grpc::ClientContext jctx;
+    jctx.set_deadline(deadline());
+    s = jobs->ListJobs(&jctx, jreq, &jobs_out);
+    if (!s.ok()) return RpcFailed(s);
+    if (g.output == "json") {
+      std::printf("{\"workers\": %s, \"jobs\": %s}\n", ToJson(workers).c_str(), ToJson(jobs_out).c_str());
+      return 0;
+    }
+    int total = 0, used = 0, ready = 0;
+    std::printf("%-16s %-18s %-6s %-6s %s\n", "WORKER", "STATE", "SLOTS", "USED", "JOBS");
+    for (const auto& w : workers.workers()) {
+      std::string tasks;
+      for (const auto& t : w.tasks()) tasks += (tasks.empty() ? "" : ",") + t.job_id();
+      std::printf("%-16s %-18s %-6d %-6d %s\n", w.name().c_str(), worker_state(w).c_str(), w.slots(),
+                  w.used_slots(), tasks.c_str());
+      if (w.state() == v1::WORKER_READY) {
+        ready++;
+        if (!w.cordoned()) total += w.slots();
+      }
+      used += w.used_slots();
+    }
+    std::map<std::string, int> by_state;
+    for (const auto& j : jobs_out.jobs()) by_state[StateName(j.state())]++;
+    std::printf("\n%d workers ready, %d of %d schedulable slots in use\n", ready, used, total);
+    for (const auto& [st, n] : by_state) std::printf("%s: %d  ", st.c_str(), n);
+    std::printf("\n\n%-10s %-9s %-5s %-6s %s\n", "QUEUE", "PRIORITY", "SIZE", "OWNER", "REASON");
+    for (const auto& j : jobs_out.jobs()) {
+      if (j.state() != v1::QUEUED && j.state() != v1::PREEMPTED) continue;
+      std::printf("%-10s %-9d %-5d %-6s %s\n", j.id().c_str(), j.spec().priority(),
+                  j.spec().resources().world_size(), j.owner().empty() ? "-" : j.owner().c_str(),
+                  j.reason().c_str());
+    }
+    return 0;
+  }
   if (wlist->parsed()) {
     auto admin = v1::AdminService::NewStub(channel);
     v1::ListWorkersResponse out;
@@ -359,7 +439,7 @@ int main(int argc, char** argv) {
       for (const auto& w : out.workers()) {
         std::string tasks;
         for (const auto& t : w.tasks()) tasks += (tasks.empty() ? "" : ",") + t.job_id();
-        std::printf("%-16s %-14s %-6d %-6d %s\n", w.name().c_str(), v1::WorkerState_Name(w.state()).c_str(),
+        std::printf("%-16s %-14s %-6d %-6d %s\n", w.name().c_str(), worker_state(w).c_str(),
                     w.slots(), w.used_slots(), tasks.c_str());
       }
     }

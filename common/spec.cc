@@ -275,6 +275,8 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
 
   if (spec->restart().max_restarts() < 0 || spec->restart().max_restarts() > 1000)
     return Invalid("restart.max_restarts", "must be in [0, 1000]");
+  if (spec->restart().hang_seconds() < 0 || spec->restart().hang_seconds() > 604800)
+    return Invalid("restart.hang_seconds", "must be in [0, 604800] (0: max(300, 10x the step time))");
   if (spec->priority() < -1000000 || spec->priority() > 1000000)
     return Invalid("priority", "must be in [-1000000, 1000000]");
   return Status::OK();

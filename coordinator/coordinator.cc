@@ -21,6 +21,9 @@ std::string JobIdFor(uint64_t seq) {
 }
 
 bool IsActive(v1::JobState s) { return s == v1::SCHEDULED || s == v1::RUNNING; }
+// The workers are being told to stop the ranks; the placements still hold their slots.
+bool IsStopping(v1::JobState s) { return s == v1::PREEMPTED || s == v1::STUCK; }
+bool HoldsSlots(v1::JobState s) { return IsActive(s) || IsStopping(s); }
 
 std::string RankRange(const v1::Placement& p) {
   if (p.num_ranks() == 1) return "rank " + std::to_string(p.first_rank());
@@ -50,6 +53,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     c->by_seq_[job.submit_seq()] = job.id();
     JobEntry entry;
     entry.job = std::move(job);
+    entry.last_step = entry.job.progress().step();
+    entry.last_advance = entry.stopping_since = Clock::now();
     c->jobs_[entry.job.id()] = std::move(entry);
   }
   NS_INFO("coordinator: loaded " << jobs.size() << " jobs from " << options.data_dir);
@@ -75,6 +80,10 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   ev->set_reason(reason);
   ev->set_attempt(job.attempt());
   ev->set_step(step);
+  if (state == v1::RUNNING) {
+    entry->last_step = job.progress().step();
+    entry->last_advance = Clock::now();
+  }
   NS_INFO("job " << job.id() << " -> " << v1::JobState_Name(state) << ": " << reason);
   Persist(entry, /*sync=*/true);
 }
@@ -222,6 +231,13 @@ Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Heartbeat
   // before and lost them (it restarted), fail the attempt.
   for (auto& [id, entry] : jobs_) {
     v1::Job& job = entry.job;
+    if (IsStopping(job.state())) {
+      for (auto& p : *job.mutable_placements())
+        if (p.worker() == request.name() && !p.finished() && !reported.count({job.id(), job.attempt()}))
+          p.set_finished(true);
+      MaybeFinishStopping(&entry);
+      continue;
+    }
     if (!IsActive(job.state())) continue;
     for (auto& p : *job.mutable_placements()) {
       if (p.worker() != request.name() || p.finished()) continue;
@@ -263,11 +279,27 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
   if (it == jobs_.end()) return stop();
   JobEntry& entry = it->second;
   v1::Job& job = entry.job;
-  if (job.attempt() != status.task().attempt() || !IsActive(job.state())) return stop();
+  if (job.attempt() != status.task().attempt()) return stop();
   v1::Placement* part = nullptr;
   for (auto& p : *job.mutable_placements())
     if (p.worker() == worker) part = &p;
-  if (part == nullptr) return stop();
+  if (IsStopping(job.state())) {
+    // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
+    if (status.checkpoint_step() > job.checkpoint_step()) {
+      job.set_checkpoint_step(status.checkpoint_step());
+      job.set_checkpoint_path(status.checkpoint_path());
+      Persist(&entry, /*sync=*/false);
+    }
+    if (status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING) {
+      *response->add_stop() = status.task();
+      if (job.state() == v1::STUCK) *response->add_dump_stacks() = status.task();
+    } else if (part != nullptr && !part->finished()) {
+      part->set_finished(true);  // here: its ranks are gone
+      MaybeFinishStopping(&entry);
+    }
+    return;
+  }
+  if (!IsActive(job.state()) || part == nullptr) return stop();
 
   bool changed = false;
   if (part->first_rank() == 0 && job.master_addr().empty() && !status.master_addr().empty()) {
@@ -290,6 +322,10 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
   if (part->first_rank() == 0 && status.has_progress() &&
       status.progress().step() >= job.progress().step()) {
     *job.mutable_progress() = status.progress();
+    if (status.progress().step() > entry.last_step) {
+      entry.last_step = status.progress().step();
+      entry.last_advance = Clock::now();
+    }
     changed = true;
   }
   switch (status.state()) {
@@ -358,10 +394,37 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
            job.checkpoint_step());
 }
 
+void Coordinator::BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason) {
+  entry->stopping_since = Clock::now();
+  SetState(entry, state, reason, entry->job.progress().step());
+}
+
+void Coordinator::MaybeFinishStopping(JobEntry* entry, bool force) {
+  v1::Job& job = entry->job;
+  if (!IsStopping(job.state())) return;
+  if (!force && !std::all_of(job.placements().begin(), job.placements().end(),
+                             [](const v1::Placement& p) { return p.finished(); }))
+    return;
+  if (job.state() == v1::STUCK) {
+    FailAttempt(entry, job.reason(), /*user_error=*/false, "stuck");
+    return;
+  }
+  // Preemption is not a failure: no restart is counted and there is no backoff.
+  const std::string why = job.reason();
+  job.set_attempt(job.attempt() + 1);
+  job.clear_placements();
+  job.clear_master_addr();
+  job.clear_data_cache();
+  entry->not_before = Clock::now();
+  SetState(entry, v1::QUEUED,
+           "requeued from step " + std::to_string(job.checkpoint_step()) + " after: " + why,
+           job.checkpoint_step());
+}
+
 int Coordinator::UsedSlots(const std::string& worker) const {
   int used = 0;
   for (const auto& [id, entry] : jobs_) {
-    if (!IsActive(entry.job.state())) continue;
+    if (!HoldsSlots(entry.job.state())) continue;
     for (const auto& p : entry.job.placements())
       if (p.worker() == worker && !p.finished()) used += p.num_ranks();
   }
@@ -382,6 +445,32 @@ void Coordinator::Tick() {
   // Attempts on lost workers fail. After our own restart, workers get one lease to
   // come back before their attempts count as lost.
   for (auto& [id, entry] : jobs_) {
+    v1::Job& job = entry.job;
+    if (IsStopping(job.state())) {
+      for (auto& p : *job.mutable_placements()) {
+        auto wit = workers_.find(p.worker());
+        if (wit == workers_.end() ? now - started_ > lease : wit->second.info.state() == v1::WORKER_LOST)
+          p.set_finished(true);
+      }
+      const bool late = now - entry.stopping_since >
+                        std::chrono::milliseconds(static_cast<int64_t>(options_.stop_timeout_seconds * 1000));
+      if (late) NS_WARN("job " << id << ": ranks not reported stopped after " << options_.stop_timeout_seconds << " s");
+      MaybeFinishStopping(&entry, late);
+      continue;
+    }
+    // Hang detection: rank 0's step must advance.
+    if (job.state() == v1::RUNNING) {
+      double limit = job.spec().restart().hang_seconds();
+      if (limit <= 0) limit = std::max(300.0, 10 * job.progress().step_seconds());
+      const double idle = std::chrono::duration<double>(now - entry.last_advance).count();
+      if (idle > limit) {
+        BeginStopping(&entry, v1::STUCK,
+                      "stuck: no progress for " + std::to_string(static_cast<int>(idle)) + " s at step " +
+                          std::to_string(job.progress().step()) + " (hang_seconds " +
+                          std::to_string(static_cast<int>(limit)) + "); stacks in the rank logs");
+        continue;
+      }
+    }
     if (!IsActive(entry.job.state())) continue;
     for (const auto& p : entry.job.placements()) {
       auto wit = workers_.find(p.worker());
@@ -405,10 +494,31 @@ void Coordinator::Tick() {
   if (pending.empty()) return;
   std::vector<SchedWorker> workers;
   for (const auto& [name, w] : workers_) {
-    if (w.info.state() != v1::WORKER_READY) continue;
+    if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
     workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name))});
   }
-  ScheduleResult result = Schedule(std::move(pending), std::move(workers));
+  std::vector<SchedRunning> running;
+  for (const auto& [id, entry] : jobs_) {
+    const v1::Job& job = entry.job;
+    if (!HoldsSlots(job.state())) continue;
+    SchedRunning r{id, job.spec().priority(), job.submit_seq(), job.owner()};
+    for (const auto& p : job.placements())
+      if (!p.finished()) r.parts.push_back({p.worker(), p.first_rank(), p.num_ranks()});
+    r.stopping = IsStopping(job.state());
+    if (job.state() == v1::RUNNING && job.progress().eta_seconds() > 0)
+      r.ends_in_seconds = std::max(0.0, job.progress().eta_seconds() - SecondsSince(job.progress().updated()));
+    running.push_back(std::move(r));
+  }
+  ScheduleOptions sched_options;
+  sched_options.preemption = options_.preemption;
+  ScheduleResult result = Schedule(std::move(pending), std::move(workers), running, sched_options);
+  for (const auto& victim_id : result.preempt) {
+    JobEntry& victim = jobs_.at(victim_id);
+    const v1::Job& holder = jobs_.at(result.reserved_for).job;
+    BeginStopping(&victim, v1::PREEMPTED,
+                  "preempted by " + holder.id() + " (priority " + std::to_string(holder.spec().priority()) +
+                      " > " + std::to_string(victim.job.spec().priority()) + ")");
+  }
   for (auto& [id, parts] : result.placed) {
     JobEntry& entry = jobs_.at(id);
     std::string where;
@@ -442,7 +552,7 @@ void Coordinator::Tick() {
 CoordinatorStats Coordinator::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   CoordinatorStats s;
-  for (int st = v1::QUEUED; st <= v1::CANCELLED; ++st)
+  for (int st = v1::QUEUED; st <= v1::STUCK; ++st)
     s.jobs_by_state[v1::JobState_Name(static_cast<v1::JobState>(st))] = 0;
   s.workers_by_state["READY"] = 0;
   s.workers_by_state["LOST"] = 0;
@@ -488,6 +598,40 @@ v1::ListCacheResponse Coordinator::ListCache(const std::string& worker) const {
     *wc->mutable_report() = w.cache;
   }
   return response;
+}
+
+StatusOr<v1::WorkerInfo> Coordinator::Cordon(const std::string& name, bool uncordon) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return Status::NotFound("no worker " + name + " (see `nightshift worker list`)");
+  it->second.info.set_cordoned(!uncordon);
+  if (uncordon) it->second.info.set_draining(false);
+  NS_INFO("worker " << name << (uncordon ? " uncordoned" : " cordoned"));
+  v1::WorkerInfo info = it->second.info;
+  info.set_used_slots(UsedSlots(name));
+  return info;
+}
+
+StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return Status::NotFound("no worker " + name + " (see `nightshift worker list`)");
+  it->second.info.set_cordoned(true);
+  it->second.info.set_draining(true);
+  int moved = 0;
+  for (auto& [id, entry] : jobs_) {
+    if (!IsActive(entry.job.state())) continue;
+    for (const auto& p : entry.job.placements()) {
+      if (p.worker() != name || p.finished()) continue;
+      BeginStopping(&entry, v1::PREEMPTED, "worker " + name + " is drained");
+      ++moved;
+      break;
+    }
+  }
+  NS_INFO("worker " << name << " drained: " << moved << " jobs checkpoint and move");
+  v1::WorkerInfo info = it->second.info;
+  info.set_used_slots(UsedSlots(name));
+  return info;
 }
 
 StatusOr<int> Coordinator::EvictCache(const v1::EvictCacheRequest& request) {

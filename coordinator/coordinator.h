@@ -47,6 +47,9 @@ struct CoordinatorOptions {
   int heartbeat_interval_ms = 250;      // told to workers at registration
   double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
   int max_jobs_per_user = 1000;         // unfinished jobs (queued or running) one owner may have
+  bool preemption = true;               // higher-priority jobs may preempt lower ones
+  double stop_timeout_seconds = 60;     // a PREEMPTED or STUCK job whose workers have not
+                                        // reported its ranks gone by then is requeued anyway
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
 };
 
@@ -84,6 +87,10 @@ class Coordinator {
   v1::ListCacheResponse ListCache(const std::string& worker) const;
   // Queues an eviction for the workers' next heartbeats; returns how many workers.
   StatusOr<int> EvictCache(const v1::EvictCacheRequest& request);
+  // Cordon (or uncordon) a worker: no new placements there. NOT_FOUND for an unknown name.
+  StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool uncordon);
+  // Cordon, and preempt the jobs running there so they checkpoint and move.
+  StatusOr<v1::WorkerInfo> Drain(const std::string& name);
 
   // One pass of the control loop: expire worker leases, fail the attempts they held,
   // and place queued jobs. Called periodically by the daemon (and directly by tests).
@@ -96,6 +103,9 @@ class Coordinator {
     v1::Job job;
     uint64_t version = 1;             // bumped on every change; WatchJob waits on it
     Clock::time_point not_before{};   // restart backoff
+    int64_t last_step = -1;           // rank 0's step when it last advanced
+    Clock::time_point last_advance{}; // when it last advanced (or the attempt started)
+    Clock::time_point stopping_since{};  // when it became PREEMPTED or STUCK
   };
   struct WorkerEntry {
     v1::WorkerInfo info;
@@ -117,6 +127,10 @@ class Coordinator {
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
                         v1::HeartbeatResponse* response);
   int UsedSlots(const std::string& worker) const;
+  // PREEMPTED or STUCK: placements are held and the workers are told to stop the ranks.
+  void BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason);
+  // Once every part of a stopping job is gone: back to QUEUED (a restart if STUCK).
+  void MaybeFinishStopping(JobEntry* entry, bool force = false);
 
   // Constant after construction.
   const CoordinatorOptions options_;

@@ -154,4 +154,27 @@ grpc::Status AdminServiceImpl::EvictCache(grpc::ServerContext* ctx, const v1::Ev
   return timer.Done(grpc::Status::OK);
 }
 
+// Cordon and drain are admin-only, like EvictCache (whose permission they share).
+grpc::Status AdminServiceImpl::CordonWorker(grpc::ServerContext* ctx, const v1::CordonWorkerRequest* req,
+                                            v1::WorkerResponse* out) {
+  RpcTimer timer(metrics_, "CordonWorker");
+  Status allowed = Check(auth_, ctx, Method::kEvictCache);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto info = c_->Cordon(req->name(), req->uncordon());
+  if (!info.ok()) return timer.Done(ToGrpc(info.status()));
+  *out->mutable_worker() = info.value();
+  return timer.Done(grpc::Status::OK);
+}
+
+grpc::Status AdminServiceImpl::DrainWorker(grpc::ServerContext* ctx, const v1::DrainWorkerRequest* req,
+                                           v1::WorkerResponse* out) {
+  RpcTimer timer(metrics_, "DrainWorker");
+  Status allowed = Check(auth_, ctx, Method::kEvictCache);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto info = c_->Drain(req->name());
+  if (!info.ok()) return timer.Done(ToGrpc(info.status()));
+  *out->mutable_worker() = info.value();
+  return timer.Done(grpc::Status::OK);
+}
+
 }  // namespace nightshift

@@ -55,6 +55,8 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                            v1::ListWorkersResponse*) override;
   grpc::Status ListCache(grpc::ServerContext*, const v1::ListCacheRequest*, v1::ListCacheResponse*) override;
   grpc::Status EvictCache(grpc::ServerContext*, const v1::EvictCacheRequest*, v1::EvictCacheResponse*) override;
+  grpc::Status CordonWorker(grpc::ServerContext*, const v1::CordonWorkerRequest*, v1::WorkerResponse*) override;
+  grpc::Status DrainWorker(grpc::ServerContext*, const v1::DrainWorkerRequest*, v1::WorkerResponse*) override;
 
  private:
   Coordinator* const c_;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <tuple>
+#include <set>
 #include <vector>
 #include <thread>
 
@@ -88,11 +89,15 @@ void Agent::HeartbeatOnce() {
     Status es = cache_->Evict(key);
     NS_INFO("worker " << options_.name << ": evict " << key << ": " << (es.ok() ? "done" : es.ToString()));
   }
+  std::set<std::pair<std::string, int>> dump;
+  for (const auto& id : resp.dump_stacks()) dump.insert({id.job_id(), id.attempt()});
   for (const auto& id : resp.stop()) {
     auto it = tasks_.find({id.job_id(), id.attempt()});
-    if (it != tasks_.end()) {
-      NS_INFO("worker " << options_.name << ": stopping " << id.job_id() << " attempt " << id.attempt());
-      it->second->Stop();
+    if (it != tasks_.end() && !it->second->stopping()) {
+      const bool stacks = dump.count(it->first) > 0;
+      NS_INFO("worker " << options_.name << ": stopping " << id.job_id() << " attempt " << id.attempt()
+                        << (stacks ? " (hung: dumping stacks first)" : ""));
+      it->second->Stop(stacks);
     }
   }
   for (const auto& a : resp.start()) {

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <filesystem>
@@ -74,6 +76,41 @@ void ApplyProgress(const format::ProgressRecord& r, v1::Progress* p) {
   *p->mutable_updated() = NowTimestamp();
 }
 
+// Every thread's stack of a (hung) process, for its log: gdb if it can attach, else
+// what the kernel shows in /proc/PID/task/*/stack (root only) and wchan.
+std::string ThreadStacks(pid_t pid) {
+  const std::string p = std::to_string(pid);
+  std::string out = "\n==== nightshift: rank hung; thread stacks of pid " + p + " ====\n";
+  std::string gdb;
+  if (FILE* f = ::popen(("timeout 30 gdb -p " + p + " -batch -ex 'thread apply all bt' 2>&1").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) gdb.append(buf, n);
+    ::pclose(f);
+  }
+  if (gdb.find("Thread ") != std::string::npos) return out + gdb + "==== end of stacks ====\n";
+  out += "(gdb could not attach; kernel stacks follow)\n" + gdb;
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator("/proc/" + p + "/task", ec)) {
+    std::ifstream comm(t.path() / "comm"), wchan(t.path() / "wchan"), stack(t.path() / "stack");
+    std::string name, wait;
+    std::getline(comm, name);
+    std::getline(wchan, wait);
+    out += "thread " + t.path().filename().string() + " (" + name + ") in " + wait + "\n";
+    out += std::string(std::istreambuf_iterator<char>(stack), std::istreambuf_iterator<char>());
+  }
+  return out + "==== end of stacks ====\n";
+}
+
+// Test-only fault injection: NIGHTSHIFT_FAULT_HANG_AT_STEP=N in the WORKER's
+// environment makes it SIGSTOP the first rank that reports step N or later (once per
+// worker process), which looks exactly like a hung trainer from outside.
+int64_t FaultHangAtStep() {
+  const char* v = std::getenv("NIGHTSHIFT_FAULT_HANG_AT_STEP");
+  return v == nullptr ? 0 : std::atoll(v);
+}
+std::atomic<bool> g_hang_injected{false};
+
 }  // namespace
 
 Task::Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache)
@@ -90,9 +127,11 @@ Task::~Task() {
 
 void Task::Start() { thread_ = std::thread([this] { Run(); }); }
 
-void Task::Stop() {
+void Task::Stop(bool dump_stacks) {
+  if (dump_stacks) dump_stacks_ = true;
   if (stopping_.exchange(true)) return;
-  SignalRanks(SIGTERM);
+  // Hung ranks would not act on SIGTERM: RunRanks dumps their stacks and kills them.
+  if (!dump_stacks) SignalRanks(SIGTERM);
 }
 
 void Task::SignalRanks(int sig) {
@@ -304,6 +343,8 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
 
   // Follow the progress pipes until every rank has closed its pipe and exited.
   std::string first_failure;
+  bool stacks_dumped = false;
+  const int64_t hang_at_step = FaultHangAtStep();
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   size_t open_pipes = ranks.size();
   while (open_pipes > 0) {
@@ -320,6 +361,16 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
       stop_deadline = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(options_.stop_grace_seconds * 1000));
     if (std::chrono::steady_clock::now() > stop_deadline) SignalRanks(SIGKILL);
+    if (dump_stacks_ && !stacks_dumped) {
+      stacks_dumped = true;
+      for (auto& r : ranks) {
+        if (r.exited) continue;
+        // Appended (O_APPEND, like the rank's own output) to the rank's log.
+        std::ofstream(r.proc.log_path, std::ios::app) << ThreadStacks(r.proc.pid);
+      }
+      NS_WARN("job " << assignment_.task().job_id() << ": ranks hung; stacks written to their logs, killing them");
+      SignalRanks(SIGKILL);
+    }
     // A rank that died without closing its pipe (its children hold it) is reaped here.
     for (auto& r : ranks) {
       if (!r.exited && ::waitpid(r.proc.pid, &r.wait_status, WNOHANG) == r.proc.pid) {
@@ -357,6 +408,12 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
           continue;
         }
         if (rec.event == "error") r.last_error = rec.String("message");
+        if (hang_at_step > 0 && rec.event == "step" && rec.Number("step") >= static_cast<double>(hang_at_step) &&
+            !g_hang_injected.exchange(true)) {
+          NS_WARN("job " << assignment_.task().job_id() << " rank " << r.rank
+                         << ": fault injection: SIGSTOP at step " << rec.Number("step"));
+          ::kill(r.proc.pid, SIGSTOP);
+        }
         std::lock_guard<std::mutex> lock(mu_);
         if (rec.event == "step") rank_records_[r.rank].step = rec;
         if (rec.event == "checkpoint") rank_records_[r.rank].checkpoint = rec;

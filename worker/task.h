@@ -50,7 +50,10 @@ class Task {
 
   void Start();
   // Asks the ranks to stop (SIGTERM: they checkpoint and exit), SIGKILL after the grace.
-  void Stop();
+  // `dump_stacks`: the ranks are hung; write each one's thread stacks (gdb, else
+  // /proc/PID/task/*/stack) to its log, then SIGKILL them.
+  void Stop(bool dump_stacks = false);
+  bool stopping() const { return stopping_; }
 
   v1::TaskStatus Snapshot() const;
   // The latest "step" and "checkpoint" progress records of each local rank (for metrics).
@@ -82,6 +85,7 @@ class Task {
   std::vector<pid_t> pids_;       // GUARDED_BY(mu_), running ranks
   std::map<int, RankRecords> rank_records_;  // GUARDED_BY(mu_), by global rank
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> dump_stacks_{false};
   std::atomic<bool> progress_dirty_{false};
   std::thread thread_;
 };

@@ -226,5 +226,105 @@ TEST_F(CoordinatorTest, InvalidSpecIsRefusedAndNothingStored) {
   EXPECT_EQ(c_->List(v1::ListJobsRequest())->jobs_size(), 0);
 }
 
+TEST_F(CoordinatorTest, HigherPriorityPreemptsAndTheVictimResumesWithoutARestart) {
+  RegisterWorker("w1", 2);
+  const std::string low = c_->Submit(Spec(2))->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(low, 0, v1::TASK_RUNNING));
+  ASSERT_EQ(StateOf(low), v1::RUNNING);
+  v1::JobSpec spec = Spec(2);
+  spec.set_priority(10);
+  const std::string high = c_->Submit(spec)->id();
+  c_->Tick();
+  EXPECT_EQ(StateOf(low), v1::PREEMPTED);
+  EXPECT_NE(c_->Get(low)->reason().find("preempted by " + high), std::string::npos);
+  EXPECT_EQ(StateOf(high), v1::QUEUED);  // the slots are still held until low stops
+  c_->Tick();
+  EXPECT_EQ(StateOf(high), v1::QUEUED);
+  // The worker is told to stop it (SIGTERM: checkpoint, exit), without a stack dump.
+  auto resp = Heartbeat("w1", {Status(low, 0, v1::TASK_RUNNING)});
+  ASSERT_EQ(resp.stop_size(), 1);
+  EXPECT_EQ(resp.dump_stacks_size(), 0);
+  auto stopped = Status(low, 0, v1::TASK_FAILED);
+  stopped.set_error("trainer rank 0 exited with status 143");
+  stopped.set_checkpoint_step(42);
+  Report("w1", stopped);
+  auto job = c_->Get(low).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.restarts(), 0);  // not a failure
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.events(job.events_size() - 1).step(), 42);  // resumes from its checkpoint
+  c_->Tick();
+  EXPECT_EQ(StateOf(high), v1::SCHEDULED);
+  EXPECT_EQ(StateOf(low), v1::QUEUED);
+  // When the high-priority job ends, the victim runs again.
+  Heartbeat("w1");
+  Report("w1", Status(high, 0, v1::TASK_SUCCEEDED));
+  c_->Tick();
+  EXPECT_EQ(StateOf(low), v1::SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, HungJobIsStuckThenRestarted) {
+  RegisterWorker("w1", 1);
+  v1::JobSpec spec = Spec(1, 2);
+  spec.mutable_restart()->set_hang_seconds(1);
+  const std::string id = c_->Submit(spec)->id();
+  c_->Tick();
+  Heartbeat("w1");
+  auto running = Status(id, 0, v1::TASK_RUNNING);
+  running.mutable_progress()->set_step(5);
+  Report("w1", running);
+  ASSERT_EQ(StateOf(id), v1::RUNNING);
+  for (int i = 0; i < 8; ++i) {  // progress stays at step 5
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Heartbeat("w1", {running});
+    c_->Tick();
+  }
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Heartbeat("w1", {running});
+    c_->Tick();
+  }
+  ASSERT_EQ(StateOf(id), v1::STUCK);
+  EXPECT_NE(c_->Get(id)->reason().find("at step 5"), std::string::npos);
+  auto resp = Heartbeat("w1", {running});
+  ASSERT_EQ(resp.stop_size(), 1);
+  ASSERT_EQ(resp.dump_stacks_size(), 1);
+  Report("w1", Status(id, 0, v1::TASK_FAILED));
+  auto job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.restarts(), 1);
+}
+
+TEST_F(CoordinatorTest, DrainMovesJobsAndCordonKeepsNewWorkAway) {
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  RegisterWorker("w2", 1);
+  auto info = c_->Drain("w1");
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->cordoned());
+  EXPECT_EQ(StateOf(id), v1::PREEMPTED);
+  // The worker no longer lists the task: it is gone; the job goes to w2.
+  Heartbeat("w1");
+  EXPECT_EQ(StateOf(id), v1::QUEUED);
+  c_->Tick();
+  ASSERT_EQ(StateOf(id), v1::SCHEDULED);
+  EXPECT_EQ(c_->Get(id)->placements(0).worker(), "w2");
+  EXPECT_EQ(c_->Get(id)->restarts(), 0);
+  // Cordoned w1 gets nothing new; uncordoned, it does.
+  const std::string next = c_->Submit(Spec())->id();
+  c_->Tick();
+  EXPECT_EQ(StateOf(next), v1::QUEUED);
+  ASSERT_TRUE(c_->Cordon("w1", /*uncordon=*/true).ok());
+  c_->Tick();
+  EXPECT_EQ(StateOf(next), v1::SCHEDULED);
+  EXPECT_EQ(c_->Cordon("nope", false).status().code(), Status::kNotFound);
+}
+
 }  // namespace
 }  // namespace nightshift

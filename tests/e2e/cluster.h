@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -85,11 +87,13 @@ class Cluster {
   }
   std::string dir() const { return dir_.string(); }
 
-  // Starts (or restarts) the coordinator on a new port; waits until it answers.
-  void StartCoordinator(const std::vector<std::string>& extra_args = {}) {
+  // Starts (or restarts) the coordinator on a new port (`same_port`: on the port it had,
+  // so running workers find it again); waits until it answers.
+  void StartCoordinator(const std::vector<std::string>& extra_args = {}, bool same_port = false) {
     const std::string port_file = dir() + "/coordinator.port";
     fs::remove(port_file);
-    std::vector<std::string> argv = {Bin("nightshift-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+    const std::string listen = same_port && !address_.empty() ? address_ : "127.0.0.1:0";
+    std::vector<std::string> argv = {Bin("nightshift-coordinator"), "--listen", listen, "--data-dir",
                                      dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5",
                                      "--restart-backoff-seconds", "0.2"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
@@ -105,6 +109,8 @@ class Cluster {
     admin_ = v1::AdminService::NewStub(channel);
   }
   Process& coordinator() { return coordinator_; }
+  v1::AdminService::Stub* admin() { return admin_.get(); }
+  v1::JobService::Stub* jobs() { return jobs_.get(); }
 
   // Starts a worker; returns its index for worker(i).
   size_t StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {},
@@ -147,6 +153,32 @@ class Cluster {
   }
   const std::string& address() const { return address_; }
   std::string Bin(const std::string& name) const { return std::string(NIGHTSHIFT_BIN_DIR) + "/" + name; }
+
+  // Polls until `done(job)` holds or `seconds` pass; returns the last view.
+  template <typename Pred>
+  v1::Job WaitFor(const std::string& id, int seconds, Pred done) {
+    v1::Job job;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Get(id, &job).ok() && done(job)) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return job;
+  }
+
+  // The pid of a process whose command line mentions both `binary` and `needle`, or -1.
+  static pid_t FindProcess(const std::string& binary, const std::string& needle) {
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+      if (pid <= 0) continue;
+      std::ifstream in(e.path() / "cmdline", std::ios::binary);
+      std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (char& c : cmdline)
+        if (c == '\0') c = ' ';
+      if (cmdline.find(binary) != std::string::npos && cmdline.find(needle) != std::string::npos) return pid;
+    }
+    return -1;
+  }
 
   // Reads a port written by a --*port-file flag (waits up to 15 s for it).
   int ReadPortFile(const std::string& path) {
