@@ -192,6 +192,12 @@ int main(int argc, char** argv) {
   describe->add_option("ID", id)->required();
   auto* watch = job->add_subcommand("watch", "follow a job's progress to its end");
   watch->add_option("ID", id)->required();
+  int log_rank = 0;
+  bool follow = false;
+  auto* logs = job->add_subcommand("logs", "print a rank's log (relayed by the coordinator from its worker)");
+  logs->add_option("ID", id)->required();
+  logs->add_option("--rank", log_rank, "which rank (default 0)");
+  logs->add_flag("-f,--follow", follow, "keep printing new lines until the rank ends");
   auto* cancel = job->add_subcommand("cancel", "cancel a job");
   cancel->add_option("ID", id)->required();
   auto* worker = app.add_subcommand("worker", "workers")->require_subcommand(1);
@@ -304,6 +310,21 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (watch->parsed()) return Watch(jobs.get(), id, g);
+  if (logs->parsed()) {
+    grpc::ClientContext ctx;
+    v1::StreamLogsRequest req;
+    req.set_id(id);
+    req.set_rank(log_rank);
+    req.set_follow(follow);
+    auto reader = jobs->StreamLogs(&ctx, req);
+    v1::LogLines lines;
+    while (reader->Read(&lines)) {
+      std::fwrite(lines.data().data(), 1, lines.data().size(), stdout);
+      std::fflush(stdout);
+    }
+    grpc::Status s = reader->Finish();
+    return s.ok() ? 0 : RpcFailed(s);
+  }
   if (clist->parsed() || cstats->parsed()) {
     auto admin = v1::AdminService::NewStub(channel);
     v1::ListCacheRequest req;

@@ -197,6 +197,7 @@ Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterRes
   w.info.set_name(request.name());
   w.info.set_state(v1::WORKER_READY);
   w.info.set_slots(request.slots());
+  w.info.set_log_address(request.log_address());
   w.info.mutable_gpus()->CopyFrom(request.gpus());
   *w.info.mutable_last_heartbeat() = NowTimestamp();
   w.last_seen = Clock::now();
@@ -547,6 +548,25 @@ void Coordinator::Tick() {
       Persist(&entry, /*sync=*/false);
     }
   }
+}
+
+StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+  const v1::Job& job = it->second.job;
+  if (rank < 0 || rank >= job.spec().resources().world_size())
+    return Status::InvalidArgument("rank: job " + job_id + " has ranks 0.." +
+                                   std::to_string(job.spec().resources().world_size() - 1));
+  for (const auto& p : job.placements()) {
+    if (rank < p.first_rank() || rank >= p.first_rank() + p.num_ranks()) continue;
+    auto w = workers_.find(p.worker());
+    if (w == workers_.end() || w->second.info.log_address().empty())
+      return Status::Unavailable("worker " + p.worker() + " that ran rank " + std::to_string(rank) +
+                                 " of " + job_id + " is not connected");
+    return w->second.info.log_address();
+  }
+  return Status::NotFound("rank " + std::to_string(rank) + " of job " + job_id + " has not been placed yet");
 }
 
 CoordinatorStats Coordinator::Stats() const {

@@ -82,6 +82,9 @@ class Coordinator {
 
   CoordinatorStats Stats() const;
 
+  // The log service address of the worker that runs (or last ran) `rank` of a job.
+  StatusOr<std::string> LogAddressOf(const std::string& job_id, int rank) const;
+
   // AdminService.
   v1::ListWorkersResponse ListWorkers() const;
   v1::ListCacheResponse ListCache(const std::string& worker) const;

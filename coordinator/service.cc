@@ -1,5 +1,7 @@
 #include "coordinator/service.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include "common/grpc_status.h"
 #include "common/spec.h"
 #include "coordinator/metrics.h"
@@ -99,6 +101,35 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
     if (Coordinator::IsTerminal(job->state())) return timer.Done(grpc::Status::OK);
   }
   return timer.Done(grpc::Status::CANCELLED);
+}
+
+grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
+                                        grpc::ServerWriter<v1::LogLines>* writer) {
+  RpcTimer timer(metrics_, "StreamLogs");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kStreamLogs, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto address = c_->LogAddressOf(req->id(), req->rank());
+  if (!address.ok()) return timer.Done(ToGrpc(address.status()));
+  // Relay from the worker; the worker's stream ends when the caller goes away.
+  auto stub = v1::WorkerLogService::NewStub(grpc::CreateChannel(address.value(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext worker_ctx;
+  v1::ReadLogRequest read;
+  read.set_job_id(req->id());
+  read.set_rank(req->rank());
+  read.set_follow(req->follow());
+  auto reader = stub->ReadLog(&worker_ctx, read);
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    v1::LogLines lines;
+    lines.set_data(chunk.data());
+    if (ctx->IsCancelled() || !writer->Write(lines)) {
+      worker_ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (ctx->IsCancelled()) return timer.Done(grpc::Status::CANCELLED);
+  return timer.Done(s.error_code() == grpc::StatusCode::CANCELLED ? grpc::Status::OK : s);
 }
 
 grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,

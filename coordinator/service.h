@@ -24,6 +24,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::Job>*) override;
+  grpc::Status StreamLogs(grpc::ServerContext*, const v1::StreamLogsRequest*,
+                          grpc::ServerWriter<v1::LogLines>*) override;
 
  private:
   Coordinator* const c_;  // not owned

@@ -42,6 +42,7 @@ bool Agent::Register() {
   v1::RegisterRequest req;
   req.set_name(options_.name);
   req.set_slots(options_.cpu_slots);
+  req.set_log_address(options_.log_address);
   for (const auto& [id, task] : tasks_) *req.add_tasks() = task->Snapshot();
   v1::RegisterResponse resp;
   auto ctx = ContextWithDeadline(5);
@@ -171,6 +172,13 @@ void Agent::Run(const std::atomic<bool>* stop) {
 }  // namespace nightshift
 
 namespace nightshift {
+
+bool Agent::IsRunning(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(tasks_mu_);
+  for (const auto& [id, task] : tasks_)
+    if (id.first == job_id && !task->finished()) return true;
+  return false;
+}
 
 void Agent::CollectMetrics(FamilyBuilder* b) const {
   // Trainer figures by (job, rank): gauges from the latest step event, counters from the

@@ -24,6 +24,9 @@ class Agent {
   // Runs until *stop becomes true; then stops every task.
   void Run(const std::atomic<bool>* stop);
 
+  // Whether a task of `job_id` is still running here (any thread).
+  bool IsRunning(const std::string& job_id) const;
+
   // Prometheus families for the worker, its tasks' ranks and its cache (any thread).
   void CollectMetrics(FamilyBuilder* b) const;
 

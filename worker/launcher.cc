@@ -20,7 +20,14 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::string& log_path) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
-  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int out_pipe[2] = {-1, -1};
+  int log_fd;
+  if (log_path.empty()) {
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) log_fd = -1;
+    else log_fd = out_pipe[1];
+  } else {
+    log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
   if (log_fd < 0) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
@@ -50,6 +57,7 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
     ::close(pipefd[0]);
     ::close(pipefd[1]);
     ::close(log_fd);
+    if (out_pipe[0] >= 0) ::close(out_pipe[0]);
     return Status::Internal(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
@@ -72,6 +80,7 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
   ChildProcess p;
   p.pid = pid;
   p.progress_fd = pipefd[0];
+  p.output_fd = out_pipe[0];
   p.log_path = log_path;
   return p;
 }

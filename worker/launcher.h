@@ -18,9 +18,11 @@ namespace nightshift {
 struct ChildProcess {
   pid_t pid = -1;
   int progress_fd = -1;   // read end of the child's fd 3; owned by the caller
+  int output_fd = -1;     // read end of the child's stdout+stderr when log_path was empty
   std::string log_path;
 };
 
+// log_path empty: the child's stdout and stderr go to a pipe (output_fd) instead.
 StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& extra_env,
                                 const std::string& log_path);

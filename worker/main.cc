@@ -9,6 +9,9 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "worker/agent.h"
+#include "worker/log_service.h"
+
+#include <grpcpp/grpcpp.h>
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -41,6 +44,8 @@ int main(int argc, char** argv) {
                  "budget of the feature cache in bytes (least recently used entries are evicted); 0: none")
       ->check(CLI::NonNegativeNumber);
   std::string metrics_listen, metrics_port_file;
+  app.add_option("--log-listen", options.log_listen, "HOST:PORT to serve rank logs to the coordinator on");
+  app.add_option("--log-max-bytes", options.log_max_bytes, "a rank log rotates past this many bytes");
   app.add_option("--metrics-listen", metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
   app.add_option("--metrics-port-file", metrics_port_file, "write the metrics port to this file");
   CLI11_PARSE(app, argc, argv);
@@ -83,7 +88,23 @@ int main(int argc, char** argv) {
     NS_ERROR("worker: " << cache.status().ToString());
     return 2;
   }
+  // Rank logs, served to the coordinator (which relays them to `nightshift job logs`).
+  Agent* agent_ptr = nullptr;
+  LogServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
+    return agent_ptr != nullptr && agent_ptr->IsRunning(job);
+  });
+  grpc::ServerBuilder builder;
+  int log_port = 0;
+  builder.AddListeningPort(options.log_listen, grpc::InsecureServerCredentials(), &log_port);
+  builder.RegisterService(&logs);
+  std::unique_ptr<grpc::Server> log_server = builder.BuildAndStart();
+  if (!log_server || log_port == 0) {
+    NS_ERROR("worker: cannot serve logs on --log-listen " << options.log_listen);
+    return 2;
+  }
+  options.log_address = options.advertise_host + ":" + std::to_string(log_port);
   Agent agent(options, cache.value().get());
+  agent_ptr = &agent;
   std::unique_ptr<MetricsServer> metrics;
   std::shared_ptr<SnapshotCollector> collector;
   if (!metrics_listen.empty()) {
@@ -99,5 +120,7 @@ int main(int argc, char** argv) {
     NS_INFO("worker " << options.name << ": metrics on port " << metrics->port());
   }
   agent.Run(&g_stop);
+  agent_ptr = nullptr;
+  log_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }

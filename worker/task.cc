@@ -24,6 +24,7 @@
 #include "common/time_util.h"
 #include "worker/data_prep.h"
 #include "worker/launcher.h"
+#include "worker/rotating_log.h"
 
 namespace fs = std::filesystem;
 
@@ -312,6 +313,7 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
     std::string last_error;   // from its "error" event
     int wait_status = 0;
     bool exited = false;
+    std::unique_ptr<RotatingLog> log;  // its stdout and stderr
   };
   std::vector<Rank> ranks;
   for (int i = 0; i < assignment_.num_ranks(); ++i) {
@@ -324,13 +326,16 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
         {"MASTER_ADDR", master.substr(0, colon)},
         {"MASTER_PORT", colon == std::string::npos ? "" : master.substr(colon + 1)},
         {"NIGHTSHIFT_JOB_ID", assignment_.task().job_id()}};
-    auto proc = SpawnProcess({trainer, "--config", config_path}, env, job_dir + "/rank-" + std::to_string(rank) + ".log");
+    auto proc = SpawnProcess({trainer, "--config", config_path}, env, /*log_path=*/"");
     if (!proc.ok()) {
       SignalRanks(SIGKILL);
       for (auto& r : ranks) ::waitpid(r.proc.pid, nullptr, 0);
       return Finish(v1::TASK_FAILED, "cannot start the trainer " + trainer + ": " + proc.status().message(), false);
     }
-    ranks.push_back({rank, proc.value(), "", "", 0, false});
+    const std::string log_path = job_dir + "/rank-" + std::to_string(rank) + ".log";
+    ranks.push_back({rank, proc.value(), "", "", 0, false,
+                     std::make_unique<RotatingLog>(log_path, options_.log_max_bytes, options_.log_keep)});
+    ranks.back().proc.log_path = log_path;
     std::lock_guard<std::mutex> lock(mu_);
     pids_.push_back(proc->pid);
   }
@@ -341,18 +346,19 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
   }
   if (stopping_) SignalRanks(SIGTERM);
 
-  // Follow the progress pipes until every rank has closed its pipe and exited.
+  // Follow the progress and output pipes until every rank has closed them and exited.
   std::string first_failure;
   bool stacks_dumped = false;
   const int64_t hang_at_step = FaultHangAtStep();
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  size_t open_pipes = ranks.size();
+  size_t open_pipes = 2 * ranks.size();
   while (open_pipes > 0) {
     std::vector<pollfd> fds;
     std::vector<size_t> which;
     for (size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i].proc.progress_fd >= 0) {
-        fds.push_back({ranks[i].proc.progress_fd, POLLIN, 0});
+      for (int fd : {ranks[i].proc.progress_fd, ranks[i].proc.output_fd}) {
+        if (fd < 0) continue;
+        fds.push_back({fd, POLLIN, 0});
         which.push_back(i);
       }
     }
@@ -389,11 +395,16 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
       if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Rank& r = ranks[which[k]];
       char buf[65536];
-      ssize_t got = ::read(r.proc.progress_fd, buf, sizeof(buf));
+      const bool output = fds[k].fd == r.proc.output_fd;
+      ssize_t got = ::read(fds[k].fd, buf, sizeof(buf));
       if (got <= 0) {
-        ::close(r.proc.progress_fd);
-        r.proc.progress_fd = -1;
+        ::close(fds[k].fd);
+        (output ? r.proc.output_fd : r.proc.progress_fd) = -1;
         --open_pipes;
+        continue;
+      }
+      if (output) {
+        r.log->Write(buf, static_cast<size_t>(got));
         continue;
       }
       r.buffer.append(buf, static_cast<size_t>(got));

@@ -38,6 +38,10 @@ struct WorkerOptions {
   int prep_threads = 2;          // threads for tokenization
   int64_t cache_max_bytes = 0;   // feature cache budget; 0: none
   double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
+  int64_t log_max_bytes = 64 << 20;  // a rank log rotates past this size
+  int log_keep = 3;                  // rotated rank logs kept (rank-R.log.1 .. .N)
+  std::string log_listen = "127.0.0.1:0";  // WorkerLogService address (port 0: pick one)
+  std::string log_address;       // where the coordinator reaches it (set once it listens)
 };
 
 class Task {

@@ -1,0 +1,71 @@
+#include "worker/log_service.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace nightshift {
+namespace {
+
+bool SafeId(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
+}
+
+}  // namespace
+
+grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLogRequest* req,
+                                     grpc::ServerWriter<v1::LogChunk>* writer) {
+  if (!SafeId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (req->rank() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "rank: must be >= 0");
+  // The latest attempt this worker ran.
+  const fs::path job_dir = fs::path(work_dir_) / "jobs" / req->job_id();
+  int latest = -1;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(job_dir, ec)) {
+    const std::string name = d.path().filename().string();
+    if (name.rfind("attempt-", 0) == 0) latest = std::max(latest, std::atoi(name.c_str() + 8));
+  }
+  const std::string path =
+      (job_dir / ("attempt-" + std::to_string(latest)) / ("rank-" + std::to_string(req->rank()) + ".log")).string();
+  if (latest < 0 || !fs::exists(path))
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no log of rank " + std::to_string(req->rank()) + " of job " + req->job_id() + " here");
+  std::ifstream in(path, std::ios::binary);
+  int64_t offset = 0;
+  std::vector<char> buf(64 << 10);
+  int idle_polls = 0;
+  while (!ctx->IsCancelled()) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize got = in.gcount();
+    if (got > 0) {
+      offset += got;
+      v1::LogChunk chunk;
+      chunk.set_data(buf.data(), static_cast<size_t>(got));
+      if (!writer->Write(chunk)) return grpc::Status::OK;
+      idle_polls = 0;
+      continue;
+    }
+    if (!req->follow()) return grpc::Status::OK;
+    // At the end: wait for more, reopen after a rotation, stop once the rank is gone.
+    if (!is_running_(req->job_id()) && ++idle_polls > 3) return grpc::Status::OK;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && st.st_size < offset) {
+      in = std::ifstream(path, std::ios::binary);
+      offset = 0;
+    } else {
+      in.clear();
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace nightshift
