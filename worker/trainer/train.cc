@@ -19,6 +19,7 @@
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/compat.h"
 #include "worker/trainer/data_loader.h"
+#include "worker/trainer/device.h"
 #include "worker/trainer/memory_probe.h"
 #include "worker/trainer/ddp.h"
 #include "worker/trainer/oom.h"
@@ -113,7 +114,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   const auto t_start = Clock::now();
   std::vector<std::string> warnings;  // emitted right after the start event
   // ---- validate what this trainer can do
-  const torch::Device device(torch::kCPU);  // CUDA placement: not built yet
+  const torch::Device device = PickDevice(rank.local_rank);
   if (std::string err = CheckPrecision(cfg.train.precision, device); !err.empty())
     throw std::runtime_error(err);
   const bool is_rank0 = rank.rank == 0;
@@ -151,6 +152,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   // Language-model data (no classes) trains next-token prediction.
   const bool next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
+  model->to(device);  // before the optimizer sees its parameters
   torch::optim::AdamW optimizer(
       model->parameters(),
       torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
@@ -244,7 +246,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
        {"val_samples", double(val_shard.num_samples())}, {"total_steps", double(total_steps)},
        {"blas_gflops", blas_gflops}, {"threads", threads},
        {"max_tokens", double(plan_options.max_tokens)}, {"batch_size", double(plan_options.batch_size)}},
-      {{"device", "cpu"}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
+      {{"device", device.str()}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
   for (const std::string& w : warnings) Warn(progress, w);
   Log("job %s attempt %d: %lld parameters, %llu train / %llu val samples, %lld steps, "
       "%d threads, BLAS %.1f GFLOP/s",
@@ -348,7 +350,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       }
       const auto t_step = Clock::now();
       double wait = 0;
-      Batch batch = loader.Next(&wait);
+      Batch batch = ToDevice(loader.Next(&wait), device);
 
       model->train();
       const double lr = lr_scale * LearningRate(step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
@@ -410,7 +412,9 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
              {"padding_efficiency", double(window.tokens) / double(window.padded)},
              {"batch_samples", double(batch.samples)}, {"batch_padded_tokens", double(batch.padded_tokens)},
              {"host_rss_bytes", ProcStatusBytes("VmRSS:")},
-             {"memory_peak_bytes", ProcStatusBytes("VmHWM:")},
+             {"memory_peak_bytes", device.is_cpu() ? ProcStatusBytes("VmHWM:") : double(GetDeviceMemory(device).peak)},
+             {"memory_allocated_bytes", double(GetDeviceMemory(device).allocated)},
+             {"memory_reserved_bytes", double(GetDeviceMemory(device).reserved)},
              {"allreduce_seconds", window.allreduce / window.steps},
              {"allreduce_hidden_fraction", window.allreduce_hidden / window.steps},
              {"skipped_steps", double(nan_guard.skipped_steps())},
@@ -507,7 +511,12 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
   double loss_sum = 0;
   int64_t n = 0, terms = 0, correct = 0, tp = 0, fp = 0, fn = 0;
   for (const auto& indices : plan) {
-    Batch batch = Collate(shard, indices, max_len, pad_id);
+    torch::Device device = torch::kCPU;
+    for (const auto& p : model.parameters()) {
+      device = p.device();
+      break;
+    }
+    Batch batch = ToDevice(Collate(shard, indices, max_len, pad_id), device);
     torch::Tensor logits = model.forward(batch.tokens, batch.pad_mask);
     const LossSum loss = ComputeLossSum(logits, batch, next_token);
     loss_sum += loss.sum.item<double>();
