@@ -36,12 +36,14 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(int seconds) {
 Agent::Agent(const WorkerOptions& options, FeatureCache* cache)
     : options_(options),
       cache_(cache),
+      gpu_allocator_(options.gpus),
       stub_(v1::WorkerService::NewStub(CoordinatorChannel(options))) {}
 
 bool Agent::Register() {
   v1::RegisterRequest req;
   req.set_name(options_.name);
-  req.set_slots(options_.cpu_slots);
+  req.set_slots(Slots());
+  for (const auto& g : options_.gpus) *req.add_gpus() = g;
   req.set_log_address(options_.log_address);
   for (const auto& [id, task] : tasks_) *req.add_tasks() = task->Snapshot();
   v1::RegisterResponse resp;
@@ -56,7 +58,7 @@ bool Agent::Register() {
   }
   if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
   NS_INFO("worker " << options_.name << ": registered with " << options_.coordinator << ", "
-                    << options_.cpu_slots << " slots");
+                    << Slots() << " slots");
   return true;
 }
 
@@ -107,7 +109,16 @@ void Agent::HeartbeatOnce() {
     NS_INFO("worker " << options_.name << ": starting " << a.task().job_id() << " attempt " << a.task().attempt()
                       << ", ranks " << a.first_rank() << ".." << a.first_rank() + a.num_ranks() - 1
                       << " of " << a.world_size());
-    auto task = std::make_unique<Task>(options_, a, cache_);
+    std::vector<int> gpus;
+    if (!options_.gpus.empty()) {
+      gpus = gpu_allocator_.Take(a.num_ranks());
+      if (gpus.empty()) {
+        NS_WARN("worker " << options_.name << ": no " << a.num_ranks() << " free GPUs for " << a.task().job_id()
+                          << "; will retry");
+        continue;  // the coordinator repeats the assignment
+      }
+    }
+    auto task = std::make_unique<Task>(options_, a, cache_, gpus);
     task->Start();
     std::lock_guard<std::mutex> lock(tasks_mu_);
     tasks_[key] = std::move(task);
@@ -136,6 +147,7 @@ void Agent::ReportTasks() {
         std::lock_guard<std::mutex> lock(tasks_mu_);
         it = tasks_.erase(it);
       }
+      gpu_allocator_.Release(done->gpus());
       done.reset();  // joins the task's thread (already finished)
       continue;
     }
@@ -172,6 +184,10 @@ void Agent::Run(const std::atomic<bool>* stop) {
 }  // namespace nightshift
 
 namespace nightshift {
+
+int Agent::Slots() const {
+  return options_.gpus.empty() ? options_.cpu_slots : static_cast<int>(options_.gpus.size());
+}
 
 bool Agent::IsRunning(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(tasks_mu_);
@@ -225,7 +241,13 @@ void Agent::CollectMetrics(FamilyBuilder* b) const {
       }
     }
   }
-  b->Gauge("nightshift_worker_slots", "Rank slots this worker offers", {}, options_.cpu_slots);
+  b->Gauge("nightshift_worker_slots", "Rank slots this worker offers", {}, Slots());
+  for (const GpuUsage& g : SampleGpus()) {
+    const FamilyBuilder::Labels gpu = {{"gpu", std::to_string(g.index)}};
+    b->Gauge("nightshift_gpu_utilization_ratio", "Fraction of time a kernel ran (NVML)", gpu, g.utilization);
+    b->Gauge("nightshift_gpu_memory_used_bytes", "GPU memory in use (NVML)", gpu, static_cast<double>(g.memory_used));
+    b->Gauge("nightshift_gpu_memory_total_bytes", "GPU memory (NVML)", gpu, static_cast<double>(g.memory_total));
+  }
   b->Gauge("nightshift_worker_tasks_running", "Tasks (job attempts) running on this worker", {}, running);
   const v1::CacheStats s = cache_->Report().stats();
   b->Gauge("nightshift_cache_entries", "Feature-cache entries", {}, static_cast<double>(s.entries()));

@@ -14,6 +14,7 @@
 
 #include "common/metrics.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
+#include "worker/gpu_inventory.h"
 #include "worker/task.h"
 
 namespace nightshift {
@@ -23,6 +24,9 @@ class Agent {
   Agent(const WorkerOptions& options, FeatureCache* cache);
   // Runs until *stop becomes true; then stops every task.
   void Run(const std::atomic<bool>* stop);
+
+  // Rank slots offered: one per GPU, else --cpu-slots.
+  int Slots() const;
 
   // Whether a task of `job_id` is still running here (any thread).
   bool IsRunning(const std::string& job_id) const;
@@ -37,6 +41,7 @@ class Agent {
 
   const WorkerOptions options_;
   FeatureCache* const cache_;        // not owned; outlives the agent
+  GpuAllocator gpu_allocator_;       // the GPUs not held by a task
   uint64_t reported_cache_version_ = 0;
   std::chrono::steady_clock::time_point next_cache_report_{};
   std::unique_ptr<v1::WorkerService::Stub> stub_;

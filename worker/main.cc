@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "worker/agent.h"
+#include "worker/gpu_inventory.h"
 #include "worker/log_service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -103,6 +104,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.log_address = options.advertise_host + ":" + std::to_string(log_port);
+  options.gpus = DiscoverGpus();
+  for (const auto& g : options.gpus)
+    NS_INFO("worker " << options.name << ": GPU " << g.index() << " " << g.name() << ", "
+                      << g.memory_bytes() / (1 << 20) << " MiB");
+  if (!options.gpus.empty())
+    NS_INFO("worker " << options.name << ": one slot per GPU (" << options.gpus.size() << "); --cpu-slots ignored");
   Agent agent(options, cache.value().get());
   agent_ptr = &agent;
   std::unique_ptr<MetricsServer> metrics;

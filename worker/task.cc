@@ -114,8 +114,9 @@ std::atomic<bool> g_hang_injected{false};
 
 }  // namespace
 
-Task::Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache)
-    : options_(options), assignment_(assignment), cache_(cache) {
+Task::Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache,
+           std::vector<int> gpus)
+    : options_(options), assignment_(assignment), cache_(cache), gpus_(std::move(gpus)) {
   *status_.mutable_task() = assignment.task();
   status_.set_state(v1::TASK_PREPARING);
   status_.set_master_addr(assignment.master_addr());
@@ -326,6 +327,8 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
         {"MASTER_ADDR", master.substr(0, colon)},
         {"MASTER_PORT", colon == std::string::npos ? "" : master.substr(colon + 1)},
         {"NIGHTSHIFT_JOB_ID", assignment_.task().job_id()}};
+    // Each rank sees only its own GPU (so every rank's device is cuda:0).
+    if (i < static_cast<int>(gpus_.size())) env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpus_[i]);
     auto proc = SpawnProcess({trainer, "--config", config_path}, env, /*log_path=*/"");
     if (!proc.ok()) {
       SignalRanks(SIGKILL);

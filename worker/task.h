@@ -35,6 +35,7 @@ struct WorkerOptions {
   std::string advertise_host = "127.0.0.1";  // address other workers reach rank 0 on
   std::string trainer_path;      // default: nightshift-trainer beside this binary
   int cpu_slots = 1;             // ranks this worker runs at once (no GPUs)
+  std::vector<v1::GpuInfo> gpus; // found at start (NVML); one slot each when present
   int prep_threads = 2;          // threads for tokenization
   int64_t cache_max_bytes = 0;   // feature cache budget; 0: none
   double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
@@ -46,8 +47,10 @@ struct WorkerOptions {
 
 class Task {
  public:
-  // `cache` outlives the task.
-  Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache);
+  // `cache` outlives the task. `gpus`: one GPU index per local rank (empty on CPU).
+  Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache,
+       std::vector<int> gpus = {});
+  const std::vector<int>& gpus() const { return gpus_; }
   ~Task();  // stops the ranks and joins the thread
   Task(const Task&) = delete;
   Task& operator=(const Task&) = delete;
@@ -82,6 +85,7 @@ class Task {
   const WorkerOptions options_;
   const v1::Assignment assignment_;
   FeatureCache* const cache_;
+  const std::vector<int> gpus_;
   std::shared_ptr<CacheLease> lease_;  // the task's data stays in the cache while it runs
 
   mutable std::mutex mu_;

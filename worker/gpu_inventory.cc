@@ -1,0 +1,119 @@
+#include "worker/gpu_inventory.h"
+
+#include <dlfcn.h>
+
+namespace nightshift {
+namespace {
+
+// The few NVML entry points we use (nvml.h is not needed: the ABI is stable C).
+using nvmlReturn_t = int;
+using nvmlDevice_t = void*;
+struct nvmlMemory_t {
+  unsigned long long total, free, used;
+};
+struct nvmlUtilization_t {
+  unsigned int gpu, memory;
+};
+
+struct Nvml {
+  void* lib = nullptr;
+  nvmlReturn_t (*init)() = nullptr;
+  nvmlReturn_t (*shutdown)() = nullptr;
+  nvmlReturn_t (*count)(unsigned int*) = nullptr;
+  nvmlReturn_t (*handle)(unsigned int, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned int) = nullptr;
+  nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+
+  // Loads and initialises NVML; false (and nothing to clean up) when it is absent.
+  bool Open() {
+    lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return false;
+    init = reinterpret_cast<decltype(init)>(dlsym(lib, "nvmlInit_v2"));
+    shutdown = reinterpret_cast<decltype(shutdown)>(dlsym(lib, "nvmlShutdown"));
+    count = reinterpret_cast<decltype(count)>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+    handle = reinterpret_cast<decltype(handle)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    name = reinterpret_cast<decltype(name)>(dlsym(lib, "nvmlDeviceGetName"));
+    memory = reinterpret_cast<decltype(memory)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+    utilization = reinterpret_cast<decltype(utilization)>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
+    if (!init || !shutdown || !count || !handle || !name || !memory || !utilization || init() != 0) {
+      dlclose(lib);
+      lib = nullptr;
+      return false;
+    }
+    return true;
+  }
+  ~Nvml() {
+    if (lib != nullptr) {
+      shutdown();
+      dlclose(lib);
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<v1::GpuInfo> DiscoverGpus() {
+  std::vector<v1::GpuInfo> gpus;
+  Nvml nvml;
+  if (!nvml.Open()) return gpus;
+  unsigned int n = 0;
+  if (nvml.count(&n) != 0) return gpus;
+  for (unsigned int i = 0; i < n; ++i) {
+    nvmlDevice_t dev;
+    if (nvml.handle(i, &dev) != 0) continue;
+    char name[96] = {0};
+    nvml.name(dev, name, sizeof(name));
+    nvmlMemory_t mem{};
+    nvml.memory(dev, &mem);
+    v1::GpuInfo g;
+    g.set_index(static_cast<int>(i));
+    g.set_name(name);
+    g.set_memory_bytes(static_cast<int64_t>(mem.total));
+    gpus.push_back(g);
+  }
+  return gpus;
+}
+
+std::vector<GpuUsage> SampleGpus() {
+  std::vector<GpuUsage> out;
+  Nvml nvml;
+  if (!nvml.Open()) return out;
+  unsigned int n = 0;
+  if (nvml.count(&n) != 0) return out;
+  for (unsigned int i = 0; i < n; ++i) {
+    nvmlDevice_t dev;
+    if (nvml.handle(i, &dev) != 0) continue;
+    nvmlMemory_t mem{};
+    nvmlUtilization_t util{};
+    nvml.memory(dev, &mem);
+    nvml.utilization(dev, &util);
+    out.push_back({static_cast<int>(i), util.gpu / 100.0, static_cast<int64_t>(mem.used),
+                   static_cast<int64_t>(mem.total)});
+  }
+  return out;
+}
+
+GpuAllocator::GpuAllocator(const std::vector<v1::GpuInfo>& gpus) {
+  for (const auto& g : gpus) free_.insert(g.index());
+}
+
+std::vector<int> GpuAllocator::Take(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n <= 0 || static_cast<int>(free_.size()) < n) return {};
+  std::vector<int> out;
+  for (auto it = free_.begin(); static_cast<int>(out.size()) < n; it = free_.erase(it)) out.push_back(*it);
+  return out;
+}
+
+void GpuAllocator::Release(const std::vector<int>& indices) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.insert(indices.begin(), indices.end());
+}
+
+int GpuAllocator::free_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(free_.size());
+}
+
+}  // namespace nightshift
