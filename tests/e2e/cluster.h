@@ -167,7 +167,10 @@ class Cluster {
   }
 
   // The pid of a process whose command line mentions both `binary` and `needle`, or -1.
-  static pid_t FindProcess(const std::string& binary, const std::string& needle) {
+  // The pid of a process whose command line contains every one of `needles`, or -1.
+  // Tests run in parallel and every cluster numbers its jobs from j-000001: include this
+  // cluster's directory among the needles (TrainerOf does), or another test's process matches.
+  static pid_t FindProcess(const std::vector<std::string>& needles) {
     for (const auto& e : fs::directory_iterator("/proc")) {
       const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
       if (pid <= 0) continue;
@@ -175,9 +178,16 @@ class Cluster {
       std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       for (char& c : cmdline)
         if (c == '\0') c = ' ';
-      if (cmdline.find(binary) != std::string::npos && cmdline.find(needle) != std::string::npos) return pid;
+      bool all = true;
+      for (const auto& n : needles) all = all && cmdline.find(n) != std::string::npos;
+      if (all) return pid;
     }
     return -1;
+  }
+
+  // The trainer of this cluster running `job_id`, or -1.
+  pid_t TrainerOf(const std::string& job_id) const {
+    return FindProcess({"nightshift-trainer", dir() + "/", "/jobs/" + job_id + "/attempt-"});
   }
 
   // Reads a port written by a --*port-file flag (waits up to 15 s for it).

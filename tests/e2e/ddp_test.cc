@@ -3,7 +3,6 @@
 // checkpoint; a job larger than the cluster waits without blocking smaller ones.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 
 #include <sstream>
 
@@ -28,26 +27,6 @@ std::string ReadAll(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// The pid of the trainer process whose command line mentions `needle`, or -1.
-pid_t FindTrainer(const std::string& needle) {
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return -1;
-  pid_t found = -1;
-  while (dirent* e = ::readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::string cmdline = ReadAll("/proc/" + std::string(e->d_name) + "/cmdline");
-    for (char& c : cmdline)
-      if (c == '\0') c = ' ';
-    if (cmdline.find("nightshift-trainer") != std::string::npos && cmdline.find(needle) != std::string::npos) {
-      found = pid;
-      break;
-    }
-  }
-  ::closedir(proc);
-  return found;
 }
 
 TEST(DdpE2eTest, TwoRanksOnTwoWorkersSurviveARankKill) {
@@ -84,7 +63,7 @@ TEST(DdpE2eTest, TwoRanksOnTwoWorkersSurviveARankKill) {
   }
   ASSERT_FALSE(rank1_worker.empty());
   const std::string attempt0 = cluster.dir() + "/" + rank1_worker + "/jobs/" + id + "/attempt-0/";
-  const pid_t victim = FindTrainer(attempt0);
+  const pid_t victim = Cluster::FindProcess({"nightshift-trainer", attempt0});
   ASSERT_GT(victim, 0) << "no trainer under " << attempt0;
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   const auto killed_at = std::chrono::steady_clock::now();

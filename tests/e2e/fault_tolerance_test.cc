@@ -85,8 +85,8 @@ class FaultToleranceTest : public ::testing::Test {
 };
 
 TEST_F(FaultToleranceTest, TrainerKilledMidJob) {
-  KillMidJob("ft-trainer", [](Cluster&, const v1::Job& job) {
-    pid_t pid = Cluster::FindProcess("nightshift-trainer", job.id());
+  KillMidJob("ft-trainer", [](Cluster& c, const v1::Job& job) {
+    pid_t pid = c.TrainerOf(job.id());
     ASSERT_GT(pid, 0);
     ::kill(pid, SIGKILL);
   });
@@ -97,7 +97,7 @@ TEST_F(FaultToleranceTest, WorkerKilledMidJob) {
   KillMidJob("ft-worker", [](Cluster& c, const v1::Job& job) {
     // Kill the worker that runs it, and its trainer with it (as a node loss would).
     const size_t i = job.placements(0).worker() == "w1" ? 0 : 1;
-    pid_t trainer = Cluster::FindProcess("nightshift-trainer", job.id());
+    pid_t trainer = c.TrainerOf(job.id());
     c.worker(i).Kill(SIGKILL);
     if (trainer > 0) ::kill(trainer, SIGKILL);
   }, /*workers=*/2);
