@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <atomic>
 #include <cstdlib>
 #include <chrono>
@@ -438,8 +439,8 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
           status_.set_checkpoint_step(static_cast<int64_t>(rec.Number("step")));
           status_.set_checkpoint_path(rec.String("path"));
         } else if (rec.event == "eval" || rec.event == "done") {
-          for (const auto& [k, v] : rec.numbers)
-            if (k.rfind("val_", 0) == 0 || k == "train_seconds") (*status_.mutable_metrics())[k] = v;
+          for (const auto& [k, v] : rec.numbers)  // NaN: not applicable (perplexity of a classifier)
+            if ((k.rfind("val_", 0) == 0 || k == "train_seconds") && !std::isnan(v)) (*status_.mutable_metrics())[k] = v;
         }
         progress_dirty_ = true;
       }
