@@ -13,6 +13,7 @@ nightshift-prepare wrote, so the only differences are the training loop and batc
 Prints one JSON line with the measurements.
 """
 import argparse
+import contextlib
 import json
 import math
 import resource
@@ -161,7 +162,7 @@ def main():
             it = (collate([data[i] for i in b]) for b in token_batches(train, a.max_tokens, a.seed + epoch))
         for tokens, mask, y, ntok in it:
             tokens, mask, y = tokens.to(dev, non_blocking=True), mask.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            with torch.autocast(dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            with torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext():
                 loss = F.cross_entropy(model(tokens, mask), y)
             opt.zero_grad(set_to_none=True)
             if scaler:
