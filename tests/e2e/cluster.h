@@ -210,18 +210,11 @@ class Cluster {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
-  // Runs the CLI; returns its exit code and fills *out with its stdout.
+  // Runs the CLI; returns its exit code and fills *out with its stdout and stderr.
   int Cli(const std::vector<std::string>& args, std::string* out) {
     std::string cmd = Bin("nightshift") + " --coordinator " + address_;
     for (const auto& a : args) cmd += " '" + a + "'";
-    cmd += " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n;
-    out->clear();
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-    int status = ::pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return Shell(cmd, out);
   }
 
   // Two classes of short mails with distinct vocabularies, `per_class` of each.
