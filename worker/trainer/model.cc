@@ -88,8 +88,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
   return h + F::dropout(f, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
-TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64_t vocab_size,
-                                                     int64_t num_classes, int64_t pad_id)
+TransformerTrunk::TransformerTrunk(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
     : max_len_(m.max_len), dropout_(m.dropout) {
   tok_emb_ = register_module(
       "tok_emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab_size, m.d_model)
@@ -99,55 +98,54 @@ TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64
   for (int i = 0; i < m.layers; ++i)
     blocks_->push_back(TransformerBlock(m.d_model, m.heads, m.ffn, m.dropout));
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.d_model})));
+}
+
+torch::Tensor TransformerTrunk::Embed(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.size(1) <= max_len_, "batch length ", tokens.size(1),
+              " exceeds model.max_len ", max_len_);
+  auto pos = torch::arange(tokens.size(1), tokens.options());
+  auto x = tok_emb_(tokens) + pos_emb_(pos).unsqueeze(0);  // [B, L, D]
+  return F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+}
+
+torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias) {
+  return RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
+}
+
+TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64_t vocab_size,
+                                                     int64_t num_classes, int64_t pad_id)
+    : TransformerTrunk(m, vocab_size, pad_id) {
   head_ = register_module("head", torch::nn::Linear(m.d_model, num_classes));
 }
 
 torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
                                                  const torch::Tensor& pad_mask) {
-  TORCH_CHECK(tokens.size(1) <= max_len_, "batch length ", tokens.size(1),
-              " exceeds model.max_len ", max_len_);
+  auto x = Embed(tokens);
   const int64_t l = tokens.size(1);
-  auto pos = torch::arange(l, tokens.options());
-  auto x = tok_emb_(tokens) + pos_emb_(pos).unsqueeze(0);  // [B, L, D]
-  x = F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
   // Additive key-padding bias: -inf removes padded keys from every softmax exactly.
   auto attn_bias = torch::zeros(pad_mask.sizes(), x.options())
                        .masked_fill_(pad_mask, -std::numeric_limits<float>::infinity())
                        .view({pad_mask.size(0), 1, 1, l});
-  x = RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
-  auto cls = ln_f_(x.select(1, 0));  // [B, D]
-  cls = F::dropout(cls, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  auto cls = FinalNorm(Blocks(x, attn_bias).select(1, 0));  // [B, D]
+  cls = F::dropout(cls, F::DropoutFuncOptions().p(dropout()).training(is_training()));
   return head_(cls);
 }
 
 GptLMImpl::GptLMImpl(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
-    : max_len_(m.max_len), dropout_(m.dropout) {
-  tok_emb_ = register_module(
-      "tok_emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab_size, m.d_model)
-                                          .padding_idx(pad_id)));
-  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(m.max_len, m.d_model));
-  blocks_ = register_module("blocks", torch::nn::ModuleList());
-  for (int i = 0; i < m.layers; ++i)
-    blocks_->push_back(TransformerBlock(m.d_model, m.heads, m.ffn, m.dropout));
-  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.d_model})));
+    : TransformerTrunk(m, vocab_size, pad_id) {
   head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(m.d_model, vocab_size).bias(false)));
 }
 
 torch::Tensor GptLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
-  TORCH_CHECK(tokens.size(1) <= max_len_, "batch length ", tokens.size(1),
-              " exceeds model.max_len ", max_len_);
+  auto x = Embed(tokens);
   const int64_t b = tokens.size(0), l = tokens.size(1);
-  auto pos = torch::arange(l, tokens.options());
-  auto x = tok_emb_(tokens) + pos_emb_(pos).unsqueeze(0);  // [B, L, D]
-  x = F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
   // Causal and key-padding bias [B, 1, L, L]: query t sees keys <= t that are not padding.
   // Padding is at the end of a row, so every query row keeps key 0 (no all -inf row).
   const float inf = std::numeric_limits<float>::infinity();
-  auto causal = torch::ones({l, l}, torch::kBool).triu(1);                      // [L, L]
-  auto blocked = causal.unsqueeze(0) | pad_mask.view({b, 1, l});                 // [B, L, L]
+  auto causal = torch::ones({l, l}, pad_mask.options().dtype(torch::kBool)).triu(1);  // [L, L], on the batch's device
+  auto blocked = causal.unsqueeze(0) | pad_mask.view({b, 1, l});                      // [B, L, L]
   auto attn_bias = torch::zeros({b, l, l}, x.options()).masked_fill_(blocked, -inf).unsqueeze(1);
-  x = RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
-  return head_(ln_f_(x));  // [B, L, V]
+  return head_(FinalNorm(Blocks(x, attn_bias)));  // [B, L, V]
 }
 
 TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,

@@ -41,40 +41,51 @@ class SequenceModel : public torch::nn::Module {
   virtual void set_activation_checkpointing(int every_n_blocks) { (void)every_n_blocks; }
 };
 
-class TransformerClassifierImpl : public SequenceModel {
+// What the built-in architectures share: token + position embeddings, the blocks and a
+// final LayerNorm, registered in this order (tok_emb, pos_emb, blocks, ln_f) before the
+// subclass's head, so parameter order and checkpoint names are the same for both.
+class TransformerTrunk : public SequenceModel {
+ public:
+  void set_activation_checkpointing(int every_n_blocks) override { checkpoint_every_ = every_n_blocks; }
+
+ protected:
+  TransformerTrunk(const ModelConfig& model, int64_t vocab_size, int64_t pad_id);
+  // Embeddings of `tokens` [B, L] with dropout: [B, L, D]. Checks L <= max_len.
+  torch::Tensor Embed(const torch::Tensor& tokens);
+  // The blocks, activation-checkpointed as set.
+  torch::Tensor Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias);
+  torch::Tensor FinalNorm(const torch::Tensor& x) { return ln_f_(x); }
+  double dropout() const { return dropout_; }
+
+ private:
+  int checkpoint_every_ = 0;
+  int64_t max_len_;
+  double dropout_;
+  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};
+  torch::nn::ModuleList blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+};
+
+class TransformerClassifierImpl : public TransformerTrunk {
  public:
   TransformerClassifierImpl(const ModelConfig& model, int64_t vocab_size, int64_t num_classes,
                             int64_t pad_id);
   // tokens: int64 [B, L]; pad_mask: bool [B, L], true at padding. Returns logits [B, C].
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
-  void set_activation_checkpointing(int every_n_blocks) override { checkpoint_every_ = every_n_blocks; }
 
  private:
-  int checkpoint_every_ = 0;
-  int64_t max_len_;
-  double dropout_;
-  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};
-  torch::nn::ModuleList blocks_;
-  torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear head_{nullptr};
 };
 TORCH_MODULE(TransformerClassifier);
 
 // The GPT-style decoder language model (see the top of the file).
-class GptLMImpl : public SequenceModel {
+class GptLMImpl : public TransformerTrunk {
  public:
   GptLMImpl(const ModelConfig& model, int64_t vocab_size, int64_t pad_id);
   // Returns logits [B, L, V].
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
-  void set_activation_checkpointing(int every_n_blocks) override { checkpoint_every_ = every_n_blocks; }
 
  private:
-  int checkpoint_every_ = 0;
-  int64_t max_len_;
-  double dropout_;
-  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};
-  torch::nn::ModuleList blocks_;
-  torch::nn::LayerNorm ln_f_{nullptr};
   torch::nn::Linear head_{nullptr};
 };
 TORCH_MODULE(GptLM);
