@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/config.h"
 #include "common/client.h"
 #include "common/grpc_status.h"
 #include "nightshift/v1/admin.grpc.pb.h"
@@ -166,19 +167,27 @@ int Watch(v1::JobService::Stub* stub, const std::string& id, const Globals& g) {
 
 int main(int argc, char** argv) {
   Globals g;
-  const char* env = std::getenv("NIGHTSHIFT_COORDINATOR");
-  g.coordinator = env ? env : "127.0.0.1:7070";
+  g.coordinator = "127.0.0.1:7070";
   CLI::App app{"nightshift: submit and follow training jobs, operate the cluster"};
   app.require_subcommand(1);
   app.fallthrough();  // global options (--coordinator, -o) also after the subcommand
-  app.add_option("--coordinator", g.coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
-  app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  // Global settings: flags, else the environment, else the config file (cli/config.h).
+  std::string config_flag;
+  app.add_option("--config", config_flag,
+                 "settings file (default ~/.config/nightshift/config.yaml; env NIGHTSHIFT_CONFIG)");
+  auto* coordinator_flag =
+      app.add_option("--coordinator", g.coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
+  auto* output_flag =
+      app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
   ClientOptions client;
-  app.add_option("--token", client.token, "bearer token (else --token-file, else env NIGHTSHIFT_TOKEN)");
-  app.add_option("--token-file", client.token_file, "file whose first line is the bearer token");
-  app.add_option("--tls-ca", client.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
-  app.add_option("--tls-cert", client.tls_cert, "PEM client certificate (mutual TLS)");
-  app.add_option("--tls-key", client.tls_key, "PEM key of --tls-cert");
+  auto* token_flag =
+      app.add_option("--token", client.token, "bearer token (else --token-file, else env NIGHTSHIFT_TOKEN)");
+  auto* token_file_flag =
+      app.add_option("--token-file", client.token_file, "file whose first line is the bearer token");
+  auto* tls_ca_flag =
+      app.add_option("--tls-ca", client.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
+  auto* tls_cert_flag = app.add_option("--tls-cert", client.tls_cert, "PEM client certificate (mutual TLS)");
+  auto* tls_key_flag = app.add_option("--tls-key", client.tls_key, "PEM key of --tls-cert");
 
   auto* job = app.add_subcommand("job", "jobs")->require_subcommand(1);
   std::string file, id, state_filter;
@@ -219,6 +228,36 @@ int main(int argc, char** argv) {
   cevict->add_option("KEY", cache_key, "entry key");
   cevict->add_flag("--all", evict_all, "every entry not in use");
   CLI11_PARSE(app, argc, argv);
+
+  bool config_named = false;
+  const std::string config_path = CliConfigPath(config_flag, &config_named);
+  std::map<std::string, std::string> config;
+  if (Status st = LoadCliConfig(config_path, config_named, &config); !st.ok()) {
+    std::cerr << "error: " << st.message() << "\n";
+    return 2;
+  }
+  const auto env_set = [](const char* name) {
+    const char* v = name ? std::getenv(name) : nullptr;
+    return v != nullptr && *v != '\0';
+  };
+  const auto setting = [&](CLI::Option* flag, const char* env, const char* key, std::string* value) {
+    if (flag->count() > 0) return;
+    if (env_set(env)) {
+      *value = std::getenv(env);
+    } else if (auto it = config.find(key); it != config.end()) {
+      *value = it->second;
+    }
+  };
+  setting(coordinator_flag, "NIGHTSHIFT_COORDINATOR", "coordinator", &g.coordinator);
+  setting(output_flag, nullptr, "output", &g.output);
+  // A token on the command line or in NIGHTSHIFT_TOKEN beats the file's token and token_file.
+  if (token_flag->count() == 0 && token_file_flag->count() == 0 && !env_set("NIGHTSHIFT_TOKEN")) {
+    setting(token_flag, nullptr, "token", &client.token);
+    setting(token_file_flag, nullptr, "token_file", &client.token_file);
+  }
+  setting(tls_ca_flag, nullptr, "tls_ca", &client.tls_ca);
+  setting(tls_cert_flag, nullptr, "tls_cert", &client.tls_cert);
+  setting(tls_key_flag, nullptr, "tls_key", &client.tls_key);
 
   client.address = g.coordinator;
   Status cs = ResolveToken(&client);

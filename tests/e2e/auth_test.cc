@@ -277,6 +277,41 @@ TEST_F(AuthTest, CliSendsTokenFromFlagFileOrEnvironment) {
   EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
 }
 
+// ~/.config/nightshift/config.yaml: the coordinator and the token file come from it;
+// the environment beats it, and flags beat the environment.
+TEST_F(AuthTest, CliReadsItsConfigFileBelowEnvironmentAndFlags) {
+  cluster_.StartCoordinator({"--token-file", token_file_});
+  const std::string home = cluster_.dir() + "/home";
+  fs::create_directories(home + "/.config/nightshift");
+  { std::ofstream(home + "/.config/nightshift/alice.token") << "alice-secret\n"; }
+  {
+    std::ofstream(home + "/.config/nightshift/config.yaml")
+        << "coordinator: " << cluster_.address() << "\ntoken_file: alice.token\noutput: json\n";
+  }
+  // The CLI with this HOME and none of the user's settings, plus `env` (VAR=value ...).
+  const auto cli = [&](const std::string& env) {
+    return "env -u NIGHTSHIFT_COORDINATOR -u NIGHTSHIFT_TOKEN -u NIGHTSHIFT_CONFIG -u XDG_CONFIG_HOME HOME=" +
+           home + " " + env + " " + cluster_.Bin("nightshift");
+  };
+  std::string out;
+  EXPECT_EQ(Cluster::Shell(cli("") + " job list", &out), 0) << out;
+  EXPECT_EQ(out.find("{"), 0u) << "output: json from the file: " << out;
+  EXPECT_EQ(Cluster::Shell(cli("NIGHTSHIFT_TOKEN=wrong") + " job list", &out), 3) << out;
+  EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << "the environment's token: " << out;
+  EXPECT_EQ(Cluster::Shell(cli("NIGHTSHIFT_COORDINATOR=127.0.0.1:1") + " job list", &out), 4) << out;
+  EXPECT_EQ(Cluster::Shell(cli("NIGHTSHIFT_COORDINATOR=127.0.0.1:1") + " --coordinator " + cluster_.address() +
+                               " -o table job list",
+                           &out),
+            0)
+      << out;
+  EXPECT_EQ(out.find("{"), std::string::npos) << "-o table beats the file: " << out;
+  { std::ofstream(home + "/.config/nightshift/config.yaml") << "coordinater: x\n"; }
+  EXPECT_EQ(Cluster::Shell(cli("") + " job list", &out), 2) << out;
+  EXPECT_NE(out.find("config.yaml line 1: unknown key \"coordinater\""), std::string::npos) << out;
+  EXPECT_EQ(Cluster::Shell(cli("") + " --config " + home + "/absent.yaml job list", &out), 2) << out;
+  EXPECT_NE(out.find("absent.yaml does not exist"), std::string::npos) << out;
+}
+
 TEST_F(AuthTest, WorkerRegistersWithItsToken) {
   cluster_.StartCoordinator({"--token-file", token_file_});
   cluster_.StartWorker("node1", 1, {{"NIGHTSHIFT_TOKEN", "worker-secret"}});

@@ -76,8 +76,20 @@ BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions
   }
 
   const size_t world = static_cast<size_t>(std::max(world_size, 1));
-  const size_t per_rank = all.size() / world;
   if (world == 1) return all;
+  // Every rank needs the same number of batches. Rather than drop the remainder, split
+  // the batch with the most samples (the first such) in two until the count divides,
+  // so no sample is lost; only when every batch is a single sample does any remain.
+  while (all.size() % world != 0) {
+    auto most = std::max_element(all.begin(), all.end(),
+                                 [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    if (most->size() < 2) break;
+    const auto half = most->begin() + static_cast<std::ptrdiff_t>(most->size() / 2);
+    std::vector<uint32_t> second(half, most->end());
+    most->erase(half, most->end());
+    all.insert(most + 1, std::move(second));
+  }
+  const size_t per_rank = all.size() / world;
   BatchPlan mine;
   mine.reserve(per_rank);
   for (size_t b = 0; b < per_rank; ++b) mine.push_back(std::move(all[b * world + rank]));

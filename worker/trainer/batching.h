@@ -26,7 +26,9 @@ using BatchPlan = std::vector<std::vector<uint32_t>>;  // batches of sample indi
 // Fixed batch_size: shuffle, chunk (world 1 keeps the last partial batch). Token budget:
 // shuffle, sort pools by length, cut greedily to the budget (a sample longer than the
 // budget is a batch alone), shuffle the batches. Ranks get batches round-robin, and
-// every rank the same count (the remainder is dropped).
+// every rank the same count: the largest batches are halved until the count divides by
+// the world size, so every sample is seen once per epoch (unless there are fewer
+// samples than ranks; then the remainder is dropped).
 BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
                     uint64_t seed, int64_t epoch, int rank, int world_size);
 

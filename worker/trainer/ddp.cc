@@ -151,10 +151,8 @@ void ProcessGroup::Barrier() {
   AllReduceSum(t);
 }
 
-std::vector<bool> ProcessGroup::AnyRank(const std::vector<bool>& local) {
-  torch::Tensor flags = torch::zeros({static_cast<int64_t>(local.size())}, torch::kInt32);
-  for (size_t i = 0; i < local.size(); ++i) flags[static_cast<int64_t>(i)] = local[i] ? 1 : 0;
-  std::vector<at::Tensor> tensors = {flags};
+void ProcessGroup::AllReduceMax(torch::Tensor& tensor) {
+  std::vector<at::Tensor> tensors = {tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
   auto pending = std::make_shared<Pending>();
@@ -164,9 +162,21 @@ std::vector<bool> ProcessGroup::AnyRank(const std::vector<bool>& local) {
     throw std::runtime_error("all-reduce failed in the " + impl_->where + ": " + Message(e));
   }
   Wait(pending);
+}
+
+std::vector<bool> ProcessGroup::AnyRank(const std::vector<bool>& local) {
+  torch::Tensor flags = torch::zeros({static_cast<int64_t>(local.size())}, torch::kInt32);
+  for (size_t i = 0; i < local.size(); ++i) flags[static_cast<int64_t>(i)] = local[i] ? 1 : 0;
+  AllReduceMax(flags);
   std::vector<bool> out(local.size());
   for (size_t i = 0; i < local.size(); ++i) out[i] = flags[static_cast<int64_t>(i)].item<int32_t>() != 0;
   return out;
+}
+
+int64_t ProcessGroup::MinOverRanks(int64_t local) {
+  torch::Tensor value = torch::full({1}, -local, torch::kInt64);
+  AllReduceMax(value);
+  return -value.item<int64_t>();
 }
 
 bool ProcessGroup::AnyRank(bool local) { return AnyRank(std::vector<bool>{local})[0]; }
@@ -406,9 +416,21 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
   }
 }
 
+std::function<bool(bool)> SyncAndVote(GradientSync* sync, SyncStats* stats) {
+  return [sync, stats](bool local_oom) {
+    *stats = SyncStats{};
+    if (sync == nullptr) return local_oom;
+    if (local_oom) {
+      sync->Discard();
+    } else {
+      *stats = sync->Finish();
+    }
+    return sync->AnyRank(local_oom);
+  };
+}
+
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
-                                                torch::nn::Module& model,
-                                                const std::vector<int64_t>& must_match) {
+                                                torch::nn::Module& model) {
   if (config.world_size > 1 && config.world_size != rank.world_size)
     throw std::runtime_error("spec.resources.world_size is " + std::to_string(config.world_size) +
                              " but WORLD_SIZE is " + std::to_string(rank.world_size) + ": start " +
@@ -434,22 +456,25 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   for (const auto& b : model.buffers()) state.push_back(b);
   sync->Broadcast(state);
 
+  return sync;
+}
+
+void CheckRanksAgree(GradientSync& sync, const std::vector<int64_t>& must_match) {
   torch::Tensor theirs = torch::tensor(must_match, torch::kInt64);
   const torch::Tensor mine = theirs.clone();
-  sync->group().Broadcast(theirs, 0);
+  sync.group().Broadcast(theirs, 0);
   const bool differs = !torch::equal(theirs, mine);
-  if (sync->AnyRank(differs)) {
+  if (sync.AnyRank(differs)) {
     auto str = [](const torch::Tensor& t) {
       std::string s;
       for (int64_t i = 0; i < t.numel(); ++i) s += (i ? "/" : "") + std::to_string(t[i].item<int64_t>());
       return s;
     };
     throw std::runtime_error("ranks disagree on where training stands or on the data (rank 0: " +
-                             str(theirs) + ", rank " + std::to_string(rank.rank) + ": " + str(mine) +
+                             str(theirs) + ", rank " + std::to_string(sync.group().rank()) + ": " + str(mine) +
                              "): did they resume from different checkpoints or prepare different "
                              "data? The checkpoint directory must be shared by all ranks");
   }
-  return sync;
 }
 
 }  // namespace nightshift::trainer

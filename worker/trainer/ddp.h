@@ -64,6 +64,8 @@ class ProcessGroup {
   bool AnyRank(bool local);
   // The same for several flags at once (one collective).
   std::vector<bool> AnyRank(const std::vector<bool>& local);
+  // The smallest of every rank's `local` (an all-reduce MAX of the negated values).
+  int64_t MinOverRanks(int64_t local);
 
   // Starts an in-place sum all-reduce of one dense tensor; `done` is called (on a
   // communication thread, maybe before this returns) when it completes. Wait(handle)
@@ -75,6 +77,7 @@ class ProcessGroup {
  private:
   struct Impl;
   ProcessGroup(int rank, int size, std::unique_ptr<Impl> impl);
+  void AllReduceMax(torch::Tensor& tensor);  // in place, blocking
   const int rank_, size_;
   std::unique_ptr<Impl> impl_;
 };
@@ -169,16 +172,25 @@ class NoSync {
   bool old_;
 };
 
+// Coordinated out-of-memory recovery: the vote for MicroBatchRunner (oom.h) under data
+// parallelism. After each attempt it finishes this rank's gradient synchronisation (the
+// attempt succeeded: `*stats` gets Finish()'s figures) or discards it (out of memory), so
+// every rank issues the same collectives, then returns whether any rank ran out of
+// memory. With a null `sync` it returns the local answer.
+std::function<bool(bool local_oom)> SyncAndVote(GradientSync* sync, SyncStats* stats);
+
 // The trainer's data-parallel setup. One rank: returns null. Several (RANK/WORLD_SIZE
 // from the environment rule; a spec world_size above 1 must match WORLD_SIZE): joins the
-// group with the spec's timeout and bucket size, copies rank 0's parameters and buffers
-// to every rank, and checks that `must_match` (the training position after a resume,
-// the data's size: step, epoch, batch_in_epoch, total steps, samples) is the same on
-// every rank, so mismatched ranks fail at once instead of hanging in a collective later;
-// throws std::runtime_error if not.
+// group with the spec's timeout and bucket size and copies rank 0's parameters and
+// buffers to every rank.
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
-                                                torch::nn::Module& model,
-                                                const std::vector<int64_t>& must_match);
+                                                torch::nn::Module& model);
+
+// Checks that `must_match` (the training position after a resume, the data's size: step,
+// epoch, batch_in_epoch, total steps, samples) is the same on every rank, so mismatched
+// ranks fail at once instead of hanging in a collective later; throws
+// std::runtime_error naming both values if not.
+void CheckRanksAgree(GradientSync& sync, const std::vector<int64_t>& must_match);
 
 }  // namespace nightshift::trainer
 

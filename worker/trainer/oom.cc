@@ -72,11 +72,12 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
     int64_t largest = 0;
     bool oom = false;
     try {
-      for (const Batch& m : micro) {
+      for (size_t i = 0; i < micro.size(); ++i) {
+        const Batch& m = micro[i];
         largest = std::max(largest, m.padded_tokens);
         if (options_.fault_above_tokens > 0 && m.padded_tokens > options_.fault_above_tokens)
           ThrowInjectedOutOfMemory(m.padded_tokens, options_.fault_above_tokens);
-        loss += forward_backward(m);
+        loss += forward_backward(m, i + 1 == micro.size());
       }
     } catch (const std::exception& e) {
       if (!IsOutOfMemory(e)) throw;

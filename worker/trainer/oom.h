@@ -14,8 +14,12 @@
 //   runs out of memory: that sample cannot fit.
 // - Data parallel: every rank calls `vote` exactly once per attempt (success or not),
 //   in the same order, so ranks agree on retrying; a rank whose attempt succeeded
-//   retries too when another failed. Gradient all-reduce belongs after Run() returns
-//   (or in hooks that stay silent until the last micro-batch of the final attempt).
+//   retries too when another failed. The step function is told which micro-batch is the
+//   attempt's last, so only that one synchronises gradients (NoSync for the others); the
+//   vote finishes (or, after an out-of-memory error, discards) that synchronisation before
+//   voting, so every rank enters the same collectives whether its attempt failed or not
+//   (SyncAndVote in ddp.h). Ranks may cut their batches into different numbers of
+//   micro-batches.
 // Units: tokens are padded tokens (rows x longest row).
 #ifndef NIGHTSHIFT_WORKER_TRAINER_OOM_H_
 #define NIGHTSHIFT_WORKER_TRAINER_OOM_H_
@@ -41,7 +45,7 @@ struct OomOptions {
   // tokens than this throws an out-of-memory error before its forward; 0: off.
   int64_t fault_above_tokens = 0;
   // Whether any rank ran out of memory in this attempt, given this rank's answer. Data
-  // parallel replaces it with an all-reduce (max) over ranks; default: the local answer.
+  // parallel replaces it with SyncAndVote (ddp.h); default: the local answer.
   std::function<bool(bool local_oom)> vote = [](bool local_oom) { return local_oom; };
   // Called after an out-of-memory attempt, before the retry (e.g. empty CUDA caches).
   std::function<void()> release_memory = [] {};
@@ -61,9 +65,10 @@ std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces);
 
 class MicroBatchRunner {
  public:
-  // forward_backward(micro): forward, the micro-batch's weighted loss, backward; returns
-  // that weighted loss's value. zero_grad(): clears the gradients.
-  using StepFn = std::function<double(const Batch& micro)>;
+  // forward_backward(micro, last): forward, the micro-batch's weighted loss, backward;
+  // returns that weighted loss's value. `last`: the attempt's final micro-batch (the one
+  // whose backward may synchronise gradients). zero_grad(): clears the gradients.
+  using StepFn = std::function<double(const Batch& micro, bool last)>;
 
   explicit MicroBatchRunner(OomOptions options) : options_(std::move(options)) {}
 

@@ -193,15 +193,25 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
     return ComputeLossSum(model->forward(b.tokens, b.pad_mask), b, next_token).sum;
   };
 
-  // ---- max_tokens: auto (probed once; a resumed run keeps the budget it started with)
+  // ---- data parallel (world_size > 1): join the group; every rank starts from rank 0's
+  // parameters at rank 0's position. Gradients are averaged in buckets during backward.
+  std::unique_ptr<GradientSync> ddp = StartDataParallel(cfg, rank, *model);
+  if (ddp) {
+    CheckRanksAgree(*ddp, {pos.step, pos.epoch, pos.batch_in_epoch,
+                           static_cast<int64_t>(train_shard.num_samples()),
+                           static_cast<int64_t>(pos.metrics.count("max_tokens"))});
+    Log("data parallel: rank %d of %d, %d gradient buckets of up to %d MiB, timeout %d s", rank.rank,
+        rank.world_size, ddp->num_buckets(), cfg.bucket_mb, cfg.timeout_seconds);
+  }
+
+  // ---- max_tokens: auto (probed once; a resumed run keeps the budget it started with;
+  // under data parallelism every rank probes its own device and all take the smallest)
   if (cfg.train.max_tokens_auto) {
-    if (rank.world_size > 1)
-      throw std::runtime_error("max_tokens: auto with world_size > 1 is not built yet (ranks must "
-                               "agree on one budget); set spec.train.batching.max_tokens");
     if (pos.metrics.count("max_tokens")) {
       plan_options.max_tokens = static_cast<int64_t>(pos.metrics["max_tokens"]);
     } else {
       const std::string rng = GetCpuRngState();  // the probe must not change dropout's draws
+      NoSync probe_only(ddp.get());              // nor reach the other ranks' gradients
       std::unique_ptr<MemoryMeter> meter = NewHostMemoryMeter();
       ProbeOptions probe;
       probe.limit_bytes = HostMemoryLimit(rank.memory_limit_bytes);
@@ -212,10 +222,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
         optimizer.zero_grad();
       });
       SetCpuRngState(rng);
-      plan_options.max_tokens = r.max_tokens;
-      Log("max_tokens auto: %lld (peak %lld of a %lld-byte target, %d probes)",
-          static_cast<long long>(r.max_tokens), static_cast<long long>(r.peak_bytes),
-          static_cast<long long>(r.target_bytes), r.probes);
+      plan_options.max_tokens = ddp ? ddp->group().MinOverRanks(r.max_tokens) : r.max_tokens;
+      Log("max_tokens auto: %lld (this rank: %lld, peak %lld of a %lld-byte target, %d probes)",
+          static_cast<long long>(plan_options.max_tokens), static_cast<long long>(r.max_tokens),
+          static_cast<long long>(r.peak_bytes), static_cast<long long>(r.target_bytes), r.probes);
     }
   }
   std::vector<int64_t> batches_per_epoch;
@@ -227,17 +237,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   }
   if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
   if (total_steps == 0) throw std::runtime_error("no training batches: the train shard is empty");
+  if (ddp) CheckRanksAgree(*ddp, {plan_options.max_tokens, total_steps});
   const BatchPlan val_plan = PlanEval(val_lengths, plan_options);
-  // Data parallel (world_size > 1): join the group; every rank starts from rank 0's
-  // parameters at rank 0's position. Gradients are averaged in buckets during backward.
-  std::unique_ptr<GradientSync> ddp =
-      StartDataParallel(cfg, rank, *model,
-                        {pos.step, pos.epoch, pos.batch_in_epoch, total_steps,
-                         static_cast<int64_t>(train_shard.num_samples())});
-  if (ddp)
-    Log("data parallel: rank %d of %d, %d gradient buckets of up to %d MiB, timeout %d s", rank.rank,
-        rank.world_size, ddp->num_buckets(), cfg.bucket_mb, cfg.timeout_seconds);
-
 
   progress.Emit(ProgressRecord{
       "start",
@@ -292,7 +293,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
         saved.path.c_str(), static_cast<long long>(saved.bytes), saved.seconds);
   };
   const auto evaluate = [&] {
-    last_eval = Evaluate(*model, val_shard, val_plan, max_len, pad_id, cfg.data.num_classes, next_token);
+    last_eval = Evaluate(*model, val_shard, val_plan, max_len, pad_id, cfg.data.num_classes, next_token,
+                         ddp ? &ddp->group() : nullptr);
     last_eval_step = step;
     progress.Emit(ProgressRecord{"eval",
                                  {{"step", double(step)}, {"epoch", double(epoch)},
@@ -305,13 +307,21 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   };
 
   // ---- techniques
-  // OOM resilience: a batch that runs out of memory is retried as micro-batches.
-  MicroBatchRunner micro_batches(OomOptions{rank.fault_oom_above_tokens});
+  // OOM resilience: a batch that runs out of memory is retried as micro-batches; under
+  // data parallelism every rank retries when any rank ran out (ranks vote after each
+  // attempt, once its gradient all-reduce is finished or discarded).
+  SyncStats sync_stats;  // the last step's all-reduce
+  OomOptions oom_options;
+  oom_options.fault_above_tokens = rank.fault_oom_above_tokens;
+  oom_options.vote = SyncAndVote(ddp.get(), &sync_stats);
+  oom_options.release_memory = [&] { ReleaseCachedMemory(device); };
+  MicroBatchRunner micro_batches(oom_options);
   int64_t oom_recoveries = 0;
   // One micro-batch: forward (autocast), its share of the batch's mean loss (loss_count:
   // the whole batch's samples or predicted tokens), backward of the scaled loss. Returns
-  // that share's value.
-  const auto forward_backward = [&](const Batch& micro, int64_t loss_count) {
+  // that share's value. Only the last micro-batch's backward all-reduces gradients.
+  const auto forward_backward = [&](const Batch& micro, bool last, int64_t loss_count) {
+    NoSync accumulate_only(last ? nullptr : ddp.get());
     torch::Tensor loss = batch_loss_sum(micro) / double(loss_count);
     scaler.Scale(loss).backward();
     return loss.item<double>();
@@ -358,11 +368,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
       // forward + backward, split into micro-batches if the batch runs out of memory
       const MicroBatchResult fb = micro_batches.Run(
-          batch, [&](const Batch& micro) { return forward_backward(micro, LossCount(batch, next_token)); },
+          batch,
+          [&](const Batch& micro, bool last) { return forward_backward(micro, last, LossCount(batch, next_token)); },
           [&] { optimizer.zero_grad(); });
       oom_recoveries += fb.oom_recoveries;
-      // Data parallel: wait for the gradient all-reduce (launched during backward).
-      const SyncStats sync_stats = ddp ? ddp->Finish() : SyncStats{};
       // NaN guard (every precision), then fp16's unscale and overflow check; clip; step
       // (data parallel: ranks decide together, since one rank's NaN reaches every gradient)
       const bool injected_nan = rank.fault_nan_loss_from_step > 0 && step + 1 >= rank.fault_nan_loss_from_step;
@@ -505,18 +514,20 @@ double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak) {
 }
 
 EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
-                     int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token) {
+                     int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token,
+                     ProcessGroup* group) {
   torch::NoGradGuard no_grad;
   model.eval();
   double loss_sum = 0;
   int64_t n = 0, terms = 0, correct = 0, tp = 0, fp = 0, fn = 0;
-  for (const auto& indices : plan) {
+  const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
+  for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride) {
     torch::Device device = torch::kCPU;
     for (const auto& p : model.parameters()) {
       device = p.device();
       break;
     }
-    Batch batch = ToDevice(Collate(shard, indices, max_len, pad_id), device);
+    Batch batch = ToDevice(Collate(shard, plan[b], max_len, pad_id), device);
     torch::Tensor logits = model.forward(batch.tokens, batch.pad_mask);
     const LossSum loss = ComputeLossSum(logits, batch, next_token);
     loss_sum += loss.sum.item<double>();
@@ -539,6 +550,18 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
     }
   }
   model.train();
+  if (group) {  // the sums of every rank's share (exact: counts stay far below 2^53)
+    torch::Tensor sums = torch::tensor({loss_sum, double(n), double(terms), double(correct), double(tp),
+                                        double(fp), double(fn)}, torch::kFloat64);
+    group->AllReduceSum(sums);
+    loss_sum = sums[0].item<double>();
+    n = sums[1].item<int64_t>();
+    terms = sums[2].item<int64_t>();
+    correct = sums[3].item<int64_t>();
+    tp = sums[4].item<int64_t>();
+    fp = sums[5].item<int64_t>();
+    fn = sums[6].item<int64_t>();
+  }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EvalMetrics m;
   m.samples = n;

@@ -31,6 +31,8 @@ bool StopRequested();
 // `step` is the 0-based index of the step about to run.
 double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak);
 
+class ProcessGroup;
+
 struct EvalMetrics {
   double loss = 0;      // mean cross-entropy per sample
   double accuracy = 0;  // in [0, 1]
@@ -41,9 +43,11 @@ struct EvalMetrics {
 
 // Evaluates without gradients in eval mode (restores train mode after). Classifiers:
 // loss per sample, accuracy, F1. Language models (next_token): loss per predicted token,
-// next-token accuracy, perplexity.
+// next-token accuracy, perplexity. With a process group, rank r evaluates batches r,
+// r + size, ... and the sums are all-reduced: every rank returns the whole set's metrics.
 EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
-                     int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token = false);
+                     int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token = false,
+                     ProcessGroup* group = nullptr);
 
 // Best of a few 512x512 float matmuls, in GFLOP/s.
 double MeasureBlasGflops();

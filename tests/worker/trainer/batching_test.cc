@@ -73,21 +73,29 @@ TEST(PlanEpochTest, OrderIsAPureFunctionOfSeedAndEpoch) {
   }
 }
 
-TEST(PlanEpochTest, RanksGetDisjointSamplesAndEqualBatchCounts) {
+TEST(PlanEpochTest, RanksGetDisjointSamplesAndEqualBatchCountsAndNoneIsDropped) {
   auto lengths = RandomLengths(1001, 5);
-  for (int64_t max_tokens : {0, 700}) {
-    BatchPlanOptions options;
-    options.batch_size = 8;
-    options.max_tokens = max_tokens;
-    BatchPlan r0 = PlanEpoch(lengths, options, 9, 1, 0, 2);
-    BatchPlan r1 = PlanEpoch(lengths, options, 9, 1, 1, 2);
-    EXPECT_EQ(r0.size(), r1.size());
-    EXPECT_GT(r0.size(), 0u);
-    std::set<uint32_t> s0;
-    for (const auto& b : r0) s0.insert(b.begin(), b.end());
-    for (const auto& b : r1)
-      for (uint32_t i : b) EXPECT_EQ(s0.count(i), 0u) << "sample " << i << " on both ranks";
-  }
+  // Budgets from many batches down to one batch for the whole epoch.
+  for (int64_t max_tokens : {int64_t{0}, int64_t{700}, int64_t{1} << 40})
+    for (int world : {2, 3, 4}) {
+      BatchPlanOptions options;
+      options.batch_size = 8;
+      options.max_tokens = max_tokens;
+      std::multiset<uint32_t> seen;
+      size_t batches = 0;
+      for (int r = 0; r < world; ++r) {
+        const BatchPlan plan = PlanEpoch(lengths, options, 9, 1, r, world);
+        if (r == 0) batches = plan.size();
+        EXPECT_EQ(plan.size(), batches) << "rank " << r << " of " << world << ", budget " << max_tokens;
+        EXPECT_GT(plan.size(), 0u);
+        for (const auto& b : plan) {
+          if (max_tokens > 0) EXPECT_LE(PaddedTokens(b, lengths), max_tokens);
+          seen.insert(b.begin(), b.end());
+        }
+      }
+      EXPECT_EQ(seen.size(), lengths.size()) << "world " << world << ", budget " << max_tokens;
+      EXPECT_EQ(std::set<uint32_t>(seen.begin(), seen.end()).size(), seen.size()) << "a sample twice";
+    }
 }
 
 TEST(PlanEvalTest, EverySampleOnceWithinBudget) {

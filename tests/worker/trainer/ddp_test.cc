@@ -13,7 +13,10 @@
 #include <functional>
 #include <thread>
 
+#include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/model.h"
+#include "worker/trainer/oom.h"
+#include "worker/trainer/train.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -258,6 +261,8 @@ TEST_F(DdpTest, AnyRankIsAnOrAcrossRanks) {
     auto group = ProcessGroup::Create(Options(r, 2, port));
     got[r].push_back(group->AnyRank(r == 1));
     got[r].push_back(group->AnyRank(false));
+    EXPECT_EQ(group->MinOverRanks(r == 0 ? 7 : -3), -3);
+    EXPECT_EQ(group->MinOverRanks(r == 0 ? 5 : 9), 5);
     const auto v = group->AnyRank(std::vector<bool>{r == 0, false, true});
     got[r].insert(got[r].end(), v.begin(), v.end());
     group->Barrier();
@@ -279,7 +284,7 @@ TEST_F(DdpTest, RanksAtDifferentPositionsRefuseToStart) {
     info.master_addr = "127.0.0.1";
     info.master_port = port;
     try {
-      StartDataParallel(cfg, info, *models[r], {r == 0 ? 10 : 20, 0, 10});
+      CheckRanksAgree(*StartDataParallel(cfg, info, *models[r]), {r == 0 ? 10 : 20, 0, 10});
     } catch (const std::runtime_error& e) {
       errors[r] = e.what();
     }
@@ -315,6 +320,137 @@ TEST_F(DdpTest, MissingPeerFailsWithinTheTimeout) {
     EXPECT_LT(s, 3.9) << "waited past the timeout";
   });
   EXPECT_NE(error.find("timed out"), std::string::npos) << error;
+}
+
+// Coordinated OOM recovery: rank 1 runs out of memory on its batch, rank 0 does not. Both
+// retry in micro-batches (rank 0 because of the vote), nobody waits in a collective the
+// other never enters, and the step equals the unsplit two-rank step.
+TEST_F(DdpTest, OutOfMemoryOnOneRankSplitsOnEveryRankAndKeepsTheUpdate) {
+  const int64_t b = 6;
+  const Data all = MakeData(2 * b, 21);
+  const auto as_batch = [](const Data& d) {
+    Batch batch;
+    batch.tokens = d.tokens;
+    batch.pad_mask = d.mask;
+    batch.labels = d.labels;
+    batch.samples = d.tokens.size(0);
+    batch.padded_tokens = d.tokens.numel();
+    batch.real_tokens = d.mask.logical_not().sum().item<int64_t>();
+    return batch;
+  };
+  // One SGD step of both ranks; rank 1 throws out-of-memory above `rank1_limit` tokens.
+  const auto step = [&](int64_t rank1_limit, std::vector<MicroBatchResult>* results) {
+    const int port = FreePort();
+    std::vector<std::vector<torch::Tensor>> after(2);
+    std::vector<TransformerClassifier> models = {Build(1), Build(2)};
+    RunRanks(2, [&](int r) {
+      TransformerClassifier& model = models[r];
+      GradientSyncOptions so;
+      so.bucket_bytes = 8 << 10;
+      GradientSync sync(ProcessGroup::Create(Options(r, 2, port)), model->parameters(), so);
+      sync.Broadcast(model->parameters());
+      torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+      SyncStats stats;
+      OomOptions oo;
+      oo.fault_above_tokens = r == 1 ? rank1_limit : 0;
+      oo.vote = SyncAndVote(&sync, &stats);
+      MicroBatchRunner runner(oo);
+      const Batch mine = as_batch(all.Slice(r * b, b));
+      (*results)[r] = runner.Run(
+          mine,
+          [&](const Batch& m, bool last) {
+            NoSync accumulate_only(last ? nullptr : &sync);
+            torch::Tensor loss = F::cross_entropy(model->forward(m.tokens, m.pad_mask), m.labels,
+                                                  F::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+                                 double(b);
+            loss.backward();
+            return loss.item<double>();
+          },
+          [&] { opt.zero_grad(); });
+      EXPECT_GT(stats.buckets, 0) << "the successful attempt's all-reduce";
+      opt.step();
+      after[r] = Snapshot(model->parameters());
+    });
+    ExpectClose(after[1], after[0], 0, "ranks after the step");
+    return after[0];
+  };
+  std::vector<MicroBatchResult> plain(2), split(2);
+  const auto expected = step(0, &plain);
+  const auto got = step(2 * kLen, &split);  // rank 1: at most 2 samples per micro-batch
+  EXPECT_EQ(plain[0].oom_recoveries + plain[1].oom_recoveries, 0);
+  EXPECT_GE(split[1].oom_recoveries, 1);
+  EXPECT_EQ(split[0].oom_recoveries, split[1].oom_recoveries) << "rank 0 retried with rank 1";
+  EXPECT_GE(split[1].micro_batches, 3);
+  ExpectClose(got, expected, 1e-5, "split step against the unsplit step");
+}
+
+// Two trainer ranks (threads) with max_tokens: auto and an out-of-memory fault on rank 1
+// only: they agree on one budget, split together, and both finish.
+TEST_F(DdpTest, TwoTrainerRanksAgreeOnTheBudgetAndOnSplitting) {
+  TrainConfig c = testing::TinyConfig(testing::FreshDir("ddp_oom"), /*n_train=*/160);
+  c.world_size = 2;
+  c.timeout_seconds = 60;
+  c.model.max_len = 32;
+  c.train.max_tokens_auto = true;  // on this tiny data: one batch per rank and epoch
+  c.train.epochs = 4;
+  c.train.max_steps = 4;
+  c.checkpoint.every_steps = 2;
+  const int port = FreePort();
+  std::vector<MemoryProgressSink> progress(2);
+  std::vector<int> exit_codes(2, -1);
+  RunRanks(2, [&](int r) {
+    RankInfo rank;
+    rank.rank = r;
+    rank.world_size = 2;
+    rank.local_world_size = 2;
+    rank.master_addr = "127.0.0.1";
+    rank.master_port = port;
+    rank.memory_limit_bytes = int64_t{2} << 30;
+    if (r == 1) rank.fault_oom_above_tokens = 24;  // only rank 1 runs out (above 24 tokens)
+    exit_codes[r] = RunTraining(c, rank, progress[r]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(exit_codes[r], kExitOk) << "rank " << r << ": " << progress[r].records.back().String("message");
+    EXPECT_EQ(progress[r].records.back().event, "done");
+    EXPECT_EQ(progress[r].records.back().Number("step"), 4);
+  }
+  const auto last_step = [](const MemoryProgressSink& p) {
+    for (auto it = p.records.rbegin(); it != p.records.rend(); ++it)
+      if (it->event == "step") return *it;
+    return format::ProgressRecord{};
+  };
+  EXPECT_EQ(progress[0].records.front().Number("max_tokens"), progress[1].records.front().Number("max_tokens"));
+  EXPECT_GE(last_step(progress[1]).Number("oom_recoveries"), 1);
+  EXPECT_EQ(last_step(progress[0]).Number("oom_recoveries"), last_step(progress[1]).Number("oom_recoveries"));
+}
+
+// Evaluation under data parallelism: each rank takes every other batch, and the summed
+// metrics equal one rank evaluating the whole set.
+TEST_F(DdpTest, ShardedEvaluationEqualsTheWholeSet) {
+  const std::string dir = testing::FreshDir("ddp_eval");
+  testing::WriteSyntheticShard(dir + "/val.shard", 37, 4);
+  format::ShardReader shard;
+  ASSERT_EQ(shard.Open(dir + "/val.shard", /*verify_checksum=*/true), "");
+  std::vector<uint32_t> lengths;
+  for (uint64_t i = 0; i < shard.num_samples(); ++i) lengths.push_back(shard.length(i));
+  BatchPlanOptions po;
+  po.batch_size = 4;  // 10 batches: the ranks get 5 each, the last one short
+  const BatchPlan plan = PlanEval(lengths, po);
+  torch::manual_seed(3);
+  std::shared_ptr<SequenceModel> model = BuildSequenceModel(SmallModel(), testing::kVocab, 2, testing::kPad);
+  const EvalMetrics whole = Evaluate(*model, shard, plan, 16, testing::kPad, 2);
+  const int port = FreePort();
+  std::vector<EvalMetrics> got(2);
+  RunRanks(2, [&](int r) {
+    auto group = ProcessGroup::Create(Options(r, 2, port));
+    got[r] = Evaluate(*model, shard, plan, 16, testing::kPad, 2, false, group.get());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].samples, 37);
+    EXPECT_NEAR(got[r].loss, whole.loss, 1e-9 * std::abs(whole.loss)) << r;
+    EXPECT_EQ(got[r].accuracy, whole.accuracy) << r;
+    EXPECT_EQ(got[r].f1, whole.f1) << r;
+  }
 }
 
 }  // namespace

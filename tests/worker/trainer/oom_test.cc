@@ -53,7 +53,7 @@ std::vector<torch::Tensor> OneStep(MicroBatchRunner& runner, MicroBatchResult* r
   const Batch batch = MakeBatch();
   *result = runner.Run(
       batch,
-      [&](const Batch& micro) {
+      [&](const Batch& micro, bool) {
         torch::Tensor loss = F::cross_entropy(model->forward(micro.tokens, micro.pad_mask), micro.labels,
                                               F::CrossEntropyFuncOptions().reduction(torch::kSum)) /
                              double(batch.samples);
