@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include "worker/trainer/activation_checkpoint.h"
+#include "worker/trainer/dropout.h"
 
 #include <cmath>
 #include <limits>
@@ -81,11 +82,11 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
   auto q = qkv[0], k = qkv[1], v = qkv[2];
   auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(dh)));
   auto attn = torch::softmax(scores + attn_bias, -1);                 // [B, H, L, L]
-  attn = F::dropout(attn, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  attn = Dropout(attn, dropout_, is_training());
   auto y = torch::matmul(attn, v).transpose(1, 2).reshape({b, l, d});  // [B, L, D]
-  auto h = x + F::dropout(proj_(y), F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  auto h = x + Dropout(proj_(y), dropout_, is_training());
   auto f = fc2_(torch::gelu(fc1_(ln2_(h))));
-  return h + F::dropout(f, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  return h + Dropout(f, dropout_, is_training());
 }
 
 TransformerTrunk::TransformerTrunk(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
@@ -105,7 +106,7 @@ torch::Tensor TransformerTrunk::Embed(const torch::Tensor& tokens) {
               " exceeds model.max_len ", max_len_);
   auto pos = torch::arange(tokens.size(1), tokens.options());
   auto x = tok_emb_(tokens) + pos_emb_(pos).unsqueeze(0);  // [B, L, D]
-  return F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  return Dropout(x, dropout_, is_training());
 }
 
 torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias) {
@@ -127,7 +128,7 @@ torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
                        .masked_fill_(pad_mask, -std::numeric_limits<float>::infinity())
                        .view({pad_mask.size(0), 1, 1, l});
   auto cls = FinalNorm(Blocks(x, attn_bias).select(1, 0));  // [B, D]
-  cls = F::dropout(cls, F::DropoutFuncOptions().p(dropout()).training(is_training()));
+  cls = Dropout(cls, dropout(), is_training());
   return head_(cls);
 }
 
