@@ -30,7 +30,8 @@ def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
 
 
 def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
-                max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512):
+                max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512,
+                progress=True):
     spec = {"name": name,
             "model": {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads, "ffn": ffn,
                       "dropout": 0.1, "max_len": max_len},
@@ -47,10 +48,18 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
            "checkpoint_dir": tempfile.mkdtemp(dir=tmp)}
     path = os.path.join(tmp, name + ".json")
     json.dump(cfg, open(path, "w"))
+    env = dict(os.environ)
+    if not progress:  # no step records built or written (reporting's own cost)
+        env["NIGHTSHIFT_PROGRESS_FD"] = "none"
     t0 = time.perf_counter()
     p = subprocess.run([os.path.join(build, "bin", "nightshift-trainer"), "--config", path],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     wall = time.perf_counter() - t0
+    if not progress:
+        if p.returncode != 0:
+            raise RuntimeError(name + ": exit %d" % p.returncode)
+        return {"who": "nightshift", "name": name, "steps": max_steps, "train_seconds": 0.0, "tokens_per_second": 0.0,
+                "padding_efficiency": 0.0, "peak_rss_bytes": 0, "wall_seconds": round(wall, 1), "progress": False}
     tokens = seconds = 0.0
     prev, last_step, done, peak, pad_real, pad_all, device = 0, {}, {}, 0, 0.0, 0.0, "cpu"
     for line in p.stdout.splitlines():
@@ -75,7 +84,7 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
     return {"who": "nightshift", "name": name, "steps": prev, "train_seconds": round(seconds, 2),
             "tokens_per_second": round(tokens / seconds, 1), "padding_efficiency": round(pad_real / pad_all, 4),
             "peak_rss_bytes": int(peak), "val_accuracy": done.get("val_accuracy"), "wall_seconds": round(wall, 1),
-            "device": device, "precision": precision}
+            "device": device, "precision": precision, "progress": True}
 
 
 def run_python(data_dir, name, *, max_len, layers=2, batching="fixed", max_tokens=16384, max_steps=0, epochs=1,
@@ -100,14 +109,15 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "bench/.work"))
     ap.add_argument("--steps", type=int, default=40, help="steps of the throughput runs")
     ap.add_argument("--long-samples", type=int, default=150, help="samples (train+val) of the max_len 2048 runs")
-    ap.add_argument("--only", default="", help="comma list: throughput,dynamic,ac,bf16 (CPU) or gpu")
+    ap.add_argument("--only", default="",
+                    help="comma list: throughput,dynamic,ac,bf16,accuracy,overhead (CPU) or gpu")
     ap.add_argument("--data-512", default="", help="prepared shards (default: prepared into --work)")
     ap.add_argument("--data-2048", default="")
     ap.add_argument("--python", default="/usr/bin/python3", help="python with torch for the baseline")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=a.work)
-    only = set(a.only.split(",")) if a.only else {"throughput", "dynamic", "ac", "bf16"}
+    only = set(a.only.split(",")) if a.only else {"throughput", "dynamic", "ac", "bf16", "accuracy", "overhead"}
     results = []
 
     def emit(r):
@@ -140,21 +150,31 @@ def main():
         emit(run_python(d2k, "fixed32-2048-py", max_len=2048))
         emit(run_python(d2k, "tokens16k-2048-py", max_len=2048, batching="tokens", max_tokens=16384))
         emit(run_trainer(a.build, d2k, m2k, tmp, "tokens16k-2048-ns", max_len=2048, max_tokens="16384"))
-        emit(run_trainer(a.build, d2k, m2k, tmp, "fixed32-2048-ns", max_len=2048))
     if "ac" in only:
         for ac in ["none", "full"]:
             emit(run_trainer(a.build, d512, m512, tmp, f"ac-{ac}-6layers", max_len=512, layers=6,
                              max_steps=max(4, a.steps // 4), ac=ac))
     if "bf16" in only:
         for prec in ["fp32", "bf16"]:
-            emit(run_trainer(a.build, d512, m512, tmp, f"prec-{prec}", max_len=512, max_steps=a.steps, precision=prec))
+            emit(run_trainer(a.build, d512, m512, tmp, f"prec-{prec}", max_len=512, max_steps=a.steps // 2,
+                             precision=prec))
+    if "accuracy" in only:  # one full epoch each, validation accuracy at the end
+        emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns", max_len=512, max_tokens="16384"))
+        emit(run_python(d512, "epoch-fixed32-512-py", max_len=512, evaluate=True))
+    if "overhead" in only:  # progress reporting on against off, alternating, wall time of whole runs
+        for rep in range(3):
+            for on in [True, False]:
+                emit(run_trainer(a.build, d512, m512, tmp, f"progress-{'on' if on else 'off'}-{rep}", max_len=512,
+                                 max_steps=a.steps // 2, progress=on))
 
-    print("\n%-22s %-10s %-6s %7s %9s %11s %8s %10s" % ("run", "who", "device", "steps", "seconds", "tokens/s",
-                                                      "pad_eff", "peak_MiB"))
+    print("\n%-24s %-10s %-6s %7s %9s %11s %8s %10s %8s %8s" % ("run", "who", "device", "steps", "seconds", "tokens/s",
+                                                                "pad_eff", "peak_MiB", "wall_s", "val_acc"))
     for r in results:
         peak = r.get("peak_device_bytes", r["peak_rss_bytes"])
-        print("%-22s %-10s %-6s %7d %9.1f %11.1f %8.3f %10.0f" % (r["name"], r["who"], r.get("device", "cpu"), r["steps"],
-              r["train_seconds"], r["tokens_per_second"], r["padding_efficiency"], peak / 2**20))
+        acc = r.get("val_accuracy")
+        print("%-24s %-10s %-6s %7d %9.1f %11.1f %8.3f %10.0f %8.1f %8s" % (
+            r["name"], r["who"], r.get("device", "cpu"), r["steps"], r["train_seconds"], r["tokens_per_second"],
+            r["padding_efficiency"], peak / 2**20, r.get("wall_seconds", 0), "-" if acc is None else "%.4f" % acc))
 
 
 if __name__ == "__main__":

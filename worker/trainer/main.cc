@@ -1,6 +1,7 @@
 // nightshift-trainer --config FILE.json [--memory-limit BYTES]
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-// NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset). Logs go to stderr.
+// NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset; "none": no reporting). Logs go
+// to stderr.
 // Exit: 0 done, 1 error (an `error` event was written), 2 usage, 143 stopped by SIGTERM.
 #include <malloc.h>
 #include <signal.h>
@@ -57,7 +58,9 @@ int main(int argc, char** argv) {
 
   int fd = 1;
   std::string fd_error = nt::ProgressFdFromEnv(&fd);
-  nt::FdProgressSink progress(fd_error.empty() ? fd : 1);
+  nt::FdProgressSink fd_progress(fd_error.empty() && fd >= 0 ? fd : 1);
+  nt::NullProgressSink no_progress;
+  nt::ProgressSink& progress = fd == -1 ? static_cast<nt::ProgressSink&>(no_progress) : fd_progress;
   if (!fd_error.empty()) return Fail(progress, fd_error);
   try {
     nt::TrainConfig config;

@@ -32,6 +32,10 @@ std::string ProgressFdFromEnv(int* fd) {
     *fd = 1;
     return "";
   }
+  if (std::strcmp(v, "none") == 0) {
+    *fd = -1;
+    return "";
+  }
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
   if (*end != '\0' || x < 0 || x > 1 << 20)

@@ -13,6 +13,16 @@ class ProgressSink {
  public:
   virtual ~ProgressSink() = default;
   virtual void Emit(const format::ProgressRecord& record) = 0;
+  // Whether the loop should build step records at all (they read /proc and device stats).
+  virtual bool wants_steps() const { return true; }
+};
+
+// Drops everything and asks for no step records: NIGHTSHIFT_PROGRESS_FD=none, for
+// measuring what reporting itself costs (bench/trainer_bench.py --only overhead).
+class NullProgressSink : public ProgressSink {
+ public:
+  void Emit(const format::ProgressRecord&) override {}
+  bool wants_steps() const override { return false; }
 };
 
 // Writes each line with one write() call to a file descriptor (not owned). A failed
@@ -34,8 +44,8 @@ class MemoryProgressSink : public ProgressSink {
   std::vector<format::ProgressRecord> records;
 };
 
-// The descriptor named by NIGHTSHIFT_PROGRESS_FD, or 1 (stdout) when unset; returns ""
-// or what is wrong with the variable.
+// The descriptor named by NIGHTSHIFT_PROGRESS_FD, 1 (stdout) when unset, -1 for "none";
+// returns "" or what is wrong with the variable.
 std::string ProgressFdFromEnv(int* fd);
 
 }  // namespace nightshift::trainer

@@ -408,7 +408,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       window.allreduce_hidden += sync_stats.hidden_fraction;
       window.loss += fb.loss;
       const bool epoch_end = batch_in_epoch == static_cast<int64_t>(plan.size());
-      if (step == first_step + 1 || epoch_end || Seconds(last_report) >= 0.5 || StopRequested()) {
+      if (progress.wants_steps() &&
+          (step == first_step + 1 || epoch_end || Seconds(last_report) >= 0.5 || StopRequested())) {
         const double mean_loss = window.loss / window.steps;
         progress.Emit(ProgressRecord{
             "step",

@@ -123,5 +123,32 @@ TEST(ProgressSinkTest, WritesOneParseableLinePerEvent) {
   EXPECT_EQ(r.Number("step"), 3);
 }
 
+TEST(ProgressSinkTest, DescriptorFromTheEnvironment) {
+  int fd = 0;
+  unsetenv("NIGHTSHIFT_PROGRESS_FD");
+  EXPECT_EQ(ProgressFdFromEnv(&fd), "");
+  EXPECT_EQ(fd, 1);
+  setenv("NIGHTSHIFT_PROGRESS_FD", "none", 1);
+  EXPECT_EQ(ProgressFdFromEnv(&fd), "");
+  EXPECT_EQ(fd, -1);
+  setenv("NIGHTSHIFT_PROGRESS_FD", "2", 1);
+  EXPECT_EQ(ProgressFdFromEnv(&fd), "");
+  EXPECT_EQ(fd, 2);
+  setenv("NIGHTSHIFT_PROGRESS_FD", "x7", 1);
+  EXPECT_NE(ProgressFdFromEnv(&fd).find("not a file descriptor number"), std::string::npos);
+  unsetenv("NIGHTSHIFT_PROGRESS_FD");
+
+  // No reporting: a run emits no step records (the loop builds none).
+  TrainConfig c = TinyConfig(FreshDir("no_steps"));
+  c.train.max_steps = 3;
+  struct Counting : NullProgressSink {
+    void Emit(const format::ProgressRecord& r) override { events.push_back(r.event); }
+    std::vector<std::string> events;
+  } sink;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, sink), kExitOk);
+  EXPECT_EQ(std::count(sink.events.begin(), sink.events.end(), "step"), 0);
+  EXPECT_EQ(sink.events.back(), "done");
+}
+
 }  // namespace
 }  // namespace nightshift::trainer
