@@ -110,7 +110,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40, help="steps of the throughput runs")
     ap.add_argument("--long-samples", type=int, default=150, help="samples (train+val) of the max_len 2048 runs")
     ap.add_argument("--only", default="",
-                    help="comma list: throughput,dynamic,ac,bf16,accuracy,overhead (CPU) or gpu")
+                    help="comma list: throughput,dynamic,ac,bf16,accuracy,accuracy-py,overhead (CPU) or gpu")
     ap.add_argument("--data-512", default="", help="prepared shards (default: prepared into --work)")
     ap.add_argument("--data-2048", default="")
     ap.add_argument("--python", default="/usr/bin/python3", help="python with torch for the baseline")
@@ -160,6 +160,7 @@ def main():
                              precision=prec))
     if "accuracy" in only:  # one full epoch each, validation accuracy at the end
         emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns", max_len=512, max_tokens="16384"))
+    if "accuracy-py" in only:  # the tutorial script's full epoch, for reference
         emit(run_python(d512, "epoch-fixed32-512-py", max_len=512, evaluate=True))
     if "overhead" in only:  # progress reporting on against off, alternating, wall time of whole runs
         for rep in range(3):

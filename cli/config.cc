@@ -42,6 +42,9 @@ Status LoadCliConfig(const std::string& path, bool must_exist, std::map<std::str
   static const std::set<std::string> kPaths = {"token_file", "tls_ca", "tls_cert", "tls_key"};
   const fs::path dir = fs::absolute(path).parent_path();
   for (const auto& kv : root) {
+    if (!kv.first.IsScalar())
+      return Status::InvalidArgument("config file " + path + " line " + std::to_string(kv.first.Mark().line + 1) +
+                                     ": a key must be a name");
     const std::string key = kv.first.as<std::string>();
     const std::string where = "config file " + path + " line " + std::to_string(kv.first.Mark().line + 1);
     if (!kKeys.count(key))

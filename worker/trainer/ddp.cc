@@ -416,16 +416,17 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
   }
 }
 
-std::function<bool(bool)> SyncAndVote(GradientSync* sync, SyncStats* stats) {
-  return [sync, stats](bool local_oom) {
+std::function<OomVote(bool, bool)> SyncAndVote(GradientSync* sync, SyncStats* stats) {
+  return [sync, stats](bool local_oom, bool local_unsplittable) {
     *stats = SyncStats{};
-    if (sync == nullptr) return local_oom;
+    if (sync == nullptr) return OomVote{local_oom, local_unsplittable};
     if (local_oom) {
       sync->Discard();
     } else {
       *stats = sync->Finish();
     }
-    return sync->AnyRank(local_oom);
+    const std::vector<bool> any = sync->group().AnyRank({local_oom, local_unsplittable});
+    return OomVote{any[0], any[1]};
   };
 }
 

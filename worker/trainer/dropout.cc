@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <type_traits>
@@ -21,10 +22,12 @@ inline uint64_t Mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+std::atomic<uint64_t> g_stream{0};
+
 uint64_t DrawSeed() {
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get<at::CPUGeneratorImpl>()->random64();
+  return gen.get<at::CPUGeneratorImpl>()->random64() ^ Mix(g_stream.load() * kGamma);
 }
 
 // Which elements survive: element i is dropped when the top 24 bits of its hash fall
@@ -52,9 +55,9 @@ torch::Tensor Apply(const Mask& mask, const torch::Tensor& x) {
     at::parallel_for(0, n, 1 << 15, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint64_t h = Mix(mask.seed + static_cast<uint64_t>(i + 1) * kGamma);
-        dst[i] = static_cast<uint32_t>(h >> 40) >= mask.drop_below
-                     ? static_cast<scalar_t>(static_cast<acc_t>(src[i]) * scale)
-                     : static_cast<scalar_t>(0);
+        // A multiply, also for dropped elements, so a NaN or inf stays visible (as in F::dropout).
+        const acc_t factor = static_cast<uint32_t>(h >> 40) >= mask.drop_below ? scale : acc_t(0);
+        dst[i] = static_cast<scalar_t>(static_cast<acc_t>(src[i]) * factor);
       }
     });
   });
@@ -79,6 +82,8 @@ struct DropoutFunction : torch::autograd::Function<DropoutFunction> {
 };
 
 }  // namespace
+
+void SetDropoutStream(uint64_t stream) { g_stream.store(stream); }
 
 torch::Tensor Dropout(const torch::Tensor& input, double p, bool training) {
   if (!training || p <= 0) return input;

@@ -8,9 +8,10 @@
 // but the seed is saved.
 //
 // Invariants:
-// - The seed is one 64-bit draw from LibTorch's default CPU generator, so the masks are a
-//   pure function of that generator's state: manual_seed, checkpointed RNG state (exact
-//   resume) and activation checkpointing's RNG restore all keep working unchanged.
+// - The seed is one 64-bit draw from LibTorch's default CPU generator (mixed with the
+//   stream below), so the masks are a pure function of that generator's state: manual_seed,
+//   checkpointed RNG state (exact resume) and activation checkpointing's RNG restore all
+//   keep working unchanged.
 // - Same distribution as F::dropout: each element is kept with probability 1 - p (to
 //   2^-24) and scaled by 1 / (1 - p); the draws differ from F::dropout's.
 // - CUDA tensors (and p outside (0, 1), or eval mode) go to F::dropout / identity.
@@ -22,6 +23,11 @@
 namespace nightshift::trainer {
 
 torch::Tensor Dropout(const torch::Tensor& input, double p, bool training);
+
+// Mixed into every mask's seed from now on (process-wide; default 0). Data-parallel ranks
+// start from the same generator state and draw in step, so the trainer sets its rank
+// here: otherwise every rank would drop the same elements.
+void SetDropoutStream(uint64_t stream);
 
 }  // namespace nightshift::trainer
 

@@ -1,5 +1,6 @@
 #include "worker/trainer/memory_probe.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -26,6 +27,9 @@ int64_t ProcKb(const char* path, const char* key) {
 class HostMemoryMeter : public MemoryMeter {
  public:
   void ResetPeak() override {
+    // Free heap goes back to the kernel first: the trainer keeps it otherwise (main.cc),
+    // and the peak can only be reset to what is resident now.
+    ::malloc_trim(0);
     std::ofstream clear("/proc/self/clear_refs");
     clear << "5";
     clear.flush();
@@ -47,10 +51,10 @@ class HostMemoryMeter : public MemoryMeter {
 
 std::unique_ptr<MemoryMeter> NewHostMemoryMeter() { return std::make_unique<HostMemoryMeter>(); }
 
-int64_t HostMemoryLimit(int64_t limit_bytes) {
+int64_t HostMemoryLimit(int64_t limit_bytes, int local_ranks) {
   if (limit_bytes > 0) return limit_bytes;
   return std::max<int64_t>(0, ProcKb("/proc/self/status", "VmRSS:")) +
-         std::max<int64_t>(0, ProcKb("/proc/meminfo", "MemAvailable:"));
+         std::max<int64_t>(0, ProcKb("/proc/meminfo", "MemAvailable:")) / std::max(local_ranks, 1);
 }
 
 ProbeResult ProbeMaxTokens(const ProbeOptions& o, MemoryMeter& meter,

@@ -28,13 +28,15 @@ class MemoryMeter {
   virtual int64_t PeakBytes() = 0;
 };
 
-// The process's peak resident set (VmHWM; reset by writing "5" to /proc/self/clear_refs;
-// where that is refused, getrusage's ru_maxrss, which never goes down).
+// The process's peak resident set (VmHWM; reset by returning free heap to the kernel
+// (malloc_trim) and writing "5" to /proc/self/clear_refs; where that is refused,
+// getrusage's ru_maxrss, which never goes down).
 std::unique_ptr<MemoryMeter> NewHostMemoryMeter();
 
 // Bytes this process may use on the host: `limit_bytes` when > 0 (--memory-limit or
-// NIGHTSHIFT_MEMORY_LIMIT_BYTES), else its resident set now plus MemAvailable.
-int64_t HostMemoryLimit(int64_t limit_bytes);
+// NIGHTSHIFT_MEMORY_LIMIT_BYTES), else its resident set now plus its share of
+// MemAvailable (`local_ranks` trainers of one job probe on this host at once).
+int64_t HostMemoryLimit(int64_t limit_bytes, int local_ranks = 1);
 
 struct ProbeOptions {
   int64_t limit_bytes = 0;       // memory the run may use (> 0)

@@ -83,7 +83,9 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
       if (!IsOutOfMemory(e)) throw;
       oom = true;
     }
-    if (!options_.vote(oom)) {
+    const bool unsplittable = oom && pieces >= batch.samples;
+    const OomVote vote = options_.vote(oom, unsplittable);
+    if (!vote.any_oom) {
       result.loss = loss;
       result.micro_batches = static_cast<int64_t>(micro.size());
       if (result.oom_recoveries > 0) micro_batch_tokens_ = largest;  // later batches: this size
@@ -91,12 +93,15 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
     }
     zero_grad();
     options_.release_memory();
-    if (pieces >= batch.samples)
+    if (vote.any_unsplittable)
       throw std::runtime_error(
-          "out of memory with a single sample per micro-batch (" + std::to_string(largest) +
-          " padded tokens): that sample cannot fit; lower model.max_len, the model size, or use "
-          "activation_checkpointing: full");
-    micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.samples));
+          unsplittable ? "out of memory with a single sample per micro-batch (" + std::to_string(largest) +
+                             " padded tokens): that sample cannot fit; lower model.max_len, the model size, or "
+                             "use activation_checkpointing: full"
+                       : std::string("another rank ran out of memory with a single sample per micro-batch: that "
+                                     "sample cannot fit; lower model.max_len, the model size, or use "
+                                     "activation_checkpointing: full"));
+    if (pieces < batch.samples) micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.samples));
     ++result.oom_recoveries;
     ++total_recoveries_;
   }

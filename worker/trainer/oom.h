@@ -11,7 +11,9 @@
 //   batch is cut into micro-batches does. A micro-batch is a contiguous run of the
 //   batch's rows, trimmed to its longest sample.
 // - Fails (std::runtime_error with the reason) only when a micro-batch of one sample
-//   runs out of memory: that sample cannot fit.
+//   runs out of memory: that sample cannot fit (on every rank at once, when on any). A
+//   rank already at one sample per micro-batch that retries for another rank reruns as
+//   it is.
 // - Data parallel: every rank calls `vote` exactly once per attempt (success or not),
 //   in the same order, so ranks agree on retrying; a rank whose attempt succeeded
 //   retries too when another failed. The step function is told which micro-batch is the
@@ -40,13 +42,22 @@ bool IsOutOfMemory(const std::exception& e);
 // Throws the c10::OutOfMemoryError that fault injection uses.
 [[noreturn]] void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit);
 
+// What the ranks decided after an attempt.
+struct OomVote {
+  bool any_oom = false;           // some rank ran out of memory: every rank retries
+  bool any_unsplittable = false;  // some rank ran out with one sample per micro-batch: all fail
+};
+
 struct OomOptions {
   // Fault injection (NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS): a micro-batch of more padded
   // tokens than this throws an out-of-memory error before its forward; 0: off.
   int64_t fault_above_tokens = 0;
-  // Whether any rank ran out of memory in this attempt, given this rank's answer. Data
-  // parallel replaces it with SyncAndVote (ddp.h); default: the local answer.
-  std::function<bool(bool local_oom)> vote = [](bool local_oom) { return local_oom; };
+  // The ranks' decision after an attempt, given this rank's answers (it ran out of
+  // memory; it did so with one sample per micro-batch). Data parallel replaces it with
+  // SyncAndVote (ddp.h); default: the local answers.
+  std::function<OomVote(bool local_oom, bool local_unsplittable)> vote = [](bool oom, bool unsplittable) {
+    return OomVote{oom, unsplittable};
+  };
   // Called after an out-of-memory attempt, before the retry (e.g. empty CUDA caches).
   std::function<void()> release_memory = [] {};
 };

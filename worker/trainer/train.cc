@@ -22,6 +22,7 @@
 #include "worker/trainer/device.h"
 #include "worker/trainer/memory_probe.h"
 #include "worker/trainer/ddp.h"
+#include "worker/trainer/dropout.h"
 #include "worker/trainer/oom.h"
 
 namespace nightshift::trainer {
@@ -147,6 +148,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
 
   // ---- model, optimizer, checkpoints (resume)
   torch::manual_seed(seed);
+  SetDropoutStream(static_cast<uint64_t>(rank.rank));  // ranks draw different dropout masks
   std::shared_ptr<SequenceModel> model =
       BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, pad_id);
   // Language-model data (no classes) trains next-token prediction.
@@ -214,15 +216,25 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       NoSync probe_only(ddp.get());              // nor reach the other ranks' gradients
       std::unique_ptr<MemoryMeter> meter = NewHostMemoryMeter();
       ProbeOptions probe;
-      probe.limit_bytes = HostMemoryLimit(rank.memory_limit_bytes);
+      probe.limit_bytes = HostMemoryLimit(rank.memory_limit_bytes, rank.local_world_size);
       probe.max_len = max_len;
       probe.cap_tokens = static_cast<int64_t>(train_shard.num_samples()) * max_len;
-      const ProbeResult r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
-        batch_loss_sum(WorstCaseBatch(rows, max_len, (pad_id + 1) % cfg.data.vocab_size)).backward();
-        optimizer.zero_grad();
-      });
+      ProbeResult r;
+      std::string probe_error;  // under data parallelism every rank reaches MinOverRanks
+      try {
+        r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
+          batch_loss_sum(WorstCaseBatch(rows, max_len, (pad_id + 1) % cfg.data.vocab_size)).backward();
+          optimizer.zero_grad();
+        });
+      } catch (const std::exception& e) {
+        if (!ddp) throw;
+        probe_error = e.what();
+      }
       SetCpuRngState(rng);
       plan_options.max_tokens = ddp ? ddp->group().MinOverRanks(r.max_tokens) : r.max_tokens;
+      if (plan_options.max_tokens <= 0)
+        throw std::runtime_error("max_tokens auto: " +
+                                 (probe_error.empty() ? "the probe failed on another rank" : probe_error));
       Log("max_tokens auto: %lld (this rank: %lld, peak %lld of a %lld-byte target, %d probes)",
           static_cast<long long>(plan_options.max_tokens), static_cast<long long>(r.max_tokens),
           static_cast<long long>(r.peak_bytes), static_cast<long long>(r.target_bytes), r.probes);

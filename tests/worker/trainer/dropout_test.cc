@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace nightshift::trainer {
 namespace {
 
@@ -30,6 +32,18 @@ TEST(DropoutTest, MasksAreAPureFunctionOfTheGeneratorStateAndNotOfThreads) {
   const torch::Tensor b = Dropout(x, 0.3, true);
   EXPECT_TRUE(torch::equal(a, b));
   EXPECT_FALSE(torch::equal(a, next)) << "each call draws a new mask";
+  // Another stream (rank) from the same generator state: other masks.
+  torch::manual_seed(7);
+  SetDropoutStream(1);
+  const torch::Tensor other = Dropout(x, 0.3, true);
+  SetDropoutStream(0);
+  EXPECT_FALSE(torch::equal(a, other));
+}
+
+TEST(DropoutTest, NonFiniteValuesStayVisible) {
+  torch::manual_seed(2);
+  const torch::Tensor y = Dropout(torch::full({1000}, std::numeric_limits<float>::quiet_NaN()), 0.5, true);
+  EXPECT_TRUE(y.isnan().all().item<bool>()) << "dropped NaNs too, as in F::dropout";
 }
 
 TEST(DropoutTest, BackwardAppliesTheForwardsMask) {

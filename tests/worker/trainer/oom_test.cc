@@ -109,12 +109,43 @@ TEST(OomTest, OneSampleThatCannotFitFailsWithTheReason) {
 TEST(OomTest, AnotherRanksVoteMakesThisRankSplitToo) {
   int attempts = 0;
   OomOptions options;
-  options.vote = [&](bool local) { return local || ++attempts == 1; };  // "rank 1 ran out"
+  options.vote = [&](bool local, bool unsplittable) {  // "rank 1 ran out" on the first attempt
+    return OomVote{local || ++attempts == 1, unsplittable};
+  };
   MicroBatchRunner runner(options);
   MicroBatchResult r;
   OneStep(runner, &r);
   EXPECT_EQ(r.oom_recoveries, 1);
   EXPECT_EQ(r.micro_batches, 2);
+}
+
+// A rank whose batch is one sample cannot split it: when another rank ran out, it reruns
+// the sample as it is; when another rank ran out with one sample, every rank fails.
+TEST(OomTest, OneSampleBatchRetriesAsItIsOrFailsWithTheOtherRank) {
+  const Batch one = SliceBatch(MakeBatch(), 0, 1);
+  int attempts = 0, calls = 0;
+  OomOptions options;
+  options.vote = [&](bool local, bool unsplittable) { return OomVote{local || ++attempts == 1, unsplittable}; };
+  MicroBatchRunner retries(options);
+  const auto step = [&](const Batch&, bool last) {
+    EXPECT_TRUE(last);
+    ++calls;
+    return 1.0;
+  };
+  const MicroBatchResult r = retries.Run(one, step, [] {});
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r.micro_batches, 1);
+  EXPECT_EQ(r.oom_recoveries, 1);
+
+  options.vote = [](bool, bool) { return OomVote{true, true}; };
+  MicroBatchRunner fails(options);
+  try {
+    fails.Run(one, step, [] {});
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("another rank ran out of memory with a single sample"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(OomTest, RecognisesOutOfMemoryErrors) {
