@@ -95,12 +95,10 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
     options_.release_memory();
     if (vote.any_unsplittable)
       throw std::runtime_error(
-          unsplittable ? "out of memory with a single sample per micro-batch (" + std::to_string(largest) +
-                             " padded tokens): that sample cannot fit; lower model.max_len, the model size, or "
-                             "use activation_checkpointing: full"
-                       : std::string("another rank ran out of memory with a single sample per micro-batch: that "
-                                     "sample cannot fit; lower model.max_len, the model size, or use "
-                                     "activation_checkpointing: full"));
+          (unsplittable ? "out of memory with a single sample per micro-batch (" + std::to_string(largest) +
+                              " padded tokens)"
+                        : std::string("another rank ran out of memory with a single sample per micro-batch")) +
+          ": that sample cannot fit; lower model.max_len, the model size, or use activation_checkpointing: full");
     if (pieces < batch.samples) micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.samples));
     ++result.oom_recoveries;
     ++total_recoveries_;

@@ -533,13 +533,13 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
   model.eval();
   double loss_sum = 0;
   int64_t n = 0, terms = 0, correct = 0, tp = 0, fp = 0, fn = 0;
+  torch::Device device = torch::kCPU;
+  for (const auto& p : model.parameters()) {
+    device = p.device();
+    break;
+  }
   const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
   for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride) {
-    torch::Device device = torch::kCPU;
-    for (const auto& p : model.parameters()) {
-      device = p.device();
-      break;
-    }
     Batch batch = ToDevice(Collate(shard, plan[b], max_len, pad_id), device);
     torch::Tensor logits = model.forward(batch.tokens, batch.pad_mask);
     const LossSum loss = ComputeLossSum(logits, batch, next_token);
