@@ -31,19 +31,19 @@ def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
 
 def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
                 max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512,
-                progress=True):
+                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3):
     spec = {"name": name,
             "model": {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads, "ffn": ffn,
                       "dropout": 0.1, "max_len": max_len},
-            "train": {"epochs": epochs, "optimizer": "adamw", "lr": 0.001, "weight_decay": 0.01, "warmup_steps": 100,
-                      "seed": "1234", "batching": {"batch_size": batch_size, "max_tokens": max_tokens, "prefetch": 2},
+            "train": {"epochs": epochs, "optimizer": "adamw", "lr": lr, "weight_decay": 0.01, "warmup_steps": warmup,
+                      "seed": str(seed), "batching": {"batch_size": batch_size, "max_tokens": max_tokens, "prefetch": 2},
                       "precision": precision, "grad_clip": 1.0, "activation_checkpointing": ac,
                       "max_steps": str(max_steps), "threads": threads},
             "resources": {"world_size": 1},
             "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
     data = dict(meta)
     data["train_shard"] = os.path.join(data_dir, "train.shard")
-    data["val_shard"] = os.path.join(data_dir, "val.shard")
+    data["val_shard"] = os.path.join(val_dir or data_dir, "val.shard")  # val_dir: a small one, for timing runs
     cfg = {"job_id": name, "attempt": 0, "spec": spec, "data": data,
            "checkpoint_dir": tempfile.mkdtemp(dir=tmp)}
     path = os.path.join(tmp, name + ".json")
@@ -89,12 +89,12 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
 
 def run_python(data_dir, name, *, max_len, layers=2, batching="fixed", max_tokens=16384, max_steps=0, epochs=1,
                threads=2, evaluate=False, d_model=128, heads=4, ffn=512, batch_size=32, device="cpu", precision="fp32",
-               python="/usr/bin/python3"):
+               python="/usr/bin/python3", warmup=100, seed=1234, lr=1e-3):
     cmd = [python, os.path.join(ROOT, "bench/baseline_pytorch.py"), "--data", data_dir,
            "--batching", batching, "--max-tokens", str(max_tokens), "--max-len", str(max_len), "--layers", str(layers),
            "--max-steps", str(max_steps), "--epochs", str(epochs), "--threads", str(threads), "--d-model", str(d_model),
            "--heads", str(heads), "--ffn", str(ffn), "--batch-size", str(batch_size), "--device", device,
-           "--precision", precision]
+           "--precision", precision, "--warmup", str(warmup), "--seed", str(seed), "--lr", str(lr)]
     if not evaluate:
         cmd.append("--no-eval")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -114,6 +114,8 @@ def main():
     ap.add_argument("--data-512", default="", help="prepared shards (default: prepared into --work)")
     ap.add_argument("--data-2048", default="")
     ap.add_argument("--python", default="/usr/bin/python3", help="python with torch for the baseline")
+    ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the accuracy runs")
+    ap.add_argument("--warmup", type=int, default=100, help="warm-up steps of the accuracy runs")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=a.work)
@@ -150,18 +152,25 @@ def main():
         emit(run_python(d2k, "fixed32-2048-py", max_len=2048))
         emit(run_python(d2k, "tokens16k-2048-py", max_len=2048, batching="tokens", max_tokens=16384))
         emit(run_trainer(a.build, d2k, m2k, tmp, "tokens16k-2048-ns", max_len=2048, max_tokens="16384"))
-    if "ac" in only:
-        for ac in ["none", "full"]:
-            emit(run_trainer(a.build, d512, m512, tmp, f"ac-{ac}-6layers", max_len=512, layers=6,
-                             max_steps=max(4, a.steps // 4), ac=ac))
+    if "ac" in only:  # alternating pairs; the validation set of 80 samples, since only time and memory count
+        tiny = os.path.join(a.work, "spam-512-80")
+        prepare(a.build, tiny, 512, max_samples=80)
+        for rep in range(3):
+            for ac in ["none", "full"]:
+                emit(run_trainer(a.build, d512, m512, tmp, f"ac-{ac}-6layers-{rep}", max_len=512, layers=6,
+                                 max_steps=max(4, a.steps // 6), ac=ac, val_dir=tiny))
     if "bf16" in only:
         for prec in ["fp32", "bf16"]:
             emit(run_trainer(a.build, d512, m512, tmp, f"prec-{prec}", max_len=512, max_steps=a.steps // 2,
                              precision=prec))
+    opt = dict(lr=a.lr, warmup=a.warmup)
     if "accuracy" in only:  # one full epoch each, validation accuracy at the end
-        emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns", max_len=512, max_tokens="16384"))
+        emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns", max_len=512, max_tokens="16384", **opt))
+        emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns-bf16", max_len=512, max_tokens="16384",
+                         precision="bf16", **opt))
+        emit(run_trainer(a.build, d512, m512, tmp, "epoch-fixed32-512-ns", max_len=512, **opt))
     if "accuracy-py" in only:  # the tutorial script's full epoch, for reference
-        emit(run_python(d512, "epoch-fixed32-512-py", max_len=512, evaluate=True))
+        emit(run_python(d512, "epoch-fixed32-512-py", max_len=512, evaluate=True, **opt))
     if "overhead" in only:  # progress reporting on against off, alternating, wall time of whole runs
         for rep in range(3):
             for on in [True, False]:
