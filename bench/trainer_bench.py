@@ -116,6 +116,7 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3", help="python with torch for the baseline")
     ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the accuracy runs")
     ap.add_argument("--warmup", type=int, default=100, help="warm-up steps of the accuracy runs")
+    ap.add_argument("--seed", type=int, default=1234, help="seed of the accuracy runs")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=a.work)
@@ -163,7 +164,7 @@ def main():
         for prec in ["fp32", "bf16"]:
             emit(run_trainer(a.build, d512, m512, tmp, f"prec-{prec}", max_len=512, max_steps=a.steps // 2,
                              precision=prec))
-    opt = dict(lr=a.lr, warmup=a.warmup)
+    opt = dict(lr=a.lr, warmup=a.warmup, seed=a.seed)
     if "accuracy" in only:  # one full epoch each, validation accuracy at the end
         emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns", max_len=512, max_tokens="16384", **opt))
         emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns-bf16", max_len=512, max_tokens="16384",
