@@ -86,7 +86,11 @@ def collate(batch):
 
 
 def token_batches(samples, max_tokens, seed):
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i]))
+    # Shuffle, then a stable sort by length, as fairseq's ordered_indices does: samples of
+    # equal length (every mail truncated to max_len) must not stay in shard order, which
+    # groups them by label and makes whole batches of one class.
+    rng = np.random.default_rng(seed)
+    order = sorted(rng.permutation(len(samples)).tolist(), key=lambda i: len(samples[i]))
     batches, cur, longest = [], [], 0
     for i in order:
         n = len(samples[i])
@@ -97,7 +101,6 @@ def token_batches(samples, max_tokens, seed):
         longest = max(longest, n)
     if cur:
         batches.append(cur)
-    rng = np.random.default_rng(seed)
     rng.shuffle(batches)
     return batches
 

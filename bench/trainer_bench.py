@@ -117,6 +117,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the accuracy runs")
     ap.add_argument("--warmup", type=int, default=100, help="warm-up steps of the accuracy runs")
     ap.add_argument("--seed", type=int, default=1234, help="seed of the accuracy runs")
+    ap.add_argument("--budget", type=int, default=4096, help="max_tokens of the accuracy runs")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=a.work)
@@ -165,13 +166,16 @@ def main():
             emit(run_trainer(a.build, d512, m512, tmp, f"prec-{prec}", max_len=512, max_steps=a.steps // 2,
                              precision=prec))
     opt = dict(lr=a.lr, warmup=a.warmup, seed=a.seed)
+    tok = "tokens%dk" % (a.budget // 1024)
     if "accuracy" in only:  # one full epoch each, validation accuracy at the end
-        emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns", max_len=512, max_tokens="16384", **opt))
-        emit(run_trainer(a.build, d512, m512, tmp, "epoch-tokens16k-512-ns-bf16", max_len=512, max_tokens="16384",
-                         precision="bf16", **opt))
+        emit(run_trainer(a.build, d512, m512, tmp, f"epoch-{tok}-512-ns", max_len=512, max_tokens=str(a.budget), **opt))
+        emit(run_trainer(a.build, d512, m512, tmp, f"epoch-{tok}-512-ns-bf16", max_len=512,
+                         max_tokens=str(a.budget), precision="bf16", **opt))
         emit(run_trainer(a.build, d512, m512, tmp, "epoch-fixed32-512-ns", max_len=512, **opt))
-    if "accuracy-py" in only:  # the tutorial script's full epoch, for reference
+    if "accuracy-py" in only:  # the tutorial script's full epoch, fixed and token batches, for reference
         emit(run_python(d512, "epoch-fixed32-512-py", max_len=512, evaluate=True, **opt))
+        emit(run_python(d512, f"epoch-{tok}-512-py", max_len=512, batching="tokens", max_tokens=a.budget,
+                        evaluate=True, **opt))
     if "overhead" in only:  # progress reporting on against off, alternating, wall time of whole runs
         for rep in range(3):
             for on in [True, False]:

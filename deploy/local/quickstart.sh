@@ -26,6 +26,9 @@ ninja -C build nightshift-coordinator nightshift-worker nightshift-prepare night
 
 RUN=${NIGHTSHIFT_RUN_DIR:-$ROOT/run/quickstart-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$RUN"
+# A reused NIGHTSHIFT_RUN_DIR keeps the last run's port files; waiting on them would
+# hand out ports nobody listens on.
+rm -f "$RUN/coordinator.port" "$RUN/coordinator.metrics-port" "$RUN/worker.metrics-port"
 BIN=$ROOT/build/bin
 "$BIN/nightshift-coordinator" --listen 127.0.0.1:0 --port-file "$RUN/coordinator.port" \
   --data-dir "$RUN/coordinator-db" --metrics-listen 127.0.0.1:0 --metrics-port-file "$RUN/coordinator.metrics-port" \
