@@ -1,14 +1,21 @@
-#!/usr/bin/python3
-"""Plain-PyTorch baselines for the trainer benchmarks (Debian's python3-torch 1.13).
+#!/usr/bin/env python3
+"""Plain-PyTorch baselines for the trainer benchmarks: PyTorch 2.14.1 from the project's
+virtual environment (/opt/nightshift/venv, scripts/install-deps.sh), eager or under
+torch.compile (inductor).
 
 The same model as nightshift-trainer's transformer_classifier (pre-LN blocks, fused QKV,
-GELU, CLS pooling), the same optimizer and schedule, on the same token shards that
-nightshift-prepare wrote, so the only differences are the training loop and batching:
+GELU, CLS pooling; attention through F.scaled_dot_product_attention when no dropout is
+applied to the attention probabilities, as the trainer does), the same optimizer and
+schedule, on the same token shards that nightshift-prepare wrote, so the only
+differences are the training loop and batching:
 
   --batching fixed   the tutorial way: DataLoader(batch_size=32, shuffle=True), each
                      batch padded to its longest sample;
   --batching tokens  fairseq-style: sort by length, fill batches to a padded-token
                      budget (--max-tokens), shuffle the batches.
+  --compile          torch.compile(model) (inductor on the CPU; dynamic shapes, since
+                     every batch has its own length). Compilation happens in the first
+                     steps, which --skip-steps leaves out of the timing.
 
 Prints one JSON line with the measurements.
 """
@@ -40,9 +47,9 @@ def read_shard(path):
 
 
 class Block(nn.Module):
-    def __init__(self, d, h, ffn, p):
+    def __init__(self, d, h, ffn, p, attn_p):
         super().__init__()
-        self.h, self.p = h, p
+        self.h, self.p, self.attn_p = h, p, attn_p
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.fc1, self.fc2 = nn.Linear(d, ffn), nn.Linear(ffn, d)
@@ -51,20 +58,23 @@ class Block(nn.Module):
         b, l, d = x.shape
         qkv = self.qkv(self.ln1(x)).view(b, l, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        att = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.h) + bias, -1)
-        att = F.dropout(att, self.p, self.training)
-        y = (att @ v).transpose(1, 2).reshape(b, l, d)
+        if self.attn_p == 0 or not self.training:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        else:
+            att = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.h) + bias, -1)
+            y = F.dropout(att, self.attn_p, self.training) @ v
+        y = y.transpose(1, 2).reshape(b, l, d)
         x = x + F.dropout(self.proj(y), self.p, self.training)
         return x + F.dropout(self.fc2(F.gelu(self.fc1(self.ln2(x)))), self.p, self.training)
 
 
 class Classifier(nn.Module):
-    def __init__(self, vocab, ncls, layers, d, h, ffn, p, max_len, pad_id=0):
+    def __init__(self, vocab, ncls, layers, d, h, ffn, p, max_len, pad_id=0, attn_p=0.0):
         super().__init__()
         self.p = p
         self.tok = nn.Embedding(vocab, d, padding_idx=pad_id)
         self.pos = nn.Embedding(max_len, d)
-        self.blocks = nn.ModuleList([Block(d, h, ffn, p) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(d, h, ffn, p, attn_p) for _ in range(layers)])
         self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, ncls)
 
     def forward(self, tokens, pad_mask):
@@ -120,6 +130,9 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--ffn", type=int, default=512)
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--attention-dropout", type=float, default=0.0)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
+    ap.add_argument("--skip-steps", type=int, default=0, help="steps run before the timing starts")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
@@ -140,7 +153,9 @@ def main():
     data = list(zip(train, ytrain.tolist()))
 
     dev = torch.device(a.device)
-    model = Classifier(vocab, ncls, a.layers, a.d_model, a.heads, a.ffn, a.dropout, a.max_len).to(dev)
+    model = Classifier(vocab, ncls, a.layers, a.d_model, a.heads, a.ffn, a.dropout, a.max_len,
+                       attn_p=a.attention_dropout).to(dev)
+    run = torch.compile(model, dynamic=True) if a.compile else model
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
     scaler = torch.cuda.amp.GradScaler() if a.precision == "fp16" else None
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
@@ -166,7 +181,7 @@ def main():
         for tokens, mask, y, ntok in it:
             tokens, mask, y = tokens.to(dev, non_blocking=True), mask.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             with torch.autocast(dev.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext():
-                loss = F.cross_entropy(model(tokens, mask), y)
+                loss = F.cross_entropy(run(tokens, mask), y)
             opt.zero_grad(set_to_none=True)
             if scaler:
                 scaler.scale(loss).backward()
@@ -180,6 +195,12 @@ def main():
                 opt.step()
             sched.step()
             step += 1
+            if step == a.skip_steps:  # warm-up (and compilation) done: the timing starts
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                real_tokens = padded_tokens = samples = 0
+                continue
             real_tokens += ntok
             padded_tokens += tokens.numel()
             samples += tokens.shape[0]
@@ -191,7 +212,8 @@ def main():
         torch.cuda.synchronize()
     train_s = time.perf_counter() - t0
 
-    result = {"batching": a.batching, "max_len": a.max_len, "steps": step, "train_seconds": round(train_s, 2),
+    result = {"batching": a.batching, "max_len": a.max_len, "steps": step - a.skip_steps,
+              "train_seconds": round(train_s, 2), "compile": a.compile, "torch_version": torch.__version__,
               "tokens_per_second": round(real_tokens / train_s, 1), "samples_per_second": round(samples / train_s, 2),
               "padding_efficiency": round(real_tokens / padded_tokens, 4),
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -1,9 +1,10 @@
-#!/usr/bin/python3
-"""Side-by-side trainer benchmarks (issue 3): nightshift-trainer against plain PyTorch
-(bench/baseline_pytorch.py, Debian's python3-torch 1.13) on the same token shards, the
-same model, the same thread count, alternating runs in one invocation.
+#!/usr/bin/env python3
+"""Side-by-side trainer benchmarks (issues 3 and 15): nightshift-trainer against plain
+PyTorch 2.14.1 from the project's virtual environment (bench/baseline_pytorch.py, eager
+and torch.compile) on the same token shards, the same model, the same thread count,
+alternating runs in one invocation.
 
-  bench/trainer_bench.py --build build [--quick]
+  bench/trainer_bench.py --build build [--only throughput,short,dynamic,...]
 
 Prints one table, and the raw results as JSON lines. Needs the SpamAssassin corpus
 (scripts/fetch-data.sh) and a build (scripts/test.sh or the quickstart).
@@ -17,6 +18,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_PYTHON = os.path.join(os.environ.get("NIGHTSHIFT_VENV", "/opt/nightshift/venv"), "bin", "python")
 
 
 def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
@@ -31,10 +33,10 @@ def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
 
 def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
                 max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512,
-                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3):
+                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3, attention_dropout=0.0):
     spec = {"name": name,
             "model": {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads, "ffn": ffn,
-                      "dropout": 0.1, "max_len": max_len},
+                      "dropout": 0.1, "attention_dropout": attention_dropout, "max_len": max_len},
             "train": {"epochs": epochs, "optimizer": "adamw", "lr": lr, "weight_decay": 0.01, "warmup_steps": warmup,
                       "seed": str(seed), "batching": {"batch_size": batch_size, "max_tokens": max_tokens, "prefetch": 2},
                       "precision": precision, "grad_clip": 1.0, "activation_checkpointing": ac,
@@ -60,8 +62,8 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
             raise RuntimeError(name + ": exit %d" % p.returncode)
         return {"who": "nightshift", "name": name, "steps": max_steps, "train_seconds": 0.0, "tokens_per_second": 0.0,
                 "padding_efficiency": 0.0, "peak_rss_bytes": 0, "wall_seconds": round(wall, 1), "progress": False}
-    tokens = seconds = 0.0
-    prev, last_step, done, peak, pad_real, pad_all, device = 0, {}, {}, 0, 0.0, 0.0, "cpu"
+    tokens = seconds = flops = 0.0
+    prev, last_step, done, peak, pad_real, pad_all, device, peak_flops = 0, {}, {}, 0, 0.0, 0.0, "cpu", 0.0
     for line in p.stdout.splitlines():
         ev = json.loads(line)
         if ev["event"] == "step":
@@ -72,11 +74,13 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
             tokens += ev["tokens_per_second"] * s
             pad_real += ev["tokens_per_second"] * s
             pad_all += ev["tokens_per_second"] * s / max(ev["padding_efficiency"], 1e-9)
+            flops += (ev.get("mfu") or 0.0) * s  # MFU weighted by time: achieved FLOPs / peak
             peak = max(peak, ev.get("memory_peak_bytes", 0))
             device = ev.get("device", "cpu")
             last_step = ev
         elif ev["event"] == "start":
             device = ev.get("device", "cpu")
+            peak_flops = ev.get("peak_flops", 0.0)
         elif ev["event"] == "done":
             done = ev
         elif ev["event"] == "error":
@@ -84,12 +88,13 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
     return {"who": "nightshift", "name": name, "steps": prev, "train_seconds": round(seconds, 2),
             "tokens_per_second": round(tokens / seconds, 1), "padding_efficiency": round(pad_real / pad_all, 4),
             "peak_rss_bytes": int(peak), "val_accuracy": done.get("val_accuracy"), "wall_seconds": round(wall, 1),
-            "device": device, "precision": precision, "progress": True}
+            "device": device, "precision": precision, "progress": True, "mfu": round(flops / seconds, 4),
+            "peak_gflops": round(peak_flops / 1e9, 1)}
 
 
 def run_python(data_dir, name, *, max_len, layers=2, batching="fixed", max_tokens=16384, max_steps=0, epochs=1,
                threads=2, evaluate=False, d_model=128, heads=4, ffn=512, batch_size=32, device="cpu", precision="fp32",
-               python="/usr/bin/python3", warmup=100, seed=1234, lr=1e-3):
+               python=VENV_PYTHON, warmup=100, seed=1234, lr=1e-3, compile=False, skip_steps=0):
     cmd = [python, os.path.join(ROOT, "bench/baseline_pytorch.py"), "--data", data_dir,
            "--batching", batching, "--max-tokens", str(max_tokens), "--max-len", str(max_len), "--layers", str(layers),
            "--max-steps", str(max_steps), "--epochs", str(epochs), "--threads", str(threads), "--d-model", str(d_model),
@@ -97,6 +102,10 @@ def run_python(data_dir, name, *, max_len, layers=2, batching="fixed", max_token
            "--precision", precision, "--warmup", str(warmup), "--seed", str(seed), "--lr", str(lr)]
     if not evaluate:
         cmd.append("--no-eval")
+    if compile:
+        cmd.append("--compile")
+    if skip_steps:
+        cmd += ["--skip-steps", str(skip_steps)]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
     r.update({"who": "pytorch", "name": name})
@@ -110,14 +119,16 @@ def main():
     ap.add_argument("--steps", type=int, default=40, help="steps of the throughput runs")
     ap.add_argument("--long-samples", type=int, default=150, help="samples (train+val) of the max_len 2048 runs")
     ap.add_argument("--only", default="",
-                    help="comma list: throughput,dynamic,ac,bf16,accuracy,accuracy-py,overhead (CPU) or gpu")
+                    help="comma list: throughput,short,short-accuracy,dynamic,ac,bf16,accuracy,accuracy-py,"
+                         "overhead (CPU) or gpu")
     ap.add_argument("--data-512", default="", help="prepared shards (default: prepared into --work)")
     ap.add_argument("--data-2048", default="")
-    ap.add_argument("--python", default="/usr/bin/python3", help="python with torch for the baseline")
+    ap.add_argument("--python", default=VENV_PYTHON, help="python with torch for the baseline")
     ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the accuracy runs")
     ap.add_argument("--warmup", type=int, default=100, help="warm-up steps of the accuracy runs")
     ap.add_argument("--seed", type=int, default=1234, help="seed of the accuracy runs")
     ap.add_argument("--budget", type=int, default=4096, help="max_tokens of the accuracy runs")
+    ap.add_argument("--short-steps", type=int, default=300, help="steps of the short-accuracy runs")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=a.work)
@@ -144,16 +155,45 @@ def main():
         emit(run_python(d512, "gpu-bf16-pytorch", max_len=512, batch_size=64, max_steps=steps, device="cuda",
                         precision="bf16", threads=4, python=a.python, **big))
         only = set()
+    # PyTorch runs skip their first steps (compilation, allocator warm-up) in the timing.
+    skip = 3
     if "throughput" in only:
         for rep in range(2):  # alternate, since this machine is noisy
-            emit(run_python(d512, f"fixed32-512-py-{rep}", max_len=512, max_steps=a.steps))
+            emit(run_python(d512, f"fixed32-512-eager-{rep}", max_len=512, max_steps=a.steps + skip,
+                            skip_steps=skip, python=a.python))
+            emit(run_python(d512, f"fixed32-512-compile-{rep}", max_len=512, max_steps=a.steps + skip,
+                            skip_steps=skip, compile=True, python=a.python))
             emit(run_trainer(a.build, d512, m512, tmp, f"fixed32-512-ns-{rep}", max_len=512, max_steps=a.steps))
+    if "short" in only or "short-accuracy" in only:
+        # Short samples: SpamAssassin cut into chunks of 100-200 tokens (most about 150),
+        # max_len 256, fixed batch 32.
+        dlong = os.path.join(a.work, "spam-8192")
+        prepare(a.build, dlong, 8192)
+        dshort = os.path.join(a.work, "spam-chunks-150")
+        if not os.path.exists(os.path.join(dshort, "meta.json")):
+            subprocess.run([sys.executable, os.path.join(ROOT, "bench/chunk_shards.py"), dlong, dshort], check=True)
+        mshort = json.load(open(os.path.join(dshort, "meta.json")))
+    if "short" in only:
+        for rep in range(2):
+            emit(run_python(dshort, f"short-fixed32-eager-{rep}", max_len=256, max_steps=a.steps * 3 + skip,
+                            skip_steps=skip, python=a.python))
+            emit(run_python(dshort, f"short-fixed32-compile-{rep}", max_len=256, max_steps=a.steps * 3 + skip,
+                            skip_steps=skip, compile=True, python=a.python))
+            emit(run_trainer(a.build, dshort, mshort, tmp, f"short-fixed32-ns-{rep}", max_len=256,
+                             max_steps=a.steps * 3))
+    if "short-accuracy" in only:  # the same steps, then the validation accuracy of each
+        steps = a.short_steps
+        emit(run_trainer(a.build, dshort, mshort, tmp, f"short-acc-{steps}-ns", max_len=256, max_steps=steps,
+                         warmup=30, lr=2e-3))
+        emit(run_python(dshort, f"short-acc-{steps}-eager", max_len=256, max_steps=steps, evaluate=True,
+                        warmup=30, lr=2e-3, python=a.python))
     if "dynamic" in only:
         d2k = a.data_2048 or os.path.join(a.work, f"spam-2048-{a.long_samples}")
         m2k = prepare(a.build, d2k, 2048, max_samples=a.long_samples)
-        emit(run_python(d2k, "fixed32-2048-py", max_len=2048))
-        emit(run_python(d2k, "tokens16k-2048-py", max_len=2048, batching="tokens", max_tokens=16384))
-        emit(run_trainer(a.build, d2k, m2k, tmp, "tokens16k-2048-ns", max_len=2048, max_tokens="16384"))
+        for rep in range(2):  # the fairseq-style script against the trainer, alternating
+            emit(run_python(d2k, f"tokens16k-2048-eager-{rep}", max_len=2048, batching="tokens", max_tokens=16384,
+                            python=a.python))
+            emit(run_trainer(a.build, d2k, m2k, tmp, f"tokens16k-2048-ns-{rep}", max_len=2048, max_tokens="16384"))
     if "ac" in only:  # alternating pairs; the validation set of 80 samples, since only time and memory count
         tiny = os.path.join(a.work, "spam-512-80")
         prepare(a.build, tiny, 512, max_samples=80)
@@ -182,14 +222,16 @@ def main():
                 emit(run_trainer(a.build, d512, m512, tmp, f"progress-{'on' if on else 'off'}-{rep}", max_len=512,
                                  max_steps=a.steps // 2, progress=on))
 
-    print("\n%-24s %-10s %-6s %7s %9s %11s %8s %10s %8s %8s" % ("run", "who", "device", "steps", "seconds", "tokens/s",
-                                                                "pad_eff", "peak_MiB", "wall_s", "val_acc"))
+    print("\n%-28s %-10s %-6s %7s %9s %11s %8s %10s %8s %8s %6s" % (
+        "run", "who", "device", "steps", "seconds", "tokens/s", "pad_eff", "peak_MiB", "wall_s", "val_acc", "MFU"))
     for r in results:
         peak = r.get("peak_device_bytes", r["peak_rss_bytes"])
         acc = r.get("val_accuracy")
-        print("%-24s %-10s %-6s %7d %9.1f %11.1f %8.3f %10.0f %8.1f %8s" % (
+        mfu = r.get("mfu")
+        print("%-28s %-10s %-6s %7d %9.1f %11.1f %8.3f %10.0f %8.1f %8s %6s" % (
             r["name"], r["who"], r.get("device", "cpu"), r["steps"], r["train_seconds"], r["tokens_per_second"],
-            r["padding_efficiency"], peak / 2**20, r.get("wall_seconds", 0), "-" if acc is None else "%.4f" % acc))
+            r["padding_efficiency"], peak / 2**20, r.get("wall_seconds", 0), "-" if acc is None else "%.4f" % acc,
+            "-" if mfu is None else "%.3f" % mfu))
 
 
 if __name__ == "__main__":

@@ -189,6 +189,8 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
                                       std::to_string(m->d_model()) + ")");
   if (m->ffn() < 1 || m->ffn() > 1 << 20) return Invalid("model.ffn", "must be in [1, 1048576]");
   if (!Finite(m->dropout()) || m->dropout() < 0 || m->dropout() >= 1) return Invalid("model.dropout", "must be in [0, 1)");
+  if (!Finite(m->attention_dropout()) || m->attention_dropout() < 0 || m->attention_dropout() >= 1)
+    return Invalid("model.attention_dropout", "must be in [0, 1)");
   if (m->max_len() < 2 || m->max_len() > 1 << 16) return Invalid("model.max_len", "must be in [2, 65536]");
 
   v1::DataSpec* d = spec->mutable_data();
@@ -261,6 +263,9 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   if (r->timeout_seconds() == 0) r->set_timeout_seconds(300);
   if (r->timeout_seconds() < 1 || r->timeout_seconds() > 86400)
     return Invalid("resources.timeout_seconds", "must be in [1, 86400], got " + std::to_string(r->timeout_seconds()));
+  if (r->device().empty()) r->set_device("auto");
+  if (r->device() != "auto" && r->device() != "cpu" && r->device() != "cuda")
+    return Invalid("resources.device", "unknown device '" + r->device() + "' (expected auto, cpu or cuda)");
   if (r->bucket_mb() == 0) r->set_bucket_mb(25);
   if (r->bucket_mb() < 1 || r->bucket_mb() > 1024)
     return Invalid("resources.bucket_mb", "must be in [1, 1024], got " + std::to_string(r->bucket_mb()));

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that the build, the tests, the benchmarks and the
-# quickstart need. Idempotent; run as root. Skips apt entirely when all are present.
+# Installs everything the build, the tests, the benchmarks and the quickstart need:
+# Debian 12 packages (apt; skipped when all are present) and the Python virtual
+# environment that provides LibTorch (the PyTorch wheel, pinned in
+# scripts/requirements.txt) and the Python side of the benchmarks:
+#   NIGHTSHIFT_VENV (default /opt/nightshift/venv), made with Python 3.11 and reused
+#   while it holds exactly the pinned requirements. CMake finds LibTorch through it.
+# Idempotent; run as root.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${NIGHTSHIFT_VENV:-/opt/nightshift/venv}
+REQUIREMENTS=scripts/requirements.txt
 
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config git ccache
-  # training: LibTorch 1.13 (CPU) and the Gloo headers its c10d needs; a fast BLAS
-  libtorch-dev libgloo-dev libopenblas0-pthread
+  # training: LibTorch comes from the PyTorch wheel (below); the wheel ships no gloo
+  # headers, which its c10d headers include (Debian's, headers only)
+  libgloo-dev python3-venv
   # services
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev prometheus-cpp-dev libxxhash-dev
@@ -19,8 +28,6 @@ PACKAGES=(
   libgtest-dev libgmock-dev prometheus curl python3-grpcio python3-protobuf python3-yaml
   # fuzzing (libFuzzer comes with clang's runtime library)
   clang libclang-rt-14-dev
-  # benchmark baseline (plain PyTorch)
-  python3-torch python3-numpy
   ca-certificates
 )
 # data fetch uses `npm pack`; a machine that already has a Node.js of its own (which
@@ -36,23 +43,33 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-
-if [ "$(id -u)" -ne 0 ]; then
+elif [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: missing packages (${missing[*]}); run this script as root" >&2
   exit 1
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
-
-# LibTorch's libblas.so.3 resolves through Debian's alternatives; make sure it points at
-# OpenBLAS (pthread flavour) and not at the reference BLAS (30x slower).
-for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
-  target=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-pthread | head -n 1 || true)
-  if [ -n "$target" ]; then update-alternatives --set "$alt" "$target" >/dev/null; fi
+# The virtual environment: reused when it was made from this very requirements file.
+stamp="$VENV/.nightshift-requirements"
+if [ -x "$VENV/bin/python" ] && cmp -s "$REQUIREMENTS" "$stamp"; then
+  echo "install-deps: $VENV has the pinned Python packages"
+  exit 0
+fi
+python=""
+for candidate in python3.11 /usr/bin/python3.11; do
+  if command -v "$candidate" >/dev/null 2>&1; then python=$(command -v "$candidate"); break; fi
 done
+if [ -z "$python" ]; then
+  echo "install-deps: Python 3.11 not found (the pinned torch wheel is for CPython 3.11)" >&2
+  exit 1
+fi
+echo "install-deps: making $VENV with $python (torch is about 5.5 GB)"
+[ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQUIREMENTS"
+"$VENV/bin/python" -c 'import torch; print("install-deps: torch", torch.__version__, "CUDA", torch.version.cuda)'
+cp "$REQUIREMENTS" "$stamp"
 echo "install-deps: done"

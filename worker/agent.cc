@@ -201,6 +201,8 @@ void Agent::CollectMetrics(FamilyBuilder* b) const {
   // running totals the trainer reports.
   static const std::vector<std::tuple<const char*, const char*, const char*>> kGauges = {
       {"tokens_per_second", "nightshift_trainer_tokens_per_second", "Real (non-padding) tokens trained per second"},
+      {"mfu", "nightshift_trainer_mfu_ratio",
+       "Model FLOPs utilisation: tokens/s x training FLOPs per token / the device's dense peak"},
       {"samples_per_second", "nightshift_trainer_samples_per_second", "Samples trained per second"},
       {"step_seconds", "nightshift_trainer_step_seconds", "Seconds per optimizer step"},
       {"data_wait_seconds", "nightshift_trainer_data_wait_seconds", "Seconds per step spent waiting for data"},

@@ -172,6 +172,12 @@ void Task::Run() {
   if (job_id.empty() || job_id.size() > 128 || job_id[0] == '.' ||
       job_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
     return Finish(v1::TASK_FAILED, "refusing job id '" + job_id + "': not a plain name", true);
+  if (spec.resources().device() == "cuda" && gpus_.empty())
+    return Finish(v1::TASK_FAILED,
+                  "spec.resources.device is cuda but worker " + options_.name +
+                      " has no GPUs (NVML found none); run it where `nightshift worker list` shows GPUs, "
+                      "or use device auto or cpu",
+                  true);
   if (!spec.model().path().empty()) {
     Status confined = ConfinePath("model.path", spec.model().path(), options_.data_roots);
     if (!confined.ok()) return Finish(v1::TASK_FAILED, confined.message(), true);

@@ -16,7 +16,8 @@ PY=${PYTHON:-python3}
 step() { echo; echo "== $* ($(date +%T))"; }
 
 missing=0
-for f in "$CARRY/spam-512/meta.json" "$CARRY/include/nlohmann/json.hpp" "$CARRY/googletest/CMakeLists.txt"; do
+for f in "$CARRY/spam-512/meta.json" "$CARRY/include/nlohmann/json.hpp" "$CARRY/include/gloo/config.h" \
+         "$CARRY/googletest/CMakeLists.txt"; do
   [ -e "$f" ] || { echo "gpu-check: missing $f: run bench/gpu/prepare-carry.sh on the CPU machine"; missing=1; }
 done
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1 ||
@@ -33,11 +34,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 step "build nightshift-trainer against the wheel's LibTorch"
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIGHTSHIFT_TRAINER_ONLY=ON \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DNIGHTSHIFT_NLOHMANN_INCLUDE="$PWD/$CARRY/include" \
-  -DNIGHTSHIFT_GTEST_SOURCE="$PWD/$CARRY/googletest" -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DNIGHTSHIFT_PYTHON="$(command -v "$PY")" \
+  -DNIGHTSHIFT_NLOHMANN_INCLUDE="$PWD/$CARRY/include" -DNIGHTSHIFT_GLOO_INCLUDE="$PWD/$CARRY/include" \
+  -DNIGHTSHIFT_GTEST_SOURCE="$PWD/$CARRY/googletest" -DTORCH_CUDA_ARCH_LIST=9.0 \
   >"$OUT_DIR/cmake.log" 2>&1 || { tail -30 "$OUT_DIR/cmake.log"; exit 1; }
-grep -E "NIGHTSHIFT_WITH_CUDA|Torch" "$OUT_DIR/cmake.log" | head -5
+grep -E "nightshift-trainer:|Torch" "$OUT_DIR/cmake.log" | head -5
 timeout 300 ninja -C build-gpu -j "$(nproc)" >"$OUT_DIR/build.log" 2>&1 || { tail -40 "$OUT_DIR/build.log"; exit 1; }
+readelf -d build-gpu/bin/nightshift-trainer | grep NEEDED | tee "$OUT_DIR/needed.txt"
 
 step "trainer tests (CUDA where a test can use it)"
 timeout 150 ctest --test-dir build-gpu -L trainer -j 8 --timeout 120 2>&1 | tail -15 | tee "$OUT_DIR/ctest.txt"

@@ -2,13 +2,15 @@
 # Run HERE (the CPU machine) before bench/gpu/check.sh goes to a GPU machine that has no
 # network and no apt: puts into bench/gpu/.carry (git-ignored; name it in the device
 # tool's `carry`) what the GPU machine lacks: token shards of SpamAssassin (prepared by
-# our own nightshift-prepare), nlohmann-json headers and the GoogleTest sources.
+# our own nightshift-prepare), nlohmann-json and gloo headers and the GoogleTest sources.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CARRY=bench/gpu/.carry
 BUILD=${BUILD_DIR:-build}
 mkdir -p "$CARRY/include"
 cp -r /usr/include/nlohmann "$CARRY/include/"
+# The PyTorch wheel ships no gloo headers (c10d's ProcessGroupGloo.hpp includes them).
+rm -rf "$CARRY/include/gloo" && cp -r /usr/include/gloo "$CARRY/include/"
 rm -rf "$CARRY/googletest" && cp -r /usr/src/googletest "$CARRY/googletest"
 ./scripts/fetch-data.sh >/dev/null
 for len in 512 2048; do

@@ -5,9 +5,12 @@
 //
 // Every line has "event". Events and their keys (units in the names):
 //   start       world_size, rank, resumed_step, num_parameters, train_samples, val_samples,
-//               total_steps, blas_gflops, max_tokens (the token budget, probed when
-//               the spec says auto; 0: fixed batch_size), batch_size, device (string)
+//               total_steps, blas_gflops, peak_flops (MFU's denominator: the device's
+//               dense peak, or the measured GEMM rate on the CPU), non_embedding_parameters,
+//               max_tokens (the token budget, probed when the spec says auto; 0: fixed
+//               batch_size), batch_size, device (string), torch_version (string)
 //   step        step, epoch, total_steps, loss, lr, tokens_per_second (real tokens),
+//               mfu (tokens_per_second x training FLOPs per token / peak_flops),
 //               samples_per_second, step_seconds, data_wait_seconds, padding_efficiency,
 //               batch_samples, batch_padded_tokens, memory_allocated_bytes,
 //               memory_reserved_bytes, memory_peak_bytes, host_rss_bytes,

@@ -97,6 +97,15 @@ TEST(SpecTest, UnknownFieldAndWrongTypeAreRefused) {
   ExpectInvalid("- a\n- b\n", "mapping");
 }
 
+TEST(SpecTest, DeviceDefaultsToAutoAndMustBeKnown) {
+  auto spec = LoadJobSpec(kGood);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->resources().device(), "auto");
+  EXPECT_EQ(spec->model().attention_dropout(), 0.0);
+  ExpectInvalid(Replace(kGood, "resources: {world_size: 1}", "resources: {world_size: 1, device: gpu}"),
+                "resources.device");
+}
+
 // The proto path (SubmitJobRequest.spec) is checked as strictly as YAML.
 v1::JobSpec GoodProto() {
   auto spec = LoadJobSpec(kGood);
@@ -120,6 +129,8 @@ TEST(SpecTest, ProtoPathRefusesNonFiniteAndOutOfRangeNumbers) {
       {"train.lr", [&](v1::JobSpec* s) { s->mutable_train()->set_lr(nan); }},
       {"train.lr", [&](v1::JobSpec* s) { s->mutable_train()->set_lr(inf); }},
       {"model.dropout", [&](v1::JobSpec* s) { s->mutable_model()->set_dropout(nan); }},
+      {"model.attention_dropout", [&](v1::JobSpec* s) { s->mutable_model()->set_attention_dropout(1.0); }},
+      {"resources.device", [](v1::JobSpec* s) { s->mutable_resources()->set_device("tpu"); }},
       {"data.validation_fraction", [&](v1::JobSpec* s) { s->mutable_data()->set_validation_fraction(nan); }},
       {"train.weight_decay", [&](v1::JobSpec* s) { s->mutable_train()->set_weight_decay(inf); }},
       {"train.grad_clip", [&](v1::JobSpec* s) { s->mutable_train()->set_grad_clip(nan); }},

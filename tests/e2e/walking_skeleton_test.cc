@@ -81,6 +81,17 @@ TEST(WalkingSkeletonTest, BadInputIsRefusedOrFailsWithoutRetries) {
   EXPECT_EQ(done.state(), v1::FAILED);
   EXPECT_EQ(done.restarts(), 0);
   EXPECT_NE(done.reason().find("/nonexistent/mails"), std::string::npos) << done.reason();
+
+  // A GPU job on a worker without GPUs: FAILED at once, no retries, the reason says so.
+  const std::string data = cluster.MakeData(20);
+  std::string gpu_spec = SmallSpec(data, /*max_restarts=*/3);
+  gpu_spec.replace(gpu_spec.find("resources: {world_size: 1}"), 26, "resources: {world_size: 1, device: cuda}");
+  ASSERT_TRUE(cluster.Submit(gpu_spec, &job).ok());
+  done = cluster.WaitForEnd(job.id(), 60);
+  EXPECT_EQ(done.state(), v1::FAILED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_NE(done.reason().find("spec.resources.device is cuda but worker w1 has no GPUs"), std::string::npos)
+      << done.reason();
 }
 
 TEST(WalkingSkeletonTest, TrainerCrashFailsTheJobWithTheTrainersError) {

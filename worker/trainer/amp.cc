@@ -50,27 +50,19 @@ bool GradScaler::UnscaleAndCheckFinite(const std::vector<torch::Tensor>& paramet
     if (p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return true;
   const double inv_scale = options_.enabled ? 1.0 / scale_ : 1.0;
-#ifdef NIGHTSHIFT_WITH_CUDA
-  if (grads[0].is_cuda()) {
-    auto found_inf = torch::zeros({1}, grads[0].options().dtype(torch::kFloat));
-    auto inv = torch::full({1}, inv_scale, grads[0].options().dtype(torch::kFloat));
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv);
-    return found_inf.item<float>() == 0.0f;
-  }
-#endif
+  // ATen's fused kernel (CUDA, and the CPU since 2.x): one pass that multiplies every
+  // gradient by inv_scale and sets found_inf when any element is inf or NaN.
   torch::NoGradGuard no_grad;
-  bool finite = true;
-  for (auto& g : grads) {
-    if (finite && !torch::isfinite(g).all().item<bool>()) finite = false;
-    if (inv_scale != 1.0) g.mul_(inv_scale);
-  }
-  return finite;
+  auto found_inf = torch::zeros({1}, grads[0].options().dtype(torch::kFloat));
+  auto inv = torch::full({1}, inv_scale, grads[0].options().dtype(torch::kFloat));
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv);
+  return found_inf.item<float>() == 0.0f;
 }
 
 void GradScaler::Update(bool found_non_finite) {
   if (!options_.enabled) return;
-  // Same rule as at::_amp_update_scale_ (which is CUDA-only in 1.13; the state here is
-  // two host numbers, so the CPU arithmetic serves both devices).
+  // Same rule as at::_amp_update_scale_; the state is two host numbers (the step is
+  // skipped on the host anyway), so plain arithmetic serves every device.
   if (found_non_finite) {
     scale_ *= options_.backoff_factor;
     growth_tracker_ = 0;

@@ -3,8 +3,10 @@
 // Precision (spec.train.precision):
 //   fp32  no autocast.
 //   bf16  autocast to bfloat16 on the CPU and on CUDA; no scaler (bf16 has fp32's range).
-//   fp16  autocast to float16 on CUDA only, with the GradScaler; LibTorch 1.13 has no CPU
-//         fp16 autocast, so CheckPrecision() rejects fp16 on the CPU before the run.
+//   fp16  autocast to float16 on CUDA only, with the GradScaler. CheckPrecision() refuses
+//         fp16 on the CPU before the run: LibTorch's CPU fp16 autocast exists since 2.x
+//         but CPUs without fp16 FMA units run it slower than fp32, and the scaler's
+//         purpose (tensor-core fp16 without underflow) is a GPU one.
 // The forward pass and the loss run inside an AutocastRegion; backward runs outside (its
 // ops follow the forward's dtypes). Parameters, gradients and optimizer state stay fp32.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_AMP_H_
@@ -49,8 +51,8 @@ struct GradScalerOptions {
 // small gradients do not flush to zero; before the step the gradients are divided by the
 // scale, and a step whose gradients hold inf/NaN is skipped and the scale backs off.
 // Invariants: the scale only changes in Update(); a skipped step leaves the parameters
-// untouched. CUDA uses the fused _amp_* kernels; the CPU (and the tests) a tensor-op
-// fallback with the same result (1.13 has no CPU kernels for them).
+// untouched. Unscaling and the finite check are ATen's fused
+// _amp_foreach_non_finite_check_and_unscale_ kernel, on CUDA and on the CPU.
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options);

@@ -135,6 +135,7 @@ void Parse(const json& root, TrainConfig* c) {
   model.Int("heads", &m.heads, 1, 1024);
   model.Int("ffn", &m.ffn, 0, 1 << 24);
   model.Double("dropout", &m.dropout, 0.0, 0.999999);
+  model.Double("attention_dropout", &m.attention_dropout, 0.0, 0.999999);
   model.Int("max_len", &m.max_len, 1, 1 << 24);
   if (m.ffn == 0) m.ffn = 4 * m.d_model;
   if (m.d_model % m.heads != 0)
@@ -184,6 +185,10 @@ void Parse(const json& root, TrainConfig* c) {
   if (c->timeout_seconds == 0) c->timeout_seconds = 300;
   resources.Int("bucket_mb", &c->bucket_mb, 0, 1024);
   if (c->bucket_mb == 0) c->bucket_mb = 25;
+  resources.String("device", &c->device);
+  if (c->device.empty()) c->device = "auto";
+  if (c->device != "auto" && c->device != "cpu" && c->device != "cuda")
+    throw ConfigError("spec.resources.device must be auto, cpu or cuda, got \"" + c->device + "\"");
 
   Section ckpt = spec.Sub("checkpoint");
   ckpt.Int("every_steps", &c->checkpoint.every_steps, 0, kI32);

@@ -17,7 +17,9 @@ struct ModelConfig {
   int d_model = 128;      // hidden width; divisible by heads
   int heads = 4;          // attention heads
   int ffn = 0;            // feed-forward width; 0 in the JSON means 4 * d_model
-  double dropout = 0.1;   // in [0, 1)
+  double dropout = 0.1;   // in [0, 1): embeddings, residual branches, the pooled output
+  double attention_dropout = 0.0;  // in [0, 1): attention probabilities; 0 takes the fused
+                                   // attention kernel (model.h)
   int max_len = 512;      // tokens per sample (longer ones are truncated)
 };
 
@@ -63,6 +65,7 @@ struct TrainConfig {
   int world_size = 1;          // spec.resources.world_size
   int timeout_seconds = 300;   // spec.resources.timeout_seconds: rendezvous and collectives
   int bucket_mb = 25;          // spec.resources.bucket_mb: gradient all-reduce bucket, MiB
+  std::string device = "auto"; // spec.resources.device: auto | cpu | cuda (device.h)
   ModelConfig model;
   TrainSection train;
   CheckpointConfig checkpoint;

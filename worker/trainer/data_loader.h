@@ -1,12 +1,14 @@
 // The data pipeline: a background thread collates the next batches of an epoch's plan
-// into a bounded queue while the loop trains. It touches no random number generator, so
-// it cannot change what dropout draws (exact resume depends on that).
+// and stages them on the training device (device.h: pinned memory and a side-stream copy
+// on CUDA) into a bounded queue while the loop trains. It touches no random number
+// generator, so it cannot change what dropout draws (exact resume depends on that).
 #ifndef NIGHTSHIFT_WORKER_TRAINER_DATA_LOADER_H_
 #define NIGHTSHIFT_WORKER_TRAINER_DATA_LOADER_H_
 
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -16,10 +18,12 @@ namespace nightshift::trainer {
 
 class BatchPrefetcher {
  public:
-  // Prepares plan[first], plan[first + 1], ... keeping up to `depth` batches ready.
-  // `shard` and `plan` must outlive the prefetcher.
+  // Prepares plan[first], plan[first + 1], ... keeping up to `depth` batches ready;
+  // `stage` (on the background thread) moves each collated batch to the device (null:
+  // the batch stays on the host). `shard` and `plan` must outlive the prefetcher.
   BatchPrefetcher(const format::ShardReader& shard, const BatchPlan& plan, size_t first,
-                  int64_t max_len, int64_t pad_id, int depth);
+                  int64_t max_len, int64_t pad_id, int depth,
+                  std::function<Batch(Batch)> stage = nullptr);
   ~BatchPrefetcher();  // stops and joins the thread
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
@@ -36,6 +40,7 @@ class BatchPrefetcher {
   const BatchPlan& plan_;
   const int64_t max_len_, pad_id_;
   const size_t depth_;
+  const std::function<Batch(Batch)> stage_;
 
   std::mutex mu_;
   std::condition_variable cv_;

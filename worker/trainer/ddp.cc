@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef NIGHTSHIFT_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -43,6 +44,7 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::C10dBackend> backend;
   std::string where;  // "gloo at host:port, 2 ranks, timeout 300 s": for error messages
+  torch::Device device{torch::kCPU};  // where the backend's tensors must live
 };
 
 struct ProcessGroup::Pending {
@@ -72,6 +74,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::Create(const ProcessGroupOptions& o)
     impl->store = c10::make_intrusive<c10d::PrefixStore>(o.store_prefix, tcp);
     if (o.cuda) {
 #ifdef NIGHTSHIFT_WITH_CUDA
+      // NCCL binds its communicator to the current device.
+      impl->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.cuda_device));
+      c10::cuda::set_device(impl->device.index());
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = o.timeout;
       impl->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, o.rank, o.world_size, options);
@@ -129,9 +134,19 @@ void ProcessGroup::Wait(const std::shared_ptr<Pending>& pending) {
   }
 }
 
-void ProcessGroup::AllReduceSum(torch::Tensor& tensor) { Wait(AllReduceSumAsync(tensor, nullptr)); }
+void ProcessGroup::OnGroupDevice(torch::Tensor& tensor, const std::function<void(torch::Tensor&)>& collective) {
+  if (tensor.device() == impl_->device) return collective(tensor);
+  torch::Tensor there = tensor.to(impl_->device);
+  collective(there);
+  tensor.copy_(there);
+}
 
-void ProcessGroup::Broadcast(torch::Tensor& tensor, int root) {
+void ProcessGroup::AllReduceSum(torch::Tensor& tensor) {
+  OnGroupDevice(tensor, [this](torch::Tensor& t) { Wait(AllReduceSumAsync(t, nullptr)); });
+}
+
+void ProcessGroup::Broadcast(torch::Tensor& input, int root) {
+  OnGroupDevice(input, [this, root](torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors = {tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
@@ -142,6 +157,7 @@ void ProcessGroup::Broadcast(torch::Tensor& tensor, int root) {
     throw std::runtime_error("broadcast failed in the " + impl_->where + ": " + Message(e));
   }
   Wait(pending);
+  });
 }
 
 void ProcessGroup::Barrier() {
@@ -151,7 +167,8 @@ void ProcessGroup::Barrier() {
   AllReduceSum(t);
 }
 
-void ProcessGroup::AllReduceMax(torch::Tensor& tensor) {
+void ProcessGroup::AllReduceMax(torch::Tensor& input) {
+  OnGroupDevice(input, [this](torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors = {tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
@@ -162,6 +179,7 @@ void ProcessGroup::AllReduceMax(torch::Tensor& tensor) {
     throw std::runtime_error("all-reduce failed in the " + impl_->where + ": " + Message(e));
   }
   Wait(pending);
+  });
 }
 
 std::vector<bool> ProcessGroup::AnyRank(const std::vector<bool>& local) {
@@ -247,7 +265,7 @@ GradientSync::GradientSync(std::shared_ptr<ProcessGroup> group, std::vector<torc
 
   for (size_t k = 0; k < params_.size(); ++k) {
     if (!params_[k].requires_grad()) continue;
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k]);
+    compat::NodePtr acc = torch::autograd::impl::grad_accumulator(params_[k]);
     if (!acc) throw std::invalid_argument("GradientSync: parameter " + std::to_string(k) + " is not a leaf");
     acc->add_post_hook(std::make_unique<Hook>(owner_, k));
     accumulators_.push_back(std::move(acc));  // a dropped accumulator never fires its hook
@@ -449,6 +467,7 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   options.use_agent_store = rank.use_agent_store;
   options.store_prefix = "nightshift/" + std::to_string(rank.restart_count);
   options.cuda = !parameters.empty() && parameters.front().is_cuda();
+  if (options.cuda) options.cuda_device = parameters.front().device().index();
   GradientSyncOptions sync_options;
   sync_options.bucket_bytes = int64_t{config.bucket_mb} << 20;
   auto sync = std::make_unique<GradientSync>(ProcessGroup::Create(options), parameters, sync_options);

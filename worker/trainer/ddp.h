@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/trainer/compat.h"
 #include "worker/trainer/config.h"
 #include "worker/trainer/oom.h"
 
@@ -43,6 +44,7 @@ struct ProcessGroupOptions {
   bool use_agent_store = false;  // torchrun hosts the store itself: rank 0 joins as a client
   std::string store_prefix = "nightshift/0";  // key prefix (torchrun: per restart)
   bool cuda = false;             // NCCL (CUDA builds only) instead of Gloo
+  int cuda_device = 0;           // NCCL: this rank's device index (made current)
 };
 
 class ProcessGroup {
@@ -58,6 +60,8 @@ class ProcessGroup {
   int size() const { return size_; }
 
   // Blocking collectives. Each throws std::runtime_error on timeout or a lost peer.
+  // They take tensors on any device: one that is not on the group's device (NCCL
+  // reduces CUDA tensors only) is copied there and the result copied back.
   void Broadcast(torch::Tensor& tensor, int root = 0);  // in place, one dense tensor
   void AllReduceSum(torch::Tensor& tensor);             // in place, one dense tensor
   void Barrier();
@@ -79,6 +83,8 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(int rank, int size, std::unique_ptr<Impl> impl);
   void AllReduceMax(torch::Tensor& tensor);  // in place, blocking
+  // Runs the blocking `collective` on `tensor`, or on a copy of it on the group's device.
+  void OnGroupDevice(torch::Tensor& tensor, const std::function<void(torch::Tensor&)>& collective);
   const int rank_, size_;
   std::unique_ptr<Impl> impl_;
 };
@@ -143,7 +149,7 @@ class GradientSync {
   const std::shared_ptr<ProcessGroup> group_;
   const std::vector<torch::Tensor> params_;
   const GradientSyncOptions options_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps hooks alive
+  std::vector<compat::NodePtr> accumulators_;  // keeps hooks alive
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket index
   std::atomic<bool> sync_{true};

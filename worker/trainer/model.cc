@@ -31,6 +31,14 @@ torch::Tensor RunBlocks(torch::nn::ModuleList& blocks, int every_n, torch::Tenso
   return x;
 }
 
+// Additive key-padding bias [B, 1, 1, L]: 0 for tokens, -inf for padding, which removes
+// padded keys from every softmax exactly.
+torch::Tensor KeyPaddingBias(const torch::Tensor& pad_mask, const torch::TensorOptions& options) {
+  return torch::zeros(pad_mask.sizes(), options)
+      .masked_fill_(pad_mask, -std::numeric_limits<float>::infinity())
+      .view({pad_mask.size(0), 1, 1, pad_mask.size(1)});
+}
+
 // A TorchScript module as a SequenceModel (shares its parameter and buffer tensors).
 class TorchScriptModel : public SequenceModel {
  public:
@@ -65,8 +73,8 @@ class TorchScriptModel : public SequenceModel {
 }  // namespace
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t heads, int64_t ffn,
-                                           double dropout)
-    : heads_(heads), dropout_(dropout) {
+                                           double dropout, double attention_dropout, bool causal)
+    : heads_(heads), dropout_(dropout), attention_dropout_(attention_dropout), causal_(causal) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
   qkv_ = register_module("qkv", torch::nn::Linear(d_model, 3 * d_model));
   proj_ = register_module("proj", torch::nn::Linear(d_model, d_model));
@@ -79,17 +87,36 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
   const int64_t b = x.size(0), l = x.size(1), d = x.size(2), dh = d / heads_;
   // qkv: [B, L, 3, H, Dh] -> [3, B, H, L, Dh]
   auto qkv = qkv_(ln1_(x)).view({b, l, 3, heads_, dh}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
-  auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(dh)));
-  auto attn = torch::softmax(scores + attn_bias, -1);                 // [B, H, L, L]
-  attn = Dropout(attn, dropout_, is_training());
-  auto y = torch::matmul(attn, v).transpose(1, 2).reshape({b, l, d});  // [B, L, D]
+  auto y = Attention(qkv[0], qkv[1], qkv[2], attn_bias).transpose(1, 2).reshape({b, l, d});  // [B, L, D]
   auto h = x + Dropout(proj_(y), dropout_, is_training());
   auto f = fc2_(torch::gelu(fc1_(ln2_(h))));
   return h + Dropout(f, dropout_, is_training());
 }
 
-TransformerTrunk::TransformerTrunk(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
+// q, k, v: [B, H, L, Dh]; returns [B, H, L, Dh].
+torch::Tensor TransformerBlockImpl::Attention(const torch::Tensor& q, const torch::Tensor& k,
+                                              const torch::Tensor& v, const torch::Tensor& attn_bias) {
+  const bool drop = is_training() && attention_dropout_ > 0;
+  if (!drop && !force_explicit_) {
+    // Causal: is_causal alone (SDPA takes no mask with it; see the class comment).
+    std::optional<torch::Tensor> mask;  // an undefined tensor still counts as a mask
+    if (!causal_ && attn_bias.defined()) mask = attn_bias;
+    return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/causal_);
+  }
+  const int64_t l = q.size(2);
+  torch::Tensor bias = attn_bias;
+  if (causal_) {  // [L, L]: -inf above the diagonal, on the batch's device
+    auto future = torch::ones({l, l}, q.options().dtype(torch::kBool)).triu(1);
+    auto causal_bias = torch::zeros({l, l}, q.options()).masked_fill_(future, -std::numeric_limits<float>::infinity());
+    bias = bias.defined() ? bias + causal_bias : causal_bias;
+  }
+  auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(q.size(3))));
+  auto attn = torch::softmax(bias.defined() ? scores + bias : scores, -1);  // [B, H, L, L]
+  attn = Dropout(attn, attention_dropout_, is_training());
+  return torch::matmul(attn, v);
+}
+
+TransformerTrunk::TransformerTrunk(const ModelConfig& m, int64_t vocab_size, int64_t pad_id, bool causal)
     : max_len_(m.max_len), dropout_(m.dropout) {
   tok_emb_ = register_module(
       "tok_emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab_size, m.d_model)
@@ -97,7 +124,7 @@ TransformerTrunk::TransformerTrunk(const ModelConfig& m, int64_t vocab_size, int
   pos_emb_ = register_module("pos_emb", torch::nn::Embedding(m.max_len, m.d_model));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int i = 0; i < m.layers; ++i)
-    blocks_->push_back(TransformerBlock(m.d_model, m.heads, m.ffn, m.dropout));
+    blocks_->push_back(TransformerBlock(m.d_model, m.heads, m.ffn, m.dropout, m.attention_dropout, causal));
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.d_model})));
 }
 
@@ -109,43 +136,39 @@ torch::Tensor TransformerTrunk::Embed(const torch::Tensor& tokens) {
   return Dropout(x, dropout_, is_training());
 }
 
+void TransformerTrunk::set_force_explicit_attention(bool on) {
+  for (size_t i = 0; i < blocks_->size(); ++i) blocks_->ptr<TransformerBlockImpl>(i)->set_force_explicit_attention(on);
+}
+
 torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias) {
   return RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
 }
 
 TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64_t vocab_size,
                                                      int64_t num_classes, int64_t pad_id)
-    : TransformerTrunk(m, vocab_size, pad_id) {
+    : TransformerTrunk(m, vocab_size, pad_id, /*causal=*/false) {
   head_ = register_module("head", torch::nn::Linear(m.d_model, num_classes));
 }
 
 torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
                                                  const torch::Tensor& pad_mask) {
   auto x = Embed(tokens);
-  const int64_t l = tokens.size(1);
-  // Additive key-padding bias: -inf removes padded keys from every softmax exactly.
-  auto attn_bias = torch::zeros(pad_mask.sizes(), x.options())
-                       .masked_fill_(pad_mask, -std::numeric_limits<float>::infinity())
-                       .view({pad_mask.size(0), 1, 1, l});
+  auto attn_bias = KeyPaddingBias(pad_mask, x.options());
   auto cls = FinalNorm(Blocks(x, attn_bias).select(1, 0));  // [B, D]
   cls = Dropout(cls, dropout(), is_training());
   return head_(cls);
 }
 
 GptLMImpl::GptLMImpl(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
-    : TransformerTrunk(m, vocab_size, pad_id) {
+    : TransformerTrunk(m, vocab_size, pad_id, /*causal=*/true) {
   head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(m.d_model, vocab_size).bias(false)));
 }
 
 torch::Tensor GptLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
   auto x = Embed(tokens);
-  const int64_t b = tokens.size(0), l = tokens.size(1);
-  // Causal and key-padding bias [B, 1, L, L]: query t sees keys <= t that are not padding.
-  // Padding is at the end of a row, so every query row keeps key 0 (no all -inf row).
-  const float inf = std::numeric_limits<float>::infinity();
-  auto causal = torch::ones({l, l}, pad_mask.options().dtype(torch::kBool)).triu(1);  // [L, L], on the batch's device
-  auto blocked = causal.unsqueeze(0) | pad_mask.view({b, 1, l});                      // [B, L, L]
-  auto attn_bias = torch::zeros({b, l, l}, x.options()).masked_fill_(blocked, -inf).unsqueeze(1);
+  // The blocks are causal; the key-padding bias [B, 1, 1, L] is used by the explicit
+  // attention path only. Padding is at the end of a row, so every query row keeps key 0.
+  auto attn_bias = KeyPaddingBias(pad_mask, x.options());
   return head_(FinalNorm(Blocks(x, attn_bias)));  // [B, L, V]
 }
 
@@ -171,6 +194,11 @@ std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int6
   }
   throw std::runtime_error("model.arch " + model.arch +
                            " is not supported (use transformer_classifier, gpt_lm or torchscript)");
+}
+
+double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m, double seq_len) {
+  const double attention = m.arch == "torchscript" ? 0.0 : 12.0 * m.layers * m.d_model * seq_len;
+  return 6.0 * double(non_embedding_params) + attention;
 }
 
 LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token) {

@@ -16,16 +16,34 @@
 
 namespace nightshift::trainer {
 
-// One encoder block: its own module so activation checkpointing can wrap it.
+// One pre-LN block: its own module so activation checkpointing can wrap it.
+//
+// Attention takes one of two paths with the same result (tests compare them):
+// - fused: at::scaled_dot_product_attention (LibTorch's flash-attention kernel on the CPU,
+//   fused kernels on CUDA), which never materialises the [B, H, L, L] scores. Taken
+//   whenever no dropout is applied to the attention probabilities (attention_dropout 0,
+//   or evaluation), since the fused kernels have no dropout of their own on the CPU;
+// - explicit: scores, additive bias, softmax, our dropout (dropout.h), times V. Taken for
+//   attention_dropout > 0 in training.
+// A causal block (gpt_lm) lets position t see keys <= t. The fused path then ignores the
+// padding bias: padding sits at the end of a row, so a real query never reaches a padded
+// key, and padded positions contribute nothing to the loss.
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  TransformerBlockImpl(int64_t d_model, int64_t heads, int64_t ffn, double dropout);
-  // x: float [B, L, D]; attn_bias: float [B, 1, 1, L], 0 for tokens, -inf for padding.
+  TransformerBlockImpl(int64_t d_model, int64_t heads, int64_t ffn, double dropout,
+                       double attention_dropout, bool causal);
+  // x: float [B, L, D]; attn_bias: float [B, 1, 1, L], 0 for tokens, -inf for padding
+  // (undefined: no padding).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& attn_bias);
+  // For tests and benchmarks: always take the explicit path (false: as described above).
+  void set_force_explicit_attention(bool on) { force_explicit_ = on; }
 
  private:
+  torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const torch::Tensor& attn_bias);
   int64_t heads_;
-  double dropout_;
+  double dropout_, attention_dropout_;
+  bool causal_, force_explicit_ = false;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
 };
@@ -47,9 +65,11 @@ class SequenceModel : public torch::nn::Module {
 class TransformerTrunk : public SequenceModel {
  public:
   void set_activation_checkpointing(int every_n_blocks) override { checkpoint_every_ = every_n_blocks; }
+  // Every block takes the explicit attention path (tests, benchmarks).
+  void set_force_explicit_attention(bool on);
 
  protected:
-  TransformerTrunk(const ModelConfig& model, int64_t vocab_size, int64_t pad_id);
+  TransformerTrunk(const ModelConfig& model, int64_t vocab_size, int64_t pad_id, bool causal);
   // Embeddings of `tokens` [B, L] with dropout: [B, L, D]. Checks L <= max_len.
   torch::Tensor Embed(const torch::Tensor& tokens);
   // The blocks, activation-checkpointed as set.
@@ -99,6 +119,13 @@ TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,
 // replaced by "__", so checkpoints and the optimizer see them). Throws with the reason.
 std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int64_t vocab_size,
                                                   int64_t num_classes, int64_t pad_id);
+
+// Training FLOPs per token (forward and backward), as torchtitan and PaLM count them:
+// 6 x non-embedding parameters (the matrix multiplies, 2 FLOPs per weight forward and 4
+// backward) + 12 x layers x d_model x seq_len (attention scores and their product with V,
+// forward and backward), where seq_len is the length a token attends over (a batch's row
+// length). torchscript models count only the first term (their shape is unknown).
+double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& model, double seq_len);
 
 // The objective. Classification: logits [B, C] against batch.labels, one term per
 // sample. Next-token (language models): logits [B, L, V]; position t predicts token

@@ -115,7 +115,9 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   const auto t_start = Clock::now();
   std::vector<std::string> warnings;  // emitted right after the start event
   // ---- validate what this trainer can do
-  const torch::Device device = PickDevice(rank.local_rank);
+  torch::Device device = torch::kCPU;
+  if (std::string err = PickDevice(cfg.device, rank.local_rank, &device); !err.empty())
+    throw std::runtime_error(err);
   if (std::string err = CheckPrecision(cfg.train.precision, device); !err.empty())
     throw std::runtime_error(err);
   const bool is_rank0 = rank.rank == 0;
@@ -127,12 +129,13 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
                                             std::max(1, rank.local_world_size));
   torch::set_num_threads(threads);
   const double blas_gflops = MeasureBlasGflops();
-  // Debian's reference BLAS does 1-3 GFLOP/s; OpenBLAS does 20+ on two cores (a little
+  // A reference BLAS does 1-3 GFLOP/s; the wheel's MKL does 100+ on two cores (a little
   // less on one thread of a small VM, hence the per-thread allowance).
   if (blas_gflops < std::min(20.0, 8.0 * threads))
     warnings.push_back("BLAS is slow (" + std::to_string(blas_gflops) +
-                       " GFLOP/s on a 512x512 matmul; Debian's reference BLAS?): install "
-                       "libopenblas0-pthread (scripts/install-deps.sh does)");
+                       " GFLOP/s on a 1024x1024 matmul): is this LibTorch built without MKL or OpenBLAS?");
+  // MFU's denominator: the device's dense peak (CUDA), else the GEMM rate just measured.
+  const double peak_flops = PeakFlops(device, cfg.train.precision, blas_gflops * 1e9);
 
   // ---- data
   format::ShardReader train_shard, val_shard;
@@ -186,8 +189,12 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
     SetCpuRngState(pos.rng_cpu);  // dropout continues where the saved run was
     Log("resumed from %s (step %lld)", resumed_from.c_str(), static_cast<long long>(pos.step));
   }
-  int64_t num_parameters = 0;
-  for (const auto& p : model->parameters()) num_parameters += p.numel();
+  int64_t num_parameters = 0, non_embedding_params = 0;
+  for (const auto& p : model->named_parameters()) {
+    num_parameters += p.value().numel();
+    if (p.key() != "tok_emb.weight" && p.key() != "pos_emb.weight") non_embedding_params += p.value().numel();
+  }
+  const BatchStager stage_batch = NewBatchStager(device);  // runs on the loader's thread
   // The loss of a batch, summed over its samples or predicted tokens (the mean is sum /
   // LossCount); the forward pass runs in the run's precision.
   const auto batch_loss_sum = [&](const Batch& b) {
@@ -214,9 +221,9 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
     } else {
       const std::string rng = GetCpuRngState();  // the probe must not change dropout's draws
       NoSync probe_only(ddp.get());              // nor reach the other ranks' gradients
-      std::unique_ptr<MemoryMeter> meter = NewHostMemoryMeter();
+      std::unique_ptr<MemoryMeter> meter = NewMemoryMeter(device);
       ProbeOptions probe;
-      probe.limit_bytes = HostMemoryLimit(rank.memory_limit_bytes, rank.local_world_size);
+      probe.limit_bytes = MemoryLimit(device, rank.memory_limit_bytes, rank.local_world_size);
       probe.max_len = max_len;
       probe.cap_tokens = static_cast<int64_t>(train_shard.num_samples()) * max_len;
       ProbeResult r;
@@ -257,7 +264,8 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       {{"world_size", rank.world_size}, {"rank", rank.rank}, {"resumed_step", double(pos.step)},
        {"num_parameters", double(num_parameters)}, {"train_samples", double(train_shard.num_samples())},
        {"val_samples", double(val_shard.num_samples())}, {"total_steps", double(total_steps)},
-       {"blas_gflops", blas_gflops}, {"threads", threads},
+       {"blas_gflops", blas_gflops}, {"threads", threads}, {"peak_flops", peak_flops},
+       {"non_embedding_parameters", double(non_embedding_params)},
        {"max_tokens", double(plan_options.max_tokens)}, {"batch_size", double(plan_options.batch_size)}},
       {{"device", device.str()}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
   for (const std::string& w : warnings) Warn(progress, w);
@@ -363,7 +371,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
     bool rolled_back = false;
     const BatchPlan plan = PlanEpoch(train_lengths, plan_options, seed, epoch, rank.rank, rank.world_size);
     BatchPrefetcher loader(train_shard, plan, static_cast<size_t>(batch_in_epoch), max_len, pad_id,
-                           cfg.train.prefetch);
+                           cfg.train.prefetch, stage_batch);
     while (batch_in_epoch < static_cast<int64_t>(plan.size())) {
       if (cfg.train.max_steps > 0 && step >= cfg.train.max_steps) { stop = true; break; }
       if (rank.fault_abort_at_step == step + 1) {
@@ -372,7 +380,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       }
       const auto t_step = Clock::now();
       double wait = 0;
-      Batch batch = ToDevice(loader.Next(&wait), device);
+      Batch batch = loader.Next(&wait);  // already on the device
 
       model->train();
       const double lr = lr_scale * LearningRate(step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
@@ -423,20 +431,25 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       if (progress.wants_steps() &&
           (step == first_step + 1 || epoch_end || Seconds(last_report) >= 0.5 || StopRequested())) {
         const double mean_loss = window.loss / window.steps;
+        const double tokens_per_second = window.tokens / window.seconds;
+        const double row_len = double(window.padded) / double(std::max<int64_t>(window.samples, 1));
+        const double mfu = tokens_per_second * TrainingFlopsPerToken(non_embedding_params, cfg.model, row_len) /
+                           peak_flops;
+        const DeviceMemory memory = GetDeviceMemory(device);
         progress.Emit(ProgressRecord{
             "step",
             {{"step", double(step)}, {"epoch", double(epoch)}, {"total_steps", double(total_steps)},
              {"loss", mean_loss}, {"lr", lr},
-             {"tokens_per_second", window.tokens / window.seconds},
+             {"tokens_per_second", tokens_per_second}, {"mfu", mfu},
              {"samples_per_second", window.samples / window.seconds},
              {"step_seconds", window.seconds / window.steps},
              {"data_wait_seconds", window.wait / window.steps},
              {"padding_efficiency", double(window.tokens) / double(window.padded)},
              {"batch_samples", double(batch.samples)}, {"batch_padded_tokens", double(batch.padded_tokens)},
              {"host_rss_bytes", ProcStatusBytes("VmRSS:")},
-             {"memory_peak_bytes", device.is_cpu() ? ProcStatusBytes("VmHWM:") : double(GetDeviceMemory(device).peak)},
-             {"memory_allocated_bytes", double(GetDeviceMemory(device).allocated)},
-             {"memory_reserved_bytes", double(GetDeviceMemory(device).reserved)},
+             {"memory_peak_bytes", double(PeakMemoryBytes(device))},
+             {"memory_allocated_bytes", double(memory.allocated)},
+             {"memory_reserved_bytes", double(memory.reserved)},
              {"allreduce_seconds", window.allreduce / window.steps},
              {"allreduce_hidden_fraction", window.allreduce_hidden / window.steps},
              {"skipped_steps", double(nan_guard.skipped_steps())},
@@ -444,9 +457,9 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
              {"grad_scale", scaler.scale()}},
             {{"precision", cfg.train.precision}}});
         if (Seconds(last_log) >= 10 || step == first_step + 1) {
-          Log("step %lld/%lld epoch %lld loss %.4f lr %.3g %.0f tokens/s", static_cast<long long>(step),
+          Log("step %lld/%lld epoch %lld loss %.4f lr %.3g %.0f tokens/s MFU %.3f", static_cast<long long>(step),
               static_cast<long long>(total_steps), static_cast<long long>(epoch), mean_loss, lr,
-              window.tokens / window.seconds);
+              tokens_per_second, mfu);
           last_log = Clock::now();
         }
         window = StepWindow{};
@@ -587,7 +600,7 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
 
 double MeasureBlasGflops() {
   torch::NoGradGuard no_grad;
-  const int64_t n = 512;
+  const int64_t n = 1024;  // large enough to reach the GEMM's peak, small enough for ~0.1 s
   torch::Tensor a = torch::full({n, n}, 0.5f), b = torch::full({n, n}, 0.25f);
   torch::Tensor c = torch::mm(a, b);  // warm-up
   double best = std::numeric_limits<double>::infinity();

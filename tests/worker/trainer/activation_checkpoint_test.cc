@@ -8,8 +8,9 @@
 namespace nightshift::trainer {
 namespace {
 
-ModelConfig DropoutModel() {
+ModelConfig DropoutModel(double attention_dropout = 0.0) {
   ModelConfig m;
+  m.attention_dropout = attention_dropout;  // 0: fused attention; > 0: the explicit path
   m.layers = 3;
   m.d_model = 16;
   m.heads = 2;
@@ -45,9 +46,9 @@ void ExpectSameGradients(const std::map<std::string, torch::Tensor>& a,
   }
 }
 
-TEST(ActivationCheckpointTest, GradientsMatchWithDropout) {
+void ExpectCheckpointedGradientsMatch(double attention_dropout) {
   torch::manual_seed(1);
-  TransformerClassifier model = BuildModel(DropoutModel(), 40, 2, 0);
+  TransformerClassifier model = BuildModel(DropoutModel(attention_dropout), 40, 2, 0);
   torch::Tensor tokens = torch::randint(1, 40, {4, 10}, torch::kLong);
   tokens[0].narrow(0, 6, 4).fill_(0);  // some padding
   const auto plain = Gradients(model, 0, tokens);
@@ -61,6 +62,12 @@ TEST(ActivationCheckpointTest, GradientsMatchWithDropout) {
   ExpectSameGradients(plain, Gradients(model, 1, tokens));  // full
   ExpectSameGradients(plain, Gradients(model, 2, tokens));  // every_2: block 1 only
 }
+
+// Fused attention (scaled_dot_product_attention), dropout elsewhere in the block.
+TEST(ActivationCheckpointTest, GradientsMatchWithDropoutAndFusedAttention) { ExpectCheckpointedGradientsMatch(0.0); }
+
+// The explicit attention path with dropout on the attention probabilities too.
+TEST(ActivationCheckpointTest, GradientsMatchWithAttentionDropout) { ExpectCheckpointedGradientsMatch(0.1); }
 
 TEST(ActivationCheckpointTest, BackwardLeavesTheGeneratorWhereTheForwardLeftIt) {
   torch::manual_seed(3);
@@ -76,7 +83,7 @@ TEST(ActivationCheckpointTest, BackwardLeavesTheGeneratorWhereTheForwardLeftIt) 
 
 TEST(ActivationCheckpointTest, ParametersGetGradientsWhenTheInputNeedsNone) {
   torch::manual_seed(4);
-  TransformerBlock block(16, 2, 32, 0.0);
+  TransformerBlock block(16, 2, 32, 0.0, 0.0, /*causal=*/false);
   torch::Tensor x = torch::randn({2, 5, 16});  // does not require grad
   torch::Tensor bias = torch::zeros({2, 1, 1, 5});
   CheckpointedBlockForward([&](const torch::Tensor& in, const torch::Tensor& b) { return block->forward(in, b); },

@@ -54,7 +54,9 @@ TEST(MemoryProbeTest, TrainingWithAutoBudgetReportsIt) {
   // process's whole resident set, so it is set relative to the one of a warmed-up run.
   // (The allocator keeps freed memory resident, so no large run goes before the small one.)
   auto budget = [](int64_t extra_bytes, const std::string& name) {
-    TrainConfig c = testing::TinyConfig(testing::FreshDir(name), /*n_train=*/400);
+    // Enough samples that the large limit is not capped at the whole epoch (the fused
+    // attention kernel needs little memory per row).
+    TrainConfig c = testing::TinyConfig(testing::FreshDir(name), /*n_train=*/2000);
     c.model.max_len = 64;
     c.train.max_tokens_auto = extra_bytes > 0;
     c.train.max_steps = 1;
@@ -68,7 +70,7 @@ TEST(MemoryProbeTest, TrainingWithAutoBudgetReportsIt) {
     return progress.records.front().Number("max_tokens");
   };
   budget(0, "auto_warm_up");  // a fixed-budget run: libraries and threads started
-  const double small = budget(48 << 20, "auto_small"), big = budget(256 << 20, "auto_big");
+  const double small = budget(24 << 20, "auto_small"), big = budget(256 << 20, "auto_big");
   EXPECT_GE(small, 64);
   EXPECT_LT(small, big);
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 namespace nightshift::trainer {
 namespace {
 
@@ -54,6 +57,60 @@ TEST(TransformerClassifierTest, DropoutOnlyInTraining) {
   EXPECT_TRUE(torch::equal(model->forward(tokens, tokens.eq(0)), model->forward(tokens, tokens.eq(0))));
   model->train();
   EXPECT_FALSE(torch::equal(model->forward(tokens, tokens.eq(0)), model->forward(tokens, tokens.eq(0))));
+}
+
+// Logits and parameter gradients of one forward/backward on `tokens` (padding: 0).
+// `weight` (broadcast to the logits) picks what the loss sees.
+std::pair<torch::Tensor, std::map<std::string, torch::Tensor>> LogitsAndGradients(SequenceModel& model,
+                                                                                  const torch::Tensor& tokens,
+                                                                                  const torch::Tensor& weight) {
+  model.zero_grad();
+  torch::Tensor logits = model.forward(tokens, tokens.eq(0));
+  (logits * weight * torch::linspace(-1, 1, logits.numel()).view(logits.sizes())).sum().backward();
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& p : model.named_parameters()) grads[p.key()] = p.value().grad().clone();
+  return {logits.detach(), grads};
+}
+
+// The largest difference relative to the largest magnitude of `want`.
+double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-12);
+}
+
+// scaled_dot_product_attention (the path taken without attention dropout) against the
+// explicit scores / softmax / matmul path, in fp32, with padding in the batch. The fused
+// kernel sums in another order (online softmax), so equal to within 1e-5 relative.
+void ExpectFusedAttentionEqualsExplicit(const std::string& arch) {
+  ModelConfig m = SmallModel();
+  m.arch = arch;
+  m.dropout = 0.0;  // deterministic forward: the two paths see the same numbers
+  torch::manual_seed(11);
+  std::shared_ptr<SequenceModel> model = BuildSequenceModel(m, 50, arch == "gpt_lm" ? 0 : 3, 0);
+  auto* trunk = dynamic_cast<TransformerTrunk*>(model.get());
+  ASSERT_NE(trunk, nullptr);
+  torch::Tensor tokens = torch::randint(1, 50, {4, 13}, torch::kLong);
+  tokens[1].narrow(0, 5, 8).fill_(0);
+  tokens[3].narrow(0, 9, 4).fill_(0);
+  // Language models: only real positions carry meaning (padded ones predict nothing, as
+  // in ComputeLossSum), so only they enter the loss and the comparison.
+  torch::Tensor real = arch == "gpt_lm" ? tokens.ne(0).unsqueeze(-1).to(torch::kFloat) : torch::ones({1});
+  const auto fused = LogitsAndGradients(*model, tokens, real);
+  trunk->set_force_explicit_attention(true);
+  const auto explicit_path = LogitsAndGradients(*model, tokens, real);
+  EXPECT_LE(RelativeError(fused.first * real, explicit_path.first * real), 1e-5) << arch << " logits";
+  for (const auto& [name, g] : explicit_path.second)
+    EXPECT_LE(RelativeError(fused.second.at(name), g), 1e-5) << arch << " gradient of " << name;
+  EXPECT_FALSE(torch::equal(fused.first, explicit_path.first)) << "the two paths should be different code";
+}
+
+TEST(AttentionTest, FusedEqualsExplicitForTheClassifier) { ExpectFusedAttentionEqualsExplicit("transformer_classifier"); }
+TEST(AttentionTest, FusedEqualsExplicitForTheCausalLanguageModel) { ExpectFusedAttentionEqualsExplicit("gpt_lm"); }
+
+TEST(FlopsTest, SixPerParameterPlusAttention) {
+  ModelConfig m = SmallModel();  // 2 layers, d_model 16
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(1000, m, 10), 6.0 * 1000 + 12.0 * 2 * 16 * 10);
+  m.arch = "torchscript";
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(1000, m, 10), 6.0 * 1000);
 }
 
 TEST(TransformerClassifierTest, OtherArchitecturesFailClearly) {

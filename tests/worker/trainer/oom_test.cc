@@ -75,11 +75,15 @@ TEST(OomTest, SplitStepGivesTheSameParametersAsTheUnsplitStep) {
   EXPECT_EQ(r0.micro_batches, 1);
   EXPECT_EQ(r0.oom_recoveries, 0);
 
-  MicroBatchRunner split(OomOptions{/*fault_above_tokens=*/25});
+  OomOptions options{/*fault_above_tokens=*/25};
+  int released = 0;  // the trainer passes ReleaseCachedMemory (device.h): CUDA's emptyCache
+  options.release_memory = [&] { ++released; };
+  MicroBatchRunner split(options);
   MicroBatchResult r1;
   const auto got = OneStep(split, &r1);
   EXPECT_GE(r1.micro_batches, 4);
   EXPECT_GE(r1.oom_recoveries, 2);
+  EXPECT_EQ(released, r1.oom_recoveries) << "memory is released before every retry";
   EXPECT_NEAR(r1.loss, r0.loss, 1e-5 * std::abs(r0.loss));
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {

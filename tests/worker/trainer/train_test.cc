@@ -90,6 +90,14 @@ TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
   EXPECT_NE(p2.records.back().String("message").find("fp16 needs a CUDA device"), std::string::npos);
 
   c.train.precision = "fp32";
+  if (!torch::cuda::is_available()) {  // a GPU job on a machine without one: refused, no crash
+    c.device = "cuda";
+    MemoryProgressSink p4;
+    EXPECT_EQ(RunTraining(c, RankInfo{}, p4), kExitError);
+    EXPECT_NE(p4.records.back().String("message").find("spec.resources.device is cuda"), std::string::npos)
+        << p4.records.back().String("message");
+    c.device = "auto";
+  }
   c.data.train_shard = "/nonexistent/train.shard";
   MemoryProgressSink p3;
   EXPECT_EQ(RunTraining(c, RankInfo{}, p3), kExitError);
