@@ -15,18 +15,18 @@ namespace F = torch::nn::functional;
 
 namespace {
 
-// Runs the blocks, checkpointing every N-th (activation_checkpoint.h).
+// Runs the blocks, checkpointing every N-th (activation_checkpoint.h); with first_only
+// the last block computes position 0 only.
 torch::Tensor RunBlocks(torch::nn::ModuleList& blocks, int every_n, torch::Tensor x,
-                        const torch::Tensor& attn_bias) {
+                        const torch::Tensor& attn_bias, bool first_only) {
   for (size_t i = 0; i < blocks->size(); ++i) {
     std::shared_ptr<TransformerBlockImpl> block = blocks->ptr<TransformerBlockImpl>(i);
-    if (IsCheckpointedBlock(every_n, static_cast<int64_t>(i))) {
-      x = CheckpointedBlockForward(
-          [block](const torch::Tensor& in, const torch::Tensor& bias) { return block->forward(in, bias); },
-          x, attn_bias);
-    } else {
-      x = block->forward(x, attn_bias);
-    }
+    const bool first = first_only && i + 1 == blocks->size();
+    BlockForward run = [block, first](const torch::Tensor& in, const torch::Tensor& bias) {
+      return first ? block->forward_first(in, bias) : block->forward(in, bias);
+    };
+    x = IsCheckpointedBlock(every_n, static_cast<int64_t>(i)) ? CheckpointedBlockForward(run, x, attn_bias)
+                                                              : run(x, attn_bias);
   }
   return x;
 }
@@ -87,7 +87,26 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
   const int64_t b = x.size(0), l = x.size(1), d = x.size(2), dh = d / heads_;
   // qkv: [B, L, 3, H, Dh] -> [3, B, H, L, Dh]
   auto qkv = qkv_(ln1_(x)).view({b, l, 3, heads_, dh}).permute({2, 0, 3, 1, 4});
-  auto y = Attention(qkv[0], qkv[1], qkv[2], attn_bias).transpose(1, 2).reshape({b, l, d});  // [B, L, D]
+  return Residuals(x, Attention(qkv[0], qkv[1], qkv[2], attn_bias));
+}
+
+torch::Tensor TransformerBlockImpl::forward_first(const torch::Tensor& x, const torch::Tensor& attn_bias) {
+  TORCH_CHECK(!causal_, "forward_first is for non-causal blocks");
+  const int64_t b = x.size(0), l = x.size(1), d = x.size(2), dh = d / heads_;
+  auto n = ln1_(x);
+  // Rows [0, D) of the fused projection make queries, [D, 3D) keys and values.
+  const torch::Tensor& w = qkv_->weight;
+  const torch::Tensor& bias = qkv_->bias;
+  auto q = torch::nn::functional::linear(n.narrow(1, 0, 1), w.narrow(0, 0, d), bias.narrow(0, 0, d))
+               .view({b, 1, heads_, dh}).transpose(1, 2);                                      // [B, H, 1, Dh]
+  auto kv = torch::nn::functional::linear(n, w.narrow(0, d, 2 * d), bias.narrow(0, d, 2 * d))
+                .view({b, l, 2, heads_, dh}).permute({2, 0, 3, 1, 4});                         // [2, B, H, L, Dh]
+  return Residuals(x.narrow(1, 0, 1), Attention(q, kv[0], kv[1], attn_bias));
+}
+
+torch::Tensor TransformerBlockImpl::Residuals(const torch::Tensor& x, const torch::Tensor& attention) {
+  const int64_t b = x.size(0), lq = x.size(1), d = x.size(2);
+  auto y = attention.transpose(1, 2).reshape({b, lq, d});  // [B, Lq, D]
   auto h = x + Dropout(proj_(y), dropout_, is_training());
   auto f = fc2_(torch::gelu(fc1_(ln2_(h))));
   return h + Dropout(f, dropout_, is_training());
@@ -103,7 +122,7 @@ torch::Tensor TransformerBlockImpl::Attention(const torch::Tensor& q, const torc
     if (!causal_ && attn_bias.defined()) mask = attn_bias;
     return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/causal_);
   }
-  const int64_t l = q.size(2);
+  const int64_t l = q.size(2);  // queries == keys for causal blocks (forward_first is not)
   torch::Tensor bias = attn_bias;
   if (causal_) {  // [L, L]: -inf above the diagonal, on the batch's device
     auto future = torch::ones({l, l}, q.options().dtype(torch::kBool)).triu(1);
@@ -140,8 +159,8 @@ void TransformerTrunk::set_force_explicit_attention(bool on) {
   for (size_t i = 0; i < blocks_->size(); ++i) blocks_->ptr<TransformerBlockImpl>(i)->set_force_explicit_attention(on);
 }
 
-torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias) {
-  return RunBlocks(blocks_, checkpoint_every_, x, attn_bias);
+torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias, bool first_only) {
+  return RunBlocks(blocks_, checkpoint_every_, x, attn_bias, first_only);
 }
 
 TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64_t vocab_size,
@@ -154,7 +173,8 @@ torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
                                                  const torch::Tensor& pad_mask) {
   auto x = Embed(tokens);
   auto attn_bias = KeyPaddingBias(pad_mask, x.options());
-  auto cls = FinalNorm(Blocks(x, attn_bias).select(1, 0));  // [B, D]
+  // Only the CLS position of the last block is read, so that block computes it alone.
+  auto cls = FinalNorm(Blocks(x, attn_bias, /*first_only=*/true).select(1, 0));  // [B, D]
   cls = Dropout(cls, dropout(), is_training());
   return head_(cls);
 }
@@ -197,8 +217,15 @@ std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int6
 }
 
 double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m, double seq_len) {
-  const double attention = m.arch == "torchscript" ? 0.0 : 12.0 * m.layers * m.d_model * seq_len;
-  return 6.0 * double(non_embedding_params) + attention;
+  const double p = double(non_embedding_params);
+  if (m.arch == "torchscript") return 6.0 * p;
+  const double d = m.d_model, attention = 12.0 * d * seq_len;  // per token and block
+  if (m.arch != "transformer_classifier") return 6.0 * p + m.layers * attention;
+  const double block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + 2.0 * d * m.ffn + m.ffn + d;  // 2 LN, qkv, proj, ffn
+  const double kv = 2 * d * d + 2 * d;  // the last block's key and value projections
+  const double per_row_params = p - (m.layers - 1) * block - kv;  // rest of the last block, final norm, head
+  const double per_token = 6.0 * ((m.layers - 1) * block + kv) + (m.layers - 1) * attention;
+  return per_token + (6.0 * per_row_params + attention) / std::max(seq_len, 1.0);
 }
 
 LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token) {

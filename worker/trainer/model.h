@@ -35,12 +35,20 @@ class TransformerBlockImpl : public torch::nn::Module {
   // x: float [B, L, D]; attn_bias: float [B, 1, 1, L], 0 for tokens, -inf for padding
   // (undefined: no padding).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& attn_bias);
+  // The block's output at position 0 only, [B, 1, D]: equal to forward(x, attn_bias)
+  // narrowed to position 0, but keys and values are the only per-position work (the
+  // query, attention, projection and feed-forward run for position 0 alone). For a
+  // non-causal block whose other outputs nobody reads (the classifier's last block).
+  torch::Tensor forward_first(const torch::Tensor& x, const torch::Tensor& attn_bias);
   // For tests and benchmarks: always take the explicit path (false: as described above).
   void set_force_explicit_attention(bool on) { force_explicit_ = on; }
 
  private:
   torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                           const torch::Tensor& attn_bias);
+  // The residual attention and feed-forward branches on h [B, Lq, D] given the attention
+  // output y [B, H, Lq, Dh].
+  torch::Tensor Residuals(const torch::Tensor& x, const torch::Tensor& y);
   int64_t heads_;
   double dropout_, attention_dropout_;
   bool causal_, force_explicit_ = false;
@@ -72,8 +80,9 @@ class TransformerTrunk : public SequenceModel {
   TransformerTrunk(const ModelConfig& model, int64_t vocab_size, int64_t pad_id, bool causal);
   // Embeddings of `tokens` [B, L] with dropout: [B, L, D]. Checks L <= max_len.
   torch::Tensor Embed(const torch::Tensor& tokens);
-  // The blocks, activation-checkpointed as set.
-  torch::Tensor Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias);
+  // The blocks, activation-checkpointed as set. first_only: the last block computes
+  // position 0 only (forward_first), and the result is [B, 1, D].
+  torch::Tensor Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias, bool first_only = false);
   torch::Tensor FinalNorm(const torch::Tensor& x) { return ln_f_(x); }
   double dropout() const { return dropout_; }
 
@@ -120,11 +129,13 @@ TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,
 std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int64_t vocab_size,
                                                   int64_t num_classes, int64_t pad_id);
 
-// Training FLOPs per token (forward and backward), as torchtitan and PaLM count them:
-// 6 x non-embedding parameters (the matrix multiplies, 2 FLOPs per weight forward and 4
-// backward) + 12 x layers x d_model x seq_len (attention scores and their product with V,
-// forward and backward), where seq_len is the length a token attends over (a batch's row
-// length). torchscript models count only the first term (their shape is unknown).
+// Training FLOPs per token (forward and backward) that the model needs, as torchtitan and
+// PaLM count them: 6 x non-embedding parameters (2 FLOPs per weight forward, 4 backward)
+// + 12 x layers x d_model x seq_len (attention scores and their product with V, forward
+// and backward), where seq_len is the length a token attends over (a batch's row length).
+// The classifier's last block runs only keys and values per token; the rest of it, the
+// final norm and the head run once per row (forward_first), so they count 1/seq_len.
+// torchscript models count 6 x parameters only (their shape is unknown).
 double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& model, double seq_len);
 
 // The objective. Classification: logits [B, C] against batch.labels, one term per

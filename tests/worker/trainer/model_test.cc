@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -107,10 +108,56 @@ TEST(AttentionTest, FusedEqualsExplicitForTheClassifier) { ExpectFusedAttentionE
 TEST(AttentionTest, FusedEqualsExplicitForTheCausalLanguageModel) { ExpectFusedAttentionEqualsExplicit("gpt_lm"); }
 
 TEST(FlopsTest, SixPerParameterPlusAttention) {
-  ModelConfig m = SmallModel();  // 2 layers, d_model 16
+  ModelConfig m = SmallModel();  // 2 layers, d_model 16, ffn 32
+  m.arch = "gpt_lm";
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(1000, m, 10), 6.0 * 1000 + 12.0 * 2 * 16 * 10);
   m.arch = "torchscript";
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(1000, m, 10), 6.0 * 1000);
+  // The classifier: the parameters of a real model; its last block counts per token only
+  // its key/value projections, the rest once per row of 10 tokens.
+  m.arch = "transformer_classifier";
+  TransformerClassifier model = BuildModel(m, 50, 3, 0);
+  int64_t p = 0;
+  for (const auto& named : model->named_parameters())
+    if (named.key() != "tok_emb.weight" && named.key() != "pos_emb.weight") p += named.value().numel();
+  const double block = 2 * 32 + (3 * 256 + 48) + (256 + 16) + 2 * (16 * 32) + 32 + 16;  // 2,224
+  const double kv = 2 * 256 + 32;
+  EXPECT_DOUBLE_EQ(p, 2 * block + 32 + (16 * 3 + 3));  // two blocks, final norm, head
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(p, m, 10),
+                   6.0 * (block + kv) + 12.0 * 16 * 10 + (6.0 * (p - block - kv) + 12.0 * 16 * 10) / 10);
+}
+
+// The classifier's last block computes position 0 alone (forward_first): the same output
+// and the same gradients, for the block's parameters and its input, as the whole block.
+TEST(AttentionTest, FirstPositionOnlyEqualsTheWholeBlock) {
+  for (double attention_dropout : {0.0, 0.1}) {
+    torch::manual_seed(12);
+    TransformerBlock block(16, 4, 32, /*dropout=*/0.0, attention_dropout, /*causal=*/false);
+    block->eval();  // no dropout anywhere: both compute the same function
+    for (bool explicit_path : {false, true}) {
+      block->set_force_explicit_attention(explicit_path);
+      torch::Tensor x = torch::randn({3, 9, 16}, torch::requires_grad());
+      torch::Tensor pad = torch::zeros({3, 9}, torch::kBool);
+      pad[1].narrow(0, 4, 5).fill_(true);
+      torch::Tensor bias = torch::zeros({3, 9}).masked_fill_(pad, -INFINITY).view({3, 1, 1, 9});
+      torch::Tensor weight = torch::randn({3, 1, 16});
+      block->zero_grad();
+      torch::Tensor whole = block->forward(x, bias).narrow(1, 0, 1);
+      (whole * weight).sum().backward();
+      std::map<std::string, torch::Tensor> want;
+      for (const auto& p : block->named_parameters()) want[p.key()] = p.value().grad().clone();
+      torch::Tensor want_x = x.grad().clone();
+      block->zero_grad();
+      x.grad().zero_();
+      torch::Tensor first = block->forward_first(x, bias);
+      (first * weight).sum().backward();
+      ASSERT_EQ(first.sizes(), whole.sizes());
+      EXPECT_LE(RelativeError(first, whole), 1e-5) << "explicit " << explicit_path;
+      EXPECT_LE(RelativeError(x.grad(), want_x), 1e-5) << "explicit " << explicit_path;
+      for (const auto& p : block->named_parameters())
+        EXPECT_LE(RelativeError(p.value().grad(), want.at(p.key())), 1e-5) << p.key() << " explicit " << explicit_path;
+    }
+  }
 }
 
 TEST(TransformerClassifierTest, OtherArchitecturesFailClearly) {
