@@ -489,14 +489,17 @@ void Coordinator::Tick() {
   std::vector<SchedJob> pending;
   for (const auto& [id, entry] : jobs_) {
     if (entry.job.state() != v1::QUEUED || entry.not_before > now) continue;
-    pending.push_back({id, entry.job.spec().resources().world_size(), entry.job.spec().priority(),
-                       entry.job.submit_seq()});
+    SchedJob j{id, entry.job.spec().resources().world_size(), entry.job.spec().priority(),
+               entry.job.submit_seq()};
+    j.owner = entry.job.owner();  // per-user fair share (scheduler.h)
+    j.needs_gpu = entry.job.spec().resources().device() == "cuda";
+    pending.push_back(std::move(j));
   }
   if (pending.empty()) return;
   std::vector<SchedWorker> workers;
   for (const auto& [name, w] : workers_) {
     if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
-    workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name))});
+    workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
   }
   std::vector<SchedRunning> running;
   for (const auto& [id, entry] : jobs_) {

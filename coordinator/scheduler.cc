@@ -10,13 +10,18 @@
 namespace nightshift {
 namespace {
 
-// Places all ranks of `job` onto `workers` (which must have enough free slots in all).
+// Whether `job` may run on `w`.
+bool Eligible(const SchedJob& job, const SchedWorker& w) { return !job.needs_gpu || w.gpus; }
+
+// Places all ranks of `job` onto the eligible `workers` (which must have enough free
+// slots in all).
 std::vector<SchedPart> Place(const SchedJob& job, std::vector<SchedWorker>* workers) {
   std::vector<SchedPart> parts;
   // Best fit on a single worker.
   SchedWorker* best = nullptr;
   for (auto& w : *workers) {
-    if (w.free_slots >= job.world_size && (best == nullptr || w.free_slots < best->free_slots)) best = &w;
+    if (Eligible(job, w) && w.free_slots >= job.world_size && (best == nullptr || w.free_slots < best->free_slots))
+      best = &w;
   }
   if (best != nullptr) {
     parts.push_back({best->name, 0, job.world_size});
@@ -25,7 +30,7 @@ std::vector<SchedPart> Place(const SchedJob& job, std::vector<SchedWorker>* work
   }
   std::vector<SchedWorker*> order;
   for (auto& w : *workers)
-    if (w.free_slots > 0) order.push_back(&w);
+    if (Eligible(job, w) && w.free_slots > 0) order.push_back(&w);
   std::stable_sort(order.begin(), order.end(),
                    [](const SchedWorker* a, const SchedWorker* b) { return a->free_slots > b->free_slots; });
   int rank = 0;
@@ -71,7 +76,32 @@ ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> wor
   double reserve_at = 0;  // seconds from now
   int shadow_extra = 0;   // slots free at reserve_at beyond what the holder needs
 
+  // A GPU job: only GPU workers count, and it never reserves or preempts (the reservation
+  // arithmetic is over all slots); it backfills like any job once a reservation exists.
+  auto process_gpu = [&](const SchedJob& job) -> bool {
+    int gpu_total = 0, gpu_free = 0;
+    for (const auto& w : workers)
+      if (w.gpus) gpu_total += w.total_slots, gpu_free += w.free_slots;
+    if (job.world_size > gpu_total) {
+      result.waiting[job.id] = gpu_total == 0 ? "resources.device is cuda but no ready worker has GPUs"
+                                              : "needs " + std::to_string(job.world_size) +
+                                                    " GPU slots; the cluster has " + std::to_string(gpu_total);
+      return false;
+    }
+    const bool ends_before = job.expected_seconds < kUnknownSeconds && job.expected_seconds <= reserve_at;
+    if (job.world_size > gpu_free || (reserved && !ends_before && job.world_size > shadow_extra)) {
+      result.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free GPU slots (" +
+                               std::to_string(gpu_free) + " free now)";
+      return false;
+    }
+    if (reserved && !ends_before) shadow_extra -= job.world_size;
+    result.placed[job.id] = Place(job, &workers);
+    free_total -= job.world_size;
+    return true;
+  };
+
   auto process = [&](const SchedJob& job) -> bool {
+    if (job.needs_gpu) return process_gpu(job);
     if (job.world_size > total) {
       result.waiting[job.id] = "needs " + std::to_string(job.world_size) + " slots; the cluster has " +
                                std::to_string(total);

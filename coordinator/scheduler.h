@@ -40,6 +40,7 @@ struct SchedWorker {
   std::string name;
   int total_slots = 0;
   int free_slots = 0;
+  bool gpus = false;  // its slots are GPUs (jobs with resources.device cuda go only here)
 };
 
 struct SchedJob {
@@ -49,6 +50,8 @@ struct SchedJob {
   uint64_t submit_seq = 0;
   std::string owner;                          // fair share is per owner ("" is one owner)
   double expected_seconds = kUnknownSeconds;  // run time once started, if known
+  bool needs_gpu = false;  // resources.device cuda: placed on GPU workers only; such a job
+                           // waits without a reservation or preemption when they are full
 };
 
 struct SchedPart {

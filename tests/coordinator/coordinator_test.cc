@@ -75,6 +75,20 @@ class CoordinatorTest : public testing::Test {
   std::unique_ptr<Coordinator> c_;
 };
 
+// Fair share through the real coordinator, not only Schedule(): with two free slots and
+// alice's three jobs queued before bob's one, the second slot goes to bob.
+TEST_F(CoordinatorTest, FreeSlotsGoToTheUserHoldingFewest) {
+  std::vector<std::string> alice;
+  for (int i = 0; i < 3; ++i) alice.push_back(c_->Submit(Spec(), "alice")->id());
+  const std::string bob = c_->Submit(Spec(), "bob")->id();
+  RegisterWorker("w1", 2);
+  c_->Tick();
+  EXPECT_EQ(StateOf(alice[0]), v1::SCHEDULED);
+  EXPECT_EQ(StateOf(bob), v1::SCHEDULED);
+  EXPECT_EQ(StateOf(alice[1]), v1::QUEUED);
+  EXPECT_EQ(StateOf(alice[2]), v1::QUEUED);
+}
+
 TEST_F(CoordinatorTest, JobRunsToSuccessAndSurvivesARestart) {
   auto job = c_->Submit(Spec());
   ASSERT_TRUE(job.ok());

@@ -19,6 +19,25 @@ TEST(SchedulerTest, FifoWithinPriorityAndHigherPriorityFirst) {
   EXPECT_NE(r.waiting.at("b").find("waiting for 1 free slots"), std::string::npos);
 }
 
+TEST(SchedulerTest, GpuJobsGoToGpuWorkersOnly) {
+  SchedJob gpu{"g", 2, 0, 1};
+  gpu.needs_gpu = true;
+  // Free CPU slots do not count for it; the CPU job may use either kind.
+  auto r = Schedule({gpu, {"c", 1, 0, 2}}, {{"cpu1", 4, 4}, {"gpu1", 2, 2, /*gpus=*/true}});
+  ASSERT_TRUE(r.placed.count("g"));
+  ASSERT_EQ(r.placed.at("g").size(), 1u);
+  EXPECT_EQ(r.placed.at("g")[0].worker, "gpu1");
+  EXPECT_EQ(r.placed.at("c")[0].worker, "cpu1");
+  // GPU workers full: it waits, saying for what, and CPU jobs still start.
+  r = Schedule({gpu, {"c", 1, 0, 2}}, {{"cpu1", 4, 4}, {"gpu1", 2, 1, true}});
+  EXPECT_FALSE(r.placed.count("g"));
+  EXPECT_EQ(r.waiting.at("g"), "waiting for 2 free GPU slots (1 free now)");
+  EXPECT_TRUE(r.placed.count("c"));
+  // No GPU worker at all: the reason names the field.
+  r = Schedule({gpu}, {{"cpu1", 4, 4}});
+  EXPECT_EQ(r.waiting.at("g"), "resources.device is cuda but no ready worker has GPUs");
+}
+
 TEST(SchedulerTest, GangIsAllOrNothing) {
   auto r = Schedule({{"big", 3, 0, 1}}, {{"w1", 2, 1}, {"w2", 2, 1}});
   EXPECT_TRUE(r.placed.empty());

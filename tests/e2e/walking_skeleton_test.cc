@@ -82,16 +82,18 @@ TEST(WalkingSkeletonTest, BadInputIsRefusedOrFailsWithoutRetries) {
   EXPECT_EQ(done.restarts(), 0);
   EXPECT_NE(done.reason().find("/nonexistent/mails"), std::string::npos) << done.reason();
 
-  // A GPU job on a worker without GPUs: FAILED at once, no retries, the reason says so.
+  // A GPU job in a cluster without GPUs: never placed on the CPU worker; it waits, and
+  // the reason says why.
   const std::string data = cluster.MakeData(20);
   std::string gpu_spec = SmallSpec(data, /*max_restarts=*/3);
   gpu_spec.replace(gpu_spec.find("resources: {world_size: 1}"), 26, "resources: {world_size: 1, device: cuda}");
   ASSERT_TRUE(cluster.Submit(gpu_spec, &job).ok());
-  done = cluster.WaitForEnd(job.id(), 60);
-  EXPECT_EQ(done.state(), v1::FAILED);
-  EXPECT_EQ(done.restarts(), 0);
-  EXPECT_NE(done.reason().find("spec.resources.device is cuda but worker w1 has no GPUs"), std::string::npos)
-      << done.reason();
+  v1::Job waiting = cluster.WaitFor(job.id(), 30, [](const v1::Job& j) {
+    return j.reason() == "resources.device is cuda but no ready worker has GPUs";
+  });
+  EXPECT_EQ(waiting.state(), v1::QUEUED) << waiting.reason();
+  EXPECT_EQ(waiting.reason(), "resources.device is cuda but no ready worker has GPUs");
+  EXPECT_EQ(waiting.placements_size(), 0);
 }
 
 TEST(WalkingSkeletonTest, TrainerCrashFailsTheJobWithTheTrainersError) {

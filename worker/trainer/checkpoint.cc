@@ -222,18 +222,25 @@ bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) c
 bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                    TrainPosition* position, std::string* path) {
   std::vector<std::string> complete = ListComplete();
+  // Tensors are read onto the model's device, whatever device wrote them (a checkpoint
+  // of a GPU run resumes on the CPU and the other way round).
+  torch::Device device = torch::kCPU;
+  for (const auto& p : model.parameters()) {
+    device = p.device();
+    break;
+  }
   for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
     const fs::path dir = *it;
     try {
       TrainPosition p = ReadCheckpoint(dir);
       {
         torch::serialize::InputArchive archive;
-        archive.load_from((dir / "model.pt").string());
+        archive.load_from((dir / "model.pt").string(), device);
         model.load(archive);
       }
       {
         torch::serialize::InputArchive archive;
-        archive.load_from((dir / "optimizer.pt").string());
+        archive.load_from((dir / "optimizer.pt").string(), device);
         optimizer.load(archive);
       }
       *position = std::move(p);

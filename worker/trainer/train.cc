@@ -230,7 +230,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       std::string probe_error;  // under data parallelism every rank reaches MinOverRanks
       try {
         r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
-          batch_loss_sum(WorstCaseBatch(rows, max_len, (pad_id + 1) % cfg.data.vocab_size)).backward();
+          batch_loss_sum(ToDevice(WorstCaseBatch(rows, max_len, (pad_id + 1) % cfg.data.vocab_size), device)).backward();
           optimizer.zero_grad();
         });
       } catch (const std::exception& e) {
