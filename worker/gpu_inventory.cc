@@ -5,25 +5,17 @@
 namespace nightshift {
 namespace {
 
-// The few NVML entry points we use (nvml.h is not needed: the ABI is stable C).
-using nvmlReturn_t = int;
-using nvmlDevice_t = void*;
-struct nvmlMemory_t {
-  unsigned long long total, free, used;
-};
-struct nvmlUtilization_t {
-  unsigned int gpu, memory;
-};
-
+// The NVML library, loaded at run time (nvml.h is not needed: the ABI is stable C, and
+// NvmlMemory / NvmlUtilization have its structs' layouts).
 struct Nvml {
   void* lib = nullptr;
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  nvmlReturn_t (*count)(unsigned int*) = nullptr;
-  nvmlReturn_t (*handle)(unsigned int, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned int) = nullptr;
-  nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
-  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+  int (*init)() = nullptr;
+  int (*shutdown)() = nullptr;
+  int (*count)(unsigned int*) = nullptr;
+  int (*handle)(unsigned int, void**) = nullptr;
+  int (*name)(void*, char*, unsigned int) = nullptr;
+  int (*memory)(void*, NvmlMemory*) = nullptr;
+  int (*utilization)(void*, NvmlUtilization*) = nullptr;
 
   // Loads and initialises NVML; false (and nothing to clean up) when it is absent.
   bool Open() {
@@ -43,6 +35,7 @@ struct Nvml {
     }
     return true;
   }
+  NvmlApi Api() const { return {count, handle, name, memory, utilization}; }
   ~Nvml() {
     if (lib != nullptr) {
       shutdown();
@@ -53,18 +46,16 @@ struct Nvml {
 
 }  // namespace
 
-std::vector<v1::GpuInfo> DiscoverGpus() {
+std::vector<v1::GpuInfo> DiscoverGpus(const NvmlApi& nvml) {
   std::vector<v1::GpuInfo> gpus;
-  Nvml nvml;
-  if (!nvml.Open()) return gpus;
   unsigned int n = 0;
   if (nvml.count(&n) != 0) return gpus;
   for (unsigned int i = 0; i < n; ++i) {
-    nvmlDevice_t dev;
+    void* dev = nullptr;
     if (nvml.handle(i, &dev) != 0) continue;
     char name[96] = {0};
-    nvml.name(dev, name, sizeof(name));
-    nvmlMemory_t mem{};
+    nvml.name(dev, name, sizeof(name) - 1);
+    NvmlMemory mem;
     nvml.memory(dev, &mem);
     v1::GpuInfo g;
     g.set_index(static_cast<int>(i));
@@ -75,23 +66,31 @@ std::vector<v1::GpuInfo> DiscoverGpus() {
   return gpus;
 }
 
-std::vector<GpuUsage> SampleGpus() {
+std::vector<GpuUsage> SampleGpus(const NvmlApi& nvml) {
   std::vector<GpuUsage> out;
-  Nvml nvml;
-  if (!nvml.Open()) return out;
   unsigned int n = 0;
   if (nvml.count(&n) != 0) return out;
   for (unsigned int i = 0; i < n; ++i) {
-    nvmlDevice_t dev;
+    void* dev = nullptr;
     if (nvml.handle(i, &dev) != 0) continue;
-    nvmlMemory_t mem{};
-    nvmlUtilization_t util{};
+    NvmlMemory mem;
+    NvmlUtilization util;
     nvml.memory(dev, &mem);
     nvml.utilization(dev, &util);
     out.push_back({static_cast<int>(i), util.gpu / 100.0, static_cast<int64_t>(mem.used),
                    static_cast<int64_t>(mem.total)});
   }
   return out;
+}
+
+std::vector<v1::GpuInfo> DiscoverGpus() {
+  Nvml nvml;
+  return nvml.Open() ? DiscoverGpus(nvml.Api()) : std::vector<v1::GpuInfo>{};
+}
+
+std::vector<GpuUsage> SampleGpus() {
+  Nvml nvml;
+  return nvml.Open() ? SampleGpus(nvml.Api()) : std::vector<GpuUsage>{};
 }
 
 GpuAllocator::GpuAllocator(const std::vector<v1::GpuInfo>& gpus) {

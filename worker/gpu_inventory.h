@@ -5,6 +5,7 @@
 #ifndef NIGHTSHIFT_WORKER_GPU_INVENTORY_H_
 #define NIGHTSHIFT_WORKER_GPU_INVENTORY_H_
 
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -14,8 +15,21 @@
 
 namespace nightshift {
 
-// Index, name and memory of every GPU NVML sees; empty without NVML or GPUs.
-std::vector<v1::GpuInfo> DiscoverGpus();
+// The NVML calls the inventory makes (the real ones come from libnvidia-ml.so.1; tests
+// pass fakes). Each returns NVML's status: 0 is success.
+struct NvmlMemory {
+  unsigned long long total = 0, free = 0, used = 0;  // bytes (nvmlMemory_t's layout)
+};
+struct NvmlUtilization {
+  unsigned int gpu = 0, memory = 0;  // percent of time (nvmlUtilization_t's layout)
+};
+struct NvmlApi {
+  std::function<int(unsigned int* count)> count;
+  std::function<int(unsigned int index, void** device)> handle;
+  std::function<int(void* device, char* name, unsigned int length)> name;
+  std::function<int(void* device, NvmlMemory* memory)> memory;
+  std::function<int(void* device, NvmlUtilization* utilization)> utilization;
+};
 
 struct GpuUsage {
   int index = 0;
@@ -23,7 +37,15 @@ struct GpuUsage {
   int64_t memory_used = 0;    // bytes
   int64_t memory_total = 0;   // bytes
 };
-// Current utilisation and memory of every GPU; empty without NVML.
+
+// Index, name and memory of every GPU that `nvml` answers for (a device whose handle
+// fails is left out); empty when the count fails.
+std::vector<v1::GpuInfo> DiscoverGpus(const NvmlApi& nvml);
+// Current utilisation and memory of the same GPUs.
+std::vector<GpuUsage> SampleGpus(const NvmlApi& nvml);
+
+// The same through the machine's NVML; empty without a driver or GPUs.
+std::vector<v1::GpuInfo> DiscoverGpus();
 std::vector<GpuUsage> SampleGpus();
 
 // Hands out GPU indices to tasks; thread-safe.

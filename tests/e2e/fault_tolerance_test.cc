@@ -50,9 +50,10 @@ bool HasEvent(const v1::Job& job, v1::JobState state) {
 class FaultToleranceTest : public ::testing::Test {
  protected:
   // Starts a job, waits until it reached `step`, runs `fault`, and checks that it
-  // succeeds having redone at most one checkpoint interval.
+  // succeeds after exactly `resumes` requeues (restarts from a checkpoint), each having
+  // redone at most one checkpoint interval.
   void KillMidJob(const std::string& name, const std::function<void(Cluster&, const v1::Job&)>& fault,
-                  int workers = 1) {
+                  size_t resumes, int workers = 1) {
     Cluster cluster(name);
     const std::string data = cluster.MakeData(60);
     cluster.StartCoordinator();
@@ -72,6 +73,7 @@ class FaultToleranceTest : public ::testing::Test {
     const double back = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
     job = cluster.WaitFor(id, 50, Ended);
     ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+    EXPECT_EQ(ResumedSteps(job).size(), resumes) << "requeues";
     for (int64_t resumed : ResumedSteps(job)) {
       EXPECT_GE(resumed, before - kCheckpointEvery) << "redid more than one checkpoint interval";
     }
@@ -89,7 +91,7 @@ TEST_F(FaultToleranceTest, TrainerKilledMidJob) {
     pid_t pid = c.TrainerOf(job.id());
     ASSERT_GT(pid, 0);
     ::kill(pid, SIGKILL);
-  });
+  }, /*resumes=*/1);
   EXPECT_EQ(last_.restarts(), 1);
 }
 
@@ -100,7 +102,7 @@ TEST_F(FaultToleranceTest, WorkerKilledMidJob) {
     pid_t trainer = c.TrainerOf(job.id());
     c.worker(i).Kill(SIGKILL);
     if (trainer > 0) ::kill(trainer, SIGKILL);
-  }, /*workers=*/2);
+  }, /*resumes=*/1, /*workers=*/2);
   EXPECT_EQ(last_.restarts(), 1);
 }
 
@@ -109,7 +111,7 @@ TEST_F(FaultToleranceTest, CoordinatorKilledMidJob) {
     c.coordinator().Kill(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     c.StartCoordinator({}, /*same_port=*/true);
-  });
+  }, /*resumes=*/0);
   // The trainer kept running; the workers reported it again to the new coordinator.
   EXPECT_EQ(last_.restarts(), 0);
 }

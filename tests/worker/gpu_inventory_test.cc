@@ -2,17 +2,68 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace nightshift {
 namespace {
 
-TEST(GpuInventoryTest, WithoutADriverThereAreNoGpusAndNoCrash) {
-  // CI machines have no NVIDIA driver: NVML is absent and both calls return nothing.
-  // On a GPU machine they return one entry per device, with a name and memory.
-  for (const auto& g : DiscoverGpus()) {
-    EXPECT_FALSE(g.name().empty());
-    EXPECT_GT(g.memory_bytes(), 0);
-  }
-  EXPECT_EQ(SampleGpus().size(), DiscoverGpus().size());
+// An NVML with three devices, the second of which cannot be opened.
+NvmlApi FakeNvml(int* count_status) {
+  static char devices[3];
+  NvmlApi api;
+  api.count = [count_status](unsigned int* n) {
+    *n = 3;
+    return *count_status;
+  };
+  api.handle = [](unsigned int i, void** dev) {
+    if (i == 1) return 999;  // NVML_ERROR_UNKNOWN
+    *dev = &devices[i];
+    return 0;
+  };
+  api.name = [](void* dev, char* out, unsigned int len) {
+    std::snprintf(out, len, "NVIDIA H200 #%d", static_cast<int>(static_cast<char*>(dev) - devices));
+    return 0;
+  };
+  api.memory = [](void* dev, NvmlMemory* m) {
+    const int i = static_cast<int>(static_cast<char*>(dev) - devices);
+    m->total = (140ull << 30) + i;
+    m->used = (1ull << 30) * (i + 1);
+    m->free = m->total - m->used;
+    return 0;
+  };
+  api.utilization = [](void* dev, NvmlUtilization* u) {
+    u->gpu = static_cast<char*>(dev) == &devices[0] ? 37 : 100;
+    return 0;
+  };
+  return api;
+}
+
+TEST(GpuInventoryTest, ReadsEveryDeviceNvmlAnswersFor) {
+  int status = 0;
+  const NvmlApi nvml = FakeNvml(&status);
+  const std::vector<v1::GpuInfo> gpus = DiscoverGpus(nvml);
+  ASSERT_EQ(gpus.size(), 2u);  // device 1's handle failed: left out, indices kept
+  EXPECT_EQ(gpus[0].index(), 0);
+  EXPECT_EQ(gpus[0].name(), "NVIDIA H200 #0");
+  EXPECT_EQ(gpus[0].memory_bytes(), int64_t{140} << 30);
+  EXPECT_EQ(gpus[1].index(), 2);
+  EXPECT_EQ(gpus[1].name(), "NVIDIA H200 #2");
+  EXPECT_EQ(gpus[1].memory_bytes(), (int64_t{140} << 30) + 2);
+  const std::vector<GpuUsage> usage = SampleGpus(nvml);
+  ASSERT_EQ(usage.size(), 2u);
+  EXPECT_DOUBLE_EQ(usage[0].utilization, 0.37);
+  EXPECT_EQ(usage[0].memory_used, int64_t{1} << 30);
+  EXPECT_EQ(usage[1].index, 2);
+  EXPECT_DOUBLE_EQ(usage[1].utilization, 1.0);
+  EXPECT_EQ(usage[1].memory_used, int64_t{3} << 30);
+  EXPECT_EQ(usage[1].memory_total, (int64_t{140} << 30) + 2);
+}
+
+TEST(GpuInventoryTest, AFailedCountMeansNoGpus) {
+  int status = 999;
+  const NvmlApi nvml = FakeNvml(&status);
+  EXPECT_TRUE(DiscoverGpus(nvml).empty());
+  EXPECT_TRUE(SampleGpus(nvml).empty());
 }
 
 TEST(GpuInventoryTest, AllocatorHandsOutEachGpuOnce) {

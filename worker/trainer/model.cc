@@ -195,7 +195,8 @@ torch::Tensor GptLMImpl::forward(const torch::Tensor& tokens, const torch::Tenso
 TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,
                                  int64_t num_classes, int64_t pad_id) {
   if (model.arch != "transformer_classifier")
-    throw std::runtime_error("model.arch " + model.arch + " not supported by this trainer yet");
+    throw std::invalid_argument("BuildModel makes a transformer_classifier, not model.arch " + model.arch +
+                                ": use BuildSequenceModel");
   return TransformerClassifier(model, vocab_size, num_classes, pad_id);
 }
 

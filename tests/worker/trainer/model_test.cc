@@ -160,15 +160,17 @@ TEST(AttentionTest, FirstPositionOnlyEqualsTheWholeBlock) {
   }
 }
 
-TEST(TransformerClassifierTest, OtherArchitecturesFailClearly) {
+TEST(SequenceModelTest, UnknownArchitecturesFailClearly) {
   ModelConfig m = SmallModel();
-  m.arch = "gpt_lm";
+  m.arch = "lstm";
   try {
-    BuildModel(m, 50, 2, 0);
+    BuildSequenceModel(m, 50, 2, 0);
     FAIL() << "expected an error";
   } catch (const std::exception& e) {
-    EXPECT_STREQ(e.what(), "model.arch gpt_lm not supported by this trainer yet");
+    EXPECT_STREQ(e.what(), "model.arch lstm is not supported (use transformer_classifier, gpt_lm or torchscript)");
   }
+  m.arch = "torchscript";  // without model.path
+  EXPECT_THROW(BuildSequenceModel(m, 50, 2, 0), std::runtime_error);
 }
 
 }  // namespace
