@@ -5,8 +5,20 @@
 
 namespace nightshift {
 namespace {
+
 constexpr char kJobPrefix[] = "job/";
-}
+
+class RocksJobStore : public JobStore {
+ public:
+  explicit RocksJobStore(rocksdb::DB* db) : db_(db) {}
+  Status Put(const v1::Job& job, bool sync) override;
+  Status LoadAll(std::vector<v1::Job>* jobs) const override;
+
+ private:
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace
 
 StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir) {
   rocksdb::Options options;
@@ -15,13 +27,10 @@ StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir) {
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
   if (!s.ok()) return Status::IOError("cannot open job store in " + dir + ": " + s.ToString());
-  return std::unique_ptr<JobStore>(new JobStore(db));
+  return std::unique_ptr<JobStore>(new RocksJobStore(db));
 }
 
-JobStore::JobStore(rocksdb::DB* db) : db_(db) {}
-JobStore::~JobStore() = default;
-
-Status JobStore::Put(const v1::Job& job, bool sync) {
+Status RocksJobStore::Put(const v1::Job& job, bool sync) {
   std::string value;
   if (!job.SerializeToString(&value)) return Status::Internal("cannot serialize job " + job.id());
   rocksdb::WriteOptions wo;
@@ -31,7 +40,7 @@ Status JobStore::Put(const v1::Job& job, bool sync) {
   return Status::OK();
 }
 
-Status JobStore::LoadAll(std::vector<v1::Job>* jobs) const {
+Status RocksJobStore::LoadAll(std::vector<v1::Job>* jobs) const {
   jobs->clear();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   const std::string prefix = kJobPrefix;

@@ -1,5 +1,6 @@
-// JobStore: the coordinator's durable job records, in RocksDB. One key per job
-// ("job/<id>"), the value the serialized v1::Job. Thread-safe (RocksDB is).
+// JobStore: the coordinator's durable job records. The RocksDB store (Open) keeps one
+// key per job ("job/<id>"), the value the serialized v1::Job; thread-safe (RocksDB is).
+// An interface, so tests can inject a store that fails.
 #ifndef NIGHTSHIFT_COMMON_JOB_STORE_H_
 #define NIGHTSHIFT_COMMON_JOB_STORE_H_
 
@@ -10,28 +11,20 @@
 #include "common/status.h"
 #include "nightshift/v1/jobs.pb.h"
 
-namespace rocksdb {
-class DB;
-}
-
 namespace nightshift {
 
 class JobStore {
  public:
-  // Opens (creating if needed) the store under `dir`.
+  // Opens (creating if needed) the RocksDB store under `dir`.
   static StatusOr<std::unique_ptr<JobStore>> Open(const std::string& dir);
-  ~JobStore();
+  virtual ~JobStore() = default;
 
   // Writes the whole record. sync=true returns only once the write is on disk (WAL
   // fsync): use it for anything a client was or will be told.
-  Status Put(const v1::Job& job, bool sync);
+  virtual Status Put(const v1::Job& job, bool sync) = 0;
 
   // Every stored job, in key order.
-  Status LoadAll(std::vector<v1::Job>* jobs) const;
-
- private:
-  explicit JobStore(rocksdb::DB* db);
-  std::unique_ptr<rocksdb::DB> db_;
+  virtual Status LoadAll(std::vector<v1::Job>* jobs) const = 0;
 };
 
 }  // namespace nightshift

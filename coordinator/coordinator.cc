@@ -42,10 +42,15 @@ Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobS
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options) {
   if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
-  if (options.lease_seconds <= 0) return Status::InvalidArgument("--lease-seconds must be positive");
   auto store = JobStore::Open(options.data_dir);
   if (!store.ok()) return store.status();
-  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store.value())));
+  return Open(options, std::move(store.value()));
+}
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
+                                                         std::unique_ptr<JobStore> store) {
+  if (options.lease_seconds <= 0) return Status::InvalidArgument("--lease-seconds must be positive");
+  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
   std::vector<v1::Job> jobs;
   NS_RETURN_IF_ERROR(c->store_->LoadAll(&jobs));
   for (auto& job : jobs) {
@@ -62,11 +67,21 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
 }
 
 void Coordinator::Persist(JobEntry* entry, bool sync) {
+  if (!store_error_.ok()) return;  // stopped: nothing more is written or told
   entry->version++;
   *entry->job.mutable_updated() = NowTimestamp();
   Status s = store_->Put(entry->job, sync);
-  if (!s.ok()) NS_ERROR("coordinator: " << s.ToString());
+  if (!s.ok()) {
+    store_error_ = Status::Unavailable("the coordinator stopped after a failed job store write (" + s.message() +
+                                       "); restart it once the store is writable");
+    NS_ERROR("coordinator: " << store_error_.message());
+  }
   changed_.notify_all();
+}
+
+Status Coordinator::store_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_error_;
 }
 
 void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::string& reason,
@@ -91,6 +106,7 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
 StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner) {
   NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   int unfinished = 0;
   for (const auto& [id, e] : jobs_) unfinished += e.job.owner() == owner && !IsTerminal(e.job.state());
   if (unfinished >= options_.max_jobs_per_user)
@@ -128,6 +144,7 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
 
 StatusOr<v1::Job> Coordinator::Get(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   return it->second.job;
@@ -146,6 +163,7 @@ StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& requ
   std::set<int> states(request.states().begin(), request.states().end());
   v1::ListJobsResponse response;
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   for (auto it = by_seq_.upper_bound(after); it != by_seq_.end(); ++it) {
     const v1::Job& job = jobs_.at(it->second).job;
     if (!states.empty() && !states.count(job.state())) continue;
@@ -161,6 +179,7 @@ StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& requ
 
 StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   JobEntry& entry = it->second;
@@ -169,6 +188,7 @@ StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& 
                                       v1::JobState_Name(entry.job.state()));
   // Its workers are told to stop the ranks at their next heartbeat (reconciliation).
   SetState(&entry, v1::CANCELLED, reason.empty() ? "cancelled by user" : reason);
+  NS_RETURN_IF_ERROR(store_error_);  // not written: not cancelled as far as anyone is told
   return entry.job;
 }
 
@@ -177,6 +197,7 @@ StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* ve
   std::unique_lock<std::mutex> lock(mu_);
   auto deadline = Clock::now() + timeout;
   while (true) {
+    NS_RETURN_IF_ERROR(store_error_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Status::NotFound("no job " + id);
     if (it->second.version > *version) {
@@ -192,6 +213,7 @@ Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterRes
   if (request.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
   if (request.slots() < 0 || request.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   WorkerEntry& w = workers_[request.name()];
   const bool known = w.info.state() == v1::WORKER_READY;
   w.info.set_name(request.name());
@@ -209,6 +231,7 @@ Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterRes
 
 Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   auto wit = workers_.find(request.name());
   if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
     return Status::NotFound("worker " + request.name() + " is not registered");
@@ -260,14 +283,15 @@ Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Heartbeat
       a->set_master_addr(job.master_addr());
     }
   }
-  return Status::OK();
+  return store_error_;  // a change this heartbeat caused was not written: not acknowledged
 }
 
 Status Coordinator::ReportTask(const v1::ReportTaskRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   v1::HeartbeatResponse ignored;
   HandleTaskStatus(request.name(), request.status(), &ignored);
-  return Status::OK();
+  return store_error_;  // not written: the worker keeps the result and sends it again
 }
 
 void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
@@ -434,6 +458,7 @@ int Coordinator::UsedSlots(const std::string& worker) const {
 
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!store_error_.ok()) return;  // stopped (fail-stop, see store_status())
   const auto now = Clock::now();
   const auto lease = std::chrono::milliseconds(static_cast<int64_t>(options_.lease_seconds * 1000));
 
@@ -555,6 +580,7 @@ void Coordinator::Tick() {
 
 StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
   const v1::Job& job = it->second.job;
@@ -625,6 +651,7 @@ v1::ListCacheResponse Coordinator::ListCache(const std::string& worker) const {
 
 StatusOr<v1::WorkerInfo> Coordinator::Cordon(const std::string& name, bool uncordon) {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   auto it = workers_.find(name);
   if (it == workers_.end()) return Status::NotFound("no worker " + name + " (see `nightshift worker list`)");
   it->second.info.set_cordoned(!uncordon);
@@ -637,6 +664,7 @@ StatusOr<v1::WorkerInfo> Coordinator::Cordon(const std::string& name, bool uncor
 
 StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   auto it = workers_.find(name);
   if (it == workers_.end()) return Status::NotFound("no worker " + name + " (see `nightshift worker list`)");
   it->second.info.set_cordoned(true);
@@ -651,6 +679,7 @@ StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
       break;
     }
   }
+  NS_RETURN_IF_ERROR(store_error_);
   NS_INFO("worker " << name << " drained: " << moved << " jobs checkpoint and move");
   v1::WorkerInfo info = it->second.info;
   info.set_used_slots(UsedSlots(name));
@@ -661,6 +690,7 @@ StatusOr<int> Coordinator::EvictCache(const v1::EvictCacheRequest& request) {
   if (request.key().empty() && !request.all())
     return Status::InvalidArgument("key: name an entry, or set all");
   std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
   if (!request.worker().empty() && !workers_.count(request.worker()))
     return Status::NotFound("no worker " + request.worker());
   int n = 0;

@@ -60,6 +60,17 @@ class Coordinator {
   // Opens the store and loads every job. Jobs that were SCHEDULED or RUNNING keep their
   // placements: their workers have one lease to come back and report them.
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
+  // The same over a given store (tests: a store that fails); options.data_dir unused.
+  static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options,
+                                                     std::unique_ptr<JobStore> store);
+
+  // Fail-stop on the store: every change is written synced or not at all. After the
+  // first failed write the coordinator accepts nothing more: every call except Stats,
+  // ListWorkers and ListCache returns UNAVAILABLE with the store's error (the call whose
+  // change failed included, so its caller is never told it happened; workers re-send
+  // their results), Tick does nothing, and store_status() says why, so the daemon stops
+  // with the reason. A restart rebuilds the state from what is on disk.
+  Status store_status() const;
 
   // JobService.
   // `owner`: the submitting user (empty in insecure mode); RESOURCE_EXHAUSTED when the
@@ -122,7 +133,9 @@ class Coordinator {
 
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
-  void Persist(JobEntry* entry, bool sync);
+  void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
+  // store_error_ (OK while the store works), for a call to return.
+  Status StoreError() const { return store_error_; }
   // `cause` classifies retryable failures for metrics: worker_lost, worker_restarted,
   // rank_failed.
   void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,
@@ -146,6 +159,7 @@ class Coordinator {
   std::map<uint64_t, std::string> by_seq_;        // GUARDED_BY(mu_), submit order
   std::map<std::string, WorkerEntry> workers_;    // GUARDED_BY(mu_), by name
   uint64_t next_seq_ = 1;                         // GUARDED_BY(mu_)
+  Status store_error_;                            // GUARDED_BY(mu_): the first failed write
 };
 
 }  // namespace nightshift

@@ -105,6 +105,11 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     c->Tick();
     metrics.SchedulingPass(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (Status s = c->store_status(); !s.ok()) {  // fail-stop: exit with the reason
+      NS_ERROR("coordinator: " << s.message());
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      return 1;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   NS_INFO("coordinator: shutting down");

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/spec.h"
+#include "tests/common/fake_job_store.h"
 
 namespace nightshift {
 namespace {
@@ -87,6 +88,59 @@ TEST_F(CoordinatorTest, FreeSlotsGoToTheUserHoldingFewest) {
   EXPECT_EQ(StateOf(bob), v1::SCHEDULED);
   EXPECT_EQ(StateOf(alice[1]), v1::QUEUED);
   EXPECT_EQ(StateOf(alice[2]), v1::QUEUED);
+}
+
+// A state change whose write fails is never acknowledged: the call that caused it fails,
+// the coordinator stops (fail-stop), and a restart over the same disk shows the last
+// written state, which the worker's repeated report then moves on.
+TEST_F(CoordinatorTest, AFailedWriteFailsTheCallAndStopsTheCoordinator) {
+  auto disk = std::make_shared<FakeJobStore::Disk>();
+  auto opened = Coordinator::Open(options_, std::make_unique<FakeJobStore>(disk));
+  ASSERT_TRUE(opened.ok());
+  c_ = std::move(opened.value());
+  const std::string id = c_->Submit(Spec())->id();
+  RegisterWorker("w1", 1);
+  c_->Tick();
+  Heartbeat("w1", {Status(id, 0, v1::TASK_PREPARING)});
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  ASSERT_EQ(StateOf(id), v1::RUNNING);
+  ASSERT_TRUE(c_->store_status().ok());
+
+  disk->fail_writes = true;  // the disk fills up
+  auto done = Status(id, 0, v1::TASK_SUCCEEDED);
+  (*done.mutable_metrics())["val_accuracy"] = 0.97;
+  v1::ReportTaskRequest report;
+  report.set_name("w1");
+  *report.mutable_status() = done;
+  const ::nightshift::Status s = c_->ReportTask(report);
+  EXPECT_EQ(s.code(), ::nightshift::Status::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+  EXPECT_EQ(disk->failed_writes, 1);
+  // Stopped: nothing more is accepted, told or written.
+  EXPECT_EQ(c_->store_status().code(), ::nightshift::Status::kUnavailable);
+  EXPECT_EQ(c_->Get(id).status().code(), ::nightshift::Status::kUnavailable);
+  EXPECT_EQ(c_->Submit(Spec()).status().code(), ::nightshift::Status::kUnavailable);
+  v1::HeartbeatRequest hb;
+  hb.set_name("w1");
+  v1::HeartbeatResponse hb_resp;
+  EXPECT_EQ(c_->Heartbeat(hb, &hb_resp).code(), ::nightshift::Status::kUnavailable);
+  c_->Tick();
+  EXPECT_EQ(disk->failed_writes, 1);
+  EXPECT_EQ(disk->jobs.at(id).state(), v1::RUNNING) << "on disk: the last acknowledged state";
+
+  // Restarted once the disk has room: the job is as written, and the result the worker
+  // kept (it was never acknowledged) is applied when it sends it again.
+  disk->fail_writes = false;
+  c_.reset();
+  opened = Coordinator::Open(options_, std::make_unique<FakeJobStore>(disk));
+  ASSERT_TRUE(opened.ok());
+  c_ = std::move(opened.value());
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  RegisterWorker("w1", 1);
+  Report("w1", done);
+  EXPECT_EQ(StateOf(id), v1::SUCCEEDED);
+  EXPECT_EQ(disk->jobs.at(id).state(), v1::SUCCEEDED);
+  EXPECT_DOUBLE_EQ(disk->jobs.at(id).metrics().at("val_accuracy"), 0.97);
 }
 
 TEST_F(CoordinatorTest, JobRunsToSuccessAndSurvivesARestart) {

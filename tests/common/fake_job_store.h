@@ -1,0 +1,49 @@
+// An in-memory JobStore for tests: its records live in a shared Disk that outlives the
+// store (so a test can "restart" a coordinator over the same records), and writes fail
+// while disk->fail_writes is set, as a full or broken disk would.
+#ifndef NIGHTSHIFT_TESTS_COMMON_FAKE_JOB_STORE_H_
+#define NIGHTSHIFT_TESTS_COMMON_FAKE_JOB_STORE_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/job_store.h"
+
+namespace nightshift {
+
+class FakeJobStore : public JobStore {
+ public:
+  struct Disk {
+    std::mutex mu;
+    std::map<std::string, v1::Job> jobs;  // GUARDED_BY(mu), by id
+    bool fail_writes = false;             // GUARDED_BY(mu)
+    int failed_writes = 0;                // GUARDED_BY(mu)
+  };
+  explicit FakeJobStore(std::shared_ptr<Disk> disk) : disk_(std::move(disk)) {}
+
+  Status Put(const v1::Job& job, bool /*sync*/) override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    if (disk_->fail_writes) {
+      ++disk_->failed_writes;
+      return Status::IOError("cannot write job " + job.id() + ": No space left on device");
+    }
+    disk_->jobs[job.id()] = job;
+    return Status::OK();
+  }
+  Status LoadAll(std::vector<v1::Job>* jobs) const override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    jobs->clear();
+    for (const auto& [id, job] : disk_->jobs) jobs->push_back(job);
+    return Status::OK();
+  }
+
+ private:
+  const std::shared_ptr<Disk> disk_;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_TESTS_COMMON_FAKE_JOB_STORE_H_
