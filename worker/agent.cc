@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/client.h"
+#include "common/format/step_metrics.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -197,28 +198,8 @@ bool Agent::IsRunning(const std::string& job_id) const {
 }
 
 void Agent::CollectMetrics(FamilyBuilder* b) const {
-  // Trainer figures by (job, rank): gauges from the latest step event, counters from the
-  // running totals the trainer reports.
-  static const std::vector<std::tuple<const char*, const char*, const char*>> kGauges = {
-      {"tokens_per_second", "nightshift_trainer_tokens_per_second", "Real (non-padding) tokens trained per second"},
-      {"mfu", "nightshift_trainer_mfu_ratio",
-       "Model FLOPs utilisation: tokens/s x training FLOPs per token / the device's dense peak"},
-      {"samples_per_second", "nightshift_trainer_samples_per_second", "Samples trained per second"},
-      {"step_seconds", "nightshift_trainer_step_seconds", "Seconds per optimizer step"},
-      {"data_wait_seconds", "nightshift_trainer_data_wait_seconds", "Seconds per step spent waiting for data"},
-      {"loss", "nightshift_trainer_loss", "Training loss (mean over the last steps)"},
-      {"lr", "nightshift_trainer_learning_rate", "Learning rate"},
-      {"padding_efficiency", "nightshift_trainer_padding_efficiency_ratio", "Real tokens / padded tokens"},
-      {"memory_allocated_bytes", "nightshift_trainer_device_memory_allocated_bytes", "Device memory allocated"},
-      {"memory_reserved_bytes", "nightshift_trainer_device_memory_reserved_bytes", "Device memory reserved"},
-      {"memory_peak_bytes", "nightshift_trainer_memory_peak_bytes", "Peak memory (device, or host RSS on CPU)"},
-      {"host_rss_bytes", "nightshift_trainer_host_rss_bytes", "Host resident memory of the rank"},
-      {"allreduce_seconds", "nightshift_trainer_allreduce_seconds", "Seconds per step waiting on gradient all-reduce"},
-      {"step", "nightshift_trainer_step", "Optimizer steps done"},
-      {"epoch", "nightshift_trainer_epoch", "Current epoch"}};
-  static const std::vector<std::tuple<const char*, const char*, const char*>> kCounters = {
-      {"skipped_steps", "nightshift_trainer_skipped_steps_total", "Steps skipped for non-finite loss or gradients"},
-      {"oom_recoveries", "nightshift_trainer_oom_recoveries_total", "Batches split after an out-of-memory error"}};
+  // Trainer figures by (job, rank), as format::kStepMetrics names them: gauges from the
+  // latest step event, counters from the running totals the trainer reports.
   int running = 0;
   {
     std::lock_guard<std::mutex> lock(tasks_mu_);
@@ -227,10 +208,11 @@ void Agent::CollectMetrics(FamilyBuilder* b) const {
       for (const auto& [rank, rec] : task->RankSnapshot()) {
         const FamilyBuilder::Labels labels = {{"job", id.first}, {"rank", std::to_string(rank)}};
         if (!rec.step.event.empty()) {
-          for (const auto& [key, name, help] : kGauges)
-            if (rec.step.numbers.count(key)) b->Gauge(name, help, labels, rec.step.Number(key));
-          for (const auto& [key, name, help] : kCounters)
-            b->Counter(name, help, labels, rec.step.Number(key));
+          for (const format::StepMetric& m : format::kStepMetrics) {
+            if (m.prometheus == nullptr) continue;
+            if (m.counter) b->Counter(m.prometheus, m.help, labels, rec.step.Number(m.key));
+            else if (rec.step.numbers.count(m.key)) b->Gauge(m.prometheus, m.help, labels, rec.step.Number(m.key));
+          }
         }
         if (!rec.checkpoint.event.empty()) {
           b->Gauge("nightshift_trainer_checkpoint_seconds", "Time to write the last checkpoint", labels,

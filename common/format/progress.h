@@ -9,15 +9,8 @@
 //               dense peak, or the measured GEMM rate on the CPU), non_embedding_parameters,
 //               max_tokens (the token budget, probed when the spec says auto; 0: fixed
 //               batch_size), batch_size, device (string), torch_version (string)
-//   step        step, epoch, total_steps, loss, lr, tokens_per_second (real tokens),
-//               mfu (tokens_per_second x training FLOPs per token / peak_flops),
-//               samples_per_second, step_seconds, data_wait_seconds, padding_efficiency,
-//               batch_samples, batch_padded_tokens, memory_allocated_bytes,
-//               memory_reserved_bytes, memory_peak_bytes, host_rss_bytes,
-//               skipped_steps (steps not applied: non-finite loss or fp16 overflow, since
-//               start), oom_recoveries (out-of-memory attempts survived by splitting,
-//               since start), micro_batches (of the last batch), grad_scale (fp16 loss
-//               scale; 1 otherwise), precision (string: fp32, bf16, fp16)
+//   step        the numbers of format::kStepMetrics (step_metrics.h: names, units,
+//               meanings), and precision (string: fp32, bf16, fp16)
 //   eval        step, epoch, val_loss, val_accuracy, val_f1 (two classes), val_perplexity
 //   checkpoint  step, path (string), bytes, seconds
 //   warning     message (string)

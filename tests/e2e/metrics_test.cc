@@ -9,7 +9,9 @@
 
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
+#include "common/format/step_metrics.h"
 #include "tests/e2e/cluster.h"
 
 namespace nightshift::testing_e2e {
@@ -37,6 +39,24 @@ std::vector<std::string> DashboardQueries() {
         exprs.push_back(std::regex_replace(target["expr"].get<std::string>(), std::regex("\\$job"), ".+"));
   }
   return exprs;
+}
+
+// Every trainer series a dashboard queries is one the worker exports from the one table
+// of step metrics (or the last checkpoint's gauges).
+TEST(MetricsE2E, DashboardTrainerSeriesComeFromTheStepMetricsTable) {
+  std::set<std::string> exported = {"nightshift_trainer_checkpoint_seconds", "nightshift_trainer_checkpoint_bytes",
+                                    "nightshift_trainer_checkpoint_step"};
+  for (const format::StepMetric& m : format::kStepMetrics)
+    if (m.prometheus != nullptr) exported.insert(m.prometheus);
+  const std::regex series("nightshift_trainer_[a-z_]+");
+  int seen = 0;
+  for (const std::string& expr : DashboardQueries()) {
+    for (auto it = std::sregex_iterator(expr.begin(), expr.end(), series); it != std::sregex_iterator(); ++it) {
+      ++seen;
+      EXPECT_TRUE(exported.count(it->str())) << it->str() << " in " << expr;
+    }
+  }
+  EXPECT_GT(seen, 5);
 }
 
 TEST(MetricsE2E, PromtoolAndPrometheusSeeEveryDashboardSeries) {

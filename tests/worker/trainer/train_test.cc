@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "common/format/step_metrics.h"
 #include "tests/worker/trainer/test_util.h"
 
 namespace nightshift::trainer {
@@ -37,10 +38,9 @@ TEST(TrainTest, LearnsAnEasyTaskAndReportsProgress) {
     format::ProgressRecord parsed;
     ASSERT_EQ(format::ParseProgressLine(format::FormatProgressLine(r), &parsed), "");
     if (r.event == "step") {
-      for (const char* key : {"step", "epoch", "total_steps", "loss", "lr", "tokens_per_second",
-                              "samples_per_second", "step_seconds", "data_wait_seconds",
-                              "padding_efficiency", "host_rss_bytes", "memory_peak_bytes"})
-        EXPECT_TRUE(r.numbers.count(key)) << key;
+      // Exactly the keys of the one table of step metrics, both ways.
+      for (const format::StepMetric& m : format::kStepMetrics) EXPECT_TRUE(r.numbers.count(m.key)) << m.key;
+      for (const auto& [key, value] : r.numbers) EXPECT_NE(format::FindStepMetric(key.c_str()), nullptr) << key;
       EXPECT_GT(r.Number("padding_efficiency"), 0.5);
       EXPECT_LE(r.Number("padding_efficiency"), 1.0);
       EXPECT_LE(r.Number("batch_padded_tokens"), 192);
