@@ -1,5 +1,7 @@
 #include "common/spec.h"
 
+#include "common/format/spec_limits.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -125,6 +127,7 @@ Status Invalid(const std::string& field, const std::string& message) {
   return Status::InvalidArgument(field + ": " + message);
 }
 
+
 // What the YAML loader cannot produce but a SubmitJobRequest.spec can: fields this
 // coordinator does not know (a newer client's), and strings with control characters or
 // of unbounded length. Checked for every message and string field, recursively.
@@ -151,6 +154,19 @@ Status CheckFieldsAndStrings(const Message& message, const std::string& path) {
 
 bool Finite(double v) { return std::isfinite(v); }
 
+namespace L = format::limits;
+using format::WithDefault;
+
+// Range checks against the one table of limits (common/format/spec_limits.h).
+Status IntIn(const format::IntField& f, int64_t v, const std::string& note = "") {
+  if (format::InRange(f, v)) return Status::OK();
+  return Invalid(f.name, format::RangeText(f) + note + ", got " + std::to_string(v));
+}
+Status RealIn(const format::RealField& f, double v, const std::string& note = "") {
+  if (Finite(v) && format::InRange(f, v)) return Status::OK();
+  return Invalid(f.name, format::RangeText(f) + note);
+}
+
 }  // namespace
 
 int64_t MaxTokensOf(const v1::BatchingSpec& batching) {
@@ -159,7 +175,7 @@ int64_t MaxTokensOf(const v1::BatchingSpec& batching) {
   if (s == "auto") return -1;
   char* end = nullptr;
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (*end != '\0' || v <= 0 || v > (1LL << 40) || !std::isdigit(static_cast<unsigned char>(s[0])))
+  if (*end != '\0' || v < L::kMaxTokens.min || v > L::kMaxTokens.max || !std::isdigit(static_cast<unsigned char>(s[0])))
     return -2;  // invalid; validation reports it
   return v;
 }
@@ -177,21 +193,21 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
                                      "' (expected transformer_classifier, gpt_lm or torchscript)");
   if (m->arch() == "torchscript" && m->path().empty())
     return Invalid("model.path", "required when model.arch is torchscript");
-  if (m->layers() == 0) m->set_layers(2);
-  if (m->d_model() == 0) m->set_d_model(128);
-  if (m->heads() == 0) m->set_heads(4);
+  m->set_layers(static_cast<int32_t>(WithDefault(L::kLayers, m->layers())));
+  m->set_d_model(static_cast<int32_t>(WithDefault(L::kDModel, m->d_model())));
+  m->set_heads(static_cast<int32_t>(WithDefault(L::kHeads, m->heads())));
   if (m->ffn() == 0) m->set_ffn(4 * m->d_model());
-  if (m->max_len() == 0) m->set_max_len(512);
-  if (m->layers() < 1 || m->layers() > 128) return Invalid("model.layers", "must be in [1, 128]");
-  if (m->d_model() < 1 || m->d_model() > 65536) return Invalid("model.d_model", "must be in [1, 65536]");
+  m->set_max_len(static_cast<int32_t>(WithDefault(L::kMaxLen, m->max_len())));
+  if (!m->has_dropout()) m->set_dropout(L::kDefaultDropout);
+  NS_RETURN_IF_ERROR(IntIn(L::kLayers, m->layers()));
+  NS_RETURN_IF_ERROR(IntIn(L::kDModel, m->d_model()));
   if (m->heads() < 1 || m->d_model() % m->heads() != 0)
     return Invalid("model.heads", "must be positive and divide model.d_model (" +
                                       std::to_string(m->d_model()) + ")");
-  if (m->ffn() < 1 || m->ffn() > 1 << 20) return Invalid("model.ffn", "must be in [1, 1048576]");
-  if (!Finite(m->dropout()) || m->dropout() < 0 || m->dropout() >= 1) return Invalid("model.dropout", "must be in [0, 1)");
-  if (!Finite(m->attention_dropout()) || m->attention_dropout() < 0 || m->attention_dropout() >= 1)
-    return Invalid("model.attention_dropout", "must be in [0, 1)");
-  if (m->max_len() < 2 || m->max_len() > 1 << 16) return Invalid("model.max_len", "must be in [2, 65536]");
+  NS_RETURN_IF_ERROR(IntIn(L::kFfn, m->ffn()));
+  NS_RETURN_IF_ERROR(RealIn(L::kDropout, m->dropout()));
+  NS_RETURN_IF_ERROR(RealIn(L::kAttentionDropout, m->attention_dropout()));
+  NS_RETURN_IF_ERROR(IntIn(L::kMaxLen, m->max_len()));
 
   v1::DataSpec* d = spec->mutable_data();
   if (d->path().empty()) return Invalid("data.path", "missing: the folder or file with the training data");
@@ -218,65 +234,59 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
     return Invalid("data.tokenizer.vocab_size", "must be in [16, 1000000]");
 
   v1::TrainSpec* t = spec->mutable_train();
-  if (t->epochs() == 0) t->set_epochs(1);
-  if (t->epochs() < 0 || t->epochs() > 100000) return Invalid("train.epochs", "must be in [1, 100000]");
+  t->set_epochs(static_cast<int32_t>(WithDefault(L::kEpochs, t->epochs())));
+  NS_RETURN_IF_ERROR(IntIn(L::kEpochs, t->epochs()));
   if (t->optimizer().empty()) t->set_optimizer("adamw");
   if (t->optimizer() != "adamw") return Invalid("train.optimizer", "unknown optimizer '" + t->optimizer() + "' (expected adamw)");
-  if (t->lr() == 0) t->set_lr(1e-3);
-  if (!Finite(t->lr()) || t->lr() < 0 || t->lr() > 10) return Invalid("train.lr", "must be in (0, 10]");
-  if (!Finite(t->weight_decay()) || t->weight_decay() < 0 || t->weight_decay() > 10)
-    return Invalid("train.weight_decay", "must be in [0, 10]");
-  if (t->warmup_steps() < 0 || t->warmup_steps() > 1000000000)
-    return Invalid("train.warmup_steps", "must be in [0, 1000000000]");
+  t->set_lr(WithDefault(L::kLr, t->lr()));
+  NS_RETURN_IF_ERROR(RealIn(L::kLr, t->lr(), " (0: the default)"));
+  if (!t->has_weight_decay()) t->set_weight_decay(L::kDefaultWeightDecay);
+  NS_RETURN_IF_ERROR(RealIn(L::kWeightDecay, t->weight_decay()));
+  if (!t->has_warmup_steps()) t->set_warmup_steps(L::kDefaultWarmupSteps);
+  NS_RETURN_IF_ERROR(IntIn(L::kWarmupSteps, t->warmup_steps()));
   if (t->seed() == 0) t->set_seed(1234);
-  if (t->precision().empty()) t->set_precision("fp32");
+  if (t->precision().empty()) t->set_precision(L::kDefaultPrecision);
   if (t->precision() != "fp32" && t->precision() != "bf16" && t->precision() != "fp16")
     return Invalid("train.precision", "unknown precision '" + t->precision() + "' (expected fp32, bf16 or fp16)");
-  if (!Finite(t->grad_clip()) || t->grad_clip() < 0 || t->grad_clip() > 1e6)
-    return Invalid("train.grad_clip", "must be in [0, 1e6] (0 disables clipping)");
+  if (!t->has_grad_clip()) t->set_grad_clip(L::kDefaultGradClip);
+  NS_RETURN_IF_ERROR(RealIn(L::kGradClip, t->grad_clip(), " (0 disables clipping)"));
   if (t->activation_checkpointing().empty()) t->set_activation_checkpointing("none");
   const std::string& ac = t->activation_checkpointing();
   if (ac != "none" && ac != "full" &&
       !(ac.rfind("every_", 0) == 0 && ac.size() > 6 && ac.size() <= 10 &&
         ac.find_first_not_of("0123456789", 6) == std::string::npos && std::atoi(ac.c_str() + 6) >= 1))
     return Invalid("train.activation_checkpointing", "'" + ac + "' is not none, full or every_N");
-  if (t->max_steps() < 0 || t->max_steps() > (int64_t{1} << 40))
-    return Invalid("train.max_steps", "must be in [0, 2^40] (0: no limit)");
-  if (t->threads() < 0 || t->threads() > 1024) return Invalid("train.threads", "must be in [0, 1024]");
+  NS_RETURN_IF_ERROR(IntIn(L::kMaxSteps, t->max_steps(), " (0: no limit)"));
+  NS_RETURN_IF_ERROR(IntIn(L::kThreads, t->threads(), " (0: all cores / local ranks)"));
   v1::BatchingSpec* b = t->mutable_batching();
-  if (b->prefetch() == 0) b->set_prefetch(2);
-  if (b->prefetch() < 1 || b->prefetch() > 64) return Invalid("train.batching.prefetch", "must be in [1, 64]");
+  b->set_prefetch(static_cast<int32_t>(WithDefault(L::kPrefetch, b->prefetch())));
+  NS_RETURN_IF_ERROR(IntIn(L::kPrefetch, b->prefetch()));
   const int64_t max_tokens = MaxTokensOf(*b);
   if (max_tokens == -2)
     return Invalid("train.batching.max_tokens", "'" + b->max_tokens() + "' is not a positive integer or auto");
-  if (max_tokens == 0 && b->batch_size() == 0) b->set_batch_size(32);
-  if (b->batch_size() < 0 || b->batch_size() > 1 << 20)
-    return Invalid("train.batching.batch_size", "must be in [1, 1048576]");
+  if (max_tokens == 0) b->set_batch_size(static_cast<int32_t>(WithDefault(L::kBatchSize, b->batch_size())));
+  if (b->batch_size() != 0) NS_RETURN_IF_ERROR(IntIn(L::kBatchSize, b->batch_size()));
   if (max_tokens > 0 && max_tokens < m->max_len())
     return Invalid("train.batching.max_tokens", "must be at least model.max_len (" +
                                                     std::to_string(m->max_len()) + ") so every sample fits");
 
   v1::ResourceSpec* r = spec->mutable_resources();
-  if (!r->has_world_size()) r->set_world_size(1);  // an explicit 0 is refused below
-  if (r->world_size() < 1 || r->world_size() > 4096)
-    return Invalid("resources.world_size", "must be in [1, 4096], got " + std::to_string(r->world_size()));
-  if (r->timeout_seconds() == 0) r->set_timeout_seconds(300);
-  if (r->timeout_seconds() < 1 || r->timeout_seconds() > 86400)
-    return Invalid("resources.timeout_seconds", "must be in [1, 86400], got " + std::to_string(r->timeout_seconds()));
-  if (r->device().empty()) r->set_device("auto");
+  if (!r->has_world_size()) r->set_world_size(static_cast<int32_t>(L::kWorldSize.fallback));  // an explicit 0 is refused
+  NS_RETURN_IF_ERROR(IntIn(L::kWorldSize, r->world_size()));
+  r->set_timeout_seconds(static_cast<int32_t>(WithDefault(L::kTimeoutSeconds, r->timeout_seconds())));
+  NS_RETURN_IF_ERROR(IntIn(L::kTimeoutSeconds, r->timeout_seconds()));
+  if (r->device().empty()) r->set_device(L::kDefaultDevice);
   if (r->device() != "auto" && r->device() != "cpu" && r->device() != "cuda")
     return Invalid("resources.device", "unknown device '" + r->device() + "' (expected auto, cpu or cuda)");
-  if (r->bucket_mb() == 0) r->set_bucket_mb(25);
-  if (r->bucket_mb() < 1 || r->bucket_mb() > 1024)
-    return Invalid("resources.bucket_mb", "must be in [1, 1024], got " + std::to_string(r->bucket_mb()));
+  r->set_bucket_mb(static_cast<int32_t>(WithDefault(L::kBucketMb, r->bucket_mb())));
+  NS_RETURN_IF_ERROR(IntIn(L::kBucketMb, r->bucket_mb()));
 
   v1::CheckpointSpec* c = spec->mutable_checkpoint();
-  if (c->every_steps() < 0 || c->every_steps() > 1000000000)
-    return Invalid("checkpoint.every_steps", "must be in [0, 1000000000]");
-  if (c->every_seconds() < 0 || c->every_seconds() > 30 * 86400)
-    return Invalid("checkpoint.every_seconds", "must be in [0, 2592000] (30 days)");
-  if (c->keep_last() == 0) c->set_keep_last(3);
-  if (c->keep_last() < 1 || c->keep_last() > 1000) return Invalid("checkpoint.keep_last", "must be in [1, 1000]");
+  if (!c->has_every_steps()) c->set_every_steps(L::kDefaultEverySteps);
+  NS_RETURN_IF_ERROR(IntIn(L::kEverySteps, c->every_steps(), " (0 disables)"));
+  NS_RETURN_IF_ERROR(IntIn(L::kEverySeconds, c->every_seconds(), " (30 days; 0 disables)"));
+  c->set_keep_last(static_cast<int32_t>(WithDefault(L::kKeepLast, c->keep_last())));
+  NS_RETURN_IF_ERROR(IntIn(L::kKeepLast, c->keep_last()));
 
   if (spec->restart().max_restarts() < 0 || spec->restart().max_restarts() > 1000)
     return Invalid("restart.max_restarts", "must be in [0, 1000]");

@@ -97,6 +97,30 @@ TEST(SpecTest, UnknownFieldAndWrongTypeAreRefused) {
   ExpectInvalid("- a\n- b\n", "mapping");
 }
 
+// Fields whose 0 is a value are optional: absent means the documented default, an
+// explicit 0 stays 0.
+TEST(SpecTest, AbsentMeansTheDefaultAndZeroMeansZero) {
+  auto absent = LoadJobSpec("model: {arch: transformer_classifier}\ndata: {path: /d}\n");
+  ASSERT_TRUE(absent.ok()) << absent.status().message();
+  EXPECT_DOUBLE_EQ(absent->model().dropout(), 0.1);
+  EXPECT_DOUBLE_EQ(absent->train().weight_decay(), 0.01);
+  EXPECT_EQ(absent->train().warmup_steps(), 100);
+  EXPECT_DOUBLE_EQ(absent->train().grad_clip(), 1.0);
+  EXPECT_EQ(absent->checkpoint().every_steps(), 200);
+  EXPECT_EQ(absent->train().batching().prefetch(), 2);
+  auto zero = LoadJobSpec(
+      "model: {arch: transformer_classifier, dropout: 0}\ndata: {path: /d}\n"
+      "train: {warmup_steps: 0, weight_decay: 0, grad_clip: 0}\ncheckpoint: {every_steps: 0}\n");
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  EXPECT_EQ(zero->model().dropout(), 0.0);
+  EXPECT_EQ(zero->train().warmup_steps(), 0);
+  EXPECT_EQ(zero->train().weight_decay(), 0.0);
+  EXPECT_EQ(zero->train().grad_clip(), 0.0);
+  EXPECT_EQ(zero->checkpoint().every_steps(), 0);
+  ExpectInvalid(Replace(kGood, "batching: {batch_size: 32}", "batching: {batch_size: 32, prefetch: 65}"),
+                "must be in [1, 64], got 65");
+}
+
 TEST(SpecTest, DeviceDefaultsToAutoAndMustBeKnown) {
   auto spec = LoadJobSpec(kGood);
   ASSERT_TRUE(spec.ok()) << spec.status().message();

@@ -1,7 +1,10 @@
 #include "worker/trainer/config.h"
 
+#include "common/format/spec_limits.h"
+
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -106,7 +109,27 @@ struct Section {
     if (!v->is_string()) throw ConfigError(Name(key) + " must be a string, got " + v->dump());
     *out = v->get<std::string>();
   }
+  // A JobSpec field with its limits from the one table (common/format/spec_limits.h):
+  // absent keeps *out (the struct's default, which is the table's); 0 takes the field's
+  // fallback where it has one; anything else must be in range.
+  template <typename T>
+  void Int(const std::string& key, T* out, const format::IntField& f) const {
+    int64_t v = static_cast<int64_t>(*out);
+    Int(key, &v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    if (v == 0 && f.fallback != 0) v = f.fallback;
+    if (!format::InRange(f, v)) throw ConfigError(Name(key) + " " + format::RangeText(f) + ", got " + std::to_string(v));
+    *out = static_cast<T>(v);
+  }
+  void Double(const std::string& key, double* out, const format::RealField& f) const {
+    double v = *out;
+    Double(key, &v, -HUGE_VAL, HUGE_VAL);
+    if (v == 0 && f.fallback != 0) v = f.fallback;
+    if (!format::InRange(f, v)) throw ConfigError(Name(key) + " " + format::RangeText(f) + ", got " + json(v).dump());
+    *out = v;
+  }
 };
+
+namespace L = format::limits;
 
 constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
@@ -130,13 +153,13 @@ void Parse(const json& root, TrainConfig* c) {
                       m.arch + "\"");
   if (m.arch == "torchscript" && m.path.empty())
     throw ConfigError("spec.model.path is required for model.arch torchscript");
-  model.Int("layers", &m.layers, 1, 1024);
-  model.Int("d_model", &m.d_model, 1, 1 << 20);
-  model.Int("heads", &m.heads, 1, 1024);
-  model.Int("ffn", &m.ffn, 0, 1 << 24);
-  model.Double("dropout", &m.dropout, 0.0, 0.999999);
-  model.Double("attention_dropout", &m.attention_dropout, 0.0, 0.999999);
-  model.Int("max_len", &m.max_len, 1, 1 << 24);
+  model.Int("layers", &m.layers, L::kLayers);
+  model.Int("d_model", &m.d_model, L::kDModel);
+  model.Int("heads", &m.heads, L::kHeads);
+  model.Int("ffn", &m.ffn, 0, L::kFfn.max);  // 0: 4 x d_model (below)
+  model.Double("dropout", &m.dropout, L::kDropout);
+  model.Double("attention_dropout", &m.attention_dropout, L::kAttentionDropout);
+  model.Int("max_len", &m.max_len, L::kMaxLen);
   if (m.ffn == 0) m.ffn = 4 * m.d_model;
   if (m.d_model % m.heads != 0)
     throw ConfigError("spec.model.d_model (" + std::to_string(m.d_model) +
@@ -144,57 +167,52 @@ void Parse(const json& root, TrainConfig* c) {
 
   Section train = spec.Sub("train");
   TrainSection& t = c->train;
-  train.Int("epochs", &t.epochs, 1, kI32);
+  train.Int("epochs", &t.epochs, L::kEpochs);
   train.String("optimizer", &t.optimizer);
   if (t.optimizer.empty()) t.optimizer = "adamw";
   if (t.optimizer != "adamw")
     throw ConfigError("spec.train.optimizer \"" + t.optimizer + "\" is not supported (use adamw)");
-  train.Double("lr", &t.lr, 0.0, 1e3);
-  train.Double("weight_decay", &t.weight_decay, 0.0, 1e3);
-  train.Int("warmup_steps", &t.warmup_steps, 0, kI32);
+  train.Double("lr", &t.lr, L::kLr);
+  train.Double("weight_decay", &t.weight_decay, L::kWeightDecay);
+  train.Int("warmup_steps", &t.warmup_steps, L::kWarmupSteps);
   train.Uint64("seed", &t.seed);
   train.String("precision", &t.precision);
-  if (t.precision.empty()) t.precision = "fp32";
+  if (t.precision.empty()) t.precision = L::kDefaultPrecision;
   if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16")
     throw ConfigError("spec.train.precision must be fp32, bf16 or fp16, got \"" + t.precision + "\"");
-  train.Double("grad_clip", &t.grad_clip, 0.0, 1e30);
+  train.Double("grad_clip", &t.grad_clip, L::kGradClip);
   train.String("activation_checkpointing", &t.activation_checkpointing);
   if (t.activation_checkpointing.empty()) t.activation_checkpointing = "none";
   if (std::string err = ParseActivationCheckpointing(t.activation_checkpointing, &t.checkpoint_every_blocks);
       !err.empty())
     throw ConfigError(err);
-  train.Int("max_steps", &t.max_steps, 0, kI64);
-  train.Int("threads", &t.threads, 0, 4096);
+  train.Int("max_steps", &t.max_steps, L::kMaxSteps);
+  train.Int("threads", &t.threads, L::kThreads);
 
   Section batching = train.Sub("batching");
-  batching.Int("batch_size", &t.batch_size, 0, kI32);
-  if (t.batch_size == 0) t.batch_size = 32;
-  batching.Int("prefetch", &t.prefetch, 0, 1024);
-  if (t.prefetch == 0) t.prefetch = 2;
+  batching.Int("batch_size", &t.batch_size, L::kBatchSize);
+  batching.Int("prefetch", &t.prefetch, L::kPrefetch);
   if (const json* v = batching.Find("max_tokens")) {
     if (v->is_string() && v->get<std::string>() == "auto") {
       t.max_tokens_auto = true;
     } else if (!(v->is_string() && v->get<std::string>().empty())) {
-      batching.Int("max_tokens", &t.max_tokens, 1, kI64);
+      batching.Int("max_tokens", &t.max_tokens, L::kMaxTokens);
     }
   }
 
   Section resources = spec.Sub("resources");
-  resources.Int("world_size", &c->world_size, 1, 1 << 20);
-  resources.Int("timeout_seconds", &c->timeout_seconds, 0, 86400);
-  if (c->timeout_seconds == 0) c->timeout_seconds = 300;
-  resources.Int("bucket_mb", &c->bucket_mb, 0, 1024);
-  if (c->bucket_mb == 0) c->bucket_mb = 25;
+  resources.Int("world_size", &c->world_size, L::kWorldSize.min, L::kWorldSize.max);  // 0 is refused
+  resources.Int("timeout_seconds", &c->timeout_seconds, L::kTimeoutSeconds);
+  resources.Int("bucket_mb", &c->bucket_mb, L::kBucketMb);
   resources.String("device", &c->device);
-  if (c->device.empty()) c->device = "auto";
+  if (c->device.empty()) c->device = L::kDefaultDevice;
   if (c->device != "auto" && c->device != "cpu" && c->device != "cuda")
     throw ConfigError("spec.resources.device must be auto, cpu or cuda, got \"" + c->device + "\"");
 
   Section ckpt = spec.Sub("checkpoint");
-  ckpt.Int("every_steps", &c->checkpoint.every_steps, 0, kI32);
-  ckpt.Int("every_seconds", &c->checkpoint.every_seconds, 0, kI32);
-  ckpt.Int("keep_last", &c->checkpoint.keep_last, 0, kI32);
-  if (c->checkpoint.keep_last == 0) c->checkpoint.keep_last = 3;
+  ckpt.Int("every_steps", &c->checkpoint.every_steps, L::kEverySteps);
+  ckpt.Int("every_seconds", &c->checkpoint.every_seconds, L::kEverySeconds);
+  ckpt.Int("keep_last", &c->checkpoint.keep_last, L::kKeepLast);
 
   Section data{top.Find("data"), "data"};
   if (data.obj == nullptr) throw ConfigError("config.data is required");

@@ -8,34 +8,39 @@
 #include <string>
 #include <vector>
 
+#include "common/format/spec_limits.h"
+
 namespace nightshift::trainer {
+
+namespace L = format::limits;
 
 struct ModelConfig {
   std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript
   std::string path;       // torchscript: the module file (forward(tokens, pad_mask) -> logits)
-  int layers = 2;         // transformer blocks
-  int d_model = 128;      // hidden width; divisible by heads
-  int heads = 4;          // attention heads
-  int ffn = 0;            // feed-forward width; 0 in the JSON means 4 * d_model
-  double dropout = 0.1;   // in [0, 1): embeddings, residual branches, the pooled output
+  // Defaults and limits: common/format/spec_limits.h, shared with the coordinator.
+  int layers = L::kLayers.fallback;    // transformer blocks
+  int d_model = L::kDModel.fallback;   // hidden width; divisible by heads
+  int heads = L::kHeads.fallback;      // attention heads
+  int ffn = 0;                         // feed-forward width; 0 in the JSON means 4 * d_model
+  double dropout = L::kDefaultDropout; // in [0, 1): embeddings, residual branches, the pooled output
   double attention_dropout = 0.0;  // in [0, 1): attention probabilities; 0 takes the fused
                                    // attention kernel (model.h)
-  int max_len = 512;      // tokens per sample (longer ones are truncated)
+  int max_len = L::kMaxLen.fallback;  // tokens per sample (longer ones are truncated)
 };
 
 struct TrainSection {
-  int epochs = 1;
+  int epochs = L::kEpochs.fallback;
   std::string optimizer = "adamw";
-  double lr = 1e-3;             // peak learning rate
-  double weight_decay = 0.01;
-  int warmup_steps = 100;       // linear warm-up steps, then linear decay to 0
+  double lr = L::kLr.fallback;                       // peak learning rate
+  double weight_decay = L::kDefaultWeightDecay;
+  int warmup_steps = L::kDefaultWarmupSteps;         // linear warm-up steps, then linear decay to 0
   uint64_t seed = 1234;
-  int batch_size = 32;          // samples per batch when max_tokens == 0
+  int batch_size = L::kBatchSize.fallback;           // samples per batch when max_tokens == 0
   int64_t max_tokens = 0;       // padded tokens per batch; 0: fixed batch_size
   bool max_tokens_auto = false; // "auto" in the spec (falls back to a fixed budget)
-  int prefetch = 2;             // batches prepared ahead
-  std::string precision = "fp32";
-  double grad_clip = 1.0;       // max global gradient norm; 0 disables
+  int prefetch = L::kPrefetch.fallback;              // batches prepared ahead
+  std::string precision = L::kDefaultPrecision;
+  double grad_clip = L::kDefaultGradClip;            // max global gradient norm; 0 disables
   std::string activation_checkpointing = "none";  // none | full | every_N
   int checkpoint_every_blocks = 0;  // parsed from it: 0 none, 1 full, N every N-th block
   int64_t max_steps = 0;        // optimizer steps; 0: no limit
@@ -43,9 +48,9 @@ struct TrainSection {
 };
 
 struct CheckpointConfig {
-  int every_steps = 200;   // 0 disables step-based checkpoints
-  int every_seconds = 0;   // 0 disables time-based checkpoints
-  int keep_last = 3;       // complete checkpoints kept (>= 1)
+  int every_steps = L::kDefaultEverySteps;  // 0 disables step-based checkpoints
+  int every_seconds = 0;                    // 0 disables time-based checkpoints
+  int keep_last = L::kKeepLast.fallback;    // complete checkpoints kept (>= 1)
 };
 
 struct DataConfig {
@@ -63,9 +68,9 @@ struct TrainConfig {
   std::string job_id;
   int attempt = 0;
   int world_size = 1;          // spec.resources.world_size
-  int timeout_seconds = 300;   // spec.resources.timeout_seconds: rendezvous and collectives
-  int bucket_mb = 25;          // spec.resources.bucket_mb: gradient all-reduce bucket, MiB
-  std::string device = "auto"; // spec.resources.device: auto | cpu | cuda (device.h)
+  int timeout_seconds = L::kTimeoutSeconds.fallback;  // spec.resources.timeout_seconds: rendezvous and collectives
+  int bucket_mb = L::kBucketMb.fallback;              // spec.resources.bucket_mb: gradient all-reduce bucket, MiB
+  std::string device = L::kDefaultDevice;             // spec.resources.device: auto | cpu | cuda (device.h)
   ModelConfig model;
   TrainSection train;
   CheckpointConfig checkpoint;

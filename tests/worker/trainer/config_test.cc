@@ -62,6 +62,21 @@ TEST(ConfigTest, ErrorsNameTheField) {
   EXPECT_NE(ErrorFor("{", "[").find("not valid JSON"), std::string::npos);
 }
 
+// The trainer applies the very limits the coordinator does (common/format/spec_limits.h).
+TEST(ConfigTest, LimitsAreTheCoordinatorsOnes) {
+  EXPECT_NE(ErrorFor(R"("prefetch": 4)", R"("prefetch": 65)").find("spec.train.batching.prefetch must be in [1, 64]"),
+            std::string::npos);
+  EXPECT_NE(ErrorFor(R"("d_model": 64)", R"("d_model": 65537)").find("spec.model.d_model must be in [1, 65536]"),
+            std::string::npos);
+  EXPECT_NE(ErrorFor(R"("layers": 3)", R"("layers": 129)").find("spec.model.layers"), std::string::npos);
+  EXPECT_EQ(ErrorFor(R"("prefetch": 4)", R"("prefetch": 64)"), "");
+  TrainConfig c;  // 0 means the default where the table gives one
+  std::string text = kConfig;
+  text.replace(text.find(R"("prefetch": 4)"), 13, R"("prefetch": 0)");
+  ASSERT_EQ(ParseTrainConfig(text, &c), "");
+  EXPECT_EQ(c.train.prefetch, format::limits::kPrefetch.fallback);
+}
+
 TEST(ConfigTest, MaxTokensAutoAndEmpty) {
   TrainConfig c;
   std::string text = kConfig;
