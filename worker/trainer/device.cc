@@ -1,7 +1,7 @@
 #include "worker/trainer/device.h"
 
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 
 #ifdef NIGHTSHIFT_WITH_CUDA
@@ -13,15 +13,6 @@
 
 namespace nightshift::trainer {
 namespace {
-
-// A "Vm...:  1234 kB" line of /proc/self/status, in bytes (0 if absent).
-int64_t ProcStatusBytes(const std::string& key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.compare(0, key.size(), key) == 0) return std::atoll(line.c_str() + key.size()) * 1024;
-  return 0;
-}
 
 #ifdef NIGHTSHIFT_WITH_CUDA
 // The caching allocator's peak of allocated bytes on one device.
@@ -130,7 +121,7 @@ DeviceMemory GetDeviceMemory(const torch::Device& device) {
 }
 
 int64_t PeakMemoryBytes(const torch::Device& device) {
-  if (device.is_cpu()) return ProcStatusBytes("VmHWM:");
+  if (device.is_cpu()) return std::max<int64_t>(0, ProcBytes("/proc/self/status", "VmHWM:"));
   return GetDeviceMemory(device).peak;
 }
 

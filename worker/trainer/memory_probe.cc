@@ -15,15 +15,6 @@ namespace nightshift::trainer {
 namespace {
 
 // A "Key:  1234 kB" line of a /proc file, in bytes (-1 if absent).
-int64_t ProcKb(const char* path, const char* key) {
-  std::ifstream in(path);
-  std::string line;
-  const size_t n = std::strlen(key);
-  while (std::getline(in, line))
-    if (line.compare(0, n, key) == 0) return std::atoll(line.c_str() + n) * 1024;
-  return -1;
-}
-
 class HostMemoryMeter : public MemoryMeter {
  public:
   void ResetPeak() override {
@@ -36,7 +27,7 @@ class HostMemoryMeter : public MemoryMeter {
     resettable_ = clear.good();
   }
   int64_t PeakBytes() override {
-    const int64_t hwm = ProcKb("/proc/self/status", "VmHWM:");
+    const int64_t hwm = ProcBytes("/proc/self/status", "VmHWM:");
     if (resettable_ && hwm >= 0) return hwm;
     struct rusage usage {};
     getrusage(RUSAGE_SELF, &usage);
@@ -49,12 +40,21 @@ class HostMemoryMeter : public MemoryMeter {
 
 }  // namespace
 
+int64_t ProcBytes(const char* path, const char* key) {
+  std::ifstream in(path);
+  std::string line;
+  const size_t n = std::strlen(key);
+  while (std::getline(in, line))
+    if (line.compare(0, n, key) == 0) return std::atoll(line.c_str() + n) * 1024;
+  return -1;
+}
+
 std::unique_ptr<MemoryMeter> NewHostMemoryMeter() { return std::make_unique<HostMemoryMeter>(); }
 
 int64_t HostMemoryLimit(int64_t limit_bytes, int local_ranks) {
   if (limit_bytes > 0) return limit_bytes;
-  return std::max<int64_t>(0, ProcKb("/proc/self/status", "VmRSS:")) +
-         std::max<int64_t>(0, ProcKb("/proc/meminfo", "MemAvailable:")) / std::max(local_ranks, 1);
+  return std::max<int64_t>(0, ProcBytes("/proc/self/status", "VmRSS:")) +
+         std::max<int64_t>(0, ProcBytes("/proc/meminfo", "MemAvailable:")) / std::max(local_ranks, 1);
 }
 
 ProbeResult ProbeMaxTokens(const ProbeOptions& o, MemoryMeter& meter,

@@ -20,6 +20,10 @@
 
 namespace nightshift::trainer {
 
+// The bytes of a "Key:  1234 kB" line of a /proc file (e.g. "/proc/self/status",
+// "VmHWM:"); -1 when the file or the key is absent.
+int64_t ProcBytes(const char* path, const char* key);
+
 // Peak memory since the last reset.
 class MemoryMeter {
  public:

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <thread>
@@ -39,16 +38,6 @@ extern "C" void OnStopSignal(int) { g_stop_requested.store(true); }
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-// A "Vm...:  1234 kB" line of /proc/self/status, in bytes (0 if absent).
-double ProcStatusBytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const size_t n = std::strlen(key);
-  while (std::getline(in, line))
-    if (line.compare(0, n, key) == 0) return std::atof(line.c_str() + n) * 1024.0;
-  return 0;
 }
 
 void Log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -446,7 +435,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
              {"data_wait_seconds", window.wait / window.steps},
              {"padding_efficiency", double(window.tokens) / double(window.padded)},
              {"batch_samples", double(batch.samples)}, {"batch_padded_tokens", double(batch.padded_tokens)},
-             {"host_rss_bytes", ProcStatusBytes("VmRSS:")},
+             {"host_rss_bytes", double(std::max<int64_t>(0, ProcBytes("/proc/self/status", "VmRSS:")))},
              {"memory_peak_bytes", double(PeakMemoryBytes(device))},
              {"memory_allocated_bytes", double(memory.allocated)},
              {"memory_reserved_bytes", double(memory.reserved)},
