@@ -134,8 +134,6 @@ class Coordinator {
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
   void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
-  // store_error_ (OK while the store works), for a call to return.
-  Status StoreError() const { return store_error_; }
   // `cause` classifies retryable failures for metrics: worker_lost, worker_restarted,
   // rank_failed.
   void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,

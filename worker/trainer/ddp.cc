@@ -147,16 +147,16 @@ void ProcessGroup::AllReduceSum(torch::Tensor& tensor) {
 
 void ProcessGroup::Broadcast(torch::Tensor& input, int root) {
   OnGroupDevice(input, [this, root](torch::Tensor& tensor) {
-  std::vector<at::Tensor> tensors = {tensor};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  auto pending = std::make_shared<Pending>();
-  try {
-    pending->work = impl_->backend->broadcast(tensors, options);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("broadcast failed in the " + impl_->where + ": " + Message(e));
-  }
-  Wait(pending);
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    auto pending = std::make_shared<Pending>();
+    try {
+      pending->work = impl_->backend->broadcast(tensors, options);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("broadcast failed in the " + impl_->where + ": " + Message(e));
+    }
+    Wait(pending);
   });
 }
 
@@ -169,16 +169,16 @@ void ProcessGroup::Barrier() {
 
 void ProcessGroup::AllReduceMax(torch::Tensor& input) {
   OnGroupDevice(input, [this](torch::Tensor& tensor) {
-  std::vector<at::Tensor> tensors = {tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = c10d::ReduceOp::MAX;
-  auto pending = std::make_shared<Pending>();
-  try {
-    pending->work = impl_->backend->allreduce(tensors, options);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("all-reduce failed in the " + impl_->where + ": " + Message(e));
-  }
-  Wait(pending);
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    auto pending = std::make_shared<Pending>();
+    try {
+      pending->work = impl_->backend->allreduce(tensors, options);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("all-reduce failed in the " + impl_->where + ": " + Message(e));
+    }
+    Wait(pending);
   });
 }
 
