@@ -64,6 +64,53 @@ std::string Unhex(const std::string& hex) {
   return out;
 }
 
+json PositionToJson(const RunPosition& p) {
+  return {{"step", p.step},
+          {"epoch", p.epoch},
+          {"batch_in_epoch", p.batch_in_epoch},
+          {"lr_scale", p.lr_scale},
+          {"grad_scale", p.scaler.scale},
+          {"grad_scale_growth_tracker", p.scaler.growth_tracker},
+          {"max_tokens", p.max_tokens},
+          {"train_seconds", p.train_seconds},
+          {"tokens_seen", p.tokens_seen},
+          {"rng_cpu", Hex(p.rng_cpu)}};
+}
+
+// Version 2: the "position" object. Throws json::exception on a missing or mistyped field.
+RunPosition PositionFromJson(const json& j) {
+  RunPosition p;
+  p.step = j.at("step").get<int64_t>();
+  p.epoch = j.at("epoch").get<int64_t>();
+  p.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+  p.lr_scale = j.at("lr_scale").get<double>();
+  p.scaler.scale = j.at("grad_scale").get<double>();
+  p.scaler.growth_tracker = j.at("grad_scale_growth_tracker").get<int64_t>();
+  p.max_tokens = j.at("max_tokens").get<int64_t>();
+  p.train_seconds = j.at("train_seconds").get<double>();
+  p.tokens_seen = j.at("tokens_seen").get<int64_t>();
+  p.rng_cpu = Unhex(j.at("rng_cpu").get<std::string>());
+  return p;
+}
+
+// Version 1: the position at the top level, the rest in a "metrics" map of doubles
+// (each key absent in checkpoints older than it: the defaults then).
+RunPosition PositionFromVersion1(const json& m) {
+  RunPosition p;
+  p.step = m.at("step").get<int64_t>();
+  p.epoch = m.at("epoch").get<int64_t>();
+  p.batch_in_epoch = m.at("batch_in_epoch").get<int64_t>();
+  p.rng_cpu = Unhex(m.at("rng_cpu").get<std::string>());
+  const json metrics = m.value("metrics", json::object());
+  p.lr_scale = metrics.value("lr_scale", p.lr_scale);
+  p.scaler.scale = metrics.value("grad_scale", p.scaler.scale);
+  p.scaler.growth_tracker = static_cast<int64_t>(metrics.value("grad_scale_growth_tracker", 0.0));
+  p.max_tokens = static_cast<int64_t>(metrics.value("max_tokens", 0.0));
+  p.train_seconds = metrics.value("train_seconds", 0.0);
+  p.tokens_seen = static_cast<int64_t>(metrics.value("tokens_seen", 0.0));
+  return p;
+}
+
 void RemoveCheckpoint(const fs::path& dir) {
   std::error_code ec;
   fs::remove(dir / kComplete, ec);
@@ -82,7 +129,7 @@ bool CheckpointManager::Due(int64_t step) const {
          std::chrono::steady_clock::now() - last_save_ >= std::chrono::seconds(options_.every_seconds);
 }
 
-SavedCheckpoint CheckpointManager::Save(const TrainPosition& position, torch::nn::Module& model,
+SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::Module& model,
                                         torch::optim::Optimizer& optimizer) {
   const auto t0 = std::chrono::steady_clock::now();
   char name[32];
@@ -118,11 +165,7 @@ SavedCheckpoint CheckpointManager::Save(const TrainPosition& position, torch::nn
   }
   json manifest = {{"magic", kCheckpointMagic},
                    {"version", kCheckpointVersion},
-                   {"step", position.step},
-                   {"epoch", position.epoch},
-                   {"batch_in_epoch", position.batch_in_epoch},
-                   {"rng_cpu", Hex(position.rng_cpu)},
-                   {"metrics", position.metrics},
+                   {"position", PositionToJson(position)},
                    {"fingerprint", position.fingerprint},
                    {"files", files}};
   write("manifest.json", manifest.dump(2) + "\n");
@@ -166,22 +209,25 @@ namespace {
 
 // Reads and checks one checkpoint: its manifest, and the size and checksum of every
 // file the manifest lists. Throws std::runtime_error naming the directory.
-TrainPosition ReadCheckpoint(const fs::path& dir) {
+RunPosition ReadCheckpoint(const fs::path& dir) {
   json m;
   try {
     m = json::parse(ReadFile(dir / "manifest.json"));
   } catch (const json::exception& e) {
     throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
   }
-  if (m.value("magic", "") != kCheckpointMagic || m.value("version", 0) != kCheckpointVersion)
-    throw std::runtime_error("checkpoint: " + dir.string() + " is not a nightshift-checkpoint version 1");
-  TrainPosition p;
+  if (m.value("magic", "") != kCheckpointMagic)
+    throw std::runtime_error("checkpoint: " + dir.string() + "/manifest.json is not a nightshift-checkpoint");
+  const int version = m.value("version", 0);
+  if (version < kOldestCheckpointVersion || version > kCheckpointVersion)
+    throw CheckpointVersionError("checkpoint: " + dir.string() + " has manifest version " +
+                                 std::to_string(version) + "; this trainer reads versions " +
+                                 std::to_string(kOldestCheckpointVersion) + " to " +
+                                 std::to_string(kCheckpointVersion) +
+                                 " (resume it with the trainer that wrote it, or move it away to start over)");
+  RunPosition p;
   try {
-    p.step = m.at("step").get<int64_t>();
-    p.epoch = m.at("epoch").get<int64_t>();
-    p.batch_in_epoch = m.at("batch_in_epoch").get<int64_t>();
-    p.rng_cpu = Unhex(m.at("rng_cpu").get<std::string>());
-    p.metrics = m.at("metrics").get<std::map<std::string, double>>();
+    p = version == 1 ? PositionFromVersion1(m) : PositionFromJson(m.at("position"));
     p.fingerprint = m.value("fingerprint", "");
     if (m.contains("files")) {
       for (const auto& [name, f] : m["files"].items()) {
@@ -201,7 +247,7 @@ TrainPosition ReadCheckpoint(const fs::path& dir) {
 
 }  // namespace
 
-bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) const {
+bool CheckpointManager::PeekLatest(RunPosition* position, std::string* path) const {
   std::vector<std::string> complete = ListComplete();
   // Newest first; a damaged one is skipped (with a warning) for the one before it.
   for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
@@ -209,6 +255,8 @@ bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) c
       *position = ReadCheckpoint(*it);
       if (path != nullptr) *path = *it;
       return true;
+    } catch (const CheckpointVersionError&) {
+      throw;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nightshift-trainer: warning: %s; trying an older checkpoint\n", e.what());
     }
@@ -220,7 +268,7 @@ bool CheckpointManager::PeekLatest(TrainPosition* position, std::string* path) c
 }
 
 bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                   TrainPosition* position, std::string* path) {
+                                   RunPosition* position, std::string* path) {
   std::vector<std::string> complete = ListComplete();
   // Tensors are read onto the model's device, whatever device wrote them (a checkpoint
   // of a GPU run resumes on the CPU and the other way round).
@@ -232,7 +280,7 @@ bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optim
   for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
     const fs::path dir = *it;
     try {
-      TrainPosition p = ReadCheckpoint(dir);
+      RunPosition p = ReadCheckpoint(dir);
       {
         torch::serialize::InputArchive archive;
         archive.load_from((dir / "model.pt").string(), device);
@@ -246,6 +294,8 @@ bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optim
       *position = std::move(p);
       if (path != nullptr) *path = dir.string();
       return true;
+    } catch (const CheckpointVersionError&) {
+      throw;
     } catch (const std::exception& e) {
       // An older checkpoint overwrites every parameter and optimizer state it loads.
       std::string what = e.what();

@@ -1,12 +1,17 @@
 // Checkpoints: one directory per saved step, step-00000123/, holding
 //   model.pt       the model's parameters and buffers (torch::serialize archive)
 //   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded)
-//   manifest.json  {"magic": "nightshift-checkpoint", "version": 1, step, epoch,
-//                   batch_in_epoch, rng_cpu (hex of the CPU generator state), metrics,
-//                   fingerprint (what the run must match to resume from it)}
+//   manifest.json  {"magic": "nightshift-checkpoint", "version": 2,
+//                   "position": the RunPosition (position.h; rng_cpu as hex),
+//                   "fingerprint": what the run must match to resume from it,
+//                   "files": {name: {bytes, fnv1a64}} checked before a load}
 //   COMPLETE       written last: a checkpoint without it does not exist.
 // Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
 // writing: the marker goes first, then the rest.
+// Versions: 2 is written; 1 (step, epoch, batch_in_epoch, rng_cpu and a "metrics" map of
+// train_seconds, tokens_seen, lr_scale, max_tokens, grad_scale, grad_scale_growth_tracker
+// at the top level) is still read. Any other version is refused naming it
+// (CheckpointVersionError), never skipped for an older checkpoint.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_H_
 #define NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_H_
 
@@ -14,30 +19,30 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "worker/trainer/position.h"
 
 namespace nightshift::trainer {
 
 inline constexpr char kCheckpointMagic[] = "nightshift-checkpoint";
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointVersion = 2;
+inline constexpr int kOldestCheckpointVersion = 1;
+
+// A checkpoint whose manifest version this trainer does not read. Not damage: resuming
+// from an older checkpoint instead would silently drop the newer one's steps.
+class CheckpointVersionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct CheckpointOptions {
   std::string dir;         // this job's checkpoint directory (created if missing)
   int every_steps = 0;     // save when step % every_steps == 0; 0: off
   int every_seconds = 0;   // save when this long has passed since the last save; 0: off
   int keep_last = 3;       // complete checkpoints kept
-};
-
-// Where the run stands: enough to continue exactly.
-struct TrainPosition {
-  int64_t step = 0;            // optimizer steps done
-  int64_t epoch = 0;           // current epoch (0-based)
-  int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained
-  std::string rng_cpu;         // CPU generator state (bytes)
-  std::map<std::string, double> metrics;  // running metrics (train_seconds, ...)
-  std::string fingerprint;     // RunFingerprint() of the run that wrote it ("": older checkpoint, not checked)
 };
 
 struct SavedCheckpoint {
@@ -55,20 +60,20 @@ class CheckpointManager {
 
   // Writes the checkpoint of `position`, then deletes the oldest beyond keep_last.
   // Throws std::runtime_error naming the file on failure.
-  SavedCheckpoint Save(const TrainPosition& position, torch::nn::Module& model,
+  SavedCheckpoint Save(const RunPosition& position, torch::nn::Module& model,
                        torch::optim::Optimizer& optimizer);
 
   // Loads the newest complete checkpoint that reads back whole (manifest parses, every
   // file matches its recorded size and checksum, archives load) into model, optimizer
   // (built as when saved) and *position; a damaged one is skipped, with a warning on
   // stderr, for the one before it. False when there is none; throws when every one is
-  // damaged.
+  // damaged, and CheckpointVersionError at the first of a version it does not read.
   bool LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                  TrainPosition* position, std::string* path = nullptr);
+                  RunPosition* position, std::string* path = nullptr);
 
   // Reads only the manifest of the checkpoint LoadLatest would pick (newest readable)
   // into *position and its directory into *path; false when there is none.
-  bool PeekLatest(TrainPosition* position, std::string* path = nullptr) const;
+  bool PeekLatest(RunPosition* position, std::string* path = nullptr) const;
 
   // Step directories with their COMPLETE marker, oldest first.
   std::vector<std::string> ListComplete() const;

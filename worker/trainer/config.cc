@@ -134,18 +134,8 @@ namespace L = format::limits;
 constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
 
-void Parse(const json& root, TrainConfig* c) {
-  if (!root.is_object()) throw ConfigError("config must be a JSON object");
-  Section top{&root, "config"};
-  top.String("job_id", &c->job_id);
-  top.Int("attempt", &c->attempt, 0, kI32);
-  top.String("checkpoint_dir", &c->checkpoint_dir);
-  if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
-
-  Section spec{top.Find("spec"), "spec"};
-  if (spec.obj == nullptr) throw ConfigError("config.spec is required");
-  Section model = spec.Sub("model");
-  ModelConfig& m = c->model;
+void ParseModel(const Section& model, ModelConfig* out) {
+  ModelConfig& m = *out;
   model.String("arch", &m.arch);
   model.String("path", &m.path);
   if (m.arch != "transformer_classifier" && m.arch != "gpt_lm" && m.arch != "torchscript")
@@ -164,9 +154,12 @@ void Parse(const json& root, TrainConfig* c) {
   if (m.d_model % m.heads != 0)
     throw ConfigError("spec.model.d_model (" + std::to_string(m.d_model) +
                       ") must be divisible by spec.model.heads (" + std::to_string(m.heads) + ")");
+}
 
-  Section train = spec.Sub("train");
-  TrainSection& t = c->train;
+// spec.train, with its techniques: precision (amp.h), activation checkpointing
+// (activation_checkpoint.h) and batching (batching.h).
+void ParseTrain(const Section& train, TrainSection* out) {
+  TrainSection& t = *out;
   train.Int("epochs", &t.epochs, L::kEpochs);
   train.String("optimizer", &t.optimizer);
   if (t.optimizer.empty()) t.optimizer = "adamw";
@@ -199,24 +192,22 @@ void Parse(const json& root, TrainConfig* c) {
       batching.Int("max_tokens", &t.max_tokens, L::kMaxTokens);
     }
   }
+}
 
-  Section resources = spec.Sub("resources");
-  resources.Int("world_size", &c->world_size, L::kWorldSize.min, L::kWorldSize.max);  // 0 is refused
-  resources.Int("timeout_seconds", &c->timeout_seconds, L::kTimeoutSeconds);
-  resources.Int("bucket_mb", &c->bucket_mb, L::kBucketMb);
+// spec.resources: the device, and data parallelism (ddp.h).
+void ParseResources(const Section& resources, TrainConfig* c) {
+  DataParallelConfig& dp = c->data_parallel;
+  resources.Int("world_size", &dp.world_size, L::kWorldSize.min, L::kWorldSize.max);  // 0 is refused
+  resources.Int("timeout_seconds", &dp.timeout_seconds, L::kTimeoutSeconds);
+  resources.Int("bucket_mb", &dp.bucket_mb, L::kBucketMb);
   resources.String("device", &c->device);
   if (c->device.empty()) c->device = L::kDefaultDevice;
   if (c->device != "auto" && c->device != "cpu" && c->device != "cuda")
     throw ConfigError("spec.resources.device must be auto, cpu or cuda, got \"" + c->device + "\"");
+}
 
-  Section ckpt = spec.Sub("checkpoint");
-  ckpt.Int("every_steps", &c->checkpoint.every_steps, L::kEverySteps);
-  ckpt.Int("every_seconds", &c->checkpoint.every_seconds, L::kEverySeconds);
-  ckpt.Int("keep_last", &c->checkpoint.keep_last, L::kKeepLast);
-
-  Section data{top.Find("data"), "data"};
-  if (data.obj == nullptr) throw ConfigError("config.data is required");
-  DataConfig& d = c->data;
+void ParseData(const Section& data, const ModelConfig& m, DataConfig* out) {
+  DataConfig& d = *out;
   data.String("train_shard", &d.train_shard);
   data.String("val_shard", &d.val_shard);
   if (d.train_shard.empty()) throw ConfigError("data.train_shard is required");
@@ -240,6 +231,27 @@ void Parse(const json& root, TrainConfig* c) {
   if (m.arch == "transformer_classifier" && d.num_classes < 2)
     throw ConfigError("data.num_classes must be at least 2 for a classifier, got " +
                       std::to_string(d.num_classes));
+}
+
+void Parse(const json& root, TrainConfig* c) {
+  if (!root.is_object()) throw ConfigError("config must be a JSON object");
+  Section top{&root, "config"};
+  top.String("job_id", &c->job_id);
+  top.Int("attempt", &c->attempt, 0, kI32);
+  top.String("checkpoint_dir", &c->checkpoint_dir);
+  if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
+  Section spec{top.Find("spec"), "spec"};
+  if (spec.obj == nullptr) throw ConfigError("config.spec is required");
+  ParseModel(spec.Sub("model"), &c->model);
+  ParseTrain(spec.Sub("train"), &c->train);
+  ParseResources(spec.Sub("resources"), c);
+  Section ckpt = spec.Sub("checkpoint");
+  ckpt.Int("every_steps", &c->checkpoint.every_steps, L::kEverySteps);
+  ckpt.Int("every_seconds", &c->checkpoint.every_seconds, L::kEverySeconds);
+  ckpt.Int("keep_last", &c->checkpoint.keep_last, L::kKeepLast);
+  Section data{top.Find("data"), "data"};
+  if (data.obj == nullptr) throw ConfigError("config.data is required");
+  ParseData(data, c->model, &c->data);
 }
 
 }  // namespace
@@ -286,11 +298,11 @@ std::string ReadRankInfo(RankInfo* info) {
   if (err.empty()) err = read_int("LOCAL_RANK", 0, kI32, &r.local_rank);
   if (err.empty()) err = read_int("LOCAL_WORLD_SIZE", 1, kI32, &r.local_world_size);
   if (err.empty()) err = read_int("MASTER_PORT", 0, 65535, &r.master_port);
-  if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_ABORT_AT_STEP", 0, kI64, &r.fault_abort_at_step);
+  if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_ABORT_AT_STEP", 0, kI64, &r.faults.abort_at_step);
   if (err.empty())
-    err = read_int("NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", 0, kI64, &r.fault_oom_above_tokens);
+    err = read_int("NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", 0, kI64, &r.faults.oom_above_tokens);
   if (err.empty())
-    err = read_int("NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP", 0, kI64, &r.fault_nan_loss_from_step);
+    err = read_int("NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP", 0, kI64, &r.faults.nan_loss_from_step);
   if (err.empty()) err = read_int("NIGHTSHIFT_MEMORY_LIMIT_BYTES", 0, kI64, &r.memory_limit_bytes);
   if (!err.empty()) return err;
   if (err.empty()) err = read_int("TORCHELASTIC_RESTART_COUNT", 0, kI32, &r.restart_count);

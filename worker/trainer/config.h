@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/format/spec_limits.h"
+#include "worker/trainer/fault_injection.h"
 
 namespace nightshift::trainer {
 
@@ -64,12 +65,17 @@ struct DataConfig {
   std::vector<std::string> class_names;
 };
 
+// Data parallelism (ddp.h), from spec.resources.
+struct DataParallelConfig {
+  int world_size = 1;                                 // must match WORLD_SIZE when above 1
+  int timeout_seconds = L::kTimeoutSeconds.fallback;  // rendezvous and every collective
+  int bucket_mb = L::kBucketMb.fallback;              // gradient all-reduce bucket, MiB
+};
+
 struct TrainConfig {
   std::string job_id;
   int attempt = 0;
-  int world_size = 1;          // spec.resources.world_size
-  int timeout_seconds = L::kTimeoutSeconds.fallback;  // spec.resources.timeout_seconds: rendezvous and collectives
-  int bucket_mb = L::kBucketMb.fallback;              // spec.resources.bucket_mb: gradient all-reduce bucket, MiB
+  DataParallelConfig data_parallel;
   std::string device = L::kDefaultDevice;             // spec.resources.device: auto | cpu | cuda (device.h)
   ModelConfig model;
   TrainSection train;
@@ -96,17 +102,10 @@ struct RankInfo {
   bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun hosts the
                                  // store at MASTER_PORT, so rank 0 joins it as a client
   int restart_count = 0;       // TORCHELASTIC_RESTART_COUNT: keys of each restart apart
-  int64_t fault_abort_at_step = 0;  // NIGHTSHIFT_FAULT_ABORT_AT_STEP (tests): abort()
-                                    // before this step (1-based) runs; 0: never
-  int64_t fault_oom_above_tokens = 0;  // NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS (tests): a
-                                       // micro-batch of more padded tokens runs out of
-                                       // memory; 0: never
   int64_t memory_limit_bytes = 0;  // NIGHTSHIFT_MEMORY_LIMIT_BYTES or --memory-limit: host
                                    // memory this rank may use (max_tokens: auto); 0: the
                                    // resident set plus MemAvailable
-  int64_t fault_nan_loss_from_step = 0;  // NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP (tests): the
-                                         // loss of this step (1-based) and later counts as
-                                         // not finite; 0: never
+  FaultPlan faults;  // NIGHTSHIFT_FAULT_* (tests; fault_injection.h): off by default
 };
 
 // Reads the variables above (absent: the defaults); returns "" or what is wrong.

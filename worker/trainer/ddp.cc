@@ -434,26 +434,12 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
   }
 }
 
-std::function<OomVote(bool, bool)> SyncAndVote(GradientSync* sync, SyncStats* stats) {
-  return [sync, stats](bool local_oom, bool local_unsplittable) {
-    *stats = SyncStats{};
-    if (sync == nullptr) return OomVote{local_oom, local_unsplittable};
-    if (local_oom) {
-      sync->Discard();
-    } else {
-      *stats = sync->Finish();
-    }
-    const std::vector<bool> any = sync->group().AnyRank({local_oom, local_unsplittable});
-    return OomVote{any[0], any[1]};
-  };
-}
-
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
                                                 torch::nn::Module& model) {
-  if (config.world_size > 1 && config.world_size != rank.world_size)
-    throw std::runtime_error("spec.resources.world_size is " + std::to_string(config.world_size) +
+  if (config.data_parallel.world_size > 1 && config.data_parallel.world_size != rank.world_size)
+    throw std::runtime_error("spec.resources.world_size is " + std::to_string(config.data_parallel.world_size) +
                              " but WORLD_SIZE is " + std::to_string(rank.world_size) + ": start " +
-                             std::to_string(config.world_size) +
+                             std::to_string(config.data_parallel.world_size) +
                              " ranks (e.g. torchrun --nproc_per_node) with RANK, WORLD_SIZE, "
                              "MASTER_ADDR and MASTER_PORT set");
   if (rank.world_size <= 1) return nullptr;
@@ -463,13 +449,13 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   options.world_size = rank.world_size;
   options.master_addr = rank.master_addr;
   options.master_port = rank.master_port;
-  options.timeout = std::chrono::milliseconds(int64_t{config.timeout_seconds} * 1000);
+  options.timeout = std::chrono::milliseconds(int64_t{config.data_parallel.timeout_seconds} * 1000);
   options.use_agent_store = rank.use_agent_store;
   options.store_prefix = "nightshift/" + std::to_string(rank.restart_count);
   options.cuda = !parameters.empty() && parameters.front().is_cuda();
   if (options.cuda) options.cuda_device = parameters.front().device().index();
   GradientSyncOptions sync_options;
-  sync_options.bucket_bytes = int64_t{config.bucket_mb} << 20;
+  sync_options.bucket_bytes = int64_t{config.data_parallel.bucket_mb} << 20;
   auto sync = std::make_unique<GradientSync>(ProcessGroup::Create(options), parameters, sync_options);
 
   std::vector<torch::Tensor> state = parameters;

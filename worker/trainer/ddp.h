@@ -31,7 +31,6 @@
 
 #include "worker/trainer/compat.h"
 #include "worker/trainer/config.h"
-#include "worker/trainer/oom.h"
 
 namespace nightshift::trainer {
 
@@ -178,13 +177,6 @@ class NoSync {
   GradientSync* sync_;
   bool old_;
 };
-
-// Coordinated out-of-memory recovery: the vote for MicroBatchRunner (oom.h) under data
-// parallelism. After each attempt it finishes this rank's gradient synchronisation (the
-// attempt succeeded: `*stats` gets Finish()'s figures) or discards it (out of memory), so
-// every rank issues the same collectives, then returns what the ranks decided (one
-// all-reduce of both flags). With a null `sync` it returns the local answers.
-std::function<OomVote(bool local_oom, bool local_unsplittable)> SyncAndVote(GradientSync* sync, SyncStats* stats);
 
 // The trainer's data-parallel setup. One rank: returns null. Several (RANK/WORLD_SIZE
 // from the environment rule; a spec world_size above 1 must match WORLD_SIZE): joins the

@@ -25,13 +25,6 @@ bool IsOutOfMemory(const std::exception& e) {
          m.find("out of memory") != std::string::npos;
 }
 
-void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit) {
-  throw c10::OutOfMemoryError(
-      c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-      "out of memory (fault injection: " + std::to_string(padded_tokens) +
-          " padded tokens > NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS=" + std::to_string(limit) + ")");
-}
-
 Batch SliceBatch(const Batch& batch, int64_t begin, int64_t end) {
   const int64_t n = end - begin;
   torch::Tensor mask = batch.pad_mask.narrow(0, begin, n);
@@ -75,8 +68,6 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
       for (size_t i = 0; i < micro.size(); ++i) {
         const Batch& m = micro[i];
         largest = std::max(largest, m.padded_tokens);
-        if (options_.fault_above_tokens > 0 && m.padded_tokens > options_.fault_above_tokens)
-          ThrowInjectedOutOfMemory(m.padded_tokens, options_.fault_above_tokens);
         loss += forward_backward(m, i + 1 == micro.size());
       }
     } catch (const std::exception& e) {
@@ -84,7 +75,7 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
       oom = true;
     }
     const bool unsplittable = oom && pieces >= batch.samples;
-    const OomVote vote = options_.vote(oom, unsplittable);
+    const OomVote vote = options_.vote(oom, unsplittable, loss);
     if (!vote.any_oom) {
       result.loss = loss;
       result.micro_batches = static_cast<int64_t>(micro.size());

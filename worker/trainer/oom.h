@@ -20,7 +20,7 @@
 //   attempt's last, so only that one synchronises gradients (NoSync for the others); the
 //   vote finishes (or, after an out-of-memory error, discards) that synchronisation before
 //   voting, so every rank enters the same collectives whether its attempt failed or not
-//   (SyncAndVote in ddp.h). Ranks may cut their batches into different numbers of
+//   (StepAgreement in step_agreement.h). Ranks may cut their batches into different numbers of
 //   micro-batches.
 // Units: tokens are padded tokens (rows x longest row).
 #ifndef NIGHTSHIFT_WORKER_TRAINER_OOM_H_
@@ -39,9 +39,6 @@ namespace nightshift::trainer {
 // whose message says "can't allocate memory" / "out of memory" (the CPU allocator).
 bool IsOutOfMemory(const std::exception& e);
 
-// Throws the c10::OutOfMemoryError that fault injection uses.
-[[noreturn]] void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit);
-
 // What the ranks decided after an attempt.
 struct OomVote {
   bool any_oom = false;           // some rank ran out of memory: every rank retries
@@ -49,15 +46,12 @@ struct OomVote {
 };
 
 struct OomOptions {
-  // Fault injection (NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS): a micro-batch of more padded
-  // tokens than this throws an out-of-memory error before its forward; 0: off.
-  int64_t fault_above_tokens = 0;
   // The ranks' decision after an attempt, given this rank's answers (it ran out of
-  // memory; it did so with one sample per micro-batch). Data parallel replaces it with
-  // SyncAndVote (ddp.h); default: the local answers.
-  std::function<OomVote(bool local_oom, bool local_unsplittable)> vote = [](bool oom, bool unsplittable) {
-    return OomVote{oom, unsplittable};
-  };
+  // memory; it did so with one sample per micro-batch; the attempt's loss, meaningless
+  // after an out-of-memory error). The trainer passes StepAgreement::Vote
+  // (step_agreement.h), the step's one collective; default: the local answers.
+  std::function<OomVote(bool local_oom, bool local_unsplittable, double loss)> vote =
+      [](bool oom, bool unsplittable, double) { return OomVote{oom, unsplittable}; };
   // Called after an out-of-memory attempt, before the retry (e.g. empty CUDA caches).
   std::function<void()> release_memory = [] {};
 };

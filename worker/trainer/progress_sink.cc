@@ -4,11 +4,26 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 namespace nightshift::trainer {
+
+void Log(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::fputs("nightshift-trainer: ", stderr);
+  std::vfprintf(stderr, fmt, args);
+  std::fputc('\n', stderr);
+  va_end(args);
+}
+
+void Warn(ProgressSink& progress, const std::string& message) {
+  Log("warning: %s", message.c_str());
+  progress.Emit(format::ProgressRecord{"warning", {}, {{"message", message}}});
+}
 
 void FdProgressSink::Emit(const format::ProgressRecord& record) {
   const std::string line = format::FormatProgressLine(record) + "\n";

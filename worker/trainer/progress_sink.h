@@ -44,6 +44,11 @@ class MemoryProgressSink : public ProgressSink {
   std::vector<format::ProgressRecord> records;
 };
 
+// The trainer's two outputs: a "nightshift-trainer: " line on stderr (the rank's log),
+// and a warning both there and as a `warning` event.
+void Log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void Warn(ProgressSink& progress, const std::string& message);
+
 // The descriptor named by NIGHTSHIFT_PROGRESS_FD, 1 (stdout) when unset, -1 for "none";
 // returns "" or what is wrong with the variable.
 std::string ProgressFdFromEnv(int* fd);

@@ -131,7 +131,7 @@ TEST(AmpTest, NonFiniteLossesRollBackOnceThenFail) {
   c.train.epochs = 3;
   c.checkpoint.every_steps = 2;  // steps 4-8 not finite: back to step 6; 7-11: fail
   RankInfo rank;
-  rank.fault_nan_loss_from_step = 4;
+  rank.faults.nan_loss_from_step = 4;
   MemoryProgressSink progress;
   EXPECT_EQ(RunTraining(c, rank, progress), kExitError);
   bool rolled_back = false;

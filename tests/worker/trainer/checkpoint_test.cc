@@ -3,6 +3,7 @@
 #include "worker/trainer/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include <filesystem>
@@ -24,7 +25,7 @@ std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
   TransformerClassifier model = BuildModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
   CheckpointManager manager(CheckpointOptions{c.checkpoint_dir, 0, 0, 3});
-  TrainPosition pos;
+  RunPosition pos;
   EXPECT_TRUE(manager.LoadLatest(*model, optimizer, &pos));
   std::vector<torch::Tensor> params;
   for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
@@ -48,7 +49,7 @@ void RunUntilAbort(const TrainConfig& c, int64_t abort_at_step) {
   rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   RankInfo rank;
-  rank.fault_abort_at_step = abort_at_step;
+  rank.faults.abort_at_step = abort_at_step;
   MemoryProgressSink progress;
   RunTraining(c, rank, progress);
 }
@@ -135,7 +136,17 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   torch::nn::Linear model(3, 2);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
   CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
-  TrainPosition pos{42, 3, 5, GetCpuRngState(), {{"train_seconds", 1.5}}};
+  RunPosition pos;
+  pos.step = 42;
+  pos.epoch = 3;
+  pos.batch_in_epoch = 5;
+  pos.lr_scale = 0.5;
+  pos.scaler = ScalerState{1024.0, 7};
+  pos.max_tokens = 4096;
+  pos.train_seconds = 1.5;
+  pos.tokens_seen = 123456789012;
+  pos.rng_cpu = GetCpuRngState();
+  pos.fingerprint = "seed=1;test";
   torch::Tensor expected = torch::rand({4});
   SavedCheckpoint saved = manager.Save(pos, *model, optimizer);
   EXPECT_TRUE(fs::exists(saved.path + "/COMPLETE"));
@@ -143,12 +154,18 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   std::string text((std::istreambuf_iterator<char>(manifest)), {});
   EXPECT_NE(text.find("\"magic\": \"nightshift-checkpoint\""), std::string::npos);
 
-  TrainPosition loaded;
+  RunPosition loaded;
   ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded));
   EXPECT_EQ(loaded.step, 42);
   EXPECT_EQ(loaded.epoch, 3);
   EXPECT_EQ(loaded.batch_in_epoch, 5);
-  EXPECT_EQ(loaded.metrics["train_seconds"], 1.5);
+  EXPECT_EQ(loaded.lr_scale, 0.5);
+  EXPECT_EQ(loaded.scaler.scale, 1024.0);
+  EXPECT_EQ(loaded.scaler.growth_tracker, 7);
+  EXPECT_EQ(loaded.max_tokens, 4096);
+  EXPECT_EQ(loaded.train_seconds, 1.5);
+  EXPECT_EQ(loaded.tokens_seen, 123456789012);
+  EXPECT_EQ(loaded.fingerprint, "seed=1;test");
   SetCpuRngState(loaded.rng_cpu);
   EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
 }
@@ -159,7 +176,10 @@ TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
   torch::nn::Linear model(4, 3);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
   CheckpointManager manager(CheckpointOptions{dir, 1, 0, 5});
-  TrainPosition pos{1, 0, 1, GetCpuRngState(), {}};
+  RunPosition pos;
+  pos.step = 1;
+  pos.batch_in_epoch = 1;
+  pos.rng_cpu = GetCpuRngState();
   manager.Save(pos, *model, optimizer);
   const torch::Tensor weight_at_1 = model->weight.detach().clone();
   {
@@ -182,11 +202,11 @@ TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
     f.seekp(40);
     f.put(static_cast<char>(c ^ 0x5a));
   }
-  TrainPosition peeked;
+  RunPosition peeked;
   std::string path;
   ASSERT_TRUE(manager.PeekLatest(&peeked, &path));
   EXPECT_EQ(peeked.step, 1);
-  TrainPosition loaded;
+  RunPosition loaded;
   ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded, &path));
   EXPECT_EQ(loaded.step, 1);
   EXPECT_EQ(fs::path(path).filename(), "step-00000001");
@@ -199,6 +219,79 @@ TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
     FAIL() << "loaded a damaged checkpoint";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("none of the 3 checkpoints"), std::string::npos) << e.what();
+  }
+}
+
+// A checkpoint a trainer of manifest version 1 wrote: position at the top level, the rest
+// in a "metrics" map.
+TEST(CheckpointManagerTest, Version1ManifestStillResumes) {
+  const std::string dir = FreshDir("v1");
+  torch::manual_seed(11);
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
+  RunPosition pos;
+  pos.step = 17;
+  pos.epoch = 1;
+  pos.batch_in_epoch = 4;
+  pos.rng_cpu = GetCpuRngState();
+  const SavedCheckpoint saved = manager.Save(pos, *model, optimizer);
+  const std::string manifest_path = saved.path + "/manifest.json";
+  nlohmann::json v2 = nlohmann::json::parse(std::ifstream(manifest_path));
+  nlohmann::json v1 = {{"magic", "nightshift-checkpoint"}, {"version", 1},
+                       {"step", 17}, {"epoch", 1}, {"batch_in_epoch", 4},
+                       {"rng_cpu", v2["position"]["rng_cpu"]},
+                       {"metrics", {{"train_seconds", 2.5}, {"tokens_seen", 900.0}, {"lr_scale", 0.5},
+                                    {"max_tokens", 2048.0}, {"grad_scale", 512.0},
+                                    {"grad_scale_growth_tracker", 3.0}}},
+                       {"fingerprint", "seed=1"}, {"files", v2["files"]}};
+  std::ofstream(manifest_path, std::ios::trunc) << v1.dump(2);
+
+  RunPosition loaded;
+  ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 17);
+  EXPECT_EQ(loaded.epoch, 1);
+  EXPECT_EQ(loaded.batch_in_epoch, 4);
+  EXPECT_EQ(loaded.train_seconds, 2.5);
+  EXPECT_EQ(loaded.tokens_seen, 900);
+  EXPECT_EQ(loaded.lr_scale, 0.5);
+  EXPECT_EQ(loaded.max_tokens, 2048);
+  EXPECT_EQ(loaded.scaler.scale, 512.0);
+  EXPECT_EQ(loaded.scaler.growth_tracker, 3);
+  EXPECT_EQ(loaded.fingerprint, "seed=1");
+  EXPECT_EQ(loaded.rng_cpu, pos.rng_cpu);
+}
+
+// A manifest version this trainer does not read is refused naming it, not skipped for an
+// older checkpoint (that would silently drop the newer one's steps).
+TEST(CheckpointManagerTest, UnknownManifestVersionIsRefusedNamingIt) {
+  const std::string dir = FreshDir("v3");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
+  RunPosition pos;
+  pos.rng_cpu = GetCpuRngState();
+  pos.step = 1;
+  manager.Save(pos, *model, optimizer);
+  pos.step = 2;
+  const SavedCheckpoint newest = manager.Save(pos, *model, optimizer);
+  nlohmann::json m = nlohmann::json::parse(std::ifstream(newest.path + "/manifest.json"));
+  m["version"] = 3;
+  std::ofstream(newest.path + "/manifest.json", std::ios::trunc) << m.dump(2);
+
+  RunPosition loaded;
+  for (int peek = 0; peek < 2; ++peek) {
+    try {
+      if (peek) {
+        manager.PeekLatest(&loaded);
+      } else {
+        manager.LoadLatest(*model, optimizer, &loaded);
+      }
+      FAIL() << "resumed past a version 3 checkpoint (step " << loaded.step << ")";
+    } catch (const CheckpointVersionError& e) {
+      EXPECT_NE(std::string(e.what()).find("step-00000002 has manifest version 3"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("versions 1 to 2"), std::string::npos) << e.what();
+    }
   }
 }
 

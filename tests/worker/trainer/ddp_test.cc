@@ -13,54 +13,22 @@
 #include <functional>
 #include <thread>
 
+#include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/model.h"
+#include "worker/trainer/fault_injection.h"
 #include "worker/trainer/oom.h"
+#include "worker/trainer/step_agreement.h"
 #include "worker/trainer/train.h"
 
 namespace nightshift::trainer {
 namespace {
 
+using testing::FreePort;
+using testing::Options;
+using testing::RunRanks;
+
 namespace F = torch::nn::functional;
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-ProcessGroupOptions Options(int rank, int world, int port, int timeout_ms = 20000) {
-  ProcessGroupOptions o;
-  o.rank = rank;
-  o.world_size = world;
-  o.master_addr = "127.0.0.1";
-  o.master_port = port;
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  return o;
-}
-
-// Runs body(rank) on `world` threads; rethrows the first failure.
-void RunRanks(int world, const std::function<void(int)>& body) {
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 ModelConfig SmallModel() {
   ModelConfig m;
@@ -276,8 +244,8 @@ TEST_F(DdpTest, RanksAtDifferentPositionsRefuseToStart) {
   std::vector<std::string> errors(2);
   RunRanks(2, [&](int r) {
     TrainConfig cfg;
-    cfg.world_size = 2;
-    cfg.timeout_seconds = 20;
+    cfg.data_parallel.world_size = 2;
+    cfg.data_parallel.timeout_seconds = 20;
     RankInfo info;
     info.rank = r;
     info.world_size = 2;
@@ -351,15 +319,16 @@ TEST_F(DdpTest, OutOfMemoryOnOneRankSplitsOnEveryRankAndKeepsTheUpdate) {
       GradientSync sync(ProcessGroup::Create(Options(r, 2, port)), model->parameters(), so);
       sync.Broadcast(model->parameters());
       torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
-      SyncStats stats;
+      StepAgreement agreement(&sync);
       OomOptions oo;
-      oo.fault_above_tokens = r == 1 ? rank1_limit : 0;
-      oo.vote = SyncAndVote(&sync, &stats);
+      const FaultInjector faults(FaultPlan{.oom_above_tokens = r == 1 ? rank1_limit : 0});
+      oo.vote = [&](bool o, bool u, double loss) { return agreement.Vote(o, u, loss); };
       MicroBatchRunner runner(oo);
       const Batch mine = as_batch(all.Slice(r * b, b));
       (*results)[r] = runner.Run(
           mine,
           [&](const Batch& m, bool last) {
+            faults.BeforeMicroBatch(m.padded_tokens);
             NoSync accumulate_only(last ? nullptr : &sync);
             torch::Tensor loss = F::cross_entropy(model->forward(m.tokens, m.pad_mask), m.labels,
                                                   F::CrossEntropyFuncOptions().reduction(torch::kSum)) /
@@ -368,7 +337,7 @@ TEST_F(DdpTest, OutOfMemoryOnOneRankSplitsOnEveryRankAndKeepsTheUpdate) {
             return loss.item<double>();
           },
           [&] { opt.zero_grad(); });
-      EXPECT_GT(stats.buckets, 0) << "the successful attempt's all-reduce";
+      EXPECT_GT(agreement.sync_stats().buckets, 0) << "the successful attempt's all-reduce";
       opt.step();
       after[r] = Snapshot(model->parameters());
     });
@@ -389,8 +358,8 @@ TEST_F(DdpTest, OutOfMemoryOnOneRankSplitsOnEveryRankAndKeepsTheUpdate) {
 // only: they agree on one budget, split together, and both finish.
 TEST_F(DdpTest, TwoTrainerRanksAgreeOnTheBudgetAndOnSplitting) {
   TrainConfig c = testing::TinyConfig(testing::FreshDir("ddp_oom"), /*n_train=*/160);
-  c.world_size = 2;
-  c.timeout_seconds = 60;
+  c.data_parallel.world_size = 2;
+  c.data_parallel.timeout_seconds = 60;
   c.model.max_len = 32;
   c.train.max_tokens_auto = true;  // on this tiny data: one batch per rank and epoch
   c.train.epochs = 4;
@@ -407,7 +376,7 @@ TEST_F(DdpTest, TwoTrainerRanksAgreeOnTheBudgetAndOnSplitting) {
     rank.master_addr = "127.0.0.1";
     rank.master_port = port;
     rank.memory_limit_bytes = int64_t{2} << 30;
-    if (r == 1) rank.fault_oom_above_tokens = 24;  // only rank 1 runs out (above 24 tokens)
+    if (r == 1) rank.faults.oom_above_tokens = 24;  // only rank 1 runs out (above 24 tokens)
     exit_codes[r] = RunTraining(c, rank, progress[r]);
   });
   for (int r = 0; r < 2; ++r) {

@@ -1,3 +1,4 @@
+#include "worker/trainer/fault_injection.h"
 #include "worker/trainer/oom.h"
 
 #include <gtest/gtest.h>
@@ -46,7 +47,8 @@ ModelConfig NoDropout() {
 // One optimizer step of a fresh model (seeded) on MakeBatch(); returns its parameters
 // and then their gradients. (SGD: Adam would turn the rounding noise of gradients that
 // are zero in exact arithmetic, e.g. the attention key bias's, into whole steps.)
-std::vector<torch::Tensor> OneStep(MicroBatchRunner& runner, MicroBatchResult* result) {
+std::vector<torch::Tensor> OneStep(MicroBatchRunner& runner, MicroBatchResult* result,
+                                   const FaultInjector& faults = FaultInjector()) {
   torch::manual_seed(5);
   TransformerClassifier model = BuildModel(NoDropout(), 32, 2, 0);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
@@ -54,6 +56,7 @@ std::vector<torch::Tensor> OneStep(MicroBatchRunner& runner, MicroBatchResult* r
   *result = runner.Run(
       batch,
       [&](const Batch& micro, bool) {
+        faults.BeforeMicroBatch(micro.padded_tokens);
         torch::Tensor loss = F::cross_entropy(model->forward(micro.tokens, micro.pad_mask), micro.labels,
                                               F::CrossEntropyFuncOptions().reduction(torch::kSum)) /
                              double(batch.samples);
@@ -75,12 +78,13 @@ TEST(OomTest, SplitStepGivesTheSameParametersAsTheUnsplitStep) {
   EXPECT_EQ(r0.micro_batches, 1);
   EXPECT_EQ(r0.oom_recoveries, 0);
 
-  OomOptions options{/*fault_above_tokens=*/25};
+  const FaultInjector above_25(FaultPlan{.oom_above_tokens = 25});
+  OomOptions options;
   int released = 0;  // the trainer passes ReleaseCachedMemory (device.h): CUDA's emptyCache
   options.release_memory = [&] { ++released; };
   MicroBatchRunner split(options);
   MicroBatchResult r1;
-  const auto got = OneStep(split, &r1);
+  const auto got = OneStep(split, &r1, above_25);
   EXPECT_GE(r1.micro_batches, 4);
   EXPECT_GE(r1.oom_recoveries, 2);
   EXPECT_EQ(released, r1.oom_recoveries) << "memory is released before every retry";
@@ -94,16 +98,16 @@ TEST(OomTest, SplitStepGivesTheSameParametersAsTheUnsplitStep) {
   EXPECT_GT(split.micro_batch_tokens(), 0);
   EXPECT_LE(split.micro_batch_tokens(), 25);
   MicroBatchResult r2;
-  OneStep(split, &r2);
+  OneStep(split, &r2, above_25);
   EXPECT_EQ(r2.oom_recoveries, 0);
   EXPECT_EQ(r2.micro_batches, r1.micro_batches);
 }
 
 TEST(OomTest, OneSampleThatCannotFitFailsWithTheReason) {
-  MicroBatchRunner runner(OomOptions{/*fault_above_tokens=*/2});
+  MicroBatchRunner runner(OomOptions{});
   MicroBatchResult r;
   try {
-    OneStep(runner, &r);
+    OneStep(runner, &r, FaultInjector(FaultPlan{.oom_above_tokens = 2}));
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot fit"), std::string::npos) << e.what();
@@ -113,7 +117,7 @@ TEST(OomTest, OneSampleThatCannotFitFailsWithTheReason) {
 TEST(OomTest, AnotherRanksVoteMakesThisRankSplitToo) {
   int attempts = 0;
   OomOptions options;
-  options.vote = [&](bool local, bool unsplittable) {  // "rank 1 ran out" on the first attempt
+  options.vote = [&](bool local, bool unsplittable, double) {  // "rank 1 ran out" on the first attempt
     return OomVote{local || ++attempts == 1, unsplittable};
   };
   MicroBatchRunner runner(options);
@@ -129,7 +133,7 @@ TEST(OomTest, OneSampleBatchRetriesAsItIsOrFailsWithTheOtherRank) {
   const Batch one = SliceBatch(MakeBatch(), 0, 1);
   int attempts = 0, calls = 0;
   OomOptions options;
-  options.vote = [&](bool local, bool unsplittable) { return OomVote{local || ++attempts == 1, unsplittable}; };
+  options.vote = [&](bool local, bool unsplittable, double) { return OomVote{local || ++attempts == 1, unsplittable}; };
   MicroBatchRunner retries(options);
   const auto step = [&](const Batch&, bool last) {
     EXPECT_TRUE(last);
@@ -141,7 +145,7 @@ TEST(OomTest, OneSampleBatchRetriesAsItIsOrFailsWithTheOtherRank) {
   EXPECT_EQ(r.micro_batches, 1);
   EXPECT_EQ(r.oom_recoveries, 1);
 
-  options.vote = [](bool, bool) { return OomVote{true, true}; };
+  options.vote = [](bool, bool, double) { return OomVote{true, true}; };
   MicroBatchRunner fails(options);
   try {
     fails.Run(one, step, [] {});
@@ -176,7 +180,7 @@ TEST(OomTest, TrainingRecoversAndReportsIt) {
   c.train.max_steps = 6;
   c.checkpoint.every_steps = 0;
   RankInfo rank;
-  rank.fault_oom_above_tokens = 30;  // batches are 8 x up to 12 tokens
+  rank.faults.oom_above_tokens = 30;  // batches are 8 x up to 12 tokens
   MemoryProgressSink progress;
   ASSERT_EQ(RunTraining(c, rank, progress), kExitOk);
   double recoveries = 0;

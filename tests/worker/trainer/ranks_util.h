@@ -1,0 +1,63 @@
+// Several ranks in one test process: threads that join a process group on loopback.
+#ifndef NIGHTSHIFT_TESTS_WORKER_TRAINER_RANKS_UTIL_H_
+#define NIGHTSHIFT_TESTS_WORKER_TRAINER_RANKS_UTIL_H_
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "worker/trainer/ddp.h"
+
+namespace nightshift::trainer::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+inline ProcessGroupOptions Options(int rank, int world, int port, int timeout_ms = 20000) {
+  ProcessGroupOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.master_addr = "127.0.0.1";
+  o.master_port = port;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+// Runs body(rank) on `world` threads; rethrows the first failure.
+inline void RunRanks(int world, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace nightshift::trainer::testing
+
+#endif  // NIGHTSHIFT_TESTS_WORKER_TRAINER_RANKS_UTIL_H_

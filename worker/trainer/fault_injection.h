@@ -1,0 +1,42 @@
+// Fault injection for tests, in one place and off by default. A rank's plan comes from
+// its environment (ReadRankInfo, config.h: NIGHTSHIFT_FAULT_*) or from a test; with the
+// default plan (all zeros) every hook returns at once and changes nothing.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_FAULT_INJECTION_H_
+#define NIGHTSHIFT_WORKER_TRAINER_FAULT_INJECTION_H_
+
+#include <cstdint>
+
+namespace nightshift::trainer {
+
+// Steps are 1-based (the step about to run is step + 1 of RunPosition); 0 means off.
+struct FaultPlan {
+  int64_t abort_at_step = 0;       // NIGHTSHIFT_FAULT_ABORT_AT_STEP: abort() before it runs
+  int64_t oom_above_tokens = 0;    // NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS: a micro-batch of more
+                                   // padded tokens runs out of memory before its forward
+  int64_t nan_loss_from_step = 0;  // NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP: the loss of this
+                                   // step and every later one counts as not finite
+};
+
+class FaultInjector {
+ public:
+  explicit FaultInjector(FaultPlan plan = {}) : plan_(plan) {}
+
+  // Kills the process (abort(), as a crash would) before step `step` runs.
+  void BeforeStep(int64_t step) const;
+  // Throws the c10::OutOfMemoryError an allocator would, before a micro-batch's forward.
+  void BeforeMicroBatch(int64_t padded_tokens) const;
+  // Whether step `step`'s loss is to be treated as not finite.
+  bool PoisonsLoss(int64_t step) const {
+    return plan_.nan_loss_from_step > 0 && step >= plan_.nan_loss_from_step;
+  }
+
+ private:
+  FaultPlan plan_;
+};
+
+// The out-of-memory error injection throws (a c10::OutOfMemoryError naming the limit).
+[[noreturn]] void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_FAULT_INJECTION_H_

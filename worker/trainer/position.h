@@ -1,0 +1,35 @@
+// Where a run stands: everything, besides the model's and the optimizer's tensors, that
+// a checkpoint must hold to continue the run exactly. The loop owns one; the checkpoint
+// manager saves and restores it whole (checkpoint.h, manifest version 2).
+#ifndef NIGHTSHIFT_WORKER_TRAINER_POSITION_H_
+#define NIGHTSHIFT_WORKER_TRAINER_POSITION_H_
+
+#include <cstdint>
+#include <string>
+
+namespace nightshift::trainer {
+
+// fp16's dynamic loss scale (amp.h GradScaler); saved for every precision.
+struct ScalerState {
+  double scale = 65536.0;      // GradScalerOptions' initial scale
+  int64_t growth_tracker = 0;  // finite steps in a row since the scale last changed
+};
+
+struct RunPosition {
+  int64_t step = 0;            // optimizer steps done (skipped ones included)
+  int64_t epoch = 0;           // current epoch, 0-based
+  int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained
+  double lr_scale = 1.0;       // multiplies the schedule; each NaN roll-back halves it
+  ScalerState scaler;
+  // Padded tokens per batch the run trains with; with max_tokens: auto, what the probe
+  // chose, so a resumed run keeps its batches. 0: fixed batch_size, or not probed yet.
+  int64_t max_tokens = 0;
+  double train_seconds = 0;    // wall time of training so far, every attempt included
+  int64_t tokens_seen = 0;     // real (unpadded) training tokens so far, this rank
+  std::string rng_cpu;         // the CPU generator's state (bytes): dropout continues exactly
+  std::string fingerprint;     // RunFingerprint() of the run that wrote it ("": not checked)
+};
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_POSITION_H_

@@ -1,0 +1,386 @@
+#include "worker/trainer/run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+
+#include "worker/trainer/compat.h"
+#include "worker/trainer/dropout.h"
+#include "worker/trainer/memory_probe.h"
+
+namespace nightshift::trainer {
+namespace {
+
+using format::ProgressRecord;
+
+double Seconds(Run::Clock::time_point since) {
+  return std::chrono::duration<double>(Run::Clock::now() - since).count();
+}
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+void OpenShard(const std::string& path, const char* what, const DataConfig& data,
+               format::ShardReader* shard) {
+  std::string err = shard->Open(path, /*verify_checksum=*/false);
+  if (!err.empty()) throw std::runtime_error(std::string(what) + " shard: " + err);
+  const auto& h = shard->header();
+  const std::string name = std::string(what) + " shard " + path;
+  if (h.vocab_size > static_cast<uint32_t>(data.vocab_size))
+    throw std::runtime_error(name + " has vocab_size " + Str(h.vocab_size) + " but data.vocab_size is " +
+                             Str(data.vocab_size));
+  if (h.num_classes != static_cast<uint32_t>(data.num_classes))
+    throw std::runtime_error(name + " has " + Str(h.num_classes) + " classes but data.num_classes is " +
+                             Str(data.num_classes));
+  for (uint64_t i = 0; data.num_classes > 0 && i < shard->num_samples(); ++i)
+    if (shard->label(i) < 0 || shard->label(i) >= data.num_classes)
+      throw std::runtime_error(name + ": sample " + Str(static_cast<int64_t>(i)) + " has label " +
+                               Str(shard->label(i)) + " outside [0, " + Str(data.num_classes) + ")");
+}
+
+std::vector<uint32_t> Lengths(const format::ShardReader& shard, int64_t max_len) {
+  std::vector<uint32_t> lengths(shard.num_samples());
+  for (uint64_t i = 0; i < lengths.size(); ++i)
+    lengths[i] = static_cast<uint32_t>(std::min<uint64_t>(shard.length(i), max_len));
+  return lengths;
+}
+
+// A worst-case batch for memory probes: `rows` samples of `len` tokens, no padding.
+Batch WorstCaseBatch(int64_t rows, int64_t len, int64_t token) {
+  Batch b;
+  b.tokens = torch::full({rows, len}, token, torch::kLong);
+  b.pad_mask = torch::zeros({rows, len}, torch::kBool);
+  b.labels = torch::zeros({rows}, torch::kLong);
+  b.real_tokens = b.padded_tokens = rows * len;
+  b.samples = rows;
+  return b;
+}
+
+// ---- the steps of BuildRun, in order
+
+// Device and precision; threads; BLAS speed and the peak for MFU. Returns warnings for
+// the `start` event.
+std::vector<std::string> SetUpDevice(Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  if (std::string err = PickDevice(cfg.device, run.rank.local_rank, &run.device); !err.empty())
+    throw std::runtime_error(err);
+  if (std::string err = CheckPrecision(cfg.train.precision, run.device); !err.empty())
+    throw std::runtime_error(err);
+  run.threads = cfg.train.threads > 0
+                    ? cfg.train.threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                      std::max(1, run.rank.local_world_size));
+  torch::set_num_threads(run.threads);
+  run.blas_gflops = MeasureBlasGflops();
+  std::vector<std::string> warnings;
+  // A reference BLAS does 1-3 GFLOP/s; the wheel's MKL does 100+ on two cores (a little
+  // less on one thread of a small VM, hence the per-thread allowance).
+  if (run.blas_gflops < std::min(20.0, 8.0 * run.threads))
+    warnings.push_back("BLAS is slow (" + std::to_string(run.blas_gflops) +
+                       " GFLOP/s on a 1024x1024 matmul): is this LibTorch built without MKL or OpenBLAS?");
+  // MFU's denominator: the device's dense peak (CUDA), else the GEMM rate just measured.
+  run.peak_flops = PeakFlops(run.device, cfg.train.precision, run.blas_gflops * 1e9);
+  return warnings;
+}
+
+void OpenData(Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  OpenShard(cfg.data.train_shard, "train", cfg.data, &run.train_shard);
+  OpenShard(cfg.data.val_shard, "val", cfg.data, &run.val_shard);
+  run.train_lengths = Lengths(run.train_shard, cfg.model.max_len);
+  run.val_lengths = Lengths(run.val_shard, cfg.model.max_len);
+  run.plan_options.batch_size = cfg.train.batch_size;
+  run.plan_options.max_tokens = cfg.train.max_tokens;
+}
+
+// The model on its device (before the optimizer sees its parameters), the optimizer, the
+// checkpoint manager, and the fingerprint a checkpoint must match to be resumed.
+void BuildModel(Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  torch::manual_seed(cfg.train.seed);
+  SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
+  run.model = BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
+  run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
+  run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
+  run.model->to(run.device);
+  for (const auto& p : run.model->named_parameters()) {
+    run.num_parameters += p.value().numel();
+    if (p.key() != "tok_emb.weight" && p.key() != "pos_emb.weight") run.non_embedding_parameters += p.value().numel();
+  }
+  run.optimizer = std::make_unique<torch::optim::AdamW>(
+      run.model->parameters(),
+      torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
+  run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
+      cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last});
+  const auto shard_text = [](const char* name, const format::ShardReader& s) {
+    return std::string(name) + "=" + std::to_string(s.num_samples()) + "/" + std::to_string(s.header().num_tokens) +
+           "/" + std::to_string(s.header().payload_checksum);
+  };
+  const ModelConfig& mc = cfg.model;
+  run.fingerprint = RunFingerprint(
+      cfg.train.seed, cfg.train.batch_size, cfg.train.max_tokens, cfg.train.max_tokens_auto,
+      {shard_text("train", run.train_shard), shard_text("val", run.val_shard)},
+      "model=" + mc.arch + "/" + Str(mc.layers) + "/" + Str(mc.d_model) + "/" + Str(mc.heads) + "/" +
+          Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes));
+}
+
+// Resumes from the newest complete checkpoint, unless it belongs to another run
+// configuration (another seed, batching, data or model cannot continue this run).
+// Returns whether it resumed.
+bool Resume(Run& run) {
+  std::string path;
+  if (RunPosition latest; run.checkpoints->PeekLatest(&latest, &path) && !latest.fingerprint.empty() &&
+                          latest.fingerprint != run.fingerprint)
+    throw std::runtime_error("checkpoint " + path + " belongs to another run configuration (it has \"" +
+                             latest.fingerprint + "\", this run is \"" + run.fingerprint +
+                             "\"): resume with the same seed, batching, data and model, or delete " +
+                             run.cfg.checkpoint_dir + " to start over");
+  if (!run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path)) return false;
+  SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
+  Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
+  return true;
+}
+
+// Data parallel (world_size > 1): joins the group; every rank starts from rank 0's
+// parameters, and must stand where rank 0 stands. Gradients are averaged in buckets
+// during backward.
+void JoinDataParallel(Run& run) {
+  run.ddp = StartDataParallel(run.cfg, run.rank, *run.model);
+  if (!run.ddp) return;
+  const RunPosition& p = run.position;
+  CheckRanksAgree(*run.ddp, {p.step, p.epoch, p.batch_in_epoch, static_cast<int64_t>(run.train_shard.num_samples()),
+                             p.max_tokens});
+  Log("data parallel: rank %d of %d, %d gradient buckets of up to %d MiB, timeout %d s", run.rank.rank,
+      run.rank.world_size, run.ddp->num_buckets(), run.cfg.data_parallel.bucket_mb, run.cfg.data_parallel.timeout_seconds);
+}
+
+// max_tokens: auto, probed once (a resumed run keeps the budget it started with). Under
+// data parallelism every rank probes its own device and all take the smallest.
+void ChooseTokenBudget(Run& run, bool resumed) {
+  const TrainConfig& cfg = run.cfg;
+  if (!cfg.train.max_tokens_auto) return;
+  if (resumed && run.position.max_tokens > 0) {
+    run.plan_options.max_tokens = run.position.max_tokens;
+    return;
+  }
+  const int64_t max_len = cfg.model.max_len;
+  const std::string rng = GetCpuRngState();  // the probe must not change dropout's draws
+  NoSync probe_only(run.ddp.get());          // nor reach the other ranks' gradients
+  std::unique_ptr<MemoryMeter> meter = NewMemoryMeter(run.device);
+  ProbeOptions probe;
+  probe.limit_bytes = MemoryLimit(run.device, run.rank.memory_limit_bytes, run.rank.local_world_size);
+  probe.max_len = max_len;
+  probe.cap_tokens = static_cast<int64_t>(run.train_shard.num_samples()) * max_len;
+  ProbeResult r;
+  std::string probe_error;  // under data parallelism every rank reaches MinOverRanks
+  try {
+    const int64_t token = (cfg.data.pad_id + 1) % cfg.data.vocab_size;
+    r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
+      run.BatchLossSum(ToDevice(WorstCaseBatch(rows, max_len, token), run.device)).backward();
+      run.optimizer->zero_grad();
+    });
+  } catch (const std::exception& e) {
+    if (!run.ddp) throw;
+    probe_error = e.what();
+  }
+  SetCpuRngState(rng);
+  run.plan_options.max_tokens = run.ddp ? run.ddp->group().MinOverRanks(r.max_tokens) : r.max_tokens;
+  if (run.plan_options.max_tokens <= 0)
+    throw std::runtime_error("max_tokens auto: " +
+                             (probe_error.empty() ? "the probe failed on another rank" : probe_error));
+  Log("max_tokens auto: %lld (this rank: %lld, peak %lld of a %lld-byte target, %d probes)",
+      static_cast<long long>(run.plan_options.max_tokens), static_cast<long long>(r.max_tokens),
+      static_cast<long long>(r.peak_bytes), static_cast<long long>(r.target_bytes), r.probes);
+}
+
+// The number of steps (every epoch's plan, capped by max_steps; the same on every rank)
+// and the validation plan.
+void PlanSteps(Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  for (int e = 0; e < cfg.train.epochs; ++e)
+    run.total_steps += static_cast<int64_t>(
+        PlanEpoch(run.train_lengths, run.plan_options, cfg.train.seed, e, run.rank.rank, run.rank.world_size).size());
+  if (cfg.train.max_steps > 0) run.total_steps = std::min(run.total_steps, cfg.train.max_steps);
+  if (run.total_steps == 0) throw std::runtime_error("no training batches: the train shard is empty");
+  if (run.ddp) CheckRanksAgree(*run.ddp, {run.plan_options.max_tokens, run.total_steps});
+  run.val_plan = PlanEval(run.val_lengths, run.plan_options);
+}
+
+// The techniques the loop calls: fp16's loss scaler, the step's one collective, and
+// OOM resilience (a batch that runs out of memory is retried as micro-batches; under
+// data parallelism every rank retries when any rank ran out).
+void ComposeTechniques(Run& run, bool resumed) {
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = run.cfg.train.precision == "fp16";
+  run.scaler = std::make_unique<GradScaler>(scaler_options);
+  if (resumed) run.scaler->Restore(run.position.scaler.scale, run.position.scaler.growth_tracker);
+  run.agreement = std::make_unique<StepAgreement>(run.ddp.get());
+  OomOptions oom;
+  StepAgreement* agreement = run.agreement.get();
+  oom.vote = [agreement](bool o, bool u, double loss) { return agreement->Vote(o, u, loss); };
+  const torch::Device device = run.device;
+  oom.release_memory = [device] { ReleaseCachedMemory(device); };
+  run.micro_batches = std::make_unique<MicroBatchRunner>(std::move(oom));
+  run.stage_batch = NewBatchStager(run.device);  // runs on the loader's thread
+}
+
+void EmitStart(Run& run, const std::vector<std::string>& warnings) {
+  const TrainConfig& cfg = run.cfg;
+  const double train_samples = double(run.train_shard.num_samples()), val_samples = double(run.val_shard.num_samples());
+  run.progress.Emit(ProgressRecord{
+      "start",
+      {{"world_size", run.rank.world_size}, {"rank", run.rank.rank}, {"resumed_step", double(run.position.step)},
+       {"num_parameters", double(run.num_parameters)}, {"train_samples", train_samples},
+       {"val_samples", val_samples}, {"total_steps", double(run.total_steps)},
+       {"blas_gflops", run.blas_gflops}, {"threads", run.threads}, {"peak_flops", run.peak_flops},
+       {"non_embedding_parameters", double(run.non_embedding_parameters)},
+       {"max_tokens", double(run.plan_options.max_tokens)}, {"batch_size", double(run.plan_options.batch_size)}},
+      {{"device", run.device.str()}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
+  for (const std::string& w : warnings) Warn(run.progress, w);
+  Log("job %s attempt %d: %lld parameters, %.0f train / %.0f val samples, %lld steps, %d threads, BLAS %.1f GFLOP/s",
+      cfg.job_id.c_str(), cfg.attempt, static_cast<long long>(run.num_parameters), train_samples, val_samples,
+      static_cast<long long>(run.total_steps), run.threads, run.blas_gflops);
+}
+
+}  // namespace
+
+std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) {
+  auto run = std::make_unique<Run>(cfg, rank, progress);
+  const std::vector<std::string> warnings = SetUpDevice(*run);
+  OpenData(*run);
+  BuildModel(*run);
+  const bool resumed = Resume(*run);
+  JoinDataParallel(*run);
+  ChooseTokenBudget(*run, resumed);
+  PlanSteps(*run);
+  ComposeTechniques(*run, resumed);
+  run->position.max_tokens = run->plan_options.max_tokens;
+  run->seconds_before_ = run->position.train_seconds;
+  run->last_saved_step_ = resumed ? run->position.step : -1;
+  EmitStart(*run, warnings);
+  return run;
+}
+
+Run::Run(const TrainConfig& c, const RankInfo& r, ProgressSink& p)
+    : cfg(c), rank(r), progress(p), faults(r.faults) {}
+
+double Run::TrainSeconds() const { return seconds_before_ + Seconds(started_); }
+
+void Run::OpenEpoch() {
+  loader_.reset();  // it reads epoch_plan_
+  epoch_plan_ = PlanEpoch(train_lengths, plan_options, cfg.train.seed, position.epoch, rank.rank, rank.world_size);
+  loader_ = std::make_unique<BatchPrefetcher>(train_shard, epoch_plan_, static_cast<size_t>(position.batch_in_epoch),
+                                              cfg.model.max_len, cfg.data.pad_id, cfg.train.prefetch, stage_batch);
+}
+
+double Run::SetLearningRate() {
+  const double lr = position.lr_scale * LearningRate(position.step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
+  for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  return lr;
+}
+
+StepIntent Run::Intent() const {
+  const int64_t next = position.step + 1;
+  return StepIntent{faults.PoisonsLoss(next), StopRequested(), rank.rank == 0 && checkpoints->Due(next)};
+}
+
+torch::Tensor Run::BatchLossSum(const Batch& b) {
+  AutocastRegion autocast(cfg.train.precision, device);
+  return ComputeLossSum(model->forward(b.tokens, b.pad_mask), b, next_token).sum;
+}
+
+MicroBatchResult Run::ForwardBackward(const Batch& batch) {
+  model->train();
+  // Each micro-batch's loss is its share of the whole batch's mean (loss_count: the
+  // batch's samples or predicted tokens); only the last one's backward all-reduces.
+  const double loss_count = double(LossCount(batch, next_token));
+  const MicroBatchResult fb = micro_batches->Run(
+      batch,
+      [&](const Batch& micro, bool last) {
+        faults.BeforeMicroBatch(micro.padded_tokens);
+        NoSync accumulate_only(last ? nullptr : ddp.get());
+        torch::Tensor loss = BatchLossSum(micro) / loss_count;
+        scaler->Scale(loss).backward();
+        return loss.item<double>();
+      },
+      [&] { optimizer->zero_grad(); });
+  oom_recoveries += fb.oom_recoveries;
+  return fb;
+}
+
+void Run::ClipAndStep() {
+  if (scaler->enabled()) {
+    const bool grads_finite = scaler->UnscaleAndCheckFinite(model->parameters());
+    scaler->Update(!grads_finite);
+    if (!grads_finite) {
+      nan_guard.CountSkipped();
+      return;
+    }
+  }
+  if (cfg.train.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.grad_clip);
+  optimizer->step();
+}
+
+void Run::Advance(const Batch& batch) {
+  ++position.step;
+  ++position.batch_in_epoch;
+  position.tokens_seen += batch.real_tokens;
+}
+
+void Run::RollBack() {
+  const std::string times = std::to_string(nan_guard.max_consecutive());
+  std::string path;
+  if (!checkpoints->LoadLatest(*model, *optimizer, &position, &path))
+    throw std::runtime_error("the loss was not finite for " + times +
+                             " steps in a row and there is no checkpoint to roll back to; lower "
+                             "spec.train.lr or use precision fp32");
+  SetCpuRngState(position.rng_cpu);
+  position.lr_scale *= 0.5;
+  Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path +
+                     " and halved the learning rate");
+}
+
+void Run::SaveCheckpoint() {
+  if (ddp) ddp->group().Barrier();  // every rank is done with this step; rank 0 writes
+  last_saved_step_ = position.step;
+  if (rank.rank != 0) return;
+  position.rng_cpu = GetCpuRngState();
+  position.scaler = ScalerState{scaler->scale(), scaler->growth_tracker()};
+  position.train_seconds = TrainSeconds();
+  position.fingerprint = fingerprint;
+  const SavedCheckpoint saved = checkpoints->Save(position, *model, *optimizer);
+  progress.Emit(ProgressRecord{
+      "checkpoint",
+      {{"step", double(position.step)}, {"bytes", double(saved.bytes)}, {"seconds", saved.seconds}},
+      {{"path", saved.path}}});
+  Log("checkpoint step %lld: %s (%lld bytes, %.2f s)", static_cast<long long>(position.step), saved.path.c_str(),
+      static_cast<long long>(saved.bytes), saved.seconds);
+}
+
+void Run::Evaluate() {
+  last_eval = trainer::Evaluate(*model, val_shard, val_plan, cfg.model.max_len, cfg.data.pad_id,
+                                cfg.data.num_classes, next_token, ddp ? &ddp->group() : nullptr);
+  last_eval_step_ = position.step;
+  progress.Emit(ProgressRecord{"eval",
+                               {{"step", double(position.step)}, {"epoch", double(position.epoch)},
+                                {"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
+                                {"val_f1", last_eval.f1}, {"val_perplexity", last_eval.perplexity}},
+                               {}});
+  Log("eval step %lld epoch %lld: val_loss %.4f val_accuracy %.4f val_f1 %.4f",
+      static_cast<long long>(position.step), static_cast<long long>(position.epoch), last_eval.loss,
+      last_eval.accuracy, last_eval.f1);
+}
+
+void Run::Finish() {
+  if (last_eval_step_ != position.step) Evaluate();
+  if (last_saved_step_ != position.step) SaveCheckpoint();
+  progress.Emit(ProgressRecord{"done",
+                               {{"step", double(position.step)}, {"val_loss", last_eval.loss},
+                                {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},
+                                {"val_perplexity", last_eval.perplexity}, {"train_seconds", TrainSeconds()}},
+                               {}});
+  Log("done at step %lld: val_accuracy %.4f, %.1f s", static_cast<long long>(position.step), last_eval.accuracy,
+      TrainSeconds());
+}
+
+}  // namespace nightshift::trainer

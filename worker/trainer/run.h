@@ -1,0 +1,118 @@
+// A training run's parts, composed once before the loop by BuildRun and owned by Run;
+// the loop (train.cc) calls them and holds no state of its own besides RunPosition.
+//
+// BuildRun, in order: device and precision checks, threads and the BLAS rate, the data
+// shards, the model and optimizer, the resume from the newest checkpoint (refused when it
+// belongs to another configuration), the data-parallel group (every rank starts from
+// rank 0's parameters at rank 0's position), the token budget (max_tokens: auto probes
+// it once; a resumed run keeps its own), the step count, and the `start` event.
+// Everything it throws (std::runtime_error) names the field or file at fault.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_RUN_H_
+#define NIGHTSHIFT_WORKER_TRAINER_RUN_H_
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/format/shard.h"
+#include "worker/trainer/amp.h"
+#include "worker/trainer/batching.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/config.h"
+#include "worker/trainer/data_loader.h"
+#include "worker/trainer/ddp.h"
+#include "worker/trainer/device.h"
+#include "worker/trainer/fault_injection.h"
+#include "worker/trainer/model.h"
+#include "worker/trainer/oom.h"
+#include "worker/trainer/position.h"
+#include "worker/trainer/progress_sink.h"
+#include "worker/trainer/step_agreement.h"
+#include "worker/trainer/train.h"
+
+namespace nightshift::trainer {
+
+class Run {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Not owned: cfg, rank and progress outlive the run.
+  Run(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress);
+
+  // ---- what the loop calls, in loop order
+  // Opens epoch position.epoch's batches from position.batch_in_epoch on.
+  void OpenEpoch();
+  bool EpochDone() const { return position.batch_in_epoch >= static_cast<int64_t>(epoch_plan_.size()); }
+  bool StepLimitReached() const { return cfg.train.max_steps > 0 && position.step >= cfg.train.max_steps; }
+  Batch NextBatch(double* wait_seconds) { return loader_->Next(wait_seconds); }  // on the device
+  // Sets the schedule's learning rate for the step about to run (scaled by lr_scale).
+  double SetLearningRate();
+  // What this rank wants of the step about to run (StepIntent: stop, checkpoint, poison).
+  StepIntent Intent() const;
+  // Forward and backward of the batch (micro-batches after an out-of-memory error), ending
+  // in the step's one collective; agreement.decision() holds what the ranks decided.
+  MicroBatchResult ForwardBackward(const Batch& batch);
+  // fp16: unscales and checks the gradients (an overflow skips the step and backs the
+  // scale off); clips; steps the optimizer.
+  void ClipAndStep();
+  // Position after a trained (or skipped) step of `batch`.
+  void Advance(const Batch& batch);
+  // Back to the newest complete checkpoint with half the learning rate (NaN guard).
+  void RollBack();
+  void SaveCheckpoint();  // data parallel: every rank calls it; rank 0 writes
+  void Evaluate();        // the validation split; an `eval` event
+  // After the last step: evaluates and saves unless done at this step; the `done` event.
+  void Finish();
+  double TrainSeconds() const;
+  // The loss of a batch, summed over its samples or predicted tokens (the mean is sum /
+  // LossCount), its forward in the run's precision.
+  torch::Tensor BatchLossSum(const Batch& batch);
+
+  // ---- the parts (constant after BuildRun unless noted)
+  const TrainConfig& cfg;
+  const RankInfo& rank;
+  ProgressSink& progress;
+  torch::Device device = torch::kCPU;
+  int threads = 1;
+  double blas_gflops = 0, peak_flops = 0;  // peak: MFU's denominator, FLOP/s
+  format::ShardReader train_shard, val_shard;
+  std::vector<uint32_t> train_lengths, val_lengths;  // tokens per sample, cut at max_len
+  BatchPlanOptions plan_options;
+  BatchPlan val_plan;
+  bool next_token = false;  // language modelling (gpt_lm, or data without classes)
+  std::shared_ptr<SequenceModel> model;
+  int64_t num_parameters = 0, non_embedding_parameters = 0;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<CheckpointManager> checkpoints;
+  std::string fingerprint;  // RunFingerprint of this configuration
+  std::unique_ptr<GradientSync> ddp;  // null: one rank
+  std::unique_ptr<GradScaler> scaler;
+  NanGuard nan_guard;
+  FaultInjector faults;
+  std::unique_ptr<StepAgreement> agreement;
+  std::unique_ptr<MicroBatchRunner> micro_batches;
+  BatchStager stage_batch;
+  int64_t total_steps = 0;
+  RunPosition position;   // changes every step
+  EvalMetrics last_eval;  // changes every evaluation
+  int64_t oom_recoveries = 0;
+
+ private:
+  friend std::unique_ptr<Run> BuildRun(const TrainConfig&, const RankInfo&, ProgressSink&);
+
+  Clock::time_point started_ = Clock::now();
+  double seconds_before_ = 0;  // train_seconds of earlier attempts
+  int64_t last_saved_step_ = -1, last_eval_step_ = -1;
+  BatchPlan epoch_plan_;
+  std::unique_ptr<BatchPrefetcher> loader_;  // reads epoch_plan_
+};
+
+std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_RUN_H_
