@@ -38,7 +38,8 @@ bool Coordinator::IsTerminal(v1::JobState s) {
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
-    : options_(options), store_(std::move(store)), started_(Clock::now()) {}
+    : options_(options), store_(std::move(store)), clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      started_(clock_->Now()) {}
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options) {
   if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
@@ -59,7 +60,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     JobEntry entry;
     entry.job = std::move(job);
     entry.last_step = entry.job.progress().step();
-    entry.last_advance = entry.stopping_since = Clock::now();
+    entry.last_advance = entry.stopping_since = c->clock_->Now();
     c->jobs_[entry.job.id()] = std::move(entry);
   }
   NS_INFO("coordinator: loaded " << jobs.size() << " jobs from " << options.data_dir);
@@ -97,7 +98,7 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   ev->set_step(step);
   if (state == v1::RUNNING) {
     entry->last_step = job.progress().step();
-    entry->last_advance = Clock::now();
+    entry->last_advance = clock_->Now();
   }
   NS_INFO("job " << job.id() << " -> " << v1::JobState_Name(state) << ": " << reason);
   Persist(entry, /*sync=*/true);
@@ -195,7 +196,8 @@ StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& 
 StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* version,
                                              std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  auto deadline = Clock::now() + timeout;
+  // A real wait (the caller blocks on it), so on real time, not on clock_.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     NS_RETURN_IF_ERROR(store_error_);
     auto it = jobs_.find(id);
@@ -222,7 +224,7 @@ Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterRes
   w.info.set_log_address(request.log_address());
   w.info.mutable_gpus()->CopyFrom(request.gpus());
   *w.info.mutable_last_heartbeat() = NowTimestamp();
-  w.last_seen = Clock::now();
+  w.last_seen = clock_->Now();
   NS_INFO("worker " << request.name() << (known ? " re-registered" : " registered") << " with "
                     << request.slots() << " slots, " << request.tasks_size() << " running tasks");
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
@@ -236,7 +238,7 @@ Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Heartbeat
   if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
     return Status::NotFound("worker " + request.name() + " is not registered");
   WorkerEntry& worker = wit->second;
-  worker.last_seen = Clock::now();
+  worker.last_seen = clock_->Now();
   *worker.info.mutable_last_heartbeat() = NowTimestamp();
   worker.info.clear_tasks();
   if (request.has_cache()) worker.cache = request.cache();
@@ -349,7 +351,7 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
     *job.mutable_progress() = status.progress();
     if (status.progress().step() > entry.last_step) {
       entry.last_step = status.progress().step();
-      entry.last_advance = Clock::now();
+      entry.last_advance = clock_->Now();
     }
     changed = true;
   }
@@ -412,7 +414,7 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
   job.clear_master_addr();
   job.clear_data_cache();
   double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
-  entry->not_before = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
+  entry->not_before = clock_->Now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
   SetState(entry, v1::QUEUED,
            "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) +
                " from step " + std::to_string(job.checkpoint_step()) + " after: " + error,
@@ -420,7 +422,7 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
 }
 
 void Coordinator::BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason) {
-  entry->stopping_since = Clock::now();
+  entry->stopping_since = clock_->Now();
   SetState(entry, state, reason, entry->job.progress().step());
 }
 
@@ -440,7 +442,7 @@ void Coordinator::MaybeFinishStopping(JobEntry* entry, bool force) {
   job.clear_placements();
   job.clear_master_addr();
   job.clear_data_cache();
-  entry->not_before = Clock::now();
+  entry->not_before = clock_->Now();
   SetState(entry, v1::QUEUED,
            "requeued from step " + std::to_string(job.checkpoint_step()) + " after: " + why,
            job.checkpoint_step());
@@ -459,7 +461,7 @@ int Coordinator::UsedSlots(const std::string& worker) const {
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_error_.ok()) return;  // stopped (fail-stop, see store_status())
-  const auto now = Clock::now();
+  const auto now = clock_->Now();
   const auto lease = std::chrono::milliseconds(static_cast<int64_t>(options_.lease_seconds * 1000));
 
   for (auto& [name, w] : workers_) {

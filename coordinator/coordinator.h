@@ -18,6 +18,7 @@
 
 #include "common/job_store.h"
 #include "common/status.h"
+#include "coordinator/clock.h"
 #include "nightshift/v1/admin.pb.h"
 #include "nightshift/v1/cluster.pb.h"
 #include "nightshift/v1/jobs.pb.h"
@@ -51,12 +52,11 @@ struct CoordinatorOptions {
   double stop_timeout_seconds = 60;     // a PREEMPTED or STUCK job whose workers have not
                                         // reported its ranks gone by then is requeued anyway
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
+  Clock* clock = nullptr;                   // not owned; null: Clock::Real()
 };
 
 class Coordinator {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // Opens the store and loads every job. Jobs that were SCHEDULED or RUNNING keep their
   // placements: their workers have one lease to come back and report them.
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
@@ -116,14 +116,14 @@ class Coordinator {
   struct JobEntry {
     v1::Job job;
     uint64_t version = 1;             // bumped on every change; WatchJob waits on it
-    Clock::time_point not_before{};   // restart backoff
+    Clock::TimePoint not_before{};   // restart backoff
     int64_t last_step = -1;           // rank 0's step when it last advanced
-    Clock::time_point last_advance{}; // when it last advanced (or the attempt started)
-    Clock::time_point stopping_since{};  // when it became PREEMPTED or STUCK
+    Clock::TimePoint last_advance{}; // when it last advanced (or the attempt started)
+    Clock::TimePoint stopping_since{};  // when it became PREEMPTED or STUCK
   };
   struct WorkerEntry {
     v1::WorkerInfo info;
-    Clock::time_point last_seen;
+    Clock::TimePoint last_seen;
     v1::CacheReport cache;                 // as of the last heartbeat that carried one
     std::vector<std::string> evict_keys;   // queued for the next heartbeat
     bool evict_all = false;
@@ -149,7 +149,8 @@ class Coordinator {
   // Constant after construction.
   const CoordinatorOptions options_;
   const std::unique_ptr<JobStore> store_;
-  const Clock::time_point started_;
+  Clock* const clock_;
+  const Clock::TimePoint started_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;       // notified on every job change

@@ -5,13 +5,15 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <thread>
 
 #include "common/spec.h"
+#include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 
 namespace nightshift {
 namespace {
+
+using namespace std::chrono_literals;
 
 class CoordinatorTest : public testing::Test {
  protected:
@@ -22,6 +24,7 @@ class CoordinatorTest : public testing::Test {
     options_.data_dir = dir_;
     options_.lease_seconds = 0.3;
     options_.restart_backoff_seconds = 0;
+    options_.clock = &clock_;  // time moves only when a test advances it
     Reopen();
   }
   void TearDown() override {
@@ -72,6 +75,7 @@ class CoordinatorTest : public testing::Test {
   v1::JobState StateOf(const std::string& id) { return c_->Get(id)->state(); }
 
   std::string dir_;
+  FakeClock clock_;
   CoordinatorOptions options_;
   std::unique_ptr<Coordinator> c_;
 };
@@ -247,7 +251,7 @@ TEST_F(CoordinatorTest, LostWorkerRequeuesItsJob) {
   Report(first, Status(id, 0, v1::TASK_RUNNING));
   // Only the other worker keeps heartbeating.
   for (int i = 0; i < 8; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    clock_.Advance(60ms);
     Heartbeat(other);
     c_->Tick();
   }
@@ -345,13 +349,13 @@ TEST_F(CoordinatorTest, HungJobIsStuckThenRestarted) {
   Report("w1", running);
   ASSERT_EQ(StateOf(id), v1::RUNNING);
   for (int i = 0; i < 8; ++i) {  // progress stays at step 5
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock_.Advance(100ms);
     Heartbeat("w1", {running});
     c_->Tick();
   }
   EXPECT_EQ(StateOf(id), v1::RUNNING);
   for (int i = 0; i < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock_.Advance(100ms);
     Heartbeat("w1", {running});
     c_->Tick();
   }
@@ -392,6 +396,78 @@ TEST_F(CoordinatorTest, DrainMovesJobsAndCordonKeepsNewWorkAway) {
   c_->Tick();
   EXPECT_EQ(StateOf(next), v1::SCHEDULED);
   EXPECT_EQ(c_->Cordon("nope", false).status().code(), Status::kNotFound);
+}
+
+// Restart backoff on the clock: restart_backoff_seconds before the first restart, then
+// twice that before the second.
+TEST_F(CoordinatorTest, RestartsWaitForTheirBackoff) {
+  options_.lease_seconds = 600;  // the worker stays alive while time jumps
+  options_.restart_backoff_seconds = 10;
+  Reopen();
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec(1, /*max_restarts=*/2))->id();
+  c_->Tick();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    ASSERT_EQ(StateOf(id), v1::SCHEDULED) << attempt;
+    Heartbeat("w1");
+    Report("w1", Status(id, attempt, v1::TASK_FAILED));
+    ASSERT_EQ(StateOf(id), v1::QUEUED) << attempt;
+    const auto backoff = attempt == 0 ? 10s : 20s;
+    clock_.Advance(backoff - 1ms);
+    c_->Tick();
+    EXPECT_EQ(StateOf(id), v1::QUEUED) << attempt;
+    clock_.Advance(1ms);
+    c_->Tick();
+  }
+  EXPECT_EQ(StateOf(id), v1::SCHEDULED);
+  EXPECT_EQ(c_->Get(id)->restarts(), 2);
+}
+
+// A preempted job whose worker keeps its ranks alive is requeued anyway once
+// stop_timeout_seconds have passed.
+TEST_F(CoordinatorTest, AStopThatTakesTooLongIsRequeuedAtTheStopTimeout) {
+  options_.lease_seconds = 600;
+  options_.stop_timeout_seconds = 60;
+  Reopen();
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  ASSERT_TRUE(c_->Drain("w1").ok());
+  ASSERT_EQ(StateOf(id), v1::PREEMPTED);
+  const auto running = Status(id, 0, v1::TASK_RUNNING);
+  EXPECT_EQ(Heartbeat("w1", {running}).stop_size(), 1);
+  clock_.Advance(60s);
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::PREEMPTED);
+  clock_.Advance(1ms);
+  c_->Tick();
+  auto job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+}
+
+// After the coordinator restarts, the workers of running jobs get one lease to register
+// again before their attempts count as lost.
+TEST_F(CoordinatorTest, AfterARestartWorkersHaveOneLeaseToComeBack) {
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  Reopen();  // w1 is unknown to the new coordinator
+  clock_.Advance(300ms);
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  clock_.Advance(1ms);
+  c_->Tick();
+  auto job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  const std::string why = job.events(job.events_size() - 1).reason();
+  EXPECT_NE(why.find("worker w1 lost"), std::string::npos) << why;
 }
 
 }  // namespace
