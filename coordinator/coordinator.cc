@@ -31,6 +31,33 @@ std::string RankRange(const v1::Placement& p) {
          std::to_string(p.first_rank() + p.num_ranks() - 1);
 }
 
+// Options give times in seconds, as doubles.
+Clock::Duration Seconds(double seconds) {
+  return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+}
+
+// Whether every placement of the job's current attempt has `flag` set (running, finished).
+bool AllPlacements(const v1::Job& job, bool (v1::Placement::*flag)() const) {
+  return std::all_of(job.placements().begin(), job.placements().end(),
+                     [flag](const v1::Placement& p) { return (p.*flag)(); });
+}
+
+// Ranks of the job's current attempt still on `worker` (placed there and not finished).
+int RanksOn(const v1::Job& job, const std::string& worker) {
+  int ranks = 0;
+  for (const auto& p : job.placements())
+    if (p.worker() == worker && !p.finished()) ranks += p.num_ranks();
+  return ranks;
+}
+
+// Takes the report's checkpoint if it is newer; whether it was.
+bool TakeCheckpoint(const v1::TaskStatus& status, v1::Job* job) {
+  if (status.checkpoint_step() <= job->checkpoint_step()) return false;
+  job->set_checkpoint_step(status.checkpoint_step());
+  job->set_checkpoint_path(status.checkpoint_path());
+  return true;
+}
+
 }  // namespace
 
 bool Coordinator::IsTerminal(v1::JobState s) {
@@ -253,39 +280,40 @@ Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::Heartbeat
     *worker.info.add_tasks() = status.task();
     HandleTaskStatus(request.name(), status, response);
   }
-  // Parts placed on this worker that it does not hold: start them, or, if it held them
-  // before and lost them (it restarted), fail the attempt.
-  for (auto& [id, entry] : jobs_) {
-    v1::Job& job = entry.job;
-    if (IsStopping(job.state())) {
-      for (auto& p : *job.mutable_placements())
-        if (p.worker() == request.name() && !p.finished() && !reported.count({job.id(), job.attempt()}))
-          p.set_finished(true);
-      MaybeFinishStopping(&entry);
-      continue;
-    }
-    if (!IsActive(job.state())) continue;
-    for (auto& p : *job.mutable_placements()) {
-      if (p.worker() != request.name() || p.finished()) continue;
-      if (reported.count({job.id(), job.attempt()})) continue;
-      if (p.running()) {
-        FailAttempt(&entry, "worker " + request.name() + " no longer runs " + RankRange(p) +
-                                " (it restarted)", /*user_error=*/false, "worker_restarted");
-        break;
-      }
-      // Ranks off rank 0's worker need the rendezvous address it chooses first.
-      if (p.first_rank() != 0 && job.master_addr().empty()) continue;
-      v1::Assignment* a = response->add_start();
-      a->mutable_task()->set_job_id(job.id());
-      a->mutable_task()->set_attempt(job.attempt());
-      *a->mutable_spec() = job.spec();
-      a->set_first_rank(p.first_rank());
-      a->set_num_ranks(p.num_ranks());
-      a->set_world_size(job.spec().resources().world_size());
-      a->set_master_addr(job.master_addr());
-    }
-  }
+  for (auto& [id, entry] : jobs_)
+    Reconcile(request.name(), reported.count({id, entry.job.attempt()}) > 0, &entry, response);
   return store_error_;  // a change this heartbeat caused was not written: not acknowledged
+}
+
+void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* entry,
+                            v1::HeartbeatResponse* response) {
+  v1::Job& job = entry->job;
+  if (IsStopping(job.state())) {
+    if (!reported)
+      for (auto& p : *job.mutable_placements())
+        if (p.worker() == worker) p.set_finished(true);  // its ranks are gone
+    MaybeFinishStopping(entry);
+    return;
+  }
+  if (!IsActive(job.state()) || reported) return;
+  for (const auto& p : job.placements()) {
+    if (p.worker() != worker || p.finished()) continue;
+    if (p.running()) {
+      FailAttempt(entry, "worker " + worker + " no longer runs " + RankRange(p) + " (it restarted)",
+                  /*user_error=*/false, "worker_restarted");
+      return;
+    }
+    // Ranks off rank 0's worker need the rendezvous address it chooses first.
+    if (p.first_rank() != 0 && job.master_addr().empty()) continue;
+    v1::Assignment* a = response->add_start();
+    a->mutable_task()->set_job_id(job.id());
+    a->mutable_task()->set_attempt(job.attempt());
+    *a->mutable_spec() = job.spec();
+    a->set_first_rank(p.first_rank());
+    a->set_num_ranks(p.num_ranks());
+    a->set_world_size(job.spec().resources().world_size());
+    a->set_master_addr(job.master_addr());
+  }
 }
 
 Status Coordinator::ReportTask(const v1::ReportTaskRequest& request) {
@@ -298,47 +326,55 @@ Status Coordinator::ReportTask(const v1::ReportTaskRequest& request) {
 
 void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
                                    v1::HeartbeatResponse* response) {
-  auto stop = [&] {
-    if (status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING)
-      *response->add_stop() = status.task();
-  };
+  const bool alive = status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING;
   auto it = jobs_.find(status.task().job_id());
-  if (it == jobs_.end()) return stop();
+  if (it == jobs_.end() || it->second.job.attempt() != status.task().attempt()) {
+    if (alive) *response->add_stop() = status.task();  // not of the current attempt of a job
+    return;
+  }
   JobEntry& entry = it->second;
-  v1::Job& job = entry.job;
-  if (job.attempt() != status.task().attempt()) return stop();
   v1::Placement* part = nullptr;
-  for (auto& p : *job.mutable_placements())
+  for (auto& p : *entry.job.mutable_placements())
     if (p.worker() == worker) part = &p;
-  if (IsStopping(job.state())) {
+  if (IsStopping(entry.job.state())) {
     // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
-    if (status.checkpoint_step() > job.checkpoint_step()) {
-      job.set_checkpoint_step(status.checkpoint_step());
-      job.set_checkpoint_path(status.checkpoint_path());
-      Persist(&entry, /*sync=*/false);
-    }
-    if (status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING) {
+    if (TakeCheckpoint(status, &entry.job)) Persist(&entry, /*sync=*/false);
+    if (alive) {
       *response->add_stop() = status.task();
-      if (job.state() == v1::STUCK) *response->add_dump_stacks() = status.task();
+      if (entry.job.state() == v1::STUCK) *response->add_dump_stacks() = status.task();
     } else if (part != nullptr && !part->finished()) {
       part->set_finished(true);  // here: its ranks are gone
       MaybeFinishStopping(&entry);
     }
     return;
   }
-  if (!IsActive(job.state()) || part == nullptr) return stop();
+  if (!IsActive(entry.job.state()) || part == nullptr) {
+    if (alive) *response->add_stop() = status.task();
+    return;
+  }
+  const bool changed = TakeReport(worker, status, *part, &entry);
+  if (status.state() == v1::TASK_FAILED) {
+    FailAttempt(&entry, status.error().empty() ? "task failed on " + worker : status.error(),
+                status.user_error());
+    return;
+  }
+  bool written = false;
+  if (status.state() == v1::TASK_RUNNING || status.state() == v1::TASK_SUCCEEDED)
+    written = PartStarted(&entry, part);
+  if (status.state() == v1::TASK_SUCCEEDED) written = PartSucceeded(&entry, part, status) || written;
+  if (changed && !written) Persist(&entry, /*sync=*/false);
+}
 
-  bool changed = false;
-  if (part->first_rank() == 0 && job.master_addr().empty() && !status.master_addr().empty()) {
+bool Coordinator::TakeReport(const std::string& worker, const v1::TaskStatus& status,
+                             const v1::Placement& part, JobEntry* entry) {
+  v1::Job& job = entry->job;
+  bool changed = TakeCheckpoint(status, &job);
+  if (part.first_rank() != 0) return changed;
+  if (job.master_addr().empty() && !status.master_addr().empty()) {
     job.set_master_addr(status.master_addr());
     changed = true;
   }
-  if (status.checkpoint_step() > job.checkpoint_step()) {
-    job.set_checkpoint_step(status.checkpoint_step());
-    job.set_checkpoint_path(status.checkpoint_path());
-    changed = true;
-  }
-  if (part->first_rank() == 0 && !status.cache_key().empty() && job.data_cache().key() != status.cache_key()) {
+  if (!status.cache_key().empty() && job.data_cache().key() != status.cache_key()) {
     v1::DataCacheUse* use = job.mutable_data_cache();
     use->set_worker(worker);
     use->set_key(status.cache_key());
@@ -346,51 +382,38 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
     use->set_prepare_seconds(status.prepare_seconds());
     changed = true;
   }
-  if (part->first_rank() == 0 && status.has_progress() &&
-      status.progress().step() >= job.progress().step()) {
+  if (status.has_progress() && status.progress().step() >= job.progress().step()) {
     *job.mutable_progress() = status.progress();
-    if (status.progress().step() > entry.last_step) {
-      entry.last_step = status.progress().step();
-      entry.last_advance = clock_->Now();
+    if (status.progress().step() > entry->last_step) {
+      entry->last_step = status.progress().step();
+      entry->last_advance = clock_->Now();
     }
     changed = true;
   }
-  switch (status.state()) {
-    case v1::TASK_RUNNING:
-    case v1::TASK_SUCCEEDED:
-      if (!part->running()) {
-        part->set_running(true);
-        bool all = std::all_of(job.placements().begin(), job.placements().end(),
-                               [](const v1::Placement& p) { return p.running(); });
-        if (all && job.state() == v1::SCHEDULED) {
-          SetState(&entry, v1::RUNNING, "all " + std::to_string(job.spec().resources().world_size()) +
-                                            " ranks started", job.checkpoint_step());
-          changed = false;
-        }
-      }
-      if (status.state() == v1::TASK_SUCCEEDED && !part->finished()) {
-        part->set_finished(true);
-        if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
-        bool all = std::all_of(job.placements().begin(), job.placements().end(),
-                               [](const v1::Placement& p) { return p.finished(); });
-        if (all) {
-          SetState(&entry, v1::SUCCEEDED, "all ranks finished", job.progress().step());
-          changed = false;
-        } else {
-          Persist(&entry, true);
-          changed = false;
-        }
-      }
-      break;
-    case v1::TASK_FAILED:
-      FailAttempt(&entry, status.error().empty() ? "task failed on " + worker : status.error(),
-                  status.user_error());
-      changed = false;
-      break;
-    default:
-      break;
+  return changed;
+}
+
+bool Coordinator::PartStarted(JobEntry* entry, v1::Placement* part) {
+  if (part->running()) return false;
+  part->set_running(true);
+  const v1::Job& job = entry->job;
+  if (job.state() != v1::SCHEDULED || !AllPlacements(job, &v1::Placement::running)) return false;
+  SetState(entry, v1::RUNNING, "all " + std::to_string(job.spec().resources().world_size()) + " ranks started",
+           job.checkpoint_step());
+  return true;
+}
+
+bool Coordinator::PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
+  if (part->finished()) return false;
+  part->set_finished(true);
+  v1::Job& job = entry->job;
+  if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
+  if (AllPlacements(job, &v1::Placement::finished)) {
+    SetState(entry, v1::SUCCEEDED, "all ranks finished", job.progress().step());
+  } else {
+    Persist(entry, /*sync=*/true);
   }
-  if (changed) Persist(&entry, /*sync=*/false);
+  return true;
 }
 
 void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool user_error, const char* cause) {
@@ -409,16 +432,20 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
   }
   if (options_.observer) options_.observer->JobRestarted(cause);
   job.set_restarts(job.restarts() + 1);
+  const double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
+  Requeue(entry, Seconds(backoff),
+          "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) + " from step " +
+              std::to_string(job.checkpoint_step()) + " after: " + error);
+}
+
+void Coordinator::Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason) {
+  v1::Job& job = entry->job;
   job.set_attempt(job.attempt() + 1);
   job.clear_placements();
   job.clear_master_addr();
   job.clear_data_cache();
-  double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
-  entry->not_before = clock_->Now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
-  SetState(entry, v1::QUEUED,
-           "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) +
-               " from step " + std::to_string(job.checkpoint_step()) + " after: " + error,
-           job.checkpoint_step());
+  entry->not_before = clock_->Now() + delay;
+  SetState(entry, v1::QUEUED, reason, job.checkpoint_step());
 }
 
 void Coordinator::BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason) {
@@ -429,106 +456,114 @@ void Coordinator::BeginStopping(JobEntry* entry, v1::JobState state, const std::
 void Coordinator::MaybeFinishStopping(JobEntry* entry, bool force) {
   v1::Job& job = entry->job;
   if (!IsStopping(job.state())) return;
-  if (!force && !std::all_of(job.placements().begin(), job.placements().end(),
-                             [](const v1::Placement& p) { return p.finished(); }))
-    return;
+  if (!force && !AllPlacements(job, &v1::Placement::finished)) return;
   if (job.state() == v1::STUCK) {
     FailAttempt(entry, job.reason(), /*user_error=*/false, "stuck");
     return;
   }
   // Preemption is not a failure: no restart is counted and there is no backoff.
-  const std::string why = job.reason();
-  job.set_attempt(job.attempt() + 1);
-  job.clear_placements();
-  job.clear_master_addr();
-  job.clear_data_cache();
-  entry->not_before = clock_->Now();
-  SetState(entry, v1::QUEUED,
-           "requeued from step " + std::to_string(job.checkpoint_step()) + " after: " + why,
-           job.checkpoint_step());
+  Requeue(entry, Clock::Duration::zero(),
+          "requeued from step " + std::to_string(job.checkpoint_step()) + " after: " + job.reason());
 }
 
 int Coordinator::UsedSlots(const std::string& worker) const {
   int used = 0;
-  for (const auto& [id, entry] : jobs_) {
-    if (!HoldsSlots(entry.job.state())) continue;
-    for (const auto& p : entry.job.placements())
-      if (p.worker() == worker && !p.finished()) used += p.num_ranks();
-  }
+  for (const auto& [id, entry] : jobs_)
+    if (HoldsSlots(entry.job.state())) used += RanksOn(entry.job, worker);
   return used;
 }
+
+bool Coordinator::WorkerGone(const std::string& name, Clock::TimePoint now) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return now - started_ > Seconds(options_.lease_seconds);
+  return it->second.info.state() == v1::WORKER_LOST;
+}
+
+// The scheduler's view of now: jobs that may start, workers that accept work, and the
+// jobs that hold slots.
+struct Coordinator::Snapshot {
+  std::vector<SchedJob> pending;
+  std::vector<SchedWorker> workers;
+  std::vector<SchedRunning> running;
+};
 
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_error_.ok()) return;  // stopped (fail-stop, see store_status())
-  const auto now = clock_->Now();
-  const auto lease = std::chrono::milliseconds(static_cast<int64_t>(options_.lease_seconds * 1000));
+  const Clock::TimePoint now = clock_->Now();
+  ExpireLeases(now);
+  for (auto& [id, entry] : jobs_) {
+    if (IsStopping(entry.job.state())) {
+      ReapStopping(&entry, now);
+    } else if (!DetectHang(&entry, now)) {
+      FailIfWorkerGone(&entry, now);
+    }
+  }
+  Snapshot snapshot = SnapshotForScheduler(now);
+  if (snapshot.pending.empty()) return;
+  ScheduleOptions sched_options;
+  sched_options.preemption = options_.preemption;
+  ApplySchedule(Schedule(std::move(snapshot.pending), std::move(snapshot.workers), snapshot.running, sched_options));
+}
 
+void Coordinator::ExpireLeases(Clock::TimePoint now) {
   for (auto& [name, w] : workers_) {
-    if (w.info.state() == v1::WORKER_READY && now - w.last_seen > lease) {
+    if (w.info.state() == v1::WORKER_READY && now - w.last_seen > Seconds(options_.lease_seconds)) {
       w.info.set_state(v1::WORKER_LOST);
       NS_WARN("worker " << name << " lost: no heartbeat for " << options_.lease_seconds << " s");
     }
   }
-  // Attempts on lost workers fail. After our own restart, workers get one lease to
-  // come back before their attempts count as lost.
-  for (auto& [id, entry] : jobs_) {
-    v1::Job& job = entry.job;
-    if (IsStopping(job.state())) {
-      for (auto& p : *job.mutable_placements()) {
-        auto wit = workers_.find(p.worker());
-        if (wit == workers_.end() ? now - started_ > lease : wit->second.info.state() == v1::WORKER_LOST)
-          p.set_finished(true);
-      }
-      const bool late = now - entry.stopping_since >
-                        std::chrono::milliseconds(static_cast<int64_t>(options_.stop_timeout_seconds * 1000));
-      if (late) NS_WARN("job " << id << ": ranks not reported stopped after " << options_.stop_timeout_seconds << " s");
-      MaybeFinishStopping(&entry, late);
-      continue;
-    }
-    // Hang detection: rank 0's step must advance.
-    if (job.state() == v1::RUNNING) {
-      double limit = job.spec().restart().hang_seconds();
-      if (limit <= 0) limit = std::max(300.0, 10 * job.progress().step_seconds());
-      const double idle = std::chrono::duration<double>(now - entry.last_advance).count();
-      if (idle > limit) {
-        BeginStopping(&entry, v1::STUCK,
-                      "stuck: no progress for " + std::to_string(static_cast<int>(idle)) + " s at step " +
-                          std::to_string(job.progress().step()) + " (hang_seconds " +
-                          std::to_string(static_cast<int>(limit)) + "); stacks in the rank logs");
-        continue;
-      }
-    }
-    if (!IsActive(entry.job.state())) continue;
-    for (const auto& p : entry.job.placements()) {
-      auto wit = workers_.find(p.worker());
-      bool lost = wit == workers_.end() ? now - started_ > lease
-                                        : wit->second.info.state() == v1::WORKER_LOST;
-      if (lost) {
-        FailAttempt(&entry, "worker " + p.worker() + " lost: no heartbeat for " +
-                                std::to_string(static_cast<int>(options_.lease_seconds)) + " s",
-                    /*user_error=*/false, "worker_lost");
-        break;
-      }
-    }
-  }
+}
 
-  std::vector<SchedJob> pending;
-  for (const auto& [id, entry] : jobs_) {
-    if (entry.job.state() != v1::QUEUED || entry.not_before > now) continue;
-    SchedJob j{id, entry.job.spec().resources().world_size(), entry.job.spec().priority(),
-               entry.job.submit_seq()};
-    j.owner = entry.job.owner();  // per-user fair share (scheduler.h)
-    j.needs_gpu = entry.job.spec().resources().device() == "cuda";
-    pending.push_back(std::move(j));
+void Coordinator::ReapStopping(JobEntry* entry, Clock::TimePoint now) {
+  for (auto& p : *entry->job.mutable_placements())
+    if (WorkerGone(p.worker(), now)) p.set_finished(true);
+  const bool late = now - entry->stopping_since > Seconds(options_.stop_timeout_seconds);
+  if (late)
+    NS_WARN("job " << entry->job.id() << ": ranks not reported stopped after " << options_.stop_timeout_seconds
+                   << " s");
+  MaybeFinishStopping(entry, late);
+}
+
+bool Coordinator::DetectHang(JobEntry* entry, Clock::TimePoint now) {
+  const v1::Job& job = entry->job;
+  if (job.state() != v1::RUNNING) return false;
+  double limit = job.spec().restart().hang_seconds();
+  if (limit <= 0) limit = std::max(300.0, 10 * job.progress().step_seconds());
+  const double idle = std::chrono::duration<double>(now - entry->last_advance).count();
+  if (idle <= limit) return false;
+  BeginStopping(entry, v1::STUCK,
+                "stuck: no progress for " + std::to_string(static_cast<int>(idle)) + " s at step " +
+                    std::to_string(job.progress().step()) + " (hang_seconds " +
+                    std::to_string(static_cast<int>(limit)) + "); stacks in the rank logs");
+  return true;
+}
+
+void Coordinator::FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now) {
+  if (!IsActive(entry->job.state())) return;
+  for (const auto& p : entry->job.placements()) {
+    if (!WorkerGone(p.worker(), now)) continue;
+    FailAttempt(entry, "worker " + p.worker() + " lost: no heartbeat for " +
+                           std::to_string(static_cast<int>(options_.lease_seconds)) + " s",
+                /*user_error=*/false, "worker_lost");
+    return;
   }
-  if (pending.empty()) return;
-  std::vector<SchedWorker> workers;
+}
+
+Coordinator::Snapshot Coordinator::SnapshotForScheduler(Clock::TimePoint now) const {
+  Snapshot s;
+  for (const auto& [id, entry] : jobs_) {
+    const v1::Job& job = entry.job;
+    if (job.state() != v1::QUEUED || entry.not_before > now) continue;
+    SchedJob j{id, job.spec().resources().world_size(), job.spec().priority(), job.submit_seq()};
+    j.owner = job.owner();  // per-user fair share (scheduler.h)
+    j.needs_gpu = job.spec().resources().device() == "cuda";
+    s.pending.push_back(std::move(j));
+  }
   for (const auto& [name, w] : workers_) {
     if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
-    workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
+    s.workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
   }
-  std::vector<SchedRunning> running;
   for (const auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;
     if (!HoldsSlots(job.state())) continue;
@@ -538,11 +573,12 @@ void Coordinator::Tick() {
     r.stopping = IsStopping(job.state());
     if (job.state() == v1::RUNNING && job.progress().eta_seconds() > 0)
       r.ends_in_seconds = std::max(0.0, job.progress().eta_seconds() - SecondsSince(job.progress().updated()));
-    running.push_back(std::move(r));
+    s.running.push_back(std::move(r));
   }
-  ScheduleOptions sched_options;
-  sched_options.preemption = options_.preemption;
-  ScheduleResult result = Schedule(std::move(pending), std::move(workers), running, sched_options);
+  return s;
+}
+
+void Coordinator::ApplySchedule(const ScheduleResult& result) {
   for (const auto& victim_id : result.preempt) {
     JobEntry& victim = jobs_.at(victim_id);
     const v1::Job& holder = jobs_.at(result.reserved_for).job;
@@ -550,34 +586,36 @@ void Coordinator::Tick() {
                   "preempted by " + holder.id() + " (priority " + std::to_string(holder.spec().priority()) +
                       " > " + std::to_string(victim.job.spec().priority()) + ")");
   }
-  for (auto& [id, parts] : result.placed) {
-    JobEntry& entry = jobs_.at(id);
-    std::string where;
-    for (const auto& part : parts) {
-      v1::Placement* p = entry.job.add_placements();
-      p->set_worker(part.worker);
-      p->set_first_rank(part.first_rank);
-      p->set_num_ranks(part.num_ranks);
-      where += (where.empty() ? "" : ", ") + part.worker + " (" + RankRange(*p) + ")";
-    }
-    if (options_.observer) {
-      // Waiting started at the last transition into QUEUED.
-      for (int i = entry.job.events_size() - 1; i >= 0; --i) {
-        if (entry.job.events(i).state() == v1::QUEUED) {
-          options_.observer->JobScheduled(SecondsSince(entry.job.events(i).time()));
-          break;
-        }
-      }
-    }
-    SetState(&entry, v1::SCHEDULED, "placed on " + where, entry.job.checkpoint_step());
-  }
-  for (auto& [id, reason] : result.waiting) {
+  for (const auto& [id, parts] : result.placed) Place(&jobs_.at(id), parts);
+  for (const auto& [id, reason] : result.waiting) {
     JobEntry& entry = jobs_.at(id);
     if (entry.job.reason() != reason) {
       entry.job.set_reason(reason);
       Persist(&entry, /*sync=*/false);
     }
   }
+}
+
+void Coordinator::Place(JobEntry* entry, const std::vector<SchedPart>& parts) {
+  v1::Job& job = entry->job;
+  std::string where;
+  for (const auto& part : parts) {
+    v1::Placement* p = job.add_placements();
+    p->set_worker(part.worker);
+    p->set_first_rank(part.first_rank);
+    p->set_num_ranks(part.num_ranks);
+    where += (where.empty() ? "" : ", ") + part.worker + " (" + RankRange(*p) + ")";
+  }
+  if (options_.observer) {
+    // Waiting started at the last transition into QUEUED.
+    for (int i = job.events_size() - 1; i >= 0; --i) {
+      if (job.events(i).state() == v1::QUEUED) {
+        options_.observer->JobScheduled(SecondsSince(job.events(i).time()));
+        break;
+      }
+    }
+  }
+  SetState(entry, v1::SCHEDULED, "placed on " + where, job.checkpoint_step());
 }
 
 StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
@@ -673,13 +711,9 @@ StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
   it->second.info.set_draining(true);
   int moved = 0;
   for (auto& [id, entry] : jobs_) {
-    if (!IsActive(entry.job.state())) continue;
-    for (const auto& p : entry.job.placements()) {
-      if (p.worker() != name || p.finished()) continue;
-      BeginStopping(&entry, v1::PREEMPTED, "worker " + name + " is drained");
-      ++moved;
-      break;
-    }
+    if (!IsActive(entry.job.state()) || RanksOn(entry.job, name) == 0) continue;
+    BeginStopping(&entry, v1::PREEMPTED, "worker " + name + " is drained");
+    ++moved;
   }
   NS_RETURN_IF_ERROR(store_error_);
   NS_INFO("worker " << name << " drained: " << moved << " jobs checkpoint and move");

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/job_store.h"
 #include "common/status.h"
@@ -24,6 +25,9 @@
 #include "nightshift/v1/jobs.pb.h"
 
 namespace nightshift {
+
+struct SchedPart;
+struct ScheduleResult;
 
 // Told about events that metrics count (implemented in coordinator/metrics.h).
 class CoordinatorObserver {
@@ -131,20 +135,53 @@ class Coordinator {
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
 
+  struct Snapshot;  // the scheduler's input (coordinator.cc)
+
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
   void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
-  // `cause` classifies retryable failures for metrics: worker_lost, worker_restarted,
-  // rank_failed.
-  void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,
-                   const char* cause = "rank_failed");
+  int UsedSlots(const std::string& worker) const;
+  // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
+  // own restart, workers get one lease to register again).
+  bool WorkerGone(const std::string& name, Clock::TimePoint now) const;
+
+  // Worker reports. A status of a task that is not a part of a job's current attempt, or
+  // of a job that is not active, has its task stopped (added to response->stop).
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
                         v1::HeartbeatResponse* response);
-  int UsedSlots(const std::string& worker) const;
+  // Takes rank 0's rendezvous address, data-cache use and progress, and any newer
+  // checkpoint, from the report on `part`; whether anything changed (not yet written).
+  bool TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
+                  JobEntry* entry);
+  // A part's ranks started / succeeded; the job is RUNNING / SUCCEEDED once all parts are.
+  // Whether the job was written.
+  bool PartStarted(JobEntry* entry, v1::Placement* part);
+  bool PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status);
+  // The job's parts on `worker`, given whether its heartbeat listed the job's current
+  // attempt: a stopping job's unlisted parts are gone; an active job's unlisted parts
+  // are started (added to response->start), or fail the attempt if they ran before.
+  void Reconcile(const std::string& worker, bool reported, JobEntry* entry, v1::HeartbeatResponse* response);
+
+  // Attempts. `cause` classifies retryable failures for metrics: worker_lost,
+  // worker_restarted, rank_failed, stuck.
+  void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,
+                   const char* cause = "rank_failed");
+  // Ends the current attempt (placements released) and queues the next, not to be placed
+  // before `delay` from now; it resumes from the job's checkpoint.
+  void Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason);
   // PREEMPTED or STUCK: placements are held and the workers are told to stop the ranks.
   void BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason);
-  // Once every part of a stopping job is gone: back to QUEUED (a restart if STUCK).
+  // Once every part of a stopping job is gone (or `force`): requeued, as a restart if STUCK.
   void MaybeFinishStopping(JobEntry* entry, bool force = false);
+
+  // The steps of Tick, in order.
+  void ExpireLeases(Clock::TimePoint now);                      // silent workers are LOST
+  void ReapStopping(JobEntry* entry, Clock::TimePoint now);     // parts on gone workers; stop timeout
+  bool DetectHang(JobEntry* entry, Clock::TimePoint now);       // RUNNING -> STUCK; whether it did
+  void FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now); // an active part on a gone worker
+  Snapshot SnapshotForScheduler(Clock::TimePoint now) const;
+  void ApplySchedule(const ScheduleResult& result);             // preempt, place, say why others wait
+  void Place(JobEntry* entry, const std::vector<SchedPart>& parts);  // -> SCHEDULED
 
   // Constant after construction.
   const CoordinatorOptions options_;
