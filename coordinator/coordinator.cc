@@ -58,6 +58,15 @@ bool TakeCheckpoint(const v1::TaskStatus& status, v1::Job* job) {
   return true;
 }
 
+// Seconds a queued job should run once placed: the steps left after its checkpoint at the
+// step time its last attempt measured (rank 0's progress outlives the attempt). Unknown
+// for a job that has not run yet.
+double ExpectedSeconds(const v1::Job& job) {
+  const v1::Progress& p = job.progress();
+  if (p.total_steps() <= 0 || p.step_seconds() <= 0) return kUnknownSeconds;
+  return static_cast<double>(std::max<int64_t>(0, p.total_steps() - job.checkpoint_step())) * p.step_seconds();
+}
+
 }  // namespace
 
 bool Coordinator::IsTerminal(v1::JobState s) {
@@ -557,6 +566,7 @@ Coordinator::Snapshot Coordinator::SnapshotForScheduler(Clock::TimePoint now) co
     if (job.state() != v1::QUEUED || entry.not_before > now) continue;
     SchedJob j{id, job.spec().resources().world_size(), job.spec().priority(), job.submit_seq()};
     j.owner = job.owner();  // per-user fair share (scheduler.h)
+    j.expected_seconds = ExpectedSeconds(job);  // backfill (scheduler.h)
     j.needs_gpu = job.spec().resources().device() == "cuda";
     s.pending.push_back(std::move(j));
   }

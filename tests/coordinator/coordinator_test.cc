@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/spec.h"
+#include "common/time_util.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 
@@ -92,6 +93,41 @@ TEST_F(CoordinatorTest, FreeSlotsGoToTheUserHoldingFewest) {
   EXPECT_EQ(StateOf(bob), v1::SCHEDULED);
   EXPECT_EQ(StateOf(alice[1]), v1::QUEUED);
   EXPECT_EQ(StateOf(alice[2]), v1::QUEUED);
+}
+
+// Backfill through the real coordinator: a queued job that ran before is expected to
+// take what its last attempt measured for the steps left after its checkpoint, so it
+// may start in the slot that is free until the reservation of a bigger job.
+TEST_F(CoordinatorTest, AJobKnownToEndBeforeTheReservationBackfills) {
+  v1::JobSpec high = Spec(1);
+  high.set_priority(10);
+  const std::string running = c_->Submit(high)->id();
+  const std::string resumed = c_->Submit(Spec(1))->id();
+  RegisterWorker("w1", 2);
+  c_->Tick();
+  Heartbeat("w1");
+  auto ends_later = Status(running, 0, v1::TASK_RUNNING);
+  ends_later.mutable_progress()->set_eta_seconds(1000);  // frees its slot in 1000 s
+  *ends_later.mutable_progress()->mutable_updated() = NowTimestamp();
+  Report("w1", ends_later);
+  auto measured = Status(resumed, 0, v1::TASK_RUNNING);
+  measured.mutable_progress()->set_step(60);
+  measured.mutable_progress()->set_total_steps(100);
+  measured.mutable_progress()->set_step_seconds(0.5);
+  measured.set_checkpoint_step(50);  // 50 steps left: 25 s
+  Report("w1", measured);
+  v1::JobSpec big = Spec(2);
+  big.set_priority(10);
+  const std::string reserved = c_->Submit(big)->id();
+  c_->Tick();
+  ASSERT_EQ(StateOf(reserved), v1::QUEUED);
+  auto failed = Status(resumed, 0, v1::TASK_FAILED);
+  failed.set_error("trainer rank 0 killed by signal 9 (SIGKILL)");
+  Report("w1", failed);
+  ASSERT_EQ(StateOf(resumed), v1::QUEUED);
+  c_->Tick();
+  EXPECT_EQ(StateOf(resumed), v1::SCHEDULED) << c_->Get(resumed)->reason();
+  EXPECT_EQ(StateOf(reserved), v1::QUEUED);
 }
 
 // A state change whose write fails is never acknowledged: the call that caused it fails,
