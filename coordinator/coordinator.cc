@@ -187,31 +187,21 @@ StatusOr<v1::Job> Coordinator::Get(const std::string& id) const {
   return it->second.job;
 }
 
-StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& request,
-                                                 const std::string* owner) const {
-  int page_size = request.page_size() == 0 ? 100 : request.page_size();
-  if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in [1, 1000]");
-  uint64_t after = 0;
-  if (!request.page_token().empty()) {
-    char* end = nullptr;
-    after = std::strtoull(request.page_token().c_str(), &end, 10);
-    if (*end != '\0') return Status::InvalidArgument("page_token: not a token from ListJobs");
-  }
-  std::set<int> states(request.states().begin(), request.states().end());
-  v1::ListJobsResponse response;
+StatusOr<JobPage> Coordinator::List(const JobQuery& query, const std::string* owner) const {
+  JobPage page;
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  for (auto it = by_seq_.upper_bound(after); it != by_seq_.end(); ++it) {
+  for (auto it = by_seq_.upper_bound(query.after_seq); it != by_seq_.end(); ++it) {
     const v1::Job& job = jobs_.at(it->second).job;
-    if (!states.empty() && !states.count(job.state())) continue;
+    if (!query.states.empty() && !query.states.count(job.state())) continue;
     if (owner != nullptr && job.owner() != *owner) continue;
-    if (response.jobs_size() == page_size) {
-      response.set_next_page_token(std::to_string(response.jobs(page_size - 1).submit_seq()));
+    if (static_cast<int>(page.jobs.size()) >= query.limit) {
+      page.next_after_seq = page.jobs.back().submit_seq();
       break;
     }
-    *response.add_jobs() = job;
+    page.jobs.push_back(job);
   }
-  return response;
+  return page;
 }
 
 StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& reason) {
@@ -247,55 +237,54 @@ StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* ve
   }
 }
 
-Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterResponse* response) {
-  if (request.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
-  if (request.slots() < 0 || request.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
+StatusOr<int> Coordinator::Register(const v1::WorkerInfo& worker) {
+  if (worker.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
+  if (worker.slots() < 0 || worker.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  WorkerEntry& w = workers_[request.name()];
+  WorkerEntry& w = workers_[worker.name()];
   const bool known = w.info.state() == v1::WORKER_READY;
-  w.info.set_name(request.name());
+  w.info.set_name(worker.name());
   w.info.set_state(v1::WORKER_READY);
-  w.info.set_slots(request.slots());
-  w.info.set_log_address(request.log_address());
-  w.info.mutable_gpus()->CopyFrom(request.gpus());
+  w.info.set_slots(worker.slots());
+  w.info.set_log_address(worker.log_address());
+  w.info.mutable_gpus()->CopyFrom(worker.gpus());
   *w.info.mutable_last_heartbeat() = NowTimestamp();
   w.last_seen = clock_->Now();
-  NS_INFO("worker " << request.name() << (known ? " re-registered" : " registered") << " with "
-                    << request.slots() << " slots, " << request.tasks_size() << " running tasks");
-  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
-  return Status::OK();
+  NS_INFO("worker " << worker.name() << (known ? " re-registered" : " registered") << " with "
+                    << worker.slots() << " slots, " << worker.tasks_size() << " running tasks");
+  return options_.heartbeat_interval_ms;
 }
 
-Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) {
+StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const std::vector<v1::TaskStatus>& tasks,
+                                                 const v1::CacheReport* cache) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  auto wit = workers_.find(request.name());
+  auto wit = workers_.find(name);
   if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
-    return Status::NotFound("worker " + request.name() + " is not registered");
+    return Status::NotFound("worker " + name + " is not registered");
   WorkerEntry& worker = wit->second;
   worker.last_seen = clock_->Now();
   *worker.info.mutable_last_heartbeat() = NowTimestamp();
   worker.info.clear_tasks();
-  if (request.has_cache()) worker.cache = request.cache();
-  for (auto& key : worker.evict_keys) response->add_evict_cache_keys(key);
-  worker.evict_keys.clear();
-  response->set_evict_cache_all(worker.evict_all);
+  if (cache != nullptr) worker.cache = *cache;
+  HeartbeatReply reply;
+  reply.evict_cache_keys.swap(worker.evict_keys);
+  reply.evict_cache_all = worker.evict_all;
   worker.evict_all = false;
 
   std::set<std::pair<std::string, int>> reported;
-  for (const auto& status : request.tasks()) {
+  for (const auto& status : tasks) {
     reported.insert({status.task().job_id(), status.task().attempt()});
     *worker.info.add_tasks() = status.task();
-    HandleTaskStatus(request.name(), status, response);
+    HandleTaskStatus(name, status, &reply);
   }
-  for (auto& [id, entry] : jobs_)
-    Reconcile(request.name(), reported.count({id, entry.job.attempt()}) > 0, &entry, response);
-  return store_error_;  // a change this heartbeat caused was not written: not acknowledged
+  for (auto& [id, entry] : jobs_) Reconcile(name, reported.count({id, entry.job.attempt()}) > 0, &entry, &reply);
+  NS_RETURN_IF_ERROR(store_error_);  // a change this heartbeat caused was not written: not acknowledged
+  return reply;
 }
 
-void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* entry,
-                            v1::HeartbeatResponse* response) {
+void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply) {
   v1::Job& job = entry->job;
   if (IsStopping(job.state())) {
     if (!reported)
@@ -314,7 +303,7 @@ void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* 
     }
     // Ranks off rank 0's worker need the rendezvous address it chooses first.
     if (p.first_rank() != 0 && job.master_addr().empty()) continue;
-    v1::Assignment* a = response->add_start();
+    v1::Assignment* a = &reply->start.emplace_back();
     a->mutable_task()->set_job_id(job.id());
     a->mutable_task()->set_attempt(job.attempt());
     *a->mutable_spec() = job.spec();
@@ -325,20 +314,20 @@ void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* 
   }
 }
 
-Status Coordinator::ReportTask(const v1::ReportTaskRequest& request) {
+Status Coordinator::ReportTask(const std::string& worker, const v1::TaskStatus& status) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  v1::HeartbeatResponse ignored;
-  HandleTaskStatus(request.name(), request.status(), &ignored);
+  HeartbeatReply ignored;  // stops are told at the next heartbeat
+  HandleTaskStatus(worker, status, &ignored);
   return store_error_;  // not written: the worker keeps the result and sends it again
 }
 
 void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
-                                   v1::HeartbeatResponse* response) {
+                                   HeartbeatReply* reply) {
   const bool alive = status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING;
   auto it = jobs_.find(status.task().job_id());
   if (it == jobs_.end() || it->second.job.attempt() != status.task().attempt()) {
-    if (alive) *response->add_stop() = status.task();  // not of the current attempt of a job
+    if (alive) reply->stop.push_back(status.task());  // not of the current attempt of a job
     return;
   }
   JobEntry& entry = it->second;
@@ -349,8 +338,8 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
     // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
     if (TakeCheckpoint(status, &entry.job)) Persist(&entry, /*sync=*/false);
     if (alive) {
-      *response->add_stop() = status.task();
-      if (entry.job.state() == v1::STUCK) *response->add_dump_stacks() = status.task();
+      reply->stop.push_back(status.task());
+      if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());
     } else if (part != nullptr && !part->finished()) {
       part->set_finished(true);  // here: its ranks are gone
       MaybeFinishStopping(&entry);
@@ -358,7 +347,7 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
     return;
   }
   if (!IsActive(entry.job.state()) || part == nullptr) {
-    if (alive) *response->add_stop() = status.task();
+    if (alive) reply->stop.push_back(status.task());
     return;
   }
   const bool changed = TakeReport(worker, status, *part, &entry);
@@ -672,31 +661,26 @@ CoordinatorStats Coordinator::Stats() const {
   return s;
 }
 
-v1::ListWorkersResponse Coordinator::ListWorkers() const {
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
   std::lock_guard<std::mutex> lock(mu_);
-  v1::ListWorkersResponse response;
+  std::vector<v1::WorkerInfo> workers;
   for (const auto& [name, w] : workers_) {
-    v1::WorkerInfo* info = response.add_workers();
-    *info = w.info;
-    info->set_used_slots(UsedSlots(name));
+    workers.push_back(w.info);
+    workers.back().set_used_slots(UsedSlots(name));
   }
-  return response;
+  return workers;
 }
 
-}  // namespace nightshift
-
-namespace nightshift {
-
-v1::ListCacheResponse Coordinator::ListCache(const std::string& worker) const {
+std::vector<v1::WorkerCache> Coordinator::ListCache(const std::string& worker) const {
   std::lock_guard<std::mutex> lock(mu_);
-  v1::ListCacheResponse response;
+  std::vector<v1::WorkerCache> caches;
   for (const auto& [name, w] : workers_) {
     if (!worker.empty() && name != worker) continue;
-    v1::WorkerCache* wc = response.add_workers();
-    wc->set_worker(name);
-    *wc->mutable_report() = w.cache;
+    v1::WorkerCache& wc = caches.emplace_back();
+    wc.set_worker(name);
+    *wc.mutable_report() = w.cache;
   }
-  return response;
+  return caches;
 }
 
 StatusOr<v1::WorkerInfo> Coordinator::Cordon(const std::string& name, bool uncordon) {
@@ -732,18 +716,17 @@ StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
   return info;
 }
 
-StatusOr<int> Coordinator::EvictCache(const v1::EvictCacheRequest& request) {
-  if (request.key().empty() && !request.all())
+StatusOr<int> Coordinator::EvictCache(const std::string& worker, const std::string& key, bool all) {
+  if (key.empty() && !all)
     return Status::InvalidArgument("key: name an entry, or set all");
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  if (!request.worker().empty() && !workers_.count(request.worker()))
-    return Status::NotFound("no worker " + request.worker());
+  if (!worker.empty() && !workers_.count(worker)) return Status::NotFound("no worker " + worker);
   int n = 0;
   for (auto& [name, w] : workers_) {
-    if (!request.worker().empty() && name != request.worker()) continue;
-    if (request.all()) w.evict_all = true;
-    else w.evict_keys.push_back(request.key());
+    if (!worker.empty() && name != worker) continue;
+    if (all) w.evict_all = true;
+    else w.evict_keys.push_back(key);
     ++n;
   }
   return n;

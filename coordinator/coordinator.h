@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,27 @@ struct CoordinatorStats {
   double oldest_queued_seconds = 0;
   std::map<std::string, int> workers_by_state;
   int slots_total = 0, slots_used = 0;
+};
+
+// Which jobs List returns: one page, in submit order.
+struct JobQuery {
+  std::set<v1::JobState> states;  // empty: every state
+  int limit = 100;                // at most this many jobs; must be at least 1
+  uint64_t after_seq = 0;         // only jobs with a larger submit_seq (0: from the first)
+};
+
+struct JobPage {
+  std::vector<v1::Job> jobs;      // in submit order
+  uint64_t next_after_seq = 0;    // after_seq for the next page; 0: none follows
+};
+
+// What a worker is told in answer to its heartbeat.
+struct HeartbeatReply {
+  std::vector<v1::Assignment> start;          // parts to start
+  std::vector<v1::TaskId> stop;               // tasks to stop: SIGTERM, checkpoint, exit
+  std::vector<v1::TaskId> dump_stacks;        // of `stop`, the hung ones: stacks first, then kill
+  std::vector<std::string> evict_cache_keys;  // queued by EvictCache
+  bool evict_cache_all = false;
 };
 
 struct CoordinatorOptions {
@@ -82,8 +104,7 @@ class Coordinator {
   StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner = "");
   StatusOr<v1::Job> Get(const std::string& id) const;
   // `owner` non-null: only that user's jobs.
-  StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request,
-                                      const std::string* owner = nullptr) const;
+  StatusOr<JobPage> List(const JobQuery& query, const std::string* owner = nullptr) const;
   StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
   // Returns the job once its version is above *version (and sets *version), or
   // DEADLINE_EXCEEDED after `timeout` with no change, or NOT_FOUND.
@@ -91,9 +112,16 @@ class Coordinator {
                                   std::chrono::milliseconds timeout) const;
 
   // WorkerService.
-  Status Register(const v1::RegisterRequest& request, v1::RegisterResponse* response);
-  Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
-  Status ReportTask(const v1::ReportTaskRequest& request);
+  // A worker (re)introduces itself: `worker` carries its name, slots, GPUs, log address
+  // and the tasks it still runs from before; the rest is the coordinator's. Returns the
+  // heartbeat interval to tell it, in milliseconds.
+  StatusOr<int> Register(const v1::WorkerInfo& worker);
+  // `tasks`: every task the worker holds; `cache`: its feature cache, if it changed
+  // (null otherwise). NOT_FOUND for a worker that is not registered.
+  StatusOr<HeartbeatReply> Heartbeat(const std::string& worker, const std::vector<v1::TaskStatus>& tasks,
+                                     const v1::CacheReport* cache = nullptr);
+  // Progress, or the end of a task, between heartbeats.
+  Status ReportTask(const std::string& worker, const v1::TaskStatus& status);
 
   CoordinatorStats Stats() const;
 
@@ -101,10 +129,12 @@ class Coordinator {
   StatusOr<std::string> LogAddressOf(const std::string& job_id, int rank) const;
 
   // AdminService.
-  v1::ListWorkersResponse ListWorkers() const;
-  v1::ListCacheResponse ListCache(const std::string& worker) const;
-  // Queues an eviction for the workers' next heartbeats; returns how many workers.
-  StatusOr<int> EvictCache(const v1::EvictCacheRequest& request);
+  std::vector<v1::WorkerInfo> ListWorkers() const;
+  // `worker` empty: every worker's.
+  std::vector<v1::WorkerCache> ListCache(const std::string& worker) const;
+  // Queues an eviction of entry `key` (or, with `all`, of every entry not in use) for the
+  // next heartbeats of `worker` (empty: every worker); returns how many workers.
+  StatusOr<int> EvictCache(const std::string& worker, const std::string& key, bool all);
   // Cordon (or uncordon) a worker: no new placements there. NOT_FOUND for an unknown name.
   StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool uncordon);
   // Cordon, and preempt the jobs running there so they checkpoint and move.
@@ -146,9 +176,8 @@ class Coordinator {
   bool WorkerGone(const std::string& name, Clock::TimePoint now) const;
 
   // Worker reports. A status of a task that is not a part of a job's current attempt, or
-  // of a job that is not active, has its task stopped (added to response->stop).
-  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
-                        v1::HeartbeatResponse* response);
+  // of a job that is not active, has its task stopped (added to reply->stop).
+  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status, HeartbeatReply* reply);
   // Takes rank 0's rendezvous address, data-cache use and progress, and any newer
   // checkpoint, from the report on `part`; whether anything changed (not yet written).
   bool TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
@@ -159,8 +188,8 @@ class Coordinator {
   bool PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status);
   // The job's parts on `worker`, given whether its heartbeat listed the job's current
   // attempt: a stopping job's unlisted parts are gone; an active job's unlisted parts
-  // are started (added to response->start), or fail the attempt if they ran before.
-  void Reconcile(const std::string& worker, bool reported, JobEntry* entry, v1::HeartbeatResponse* response);
+  // are started (added to reply->start), or fail the attempt if they ran before.
+  void Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply);
 
   // Attempts. `cause` classifies retryable failures for metrics: worker_lost,
   // worker_restarted, rank_failed, stuck.
