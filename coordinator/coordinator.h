@@ -140,8 +140,10 @@ class Coordinator {
   // Cordon, and preempt the jobs running there so they checkpoint and move.
   StatusOr<v1::WorkerInfo> Drain(const std::string& name);
 
-  // One pass of the control loop: expire worker leases, fail the attempts they held,
-  // and place queued jobs. Called periodically by the daemon (and directly by tests).
+  // One pass of the control loop, at clock time Now(): expire worker leases; requeue
+  // stopping jobs whose ranks are gone (or late); mark hung jobs STUCK; fail attempts on
+  // lost workers; then hand a snapshot to Schedule() and apply its result (preempt,
+  // place, say why the others wait). Called periodically by the daemon (and by tests).
   void Tick();
 
   static bool IsTerminal(v1::JobState state);
@@ -149,11 +151,11 @@ class Coordinator {
  private:
   struct JobEntry {
     v1::Job job;
-    uint64_t version = 1;             // bumped on every change; WatchJob waits on it
-    Clock::TimePoint not_before{};   // restart backoff
-    int64_t last_step = -1;           // rank 0's step when it last advanced
-    Clock::TimePoint last_advance{}; // when it last advanced (or the attempt started)
-    Clock::TimePoint stopping_since{};  // when it became PREEMPTED or STUCK
+    uint64_t version = 1;                // bumped on every change; WatchJob waits on it
+    Clock::TimePoint not_before{};       // restart backoff: not placed before this
+    int64_t last_step = -1;              // rank 0's step when it last advanced
+    Clock::TimePoint last_advance{};     // when it last advanced (or the attempt started)
+    Clock::TimePoint stopping_since{};   // when it became PREEMPTED or STUCK
   };
   struct WorkerEntry {
     v1::WorkerInfo info;
@@ -215,7 +217,7 @@ class Coordinator {
   // Constant after construction.
   const CoordinatorOptions options_;
   const std::unique_ptr<JobStore> store_;
-  Clock* const clock_;
+  Clock* const clock_;  // not owned
   const Clock::TimePoint started_;
 
   mutable std::mutex mu_;
