@@ -31,6 +31,42 @@ std::string RankRange(const v1::Placement& p) {
          std::to_string(p.first_rank() + p.num_ranks() - 1);
 }
 
+// Options give times in seconds, as doubles.
+Clock::Duration Seconds(double seconds) {
+  return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+}
+
+// Whether every placement of the job's current attempt has `flag` set (running, finished).
+bool AllPlacements(const v1::Job& job, bool (v1::Placement::*flag)() const) {
+  return std::all_of(job.placements().begin(), job.placements().end(),
+                     [flag](const v1::Placement& p) { return (p.*flag)(); });
+}
+
+// Ranks of the job's current attempt still on `worker` (placed there and not finished).
+int RanksOn(const v1::Job& job, const std::string& worker) {
+  int ranks = 0;
+  for (const auto& p : job.placements())
+    if (p.worker() == worker && !p.finished()) ranks += p.num_ranks();
+  return ranks;
+}
+
+// Takes the report's checkpoint if it is newer; whether it was.
+bool TakeCheckpoint(const v1::TaskStatus& status, v1::Job* job) {
+  if (status.checkpoint_step() <= job->checkpoint_step()) return false;
+  job->set_checkpoint_step(status.checkpoint_step());
+  job->set_checkpoint_path(status.checkpoint_path());
+  return true;
+}
+
+// Seconds a queued job should run once placed: the steps left after its checkpoint at the
+// step time its last attempt measured (rank 0's progress outlives the attempt). Unknown
+// for a job that has not run yet.
+double ExpectedSeconds(const v1::Job& job) {
+  const v1::Progress& p = job.progress();
+  if (p.total_steps() <= 0 || p.step_seconds() <= 0) return kUnknownSeconds;
+  return static_cast<double>(std::max<int64_t>(0, p.total_steps() - job.checkpoint_step())) * p.step_seconds();
+}
+
 }  // namespace
 
 bool Coordinator::IsTerminal(v1::JobState s) {
@@ -38,7 +74,8 @@ bool Coordinator::IsTerminal(v1::JobState s) {
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
-    : options_(options), store_(std::move(store)), started_(Clock::now()) {}
+    : options_(options), store_(std::move(store)), clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      started_(clock_->Now()) {}
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options) {
   if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
@@ -59,7 +96,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     JobEntry entry;
     entry.job = std::move(job);
     entry.last_step = entry.job.progress().step();
-    entry.last_advance = entry.stopping_since = Clock::now();
+    entry.last_advance = entry.stopping_since = c->clock_->Now();
     c->jobs_[entry.job.id()] = std::move(entry);
   }
   NS_INFO("coordinator: loaded " << jobs.size() << " jobs from " << options.data_dir);
@@ -97,7 +134,7 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   ev->set_step(step);
   if (state == v1::RUNNING) {
     entry->last_step = job.progress().step();
-    entry->last_advance = Clock::now();
+    entry->last_advance = clock_->Now();
   }
   NS_INFO("job " << job.id() << " -> " << v1::JobState_Name(state) << ": " << reason);
   Persist(entry, /*sync=*/true);
@@ -150,31 +187,21 @@ StatusOr<v1::Job> Coordinator::Get(const std::string& id) const {
   return it->second.job;
 }
 
-StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& request,
-                                                 const std::string* owner) const {
-  int page_size = request.page_size() == 0 ? 100 : request.page_size();
-  if (page_size < 0 || page_size > 1000) return Status::InvalidArgument("page_size: must be in [1, 1000]");
-  uint64_t after = 0;
-  if (!request.page_token().empty()) {
-    char* end = nullptr;
-    after = std::strtoull(request.page_token().c_str(), &end, 10);
-    if (*end != '\0') return Status::InvalidArgument("page_token: not a token from ListJobs");
-  }
-  std::set<int> states(request.states().begin(), request.states().end());
-  v1::ListJobsResponse response;
+StatusOr<JobPage> Coordinator::List(const JobQuery& query, const std::string* owner) const {
+  JobPage page;
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  for (auto it = by_seq_.upper_bound(after); it != by_seq_.end(); ++it) {
+  for (auto it = by_seq_.upper_bound(query.after_seq); it != by_seq_.end(); ++it) {
     const v1::Job& job = jobs_.at(it->second).job;
-    if (!states.empty() && !states.count(job.state())) continue;
+    if (!query.states.empty() && !query.states.count(job.state())) continue;
     if (owner != nullptr && job.owner() != *owner) continue;
-    if (response.jobs_size() == page_size) {
-      response.set_next_page_token(std::to_string(response.jobs(page_size - 1).submit_seq()));
+    if (static_cast<int>(page.jobs.size()) >= query.limit) {
+      page.next_after_seq = page.jobs.back().submit_seq();
       break;
     }
-    *response.add_jobs() = job;
+    page.jobs.push_back(job);
   }
-  return response;
+  return page;
 }
 
 StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& reason) {
@@ -195,7 +222,8 @@ StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& 
 StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* version,
                                              std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  auto deadline = Clock::now() + timeout;
+  // A real wait (the caller blocks on it), so on real time, not on clock_.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     NS_RETURN_IF_ERROR(store_error_);
     auto it = jobs_.find(id);
@@ -209,134 +237,142 @@ StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* ve
   }
 }
 
-Status Coordinator::Register(const v1::RegisterRequest& request, v1::RegisterResponse* response) {
-  if (request.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
-  if (request.slots() < 0 || request.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
+StatusOr<int> Coordinator::Register(const v1::WorkerInfo& worker) {
+  if (worker.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
+  if (worker.slots() < 0 || worker.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  WorkerEntry& w = workers_[request.name()];
+  WorkerEntry& w = workers_[worker.name()];
   const bool known = w.info.state() == v1::WORKER_READY;
-  w.info.set_name(request.name());
+  w.info.set_name(worker.name());
   w.info.set_state(v1::WORKER_READY);
-  w.info.set_slots(request.slots());
-  w.info.set_log_address(request.log_address());
-  w.info.mutable_gpus()->CopyFrom(request.gpus());
+  w.info.set_slots(worker.slots());
+  w.info.set_log_address(worker.log_address());
+  w.info.mutable_gpus()->CopyFrom(worker.gpus());
   *w.info.mutable_last_heartbeat() = NowTimestamp();
-  w.last_seen = Clock::now();
-  NS_INFO("worker " << request.name() << (known ? " re-registered" : " registered") << " with "
-                    << request.slots() << " slots, " << request.tasks_size() << " running tasks");
-  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
-  return Status::OK();
+  w.last_seen = clock_->Now();
+  NS_INFO("worker " << worker.name() << (known ? " re-registered" : " registered") << " with "
+                    << worker.slots() << " slots, " << worker.tasks_size() << " running tasks");
+  return options_.heartbeat_interval_ms;
 }
 
-Status Coordinator::Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) {
+StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const std::vector<v1::TaskStatus>& tasks,
+                                                 const v1::CacheReport* cache) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  auto wit = workers_.find(request.name());
+  auto wit = workers_.find(name);
   if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
-    return Status::NotFound("worker " + request.name() + " is not registered");
+    return Status::NotFound("worker " + name + " is not registered");
   WorkerEntry& worker = wit->second;
-  worker.last_seen = Clock::now();
+  worker.last_seen = clock_->Now();
   *worker.info.mutable_last_heartbeat() = NowTimestamp();
   worker.info.clear_tasks();
-  if (request.has_cache()) worker.cache = request.cache();
-  for (auto& key : worker.evict_keys) response->add_evict_cache_keys(key);
-  worker.evict_keys.clear();
-  response->set_evict_cache_all(worker.evict_all);
+  if (cache != nullptr) worker.cache = *cache;
+  HeartbeatReply reply;
+  reply.evict_cache_keys.swap(worker.evict_keys);
+  reply.evict_cache_all = worker.evict_all;
   worker.evict_all = false;
 
   std::set<std::pair<std::string, int>> reported;
-  for (const auto& status : request.tasks()) {
+  for (const auto& status : tasks) {
     reported.insert({status.task().job_id(), status.task().attempt()});
     *worker.info.add_tasks() = status.task();
-    HandleTaskStatus(request.name(), status, response);
+    HandleTaskStatus(name, status, &reply);
   }
-  // Parts placed on this worker that it does not hold: start them, or, if it held them
-  // before and lost them (it restarted), fail the attempt.
-  for (auto& [id, entry] : jobs_) {
-    v1::Job& job = entry.job;
-    if (IsStopping(job.state())) {
-      for (auto& p : *job.mutable_placements())
-        if (p.worker() == request.name() && !p.finished() && !reported.count({job.id(), job.attempt()}))
-          p.set_finished(true);
-      MaybeFinishStopping(&entry);
-      continue;
-    }
-    if (!IsActive(job.state())) continue;
-    for (auto& p : *job.mutable_placements()) {
-      if (p.worker() != request.name() || p.finished()) continue;
-      if (reported.count({job.id(), job.attempt()})) continue;
-      if (p.running()) {
-        FailAttempt(&entry, "worker " + request.name() + " no longer runs " + RankRange(p) +
-                                " (it restarted)", /*user_error=*/false, "worker_restarted");
-        break;
-      }
-      // Ranks off rank 0's worker need the rendezvous address it chooses first.
-      if (p.first_rank() != 0 && job.master_addr().empty()) continue;
-      v1::Assignment* a = response->add_start();
-      a->mutable_task()->set_job_id(job.id());
-      a->mutable_task()->set_attempt(job.attempt());
-      *a->mutable_spec() = job.spec();
-      a->set_first_rank(p.first_rank());
-      a->set_num_ranks(p.num_ranks());
-      a->set_world_size(job.spec().resources().world_size());
-      a->set_master_addr(job.master_addr());
-    }
-  }
-  return store_error_;  // a change this heartbeat caused was not written: not acknowledged
+  for (auto& [id, entry] : jobs_) Reconcile(name, reported.count({id, entry.job.attempt()}) > 0, &entry, &reply);
+  NS_RETURN_IF_ERROR(store_error_);  // a change this heartbeat caused was not written: not acknowledged
+  return reply;
 }
 
-Status Coordinator::ReportTask(const v1::ReportTaskRequest& request) {
+void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply) {
+  v1::Job& job = entry->job;
+  if (IsStopping(job.state())) {
+    if (!reported)
+      for (auto& p : *job.mutable_placements())
+        if (p.worker() == worker) p.set_finished(true);  // its ranks are gone
+    MaybeFinishStopping(entry);
+    return;
+  }
+  if (!IsActive(job.state()) || reported) return;
+  for (const auto& p : job.placements()) {
+    if (p.worker() != worker || p.finished()) continue;
+    if (p.running()) {
+      FailAttempt(entry, "worker " + worker + " no longer runs " + RankRange(p) + " (it restarted)",
+                  /*user_error=*/false, "worker_restarted");
+      return;
+    }
+    // Ranks off rank 0's worker need the rendezvous address it chooses first.
+    if (p.first_rank() != 0 && job.master_addr().empty()) continue;
+    v1::Assignment* a = &reply->start.emplace_back();
+    a->mutable_task()->set_job_id(job.id());
+    a->mutable_task()->set_attempt(job.attempt());
+    *a->mutable_spec() = job.spec();
+    a->set_first_rank(p.first_rank());
+    a->set_num_ranks(p.num_ranks());
+    a->set_world_size(job.spec().resources().world_size());
+    a->set_master_addr(job.master_addr());
+  }
+}
+
+Status Coordinator::ReportTask(const std::string& worker, const v1::TaskStatus& status) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  v1::HeartbeatResponse ignored;
-  HandleTaskStatus(request.name(), request.status(), &ignored);
+  HeartbeatReply ignored;  // stops are told at the next heartbeat
+  HandleTaskStatus(worker, status, &ignored);
   return store_error_;  // not written: the worker keeps the result and sends it again
 }
 
 void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
-                                   v1::HeartbeatResponse* response) {
-  auto stop = [&] {
-    if (status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING)
-      *response->add_stop() = status.task();
-  };
+                                   HeartbeatReply* reply) {
+  const bool alive = status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING;
   auto it = jobs_.find(status.task().job_id());
-  if (it == jobs_.end()) return stop();
+  if (it == jobs_.end() || it->second.job.attempt() != status.task().attempt()) {
+    if (alive) reply->stop.push_back(status.task());  // not of the current attempt of a job
+    return;
+  }
   JobEntry& entry = it->second;
-  v1::Job& job = entry.job;
-  if (job.attempt() != status.task().attempt()) return stop();
   v1::Placement* part = nullptr;
-  for (auto& p : *job.mutable_placements())
+  for (auto& p : *entry.job.mutable_placements())
     if (p.worker() == worker) part = &p;
-  if (IsStopping(job.state())) {
+  if (IsStopping(entry.job.state())) {
     // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
-    if (status.checkpoint_step() > job.checkpoint_step()) {
-      job.set_checkpoint_step(status.checkpoint_step());
-      job.set_checkpoint_path(status.checkpoint_path());
-      Persist(&entry, /*sync=*/false);
-    }
-    if (status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING) {
-      *response->add_stop() = status.task();
-      if (job.state() == v1::STUCK) *response->add_dump_stacks() = status.task();
+    if (TakeCheckpoint(status, &entry.job)) Persist(&entry, /*sync=*/false);
+    if (alive) {
+      reply->stop.push_back(status.task());
+      if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());
     } else if (part != nullptr && !part->finished()) {
       part->set_finished(true);  // here: its ranks are gone
       MaybeFinishStopping(&entry);
     }
     return;
   }
-  if (!IsActive(job.state()) || part == nullptr) return stop();
+  if (!IsActive(entry.job.state()) || part == nullptr) {
+    if (alive) reply->stop.push_back(status.task());
+    return;
+  }
+  const bool changed = TakeReport(worker, status, *part, &entry);
+  if (status.state() == v1::TASK_FAILED) {
+    FailAttempt(&entry, status.error().empty() ? "task failed on " + worker : status.error(),
+                status.user_error());
+    return;
+  }
+  bool written = false;
+  if (status.state() == v1::TASK_RUNNING || status.state() == v1::TASK_SUCCEEDED)
+    written = PartStarted(&entry, part);
+  if (status.state() == v1::TASK_SUCCEEDED) written = PartSucceeded(&entry, part, status) || written;
+  if (changed && !written) Persist(&entry, /*sync=*/false);
+}
 
-  bool changed = false;
-  if (part->first_rank() == 0 && job.master_addr().empty() && !status.master_addr().empty()) {
+bool Coordinator::TakeReport(const std::string& worker, const v1::TaskStatus& status,
+                             const v1::Placement& part, JobEntry* entry) {
+  v1::Job& job = entry->job;
+  bool changed = TakeCheckpoint(status, &job);
+  if (part.first_rank() != 0) return changed;
+  if (job.master_addr().empty() && !status.master_addr().empty()) {
     job.set_master_addr(status.master_addr());
     changed = true;
   }
-  if (status.checkpoint_step() > job.checkpoint_step()) {
-    job.set_checkpoint_step(status.checkpoint_step());
-    job.set_checkpoint_path(status.checkpoint_path());
-    changed = true;
-  }
-  if (part->first_rank() == 0 && !status.cache_key().empty() && job.data_cache().key() != status.cache_key()) {
+  if (!status.cache_key().empty() && job.data_cache().key() != status.cache_key()) {
     v1::DataCacheUse* use = job.mutable_data_cache();
     use->set_worker(worker);
     use->set_key(status.cache_key());
@@ -344,51 +380,38 @@ void Coordinator::HandleTaskStatus(const std::string& worker, const v1::TaskStat
     use->set_prepare_seconds(status.prepare_seconds());
     changed = true;
   }
-  if (part->first_rank() == 0 && status.has_progress() &&
-      status.progress().step() >= job.progress().step()) {
+  if (status.has_progress() && status.progress().step() >= job.progress().step()) {
     *job.mutable_progress() = status.progress();
-    if (status.progress().step() > entry.last_step) {
-      entry.last_step = status.progress().step();
-      entry.last_advance = Clock::now();
+    if (status.progress().step() > entry->last_step) {
+      entry->last_step = status.progress().step();
+      entry->last_advance = clock_->Now();
     }
     changed = true;
   }
-  switch (status.state()) {
-    case v1::TASK_RUNNING:
-    case v1::TASK_SUCCEEDED:
-      if (!part->running()) {
-        part->set_running(true);
-        bool all = std::all_of(job.placements().begin(), job.placements().end(),
-                               [](const v1::Placement& p) { return p.running(); });
-        if (all && job.state() == v1::SCHEDULED) {
-          SetState(&entry, v1::RUNNING, "all " + std::to_string(job.spec().resources().world_size()) +
-                                            " ranks started", job.checkpoint_step());
-          changed = false;
-        }
-      }
-      if (status.state() == v1::TASK_SUCCEEDED && !part->finished()) {
-        part->set_finished(true);
-        if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
-        bool all = std::all_of(job.placements().begin(), job.placements().end(),
-                               [](const v1::Placement& p) { return p.finished(); });
-        if (all) {
-          SetState(&entry, v1::SUCCEEDED, "all ranks finished", job.progress().step());
-          changed = false;
-        } else {
-          Persist(&entry, true);
-          changed = false;
-        }
-      }
-      break;
-    case v1::TASK_FAILED:
-      FailAttempt(&entry, status.error().empty() ? "task failed on " + worker : status.error(),
-                  status.user_error());
-      changed = false;
-      break;
-    default:
-      break;
+  return changed;
+}
+
+bool Coordinator::PartStarted(JobEntry* entry, v1::Placement* part) {
+  if (part->running()) return false;
+  part->set_running(true);
+  const v1::Job& job = entry->job;
+  if (job.state() != v1::SCHEDULED || !AllPlacements(job, &v1::Placement::running)) return false;
+  SetState(entry, v1::RUNNING, "all " + std::to_string(job.spec().resources().world_size()) + " ranks started",
+           job.checkpoint_step());
+  return true;
+}
+
+bool Coordinator::PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
+  if (part->finished()) return false;
+  part->set_finished(true);
+  v1::Job& job = entry->job;
+  if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
+  if (AllPlacements(job, &v1::Placement::finished)) {
+    SetState(entry, v1::SUCCEEDED, "all ranks finished", job.progress().step());
+  } else {
+    Persist(entry, /*sync=*/true);
   }
-  if (changed) Persist(&entry, /*sync=*/false);
+  return true;
 }
 
 void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool user_error, const char* cause) {
@@ -407,126 +430,139 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
   }
   if (options_.observer) options_.observer->JobRestarted(cause);
   job.set_restarts(job.restarts() + 1);
+  const double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
+  Requeue(entry, Seconds(backoff),
+          "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) + " from step " +
+              std::to_string(job.checkpoint_step()) + " after: " + error);
+}
+
+void Coordinator::Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason) {
+  v1::Job& job = entry->job;
   job.set_attempt(job.attempt() + 1);
   job.clear_placements();
   job.clear_master_addr();
   job.clear_data_cache();
-  double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
-  entry->not_before = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000));
-  SetState(entry, v1::QUEUED,
-           "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) +
-               " from step " + std::to_string(job.checkpoint_step()) + " after: " + error,
-           job.checkpoint_step());
+  entry->not_before = clock_->Now() + delay;
+  SetState(entry, v1::QUEUED, reason, job.checkpoint_step());
 }
 
 void Coordinator::BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason) {
-  entry->stopping_since = Clock::now();
+  entry->stopping_since = clock_->Now();
   SetState(entry, state, reason, entry->job.progress().step());
 }
 
 void Coordinator::MaybeFinishStopping(JobEntry* entry, bool force) {
   v1::Job& job = entry->job;
   if (!IsStopping(job.state())) return;
-  if (!force && !std::all_of(job.placements().begin(), job.placements().end(),
-                             [](const v1::Placement& p) { return p.finished(); }))
-    return;
+  if (!force && !AllPlacements(job, &v1::Placement::finished)) return;
   if (job.state() == v1::STUCK) {
     FailAttempt(entry, job.reason(), /*user_error=*/false, "stuck");
     return;
   }
   // Preemption is not a failure: no restart is counted and there is no backoff.
-  const std::string why = job.reason();
-  job.set_attempt(job.attempt() + 1);
-  job.clear_placements();
-  job.clear_master_addr();
-  job.clear_data_cache();
-  entry->not_before = Clock::now();
-  SetState(entry, v1::QUEUED,
-           "requeued from step " + std::to_string(job.checkpoint_step()) + " after: " + why,
-           job.checkpoint_step());
+  Requeue(entry, Clock::Duration::zero(),
+          "requeued from step " + std::to_string(job.checkpoint_step()) + " after: " + job.reason());
 }
 
 int Coordinator::UsedSlots(const std::string& worker) const {
   int used = 0;
-  for (const auto& [id, entry] : jobs_) {
-    if (!HoldsSlots(entry.job.state())) continue;
-    for (const auto& p : entry.job.placements())
-      if (p.worker() == worker && !p.finished()) used += p.num_ranks();
-  }
+  for (const auto& [id, entry] : jobs_)
+    if (HoldsSlots(entry.job.state())) used += RanksOn(entry.job, worker);
   return used;
 }
+
+bool Coordinator::WorkerGone(const std::string& name, Clock::TimePoint now) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return now - started_ > Seconds(options_.lease_seconds);
+  return it->second.info.state() == v1::WORKER_LOST;
+}
+
+// The scheduler's view of now: jobs that may start, workers that accept work, and the
+// jobs that hold slots.
+struct Coordinator::Snapshot {
+  std::vector<SchedJob> pending;
+  std::vector<SchedWorker> workers;
+  std::vector<SchedRunning> running;
+};
 
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_error_.ok()) return;  // stopped (fail-stop, see store_status())
-  const auto now = Clock::now();
-  const auto lease = std::chrono::milliseconds(static_cast<int64_t>(options_.lease_seconds * 1000));
+  const Clock::TimePoint now = clock_->Now();
+  ExpireLeases(now);
+  for (auto& [id, entry] : jobs_) {
+    if (IsStopping(entry.job.state())) {
+      ReapStopping(&entry, now);
+    } else if (!DetectHang(&entry, now)) {
+      FailIfWorkerGone(&entry, now);
+    }
+  }
+  Snapshot snapshot = SnapshotForScheduler(now);
+  if (snapshot.pending.empty()) return;
+  ScheduleOptions sched_options;
+  sched_options.preemption = options_.preemption;
+  ApplySchedule(Schedule(std::move(snapshot.pending), std::move(snapshot.workers), snapshot.running, sched_options));
+}
 
+void Coordinator::ExpireLeases(Clock::TimePoint now) {
   for (auto& [name, w] : workers_) {
-    if (w.info.state() == v1::WORKER_READY && now - w.last_seen > lease) {
+    if (w.info.state() == v1::WORKER_READY && now - w.last_seen > Seconds(options_.lease_seconds)) {
       w.info.set_state(v1::WORKER_LOST);
       NS_WARN("worker " << name << " lost: no heartbeat for " << options_.lease_seconds << " s");
     }
   }
-  // Attempts on lost workers fail. After our own restart, workers get one lease to
-  // come back before their attempts count as lost.
-  for (auto& [id, entry] : jobs_) {
-    v1::Job& job = entry.job;
-    if (IsStopping(job.state())) {
-      for (auto& p : *job.mutable_placements()) {
-        auto wit = workers_.find(p.worker());
-        if (wit == workers_.end() ? now - started_ > lease : wit->second.info.state() == v1::WORKER_LOST)
-          p.set_finished(true);
-      }
-      const bool late = now - entry.stopping_since >
-                        std::chrono::milliseconds(static_cast<int64_t>(options_.stop_timeout_seconds * 1000));
-      if (late) NS_WARN("job " << id << ": ranks not reported stopped after " << options_.stop_timeout_seconds << " s");
-      MaybeFinishStopping(&entry, late);
-      continue;
-    }
-    // Hang detection: rank 0's step must advance.
-    if (job.state() == v1::RUNNING) {
-      double limit = job.spec().restart().hang_seconds();
-      if (limit <= 0) limit = std::max(300.0, 10 * job.progress().step_seconds());
-      const double idle = std::chrono::duration<double>(now - entry.last_advance).count();
-      if (idle > limit) {
-        BeginStopping(&entry, v1::STUCK,
-                      "stuck: no progress for " + std::to_string(static_cast<int>(idle)) + " s at step " +
-                          std::to_string(job.progress().step()) + " (hang_seconds " +
-                          std::to_string(static_cast<int>(limit)) + "); stacks in the rank logs");
-        continue;
-      }
-    }
-    if (!IsActive(entry.job.state())) continue;
-    for (const auto& p : entry.job.placements()) {
-      auto wit = workers_.find(p.worker());
-      bool lost = wit == workers_.end() ? now - started_ > lease
-                                        : wit->second.info.state() == v1::WORKER_LOST;
-      if (lost) {
-        FailAttempt(&entry, "worker " + p.worker() + " lost: no heartbeat for " +
-                                std::to_string(static_cast<int>(options_.lease_seconds)) + " s",
-                    /*user_error=*/false, "worker_lost");
-        break;
-      }
-    }
-  }
+}
 
-  std::vector<SchedJob> pending;
-  for (const auto& [id, entry] : jobs_) {
-    if (entry.job.state() != v1::QUEUED || entry.not_before > now) continue;
-    SchedJob j{id, entry.job.spec().resources().world_size(), entry.job.spec().priority(),
-               entry.job.submit_seq()};
-    j.owner = entry.job.owner();  // per-user fair share (scheduler.h)
-    j.needs_gpu = entry.job.spec().resources().device() == "cuda";
-    pending.push_back(std::move(j));
+void Coordinator::ReapStopping(JobEntry* entry, Clock::TimePoint now) {
+  for (auto& p : *entry->job.mutable_placements())
+    if (WorkerGone(p.worker(), now)) p.set_finished(true);
+  const bool late = now - entry->stopping_since > Seconds(options_.stop_timeout_seconds);
+  if (late)
+    NS_WARN("job " << entry->job.id() << ": ranks not reported stopped after " << options_.stop_timeout_seconds
+                   << " s");
+  MaybeFinishStopping(entry, late);
+}
+
+bool Coordinator::DetectHang(JobEntry* entry, Clock::TimePoint now) {
+  const v1::Job& job = entry->job;
+  if (job.state() != v1::RUNNING) return false;
+  double limit = job.spec().restart().hang_seconds();
+  if (limit <= 0) limit = std::max(300.0, 10 * job.progress().step_seconds());
+  const double idle = std::chrono::duration<double>(now - entry->last_advance).count();
+  if (idle <= limit) return false;
+  BeginStopping(entry, v1::STUCK,
+                "stuck: no progress for " + std::to_string(static_cast<int>(idle)) + " s at step " +
+                    std::to_string(job.progress().step()) + " (hang_seconds " +
+                    std::to_string(static_cast<int>(limit)) + "); stacks in the rank logs");
+  return true;
+}
+
+void Coordinator::FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now) {
+  if (!IsActive(entry->job.state())) return;
+  for (const auto& p : entry->job.placements()) {
+    if (!WorkerGone(p.worker(), now)) continue;
+    FailAttempt(entry, "worker " + p.worker() + " lost: no heartbeat for " +
+                           std::to_string(static_cast<int>(options_.lease_seconds)) + " s",
+                /*user_error=*/false, "worker_lost");
+    return;
   }
-  if (pending.empty()) return;
-  std::vector<SchedWorker> workers;
+}
+
+Coordinator::Snapshot Coordinator::SnapshotForScheduler(Clock::TimePoint now) const {
+  Snapshot s;
+  for (const auto& [id, entry] : jobs_) {
+    const v1::Job& job = entry.job;
+    if (job.state() != v1::QUEUED || entry.not_before > now) continue;
+    SchedJob j{id, job.spec().resources().world_size(), job.spec().priority(), job.submit_seq()};
+    j.owner = job.owner();  // per-user fair share (scheduler.h)
+    j.expected_seconds = ExpectedSeconds(job);  // backfill (scheduler.h)
+    j.needs_gpu = job.spec().resources().device() == "cuda";
+    s.pending.push_back(std::move(j));
+  }
   for (const auto& [name, w] : workers_) {
     if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
-    workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
+    s.workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
   }
-  std::vector<SchedRunning> running;
   for (const auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;
     if (!HoldsSlots(job.state())) continue;
@@ -536,11 +572,12 @@ void Coordinator::Tick() {
     r.stopping = IsStopping(job.state());
     if (job.state() == v1::RUNNING && job.progress().eta_seconds() > 0)
       r.ends_in_seconds = std::max(0.0, job.progress().eta_seconds() - SecondsSince(job.progress().updated()));
-    running.push_back(std::move(r));
+    s.running.push_back(std::move(r));
   }
-  ScheduleOptions sched_options;
-  sched_options.preemption = options_.preemption;
-  ScheduleResult result = Schedule(std::move(pending), std::move(workers), running, sched_options);
+  return s;
+}
+
+void Coordinator::ApplySchedule(const ScheduleResult& result) {
   for (const auto& victim_id : result.preempt) {
     JobEntry& victim = jobs_.at(victim_id);
     const v1::Job& holder = jobs_.at(result.reserved_for).job;
@@ -548,34 +585,36 @@ void Coordinator::Tick() {
                   "preempted by " + holder.id() + " (priority " + std::to_string(holder.spec().priority()) +
                       " > " + std::to_string(victim.job.spec().priority()) + ")");
   }
-  for (auto& [id, parts] : result.placed) {
-    JobEntry& entry = jobs_.at(id);
-    std::string where;
-    for (const auto& part : parts) {
-      v1::Placement* p = entry.job.add_placements();
-      p->set_worker(part.worker);
-      p->set_first_rank(part.first_rank);
-      p->set_num_ranks(part.num_ranks);
-      where += (where.empty() ? "" : ", ") + part.worker + " (" + RankRange(*p) + ")";
-    }
-    if (options_.observer) {
-      // Waiting started at the last transition into QUEUED.
-      for (int i = entry.job.events_size() - 1; i >= 0; --i) {
-        if (entry.job.events(i).state() == v1::QUEUED) {
-          options_.observer->JobScheduled(SecondsSince(entry.job.events(i).time()));
-          break;
-        }
-      }
-    }
-    SetState(&entry, v1::SCHEDULED, "placed on " + where, entry.job.checkpoint_step());
-  }
-  for (auto& [id, reason] : result.waiting) {
+  for (const auto& [id, parts] : result.placed) Place(&jobs_.at(id), parts);
+  for (const auto& [id, reason] : result.waiting) {
     JobEntry& entry = jobs_.at(id);
     if (entry.job.reason() != reason) {
       entry.job.set_reason(reason);
       Persist(&entry, /*sync=*/false);
     }
   }
+}
+
+void Coordinator::Place(JobEntry* entry, const std::vector<SchedPart>& parts) {
+  v1::Job& job = entry->job;
+  std::string where;
+  for (const auto& part : parts) {
+    v1::Placement* p = job.add_placements();
+    p->set_worker(part.worker);
+    p->set_first_rank(part.first_rank);
+    p->set_num_ranks(part.num_ranks);
+    where += (where.empty() ? "" : ", ") + part.worker + " (" + RankRange(*p) + ")";
+  }
+  if (options_.observer) {
+    // Waiting started at the last transition into QUEUED.
+    for (int i = job.events_size() - 1; i >= 0; --i) {
+      if (job.events(i).state() == v1::QUEUED) {
+        options_.observer->JobScheduled(SecondsSince(job.events(i).time()));
+        break;
+      }
+    }
+  }
+  SetState(entry, v1::SCHEDULED, "placed on " + where, job.checkpoint_step());
 }
 
 StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
@@ -622,31 +661,26 @@ CoordinatorStats Coordinator::Stats() const {
   return s;
 }
 
-v1::ListWorkersResponse Coordinator::ListWorkers() const {
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
   std::lock_guard<std::mutex> lock(mu_);
-  v1::ListWorkersResponse response;
+  std::vector<v1::WorkerInfo> workers;
   for (const auto& [name, w] : workers_) {
-    v1::WorkerInfo* info = response.add_workers();
-    *info = w.info;
-    info->set_used_slots(UsedSlots(name));
+    workers.push_back(w.info);
+    workers.back().set_used_slots(UsedSlots(name));
   }
-  return response;
+  return workers;
 }
 
-}  // namespace nightshift
-
-namespace nightshift {
-
-v1::ListCacheResponse Coordinator::ListCache(const std::string& worker) const {
+std::vector<v1::WorkerCache> Coordinator::ListCache(const std::string& worker) const {
   std::lock_guard<std::mutex> lock(mu_);
-  v1::ListCacheResponse response;
+  std::vector<v1::WorkerCache> caches;
   for (const auto& [name, w] : workers_) {
     if (!worker.empty() && name != worker) continue;
-    v1::WorkerCache* wc = response.add_workers();
-    wc->set_worker(name);
-    *wc->mutable_report() = w.cache;
+    v1::WorkerCache& wc = caches.emplace_back();
+    wc.set_worker(name);
+    *wc.mutable_report() = w.cache;
   }
-  return response;
+  return caches;
 }
 
 StatusOr<v1::WorkerInfo> Coordinator::Cordon(const std::string& name, bool uncordon) {
@@ -671,13 +705,9 @@ StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
   it->second.info.set_draining(true);
   int moved = 0;
   for (auto& [id, entry] : jobs_) {
-    if (!IsActive(entry.job.state())) continue;
-    for (const auto& p : entry.job.placements()) {
-      if (p.worker() != name || p.finished()) continue;
-      BeginStopping(&entry, v1::PREEMPTED, "worker " + name + " is drained");
-      ++moved;
-      break;
-    }
+    if (!IsActive(entry.job.state()) || RanksOn(entry.job, name) == 0) continue;
+    BeginStopping(&entry, v1::PREEMPTED, "worker " + name + " is drained");
+    ++moved;
   }
   NS_RETURN_IF_ERROR(store_error_);
   NS_INFO("worker " << name << " drained: " << moved << " jobs checkpoint and move");
@@ -686,18 +716,17 @@ StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
   return info;
 }
 
-StatusOr<int> Coordinator::EvictCache(const v1::EvictCacheRequest& request) {
-  if (request.key().empty() && !request.all())
+StatusOr<int> Coordinator::EvictCache(const std::string& worker, const std::string& key, bool all) {
+  if (key.empty() && !all)
     return Status::InvalidArgument("key: name an entry, or set all");
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
-  if (!request.worker().empty() && !workers_.count(request.worker()))
-    return Status::NotFound("no worker " + request.worker());
+  if (!worker.empty() && !workers_.count(worker)) return Status::NotFound("no worker " + worker);
   int n = 0;
   for (auto& [name, w] : workers_) {
-    if (!request.worker().empty() && name != request.worker()) continue;
-    if (request.all()) w.evict_all = true;
-    else w.evict_keys.push_back(request.key());
+    if (!worker.empty() && name != worker) continue;
+    if (all) w.evict_all = true;
+    else w.evict_keys.push_back(key);
     ++n;
   }
   return n;

@@ -14,15 +14,21 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/job_store.h"
 #include "common/status.h"
+#include "coordinator/clock.h"
 #include "nightshift/v1/admin.pb.h"
 #include "nightshift/v1/cluster.pb.h"
 #include "nightshift/v1/jobs.pb.h"
 
 namespace nightshift {
+
+struct SchedPart;
+struct ScheduleResult;
 
 // Told about events that metrics count (implemented in coordinator/metrics.h).
 class CoordinatorObserver {
@@ -41,6 +47,27 @@ struct CoordinatorStats {
   int slots_total = 0, slots_used = 0;
 };
 
+// Which jobs List returns: one page, in submit order.
+struct JobQuery {
+  std::set<v1::JobState> states;  // empty: every state
+  int limit = 100;                // at most this many jobs; must be at least 1
+  uint64_t after_seq = 0;         // only jobs with a larger submit_seq (0: from the first)
+};
+
+struct JobPage {
+  std::vector<v1::Job> jobs;      // in submit order
+  uint64_t next_after_seq = 0;    // after_seq for the next page; 0: none follows
+};
+
+// What a worker is told in answer to its heartbeat.
+struct HeartbeatReply {
+  std::vector<v1::Assignment> start;          // parts to start
+  std::vector<v1::TaskId> stop;               // tasks to stop: SIGTERM, checkpoint, exit
+  std::vector<v1::TaskId> dump_stacks;        // of `stop`, the hung ones: stacks first, then kill
+  std::vector<std::string> evict_cache_keys;  // queued by EvictCache
+  bool evict_cache_all = false;
+};
+
 struct CoordinatorOptions {
   std::string data_dir;                 // RocksDB job store lives here; required
   double lease_seconds = 10;            // a worker silent this long is lost
@@ -51,12 +78,11 @@ struct CoordinatorOptions {
   double stop_timeout_seconds = 60;     // a PREEMPTED or STUCK job whose workers have not
                                         // reported its ranks gone by then is requeued anyway
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
+  Clock* clock = nullptr;                   // not owned; null: Clock::Real()
 };
 
 class Coordinator {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // Opens the store and loads every job. Jobs that were SCHEDULED or RUNNING keep their
   // placements: their workers have one lease to come back and report them.
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
@@ -78,8 +104,7 @@ class Coordinator {
   StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner = "");
   StatusOr<v1::Job> Get(const std::string& id) const;
   // `owner` non-null: only that user's jobs.
-  StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request,
-                                      const std::string* owner = nullptr) const;
+  StatusOr<JobPage> List(const JobQuery& query, const std::string* owner = nullptr) const;
   StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
   // Returns the job once its version is above *version (and sets *version), or
   // DEADLINE_EXCEEDED after `timeout` with no change, or NOT_FOUND.
@@ -87,9 +112,16 @@ class Coordinator {
                                   std::chrono::milliseconds timeout) const;
 
   // WorkerService.
-  Status Register(const v1::RegisterRequest& request, v1::RegisterResponse* response);
-  Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
-  Status ReportTask(const v1::ReportTaskRequest& request);
+  // A worker (re)introduces itself: `worker` carries its name, slots, GPUs, log address
+  // and the tasks it still runs from before; the rest is the coordinator's. Returns the
+  // heartbeat interval to tell it, in milliseconds.
+  StatusOr<int> Register(const v1::WorkerInfo& worker);
+  // `tasks`: every task the worker holds; `cache`: its feature cache, if it changed
+  // (null otherwise). NOT_FOUND for a worker that is not registered.
+  StatusOr<HeartbeatReply> Heartbeat(const std::string& worker, const std::vector<v1::TaskStatus>& tasks,
+                                     const v1::CacheReport* cache = nullptr);
+  // Progress, or the end of a task, between heartbeats.
+  Status ReportTask(const std::string& worker, const v1::TaskStatus& status);
 
   CoordinatorStats Stats() const;
 
@@ -97,17 +129,21 @@ class Coordinator {
   StatusOr<std::string> LogAddressOf(const std::string& job_id, int rank) const;
 
   // AdminService.
-  v1::ListWorkersResponse ListWorkers() const;
-  v1::ListCacheResponse ListCache(const std::string& worker) const;
-  // Queues an eviction for the workers' next heartbeats; returns how many workers.
-  StatusOr<int> EvictCache(const v1::EvictCacheRequest& request);
+  std::vector<v1::WorkerInfo> ListWorkers() const;
+  // `worker` empty: every worker's.
+  std::vector<v1::WorkerCache> ListCache(const std::string& worker) const;
+  // Queues an eviction of entry `key` (or, with `all`, of every entry not in use) for the
+  // next heartbeats of `worker` (empty: every worker); returns how many workers.
+  StatusOr<int> EvictCache(const std::string& worker, const std::string& key, bool all);
   // Cordon (or uncordon) a worker: no new placements there. NOT_FOUND for an unknown name.
   StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool uncordon);
   // Cordon, and preempt the jobs running there so they checkpoint and move.
   StatusOr<v1::WorkerInfo> Drain(const std::string& name);
 
-  // One pass of the control loop: expire worker leases, fail the attempts they held,
-  // and place queued jobs. Called periodically by the daemon (and directly by tests).
+  // One pass of the control loop, at clock time Now(): expire worker leases; requeue
+  // stopping jobs whose ranks are gone (or late); mark hung jobs STUCK; fail attempts on
+  // lost workers; then hand a snapshot to Schedule() and apply its result (preempt,
+  // place, say why the others wait). Called periodically by the daemon (and by tests).
   void Tick();
 
   static bool IsTerminal(v1::JobState state);
@@ -115,15 +151,15 @@ class Coordinator {
  private:
   struct JobEntry {
     v1::Job job;
-    uint64_t version = 1;             // bumped on every change; WatchJob waits on it
-    Clock::time_point not_before{};   // restart backoff
-    int64_t last_step = -1;           // rank 0's step when it last advanced
-    Clock::time_point last_advance{}; // when it last advanced (or the attempt started)
-    Clock::time_point stopping_since{};  // when it became PREEMPTED or STUCK
+    uint64_t version = 1;                // bumped on every change; WatchJob waits on it
+    Clock::TimePoint not_before{};       // restart backoff: not placed before this
+    int64_t last_step = -1;              // rank 0's step when it last advanced
+    Clock::TimePoint last_advance{};     // when it last advanced (or the attempt started)
+    Clock::TimePoint stopping_since{};   // when it became PREEMPTED or STUCK
   };
   struct WorkerEntry {
     v1::WorkerInfo info;
-    Clock::time_point last_seen;
+    Clock::TimePoint last_seen;
     v1::CacheReport cache;                 // as of the last heartbeat that carried one
     std::vector<std::string> evict_keys;   // queued for the next heartbeat
     bool evict_all = false;
@@ -131,25 +167,58 @@ class Coordinator {
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
 
+  struct Snapshot;  // the scheduler's input (coordinator.cc)
+
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
   void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
-  // `cause` classifies retryable failures for metrics: worker_lost, worker_restarted,
-  // rank_failed.
+  int UsedSlots(const std::string& worker) const;
+  // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
+  // own restart, workers get one lease to register again).
+  bool WorkerGone(const std::string& name, Clock::TimePoint now) const;
+
+  // Worker reports. A status of a task that is not a part of a job's current attempt, or
+  // of a job that is not active, has its task stopped (added to reply->stop).
+  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status, HeartbeatReply* reply);
+  // Takes rank 0's rendezvous address, data-cache use and progress, and any newer
+  // checkpoint, from the report on `part`; whether anything changed (not yet written).
+  bool TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
+                  JobEntry* entry);
+  // A part's ranks started / succeeded; the job is RUNNING / SUCCEEDED once all parts are.
+  // Whether the job was written.
+  bool PartStarted(JobEntry* entry, v1::Placement* part);
+  bool PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status);
+  // The job's parts on `worker`, given whether its heartbeat listed the job's current
+  // attempt: a stopping job's unlisted parts are gone; an active job's unlisted parts
+  // are started (added to reply->start), or fail the attempt if they ran before.
+  void Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply);
+
+  // Attempts. `cause` classifies retryable failures for metrics: worker_lost,
+  // worker_restarted, rank_failed, stuck.
   void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,
                    const char* cause = "rank_failed");
-  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status,
-                        v1::HeartbeatResponse* response);
-  int UsedSlots(const std::string& worker) const;
+  // Ends the current attempt (placements released) and queues the next, not to be placed
+  // before `delay` from now; it resumes from the job's checkpoint.
+  void Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason);
   // PREEMPTED or STUCK: placements are held and the workers are told to stop the ranks.
   void BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason);
-  // Once every part of a stopping job is gone: back to QUEUED (a restart if STUCK).
+  // Once every part of a stopping job is gone (or `force`): requeued, as a restart if STUCK.
   void MaybeFinishStopping(JobEntry* entry, bool force = false);
+
+  // The steps of Tick, in order.
+  void ExpireLeases(Clock::TimePoint now);                      // silent workers are LOST
+  void ReapStopping(JobEntry* entry, Clock::TimePoint now);     // parts on gone workers; stop timeout
+  bool DetectHang(JobEntry* entry, Clock::TimePoint now);       // RUNNING -> STUCK; whether it did
+  void FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now); // an active part on a gone worker
+  Snapshot SnapshotForScheduler(Clock::TimePoint now) const;
+  void ApplySchedule(const ScheduleResult& result);             // preempt, place, say why others wait
+  void Place(JobEntry* entry, const std::vector<SchedPart>& parts);  // -> SCHEDULED
 
   // Constant after construction.
   const CoordinatorOptions options_;
   const std::unique_ptr<JobStore> store_;
-  const Clock::time_point started_;
+  Clock* const clock_;  // not owned
+  const Clock::TimePoint started_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;       // notified on every job change

@@ -50,150 +50,190 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
+// One scheduling pass over a snapshot: the free slots as jobs are placed, and the
+// reservation once the first job that does not fit has set it (EASY backfill, see
+// scheduler.h). Jobs are considered one at a time, in the order Schedule chooses.
+class Pass {
+ public:
+  Pass(std::vector<SchedWorker> workers, const std::vector<SchedRunning>& running, const ScheduleOptions& options)
+      : workers_(std::move(workers)), running_(running), options_(options), held_(running.size(), 0) {
+    std::unordered_map<std::string, int> known;  // worker name -> index
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      known[workers_[i].name] = static_cast<int>(i);
+      total_ += workers_[i].total_slots;
+      free_total_ += workers_[i].free_slots;
+    }
+    for (size_t i = 0; i < running_.size(); ++i)
+      for (const auto& p : running_[i].parts)
+        if (known.count(p.worker)) held_[i] += p.num_ranks;
+  }
+
+  // Slots each owner's running jobs hold on the workers that count (fair share).
+  std::unordered_map<std::string, int64_t> SlotsByOwner() const {
+    std::unordered_map<std::string, int64_t> usage;
+    for (size_t i = 0; i < running_.size(); ++i) usage[running_[i].owner] += held_[i];
+    return usage;
+  }
+
+  // Places `job` now, or records why it waits; whether it was placed.
+  bool Consider(const SchedJob& job) {
+    if (job.needs_gpu) return ConsiderGpu(job);
+    if (job.world_size > total_) {
+      result_.waiting[job.id] = "needs " + std::to_string(job.world_size) + " slots; the cluster has " +
+                                std::to_string(total_);
+      return false;
+    }
+    if (!reserved_ && job.world_size > free_total_) {
+      Reserve(job);
+      return false;
+    }
+    if (job.world_size > free_total_) {
+      result_.waiting[job.id] = ShortOf(job);
+      return false;
+    }
+    if (!SparesReservation(job)) {
+      result_.waiting[job.id] = "queued behind " + result_.reserved_for;
+      return false;
+    }
+    PlaceNow(job);
+    return true;
+  }
+
+  ScheduleResult TakeResult() { return std::move(result_); }
+
+ private:
+  // A GPU job: only GPU workers count, and it never reserves or preempts (the reservation
+  // arithmetic is over all slots); it backfills like any job once a reservation exists.
+  bool ConsiderGpu(const SchedJob& job) {
+    int gpu_total = 0, gpu_free = 0;
+    for (const auto& w : workers_)
+      if (w.gpus) gpu_total += w.total_slots, gpu_free += w.free_slots;
+    if (job.world_size > gpu_total) {
+      result_.waiting[job.id] = gpu_total == 0 ? "resources.device is cuda but no ready worker has GPUs"
+                                               : "needs " + std::to_string(job.world_size) +
+                                                     " GPU slots; the cluster has " + std::to_string(gpu_total);
+      return false;
+    }
+    if (job.world_size > gpu_free || !SparesReservation(job)) {
+      result_.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free GPU slots (" +
+                                std::to_string(gpu_free) + " free now)";
+      return false;
+    }
+    PlaceNow(job);
+    return true;
+  }
+
+  std::string ShortOf(const SchedJob& job) const {
+    return "waiting for " + std::to_string(job.world_size) + " free slots (" + std::to_string(free_total_) +
+           " free now)";
+  }
+
+  bool EndsBeforeReservation(const SchedJob& job) const {
+    return job.expected_seconds < kUnknownSeconds && job.expected_seconds <= reserve_at_;
+  }
+  // Whether `job` may start now without delaying the reservation: there is none, or the
+  // job ends before it, or it fits in the slots the holder will not need then.
+  bool SparesReservation(const SchedJob& job) const {
+    return !reserved_ || EndsBeforeReservation(job) || job.world_size <= shadow_extra_;
+  }
+  void PlaceNow(const SchedJob& job) {
+    // Still running at the reservation time: it uses up spare slots of that time.
+    if (reserved_ && !EndsBeforeReservation(job)) shadow_extra_ -= job.world_size;
+    result_.placed[job.id] = Place(job, &workers_);
+    free_total_ -= job.world_size;
+  }
+
+  // The first job that does not fit gets the reservation, at the earliest time enough
+  // slots free up (preempting lower-priority jobs if that is allowed and helps).
+  void Reserve(const SchedJob& job) {
+    reserved_ = true;
+    result_.reserved_for = job.id;
+    // Slots that free up soon: jobs already stopping, plus victims chosen now.
+    std::vector<bool> ends_now(running_.size(), false);
+    int soon = free_total_;
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].stopping) ends_now[i] = true, soon += held_[i];
+    if (options_.preemption && soon < job.world_size) Preempt(job, job.world_size - soon, &ends_now);
+    SetReservationTime(job, ends_now);
+    if (!result_.waiting.count(job.id)) result_.waiting[job.id] = ShortOf(job);
+  }
+
+  // Chooses the fewest, lowest-priority running jobs below `job`'s priority that free
+  // `need` slots, if there are enough; marks them in *ends_now.
+  void Preempt(const SchedJob& job, int need, std::vector<bool>* ends_now) {
+    std::vector<size_t> cand;
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (!running_[i].stopping && held_[i] > 0 && running_[i].priority < job.priority) cand.push_back(i);
+    // Lowest priority first; among equals the biggest (fewest victims), then the youngest.
+    std::sort(cand.begin(), cand.end(), [&](size_t a, size_t b) {
+      const SchedRunning &x = running_[a], &y = running_[b];
+      return std::make_tuple(x.priority, -held_[a], -static_cast<int64_t>(x.submit_seq)) <
+             std::make_tuple(y.priority, -held_[b], -static_cast<int64_t>(y.submit_seq));
+    });
+    std::vector<size_t> chosen;
+    int got = 0;
+    for (size_t i : cand) {
+      if (got >= need) break;
+      chosen.push_back(i);
+      got += held_[i];
+    }
+    if (got < need) return;
+    // Drop victims that turned out unnecessary, most valuable first.
+    for (size_t k = chosen.size(); k-- > 0;) {
+      if (got - held_[chosen[k]] >= need) {
+        got -= held_[chosen[k]];
+        chosen.erase(chosen.begin() + static_cast<long>(k));
+      }
+    }
+    std::vector<std::string> names;
+    for (size_t i : chosen) {
+      (*ends_now)[i] = true;
+      names.push_back(running_[i].id);
+      result_.preempt.push_back(running_[i].id);
+    }
+    result_.waiting[job.id] = "preempting " + Join(names) + " (lower priority) to start";
+  }
+
+  // When enough slots are expected to be free for `job`, from the running jobs' ends
+  // (`ends_now`: at once), and how many more than it needs are free then.
+  void SetReservationTime(const SchedJob& job, const std::vector<bool>& ends_now) {
+    std::vector<std::pair<double, int>> ends;  // (seconds from now, slots)
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (held_[i] > 0) ends.push_back({ends_now[i] ? 0.0 : running_[i].ends_in_seconds, held_[i]});
+    std::sort(ends.begin(), ends.end());
+    int avail = free_total_;
+    reserve_at_ = kUnknownSeconds;
+    shadow_extra_ = 0;
+    for (size_t k = 0; k < ends.size() && ends[k].first < kUnknownSeconds; ++k) {
+      avail += ends[k].second;
+      if (avail >= job.world_size) {
+        reserve_at_ = ends[k].first;
+        // Others ending at the same moment add to the spare room.
+        while (k + 1 < ends.size() && ends[k + 1].first == reserve_at_) avail += ends[++k].second;
+        shadow_extra_ = avail - job.world_size;
+        break;
+      }
+    }
+    result_.reserved_in_seconds = reserve_at_;
+  }
+
+  std::vector<SchedWorker> workers_;        // free_slots drop as jobs are placed
+  const std::vector<SchedRunning>& running_;
+  const ScheduleOptions options_;
+  std::vector<int> held_;                   // slots running_[i] holds on workers_
+  int total_ = 0, free_total_ = 0;          // slots on workers_
+  bool reserved_ = false;                   // once set, later jobs only backfill
+  double reserve_at_ = 0;                   // seconds from now
+  int shadow_extra_ = 0;                    // slots free at reserve_at_ beyond what the holder needs
+  ScheduleResult result_;
+};
+
 }  // namespace
 
 ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> workers,
                         const std::vector<SchedRunning>& running, const ScheduleOptions& options) {
-  ScheduleResult result;
-  std::unordered_map<std::string, int> known;  // worker name -> index
-  int total = 0, free_total = 0;
-  for (size_t i = 0; i < workers.size(); ++i) {
-    known[workers[i].name] = static_cast<int>(i);
-    total += workers[i].total_slots;
-    free_total += workers[i].free_slots;
-  }
-  // Slots each running job holds on the workers that count, and each owner's share.
-  std::vector<int> held(running.size(), 0);
-  std::unordered_map<std::string, int64_t> usage;
-  for (size_t i = 0; i < running.size(); ++i) {
-    for (const auto& p : running[i].parts)
-      if (known.count(p.worker)) held[i] += p.num_ranks;
-    usage[running[i].owner] += held[i];
-  }
-
-  // Reservation state: once set, later jobs only backfill.
-  bool reserved = false;
-  double reserve_at = 0;  // seconds from now
-  int shadow_extra = 0;   // slots free at reserve_at beyond what the holder needs
-
-  // A GPU job: only GPU workers count, and it never reserves or preempts (the reservation
-  // arithmetic is over all slots); it backfills like any job once a reservation exists.
-  auto process_gpu = [&](const SchedJob& job) -> bool {
-    int gpu_total = 0, gpu_free = 0;
-    for (const auto& w : workers)
-      if (w.gpus) gpu_total += w.total_slots, gpu_free += w.free_slots;
-    if (job.world_size > gpu_total) {
-      result.waiting[job.id] = gpu_total == 0 ? "resources.device is cuda but no ready worker has GPUs"
-                                              : "needs " + std::to_string(job.world_size) +
-                                                    " GPU slots; the cluster has " + std::to_string(gpu_total);
-      return false;
-    }
-    const bool ends_before = job.expected_seconds < kUnknownSeconds && job.expected_seconds <= reserve_at;
-    if (job.world_size > gpu_free || (reserved && !ends_before && job.world_size > shadow_extra)) {
-      result.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free GPU slots (" +
-                               std::to_string(gpu_free) + " free now)";
-      return false;
-    }
-    if (reserved && !ends_before) shadow_extra -= job.world_size;
-    result.placed[job.id] = Place(job, &workers);
-    free_total -= job.world_size;
-    return true;
-  };
-
-  auto process = [&](const SchedJob& job) -> bool {
-    if (job.needs_gpu) return process_gpu(job);
-    if (job.world_size > total) {
-      result.waiting[job.id] = "needs " + std::to_string(job.world_size) + " slots; the cluster has " +
-                               std::to_string(total);
-      return false;
-    }
-    const std::string short_of = "waiting for " + std::to_string(job.world_size) + " free slots (" +
-                                 std::to_string(free_total) + " free now)";
-    if (!reserved) {
-      if (job.world_size <= free_total) {
-        result.placed[job.id] = Place(job, &workers);
-        free_total -= job.world_size;
-        return true;
-      }
-      reserved = true;
-      result.reserved_for = job.id;
-      // Slots that free up soon: jobs already stopping, plus victims chosen now.
-      std::vector<bool> ends_now(running.size(), false);
-      int soon = free_total;
-      for (size_t i = 0; i < running.size(); ++i)
-        if (running[i].stopping) ends_now[i] = true, soon += held[i];
-      if (options.preemption && soon < job.world_size) {
-        std::vector<size_t> cand;
-        for (size_t i = 0; i < running.size(); ++i)
-          if (!running[i].stopping && held[i] > 0 && running[i].priority < job.priority) cand.push_back(i);
-        // Lowest priority first; among equals the biggest (fewest victims), then the youngest.
-        std::sort(cand.begin(), cand.end(), [&](size_t a, size_t b) {
-          const SchedRunning &x = running[a], &y = running[b];
-          return std::make_tuple(x.priority, -held[a], -static_cast<int64_t>(x.submit_seq)) <
-                 std::make_tuple(y.priority, -held[b], -static_cast<int64_t>(y.submit_seq));
-        });
-        const int need = job.world_size - soon;
-        std::vector<size_t> chosen;
-        int got = 0;
-        for (size_t i : cand) {
-          if (got >= need) break;
-          chosen.push_back(i);
-          got += held[i];
-        }
-        if (got >= need) {
-          // Drop victims that turned out unnecessary, most valuable first.
-          for (size_t k = chosen.size(); k-- > 0;) {
-            if (got - held[chosen[k]] >= need) {
-              got -= held[chosen[k]];
-              chosen.erase(chosen.begin() + static_cast<long>(k));
-            }
-          }
-          std::vector<std::string> names;
-          for (size_t i : chosen) {
-            ends_now[i] = true;
-            names.push_back(running[i].id);
-            result.preempt.push_back(running[i].id);
-          }
-          result.waiting[job.id] = "preempting " + Join(names) + " (lower priority) to start";
-        }
-      }
-      // When enough slots are expected to be free.
-      std::vector<std::pair<double, int>> ends;
-      for (size_t i = 0; i < running.size(); ++i)
-        if (held[i] > 0) ends.push_back({ends_now[i] ? 0.0 : running[i].ends_in_seconds, held[i]});
-      std::sort(ends.begin(), ends.end());
-      int avail = free_total;
-      reserve_at = kUnknownSeconds;
-      shadow_extra = 0;
-      for (size_t k = 0; k < ends.size() && ends[k].first < kUnknownSeconds; ++k) {
-        avail += ends[k].second;
-        if (avail >= job.world_size) {
-          reserve_at = ends[k].first;
-          // Others ending at the same moment add to the spare room.
-          while (k + 1 < ends.size() && ends[k + 1].first == reserve_at) avail += ends[++k].second;
-          shadow_extra = avail - job.world_size;
-          break;
-        }
-      }
-      result.reserved_in_seconds = reserve_at;
-      if (!result.waiting.count(job.id)) result.waiting[job.id] = short_of;
-      return false;
-    }
-    if (job.world_size > free_total) {
-      result.waiting[job.id] = short_of;
-      return false;
-    }
-    const bool ends_before = job.expected_seconds < kUnknownSeconds && job.expected_seconds <= reserve_at;
-    if (!ends_before && job.world_size > shadow_extra) {
-      result.waiting[job.id] = "queued behind " + result.reserved_for;
-      return false;
-    }
-    if (!ends_before) shadow_extra -= job.world_size;
-    result.placed[job.id] = Place(job, &workers);
-    free_total -= job.world_size;
-    return true;
-  };
-
+  Pass pass(std::move(workers), running, options);
+  std::unordered_map<std::string, int64_t> usage = pass.SlotsByOwner();  // running plus placed now
   // Priority classes, highest first; within one, fair share between owners.
   std::map<int, std::vector<SchedJob>, std::greater<int>> by_priority;
   for (auto& j : jobs) by_priority[j.priority].push_back(std::move(j));
@@ -211,11 +251,11 @@ ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> wor
       auto& q = queues[owner];
       const SchedJob* job = q.front();
       q.pop_front();
-      if (process(*job)) usage[owner] += job->world_size;
+      if (pass.Consider(*job)) usage[owner] += job->world_size;
       if (!q.empty()) ready.insert({usage[owner], q.front()->submit_seq, owner});
     }
   }
-  return result;
+  return pass.TakeResult();
 }
 
 }  // namespace nightshift

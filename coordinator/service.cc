@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
+
 #include "common/grpc_status.h"
 #include "common/spec.h"
 #include "coordinator/metrics.h"
@@ -29,6 +31,20 @@ Status CheckJob(Authenticator* auth, Coordinator* c, const grpc::ServerContext* 
   auto job = c->Get(id);
   if (!job.ok()) return job.status();
   return Permit(who, method, &job->owner());
+}
+
+// A ListJobs request as a query: page_size 0 means 100; the page token is the last
+// submit_seq of the previous page.
+Status ToJobQuery(const v1::ListJobsRequest& req, JobQuery* query) {
+  query->limit = req.page_size() == 0 ? 100 : req.page_size();
+  if (query->limit < 0 || query->limit > 1000) return Status::InvalidArgument("page_size: must be in [1, 1000]");
+  if (!req.page_token().empty()) {
+    char* end = nullptr;
+    query->after_seq = std::strtoull(req.page_token().c_str(), &end, 10);
+    if (*end != '\0') return Status::InvalidArgument("page_token: not a token from ListJobs");
+  }
+  for (int state : req.states()) query->states.insert(static_cast<v1::JobState>(state));
+  return Status::OK();
 }
 
 }  // namespace
@@ -70,10 +86,14 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   Principal who;
   Status allowed = Check(auth_, ctx, Method::kListJobs, nullptr, &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  JobQuery query;
+  Status valid = ToJobQuery(*req, &query);
+  if (!valid.ok()) return timer.Done(ToGrpc(valid));
   // Users see their own jobs only.
-  auto list = c_->List(*req, who.role == Role::kAdmin ? nullptr : &who.user);
-  if (!list.ok()) return timer.Done(ToGrpc(list.status()));
-  *out = std::move(list.value());
+  auto page = c_->List(query, who.role == Role::kAdmin ? nullptr : &who.user);
+  if (!page.ok()) return timer.Done(ToGrpc(page.status()));
+  for (auto& job : page->jobs) *out->add_jobs() = std::move(job);
+  if (page->next_after_seq != 0) out->set_next_page_token(std::to_string(page->next_after_seq));
   return timer.Done(grpc::Status::OK);
 }
 
@@ -137,7 +157,16 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
   RpcTimer timer(metrics_, "Register");
   Status allowed = Check(auth_, ctx, Method::kRegister);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  return timer.Done(ToGrpc(c_->Register(*req, out)));
+  v1::WorkerInfo worker;
+  worker.set_name(req->name());
+  worker.set_slots(req->slots());
+  worker.set_log_address(req->log_address());
+  *worker.mutable_gpus() = req->gpus();
+  for (const auto& t : req->tasks()) *worker.add_tasks() = t.task();
+  auto interval_ms = c_->Register(worker);
+  if (!interval_ms.ok()) return timer.Done(ToGrpc(interval_ms.status()));
+  out->set_heartbeat_interval_ms(interval_ms.value());
+  return timer.Done(grpc::Status::OK);
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -145,7 +174,15 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
   RpcTimer timer(metrics_, "Heartbeat");
   Status allowed = Check(auth_, ctx, Method::kHeartbeat);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  return timer.Done(ToGrpc(c_->Heartbeat(*req, out)));
+  const std::vector<v1::TaskStatus> tasks(req->tasks().begin(), req->tasks().end());
+  auto reply = c_->Heartbeat(req->name(), tasks, req->has_cache() ? &req->cache() : nullptr);
+  if (!reply.ok()) return timer.Done(ToGrpc(reply.status()));
+  for (auto& a : reply->start) *out->add_start() = std::move(a);
+  for (auto& t : reply->stop) *out->add_stop() = std::move(t);
+  for (auto& t : reply->dump_stacks) *out->add_dump_stacks() = std::move(t);
+  for (auto& key : reply->evict_cache_keys) out->add_evict_cache_keys(std::move(key));
+  out->set_evict_cache_all(reply->evict_cache_all);
+  return timer.Done(grpc::Status::OK);
 }
 
 grpc::Status WorkerServiceImpl::ReportTask(grpc::ServerContext* ctx, const v1::ReportTaskRequest* req,
@@ -153,7 +190,7 @@ grpc::Status WorkerServiceImpl::ReportTask(grpc::ServerContext* ctx, const v1::R
   RpcTimer timer(metrics_, "ReportTask");
   Status allowed = Check(auth_, ctx, Method::kReportTask);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  return timer.Done(ToGrpc(c_->ReportTask(*req)));
+  return timer.Done(ToGrpc(c_->ReportTask(req->name(), req->status())));
 }
 
 grpc::Status AdminServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
@@ -161,7 +198,7 @@ grpc::Status AdminServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::L
   RpcTimer timer(metrics_, "ListWorkers");
   Status allowed = Check(auth_, ctx, Method::kListWorkers);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  *out = c_->ListWorkers();
+  for (auto& w : c_->ListWorkers()) *out->add_workers() = std::move(w);
   return timer.Done(grpc::Status::OK);
 }
 
@@ -170,7 +207,7 @@ grpc::Status AdminServiceImpl::ListCache(grpc::ServerContext* ctx, const v1::Lis
   RpcTimer timer(metrics_, "ListCache");
   Status allowed = Check(auth_, ctx, Method::kListCache);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  *out = c_->ListCache(req->worker());
+  for (auto& w : c_->ListCache(req->worker())) *out->add_workers() = std::move(w);
   return timer.Done(grpc::Status::OK);
 }
 
@@ -179,7 +216,7 @@ grpc::Status AdminServiceImpl::EvictCache(grpc::ServerContext* ctx, const v1::Ev
   RpcTimer timer(metrics_, "EvictCache");
   Status allowed = Check(auth_, ctx, Method::kEvictCache);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  auto n = c_->EvictCache(*req);
+  auto n = c_->EvictCache(req->worker(), req->key(), req->all());
   if (!n.ok()) return timer.Done(ToGrpc(n.status()));
   out->set_workers(n.value());
   return timer.Done(grpc::Status::OK);

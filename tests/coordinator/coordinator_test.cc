@@ -5,13 +5,16 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <thread>
 
 #include "common/spec.h"
+#include "common/time_util.h"
+#include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 
 namespace nightshift {
 namespace {
+
+using namespace std::chrono_literals;
 
 class CoordinatorTest : public testing::Test {
  protected:
@@ -22,6 +25,7 @@ class CoordinatorTest : public testing::Test {
     options_.data_dir = dir_;
     options_.lease_seconds = 0.3;
     options_.restart_backoff_seconds = 0;
+    options_.clock = &clock_;  // time moves only when a test advances it
     Reopen();
   }
   void TearDown() override {
@@ -42,19 +46,15 @@ class CoordinatorTest : public testing::Test {
     return spec.value();
   }
   void RegisterWorker(const std::string& name, int slots) {
-    v1::RegisterRequest req;
-    req.set_name(name);
-    req.set_slots(slots);
-    v1::RegisterResponse resp;
-    ASSERT_TRUE(c_->Register(req, &resp).ok());
+    v1::WorkerInfo worker;
+    worker.set_name(name);
+    worker.set_slots(slots);
+    ASSERT_TRUE(c_->Register(worker).ok());
   }
-  v1::HeartbeatResponse Heartbeat(const std::string& name, std::vector<v1::TaskStatus> tasks = {}) {
-    v1::HeartbeatRequest req;
-    req.set_name(name);
-    for (auto& t : tasks) *req.add_tasks() = t;
-    v1::HeartbeatResponse resp;
-    EXPECT_TRUE(c_->Heartbeat(req, &resp).ok());
-    return resp;
+  HeartbeatReply Heartbeat(const std::string& name, const std::vector<v1::TaskStatus>& tasks = {}) {
+    auto reply = c_->Heartbeat(name, tasks);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    return reply.ok() ? std::move(reply.value()) : HeartbeatReply{};
   }
   static v1::TaskStatus Status(const std::string& job, int attempt, v1::TaskState state) {
     v1::TaskStatus s;
@@ -64,14 +64,12 @@ class CoordinatorTest : public testing::Test {
     return s;
   }
   void Report(const std::string& worker, const v1::TaskStatus& status) {
-    v1::ReportTaskRequest req;
-    req.set_name(worker);
-    *req.mutable_status() = status;
-    ASSERT_TRUE(c_->ReportTask(req).ok());
+    ASSERT_TRUE(c_->ReportTask(worker, status).ok());
   }
   v1::JobState StateOf(const std::string& id) { return c_->Get(id)->state(); }
 
   std::string dir_;
+  FakeClock clock_;
   CoordinatorOptions options_;
   std::unique_ptr<Coordinator> c_;
 };
@@ -88,6 +86,41 @@ TEST_F(CoordinatorTest, FreeSlotsGoToTheUserHoldingFewest) {
   EXPECT_EQ(StateOf(bob), v1::SCHEDULED);
   EXPECT_EQ(StateOf(alice[1]), v1::QUEUED);
   EXPECT_EQ(StateOf(alice[2]), v1::QUEUED);
+}
+
+// Backfill through the real coordinator: a queued job that ran before is expected to
+// take what its last attempt measured for the steps left after its checkpoint, so it
+// may start in the slot that is free until the reservation of a bigger job.
+TEST_F(CoordinatorTest, AJobKnownToEndBeforeTheReservationBackfills) {
+  v1::JobSpec high = Spec(1);
+  high.set_priority(10);
+  const std::string running = c_->Submit(high)->id();
+  const std::string resumed = c_->Submit(Spec(1))->id();
+  RegisterWorker("w1", 2);
+  c_->Tick();
+  Heartbeat("w1");
+  auto ends_later = Status(running, 0, v1::TASK_RUNNING);
+  ends_later.mutable_progress()->set_eta_seconds(1000);  // frees its slot in 1000 s
+  *ends_later.mutable_progress()->mutable_updated() = NowTimestamp();
+  Report("w1", ends_later);
+  auto measured = Status(resumed, 0, v1::TASK_RUNNING);
+  measured.mutable_progress()->set_step(60);
+  measured.mutable_progress()->set_total_steps(100);
+  measured.mutable_progress()->set_step_seconds(0.5);
+  measured.set_checkpoint_step(50);  // 50 steps left: 25 s
+  Report("w1", measured);
+  v1::JobSpec big = Spec(2);
+  big.set_priority(10);
+  const std::string reserved = c_->Submit(big)->id();
+  c_->Tick();
+  ASSERT_EQ(StateOf(reserved), v1::QUEUED);
+  auto failed = Status(resumed, 0, v1::TASK_FAILED);
+  failed.set_error("trainer rank 0 killed by signal 9 (SIGKILL)");
+  Report("w1", failed);
+  ASSERT_EQ(StateOf(resumed), v1::QUEUED);
+  c_->Tick();
+  EXPECT_EQ(StateOf(resumed), v1::SCHEDULED) << c_->Get(resumed)->reason();
+  EXPECT_EQ(StateOf(reserved), v1::QUEUED);
 }
 
 // A state change whose write fails is never acknowledged: the call that caused it fails,
@@ -109,10 +142,7 @@ TEST_F(CoordinatorTest, AFailedWriteFailsTheCallAndStopsTheCoordinator) {
   disk->fail_writes = true;  // the disk fills up
   auto done = Status(id, 0, v1::TASK_SUCCEEDED);
   (*done.mutable_metrics())["val_accuracy"] = 0.97;
-  v1::ReportTaskRequest report;
-  report.set_name("w1");
-  *report.mutable_status() = done;
-  const ::nightshift::Status s = c_->ReportTask(report);
+  const ::nightshift::Status s = c_->ReportTask("w1", done);
   EXPECT_EQ(s.code(), ::nightshift::Status::kUnavailable) << s.ToString();
   EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
   EXPECT_EQ(disk->failed_writes, 1);
@@ -120,10 +150,7 @@ TEST_F(CoordinatorTest, AFailedWriteFailsTheCallAndStopsTheCoordinator) {
   EXPECT_EQ(c_->store_status().code(), ::nightshift::Status::kUnavailable);
   EXPECT_EQ(c_->Get(id).status().code(), ::nightshift::Status::kUnavailable);
   EXPECT_EQ(c_->Submit(Spec()).status().code(), ::nightshift::Status::kUnavailable);
-  v1::HeartbeatRequest hb;
-  hb.set_name("w1");
-  v1::HeartbeatResponse hb_resp;
-  EXPECT_EQ(c_->Heartbeat(hb, &hb_resp).code(), ::nightshift::Status::kUnavailable);
+  EXPECT_EQ(c_->Heartbeat("w1", {}).status().code(), ::nightshift::Status::kUnavailable);
   c_->Tick();
   EXPECT_EQ(disk->failed_writes, 1);
   EXPECT_EQ(disk->jobs.at(id).state(), v1::RUNNING) << "on disk: the last acknowledged state";
@@ -154,12 +181,12 @@ TEST_F(CoordinatorTest, JobRunsToSuccessAndSurvivesARestart) {
   c_->Tick();
   EXPECT_EQ(StateOf(id), v1::SCHEDULED);
   auto resp = Heartbeat("w1");
-  ASSERT_EQ(resp.start_size(), 1);
-  EXPECT_EQ(resp.start(0).task().job_id(), id);
-  EXPECT_EQ(resp.start(0).world_size(), 1);
+  ASSERT_EQ(resp.start.size(), 1u);
+  EXPECT_EQ(resp.start[0].task().job_id(), id);
+  EXPECT_EQ(resp.start[0].world_size(), 1);
   // Repeated until the worker reports it.
-  EXPECT_EQ(Heartbeat("w1").start_size(), 1);
-  EXPECT_EQ(Heartbeat("w1", {Status(id, 0, v1::TASK_PREPARING)}).start_size(), 0);
+  EXPECT_EQ(Heartbeat("w1").start.size(), 1u);
+  EXPECT_EQ(Heartbeat("w1", {Status(id, 0, v1::TASK_PREPARING)}).start.size(), 0u);
   Report("w1", Status(id, 0, v1::TASK_RUNNING));
   EXPECT_EQ(StateOf(id), v1::RUNNING);
   auto done = Status(id, 0, v1::TASK_SUCCEEDED);
@@ -189,8 +216,8 @@ TEST_F(CoordinatorTest, FailureRestartsThenFails) {
     c_->Tick();
     ASSERT_EQ(StateOf(id), v1::SCHEDULED) << attempt;
     auto resp = Heartbeat("w1");
-    ASSERT_EQ(resp.start_size(), 1);
-    EXPECT_EQ(resp.start(0).task().attempt(), attempt);
+    ASSERT_EQ(resp.start.size(), 1u);
+    EXPECT_EQ(resp.start[0].task().attempt(), attempt);
     auto failed = Status(id, attempt, v1::TASK_FAILED);
     failed.set_error("trainer rank 0 killed by signal 6 (SIGABRT)");
     Report("w1", failed);
@@ -226,8 +253,8 @@ TEST_F(CoordinatorTest, CancelStopsTheRanks) {
   ASSERT_TRUE(c_->Cancel(id, "").ok());
   EXPECT_EQ(StateOf(id), v1::CANCELLED);
   auto resp = Heartbeat("w1", {Status(id, 0, v1::TASK_RUNNING)});
-  ASSERT_EQ(resp.stop_size(), 1);
-  EXPECT_EQ(resp.stop(0).job_id(), id);
+  ASSERT_EQ(resp.stop.size(), 1u);
+  EXPECT_EQ(resp.stop[0].job_id(), id);
   EXPECT_EQ(c_->Cancel(id, "").status().code(), Status::kFailedPrecondition);
   // The slot is free again.
   const std::string next = c_->Submit(Spec())->id();
@@ -247,7 +274,7 @@ TEST_F(CoordinatorTest, LostWorkerRequeuesItsJob) {
   Report(first, Status(id, 0, v1::TASK_RUNNING));
   // Only the other worker keeps heartbeating.
   for (int i = 0; i < 8; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    clock_.Advance(60ms);
     Heartbeat(other);
     c_->Tick();
   }
@@ -270,20 +297,19 @@ TEST_F(CoordinatorTest, JobBiggerThanTheClusterWaitsWithAReason) {
 
 TEST_F(CoordinatorTest, ListPagesInSubmitOrder) {
   for (int i = 0; i < 7; ++i) ASSERT_TRUE(c_->Submit(Spec()).ok());
-  v1::ListJobsRequest req;
-  req.set_page_size(3);
+  JobQuery query;
+  query.limit = 3;
   std::vector<std::string> ids;
   do {
-    auto page = c_->List(req);
+    auto page = c_->List(query);
     ASSERT_TRUE(page.ok());
-    for (const auto& j : page->jobs()) ids.push_back(j.id());
-    req.set_page_token(page->next_page_token());
-  } while (!req.page_token().empty());
+    for (const auto& j : page->jobs) ids.push_back(j.id());
+    query.after_seq = page->next_after_seq;
+  } while (query.after_seq != 0);
   ASSERT_EQ(ids.size(), 7u);
   EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
-  req.set_page_token("");
-  req.add_states(v1::SUCCEEDED);
-  EXPECT_EQ(c_->List(req)->jobs_size(), 0);
+  query.states.insert(v1::SUCCEEDED);
+  EXPECT_EQ(c_->List(query)->jobs.size(), 0u);
 }
 
 TEST_F(CoordinatorTest, InvalidSpecIsRefusedAndNothingStored) {
@@ -291,7 +317,7 @@ TEST_F(CoordinatorTest, InvalidSpecIsRefusedAndNothingStored) {
   spec.mutable_data()->clear_path();
   auto job = c_->Submit(spec);
   EXPECT_EQ(job.status().code(), Status::kInvalidArgument);
-  EXPECT_EQ(c_->List(v1::ListJobsRequest())->jobs_size(), 0);
+  EXPECT_EQ(c_->List(JobQuery())->jobs.size(), 0u);
 }
 
 TEST_F(CoordinatorTest, HigherPriorityPreemptsAndTheVictimResumesWithoutARestart) {
@@ -312,8 +338,8 @@ TEST_F(CoordinatorTest, HigherPriorityPreemptsAndTheVictimResumesWithoutARestart
   EXPECT_EQ(StateOf(high), v1::QUEUED);
   // The worker is told to stop it (SIGTERM: checkpoint, exit), without a stack dump.
   auto resp = Heartbeat("w1", {Status(low, 0, v1::TASK_RUNNING)});
-  ASSERT_EQ(resp.stop_size(), 1);
-  EXPECT_EQ(resp.dump_stacks_size(), 0);
+  ASSERT_EQ(resp.stop.size(), 1u);
+  EXPECT_EQ(resp.dump_stacks.size(), 0u);
   auto stopped = Status(low, 0, v1::TASK_FAILED);
   stopped.set_error("trainer rank 0 exited with status 143");
   stopped.set_checkpoint_step(42);
@@ -345,21 +371,21 @@ TEST_F(CoordinatorTest, HungJobIsStuckThenRestarted) {
   Report("w1", running);
   ASSERT_EQ(StateOf(id), v1::RUNNING);
   for (int i = 0; i < 8; ++i) {  // progress stays at step 5
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock_.Advance(100ms);
     Heartbeat("w1", {running});
     c_->Tick();
   }
   EXPECT_EQ(StateOf(id), v1::RUNNING);
   for (int i = 0; i < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock_.Advance(100ms);
     Heartbeat("w1", {running});
     c_->Tick();
   }
   ASSERT_EQ(StateOf(id), v1::STUCK);
   EXPECT_NE(c_->Get(id)->reason().find("at step 5"), std::string::npos);
   auto resp = Heartbeat("w1", {running});
-  ASSERT_EQ(resp.stop_size(), 1);
-  ASSERT_EQ(resp.dump_stacks_size(), 1);
+  ASSERT_EQ(resp.stop.size(), 1u);
+  ASSERT_EQ(resp.dump_stacks.size(), 1u);
   Report("w1", Status(id, 0, v1::TASK_FAILED));
   auto job = c_->Get(id).value();
   EXPECT_EQ(job.state(), v1::QUEUED);
@@ -392,6 +418,78 @@ TEST_F(CoordinatorTest, DrainMovesJobsAndCordonKeepsNewWorkAway) {
   c_->Tick();
   EXPECT_EQ(StateOf(next), v1::SCHEDULED);
   EXPECT_EQ(c_->Cordon("nope", false).status().code(), Status::kNotFound);
+}
+
+// Restart backoff on the clock: restart_backoff_seconds before the first restart, then
+// twice that before the second.
+TEST_F(CoordinatorTest, RestartsWaitForTheirBackoff) {
+  options_.lease_seconds = 600;  // the worker stays alive while time jumps
+  options_.restart_backoff_seconds = 10;
+  Reopen();
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec(1, /*max_restarts=*/2))->id();
+  c_->Tick();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    ASSERT_EQ(StateOf(id), v1::SCHEDULED) << attempt;
+    Heartbeat("w1");
+    Report("w1", Status(id, attempt, v1::TASK_FAILED));
+    ASSERT_EQ(StateOf(id), v1::QUEUED) << attempt;
+    const auto backoff = attempt == 0 ? 10s : 20s;
+    clock_.Advance(backoff - 1ms);
+    c_->Tick();
+    EXPECT_EQ(StateOf(id), v1::QUEUED) << attempt;
+    clock_.Advance(1ms);
+    c_->Tick();
+  }
+  EXPECT_EQ(StateOf(id), v1::SCHEDULED);
+  EXPECT_EQ(c_->Get(id)->restarts(), 2);
+}
+
+// A preempted job whose worker keeps its ranks alive is requeued anyway once
+// stop_timeout_seconds have passed.
+TEST_F(CoordinatorTest, AStopThatTakesTooLongIsRequeuedAtTheStopTimeout) {
+  options_.lease_seconds = 600;
+  options_.stop_timeout_seconds = 60;
+  Reopen();
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  ASSERT_TRUE(c_->Drain("w1").ok());
+  ASSERT_EQ(StateOf(id), v1::PREEMPTED);
+  const auto running = Status(id, 0, v1::TASK_RUNNING);
+  EXPECT_EQ(Heartbeat("w1", {running}).stop.size(), 1u);
+  clock_.Advance(60s);
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::PREEMPTED);
+  clock_.Advance(1ms);
+  c_->Tick();
+  auto job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+}
+
+// After the coordinator restarts, the workers of running jobs get one lease to register
+// again before their attempts count as lost.
+TEST_F(CoordinatorTest, AfterARestartWorkersHaveOneLeaseToComeBack) {
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  Reopen();  // w1 is unknown to the new coordinator
+  clock_.Advance(300ms);
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  clock_.Advance(1ms);
+  c_->Tick();
+  auto job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  const std::string why = job.events(job.events_size() - 1).reason();
+  EXPECT_NE(why.find("worker w1 lost"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -1,0 +1,18 @@
+#include "coordinator/clock.h"
+
+namespace nightshift {
+namespace {
+
+class SteadyClock final : public Clock {
+ public:
+  TimePoint Now() const override { return std::chrono::steady_clock::now(); }
+};
+
+}  // namespace
+
+Clock* Clock::Real() {
+  static SteadyClock* clock = new SteadyClock;  // never deleted: usable until exit
+  return clock;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,29 @@
+// Clock: where the coordinator reads the time, so tests can move it instead of sleeping
+// (LevelDB's Env idea, for time alone).
+//
+// Steady time only: leases, restart backoff, stop timeouts and hang detection are
+// intervals on it. The wall-clock timestamps written into jobs (created, updated,
+// events) and the progress ETAs that workers stamp are not read through it.
+#ifndef NIGHTSHIFT_COORDINATOR_CLOCK_H_
+#define NIGHTSHIFT_COORDINATOR_CLOCK_H_
+
+#include <chrono>
+
+namespace nightshift {
+
+class Clock {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  using Duration = std::chrono::steady_clock::duration;
+
+  virtual ~Clock() = default;
+  // Never goes back. Thread-safe.
+  virtual TimePoint Now() const = 0;
+
+  // std::chrono::steady_clock. Shared and never deleted.
+  static Clock* Real();
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_CLOCK_H_
