@@ -23,6 +23,7 @@
 #include "common/format/progress.h"
 #include "common/log.h"
 #include "common/time_util.h"
+#include "worker/assignment.h"
 #include "worker/data_prep.h"
 #include "worker/launcher.h"
 #include "worker/rotating_log.h"
@@ -223,20 +224,7 @@ void Task::Run() {
 }
 
 std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error) {
-  const v1::JobSpec& spec = assignment_.spec();
-  const v1::DataSpec& d = spec.data();
-  PrepOptions o;
-  o.path = d.path();
-  o.format = d.format();
-  o.text_field = d.text_field();
-  o.label_field = d.label_field();
-  o.max_samples = d.max_samples();
-  o.validation_fraction = d.validation_fraction();
-  o.seed = spec.train().seed();
-  o.vocab_size = d.tokenizer().vocab_size();
-  o.max_len = spec.model().max_len();
-  o.classifier = spec.model().arch() != "gpt_lm";
-  o.roots = options_.data_roots;
+  const PrepOptions o = PrepOptionsFor(assignment_.spec(), options_.data_roots);
   const auto t0 = std::chrono::steady_clock::now();
   auto key = cache_->KeyFor(o);
   if (!key.ok()) {
@@ -245,15 +233,8 @@ std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool
   }
   // The build runs in nightshift-prepare (see worker/data_prep.h for why).
   auto build = [&](const std::string& build_dir) -> Status {
-    std::vector<std::string> argv = {
-        BinaryBesideUs("nightshift-prepare"), "--path", o.path, "--format", o.format,
-        "--text-field", o.text_field, "--label-field", o.label_field,
-        "--max-samples", std::to_string(o.max_samples),
-        "--validation-fraction", std::to_string(o.validation_fraction),
-        "--seed", std::to_string(o.seed), "--vocab-size", std::to_string(o.vocab_size),
-        "--max-len", std::to_string(o.max_len), "--classifier", o.classifier ? "true" : "false",
-        "--output-dir", build_dir, "--threads", std::to_string(options_.prep_threads)};
-    for (const std::string& root : o.roots) argv.insert(argv.end(), {"--data-root", root});
+    std::vector<std::string> argv = PrepareArgs({o, build_dir, options_.prep_threads});
+    argv.insert(argv.begin(), BinaryBesideUs("nightshift-prepare"));
     auto proc = SpawnProcess(argv, {}, job_dir + "/prepare.log");
     if (!proc.ok()) return proc.status();
     {
