@@ -52,5 +52,43 @@ TEST(PrepOptionsForTest, ClassifierUnlessALanguageModel) {
   }
 }
 
+v1::Assignment TwoOfFourRanks() {
+  v1::Assignment a;
+  a.mutable_task()->set_job_id("job-7");
+  a.mutable_task()->set_attempt(3);
+  a.set_first_rank(2);
+  a.set_num_ranks(2);
+  a.set_world_size(4);
+  a.mutable_spec()->mutable_model()->set_arch("gpt_lm");
+  return a;
+}
+
+TEST(RankEnvironmentTest, TorchrunVariablesAndOneGpuPerRank) {
+  const v1::Assignment a = TwoOfFourRanks();
+  const auto env = RankEnvironment(a, /*local_rank=*/1, "10.0.0.5:29500", /*gpus=*/{6, 4});
+  EXPECT_EQ(env, (std::map<std::string, std::string>{{"RANK", "3"},
+                                                     {"LOCAL_RANK", "1"},
+                                                     {"WORLD_SIZE", "4"},
+                                                     {"LOCAL_WORLD_SIZE", "2"},
+                                                     {"MASTER_ADDR", "10.0.0.5"},
+                                                     {"MASTER_PORT", "29500"},
+                                                     {"NIGHTSHIFT_JOB_ID", "job-7"},
+                                                     {"CUDA_VISIBLE_DEVICES", "4"}}));
+  const auto cpu = RankEnvironment(a, 0, "10.0.0.5:29500", {});
+  EXPECT_EQ(cpu.at("RANK"), "2");
+  EXPECT_EQ(cpu.count("CUDA_VISIBLE_DEVICES"), 0u);
+}
+
+TEST(TrainerConfigTest, SpecWithProtoNamesAndDefaultsPlusWhatTheWorkerResolved) {
+  const nlohmann::json data = {{"vocab_size", 100}, {"train_shard", "/cache/k/train.shard"}};
+  const nlohmann::json config = TrainerConfig(TwoOfFourRanks(), data, "/ckpt/job-7");
+  EXPECT_EQ(config["job_id"], "job-7");
+  EXPECT_EQ(config["attempt"], 3);
+  EXPECT_EQ(config["data"], data);
+  EXPECT_EQ(config["checkpoint_dir"], "/ckpt/job-7");
+  EXPECT_EQ(config["spec"]["model"]["arch"], "gpt_lm");
+  EXPECT_EQ(config["spec"]["model"]["max_len"], 0);  // written out although 0: the trainer applies its default
+}
+
 }  // namespace
 }  // namespace nightshift
