@@ -45,7 +45,8 @@ void Agent::StopAll() {
     std::lock_guard<std::mutex> lock(tasks_mu_);
     stopping.swap(tasks_);
   }
-  stopping.clear();  // each Task's destructor stops its ranks and joins its thread
+  for (const auto& [id, task] : stopping) task->Stop();  // all at once: one grace, not one per task
+  stopping.clear();  // each Task's destructor waits for its ranks and joins its thread
 }
 
 bool Agent::Register() {
