@@ -1,44 +1,53 @@
 #include "worker/agent.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <chrono>
-#include <tuple>
 #include <set>
-#include <vector>
 #include <thread>
+#include <vector>
 
-#include "common/client.h"
 #include "common/format/step_metrics.h"
-#include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status.h"
 
 namespace nightshift {
-namespace {
-// The worker's channel to the coordinator: TLS and token as configured (checked at
-// start-up by main, so a failure here falls back to a channel that will be refused).
-std::shared_ptr<grpc::Channel> CoordinatorChannel(const WorkerOptions& o) {
-  ClientOptions c{o.coordinator, o.token, o.token_file, o.tls_ca, o.tls_cert, o.tls_key};
-  Status s = ResolveToken(&c);
-  auto channel = s.ok() ? MakeChannel(c) : StatusOr<std::shared_ptr<grpc::Channel>>(s);
-  if (channel.ok()) return channel.value();
-  NS_ERROR("worker: " << channel.status().ToString());
-  return grpc::CreateChannel(o.coordinator, grpc::InsecureChannelCredentials());
+
+Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator)
+    : options_(options), cache_(cache), coordinator_(std::move(coordinator)), gpu_allocator_(options.gpus) {}
+
+Agent::~Agent() { StopAll(); }
+
+void Agent::Run(const std::atomic<bool>* stop) {
+  while (!*stop) {
+    RunOnce();
+    std::this_thread::sleep_for(std::chrono::milliseconds(registered_ ? interval_ms_ : 500));
+  }
+  NS_INFO("worker " << options_.name << ": shutting down, stopping " << tasks_.size() << " tasks");
+  StopAll();
 }
 
-std::unique_ptr<grpc::ClientContext> ContextWithDeadline(int seconds) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-  return ctx;
+void Agent::RunOnce() {
+  if (!registered_) {
+    registered_ = Register();
+    return;
+  }
+  HeartbeatOnce();
+  bool any_finished = false;
+  for (const auto& [id, task] : tasks_) any_finished |= task->finished();
+  if (any_finished || std::chrono::steady_clock::now() >= next_progress_report_) {
+    ReportTasks();
+    next_progress_report_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  }
 }
-}  // namespace
 
-Agent::Agent(const WorkerOptions& options, FeatureCache* cache)
-    : options_(options),
-      cache_(cache),
-      gpu_allocator_(options.gpus),
-      stub_(v1::WorkerService::NewStub(CoordinatorChannel(options))) {}
+void Agent::StopAll() {
+  std::map<TaskKey, std::unique_ptr<Task>> stopping;
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    stopping.swap(tasks_);
+  }
+  for (const auto& [id, task] : stopping) task->Stop();  // all at once: one grace, not one per task
+  stopping.clear();  // each Task's destructor waits for its ranks and joins its thread
+}
 
 bool Agent::Register() {
   v1::RegisterRequest req;
@@ -48,15 +57,14 @@ bool Agent::Register() {
   req.set_log_address(options_.log_address);
   for (const auto& [id, task] : tasks_) *req.add_tasks() = task->Snapshot();
   v1::RegisterResponse resp;
-  auto ctx = ContextWithDeadline(5);
-  grpc::Status s = stub_->Register(ctx.get(), req, &resp);
+  Status s = coordinator_->Register(req, &resp);
   if (!s.ok()) {
-    static int failures = 0;
-    if (failures++ % 20 == 0)
+    if (register_failures_++ % 20 == 0)
       NS_WARN("worker " << options_.name << ": cannot register with " << options_.coordinator << ": "
-                        << GrpcErrorString(s));
+                        << s.ToString());
     return false;
   }
+  register_failures_ = 0;
   if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
   NS_INFO("worker " << options_.name << ": registered with " << options_.coordinator << ", "
                     << Slots() << " slots");
@@ -71,13 +79,10 @@ void Agent::HeartbeatOnce() {
   const uint64_t cache_version = cache_->version();
   const bool send_cache = cache_version != reported_cache_version_ ||
                           std::chrono::steady_clock::now() >= next_cache_report_;
-  if (send_cache) {
-    *req.mutable_cache() = cache_->Report();
-  }
+  if (send_cache) *req.mutable_cache() = cache_->Report();
   v1::HeartbeatResponse resp;
-  auto ctx = ContextWithDeadline(5);
-  grpc::Status s = stub_->Heartbeat(ctx.get(), req, &resp);
-  if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+  Status s = coordinator_->Heartbeat(req, &resp);
+  if (s.code() == Status::kNotFound) {
     registered_ = false;
     return;
   }
@@ -86,6 +91,12 @@ void Agent::HeartbeatOnce() {
     reported_cache_version_ = cache_version;
     next_cache_report_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   }
+  Evict(resp);
+  StopTasks(resp);
+  for (const auto& a : resp.start()) StartTask(a);
+}
+
+void Agent::Evict(const v1::HeartbeatResponse& resp) {
   if (resp.evict_cache_all()) {
     NS_INFO("worker " << options_.name << ": evicted " << cache_->EvictAll() << " cache entries (operator)");
   }
@@ -93,37 +104,40 @@ void Agent::HeartbeatOnce() {
     Status es = cache_->Evict(key);
     NS_INFO("worker " << options_.name << ": evict " << key << ": " << (es.ok() ? "done" : es.ToString()));
   }
-  std::set<std::pair<std::string, int>> dump;
+}
+
+void Agent::StopTasks(const v1::HeartbeatResponse& resp) {
+  std::set<TaskKey> dump;
   for (const auto& id : resp.dump_stacks()) dump.insert({id.job_id(), id.attempt()});
   for (const auto& id : resp.stop()) {
     auto it = tasks_.find({id.job_id(), id.attempt()});
-    if (it != tasks_.end() && !it->second->stopping()) {
-      const bool stacks = dump.count(it->first) > 0;
-      NS_INFO("worker " << options_.name << ": stopping " << id.job_id() << " attempt " << id.attempt()
-                        << (stacks ? " (hung: dumping stacks first)" : ""));
-      it->second->Stop(stacks);
+    if (it == tasks_.end() || it->second->stopping()) continue;
+    const bool stacks = dump.count(it->first) > 0;
+    NS_INFO("worker " << options_.name << ": stopping " << id.job_id() << " attempt " << id.attempt()
+                      << (stacks ? " (hung: dumping stacks first)" : ""));
+    it->second->Stop(stacks);
+  }
+}
+
+void Agent::StartTask(const v1::Assignment& a) {
+  TaskKey key{a.task().job_id(), a.task().attempt()};
+  if (tasks_.count(key)) return;  // already ours (the assignment is repeated until we report it)
+  NS_INFO("worker " << options_.name << ": starting " << a.task().job_id() << " attempt " << a.task().attempt()
+                    << ", ranks " << a.first_rank() << ".." << a.first_rank() + a.num_ranks() - 1 << " of "
+                    << a.world_size());
+  std::vector<int> gpus;
+  if (!options_.gpus.empty()) {
+    gpus = gpu_allocator_.Take(a.num_ranks());
+    if (gpus.empty()) {
+      NS_WARN("worker " << options_.name << ": no " << a.num_ranks() << " free GPUs for " << a.task().job_id()
+                        << "; will retry");
+      return;  // the coordinator repeats the assignment
     }
   }
-  for (const auto& a : resp.start()) {
-    auto key = std::make_pair(a.task().job_id(), a.task().attempt());
-    if (tasks_.count(key)) continue;  // already ours (the assignment is repeated until we report it)
-    NS_INFO("worker " << options_.name << ": starting " << a.task().job_id() << " attempt " << a.task().attempt()
-                      << ", ranks " << a.first_rank() << ".." << a.first_rank() + a.num_ranks() - 1
-                      << " of " << a.world_size());
-    std::vector<int> gpus;
-    if (!options_.gpus.empty()) {
-      gpus = gpu_allocator_.Take(a.num_ranks());
-      if (gpus.empty()) {
-        NS_WARN("worker " << options_.name << ": no " << a.num_ranks() << " free GPUs for " << a.task().job_id()
-                          << "; will retry");
-        continue;  // the coordinator repeats the assignment
-      }
-    }
-    auto task = std::make_unique<Task>(options_, a, cache_, gpus);
-    task->Start();
-    std::lock_guard<std::mutex> lock(tasks_mu_);
-    tasks_[key] = std::move(task);
-  }
+  auto task = std::make_unique<Task>(options_, a, cache_, gpus);
+  task->Start();
+  std::lock_guard<std::mutex> lock(tasks_mu_);
+  tasks_[key] = std::move(task);
 }
 
 void Agent::ReportTasks() {
@@ -138,53 +152,22 @@ void Agent::ReportTasks() {
     req.set_name(options_.name);
     *req.mutable_status() = task->Snapshot();
     v1::ReportTaskResponse resp;
-    auto ctx = ContextWithDeadline(5);
-    grpc::Status s = stub_->ReportTask(ctx.get(), req, &resp);
-    if (s.ok() && finished) {
-      NS_INFO("worker " << options_.name << ": " << it->first.first << " attempt " << it->first.second << " "
-                        << v1::TaskState_Name(req.status().state()) << " reported");
-      std::unique_ptr<Task> done = std::move(it->second);
-      {
-        std::lock_guard<std::mutex> lock(tasks_mu_);
-        it = tasks_.erase(it);
-      }
-      gpu_allocator_.Release(done->gpus());
-      done.reset();  // joins the task's thread (already finished)
+    Status s = coordinator_->ReportTask(req, &resp);
+    if (!s.ok() || !finished) {
+      ++it;
       continue;
     }
-    ++it;
-  }
-}
-
-void Agent::Run(const std::atomic<bool>* stop) {
-  auto next_report = std::chrono::steady_clock::now();
-  while (!*stop) {
-    if (!registered_) {
-      registered_ = Register();
-    } else {
-      HeartbeatOnce();
-      // Progress at most once a second; results as soon as they are known.
-      bool any_finished = false;
-      for (const auto& [id, task] : tasks_) any_finished |= task->finished();
-      if (any_finished || std::chrono::steady_clock::now() >= next_report) {
-        ReportTasks();
-        next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      }
+    NS_INFO("worker " << options_.name << ": " << it->first.first << " attempt " << it->first.second << " "
+                      << v1::TaskState_Name(req.status().state()) << " reported");
+    std::unique_ptr<Task> done = std::move(it->second);
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      it = tasks_.erase(it);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(registered_ ? interval_ms_ : 500));
+    gpu_allocator_.Release(done->gpus());
+    done.reset();  // joins the task's thread (already finished)
   }
-  NS_INFO("worker " << options_.name << ": shutting down, stopping " << tasks_.size() << " tasks");
-  std::map<std::pair<std::string, int>, std::unique_ptr<Task>> stopping;
-  {
-    std::lock_guard<std::mutex> lock(tasks_mu_);
-    stopping.swap(tasks_);
-  }
-  stopping.clear();
 }
-
-}  // namespace nightshift
-
-namespace nightshift {
 
 int Agent::Slots() const {
   return options_.gpus.empty() ? options_.cpu_slots : static_cast<int>(options_.gpus.size());

@@ -9,21 +9,30 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "common/metrics.h"
-#include "nightshift/v1/cluster.grpc.pb.h"
+#include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
 #include "worker/task.h"
+#include "worker/worker_options.h"
 
 namespace nightshift {
 
 class Agent {
  public:
-  Agent(const WorkerOptions& options, FeatureCache* cache);
-  // Runs until *stop becomes true; then stops every task.
+  // `cache` is not owned and outlives the agent.
+  Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator);
+  ~Agent();  // stops every task and waits for it
+
+  // Runs until *stop becomes true, a RunOnce per heartbeat interval; then stops every task.
   void Run(const std::atomic<bool>* stop);
+  // One turn: register until that succeeds; after that, one heartbeat (whose answer
+  // starts, stops and evicts), then the tasks' reports: results as soon as they are
+  // known (until acknowledged), progress at most once a second.
+  void RunOnce();
 
   // Rank slots offered: one per GPU, else --cpu-slots.
   int Slots() const;
@@ -35,22 +44,34 @@ class Agent {
   void CollectMetrics(FamilyBuilder* b) const;
 
  private:
+  using TaskKey = std::pair<std::string, int>;  // job id, attempt
+
   bool Register();
   void HeartbeatOnce();
+  void Evict(const v1::HeartbeatResponse& response);
+  void StopTasks(const v1::HeartbeatResponse& response);
+  void StartTask(const v1::Assignment& assignment);
   void ReportTasks();
+  void StopAll();
 
+  // Constant after construction.
   const WorkerOptions options_;
-  FeatureCache* const cache_;        // not owned; outlives the agent
-  GpuAllocator gpu_allocator_;       // the GPUs not held by a task
+  FeatureCache* const cache_;
+  const std::unique_ptr<CoordinatorClient> coordinator_;
+
+  // The agent's thread only.
+  GpuAllocator gpu_allocator_;  // the GPUs not held by a task
   uint64_t reported_cache_version_ = 0;
   std::chrono::steady_clock::time_point next_cache_report_{};
-  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::chrono::steady_clock::time_point next_progress_report_{};
   bool registered_ = false;
-  int interval_ms_ = 250;
-  // Tasks by (job id, attempt). Only the agent thread changes the map, under tasks_mu_;
-  // it reads it without the lock, other threads (metrics) with it.
+  int register_failures_ = 0;  // in a row; every 20th is logged
+  int interval_ms_ = 250;      // between heartbeats, as the coordinator says
+
+  // Only the agent thread changes the map, under tasks_mu_; it reads it without the
+  // lock, other threads (metrics, log service) with it.
   mutable std::mutex tasks_mu_;
-  std::map<std::pair<std::string, int>, std::unique_ptr<Task>> tasks_;
+  std::map<TaskKey, std::unique_ptr<Task>> tasks_;
 };
 
 }  // namespace nightshift

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -90,71 +90,74 @@ Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels
   return Status::OK();
 }
 
-}  // namespace
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
-StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& output_dir, int threads) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool classifier = data.classifier;
-  const int max_len = data.max_len;
+// Runs fn(i) for every i in [0, n), on `threads` threads (i strided over them); the
+// first error of a thread stops that thread, and the first thread's error is returned.
+Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
+  const int t_count = std::max(1, threads);
+  std::vector<Status> results(t_count);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < t_count; ++t) {
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < n; i += t_count) {
+        Status s = fn(i);
+        if (!s.ok()) {
+          results[t] = s;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (auto& s : results) NS_RETURN_IF_ERROR(s);
+  return Status::OK();
+}
+
+// The samples of data.path (sorted by input id); with max_samples, a subset that does
+// not depend on file order: the smallest id hashes.
+Status ReadSamples(const PrepOptions& data, std::vector<RawSample>* samples) {
   std::vector<InputFile> inputs;
   NS_RETURN_IF_ERROR(ListInputs(data, &inputs));
-  std::vector<RawSample> samples;
   if (data.format == "text_dir") {
-    for (const auto& f : inputs) samples.push_back({f.id, f.label, f.path, ""});
+    for (const auto& f : inputs) samples->push_back({f.id, f.label, f.path, ""});
   } else {
-    NS_RETURN_IF_ERROR(ReadJsonl(inputs[0].path, data, classifier && !data.label_field.empty(), &samples));
+    NS_RETURN_IF_ERROR(ReadJsonl(inputs[0].path, data, data.classifier && !data.label_field.empty(), samples));
   }
-  if (samples.empty()) return Status::InvalidArgument("data.path " + data.path + " holds no samples");
-  if (data.max_samples > 0 && static_cast<int64_t>(samples.size()) > data.max_samples) {
-    // A deterministic subset that does not depend on file order: smallest id hashes.
-    std::stable_sort(samples.begin(), samples.end(), [](const RawSample& a, const RawSample& b) {
+  if (samples->empty()) return Status::InvalidArgument("data.path " + data.path + " holds no samples");
+  if (data.max_samples > 0 && static_cast<int64_t>(samples->size()) > data.max_samples) {
+    std::stable_sort(samples->begin(), samples->end(), [](const RawSample& a, const RawSample& b) {
       return format::StableHash64(a.id) < format::StableHash64(b.id);
     });
-    samples.resize(static_cast<size_t>(data.max_samples));
+    samples->resize(static_cast<size_t>(data.max_samples));
   }
+  return Status::OK();
+}
 
-  PreparedData out;
-  std::map<std::string, int> label_ids;
-  for (const auto& s : samples) if (classifier) label_ids[s.label] = 0;
+// Label ids in name order (*class_names: id -> name). A classifier needs two labels;
+// a language model has none.
+Status NumberLabels(const PrepOptions& data, const std::vector<RawSample>& samples,
+                    std::map<std::string, int>* label_ids, std::vector<std::string>* class_names) {
+  if (!data.classifier) return Status::OK();
+  for (const auto& s : samples) (*label_ids)[s.label] = 0;
   int next = 0;
-  for (auto& [name, id] : label_ids) {
+  for (auto& [name, id] : *label_ids) {
     id = next++;
-    out.class_names.push_back(name);
+    class_names->push_back(name);
   }
-  if (classifier && label_ids.size() < 2)
-    return Status::InvalidArgument("data.path " + data.path + " has " + std::to_string(label_ids.size()) +
+  if (label_ids->size() < 2)
+    return Status::InvalidArgument("data.path " + data.path + " has " + std::to_string(label_ids->size()) +
                                    " label(s); a classifier needs at least 2");
-  std::error_code ec;
-  fs::create_directories(output_dir, ec);
-  if (ec) return Status::IOError("cannot create " + output_dir + ": " + ec.message());
+  return Status::OK();
+}
 
-  // Read texts (in parallel: most of the time is file reading and tokenizing).
-  const size_t max_bytes = static_cast<size_t>(max_len) * 16;  // enough bytes for max_len tokens
-  std::vector<std::string> texts(samples.size());
-  std::vector<bool> is_val(samples.size());
-  for (size_t i = 0; i < samples.size(); ++i)
-    is_val[i] = format::InValidationSplit(samples[i].id, data.seed, data.validation_fraction);
-  auto parallel_for = [&](const std::function<Status(size_t)>& fn) -> Status {
-    int n = std::max(1, threads);
-    std::vector<Status> results(n);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < n; ++t) {
-      pool.emplace_back([&, t] {
-        for (size_t i = t; i < samples.size(); i += n) {
-          Status s = fn(i);
-          if (!s.ok()) { results[t] = s; return; }
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    for (auto& s : results) NS_RETURN_IF_ERROR(s);
-    return Status::OK();
-  };
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  auto phase = std::chrono::steady_clock::now();
-  NS_RETURN_IF_ERROR(parallel_for([&](size_t i) -> Status {
+// Each sample's text: at most max_bytes of it, valid UTF-8, on one line.
+Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, int threads,
+                 std::vector<std::string>* texts) {
+  texts->assign(samples.size(), "");
+  return ParallelFor(samples.size(), threads, [&](size_t i) -> Status {
     std::string raw;
     if (!samples[i].path.empty()) {
       auto r = ReadFile(samples[i].path, max_bytes);
@@ -165,17 +168,15 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
     }
     std::string clean = SanitizeUtf8(raw);
     for (char& c : clean) if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-    texts[i] = std::move(clean);
+    (*texts)[i] = std::move(clean);
     return Status::OK();
-  }));
+  });
+}
 
-  // Tokenizer: trained on the training split only.
-  const std::string corpus = output_dir + "/tokenizer-corpus.txt";
-  {
-    std::ofstream f(corpus, std::ios::binary);
-    for (size_t i = 0; i < texts.size(); ++i)
-      if (!is_val[i] && !texts[i].empty()) f << texts[i] << '\n';
-  }
+// Trains the tokenizer (<output_dir>/tokenizer.model) on the training split only, from
+// `corpus` (one text per line), and loads it into *sp.
+Status TrainTokenizer(const PrepOptions& data, const std::string& corpus, size_t max_bytes, int threads,
+                      const std::string& output_dir, sentencepiece::SentencePieceProcessor* sp) {
   const std::string model_prefix = output_dir + "/tokenizer";
   std::ostringstream args;
   args << "--input=" << corpus << " --model_prefix=" << model_prefix
@@ -184,55 +185,64 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
        << " --input_sentence_size=200000 --shuffle_input_sentence=true --num_threads=" << std::max(1, threads)
        << " --pad_id=" << kPadId << " --unk_id=" << kUnkId << " --bos_id=" << kBosId << " --eos_id=" << kEosId
        << " --minloglevel=2 --seed_sentencepiece_size=200000";
-  out.read_seconds = since(phase);
-  phase = std::chrono::steady_clock::now();
   auto st = sentencepiece::SentencePieceTrainer::Train(args.str());
   if (!st.ok()) return Status::Internal("tokenizer training failed on " + data.path + ": " + st.ToString());
   std::remove(corpus.c_str());
-  sentencepiece::SentencePieceProcessor sp;
-  st = sp.Load(model_prefix + ".model");
+  st = sp->Load(model_prefix + ".model");
   if (!st.ok()) return Status::Internal("cannot load tokenizer " + model_prefix + ".model: " + st.ToString());
-  out.vocab_size = sp.GetPieceSize();
+  return Status::OK();
+}
 
-  std::vector<std::vector<int32_t>> ids(samples.size());
-  out.tokenizer_seconds = since(phase);
-  phase = std::chrono::steady_clock::now();
-  NS_RETURN_IF_ERROR(parallel_for([&](size_t i) -> Status {
+// Token ids of each text: bos, its pieces, and for a language model eos; at most
+// max_len tokens for a classifier, max_len + 1 for a language model (inputs + shifted
+// targets).
+Status Tokenize(const sentencepiece::SentencePieceProcessor& sp, const std::vector<RawSample>& samples,
+                const std::vector<std::string>& texts, const PrepOptions& data, int threads,
+                std::vector<std::vector<int32_t>>* ids) {
+  const int limit = data.classifier ? data.max_len : data.max_len + 1;
+  ids->assign(samples.size(), {});
+  return ParallelFor(samples.size(), threads, [&](size_t i) -> Status {
     std::vector<int> pieces;
     auto s = sp.Encode(texts[i], &pieces);
     if (!s.ok()) return Status::Internal("cannot tokenize " + samples[i].id + ": " + s.ToString());
-    std::vector<int32_t>& v = ids[i];
+    std::vector<int32_t>& v = (*ids)[i];
     v.push_back(kBosId);
     for (int p : pieces) {
-      if (static_cast<int>(v.size()) >= (classifier ? max_len : max_len + 1)) break;
+      if (static_cast<int>(v.size()) >= limit) break;
       v.push_back(p);
     }
-    if (!classifier && static_cast<int>(v.size()) <= max_len) v.push_back(kEosId);
+    if (!data.classifier && static_cast<int>(v.size()) <= data.max_len) v.push_back(kEosId);
     return Status::OK();
-  }));
+  });
+}
 
-  out.tokenize_seconds = since(phase);
-  const uint32_t num_classes = static_cast<uint32_t>(out.class_names.size());
-  format::ShardWriter train(out.vocab_size, num_classes), val(out.vocab_size, num_classes);
+// The train and val shards, and the counts in *out.
+Status WriteShards(const PrepOptions& data, const std::vector<RawSample>& samples,
+                   const std::map<std::string, int>& label_ids, const std::vector<bool>& is_val,
+                   const std::vector<std::vector<int32_t>>& ids, const std::string& output_dir, PreparedData* out) {
+  const uint32_t num_classes = static_cast<uint32_t>(out->class_names.size());
+  format::ShardWriter train(out->vocab_size, num_classes), val(out->vocab_size, num_classes);
   for (size_t i = 0; i < samples.size(); ++i) {
-    int32_t label = classifier ? label_ids[samples[i].label] : -1;
+    int32_t label = data.classifier ? label_ids.at(samples[i].label) : -1;
     (is_val[i] ? val : train).Add(format::StableHash64(samples[i].id), label, ids[i]);
   }
   if (train.num_samples() == 0) return Status::InvalidArgument("data.validation_fraction leaves no training samples");
   std::string err = train.WriteFile(output_dir + "/" + kTrainShard);
   if (err.empty()) err = val.WriteFile(output_dir + "/" + kValShard);
   if (!err.empty()) return Status::IOError(err);
-  out.train_samples = train.num_samples();
-  out.val_samples = val.num_samples();
-  out.train_tokens = train.num_tokens();
-
+  out->train_samples = train.num_samples();
+  out->val_samples = val.num_samples();
+  out->train_tokens = train.num_tokens();
   for (const auto& v : ids) {
     size_t bucket = 0;
     while ((size_t{2} << bucket) <= v.size()) ++bucket;
-    if (out.length_histogram.size() <= bucket) out.length_histogram.resize(bucket + 1);
-    out.length_histogram[bucket]++;
+    if (out->length_histogram.size() <= bucket) out->length_histogram.resize(bucket + 1);
+    out->length_histogram[bucket]++;
   }
-  for (const auto& t : texts) out.input_bytes += t.size();
+  return Status::OK();
+}
+
+Status WriteMeta(const PreparedData& out, const std::string& output_dir) {
   nlohmann::json meta = {{"vocab_size", out.vocab_size},
                          {"train_samples", out.train_samples},
                          {"val_samples", out.val_samples},
@@ -243,9 +253,54 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
                          {"pad_id", kPadId},
                          {"bos_id", kBosId},
                          {"eos_id", kEosId}};
-  err = format::WriteFileAtomically(output_dir + "/" + kMetaFile, meta.dump(1));
-  if (!err.empty()) return Status::IOError(err);
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string err = format::WriteFileAtomically(output_dir + "/" + kMetaFile, meta.dump(1));
+  return err.empty() ? Status::OK() : Status::IOError(err);
+}
+
+}  // namespace
+
+StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& output_dir, int threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PreparedData out;
+  std::vector<RawSample> samples;
+  NS_RETURN_IF_ERROR(ReadSamples(data, &samples));
+  std::map<std::string, int> label_ids;
+  NS_RETURN_IF_ERROR(NumberLabels(data, samples, &label_ids, &out.class_names));
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (ec) return Status::IOError("cannot create " + output_dir + ": " + ec.message());
+
+  // Most of the time is reading and tokenizing: both run on `threads` threads.
+  auto phase = std::chrono::steady_clock::now();
+  const size_t max_bytes = static_cast<size_t>(data.max_len) * 16;  // enough bytes for max_len tokens
+  std::vector<std::string> texts;
+  NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, threads, &texts));
+  std::vector<bool> is_val(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i)
+    is_val[i] = format::InValidationSplit(samples[i].id, data.seed, data.validation_fraction);
+  const std::string corpus = output_dir + "/tokenizer-corpus.txt";
+  {
+    std::ofstream f(corpus, std::ios::binary);
+    for (size_t i = 0; i < texts.size(); ++i)
+      if (!is_val[i] && !texts[i].empty()) f << texts[i] << '\n';
+  }
+  out.read_seconds = Since(phase);
+
+  phase = std::chrono::steady_clock::now();
+  sentencepiece::SentencePieceProcessor sp;
+  NS_RETURN_IF_ERROR(TrainTokenizer(data, corpus, max_bytes, threads, output_dir, &sp));
+  out.vocab_size = sp.GetPieceSize();
+  out.tokenizer_seconds = Since(phase);
+
+  phase = std::chrono::steady_clock::now();
+  std::vector<std::vector<int32_t>> ids;
+  NS_RETURN_IF_ERROR(Tokenize(sp, samples, texts, data, threads, &ids));
+  out.tokenize_seconds = Since(phase);
+
+  NS_RETURN_IF_ERROR(WriteShards(data, samples, label_ids, is_val, ids, output_dir, &out));
+  for (const auto& t : texts) out.input_bytes += t.size();
+  NS_RETURN_IF_ERROR(WriteMeta(out, output_dir));
+  out.seconds = Since(t0);
   NS_INFO("data: prepared " << data.path << " in " << out.seconds << " s: " << out.train_samples
                             << " train / " << out.val_samples << " val samples, vocabulary " << out.vocab_size);
   return out;

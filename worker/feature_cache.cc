@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -165,35 +166,11 @@ bool FeatureCache::Verify(const v1::CacheEntry& entry, std::string* why) {
 StatusOr<std::shared_ptr<CacheLease>> FeatureCache::Acquire(const std::string& key, const std::string& data_path,
                                                             const BuildFn& build, bool* hit) {
   std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    if (building_.count(key)) {
-      built_.wait(lock);
-      continue;
-    }
-    auto it = entries_.find(key);
-    if (it == entries_.end()) break;
-    const v1::CacheEntry entry = it->second;
-    in_use_[key]++;  // held while verifying, so it is not evicted under us
-    lock.unlock();
-    std::string why;
-    const bool ok = Verify(entry, &why);
-    lock.lock();
-    if (ok) {
-      auto& e = entries_[key];
-      *e.mutable_last_used() = NowTimestamp();
-      std::string value;
-      e.SerializeToString(&value);
-      db_->Put(rocksdb::WriteOptions(), kEntryPrefix + key, value);
-      stats_.set_hits(stats_.hits() + 1);
-      stats_.set_build_seconds_saved(stats_.build_seconds_saved() + e.build_seconds());
-      version_++;
-      *hit = true;
-      return std::make_shared<CacheLease>(this, key, e.dir());
-    }
-    in_use_[key]--;
-    NS_WARN("cache: entry " << key << " is corrupt (" << why << "): rebuilding it");
-    NS_RETURN_IF_ERROR(RemoveLocked(key));
-    break;
+  auto found = FindVerifiedLocked(key, &lock);
+  if (!found.ok()) return found.status();
+  if (found.value() != nullptr) {
+    *hit = true;
+    return found.value();
   }
   // Miss: build outside the lock; others asking for this key wait on built_.
   building_.insert(key);
@@ -201,57 +178,74 @@ StatusOr<std::shared_ptr<CacheLease>> FeatureCache::Acquire(const std::string& k
   const std::string build_dir = options_.dir + "/" + key + ".building-" + std::to_string(::getpid()) + "-" +
                                 std::to_string(++build_counter_);
   lock.unlock();
-  auto finish = [&](Status s) {
-    std::lock_guard<std::mutex> l(mu_);
-    building_.erase(key);
-    version_++;
-    built_.notify_all();
-    return s;
-  };
+  auto entry = Build(key, data_path, build, build_dir);
+  lock.lock();
+  building_.erase(key);
+  version_++;
+  built_.notify_all();
+  if (!entry.ok()) return entry.status();
+  entries_[key] = entry.value();
+  in_use_[key]++;
+  stats_.set_build_seconds(stats_.build_seconds() + entry->build_seconds());
+  stats_.set_entries(static_cast<int64_t>(entries_.size()));
+  stats_.set_bytes(stats_.bytes() + entry->bytes());
+  EvictToBudgetLocked();
+  *hit = false;
+  NS_INFO("cache: built " << key << " for " << data_path << " in " << entry->build_seconds() << " s, "
+                          << entry->bytes() << " bytes");
+  return std::make_shared<CacheLease>(this, key, entry->dir());
+}
+
+StatusOr<std::shared_ptr<CacheLease>> FeatureCache::FindVerifiedLocked(const std::string& key,
+                                                                       std::unique_lock<std::mutex>* lock) {
+  while (building_.count(key)) built_.wait(*lock);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::shared_ptr<CacheLease>();
+  const v1::CacheEntry entry = it->second;
+  in_use_[key]++;  // held while verifying, so it is not evicted under us
+  lock->unlock();
+  std::string why;
+  const bool ok = Verify(entry, &why);
+  lock->lock();
+  if (!ok) {
+    in_use_[key]--;
+    NS_WARN("cache: entry " << key << " is corrupt (" << why << "): rebuilding it");
+    NS_RETURN_IF_ERROR(RemoveLocked(key));
+    return std::shared_ptr<CacheLease>();
+  }
+  auto& e = entries_[key];
+  *e.mutable_last_used() = NowTimestamp();
+  std::string value;
+  e.SerializeToString(&value);
+  db_->Put(rocksdb::WriteOptions(), kEntryPrefix + key, value);
+  stats_.set_hits(stats_.hits() + 1);
+  stats_.set_build_seconds_saved(stats_.build_seconds_saved() + e.build_seconds());
+  version_++;
+  return std::make_shared<CacheLease>(this, key, e.dir());
+}
+
+StatusOr<v1::CacheEntry> FeatureCache::Build(const std::string& key, const std::string& data_path,
+                                             const BuildFn& build, const std::string& build_dir) {
   std::error_code ec;
   fs::remove_all(build_dir, ec);
   const auto t0 = std::chrono::steady_clock::now();
   Status s = build(build_dir);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!s.ok()) {
     fs::remove_all(build_dir, ec);
-    return finish(s);
+    return s;
   }
   v1::CacheEntry entry;
   entry.set_key(key);
   entry.set_dir(options_.dir + "/" + key);
   entry.set_data_path(data_path);
-  entry.set_build_seconds(seconds);
-  std::vector<fs::path> files;
-  for (const auto& f : fs::directory_iterator(build_dir, ec))
-    if (f.is_regular_file()) files.push_back(f.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    v1::CacheFile* cf = entry.add_files();
-    cf->set_name(f.filename().string());
-    std::string hex;
-    int64_t bytes = 0;
-    Status hs = HashContents(f.string(), &hex, &bytes);
-    if (!hs.ok()) return finish(hs);
-    cf->set_xxh3(hex);
-    cf->set_bytes(bytes);
-    entry.set_bytes(entry.bytes() + bytes);
-  }
-  std::ifstream meta_in(build_dir + "/meta.json");
-  nlohmann::json meta = nlohmann::json::parse(meta_in, nullptr, false);
-  if (meta.is_object()) {
-    entry.set_train_samples(meta.value("train_samples", int64_t{0}));
-    entry.set_val_samples(meta.value("val_samples", int64_t{0}));
-    entry.set_train_tokens(meta.value("train_tokens", int64_t{0}));
-    if (meta.contains("length_histogram"))
-      for (const auto& v : meta["length_histogram"]) entry.add_length_histogram(v.get<int64_t>());
-  }
+  entry.set_build_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  NS_RETURN_IF_ERROR(DescribeFiles(build_dir, &entry));
   // Into place: the rename is atomic; the index record, written after, makes it an entry.
   fs::remove_all(entry.dir(), ec);
   fs::rename(build_dir, entry.dir(), ec);
-  if (ec) return finish(Status::IOError("cannot move " + build_dir + " into place: " + ec.message()));
+  if (ec) return Status::IOError("cannot move " + build_dir + " into place: " + ec.message());
   std::string err = format::SyncDirectory(options_.dir);
-  if (!err.empty()) return finish(Status::IOError(err));
+  if (!err.empty()) return Status::IOError(err);
   *entry.mutable_created() = NowTimestamp();
   *entry.mutable_last_used() = entry.created();
   std::string value;
@@ -259,22 +253,36 @@ StatusOr<std::shared_ptr<CacheLease>> FeatureCache::Acquire(const std::string& k
   rocksdb::WriteOptions sync;
   sync.sync = true;
   rocksdb::Status ws = db_->Put(sync, kEntryPrefix + key, value);
-  if (!ws.ok()) return finish(Status::IOError("cannot write cache index: " + ws.ToString()));
+  if (!ws.ok()) return Status::IOError("cannot write cache index: " + ws.ToString());
+  return entry;
+}
 
-  std::lock_guard<std::mutex> l(mu_);
-  entries_[key] = entry;
-  in_use_[key]++;
-  building_.erase(key);
-  stats_.set_build_seconds(stats_.build_seconds() + seconds);
-  stats_.set_entries(static_cast<int64_t>(entries_.size()));
-  stats_.set_bytes(stats_.bytes() + entry.bytes());
-  EvictToBudgetLocked();
-  version_++;
-  built_.notify_all();
-  *hit = false;
-  NS_INFO("cache: built " << key << " for " << data_path << " in " << seconds << " s, " << entry.bytes()
-                          << " bytes");
-  return std::make_shared<CacheLease>(this, key, entry.dir());
+Status FeatureCache::DescribeFiles(const std::string& build_dir, v1::CacheEntry* entry) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& f : fs::directory_iterator(build_dir, ec))
+    if (f.is_regular_file()) files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    v1::CacheFile* cf = entry->add_files();
+    cf->set_name(f.filename().string());
+    std::string hex;
+    int64_t bytes = 0;
+    NS_RETURN_IF_ERROR(HashContents(f.string(), &hex, &bytes));
+    cf->set_xxh3(hex);
+    cf->set_bytes(bytes);
+    entry->set_bytes(entry->bytes() + bytes);
+  }
+  std::ifstream meta_in(build_dir + "/meta.json");
+  nlohmann::json meta = nlohmann::json::parse(meta_in, nullptr, false);
+  if (meta.is_object()) {
+    entry->set_train_samples(meta.value("train_samples", int64_t{0}));
+    entry->set_val_samples(meta.value("val_samples", int64_t{0}));
+    entry->set_train_tokens(meta.value("train_tokens", int64_t{0}));
+    if (meta.contains("length_histogram"))
+      for (const auto& v : meta["length_histogram"]) entry->add_length_histogram(v.get<int64_t>());
+  }
+  return Status::OK();
 }
 
 void FeatureCache::Release(const std::string& key) {

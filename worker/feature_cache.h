@@ -90,6 +90,16 @@ class FeatureCache {
   void Release(const std::string& key);
   Status HashFile(const InputFile& file, std::string* hash);
   static bool Verify(const v1::CacheEntry& entry, std::string* why);
+  // A lease on key's complete entry once its files match their checksums (a hit), or
+  // null (a miss; a corrupt entry is removed first). Waits out a build of the key in
+  // progress. Requires mu_ held through *lock, which it releases while verifying.
+  StatusOr<std::shared_ptr<CacheLease>> FindVerifiedLocked(const std::string& key, std::unique_lock<std::mutex>* lock);
+  // Runs `build` into build_dir, checksums the files, moves them into place and writes
+  // the index record (synced). Without mu_.
+  StatusOr<v1::CacheEntry> Build(const std::string& key, const std::string& data_path, const BuildFn& build,
+                                 const std::string& build_dir);
+  // The files of build_dir (names, sizes, checksums) and the counts of its meta.json.
+  static Status DescribeFiles(const std::string& build_dir, v1::CacheEntry* entry);
   // Require mu_ held.
   Status RemoveLocked(const std::string& key);
   void EvictToBudgetLocked();

@@ -1,20 +1,92 @@
 #include "worker/input_files.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <sstream>
+#include <variant>
 
 namespace fs = std::filesystem;
 
 namespace nightshift {
 
+namespace {
+
+// PrepOptions field by field, each once: its name (nightshift-prepare's flag, with '-'
+// for '_', and its key in the fingerprint) and whether it changes what is made.
+using Member = std::variant<std::string PrepOptions::*, bool PrepOptions::*, int PrepOptions::*,
+                            int64_t PrepOptions::*, uint64_t PrepOptions::*, double PrepOptions::*>;
+struct Field {
+  const char* name;
+  Member member;
+  bool fingerprinted;  // false: says where the data is, not what is made of it
+  const char* help;
+};
+const Field kFields[] = {
+    {"path", &PrepOptions::path, false, "data.path"},
+    {"format", &PrepOptions::format, true, "data.format: text_dir or jsonl"},
+    {"text_field", &PrepOptions::text_field, true, "data.text_field (jsonl)"},
+    {"label_field", &PrepOptions::label_field, true, "data.label_field (jsonl)"},
+    {"max_samples", &PrepOptions::max_samples, true, "data.max_samples; 0: all"},
+    {"validation_fraction", &PrepOptions::validation_fraction, true, "data.validation_fraction"},
+    {"seed", &PrepOptions::seed, true, "train.seed: picks the validation split"},
+    {"vocab_size", &PrepOptions::vocab_size, true, "data.tokenizer.vocab_size"},
+    {"max_len", &PrepOptions::max_len, true, "model.max_len: tokens kept per sample"},
+    {"classifier", &PrepOptions::classifier, true, "false: language-model samples (bos ... eos)"},
+};
+
+std::string Flag(const char* name) {
+  std::string flag = std::string("--") + name;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// Values as text that reads back exactly. Doubles get the fewest digits that do, but at
+// least an ostream's 6, so the fingerprints (cache keys) made before this stay the same.
+std::string Text(const std::string& v) { return v; }
+std::string Text(bool v) { return v ? "1" : "0"; }
+std::string Text(double v) {
+  char buf[32];
+  for (int digits = 6;; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (digits >= 17 || std::strtod(buf, nullptr) == v) return buf;
+  }
+}
+template <typename Int>
+std::string Text(Int v) {
+  return std::to_string(v);
+}
+
+std::string FieldText(const PrepOptions& o, const Field& f) {
+  return std::visit([&o](auto member) { return Text(o.*member); }, f.member);
+}
+
+}  // namespace
+
 std::string OptionsFingerprint(const PrepOptions& o) {
-  std::ostringstream s;
-  s << "prep-v" << kPreprocessorVersion << "|sentencepiece-unigram|format=" << o.format
-    << "|text_field=" << o.text_field << "|label_field=" << o.label_field << "|max_samples=" << o.max_samples
-    << "|validation_fraction=" << o.validation_fraction << "|seed=" << o.seed << "|vocab_size=" << o.vocab_size
-    << "|max_len=" << o.max_len << "|classifier=" << o.classifier;
-  return s.str();
+  std::string s = "prep-v" + std::to_string(kPreprocessorVersion) + "|sentencepiece-unigram";
+  for (const Field& f : kFields)
+    if (f.fingerprinted) s += std::string("|") + f.name + "=" + FieldText(o, f);
+  return s;
+}
+
+std::vector<std::string> PrepareArgs(const PrepareCommand& c) {
+  std::vector<std::string> args;
+  for (const Field& f : kFields) args.insert(args.end(), {Flag(f.name), FieldText(c.options, f)});
+  args.insert(args.end(), {"--output-dir", c.output_dir, "--threads", std::to_string(c.threads)});
+  for (const std::string& root : c.options.roots) args.insert(args.end(), {"--data-root", root});
+  return args;
+}
+
+void AddPrepareFlags(CLI::App* app, PrepareCommand* c) {
+  for (const Field& f : kFields)
+    std::visit([&](auto member) { app->add_option(Flag(f.name), c->options.*member, f.help); }, f.member);
+  app->get_option("--path")->required();
+  app->add_option("--output-dir", c->output_dir, "the folder to build into")->required();
+  app->add_option("--threads", c->threads, "threads that read and tokenize");
+  app->add_option("--data-root", c->options.roots,
+                  "data must resolve inside one of these (repeatable; none: anywhere)");
 }
 
 Status ResolveRoots(std::vector<std::string>* roots) {

@@ -10,12 +10,19 @@
 
 #include "common/status.h"
 
+namespace CLI {
+class App;
+}
+
 namespace nightshift {
 
 // Bump when the output of preparation changes for the same inputs and options.
 inline constexpr int kPreprocessorVersion = 2;
 
-// What changes the output of preparation (the spec's data section, resolved).
+// What changes the output of preparation (the spec's data section, resolved; the
+// worker's PrepOptionsFor() in assignment.h maps a spec to it). A new field also needs a
+// row in input_files.cc's table, which gives it its nightshift-prepare flag and its
+// place in the fingerprint.
 struct PrepOptions {
   std::string path;                 // data.path; relative to the current directory
   std::string format = "text_dir";  // text_dir | jsonl
@@ -32,8 +39,23 @@ struct PrepOptions {
   std::vector<std::string> roots;
 };
 
-// Everything in PrepOptions except the path, plus the preprocessor version, as text.
+// Everything in PrepOptions except the path and roots, plus the preprocessor version, as text.
 std::string OptionsFingerprint(const PrepOptions& options);
+
+// nightshift-prepare's command line: the options, and where and how to build.
+struct PrepareCommand {
+  PrepOptions options;
+  std::string output_dir;  // the folder to build into (created)
+  int threads = 2;         // threads that read and tokenize
+};
+
+// The arguments (after the program name) that make nightshift-prepare parse `command`
+// back exactly: every field, numbers without rounding.
+std::vector<std::string> PrepareArgs(const PrepareCommand& command);
+
+// Declares nightshift-prepare's flags on `app`, parsing into *command. PrepareArgs and
+// this read one table of fields, so the worker's argv and the parser cannot drift.
+void AddPrepareFlags(CLI::App* app, PrepareCommand* command);
 
 struct InputFile {
   std::string id;     // stable sample id: "<label>/<file name>" (text_dir) or the file name (jsonl)

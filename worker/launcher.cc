@@ -8,10 +8,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 
 extern char** environ;
+
+namespace fs = std::filesystem;
 
 namespace nightshift {
 
@@ -107,6 +112,30 @@ std::string TailOfFile(const std::string& path, int max_lines) {
   std::string out;
   for (const auto& l : lines) out += (out.empty() ? "" : "\n") + l;
   return out;
+}
+
+std::string ThreadStacks(pid_t pid) {
+  const std::string p = std::to_string(pid);
+  std::string out = "\n==== nightshift: rank hung; thread stacks of pid " + p + " ====\n";
+  std::string gdb;
+  if (FILE* f = ::popen(("timeout 30 gdb -p " + p + " -batch -ex 'thread apply all bt' 2>&1").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) gdb.append(buf, n);
+    ::pclose(f);
+  }
+  if (gdb.find("Thread ") != std::string::npos) return out + gdb + "==== end of stacks ====\n";
+  out += "(gdb could not attach; kernel stacks follow)\n" + gdb;
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator("/proc/" + p + "/task", ec)) {
+    std::ifstream comm(t.path() / "comm"), wchan(t.path() / "wchan"), stack(t.path() / "stack");
+    std::string name, wait;
+    std::getline(comm, name);
+    std::getline(wchan, wait);
+    out += "thread " + t.path().filename().string() + " (" + name + ") in " + wait + "\n";
+    out += std::string(std::istreambuf_iterator<char>(stack), std::istreambuf_iterator<char>());
+  }
+  return out + "==== end of stacks ====\n";
 }
 
 }  // namespace nightshift

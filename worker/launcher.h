@@ -33,6 +33,10 @@ std::string DescribeWaitStatus(int wait_status);
 // The last `max_lines` non-empty lines of a file (for error reports).
 std::string TailOfFile(const std::string& path, int max_lines);
 
+// Every thread's stack of a (hung) process, for its log: gdb if it can attach (within
+// 30 s), else what the kernel shows in /proc/PID/task/*/stack (root only) and wchan.
+std::string ThreadStacks(pid_t pid);
+
 }  // namespace nightshift
 
 #endif  // NIGHTSHIFT_WORKER_LAUNCHER_H_

@@ -15,28 +15,14 @@
 int main(int argc, char** argv) {
   using namespace nightshift;
   CLI::App app{"Prepare a job's data: tokenizer and token shards"};
-  PrepOptions o;
-  std::string output_dir;
-  int threads = 2;
-  app.add_option("--path", o.path, "data.path")->required();
-  app.add_option("--format", o.format, "text_dir or jsonl");
-  app.add_option("--text-field", o.text_field);
-  app.add_option("--label-field", o.label_field);
-  app.add_option("--max-samples", o.max_samples);
-  app.add_option("--validation-fraction", o.validation_fraction);
-  app.add_option("--seed", o.seed);
-  app.add_option("--vocab-size", o.vocab_size);
-  app.add_option("--max-len", o.max_len);
-  app.add_option("--classifier", o.classifier);
-  app.add_option("--output-dir", output_dir)->required();
-  app.add_option("--threads", threads);
-  app.add_option("--data-root", o.roots, "data must resolve inside one of these (repeatable; none: anywhere)");
+  PrepareCommand command;
+  AddPrepareFlags(&app, &command);
   CLI11_PARSE(app, argc, argv);
 
   const char* fd_env = std::getenv("NIGHTSHIFT_PROGRESS_FD");
   const int fd = fd_env ? std::atoi(fd_env) : 1;
   format::ProgressRecord r;
-  auto data = PrepareData(o, output_dir, threads);
+  auto data = PrepareData(command.options, command.output_dir, command.threads);
   int code = 0;
   if (data.ok()) {
     r.event = "prepared";

@@ -1,6 +1,7 @@
-// Path confinement of job data on the worker (--data-root).
+// Path confinement of job data on the worker (--data-root), and nightshift-prepare's command line.
 #include "worker/input_files.h"
 
+#include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -72,6 +73,77 @@ TEST_F(ConfineTest, ListInputsRefusesFilesThatLeadOutOfTheRoots) {
 TEST(ResolveRootsTest, MissingRootIsAnError) {
   std::vector<std::string> roots = {"/nonexistent/nightshift-root"};
   EXPECT_FALSE(ResolveRoots(&roots).ok());
+}
+
+// What nightshift-prepare parses from PrepareArgs(), as its main() does.
+PrepareCommand ParseBack(const PrepareCommand& command) {
+  std::vector<std::string> args = PrepareArgs(command);
+  args.insert(args.begin(), "nightshift-prepare");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  CLI::App app;
+  PrepareCommand back;
+  AddPrepareFlags(&app, &back);
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    ADD_FAILURE() << "nightshift-prepare refuses its own argv: " << e.what();
+  }
+  return back;
+}
+
+TEST(PrepareCommandTest, ArgsRoundTripThroughTheFlags) {
+  PrepareCommand c;
+  c.options.path = "/data/mail box";
+  c.options.format = "jsonl";
+  c.options.text_field = "body";
+  c.options.label_field = "category";
+  c.options.max_samples = 123456789012;
+  c.options.validation_fraction = 0.1234567891;  // std::to_string's 6 decimals lost this
+  c.options.seed = 18446744073709551557ull;      // above INT64_MAX
+  c.options.vocab_size = 321;
+  c.options.max_len = 77;
+  c.options.classifier = false;
+  c.options.roots = {"/srv/a", "/srv/b c"};
+  c.output_dir = "/tmp/out dir";
+  c.threads = 7;
+  for (const PrepareCommand& sent : {c, PrepareCommand{}}) {  // the defaults: empty strings, true
+    const PrepareCommand back = ParseBack(sent);
+    EXPECT_EQ(back.options.path, sent.options.path);
+    EXPECT_EQ(back.options.format, sent.options.format);
+    EXPECT_EQ(back.options.text_field, sent.options.text_field);
+    EXPECT_EQ(back.options.label_field, sent.options.label_field);
+    EXPECT_EQ(back.options.max_samples, sent.options.max_samples);
+    EXPECT_EQ(back.options.validation_fraction, sent.options.validation_fraction);
+    EXPECT_EQ(back.options.seed, sent.options.seed);
+    EXPECT_EQ(back.options.vocab_size, sent.options.vocab_size);
+    EXPECT_EQ(back.options.max_len, sent.options.max_len);
+    EXPECT_EQ(back.options.classifier, sent.options.classifier);
+    EXPECT_EQ(back.options.roots, sent.options.roots);
+    EXPECT_EQ(back.output_dir, sent.output_dir);
+    EXPECT_EQ(back.threads, sent.threads);
+    EXPECT_EQ(PrepareArgs(back), PrepareArgs(sent));
+  }
+}
+
+// Entries built before keep their keys: the defaults fingerprint as they always did.
+TEST(PrepareCommandTest, FingerprintOfTheDefaultsIsUnchanged) {
+  EXPECT_EQ(OptionsFingerprint(PrepOptions{}),
+            "prep-v2|sentencepiece-unigram|format=text_dir|text_field=text|label_field=|max_samples=0|"
+            "validation_fraction=0.2|seed=1234|vocab_size=8000|max_len=512|classifier=1");
+}
+
+// Two splits are two entries, however close their fractions (an ostream's 6 digits made
+// 0.1234567 and 0.1234568 one key, so one would be served the other's split).
+TEST(PrepareCommandTest, FingerprintTellsCloseFractionsApart) {
+  PrepOptions a, b;
+  a.validation_fraction = 0.1234567;
+  b.validation_fraction = 0.1234568;
+  EXPECT_NE(OptionsFingerprint(a), OptionsFingerprint(b));
+  PrepOptions c = a;
+  c.path = "/elsewhere";
+  c.roots = {"/srv"};
+  EXPECT_EQ(OptionsFingerprint(a), OptionsFingerprint(c));  // where, not what
 }
 
 }  // namespace

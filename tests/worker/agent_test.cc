@@ -1,0 +1,237 @@
+// The agent's logic through a fake coordinator: registration, heartbeats, cache orders,
+// assignments, stops and the re-sending of results. Tasks are real; their trainer is a
+// /bin/sh script that sleeps at most 30 s and is stopped well before.
+#include "worker/agent.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "tests/worker/fake_coordinator_client.h"
+#include "worker/assignment.h"
+
+namespace nightshift {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AgentTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/agent." + std::to_string(::getpid()) + "." +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    for (const char* label : {"ham", "spam"}) {
+      fs::create_directories(dir_ + "/data/" + label);
+      for (int i = 0; i < 2; ++i) std::ofstream(dir_ + "/data/" + label + "/" + std::to_string(i)) << label << i;
+    }
+    auto cache = FeatureCache::Open({dir_ + "/cache", 0});
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    cache_ = std::move(cache.value());
+    options_.name = "w1";
+    options_.coordinator = "fake";
+    options_.work_dir = dir_;
+    options_.cpu_slots = 2;
+    options_.log_address = "127.0.0.1:7000";
+    options_.stop_grace_seconds = 5;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<Agent> NewAgent() {
+    auto fake = std::make_unique<FakeCoordinatorClient>();
+    fake_ = fake.get();
+    return std::make_unique<Agent>(options_, cache_.get(), std::move(fake));
+  }
+  // Turns of the agent until `done` holds, for at most 20 s.
+  static bool RunUntil(Agent* agent, const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      agent->RunOnce();
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // A complete cache entry for `options`, as a build would leave it; returns its key.
+  std::string CacheEntryFor(const PrepOptions& options) {
+    auto key = cache_->KeyFor(options);
+    EXPECT_TRUE(key.ok()) << key.status().ToString();
+    bool hit = false;
+    auto lease = cache_->Acquire(
+        key.value(), options.path,
+        [](const std::string& out) {
+          fs::create_directories(out);
+          std::ofstream(out + "/train.shard") << "shard";
+          std::ofstream(out + "/meta.json") << R"({"vocab_size": 100, "train_samples": 3, "val_samples": 1})";
+          return Status::OK();
+        },
+        &hit);
+    EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+    return key.value();
+  }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  std::string dir_;
+  WorkerOptions options_;
+  std::unique_ptr<FeatureCache> cache_;
+  FakeCoordinatorClient* fake_ = nullptr;  // owned by the agent
+};
+
+TEST_F(AgentTest, RegistersUntilItCanAndAgainWhenTheCoordinatorForgetsIt) {
+  auto agent = NewAgent();
+  fake_->register_statuses = {Status::Unavailable("coordinator down")};
+  agent->RunOnce();
+  agent->RunOnce();
+  ASSERT_EQ(fake_->registers.size(), 2u);
+  EXPECT_TRUE(fake_->heartbeats.empty());  // no heartbeat before a registration succeeds
+  EXPECT_EQ(fake_->registers[1].name(), "w1");
+  EXPECT_EQ(fake_->registers[1].slots(), 2);
+  EXPECT_EQ(fake_->registers[1].log_address(), "127.0.0.1:7000");
+
+  agent->RunOnce();
+  agent->RunOnce();
+  ASSERT_EQ(fake_->heartbeats.size(), 2u);
+  EXPECT_EQ(fake_->heartbeats[0].name(), "w1");
+  EXPECT_TRUE(fake_->heartbeats[0].has_cache());   // the first carries the cache report
+  EXPECT_FALSE(fake_->heartbeats[1].has_cache());  // unchanged: not again within 30 s
+
+  fake_->heartbeat_statuses = {Status::Unavailable("timeout")};
+  agent->RunOnce();  // a lost heartbeat keeps the registration
+  agent->RunOnce();
+  EXPECT_EQ(fake_->registers.size(), 2u);
+  fake_->heartbeat_statuses = {Status::NotFound("unknown worker w1")};
+  agent->RunOnce();  // the coordinator restarted and does not know us
+  agent->RunOnce();
+  EXPECT_EQ(fake_->registers.size(), 3u);
+  EXPECT_EQ(fake_->heartbeats.size(), 5u);
+}
+
+TEST_F(AgentTest, CacheEvictionsAreCarriedOutAndTheNextHeartbeatReportsThem) {
+  PrepOptions a, b;
+  a.path = b.path = dir_ + "/data";
+  b.vocab_size = a.vocab_size + 1;
+  const std::string key_a = CacheEntryFor(a), key_b = CacheEntryFor(b);
+  ASSERT_NE(key_a, key_b);
+  auto agent = NewAgent();
+  agent->RunOnce();  // registers
+  v1::HeartbeatResponse evict_a, evict_all;
+  evict_a.add_evict_cache_keys(key_a);
+  evict_all.set_evict_cache_all(true);
+  fake_->heartbeat_responses = {evict_a, {}, evict_all, {}};
+
+  agent->RunOnce();
+  EXPECT_EQ(fake_->heartbeats[0].cache().entries_size(), 2);
+  ASSERT_EQ(cache_->Report().entries_size(), 1);
+  EXPECT_EQ(cache_->Report().entries(0).key(), key_b);
+  agent->RunOnce();
+  ASSERT_TRUE(fake_->heartbeats[1].has_cache());  // it changed: sent at once
+  ASSERT_EQ(fake_->heartbeats[1].cache().entries_size(), 1);
+  EXPECT_EQ(fake_->heartbeats[1].cache().entries(0).key(), key_b);
+  agent->RunOnce();
+  EXPECT_EQ(cache_->Report().entries_size(), 0);
+  agent->RunOnce();
+  ASSERT_TRUE(fake_->heartbeats[3].has_cache());
+  EXPECT_EQ(fake_->heartbeats[3].cache().entries_size(), 0);
+}
+
+// The coordinator may be restarting when a task ends: the result is sent again every
+// turn, and the task heartbeated, until a report of it is acknowledged.
+TEST_F(AgentTest, AResultIsResentUntilAcknowledged) {
+  auto agent = NewAgent();
+  agent->RunOnce();
+  v1::HeartbeatResponse start;
+  v1::Assignment* a = start.add_start();
+  a->mutable_task()->set_job_id("../escape");  // refused at once (a user error)
+  a->set_num_ranks(1);
+  a->set_world_size(1);
+  fake_->heartbeat_responses = {start};
+  fake_->report_statuses = {Status::Unavailable("restarting"), Status::Unavailable("restarting")};
+  ASSERT_TRUE(RunUntil(agent.get(), [&] {
+    return fake_->reports.size() >= 3 && fake_->heartbeats.back().tasks_size() == 0;
+  }));
+  for (const v1::ReportTaskRequest& r : fake_->reports) {
+    EXPECT_EQ(r.name(), "w1");
+    EXPECT_EQ(r.status().task().job_id(), "../escape");
+    EXPECT_EQ(r.status().state(), v1::TASK_FAILED);
+    EXPECT_TRUE(r.status().user_error());
+    EXPECT_NE(r.status().error().find("not a plain name"), std::string::npos) << r.status().error();
+  }
+  int heartbeated_failed = 0;
+  for (const v1::HeartbeatRequest& h : fake_->heartbeats)
+    heartbeated_failed += h.tasks_size() == 1 && h.tasks(0).state() == v1::TASK_FAILED;
+  EXPECT_GE(heartbeated_failed, 2);  // held while its report was refused
+  const size_t reports = fake_->reports.size();
+  agent->RunOnce();
+  agent->RunOnce();
+  EXPECT_EQ(fake_->reports.size(), reports);  // acknowledged: let go
+}
+
+// The coordinator repeats an assignment until the worker reports it: one task, one
+// process per rank. A stop in a heartbeat answer reaches every rank (SIGTERM).
+TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
+  v1::Assignment a;
+  a.mutable_task()->set_job_id("job-1");
+  a.set_first_rank(0);
+  a.set_num_ranks(2);
+  a.set_world_size(2);
+  a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
+  a.mutable_spec()->mutable_data()->set_format("text_dir");
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));  // no nightshift-prepare needed
+  const std::string ranks_file = dir_ + "/ranks";
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path) << "#!/bin/sh\n"
+                                       << "trap 'echo stopped $RANK >> " << ranks_file << "; exit 0' TERM\n"
+                                       << "echo started $RANK >> " << ranks_file << "\n"
+                                       << "echo '{\"event\":\"start\",\"total_steps\":10}' >&3\n"
+                                       << "echo '{\"event\":\"step\",\"step\":1,\"loss\":2.5}' >&3\n"
+                                       << "sleep 30 &\nwait\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+
+  auto agent = NewAgent();
+  agent->RunOnce();
+  v1::HeartbeatResponse start;
+  *start.add_start() = a;
+  fake_->heartbeat_responses = {start, start, start};
+  auto running_at_step_1 = [&] {
+    for (const auto& r : fake_->reports)
+      if (r.status().state() == v1::TASK_RUNNING && r.status().progress().step() == 1) return true;
+    return false;
+  };
+  auto both_started = [&] {  // and so ready for SIGTERM: each set its trap first
+    const std::string ranks = Read(ranks_file);
+    return ranks.find("started 0\n") != std::string::npos && ranks.find("started 1\n") != std::string::npos;
+  };
+  ASSERT_TRUE(RunUntil(agent.get(), [&] { return running_at_step_1() && both_started(); })) << Read(ranks_file);
+  EXPECT_TRUE(agent->IsRunning("job-1"));
+  const v1::TaskStatus& running = fake_->reports.back().status();
+  EXPECT_TRUE(running.cache_hit());
+  EXPECT_EQ(running.master_addr().rfind("127.0.0.1:", 0), 0u) << running.master_addr();
+
+  v1::HeartbeatResponse stop;
+  stop.add_stop()->set_job_id("job-1");
+  fake_->heartbeat_responses.push_back(stop);
+  ASSERT_TRUE(RunUntil(agent.get(), [&] { return !agent->IsRunning("job-1"); }));
+  const std::string ranks = Read(ranks_file);
+  for (const char* line : {"started 0\n", "started 1\n", "stopped 0\n", "stopped 1\n"}) {
+    const size_t at = ranks.find(line);
+    EXPECT_NE(at, std::string::npos) << line << " in\n" << ranks;
+    EXPECT_EQ(ranks.find(line, at + 1), std::string::npos) << line << " twice in\n" << ranks;
+  }
+  // Ranks that exit 0 on SIGTERM (they checkpointed) end the task SUCCEEDED.
+  ASSERT_TRUE(RunUntil(agent.get(), [&] { return fake_->reports.back().status().state() == v1::TASK_SUCCEEDED; }));
+}
+
+}  // namespace
+}  // namespace nightshift

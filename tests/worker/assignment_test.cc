@@ -1,0 +1,94 @@
+#include "worker/assignment.h"
+
+#include <gtest/gtest.h>
+
+namespace nightshift {
+namespace {
+
+// Every field of PrepOptions comes from the spec: set each to a value that is not the
+// default and every flag of nightshift-prepare's argv changes (a field added to the
+// table but not mapped here would keep its default).
+TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
+  v1::JobSpec spec;
+  v1::DataSpec* d = spec.mutable_data();
+  d->set_path("/data/mail");
+  d->set_format("jsonl");
+  d->set_text_field("body");
+  d->set_label_field("category");
+  d->set_max_samples(99);
+  d->set_validation_fraction(0.3);
+  d->mutable_tokenizer()->set_vocab_size(500);
+  spec.mutable_train()->set_seed(7);
+  spec.mutable_model()->set_max_len(64);
+  spec.mutable_model()->set_arch("gpt_lm");
+  const PrepOptions o = PrepOptionsFor(spec, {"/srv/data"});
+  EXPECT_EQ(o.path, "/data/mail");
+  EXPECT_EQ(o.format, "jsonl");
+  EXPECT_EQ(o.text_field, "body");
+  EXPECT_EQ(o.label_field, "category");
+  EXPECT_EQ(o.max_samples, 99);
+  EXPECT_EQ(o.validation_fraction, 0.3);
+  EXPECT_EQ(o.seed, 7u);
+  EXPECT_EQ(o.vocab_size, 500);
+  EXPECT_EQ(o.max_len, 64);
+  EXPECT_FALSE(o.classifier);
+  EXPECT_EQ(o.roots, std::vector<std::string>{"/srv/data"});
+
+  const std::vector<std::string> mapped = PrepareArgs({o, "out", 2});
+  const std::vector<std::string> defaults = PrepareArgs({PrepOptions{}, "out", 2});
+  ASSERT_EQ(mapped.size(), defaults.size() + 2);  // + --data-root /srv/data
+  for (size_t i = 0; i + 1 < defaults.size(); i += 2) {
+    ASSERT_EQ(mapped[i], defaults[i]);
+    if (mapped[i] == "--output-dir" || mapped[i] == "--threads") continue;
+    EXPECT_NE(mapped[i + 1], defaults[i + 1]) << mapped[i] << " is not mapped from the spec";
+  }
+}
+
+TEST(PrepOptionsForTest, ClassifierUnlessALanguageModel) {
+  v1::JobSpec spec;
+  for (const char* arch : {"", "transformer_classifier", "torchscript"}) {
+    spec.mutable_model()->set_arch(arch);
+    EXPECT_TRUE(PrepOptionsFor(spec, {}).classifier) << arch;
+  }
+}
+
+v1::Assignment TwoOfFourRanks() {
+  v1::Assignment a;
+  a.mutable_task()->set_job_id("job-7");
+  a.mutable_task()->set_attempt(3);
+  a.set_first_rank(2);
+  a.set_num_ranks(2);
+  a.set_world_size(4);
+  a.mutable_spec()->mutable_model()->set_arch("gpt_lm");
+  return a;
+}
+
+TEST(RankEnvironmentTest, TorchrunVariablesAndOneGpuPerRank) {
+  const v1::Assignment a = TwoOfFourRanks();
+  const auto env = RankEnvironment(a, /*local_rank=*/1, "10.0.0.5:29500", /*gpus=*/{6, 4});
+  EXPECT_EQ(env, (std::map<std::string, std::string>{{"RANK", "3"},
+                                                     {"LOCAL_RANK", "1"},
+                                                     {"WORLD_SIZE", "4"},
+                                                     {"LOCAL_WORLD_SIZE", "2"},
+                                                     {"MASTER_ADDR", "10.0.0.5"},
+                                                     {"MASTER_PORT", "29500"},
+                                                     {"NIGHTSHIFT_JOB_ID", "job-7"},
+                                                     {"CUDA_VISIBLE_DEVICES", "4"}}));
+  const auto cpu = RankEnvironment(a, 0, "10.0.0.5:29500", {});
+  EXPECT_EQ(cpu.at("RANK"), "2");
+  EXPECT_EQ(cpu.count("CUDA_VISIBLE_DEVICES"), 0u);
+}
+
+TEST(TrainerConfigTest, SpecWithProtoNamesAndDefaultsPlusWhatTheWorkerResolved) {
+  const nlohmann::json data = {{"vocab_size", 100}, {"train_shard", "/cache/k/train.shard"}};
+  const nlohmann::json config = TrainerConfig(TwoOfFourRanks(), data, "/ckpt/job-7");
+  EXPECT_EQ(config["job_id"], "job-7");
+  EXPECT_EQ(config["attempt"], 3);
+  EXPECT_EQ(config["data"], data);
+  EXPECT_EQ(config["checkpoint_dir"], "/ckpt/job-7");
+  EXPECT_EQ(config["spec"]["model"]["arch"], "gpt_lm");
+  EXPECT_EQ(config["spec"]["model"]["max_len"], 0);  // written out although 0: the trainer applies its default
+}
+
+}  // namespace
+}  // namespace nightshift

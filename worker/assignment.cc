@@ -1,0 +1,55 @@
+#include "worker/assignment.h"
+
+#include <google/protobuf/util/json_util.h>
+
+namespace nightshift {
+
+PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::string>& roots) {
+  const v1::DataSpec& d = spec.data();
+  PrepOptions o;
+  o.path = d.path();
+  o.format = d.format();
+  o.text_field = d.text_field();
+  o.label_field = d.label_field();
+  o.max_samples = d.max_samples();
+  o.validation_fraction = d.validation_fraction();
+  o.seed = spec.train().seed();
+  o.vocab_size = d.tokenizer().vocab_size();
+  o.max_len = spec.model().max_len();
+  o.classifier = spec.model().arch() != "gpt_lm";
+  o.roots = roots;
+  return o;
+}
+
+nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::json& data,
+                             const std::string& checkpoint_dir) {
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(assignment.spec(), &spec_json, options);
+  nlohmann::json config;
+  config["job_id"] = assignment.task().job_id();
+  config["attempt"] = assignment.task().attempt();
+  config["spec"] = nlohmann::json::parse(spec_json);
+  config["data"] = data;
+  config["checkpoint_dir"] = checkpoint_dir;
+  return config;
+}
+
+std::map<std::string, std::string> RankEnvironment(const v1::Assignment& a, int local_rank,
+                                                   const std::string& master, const std::vector<int>& gpus) {
+  const size_t colon = master.rfind(':');
+  std::map<std::string, std::string> env = {
+      {"RANK", std::to_string(a.first_rank() + local_rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(a.world_size())},
+      {"LOCAL_WORLD_SIZE", std::to_string(a.num_ranks())},
+      {"MASTER_ADDR", master.substr(0, colon)},
+      {"MASTER_PORT", colon == std::string::npos ? "" : master.substr(colon + 1)},
+      {"NIGHTSHIFT_JOB_ID", a.task().job_id()}};
+  if (local_rank < static_cast<int>(gpus.size())) env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpus[local_rank]);
+  return env;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,67 @@
+#include "worker/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "common/client.h"
+#include "common/grpc_status.h"
+#include "nightshift/v1/cluster.grpc.pb.h"
+
+namespace nightshift {
+namespace {
+
+// The codes the agent acts on keep their meaning; the others say theirs in the message.
+Status FromGrpc(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK: return Status::OK();
+    case grpc::StatusCode::NOT_FOUND: return Status::NotFound(s.error_message());
+    case grpc::StatusCode::UNAVAILABLE: return Status::Unavailable(s.error_message());
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return Status::DeadlineExceeded(s.error_message());
+    case grpc::StatusCode::UNAUTHENTICATED: return Status::Unauthenticated(s.error_message());
+    case grpc::StatusCode::PERMISSION_DENIED: return Status::PermissionDenied(s.error_message());
+    case grpc::StatusCode::INVALID_ARGUMENT: return Status::InvalidArgument(s.error_message());
+    case grpc::StatusCode::FAILED_PRECONDITION: return Status::FailedPrecondition(s.error_message());
+    default: return Status::Internal(GrpcErrorString(s));
+  }
+}
+
+class GrpcCoordinatorClient final : public CoordinatorClient {
+ public:
+  GrpcCoordinatorClient(const std::shared_ptr<grpc::Channel>& channel, int deadline_seconds)
+      : stub_(v1::WorkerService::NewStub(channel)), deadline_seconds_(deadline_seconds) {}
+
+  Status Register(const v1::RegisterRequest& request, v1::RegisterResponse* response) override {
+    grpc::ClientContext ctx;
+    return FromGrpc(stub_->Register(WithDeadline(&ctx), request, response));
+  }
+  Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) override {
+    grpc::ClientContext ctx;
+    return FromGrpc(stub_->Heartbeat(WithDeadline(&ctx), request, response));
+  }
+  Status ReportTask(const v1::ReportTaskRequest& request, v1::ReportTaskResponse* response) override {
+    grpc::ClientContext ctx;
+    return FromGrpc(stub_->ReportTask(WithDeadline(&ctx), request, response));
+  }
+
+ private:
+  grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_seconds_));
+    return ctx;
+  }
+
+  const std::unique_ptr<v1::WorkerService::Stub> stub_;
+  const int deadline_seconds_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CoordinatorClient>> ConnectToCoordinator(const WorkerOptions& o, int deadline_seconds) {
+  ClientOptions c{o.coordinator, o.token, o.token_file, o.tls_ca, o.tls_cert, o.tls_key};
+  NS_RETURN_IF_ERROR(ResolveToken(&c));
+  auto channel = MakeChannel(c);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<CoordinatorClient>(new GrpcCoordinatorClient(channel.value(), deadline_seconds));
+}
+
+}  // namespace nightshift

@@ -1,0 +1,51 @@
+// ProgressAggregator: folds the progress records of a task's ranks (the trainers' lines,
+// common/format/progress.h) into what the agent reports: the task's progress, latest
+// checkpoint and final metrics, for which the lowest local rank speaks; and per rank
+// its latest step and checkpoint records (the metrics endpoint) and its last error.
+// Not thread-safe: the task holds it under its mutex.
+#ifndef NIGHTSHIFT_WORKER_PROGRESS_AGGREGATOR_H_
+#define NIGHTSHIFT_WORKER_PROGRESS_AGGREGATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/format/progress.h"
+#include "nightshift/v1/cluster.pb.h"
+
+namespace nightshift {
+
+class ProgressAggregator {
+ public:
+  struct RankRecords {
+    format::ProgressRecord step, checkpoint;  // the latest of each; event empty: none yet
+  };
+
+  explicit ProgressAggregator(int first_rank) : first_rank_(first_rank) {}
+
+  // Folds in one record of global rank `rank`. True when what the agent reports of the
+  // task changed (a record of the first rank).
+  bool Add(int rank, const format::ProgressRecord& record);
+
+  // Sets the fields of *status that come from the ranks: progress (left unset before
+  // the first "start" or "step"), checkpoint_step, checkpoint_path and metrics (val_*
+  // and train_seconds of "eval" and "done").
+  void Fill(v1::TaskStatus* status) const;
+
+  const std::map<int, RankRecords>& ranks() const { return ranks_; }  // by global rank
+  // The message of the rank's last "error" event; empty if it sent none.
+  std::string LastError(int rank) const;
+
+ private:
+  const int first_rank_;
+  v1::Progress progress_;  // eta derived; `updated` is when the last step or start came
+  int64_t checkpoint_step_ = 0;
+  std::string checkpoint_path_;
+  std::map<std::string, double> metrics_;
+  std::map<int, RankRecords> ranks_;
+  std::map<int, std::string> last_errors_;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_PROGRESS_AGGREGATOR_H_

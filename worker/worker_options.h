@@ -1,0 +1,40 @@
+// WorkerOptions: the one options struct of nightshift-worker. main.cc fills it from
+// flags and checks it once at start-up; everything else receives it by const&.
+#ifndef NIGHTSHIFT_WORKER_WORKER_OPTIONS_H_
+#define NIGHTSHIFT_WORKER_WORKER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nightshift/v1/cluster.pb.h"
+
+namespace nightshift {
+
+struct WorkerOptions {
+  std::string coordinator;       // HOST:PORT of the coordinator
+  std::string token;             // bearer token for the coordinator (role worker); empty: none
+  std::string token_file;        // or a file holding it (else env NIGHTSHIFT_TOKEN)
+  std::string tls_ca;            // PEM CA of the coordinator's certificate; empty: plaintext
+  std::string tls_cert, tls_key; // this worker's certificate and key (mutual TLS); optional
+  // Data (data.path, model.path) must resolve inside one of these real paths; empty: anywhere.
+  std::vector<std::string> data_roots;
+  std::string name;              // unique worker name
+  std::string work_dir;          // data cache, job configs and rank logs
+  std::string checkpoint_root;   // <root>/<job id>/ holds a job's checkpoints; default <work_dir>/checkpoints
+  std::string advertise_host = "127.0.0.1";  // address other workers reach rank 0 on
+  std::string trainer_path;      // default: nightshift-trainer beside this binary
+  int cpu_slots = 1;             // ranks this worker runs at once (no GPUs)
+  std::vector<v1::GpuInfo> gpus; // found at start (NVML); one slot each when present
+  int prep_threads = 2;          // threads for tokenization
+  int64_t cache_max_bytes = 0;   // feature cache budget; 0: none
+  double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
+  int64_t log_max_bytes = 64 << 20;  // a rank log rotates past this size
+  int log_keep = 3;                  // rotated rank logs kept (rank-R.log.1 .. .N)
+  std::string log_listen = "127.0.0.1:0";  // WorkerLogService address (port 0: pick one)
+  std::string log_address;       // where the coordinator reaches it (set once it listens)
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_WORKER_OPTIONS_H_
