@@ -27,6 +27,10 @@ int ExitCodeOf(const Status& local) { return local.ok() ? kExitOk : kExitUsage; 
 
 int ExitCodeOf(v1::JobState last_seen) { return last_seen == v1::SUCCEEDED ? kExitOk : kExitJobFailed; }
 
+int ExitCodeOf(const CLI::ParseError& parse) {
+  return parse.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success) ? kExitOk : kExitUsage;
+}
+
 int CallFailed(const grpc::Status& call, const std::string& context) {
   std::cerr << "error: " << (context.empty() ? "" : context + ": ") << GrpcErrorString(call) << "\n";
   return ExitCodeOf(call);

@@ -5,6 +5,7 @@
 
 #include <grpcpp/support/status.h>
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "common/status.h"
@@ -31,6 +32,10 @@ int ExitCodeOf(const Status& local);
 
 // The state a followed job was last seen in: kExitOk only for SUCCEEDED.
 int ExitCodeOf(v1::JobState last_seen);
+
+// CLI11's verdict on a command line it refused: kExitOk when it was a request for
+// help, kExitUsage for every usage error (CLI11's own codes, 100 and up, are not ours).
+int ExitCodeOf(const CLI::ParseError& parse);
 
 // Prints "error: [context: ]CODE: message" to stderr; returns ExitCodeOf(call).
 int CallFailed(const grpc::Status& call, const std::string& context = "");

@@ -16,7 +16,12 @@ int main(int argc, char** argv) {
   AddGlobalOptions(&app, &options);
   const std::vector<Command> commands = AddCommands(&app);
   app.footer(kExitCodesHelp);  // after the verbs: theirs would inherit it
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the help, or the error and "Run with --help"
+    return ExitCodeOf(e);
+  }
 
   if (nightshift::Status s = ResolveGlobalOptions(app, &options); !s.ok()) return LocalError(s);
   auto session = OpenSession(options);

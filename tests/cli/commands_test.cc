@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "cli/exit_codes.h"
 #include "cli/options.h"
 
 namespace nightshift::cli {
@@ -85,6 +86,27 @@ TEST(CommandsTest, WhatIsNotInTheTableIsAUsageError) {
                            "worker cordon", "job list --bogus", "-o xml job list", "job submit --wait"}) {
     App a;
     EXPECT_THROW(a.Parse(line), CLI::ParseError) << "'" << line << "'";
+  }
+}
+
+TEST(CommandsTest, UsageErrorsExit2AndHelpExits0) {
+  for (const char* line : {"", "frob", "job frob", "job describe", "job list --bogus", "-o xml job list"}) {
+    App a;
+    try {
+      a.Parse(line);
+      ADD_FAILURE() << "'" << line << "' parsed";
+    } catch (const CLI::ParseError& e) {
+      EXPECT_EQ(ExitCodeOf(e), kExitUsage) << "'" << line << "': CLI11 says " << e.get_exit_code();
+    }
+  }
+  for (const char* line : {"--help", "-h", "job --help", "job submit --help"}) {
+    App a;
+    try {
+      a.Parse(line);
+      ADD_FAILURE() << "'" << line << "' parsed";
+    } catch (const CLI::ParseError& e) {
+      EXPECT_EQ(ExitCodeOf(e), kExitOk) << line;
+    }
   }
 }
 

@@ -51,6 +51,14 @@ TEST(ExitCodesTest, AFollowedJobSucceedsOnlyInSucceeded) {
   }
 }
 
+TEST(ExitCodesTest, CommandLinesCli11RefusesAreUsageErrorsExceptHelp) {
+  EXPECT_EQ(ExitCodeOf(CLI::RequiredError("ID")), kExitUsage);         // CLI11: 106
+  EXPECT_EQ(ExitCodeOf(CLI::ExtrasError({"frob"})), kExitUsage);       // 109
+  EXPECT_EQ(ExitCodeOf(CLI::ValidationError("--output", "xml")), kExitUsage);  // 105
+  EXPECT_EQ(ExitCodeOf(CLI::CallForHelp()), kExitOk);
+  EXPECT_EQ(ExitCodeOf(CLI::CallForAllHelp()), kExitOk);
+}
+
 TEST(ExitCodesTest, TheNumbersAreTheDocumentedOnes) {
   EXPECT_EQ(kExitOk, 0);
   EXPECT_EQ(kExitJobFailed, 1);

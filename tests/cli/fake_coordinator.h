@@ -369,7 +369,8 @@ inline Run RunCli(std::vector<std::string> args, const std::shared_ptr<grpc::Cha
     const Command* chosen = Chosen(commands);
     r.code = chosen ? chosen->run(Session{channel, options.output == "json"}) : kExitUsage;
   } catch (const CLI::ParseError& e) {
-    r.code = app.exit(e);
+    app.exit(e);
+    r.code = ExitCodeOf(e);
   }
   std::fflush(stdout);
   std::fflush(stderr);

@@ -206,6 +206,12 @@ TEST_F(JobVerbsTest, LogsAreCopiedByteForByte) {
   EXPECT_FALSE(fake_.jobs.log_requests[1].follow());
 }
 
+TEST_F(JobVerbsTest, AMissingIdIsAUsageErrorAndCallsNothing) {
+  auto r = RunCli({"job", "describe"}, fake_.Channel());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "ID is required\nRun with --help for more information.\n");
+}
+
 TEST_F(JobVerbsTest, ErrorsExit3WhenRefusedAnd4WhenNobodyAnswers) {
   fake_.jobs.fail = grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "alice may not");
   auto r = RunCli({"job", "list"}, fake_.Channel());
