@@ -28,6 +28,79 @@ std::string LineOf(const YAML::Node& node) {
   return "line " + std::to_string(node.Mark().line + 1);
 }
 
+// Sets the scalar `field` of `message` from `value`, refusing text of the wrong type or
+// out of the field's type's range.
+Status SetScalar(const YAML::Node& value, const std::string& field_path, const FieldDescriptor* field,
+                 Message* message) {
+  const Reflection* refl = message->GetReflection();
+  const std::string text = value.Scalar();
+  auto bad = [&](const char* what) {
+    return Status::InvalidArgument(field_path + " (" + LineOf(value) + "): '" + text +
+                                   "' is not " + what);
+  };
+  errno = 0;
+  char* end = nullptr;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64: {
+      long long v = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || errno == ERANGE) return bad("an integer");
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+        if (v < INT32_MIN || v > INT32_MAX) return bad("a 32-bit integer");
+        refl->SetInt32(message, field, static_cast<int32_t>(v));
+      } else {
+        refl->SetInt64(message, field, v);
+      }
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      if (!text.empty() && text[0] == '-') return bad("a non-negative integer");
+      unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || errno == ERANGE) return bad("a non-negative integer");
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
+        if (v > UINT32_MAX) return bad("a 32-bit integer");
+        refl->SetUInt32(message, field, static_cast<uint32_t>(v));
+      } else {
+        refl->SetUInt64(message, field, v);
+      }
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(v)) return bad("a finite number");
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) refl->SetDouble(message, field, v);
+      else refl->SetFloat(message, field, static_cast<float>(v));
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL:
+      if (text == "true") refl->SetBool(message, field, true);
+      else if (text == "false") refl->SetBool(message, field, false);
+      else return bad("true or false");
+      break;
+    case FieldDescriptor::CPPTYPE_STRING:
+      refl->SetString(message, field, text);
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const auto* ev = field->enum_type()->FindValueByName(text);
+      if (ev == nullptr) return bad("a known value");
+      refl->SetEnum(message, field, ev);
+      break;
+    }
+    default:
+      return Status::InvalidArgument(field_path + ": unsupported field type");
+  }
+  return Status::OK();
+}
+
+// `key` names no field of `desc`: the error lists the ones it could have named.
+Status UnknownField(const Descriptor* desc, const std::string& field_path, const YAML::Node& key) {
+  std::string known;
+  for (int i = 0; i < desc->field_count(); ++i) known += (i ? ", " : "") + desc->field(i)->name();
+  return Status::InvalidArgument(field_path + " (" + LineOf(key) + "): unknown field; known fields here: " + known);
+}
+
 // Sets `message` from a YAML mapping, recording each field's line in `lines`.
 Status FillMessage(const YAML::Node& node, const std::string& path, Message* message,
                    std::map<std::string, int>* lines) {
@@ -36,18 +109,12 @@ Status FillMessage(const YAML::Node& node, const std::string& path, Message* mes
     return Status::InvalidArgument(where + " (" + LineOf(node) + "): expected a mapping of fields");
   }
   const Descriptor* desc = message->GetDescriptor();
-  const Reflection* refl = message->GetReflection();
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
     const std::string field_path = path.empty() ? key : path + "." + key;
     const FieldDescriptor* field = desc->FindFieldByName(key);
     if (field == nullptr) field = desc->FindFieldByCamelcaseName(key);
-    if (field == nullptr) {
-      std::string known;
-      for (int i = 0; i < desc->field_count(); ++i) known += (i ? ", " : "") + desc->field(i)->name();
-      return Status::InvalidArgument(field_path + " (" + LineOf(kv.first) +
-                                     "): unknown field; known fields here: " + known);
-    }
+    if (field == nullptr) return UnknownField(desc, field_path, kv.first);
     (*lines)[field_path] = kv.first.Mark().line + 1;
     const YAML::Node& value = kv.second;
     if (value.IsNull()) continue;
@@ -55,70 +122,14 @@ Status FillMessage(const YAML::Node& node, const std::string& path, Message* mes
       return Status::InvalidArgument(field_path + ": lists are not supported here");
     }
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      NS_RETURN_IF_ERROR(FillMessage(value, field_path, refl->MutableMessage(message, field), lines));
+      NS_RETURN_IF_ERROR(
+          FillMessage(value, field_path, message->GetReflection()->MutableMessage(message, field), lines));
       continue;
     }
     if (!value.IsScalar()) {
       return Status::InvalidArgument(field_path + " (" + LineOf(value) + "): expected a single value");
     }
-    const std::string text = value.Scalar();
-    auto bad = [&](const char* what) {
-      return Status::InvalidArgument(field_path + " (" + LineOf(value) + "): '" + text +
-                                     "' is not " + what);
-    };
-    errno = 0;
-    char* end = nullptr;
-    switch (field->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_INT32:
-      case FieldDescriptor::CPPTYPE_INT64: {
-        long long v = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno == ERANGE) return bad("an integer");
-        if (field->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
-          if (v < INT32_MIN || v > INT32_MAX) return bad("a 32-bit integer");
-          refl->SetInt32(message, field, static_cast<int32_t>(v));
-        } else {
-          refl->SetInt64(message, field, v);
-        }
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_UINT32:
-      case FieldDescriptor::CPPTYPE_UINT64: {
-        if (!text.empty() && text[0] == '-') return bad("a non-negative integer");
-        unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno == ERANGE) return bad("a non-negative integer");
-        if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
-          if (v > UINT32_MAX) return bad("a 32-bit integer");
-          refl->SetUInt32(message, field, static_cast<uint32_t>(v));
-        } else {
-          refl->SetUInt64(message, field, v);
-        }
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-      case FieldDescriptor::CPPTYPE_FLOAT: {
-        double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !std::isfinite(v)) return bad("a finite number");
-        if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) refl->SetDouble(message, field, v);
-        else refl->SetFloat(message, field, static_cast<float>(v));
-        break;
-      }
-      case FieldDescriptor::CPPTYPE_BOOL:
-        if (text == "true") refl->SetBool(message, field, true);
-        else if (text == "false") refl->SetBool(message, field, false);
-        else return bad("true or false");
-        break;
-      case FieldDescriptor::CPPTYPE_STRING:
-        refl->SetString(message, field, text);
-        break;
-      case FieldDescriptor::CPPTYPE_ENUM: {
-        const auto* ev = field->enum_type()->FindValueByName(text);
-        if (ev == nullptr) return bad("a known value");
-        refl->SetEnum(message, field, ev);
-        break;
-      }
-      default:
-        return Status::InvalidArgument(field_path + ": unsupported field type");
-    }
+    NS_RETURN_IF_ERROR(SetScalar(value, field_path, field, message));
   }
   return Status::OK();
 }
@@ -180,12 +191,12 @@ int64_t MaxTokensOf(const v1::BatchingSpec& batching) {
   return v;
 }
 
-Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
-  NS_RETURN_IF_ERROR(CheckFieldsAndStrings(*spec, ""));
-  if (spec->name().empty()) spec->set_name("job");
-  if (spec->name().size() > 128) return Invalid("name", "longer than 128 characters");
+namespace {
 
-  v1::ModelSpec* m = spec->mutable_model();
+// One function per spec section: each fills the section's defaults, then checks it, in
+// the order its errors are reported (the first one found is the one returned).
+
+Status DefaultAndValidateModel(v1::ModelSpec* m) {
   static const std::set<std::string> kArchs = {"transformer_classifier", "gpt_lm", "torchscript"};
   if (m->arch().empty()) return Invalid("model.arch", "missing (one of transformer_classifier, gpt_lm, torchscript)");
   if (!kArchs.count(m->arch()))
@@ -207,16 +218,28 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   NS_RETURN_IF_ERROR(IntIn(L::kFfn, m->ffn()));
   NS_RETURN_IF_ERROR(RealIn(L::kDropout, m->dropout()));
   NS_RETURN_IF_ERROR(RealIn(L::kAttentionDropout, m->attention_dropout()));
-  NS_RETURN_IF_ERROR(IntIn(L::kMaxLen, m->max_len()));
+  return IntIn(L::kMaxLen, m->max_len());
+}
 
-  v1::DataSpec* d = spec->mutable_data();
+Status DefaultAndValidateTokenizer(v1::TokenizerSpec* tok) {
+  if (tok->type().empty()) tok->set_type("sentencepiece");
+  if (tok->type() != "sentencepiece")
+    return Invalid("data.tokenizer.type", "unknown tokenizer '" + tok->type() + "' (expected sentencepiece)");
+  if (tok->vocab_size() == 0) tok->set_vocab_size(8000);
+  if (tok->vocab_size() < 16 || tok->vocab_size() > 1000000)
+    return Invalid("data.tokenizer.vocab_size", "must be in [16, 1000000]");
+  return Status::OK();
+}
+
+// A gpt_lm has no labels, so a jsonl file's label_field gets no default for it.
+Status DefaultAndValidateData(const v1::ModelSpec& m, v1::DataSpec* d) {
   if (d->path().empty()) return Invalid("data.path", "missing: the folder or file with the training data");
   if (d->format().empty()) d->set_format("text_dir");
   if (d->format() != "text_dir" && d->format() != "jsonl")
     return Invalid("data.format", "unknown format '" + d->format() + "' (expected text_dir or jsonl)");
   if (d->format() == "jsonl") {
     if (d->text_field().empty()) d->set_text_field("text");
-    if (d->label_field().empty() && m->arch() != "gpt_lm") d->set_label_field("label");
+    if (d->label_field().empty() && m.arch() != "gpt_lm") d->set_label_field("label");
   }
   if (d->validation_fraction() == 0) d->set_validation_fraction(0.2);
   if (!Finite(d->validation_fraction()) || d->validation_fraction() < 0 || d->validation_fraction() >= 1)
@@ -225,15 +248,33 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
     return Invalid("data.max_samples", "must be in [0, 2^40] (0: all)");
   if (d->text_field().size() > 256) return Invalid("data.text_field", "longer than 256 characters");
   if (d->label_field().size() > 256) return Invalid("data.label_field", "longer than 256 characters");
-  v1::TokenizerSpec* tok = d->mutable_tokenizer();
-  if (tok->type().empty()) tok->set_type("sentencepiece");
-  if (tok->type() != "sentencepiece")
-    return Invalid("data.tokenizer.type", "unknown tokenizer '" + tok->type() + "' (expected sentencepiece)");
-  if (tok->vocab_size() == 0) tok->set_vocab_size(8000);
-  if (tok->vocab_size() < 16 || tok->vocab_size() > 1000000)
-    return Invalid("data.tokenizer.vocab_size", "must be in [16, 1000000]");
+  return DefaultAndValidateTokenizer(d->mutable_tokenizer());
+}
 
-  v1::TrainSpec* t = spec->mutable_train();
+// none, full or every_N with N in [1, 9999].
+bool IsActivationCheckpointing(const std::string& ac) {
+  return ac == "none" || ac == "full" ||
+         (ac.rfind("every_", 0) == 0 && ac.size() > 6 && ac.size() <= 10 &&
+          ac.find_first_not_of("0123456789", 6) == std::string::npos && std::atoi(ac.c_str() + 6) >= 1);
+}
+
+// Either a token budget (max_tokens, at least one whole sample of the model's max_len)
+// or a batch size, defaulted only when there is no budget.
+Status DefaultAndValidateBatching(const v1::ModelSpec& m, v1::BatchingSpec* b) {
+  b->set_prefetch(static_cast<int32_t>(WithDefault(L::kPrefetch, b->prefetch())));
+  NS_RETURN_IF_ERROR(IntIn(L::kPrefetch, b->prefetch()));
+  const int64_t max_tokens = MaxTokensOf(*b);
+  if (max_tokens == -2)
+    return Invalid("train.batching.max_tokens", "'" + b->max_tokens() + "' is not a positive integer or auto");
+  if (max_tokens == 0) b->set_batch_size(static_cast<int32_t>(WithDefault(L::kBatchSize, b->batch_size())));
+  if (b->batch_size() != 0) NS_RETURN_IF_ERROR(IntIn(L::kBatchSize, b->batch_size()));
+  if (max_tokens > 0 && max_tokens < m.max_len())
+    return Invalid("train.batching.max_tokens", "must be at least model.max_len (" +
+                                                    std::to_string(m.max_len()) + ") so every sample fits");
+  return Status::OK();
+}
+
+Status DefaultAndValidateTrain(const v1::ModelSpec& m, v1::TrainSpec* t) {
   t->set_epochs(static_cast<int32_t>(WithDefault(L::kEpochs, t->epochs())));
   NS_RETURN_IF_ERROR(IntIn(L::kEpochs, t->epochs()));
   if (t->optimizer().empty()) t->set_optimizer("adamw");
@@ -251,26 +292,15 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   if (!t->has_grad_clip()) t->set_grad_clip(L::kDefaultGradClip);
   NS_RETURN_IF_ERROR(RealIn(L::kGradClip, t->grad_clip(), " (0 disables clipping)"));
   if (t->activation_checkpointing().empty()) t->set_activation_checkpointing("none");
-  const std::string& ac = t->activation_checkpointing();
-  if (ac != "none" && ac != "full" &&
-      !(ac.rfind("every_", 0) == 0 && ac.size() > 6 && ac.size() <= 10 &&
-        ac.find_first_not_of("0123456789", 6) == std::string::npos && std::atoi(ac.c_str() + 6) >= 1))
-    return Invalid("train.activation_checkpointing", "'" + ac + "' is not none, full or every_N");
+  if (!IsActivationCheckpointing(t->activation_checkpointing()))
+    return Invalid("train.activation_checkpointing",
+                   "'" + t->activation_checkpointing() + "' is not none, full or every_N");
   NS_RETURN_IF_ERROR(IntIn(L::kMaxSteps, t->max_steps(), " (0: no limit)"));
   NS_RETURN_IF_ERROR(IntIn(L::kThreads, t->threads(), " (0: all cores / local ranks)"));
-  v1::BatchingSpec* b = t->mutable_batching();
-  b->set_prefetch(static_cast<int32_t>(WithDefault(L::kPrefetch, b->prefetch())));
-  NS_RETURN_IF_ERROR(IntIn(L::kPrefetch, b->prefetch()));
-  const int64_t max_tokens = MaxTokensOf(*b);
-  if (max_tokens == -2)
-    return Invalid("train.batching.max_tokens", "'" + b->max_tokens() + "' is not a positive integer or auto");
-  if (max_tokens == 0) b->set_batch_size(static_cast<int32_t>(WithDefault(L::kBatchSize, b->batch_size())));
-  if (b->batch_size() != 0) NS_RETURN_IF_ERROR(IntIn(L::kBatchSize, b->batch_size()));
-  if (max_tokens > 0 && max_tokens < m->max_len())
-    return Invalid("train.batching.max_tokens", "must be at least model.max_len (" +
-                                                    std::to_string(m->max_len()) + ") so every sample fits");
+  return DefaultAndValidateBatching(m, t->mutable_batching());
+}
 
-  v1::ResourceSpec* r = spec->mutable_resources();
+Status DefaultAndValidateResources(v1::ResourceSpec* r) {
   if (!r->has_world_size()) r->set_world_size(static_cast<int32_t>(L::kWorldSize.fallback));  // an explicit 0 is refused
   NS_RETURN_IF_ERROR(IntIn(L::kWorldSize, r->world_size()));
   r->set_timeout_seconds(static_cast<int32_t>(WithDefault(L::kTimeoutSeconds, r->timeout_seconds())));
@@ -279,22 +309,40 @@ Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   if (r->device() != "auto" && r->device() != "cpu" && r->device() != "cuda")
     return Invalid("resources.device", "unknown device '" + r->device() + "' (expected auto, cpu or cuda)");
   r->set_bucket_mb(static_cast<int32_t>(WithDefault(L::kBucketMb, r->bucket_mb())));
-  NS_RETURN_IF_ERROR(IntIn(L::kBucketMb, r->bucket_mb()));
+  return IntIn(L::kBucketMb, r->bucket_mb());
+}
 
-  v1::CheckpointSpec* c = spec->mutable_checkpoint();
+Status DefaultAndValidateCheckpoint(v1::CheckpointSpec* c) {
   if (!c->has_every_steps()) c->set_every_steps(L::kDefaultEverySteps);
   NS_RETURN_IF_ERROR(IntIn(L::kEverySteps, c->every_steps(), " (0 disables)"));
   NS_RETURN_IF_ERROR(IntIn(L::kEverySeconds, c->every_seconds(), " (30 days; 0 disables)"));
   c->set_keep_last(static_cast<int32_t>(WithDefault(L::kKeepLast, c->keep_last())));
-  NS_RETURN_IF_ERROR(IntIn(L::kKeepLast, c->keep_last()));
+  return IntIn(L::kKeepLast, c->keep_last());
+}
 
-  if (spec->restart().max_restarts() < 0 || spec->restart().max_restarts() > 1000)
+// restart and priority: read by the coordinator only, they have no defaults to fill.
+Status ValidateScheduling(const v1::JobSpec& spec) {
+  if (spec.restart().max_restarts() < 0 || spec.restart().max_restarts() > 1000)
     return Invalid("restart.max_restarts", "must be in [0, 1000]");
-  if (spec->restart().hang_seconds() < 0 || spec->restart().hang_seconds() > 604800)
+  if (spec.restart().hang_seconds() < 0 || spec.restart().hang_seconds() > 604800)
     return Invalid("restart.hang_seconds", "must be in [0, 604800] (0: max(300, 10x the step time))");
-  if (spec->priority() < -1000000 || spec->priority() > 1000000)
+  if (spec.priority() < -1000000 || spec.priority() > 1000000)
     return Invalid("priority", "must be in [-1000000, 1000000]");
   return Status::OK();
+}
+
+}  // namespace
+
+Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
+  NS_RETURN_IF_ERROR(CheckFieldsAndStrings(*spec, ""));
+  if (spec->name().empty()) spec->set_name("job");
+  if (spec->name().size() > 128) return Invalid("name", "longer than 128 characters");
+  NS_RETURN_IF_ERROR(DefaultAndValidateModel(spec->mutable_model()));
+  NS_RETURN_IF_ERROR(DefaultAndValidateData(spec->model(), spec->mutable_data()));
+  NS_RETURN_IF_ERROR(DefaultAndValidateTrain(spec->model(), spec->mutable_train()));
+  NS_RETURN_IF_ERROR(DefaultAndValidateResources(spec->mutable_resources()));
+  NS_RETURN_IF_ERROR(DefaultAndValidateCheckpoint(spec->mutable_checkpoint()));
+  return ValidateScheduling(*spec);
 }
 
 StatusOr<v1::JobSpec> LoadJobSpec(const std::string& text) {

@@ -1,0 +1,56 @@
+#include "cli/commands.h"
+
+#include <cstring>
+
+namespace nightshift::cli {
+
+const std::vector<Noun>& Nouns() {
+  static const std::vector<Noun> kNouns = {
+      {"job", "jobs"},
+      {"worker", "workers"},
+      {"cluster", "the cluster as a whole"},
+      {"cache", "the workers' preprocessed-feature caches"},
+  };
+  return kNouns;
+}
+
+const std::vector<Verb>& Verbs() {
+  static const std::vector<Verb> kVerbs = {
+      {"job", "submit", "submit a job spec (YAML or JSON); prints the job id", JobSubmit},
+      {"job", "list", "list jobs", JobList},
+      {"job", "describe", "show a job: state, progress, metrics, events", JobDescribe},
+      {"job", "watch", "follow a job's progress to its end", JobWatch},
+      {"job", "logs", "print a rank's log (relayed by the coordinator from its worker)", JobLogs},
+      {"job", "cancel", "cancel a job", JobCancel},
+      {"worker", "list", "list workers", WorkerList},
+      {"worker", "cordon", "place no new work on a worker (running jobs stay)", WorkerCordon},
+      {"worker", "uncordon", "accept new work on a worker again", WorkerUncordon},
+      {"worker", "drain", "cordon a worker and move its jobs: they checkpoint and resume elsewhere", WorkerDrain},
+      {"cluster", "status", "workers, slots and the queue", ClusterStatus},
+      {"cache", "list", "entries of every worker's cache", CacheList},
+      {"cache", "stats", "entries, bytes, hits, misses, build seconds saved", CacheStats},
+      {"cache", "evict", "evict an entry (KEY) or every entry (--all); entries in use stay", CacheEvict},
+  };
+  return kVerbs;
+}
+
+std::vector<Command> AddCommands(CLI::App* app) {
+  std::vector<Command> commands;
+  for (const Noun& noun : Nouns()) {
+    CLI::App* group = app->add_subcommand(noun.name, noun.help)->require_subcommand(1);
+    for (const Verb& verb : Verbs()) {
+      if (std::strcmp(verb.noun, noun.name) != 0) continue;
+      CLI::App* cmd = group->add_subcommand(verb.name, verb.help);
+      commands.push_back({&verb, cmd, verb.declare(cmd)});
+    }
+  }
+  return commands;
+}
+
+const Command* Chosen(const std::vector<Command>& commands) {
+  for (const Command& c : commands)
+    if (c.cmd->parsed()) return &c;
+  return nullptr;
+}
+
+}  // namespace nightshift::cli

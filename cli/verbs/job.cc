@@ -1,0 +1,240 @@
+// nightshift job submit | list | describe | watch | logs | cancel
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/exit_codes.h"
+#include "cli/format.h"
+#include "cli/verbs/verbs.h"
+#include "nightshift/v1/jobs.grpc.pb.h"
+
+namespace nightshift::cli {
+namespace {
+
+std::string StateName(v1::JobState s) { return v1::JobState_Name(s); }
+
+// One WatchJob stream, printed as it comes: every change of state on a line of its own
+// and, while RUNNING (table output only), the progress: a bar redrawn in place on a
+// terminal, else a line every 5 s. *last: the job as last seen, kept across streams.
+grpc::Status FollowStream(v1::JobService::Stub* stub, const std::string& id, const Session& s, bool tty,
+                          v1::Job* last) {
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id(id);
+  auto reader = stub->WatchJob(&ctx, req);
+  v1::Job job;
+  v1::JobState printed_state = v1::JOB_STATE_UNSPECIFIED;
+  auto last_line = std::chrono::steady_clock::now() - std::chrono::seconds(60);
+  while (reader->Read(&job)) {
+    *last = job;
+    if (job.state() != printed_state) {
+      if (tty) std::printf("\r\033[K");
+      std::printf("%s %s: %s\n", job.id().c_str(), StateName(job.state()).c_str(), job.reason().c_str());
+      printed_state = job.state();
+    }
+    if (!s.json && job.state() == v1::RUNNING && job.progress().step() > 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (tty) {
+        std::printf("\r\033[K%s", ProgressLine(job).c_str());
+      } else if (now - last_line > std::chrono::seconds(5)) {
+        std::printf("%s\n", ProgressLine(job).c_str());
+        last_line = now;
+      }
+    }
+    std::fflush(stdout);
+  }
+  return reader->Finish();
+}
+
+// Follows a job to its end, reconnecting (up to 30 times, 1 s apart) when the
+// coordinator goes away, then prints its metrics (or the job, -o json) and error.
+int Watch(const Session& s, const std::string& id) {
+  const bool tty = ::isatty(1);
+  auto stub = v1::JobService::NewStub(s.channel);
+  v1::Job last;
+  for (int reconnects = 0; reconnects < 30; ++reconnects) {
+    grpc::Status status = FollowStream(stub.get(), id, s, tty, &last);
+    if (IsTerminal(last.state())) break;
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) return CallFailed(status);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (tty) std::printf("\n");
+  if (s.json) std::printf("%s\n", ToJson(last).c_str());
+  else std::fputs(MetricLines(last.metrics()).c_str(), stdout);
+  if (!last.error().empty() && last.state() != v1::SUCCEEDED) std::printf("error: %s\n", last.error().c_str());
+  return ExitCodeOf(last.state());
+}
+
+void PrintPlacements(const v1::Job& job) {
+  for (const auto& p : job.placements())
+    std::printf("Placement:  %s ranks %d..%d%s\n", p.worker().c_str(), p.first_rank(),
+                p.first_rank() + p.num_ranks() - 1, p.finished() ? " (finished)" : p.running() ? " (running)" : "");
+}
+
+void Describe(const v1::Job& job) {
+  std::printf("Job:        %s (%s)\n", job.id().c_str(), job.spec().name().c_str());
+  std::printf("State:      %s\n", StateName(job.state()).c_str());
+  std::printf("Reason:     %s\n", job.reason().c_str());
+  std::printf("World size: %d   Attempt: %d   Restarts: %d/%d\n", job.spec().resources().world_size(),
+              job.attempt(), job.restarts(), job.spec().restart().max_restarts());
+  PrintPlacements(job);
+  if (job.progress().step() > 0) std::printf("Progress:   %s\n", ProgressLine(job).c_str());
+  if (job.checkpoint_step() > 0)
+    std::printf("Checkpoint: step %lld at %s\n", static_cast<long long>(job.checkpoint_step()),
+                job.checkpoint_path().c_str());
+  if (!job.metrics().empty()) std::printf("Metrics:\n%s", MetricLines(job.metrics()).c_str());
+  if (!job.data_cache().key().empty())
+    std::printf("Data:       cache %s %s on %s, ready in %.1f s\n", job.data_cache().hit() ? "hit" : "miss (built)",
+                job.data_cache().key().c_str(), job.data_cache().worker().c_str(), job.data_cache().prepare_seconds());
+  if (!job.error().empty()) std::printf("Error:      %s\n", job.error().c_str());
+  std::printf("Events:\n");
+  for (const auto& e : job.events())
+    std::printf("  %s  %-10s attempt %d  %s\n", UtcTime(e.time().seconds()).c_str(), StateName(e.state()).c_str(),
+                e.attempt(), e.reason().c_str());
+}
+
+struct SubmitFlags {
+  std::string file;   // the spec, YAML or JSON; sent as it is, the coordinator parses it
+  bool wait = false;  // then follow the job to its end
+};
+
+int Submit(const Session& s, const SubmitFlags& f) {
+  std::ifstream in(f.file);
+  if (!in) return LocalError(Status::InvalidArgument("cannot read spec file " + f.file));
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(text.str());
+  if (req.spec_yaml().empty()) return LocalError(Status::InvalidArgument("spec file " + f.file + " is empty"));
+  v1::Job out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(s.Deadline());
+  grpc::Status status = v1::JobService::NewStub(s.channel)->SubmitJob(&ctx, req, &out);
+  if (!status.ok()) return CallFailed(status, f.file);
+  if (!f.wait) {
+    std::printf("%s\n", s.json ? ToJson(out).c_str() : out.id().c_str());
+    return kExitOk;
+  }
+  if (!s.json) std::printf("%s\n", out.id().c_str());
+  return Watch(s, out.id());
+}
+
+// Every page of ListJobs.
+int List(const Session& s, const std::string& state_filter) {
+  v1::ListJobsRequest req;
+  if (!state_filter.empty()) {
+    v1::JobState st;
+    if (!v1::JobState_Parse(state_filter, &st))
+      return LocalError(Status::InvalidArgument("--state: unknown state " + state_filter));
+    req.add_states(st);
+  }
+  auto stub = v1::JobService::NewStub(s.channel);
+  v1::ListJobsResponse all;
+  do {
+    v1::ListJobsResponse page;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(s.Deadline());
+    grpc::Status status = stub->ListJobs(&ctx, req, &page);
+    if (!status.ok()) return CallFailed(status);
+    for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
+  if (s.json) {
+    std::printf("%s\n", ToJson(all).c_str());
+    return kExitOk;
+  }
+  std::printf("%-10s %-10s %-20s %s\n", "ID", "STATE", "NAME", "REASON");
+  for (const auto& j : all.jobs())
+    std::printf("%-10s %-10s %-20s %s\n", j.id().c_str(), StateName(j.state()).c_str(), j.spec().name().c_str(),
+                j.reason().c_str());
+  return kExitOk;
+}
+
+int Get(const Session& s, const std::string& id) {
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(s.Deadline());
+  grpc::Status status = v1::JobService::NewStub(s.channel)->GetJob(&ctx, req, &out);
+  if (!status.ok()) return CallFailed(status);
+  if (s.json) std::printf("%s\n", ToJson(out).c_str());
+  else Describe(out);
+  return kExitOk;
+}
+
+int Cancel(const Session& s, const std::string& id) {
+  v1::CancelJobRequest req;
+  req.set_id(id);
+  v1::Job out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(s.Deadline());
+  grpc::Status status = v1::JobService::NewStub(s.channel)->CancelJob(&ctx, req, &out);
+  if (!status.ok()) return CallFailed(status);
+  if (s.json) std::printf("%s\n", ToJson(out).c_str());
+  else std::printf("%s %s\n", out.id().c_str(), StateName(out.state()).c_str());
+  return kExitOk;
+}
+
+struct LogsFlags {
+  std::string id;
+  int rank = 0;
+  bool follow = false;  // until the rank ends
+};
+
+// The rank's log as the coordinator relays it from the worker, byte for byte.
+int Logs(const Session& s, const LogsFlags& f) {
+  grpc::ClientContext ctx;
+  v1::StreamLogsRequest req;
+  req.set_id(f.id);
+  req.set_rank(f.rank);
+  req.set_follow(f.follow);
+  auto reader = v1::JobService::NewStub(s.channel)->StreamLogs(&ctx, req);
+  v1::LogLines lines;
+  while (reader->Read(&lines)) {
+    std::fwrite(lines.data().data(), 1, lines.data().size(), stdout);
+    std::fflush(stdout);
+  }
+  grpc::Status status = reader->Finish();
+  return status.ok() ? kExitOk : CallFailed(status);
+}
+
+// For the verbs whose only argument is the job's ID.
+Handler WithId(CLI::App* cmd, int (*run)(const Session&, const std::string&)) {
+  auto id = std::make_shared<std::string>();
+  cmd->add_option("ID", *id)->required();
+  return [id, run](const Session& s) { return run(s, *id); };
+}
+
+}  // namespace
+
+Handler JobSubmit(CLI::App* cmd) {
+  auto f = std::make_shared<SubmitFlags>();
+  cmd->add_option("FILE", f->file, "job spec")->required();
+  cmd->add_flag("--wait", f->wait, "follow the job to its end; exit 0 only if it SUCCEEDED");
+  return [f](const Session& s) { return Submit(s, *f); };
+}
+
+Handler JobList(CLI::App* cmd) {
+  auto state = std::make_shared<std::string>();
+  cmd->add_option("--state", *state, "only jobs in this state (QUEUED, RUNNING, ...)");
+  return [state](const Session& s) { return List(s, *state); };
+}
+
+Handler JobDescribe(CLI::App* cmd) { return WithId(cmd, Get); }
+Handler JobWatch(CLI::App* cmd) { return WithId(cmd, Watch); }
+Handler JobCancel(CLI::App* cmd) { return WithId(cmd, Cancel); }
+
+Handler JobLogs(CLI::App* cmd) {
+  auto f = std::make_shared<LogsFlags>();
+  cmd->add_option("ID", f->id)->required();
+  cmd->add_option("--rank", f->rank, "which rank (default 0)");
+  cmd->add_flag("-f,--follow", f->follow, "keep printing new lines until the rank ends");
+  return [f](const Session& s) { return Logs(s, *f); };
+}
+
+}  // namespace nightshift::cli

@@ -1,0 +1,237 @@
+// nightshift job ...: requests, output and exit codes against a fake coordinator.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/cli/fake_coordinator.h"
+
+namespace nightshift::cli {
+namespace {
+
+using testing::FakeCoordinator;
+using testing::RunCli;
+using testing::SampleJobs;
+
+class JobVerbsTest : public ::testing::Test {
+ protected:
+  std::string WriteSpec(const std::string& text) {
+    const std::string path = ::testing::TempDir() + "/job_verbs_" + std::to_string(::getpid()) + ".yaml";
+    std::ofstream(path) << text;
+    return path;
+  }
+  FakeCoordinator fake_;
+};
+
+TEST_F(JobVerbsTest, SubmitSendsTheFileAsItIsAndPrintsTheId) {
+  const std::string spec = "name: x\nmodel: {arch: gpt_lm}\n";
+  const std::string path = WriteSpec(spec);
+  auto r = RunCli({"job", "submit", path}, fake_.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "j9\n");
+  ASSERT_EQ(fake_.jobs.submits.size(), 1u);
+  EXPECT_EQ(fake_.jobs.submits[0].spec_yaml(), spec);
+
+  r = RunCli({"job", "submit", path, "-o", "json"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("\"id\": \"j9\""), std::string::npos) << r.out;
+}
+
+TEST_F(JobVerbsTest, SubmitRefusedNamesTheFileAndExits3) {
+  const std::string path = WriteSpec("model: {arch: x}\n");
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model.arch (line 1): unknown architecture 'x'");
+  auto r = RunCli({"job", "submit", path}, fake_.Channel());
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: " + path + ": INVALID_ARGUMENT: model.arch (line 1): unknown architecture 'x'\n");
+}
+
+TEST_F(JobVerbsTest, SubmitOfAMissingOrEmptyFileIsAUsageErrorAndSendsNothing) {
+  auto r = RunCli({"job", "submit", "/nonexistent/job.yaml"}, fake_.Channel());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: cannot read spec file /nonexistent/job.yaml\n");
+  const std::string empty = WriteSpec("");
+  r = RunCli({"job", "submit", empty}, fake_.Channel());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: spec file " + empty + " is empty\n");
+  EXPECT_TRUE(fake_.jobs.submits.empty());
+}
+
+TEST_F(JobVerbsTest, SubmitWaitFollowsTheJobAndExitsWithItsOutcome) {
+  auto jobs = SampleJobs();
+  std::vector<v1::Job> stream = {jobs[2], jobs[0], jobs[0], jobs[1]};  // QUEUED, RUNNING x2, SUCCEEDED
+  for (auto& j : stream) j.set_id("j9");
+  fake_.jobs.watch_streams["j9"] = {stream};
+  auto r = RunCli({"job", "submit", WriteSpec("name: x\n"), "--wait"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "j9\n"
+            "j9 QUEUED: waiting for 4 slots\n"
+            "j9 RUNNING: running on w1\n"
+            "[######..................] 25% step 50/200 epoch 1 loss 0.6931 12346 tok/s rss 512 MiB ETA 1m40s\n"
+            "j9 SUCCEEDED: all ranks finished\n"
+            "  val_accuracy         0.9688\n"
+            "  val_loss             0.2500\n");
+
+  stream.back() = jobs[3];  // FAILED
+  stream.back().set_id("j9");
+  fake_.jobs.watch_streams["j9"] = {stream};
+  r = RunCli({"job", "submit", WriteSpec("name: x\n"), "--wait"}, fake_.Channel());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("j9 FAILED: rank 0 exited with 1\nerror: data.path: no such folder\n"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(JobVerbsTest, ListFollowsEveryPage) {
+  fake_.jobs.page_size = 2;  // 5 jobs: 3 pages
+  auto r = RunCli({"job", "list"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out,
+            "ID         STATE      NAME                 REASON\n"
+            "j1         RUNNING    spam                 running on w1\n"
+            "j2         SUCCEEDED  lm                   all ranks finished\n"
+            "j3         QUEUED     big                  waiting for 4 slots\n"
+            "j4         FAILED     broken               rank 0 exited with 1\n"
+            "j5         PREEMPTED  small                preempted by j3\n");
+  ASSERT_EQ(fake_.jobs.lists.size(), 3u);
+  EXPECT_EQ(fake_.jobs.lists[1].page_token(), "2");
+  EXPECT_EQ(fake_.jobs.lists[2].page_token(), "4");
+
+  r = RunCli({"-o", "json", "job", "list"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  for (const char* id : {"\"j1\"", "\"j5\""}) EXPECT_NE(r.out.find(id), std::string::npos) << r.out;
+}
+
+TEST_F(JobVerbsTest, ListByStateAsksForThatStateAndRefusesUnknownOnes) {
+  auto r = RunCli({"job", "list", "--state", "QUEUED"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out,
+            "ID         STATE      NAME                 REASON\n"
+            "j3         QUEUED     big                  waiting for 4 slots\n");
+  ASSERT_EQ(fake_.jobs.lists.size(), 1u);
+  ASSERT_EQ(fake_.jobs.lists[0].states_size(), 1);
+  EXPECT_EQ(fake_.jobs.lists[0].states(0), v1::QUEUED);
+
+  r = RunCli({"job", "list", "--state", "BOGUS"}, fake_.Channel());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --state: unknown state BOGUS\n");
+  EXPECT_EQ(fake_.jobs.lists.size(), 1u);
+}
+
+TEST_F(JobVerbsTest, DescribeShowsEverythingTheJobHas) {
+  auto r = RunCli({"job", "describe", "j1"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out,
+            "Job:        j1 (spam)\n"
+            "State:      RUNNING\n"
+            "Reason:     running on w1\n"
+            "World size: 2   Attempt: 1   Restarts: 1/3\n"
+            "Placement:  w1 ranks 0..1 (running)\n"
+            "Progress:   [######..................] 25% step 50/200 epoch 1 loss 0.6931 12346 tok/s rss 512 MiB "
+            "ETA 1m40s\n"
+            "Checkpoint: step 40 at /ckpt/j1/step-40\n"
+            "Data:       cache hit abc123 on w1, ready in 0.2 s\n"
+            "Events:\n"
+            "  2024-05-01T12:00:00Z  QUEUED     attempt 0  submitted\n"
+            "  2024-05-01T12:01:00Z  RUNNING    attempt 1  restarted after w2 was lost\n");
+  r = RunCli({"job", "describe", "j2"}, fake_.Channel());
+  EXPECT_EQ(r.out,
+            "Job:        j2 (lm)\n"
+            "State:      SUCCEEDED\n"
+            "Reason:     all ranks finished\n"
+            "World size: 1   Attempt: 0   Restarts: 0/0\n"
+            "Placement:  w2 ranks 0..0 (finished)\n"
+            "Metrics:\n"
+            "  val_accuracy         0.9688\n"
+            "  val_loss             0.2500\n"
+            "Events:\n");
+  r = RunCli({"job", "describe", "j4"}, fake_.Channel());
+  EXPECT_NE(r.out.find("Error:      data.path: no such folder\n"), std::string::npos) << r.out;
+  r = RunCli({"job", "describe", "j1", "-o", "json"}, fake_.Channel());
+  EXPECT_NE(r.out.find("\"checkpoint_path\": \"/ckpt/j1/step-40\""), std::string::npos) << r.out;
+}
+
+TEST_F(JobVerbsTest, AnUnknownJobIsTheCoordinatorsAnswer) {
+  for (const char* verb : {"describe", "cancel", "watch"}) {
+    auto r = RunCli({"job", verb, "nope"}, fake_.Channel());
+    EXPECT_EQ(r.code, 3) << verb;
+    EXPECT_EQ(r.err, "error: NOT_FOUND: job nope not found\n") << verb;
+  }
+}
+
+TEST_F(JobVerbsTest, CancelPrintsTheNewState) {
+  auto r = RunCli({"job", "cancel", "j3"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "j3 CANCELLED\n");
+}
+
+TEST_F(JobVerbsTest, WatchReconnectsWhenTheStreamEndsEarly) {
+  auto jobs = SampleJobs();
+  // The coordinator restarts after sending RUNNING: the second stream ends the job.
+  fake_.jobs.watch_streams["j1"] = {{jobs[0]}, {jobs[0], jobs[3]}};
+  fake_.jobs.watch_streams["j1"][1][1].set_id("j1");
+  auto r = RunCli({"job", "watch", "j1"}, fake_.Channel());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(fake_.jobs.watches, 2);
+  EXPECT_EQ(r.out,
+            "j1 RUNNING: running on w1\n"
+            "[######..................] 25% step 50/200 epoch 1 loss 0.6931 12346 tok/s rss 512 MiB ETA 1m40s\n"
+            "j1 RUNNING: running on w1\n"
+            "[######..................] 25% step 50/200 epoch 1 loss 0.6931 12346 tok/s rss 512 MiB ETA 1m40s\n"
+            "j1 FAILED: rank 0 exited with 1\n"
+            "error: data.path: no such folder\n");
+}
+
+TEST_F(JobVerbsTest, WatchWithJsonPrintsOnlyStatesThenTheJob) {
+  fake_.jobs.watch_streams["j2"] = {{SampleJobs()[0], SampleJobs()[1]}};
+  auto r = RunCli({"job", "watch", "j2", "-o", "json"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.find("[#"), std::string::npos) << r.out;  // no progress lines
+  EXPECT_EQ(r.out.rfind("j1 RUNNING: running on w1\nj2 SUCCEEDED: all ranks finished\n{", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\"val_accuracy\": 0.96875"), std::string::npos) << r.out;
+}
+
+TEST_F(JobVerbsTest, LogsAreCopiedByteForByte) {
+  fake_.jobs.log_chunks = {"line 1\n", "partial", " line 2\n"};
+  auto r = RunCli({"job", "logs", "j1", "--rank", "3", "-f"}, fake_.Channel());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "line 1\npartial line 2\n");
+  ASSERT_EQ(fake_.jobs.log_requests.size(), 1u);
+  EXPECT_EQ(fake_.jobs.log_requests[0].id(), "j1");
+  EXPECT_EQ(fake_.jobs.log_requests[0].rank(), 3);
+  EXPECT_TRUE(fake_.jobs.log_requests[0].follow());
+  r = RunCli({"job", "logs", "j1"}, fake_.Channel());
+  EXPECT_EQ(fake_.jobs.log_requests[1].rank(), 0);
+  EXPECT_FALSE(fake_.jobs.log_requests[1].follow());
+}
+
+TEST_F(JobVerbsTest, AMissingIdIsAUsageErrorAndCallsNothing) {
+  auto r = RunCli({"job", "describe"}, fake_.Channel());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "ID is required\nRun with --help for more information.\n");
+}
+
+TEST_F(JobVerbsTest, ErrorsExit3WhenRefusedAnd4WhenNobodyAnswers) {
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "alice may not");
+  auto r = RunCli({"job", "list"}, fake_.Channel());
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "error: PERMISSION_DENIED: alice may not\n");
+  r = RunCli({"job", "logs", "j1"}, fake_.Channel());
+  EXPECT_EQ(r.code, 3);
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow");
+  EXPECT_EQ(RunCli({"job", "submit", WriteSpec("name: x\n")}, fake_.Channel()).code, 4);
+
+  auto nobody = grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"job", "list"}, {"job", "describe", "j1"}, {"job", "cancel", "j1"}, {"job", "logs", "j1"},
+           {"job", "submit", WriteSpec("name: x\n")}}) {
+    r = RunCli(args, nobody);
+    EXPECT_EQ(r.code, 4) << args[1];
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("UNAVAILABLE: "), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace nightshift::cli
