@@ -33,7 +33,7 @@ def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
 
 def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
                 max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512,
-                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3, attention_dropout=0.0):
+                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3, attention_dropout=0.0, trainer=None):
     spec = {"name": name,
             "model": {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads, "ffn": ffn,
                       "dropout": 0.1, "attention_dropout": attention_dropout, "max_len": max_len},
@@ -54,7 +54,7 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
     if not progress:  # no step records built or written (reporting's own cost)
         env["NIGHTSHIFT_PROGRESS_FD"] = "none"
     t0 = time.perf_counter()
-    p = subprocess.run([os.path.join(build, "bin", "nightshift-trainer"), "--config", path],
+    p = subprocess.run([trainer or os.path.join(build, "bin", "nightshift-trainer"), "--config", path],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     wall = time.perf_counter() - t0
     if not progress:
@@ -123,6 +123,8 @@ def main():
                          "overhead (CPU) or gpu")
     ap.add_argument("--data-512", default="", help="prepared shards (default: prepared into --work)")
     ap.add_argument("--data-2048", default="")
+    ap.add_argument("--against", default="", help="another nightshift-trainer binary (e.g. an older "
+                    "commit's) for --only versus: alternating pairs against --build's")
     ap.add_argument("--python", default=VENV_PYTHON, help="python with torch for the baseline")
     ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the accuracy runs")
     ap.add_argument("--warmup", type=int, default=100, help="warm-up steps of the accuracy runs")
@@ -164,6 +166,15 @@ def main():
             emit(run_python(d512, f"fixed32-512-compile-{rep}", max_len=512, max_steps=a.steps + skip,
                             skip_steps=skip, compile=True, python=a.python))
             emit(run_trainer(a.build, d512, m512, tmp, f"fixed32-512-ns-{rep}", max_len=512, max_steps=a.steps))
+    if "versus" in only:  # this build's trainer against --against's, three alternating pairs
+        if not a.against:
+            sys.exit("--only versus needs --against PATH")
+        for rep in range(3):
+            for who, binary in (("this", None), ("against", a.against)):
+                r = run_trainer(a.build, d512, m512, tmp, f"versus-{who}-{rep}", max_len=512, max_steps=a.steps,
+                                trainer=binary)
+                r["who"] = who
+                emit(r)
     if "short" in only or "short-accuracy" in only:
         # Short samples: SpamAssassin cut into chunks of 100-200 tokens (most about 150),
         # max_len 256, fixed batch 32.

@@ -32,7 +32,6 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out;
 }
 
-bool IsTerminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 std::string Duration(double seconds) {
   if (!(seconds >= 0) || seconds > 1e7) return "-";

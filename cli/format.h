@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/job_state.h"
 #include "nightshift/v1/admin.pb.h"
 #include "nightshift/v1/jobs.pb.h"
 
@@ -19,9 +20,6 @@ std::string Sprintf(const char* format, ...) __attribute__((format(printf, 1, 2)
 
 // -o json: the protobuf JSON mapping with the .proto field names, indented.
 std::string ToJson(const google::protobuf::Message& m);
-
-// SUCCEEDED, FAILED and CANCELLED: the job will not change again.
-bool IsTerminal(v1::JobState s);
 
 // Rounded to seconds: "42s", "3m07s", "2h05m"; "-" for negative, NaN or absurd (> 10^7 s).
 std::string Duration(double seconds);

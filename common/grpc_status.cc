@@ -13,4 +13,18 @@ std::string GrpcErrorString(const grpc::Status& s) {
   return name + ": " + s.error_message();
 }
 
+Status FromGrpc(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK: return Status::OK();
+    case grpc::StatusCode::NOT_FOUND: return Status::NotFound(s.error_message());
+    case grpc::StatusCode::UNAVAILABLE: return Status::Unavailable(s.error_message());
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return Status::DeadlineExceeded(s.error_message());
+    case grpc::StatusCode::UNAUTHENTICATED: return Status::Unauthenticated(s.error_message());
+    case grpc::StatusCode::PERMISSION_DENIED: return Status::PermissionDenied(s.error_message());
+    case grpc::StatusCode::INVALID_ARGUMENT: return Status::InvalidArgument(s.error_message());
+    case grpc::StatusCode::FAILED_PRECONDITION: return Status::FailedPrecondition(s.error_message());
+    default: return Status::Internal(GrpcErrorString(s));
+  }
+}
+
 }  // namespace nightshift

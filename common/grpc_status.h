@@ -13,6 +13,11 @@ inline grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
+// For clients: the codes callers act on keep their meaning (NOT_FOUND, UNAVAILABLE,
+// DEADLINE_EXCEEDED, UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT,
+// FAILED_PRECONDITION); any other becomes Internal with "CODE: message".
+Status FromGrpc(const grpc::Status& s);
+
 // For clients: "CODE: message".
 std::string GrpcErrorString(const grpc::Status& s);
 

@@ -69,10 +69,6 @@ double ExpectedSeconds(const v1::Job& job) {
 
 }  // namespace
 
-bool Coordinator::IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
-
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
     : options_(options), store_(std::move(store)), clock_(options.clock != nullptr ? options.clock : Clock::Real()),
       started_(clock_->Now()) {}

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_state.h"
 #include "common/job_store.h"
 #include "common/status.h"
 #include "coordinator/clock.h"
@@ -145,8 +146,6 @@ class Coordinator {
   // lost workers; then hand a snapshot to Schedule() and apply its result (preempt,
   // place, say why the others wait). Called periodically by the daemon (and by tests).
   void Tick();
-
-  static bool IsTerminal(v1::JobState state);
 
  private:
   struct JobEntry {

@@ -118,7 +118,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
     if (job.status().code() == Status::kDeadlineExceeded) continue;
     if (!job.ok()) return timer.Done(ToGrpc(job.status()));
     if (!writer->Write(job.value())) return timer.Done(grpc::Status::CANCELLED);
-    if (Coordinator::IsTerminal(job->state())) return timer.Done(grpc::Status::OK);
+    if (IsTerminal(job->state())) return timer.Done(grpc::Status::OK);
   }
   return timer.Done(grpc::Status::CANCELLED);
 }

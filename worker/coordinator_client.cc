@@ -11,21 +11,6 @@
 namespace nightshift {
 namespace {
 
-// The codes the agent acts on keep their meaning; the others say theirs in the message.
-Status FromGrpc(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::OK: return Status::OK();
-    case grpc::StatusCode::NOT_FOUND: return Status::NotFound(s.error_message());
-    case grpc::StatusCode::UNAVAILABLE: return Status::Unavailable(s.error_message());
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return Status::DeadlineExceeded(s.error_message());
-    case grpc::StatusCode::UNAUTHENTICATED: return Status::Unauthenticated(s.error_message());
-    case grpc::StatusCode::PERMISSION_DENIED: return Status::PermissionDenied(s.error_message());
-    case grpc::StatusCode::INVALID_ARGUMENT: return Status::InvalidArgument(s.error_message());
-    case grpc::StatusCode::FAILED_PRECONDITION: return Status::FailedPrecondition(s.error_message());
-    default: return Status::Internal(GrpcErrorString(s));
-  }
-}
-
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
   GrpcCoordinatorClient(const std::shared_ptr<grpc::Channel>& channel, int deadline_seconds)

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_state.h"
 #include "nightshift/v1/admin.grpc.pb.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
 
@@ -145,7 +146,7 @@ class Cluster {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     while (std::chrono::steady_clock::now() < deadline) {
       if (Get(id, &job).ok() &&
-          (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED))
+          IsTerminal(job.state()))
         return job;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

@@ -30,7 +30,7 @@ std::string Spec(const std::string& data, int max_steps, int priority = 0, const
 
 bool Running(const v1::Job& j) { return j.state() == v1::RUNNING; }
 bool Ended(const v1::Job& j) {
-  return j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED;
+  return IsTerminal(j.state());
 }
 
 // The QUEUED events after the first: where each restart or requeue resumed.
