@@ -170,7 +170,8 @@ def main():
         if not a.against:
             sys.exit("--only versus needs --against PATH")
         for rep in range(3):
-            for who, binary in (("this", None), ("against", a.against)):
+            pair = (("this", None), ("against", a.against))
+            for who, binary in pair if rep % 2 == 0 else pair[::-1]:  # neither always goes first
                 r = run_trainer(a.build, d512, m512, tmp, f"versus-{who}-{rep}", max_len=512, max_steps=a.steps,
                                 trainer=binary)
                 r["who"] = who

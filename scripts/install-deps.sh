@@ -28,6 +28,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev prometheus curl python3-grpcio python3-protobuf python3-yaml
   # fuzzing (libFuzzer comes with clang's runtime library)
   clang libclang-rt-14-dev
+  # scripts/function-lengths.sh (the review rule: no function over about 80 lines)
+  universal-ctags
   ca-certificates
 )
 # data fetch uses `npm pack`; a machine that already has a Node.js of its own (which

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tests/worker/fake_coordinator_client.h"
+#include "tests/worker/test_dirs.h"
 #include "worker/assignment.h"
 
 namespace nightshift {
@@ -25,13 +26,8 @@ namespace fs = std::filesystem;
 class AgentTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TempDir() + "/agent." + std::to_string(::getpid()) + "." +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    for (const char* label : {"ham", "spam"}) {
-      fs::create_directories(dir_ + "/data/" + label);
-      for (int i = 0; i < 2; ++i) std::ofstream(dir_ + "/data/" + label + "/" + std::to_string(i)) << label << i;
-    }
+    dir_ = testdirs::FreshTestDir("agent");
+    testdirs::WriteTinyCorpus(dir_ + "/data", 2);
     auto cache = FeatureCache::Open({dir_ + "/cache", 0});
     ASSERT_TRUE(cache.ok()) << cache.status().ToString();
     cache_ = std::move(cache.value());

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/worker/test_dirs.h"
+
 namespace nightshift {
 namespace {
 
@@ -17,13 +19,8 @@ namespace fs = std::filesystem;
 class FeatureCacheTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TempDir() + "/fcache." + std::to_string(::getpid()) + "." +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    for (const char* label : {"ham", "spam"}) {
-      fs::create_directories(dir_ + "/data/" + label);
-      for (int i = 0; i < 5; ++i) std::ofstream(dir_ + "/data/" + label + "/" + std::to_string(i)) << label << i;
-    }
+    dir_ = testdirs::FreshTestDir("fcache");
+    testdirs::WriteTinyCorpus(dir_ + "/data", 5);
     options_.path = dir_ + "/data";
   }
   void TearDown() override { fs::remove_all(dir_); }

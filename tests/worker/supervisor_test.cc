@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/worker/test_dirs.h"
+
 namespace nightshift {
 namespace {
 
@@ -20,10 +22,7 @@ namespace fs = std::filesystem;
 class SupervisorTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TempDir() + "/supervisor." + std::to_string(::getpid()) + "." +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testdirs::FreshTestDir("supervisor");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
