@@ -376,9 +376,11 @@ bool Coordinator::TakeReport(const std::string& worker, const v1::TaskStatus& st
     use->set_prepare_seconds(status.prepare_seconds());
     changed = true;
   }
-  if (status.has_progress() && status.progress().step() >= job.progress().step()) {
+  if (status.has_progress() &&
+      (!entry->progress_is_this_attempts || status.progress().step() >= job.progress().step())) {
     *job.mutable_progress() = status.progress();
-    if (status.progress().step() > entry->last_step) {
+    if (!entry->progress_is_this_attempts || status.progress().step() > entry->last_step) {
+      entry->progress_is_this_attempts = true;
       entry->last_step = status.progress().step();
       entry->last_advance = clock_->Now();
     }
@@ -438,6 +440,7 @@ void Coordinator::Requeue(JobEntry* entry, Clock::Duration delay, const std::str
   job.clear_placements();
   job.clear_master_addr();
   job.clear_data_cache();
+  entry->progress_is_this_attempts = false;
   entry->not_before = clock_->Now() + delay;
   SetState(entry, v1::QUEUED, reason, job.checkpoint_step());
 }

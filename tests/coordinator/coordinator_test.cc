@@ -422,6 +422,39 @@ TEST_F(CoordinatorTest, DrainMovesJobsAndCordonKeepsNewWorkAway) {
 
 // Restart backoff on the clock: restart_backoff_seconds before the first restart, then
 // twice that before the second.
+// A restarted attempt replays the steps after its checkpoint: its progress is the job's
+// progress (not the dead attempt's higher step), and replaying counts as advancing, so
+// a healthy resumed job is not taken for hung.
+TEST_F(CoordinatorTest, ARestartedAttemptsReplayIsItsProgressAndNotAHang) {
+  options_.lease_seconds = 600;
+  Reopen();
+  RegisterWorker("w1", 1);
+  v1::JobSpec spec = Spec(1, 2);
+  spec.mutable_restart()->set_hang_seconds(1);
+  const std::string id = c_->Submit(spec)->id();
+  c_->Tick();
+  Heartbeat("w1");
+  auto first = Status(id, 0, v1::TASK_RUNNING);
+  first.mutable_progress()->set_step(120);
+  first.set_checkpoint_step(100);
+  Report("w1", first);
+  Report("w1", Status(id, 0, v1::TASK_FAILED));
+  ASSERT_EQ(StateOf(id), v1::QUEUED);
+  c_->Tick();
+  Heartbeat("w1");
+  for (int step = 101; step <= 115; ++step) {  // 1.5 s of replay, 0.1 s a step
+    auto replay = Status(id, 1, v1::TASK_RUNNING);
+    replay.mutable_progress()->set_step(step);
+    replay.set_checkpoint_step(100);
+    Heartbeat("w1", {replay});
+    Report("w1", replay);
+    EXPECT_EQ(c_->Get(id)->progress().step(), step) << "the new attempt's step, not the lost 120";
+    clock_.Advance(100ms);
+    c_->Tick();
+    ASSERT_EQ(StateOf(id), v1::RUNNING) << "at step " << step << ": " << c_->Get(id)->reason();
+  }
+}
+
 TEST_F(CoordinatorTest, RestartsWaitForTheirBackoff) {
   options_.lease_seconds = 600;  // the worker stays alive while time jumps
   options_.restart_backoff_seconds = 10;
