@@ -1,0 +1,77 @@
+// The trained model out: a folder in the layout the ecosystem reads (Hugging Face's), written
+// by the trainer when a job succeeds and read by nightshift-predict, the Python package
+// (python/nightshift) and model.init_from.
+//
+//   model.safetensors  the weights: an 8-byte little-endian header length N, N bytes of
+//                      JSON {name: {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
+//                      "__metadata__": {"format": "pt"}}, then the raw little-endian data
+//                      (offsets relative to the end of the header, in name order, 8-aligned).
+//   config.json        {"format": "nightshift-model", "version": 1, "arch", "layers",
+//                      "d_model", "heads", "ffn", "max_len", "dropout", "attention_dropout",
+//                      "vocab_size", "num_classes", "labels" (class names in index order),
+//                      "pad_id", "bos_id", "eos_id", "tensor_names" ("nightshift" | "gpt2"),
+//                      "job_id", "step", "metrics" {val_accuracy, ...}}; for gpt_lm also the
+//                      keys GPT2LMHeadModel reads (model_type "gpt2", n_embd, n_layer, n_head,
+//                      n_inner, n_positions, activation_function "gelu_new", ...).
+//   tokenizer.model    the sentencepiece model the job trained on (when it had one).
+//   model.pt           torchscript jobs: the trained TorchScript module as well.
+//   checksums.json     {"algorithm": "sha1", "files": {name: {"bytes": N, "sha1": hex}}} for
+//                      every other file; every reader verifies it.
+//
+// Tensor names: transformer_classifier uses the module's own names (tok_emb.weight,
+// pos_emb.weight, blocks.N.{ln1,qkv,proj,ln2,fc1,fc2}.{weight,bias}, ln_f.{weight,bias},
+// head.{weight,bias}; Linear weights [out, in]). gpt_lm uses GPT-2's (transformer.wte,
+// transformer.wpe, transformer.h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+// mlp.c_proj}, transformer.ln_f; Conv1D weights [in, out], i.e. our Linear's transposed;
+// the head is tied to wte and not stored), so transformers' GPT2LMHeadModel loads it.
+//
+// Written to a temporary folder, every file fsynced, then renamed into place: a folder
+// named `model` is always whole.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_EXPORT_H_
+#define NIGHTSHIFT_WORKER_TRAINER_EXPORT_H_
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "worker/trainer/config.h"
+#include "worker/trainer/model.h"
+
+namespace nightshift::trainer {
+
+inline constexpr char kModelFormat[] = "nightshift-model";
+inline constexpr int kModelFormatVersion = 1;
+
+// What a job's export records besides the weights.
+struct ExportInfo {
+  std::string job_id;
+  int64_t step = 0;
+  std::map<std::string, double> metrics;  // final validation metrics (NaN ones left out)
+  std::string tokenizer_model;            // path of the tokenizer to copy; "": none
+  std::string torchscript_module;         // torchscript jobs: path to write model.pt from; "": none
+};
+
+// Writes the folder `dir` (replacing one that is there). Throws std::runtime_error naming
+// the file on failure.
+void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model,
+                 const ExportInfo& info);
+
+// The tensors of `model` under their export names (see above), on the CPU, contiguous.
+std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, SequenceModel& model);
+// Copies export-named tensors into `model`'s parameters (the inverse of ExportTensors).
+// Throws naming the first missing, extra or mis-shaped tensor.
+void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
+                       SequenceModel& model);
+
+// safetensors, F32 only (what we write): bytes and back. ReadSafetensors throws naming
+// the file and what is wrong with it.
+std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors);
+std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path);
+
+// Verifies dir/checksums.json against the files; returns "" or what does not match.
+std::string VerifyModelFolder(const std::string& dir);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_EXPORT_H_
