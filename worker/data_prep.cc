@@ -193,6 +193,18 @@ Status TrainTokenizer(const PrepOptions& data, const std::string& corpus, size_t
   return Status::OK();
 }
 
+// model.init_from: the exported model's tokenizer, copied to <output_dir>/tokenizer.model
+// as it is and loaded into *sp.
+Status UseTokenizer(const std::string& path, const std::string& output_dir, sentencepiece::SentencePieceProcessor* sp) {
+  std::error_code ec;
+  std::filesystem::copy_file(path, output_dir + "/tokenizer.model", std::filesystem::copy_options::overwrite_existing,
+                             ec);
+  if (ec) return Status::InvalidArgument("model.init_from: cannot copy " + path + ": " + ec.message());
+  const auto st = sp->Load(output_dir + "/tokenizer.model");
+  if (!st.ok()) return Status::InvalidArgument("model.init_from: " + path + " is not a sentencepiece model: " + st.ToString());
+  return Status::OK();
+}
+
 // Token ids of each text: bos, its pieces, and for a language model eos; at most
 // max_len tokens for a classifier, max_len + 1 for a language model (inputs + shifted
 // targets).
@@ -288,7 +300,12 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
 
   phase = std::chrono::steady_clock::now();
   sentencepiece::SentencePieceProcessor sp;
-  NS_RETURN_IF_ERROR(TrainTokenizer(data, corpus, max_bytes, threads, output_dir, &sp));
+  if (data.tokenizer_model.empty()) {
+    NS_RETURN_IF_ERROR(TrainTokenizer(data, corpus, max_bytes, threads, output_dir, &sp));
+  } else {
+    NS_RETURN_IF_ERROR(UseTokenizer(data.tokenizer_model, output_dir, &sp));
+    std::remove(corpus.c_str());
+  }
   out.vocab_size = sp.GetPieceSize();
   out.tokenizer_seconds = Since(phase);
 

@@ -20,20 +20,24 @@ using Member = std::variant<std::string PrepOptions::*, bool PrepOptions::*, int
 struct Field {
   const char* name;
   Member member;
-  bool fingerprinted;  // false: says where the data is, not what is made of it
+  enum Print { kNo, kYes, kWhenSet } fingerprinted;  // kNo: says where the data is, not
+                                                     // what is made of it; kWhenSet: only
+                                                     // when not empty (added later)
   const char* help;
 };
 const Field kFields[] = {
-    {"path", &PrepOptions::path, false, "data.path"},
-    {"format", &PrepOptions::format, true, "data.format: text_dir or jsonl"},
-    {"text_field", &PrepOptions::text_field, true, "data.text_field (jsonl)"},
-    {"label_field", &PrepOptions::label_field, true, "data.label_field (jsonl)"},
-    {"max_samples", &PrepOptions::max_samples, true, "data.max_samples; 0: all"},
-    {"validation_fraction", &PrepOptions::validation_fraction, true, "data.validation_fraction"},
-    {"seed", &PrepOptions::seed, true, "train.seed: picks the validation split"},
-    {"vocab_size", &PrepOptions::vocab_size, true, "data.tokenizer.vocab_size"},
-    {"max_len", &PrepOptions::max_len, true, "model.max_len: tokens kept per sample"},
-    {"classifier", &PrepOptions::classifier, true, "false: language-model samples (bos ... eos)"},
+    {"path", &PrepOptions::path, Field::kNo, "data.path"},
+    {"format", &PrepOptions::format, Field::kYes, "data.format: text_dir or jsonl"},
+    {"text_field", &PrepOptions::text_field, Field::kYes, "data.text_field (jsonl)"},
+    {"label_field", &PrepOptions::label_field, Field::kYes, "data.label_field (jsonl)"},
+    {"max_samples", &PrepOptions::max_samples, Field::kYes, "data.max_samples; 0: all"},
+    {"validation_fraction", &PrepOptions::validation_fraction, Field::kYes, "data.validation_fraction"},
+    {"seed", &PrepOptions::seed, Field::kYes, "train.seed: picks the validation split"},
+    {"vocab_size", &PrepOptions::vocab_size, Field::kYes, "data.tokenizer.vocab_size"},
+    {"max_len", &PrepOptions::max_len, Field::kYes, "model.max_len: tokens kept per sample"},
+    {"classifier", &PrepOptions::classifier, Field::kYes, "false: language-model samples (bos ... eos)"},
+    {"tokenizer_model", &PrepOptions::tokenizer_model, Field::kNo, "a tokenizer to use as it is (model.init_from)"},
+    {"tokenizer_sha1", &PrepOptions::tokenizer_sha1, Field::kWhenSet, "its sha1"},
 };
 
 std::string Flag(const char* name) {
@@ -67,7 +71,8 @@ std::string FieldText(const PrepOptions& o, const Field& f) {
 std::string OptionsFingerprint(const PrepOptions& o) {
   std::string s = "prep-v" + std::to_string(kPreprocessorVersion) + "|sentencepiece-unigram";
   for (const Field& f : kFields)
-    if (f.fingerprinted) s += std::string("|") + f.name + "=" + FieldText(o, f);
+    if (f.fingerprinted == Field::kYes || (f.fingerprinted == Field::kWhenSet && !FieldText(o, f).empty()))
+      s += std::string("|") + f.name + "=" + FieldText(o, f);
   return s;
 }
 

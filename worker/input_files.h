@@ -34,6 +34,10 @@ struct PrepOptions {
   int vocab_size = 8000;
   int max_len = 512;                // tokens kept per sample (bos included)
   bool classifier = true;           // false: language-model samples (bos ... eos)
+  std::string tokenizer_model;      // a sentencepiece model used as it is (model.init_from's
+                                    // tokenizer.model); "": one is trained on the data
+  std::string tokenizer_sha1;       // its sha1 (the folder's checksums.json); in the
+                                    // fingerprint only when set, so older keys stay the same
   // Where data may be read from (the worker's --data-root flags, resolved); empty: anywhere.
   // Not part of the fingerprint: it decides whether, not what, to prepare.
   std::vector<std::string> roots;

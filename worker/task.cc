@@ -120,8 +120,11 @@ std::string Task::Refusal() const {
   if (spec.resources().device() == "cuda" && gpus_.empty())
     return "spec.resources.device is cuda but worker " + options_.name +
            " has no GPUs (NVML found none); run it where `nightshift worker list` shows GPUs, or use device auto or cpu";
-  if (!spec.model().path().empty()) {
-    Status confined = ConfinePath("model.path", spec.model().path(), options_.data_roots);
+  const std::pair<const char*, std::string> inputs[] = {{"model.path", spec.model().path()},
+                                                         {"model.init_from", spec.model().init_from()}};
+  for (const auto& [field, path] : inputs) {
+    if (path.empty()) continue;
+    Status confined = ConfinePath(field, path, options_.data_roots);
     if (!confined.ok()) return confined.message();
   }
   return "";
@@ -159,8 +162,33 @@ void Task::Run() {
   RunRanks(config_path, job_dir);
 }
 
+namespace {
+
+// model.init_from: data preparation uses the folder's tokenizer as it is, and the cache key
+// names it by the sha1 its checksums.json records (the trainer verifies every file).
+std::string UseExportedTokenizer(const std::string& folder, PrepOptions* o) {
+  if (folder.empty()) return "";
+  try {
+    std::ifstream in(folder + "/checksums.json");
+    if (!in) return "model.init_from: " + folder + "/checksums.json is missing: not an exported model folder";
+    const nlohmann::json sums = nlohmann::json::parse(in);
+    const auto& tokenizer = sums.at("files").at("tokenizer.model");
+    o->tokenizer_model = folder + "/tokenizer.model";
+    o->tokenizer_sha1 = tokenizer.at("sha1").get<std::string>();
+  } catch (const std::exception& e) {
+    return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model (" + e.what() + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error) {
-  const PrepOptions o = PrepOptionsFor(assignment_.spec(), options_.data_roots);
+  PrepOptions o = PrepOptionsFor(assignment_.spec(), options_.data_roots);
+  if (std::string err = UseExportedTokenizer(assignment_.spec().model().init_from(), &o); !err.empty()) {
+    *user_error = true;
+    return err;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto key = cache_->KeyFor(o);
   if (!key.ok()) {

@@ -138,6 +138,7 @@ void ParseModel(const Section& model, ModelConfig* out) {
   ModelConfig& m = *out;
   model.String("arch", &m.arch);
   model.String("path", &m.path);
+  model.String("init_from", &m.init_from);
   if (m.arch != "transformer_classifier" && m.arch != "gpt_lm" && m.arch != "torchscript")
     throw ConfigError("spec.model.arch must be transformer_classifier, gpt_lm or torchscript, got \"" +
                       m.arch + "\"");
@@ -210,6 +211,7 @@ void ParseData(const Section& data, const ModelConfig& m, DataConfig* out) {
   DataConfig& d = *out;
   data.String("train_shard", &d.train_shard);
   data.String("val_shard", &d.val_shard);
+  data.String("tokenizer_model", &d.tokenizer_model);
   if (d.train_shard.empty()) throw ConfigError("data.train_shard is required");
   if (d.val_shard.empty()) throw ConfigError("data.val_shard is required");
   data.Int("vocab_size", &d.vocab_size, 1, kI32);

@@ -18,6 +18,7 @@ namespace L = format::limits;
 struct ModelConfig {
   std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript
   std::string path;       // torchscript: the module file (forward(tokens, pad_mask) -> logits)
+  std::string init_from;  // an exported model folder (export.h) whose weights start the run
   // Defaults and limits: common/format/spec_limits.h, shared with the coordinator.
   int layers = L::kLayers.fallback;    // transformer blocks
   int d_model = L::kDModel.fallback;   // hidden width; divisible by heads
@@ -63,6 +64,8 @@ struct DataConfig {
   int bos_id = 2;            // classifier samples start with it (the CLS position)
   int eos_id = 3;
   std::vector<std::string> class_names;
+  std::string tokenizer_model;  // the sentencepiece model (exported with the model); "": the
+                                // tokenizer.model beside train_shard, when there is one
 };
 
 // Data parallelism (ddp.h), from spec.resources.

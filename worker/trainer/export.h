@@ -69,6 +69,12 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
 std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors);
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path);
 
+// model.init_from: verifies the folder and loads its weights into `model` (built from
+// `config`). Its config.json sizes must equal the spec's (a mismatch names the spec field);
+// the architecture must be the same, or a transformer_classifier may start from a gpt_lm's
+// trunk (its head stays as initialised). Throws std::runtime_error with the reason.
+void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model);
+
 // Verifies dir/checksums.json against the files; returns "" or what does not match.
 std::string VerifyModelFolder(const std::string& dir);
 

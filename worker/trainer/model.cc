@@ -65,6 +65,10 @@ class TorchScriptModel : public SequenceModel {
     SequenceModel::train(on);
     module_.train(on);
   }
+  bool SaveScripted(std::ostream& out) override {
+    module_.save(out);  // shares the trained tensors
+    return true;
+  }
 
  private:
   torch::jit::Module module_;
@@ -108,7 +112,7 @@ torch::Tensor TransformerBlockImpl::Residuals(const torch::Tensor& x, const torc
   const int64_t b = x.size(0), lq = x.size(1), d = x.size(2);
   auto y = attention.transpose(1, 2).reshape({b, lq, d});  // [B, Lq, D]
   auto h = x + Dropout(proj_(y), dropout_, is_training());
-  auto f = fc2_(torch::gelu(fc1_(ln2_(h))));
+  auto f = fc2_(torch::gelu(fc1_(ln2_(h)), causal_ ? "tanh" : "none"));  // GPT-2: tanh
   return h + Dropout(f, dropout_, is_training());
 }
 
@@ -181,7 +185,7 @@ torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
 
 GptLMImpl::GptLMImpl(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
     : TransformerTrunk(m, vocab_size, pad_id, /*causal=*/true) {
-  head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(m.d_model, vocab_size).bias(false)));
+  (void)vocab_size;  // the head is tok_emb's weight (tied, as GPT-2's)
 }
 
 torch::Tensor GptLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
@@ -189,7 +193,7 @@ torch::Tensor GptLMImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   // The blocks are causal; the key-padding bias [B, 1, 1, L] is used by the explicit
   // attention path only. Padding is at the end of a row, so every query row keeps key 0.
   auto attn_bias = KeyPaddingBias(pad_mask, x.options());
-  return head_(FinalNorm(Blocks(x, attn_bias)));  // [B, L, V]
+  return torch::nn::functional::linear(FinalNorm(Blocks(x, attn_bias)), token_embedding());  // [B, L, V]
 }
 
 TransformerClassifier BuildModel(const ModelConfig& model, int64_t vocab_size,

@@ -2,8 +2,10 @@
 // - transformer_classifier: BERT-style encoder, pre-LN: each block computes
 //     x = x + Dropout(Attention(LayerNorm(x)))   x = x + Dropout(FFN(LayerNorm(x)))
 //   and a final LayerNorm follows the last block; the first (CLS/bos) position is pooled.
-// - gpt_lm: the same blocks with a causal mask (position t sees positions <= t), a final
-//   LayerNorm and a vocabulary head: logits [B, L, V]; position t predicts token t + 1.
+// - gpt_lm: GPT-2 exactly: the same blocks with a causal mask (position t sees positions
+//   <= t) and tanh-approximate GELU, a final LayerNorm and the token embedding as the
+//   vocabulary head (tied): logits [B, L, V]; position t predicts token t + 1. The
+//   classifier's blocks use exact GELU.
 // - torchscript: a module loaded from model.path whose forward(tokens, pad_mask) returns
 //   logits ([B, C] for classification data, [B, L, V] for language-model data).
 #ifndef NIGHTSHIFT_WORKER_TRAINER_MODEL_H_
@@ -65,6 +67,11 @@ class SequenceModel : public torch::nn::Module {
   // Checkpoint every N-th block's activations (activation_checkpoint.h); 0: none.
   // Models without built-in blocks (torchscript) ignore it.
   virtual void set_activation_checkpointing(int every_n_blocks) { (void)every_n_blocks; }
+  // torchscript: writes the (trained) TorchScript module and returns true; others: false.
+  virtual bool SaveScripted(std::ostream& out) {
+    (void)out;
+    return false;
+  }
 };
 
 // What the built-in architectures share: token + position embeddings, the blocks and a
@@ -84,6 +91,7 @@ class TransformerTrunk : public SequenceModel {
   // position 0 only (forward_first), and the result is [B, 1, D].
   torch::Tensor Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias, bool first_only = false);
   torch::Tensor FinalNorm(const torch::Tensor& x) { return ln_f_(x); }
+  const torch::Tensor& token_embedding() const { return tok_emb_->weight; }  // [V, D]
   double dropout() const { return dropout_; }
 
  private:
@@ -113,9 +121,6 @@ class GptLMImpl : public TransformerTrunk {
   GptLMImpl(const ModelConfig& model, int64_t vocab_size, int64_t pad_id);
   // Returns logits [B, L, V].
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
-
- private:
-  torch::nn::Linear head_{nullptr};
 };
 TORCH_MODULE(GptLM);
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
 #include "worker/trainer/compat.h"
+#include "worker/trainer/export.h"
 #include "worker/trainer/dropout.h"
 #include "worker/trainer/memory_probe.h"
 
@@ -107,6 +109,8 @@ void BuildModel(Run& run) {
     run.num_parameters += p.value().numel();
     if (p.key() != "tok_emb.weight" && p.key() != "pos_emb.weight") run.non_embedding_parameters += p.value().numel();
   }
+  // gpt_lm's head is tok_emb's weight (tied): its matmul is model FLOPs all the same.
+  if (cfg.model.arch == "gpt_lm") run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
   run.optimizer = std::make_unique<torch::optim::AdamW>(
       run.model->parameters(),
       torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
@@ -121,7 +125,9 @@ void BuildModel(Run& run) {
       cfg.train.seed, cfg.train.batch_size, cfg.train.max_tokens, cfg.train.max_tokens_auto,
       {shard_text("train", run.train_shard), shard_text("val", run.val_shard)},
       "model=" + mc.arch + "/" + Str(mc.layers) + "/" + Str(mc.d_model) + "/" + Str(mc.heads) + "/" +
-          Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes));
+          Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes) +
+          // gpt_lm became GPT-2 (tied head, tanh GELU): its earlier checkpoints do not fit
+          (mc.arch == "gpt_lm" ? "/gpt2" : ""));
 }
 
 // Resumes from the newest complete checkpoint, unless it belongs to another run
@@ -250,6 +256,10 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   OpenData(*run);
   BuildModel(*run);
   const bool resumed = Resume(*run);
+  if (!resumed && !cfg.model.init_from.empty()) {  // a resumed run has its own weights
+    InitFromExport(cfg.model.init_from, cfg, *run->model);
+    Log("initialised from %s", cfg.model.init_from.c_str());
+  }
   JoinDataParallel(*run);
   ChooseTokenBudget(*run, resumed);
   PlanSteps(*run);
@@ -263,6 +273,25 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
 
 Run::Run(const TrainConfig& c, const RankInfo& r, ProgressSink& p)
     : cfg(c), rank(r), progress(p), faults(r.faults) {}
+
+void Run::Export() {
+  const auto t0 = Clock::now();
+  ExportInfo info;
+  info.job_id = cfg.job_id;
+  info.step = position.step;
+  info.metrics = {{"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
+                  {"val_f1", last_eval.f1}, {"val_perplexity", last_eval.perplexity}};
+  info.tokenizer_model = cfg.data.tokenizer_model;
+  if (info.tokenizer_model.empty()) {
+    const std::filesystem::path beside = std::filesystem::path(cfg.data.train_shard).parent_path() / "tokenizer.model";
+    std::error_code ec;
+    if (std::filesystem::exists(beside, ec)) info.tokenizer_model = beside.string();
+  }
+  const std::string dir = cfg.checkpoint_dir + "/model";
+  ExportModel(dir, cfg, *model, info);
+  progress.Emit(ProgressRecord{"export", {{"step", double(position.step)}, {"seconds", Seconds(t0)}}, {{"path", dir}}});
+  Log("exported the model to %s", dir.c_str());
+}
 
 double Run::TrainSeconds() const { return seconds_before_ + Seconds(started_); }
 
@@ -374,6 +403,7 @@ void Run::Evaluate() {
 void Run::Finish() {
   if (last_eval_step_ != position.step) Evaluate();
   if (last_saved_step_ != position.step) SaveCheckpoint();
+  if (rank.rank == 0) Export();
   progress.Emit(ProgressRecord{"done",
                                {{"step", double(position.step)}, {"val_loss", last_eval.loss},
                                 {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},

@@ -65,8 +65,10 @@ class Run {
   void RollBack();
   void SaveCheckpoint();  // data parallel: every rank calls it; rank 0 writes
   void Evaluate();        // the validation split; an `eval` event
-  // After the last step: evaluates and saves unless done at this step; the `done` event.
+  // After the last step: evaluates and saves unless done at this step, exports the model
+  // (rank 0: checkpoint_dir/model, export.h; an `export` event); the `done` event.
   void Finish();
+  void Export();
   double TrainSeconds() const;
   // The loss of a batch, summed over its samples or predicted tokens (the mean is sum /
   // LossCount), its forward in the run's precision.

@@ -1,0 +1,284 @@
+#include "worker/trainer/export.h"
+
+#include <c10/util/hash.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/format/atomic_file.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// gpt_lm: our names -> GPT-2's, and whether the tensor is a Conv1D weight (stored [in, out]).
+struct Gpt2Name {
+  std::string name;
+  bool transposed = false;
+};
+
+// "" when the tensor is not stored (the head, tied to wte).
+Gpt2Name ToGpt2(const std::string& ours) {
+  if (ours == "tok_emb.weight") return {"transformer.wte.weight"};
+  if (ours == "pos_emb.weight") return {"transformer.wpe.weight"};
+  if (ours == "ln_f.weight" || ours == "ln_f.bias") return {"transformer." + ours};
+  if (ours == "head.weight") return {""};
+  if (!StartsWith(ours, "blocks.")) throw std::runtime_error("export: unexpected gpt_lm tensor " + ours);
+  const size_t dot = ours.find('.', 7);
+  const std::string layer = ours.substr(7, dot - 7), rest = ours.substr(dot + 1);
+  const std::string module = rest.substr(0, rest.find('.')), kind = rest.substr(rest.find('.') + 1);
+  static const std::map<std::string, std::string> kModules = {
+      {"ln1", "ln_1"}, {"qkv", "attn.c_attn"}, {"proj", "attn.c_proj"},
+      {"ln2", "ln_2"}, {"fc1", "mlp.c_fc"},    {"fc2", "mlp.c_proj"}};
+  const auto it = kModules.find(module);
+  if (it == kModules.end()) throw std::runtime_error("export: unexpected gpt_lm tensor " + ours);
+  const bool linear = module != "ln1" && module != "ln2";
+  return {"transformer.h." + layer + "." + it->second + "." + kind, linear && kind == "weight"};
+}
+
+std::string Sha1Hex(const std::string& bytes) { return c10::sha1(bytes).str(); }
+
+json ConfigJson(const TrainConfig& c, const ExportInfo& info) {
+  const ModelConfig& m = c.model;
+  const DataConfig& d = c.data;
+  json metrics = json::object();
+  for (const auto& [k, v] : info.metrics)
+    if (std::isfinite(v)) metrics[k] = v;
+  json j = {{"format", kModelFormat}, {"version", kModelFormatVersion}, {"arch", m.arch},
+            {"layers", m.layers}, {"d_model", m.d_model}, {"heads", m.heads}, {"ffn", m.ffn},
+            {"max_len", m.max_len}, {"dropout", m.dropout}, {"attention_dropout", m.attention_dropout},
+            {"vocab_size", d.vocab_size}, {"num_classes", d.num_classes}, {"labels", d.class_names},
+            {"pad_id", d.pad_id}, {"bos_id", d.bos_id}, {"eos_id", d.eos_id},
+            {"tensor_names", m.arch == "gpt_lm" ? "gpt2" : "nightshift"},
+            {"job_id", info.job_id}, {"step", info.step}, {"metrics", metrics}};
+  if (m.arch == "gpt_lm") {  // what transformers' GPT2Config reads
+    j.update({{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}, {"n_embd", m.d_model},
+              {"n_layer", m.layers}, {"n_head", m.heads}, {"n_inner", m.ffn}, {"n_positions", m.max_len},
+              {"n_ctx", m.max_len}, {"activation_function", "gelu_new"}, {"layer_norm_epsilon", 1e-5},
+              {"resid_pdrop", m.dropout}, {"embd_pdrop", m.dropout}, {"attn_pdrop", m.attention_dropout},
+              {"tie_word_embeddings", true}, {"bos_token_id", d.bos_id}, {"eos_token_id", d.eos_id},
+              {"pad_token_id", d.pad_id}, {"torch_dtype", "float32"}});
+  }
+  return j;
+}
+
+void WriteChecked(const fs::path& path, const std::string& bytes, json* files) {
+  if (std::string err = format::WriteFileAtomically(path.string(), bytes); !err.empty())
+    throw std::runtime_error("export: " + err);
+  (*files)[path.filename().string()] = {{"bytes", bytes.size()}, {"sha1", Sha1Hex(bytes)}};
+}
+
+// Copies tensors[name] (stored [in, out] when transposed) into `param`, checking its shape.
+void CopyTensor(const std::map<std::string, torch::Tensor>& tensors, const std::string& name, bool transposed,
+                torch::Tensor& param) {
+  const auto it = tensors.find(name);
+  if (it == tensors.end()) throw std::runtime_error("model.safetensors has no tensor " + name);
+  const torch::Tensor t = transposed ? it->second.t() : it->second;
+  if (t.sizes() != param.sizes())
+    throw std::runtime_error("model.safetensors: " + name + " has shape " + c10::str(it->second.sizes()) +
+                             " but the model's is " + c10::str(param.sizes()));
+  param.copy_(t);
+}
+
+json ReadJsonFile(const std::string& path) {
+  try {
+    return json::parse(ReadFile(path));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, SequenceModel& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model.named_parameters()) {
+    torch::Tensor t = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    if (arch != "gpt_lm") {
+      out[p.key()] = t;
+      continue;
+    }
+    const Gpt2Name g = ToGpt2(p.key());
+    if (!g.name.empty()) out[g.name] = g.transposed ? t.t().contiguous() : t;
+  }
+  return out;
+}
+
+void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
+                       SequenceModel& model) {
+  torch::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& p : model.named_parameters()) {
+    Gpt2Name g = arch == "gpt_lm" ? ToGpt2(p.key()) : Gpt2Name{p.key()};
+    if (g.name.empty()) continue;  // tied
+    CopyTensor(tensors, g.name, g.transposed, p.value());
+    ++used;
+  }
+  if (used != tensors.size()) {
+    for (const auto& [name, t] : tensors) {
+      bool known = false;
+      for (const auto& p : model.named_parameters())
+        known |= (arch == "gpt_lm" ? ToGpt2(p.key()).name : p.key()) == name;
+      if (!known) throw std::runtime_error("model.safetensors has a tensor the model lacks: " + name);
+    }
+  }
+}
+
+std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors) {
+  json header = {{"__metadata__", {{"format", "pt"}}}};
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (t.scalar_type() != torch::kFloat32) throw std::runtime_error("safetensors: " + name + " is not float32");
+    const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
+    header[name] = {{"dtype", "F32"}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-aligned
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);  // little-endian
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const auto& [name, t] : tensors) {
+    const torch::Tensor c = t.contiguous();
+    out.append(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<size_t>(c.numel()) * sizeof(float));
+  }
+  return out;
+}
+
+std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path) {
+  const std::string bytes = ReadFile(path);
+  const auto bad = [&](const std::string& what) { return std::runtime_error(path + ": " + what); };
+  if (bytes.size() < 8) throw bad("shorter than a safetensors header");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " beyond the file");
+  json header;
+  try {
+    header = json::parse(bytes.substr(8, n));
+  } catch (const json::exception& e) {
+    throw bad(std::string("bad header: ") + e.what());
+  }
+  const size_t data = 8 + n;
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    try {
+      if (info.at("dtype") != "F32") throw bad(name + ": dtype " + info.at("dtype").dump() + " (only F32 is read)");
+      const std::vector<int64_t> shape = info.at("shape").get<std::vector<int64_t>>();
+      const size_t b = info.at("data_offsets").at(0).get<size_t>(), e = info.at("data_offsets").at(1).get<size_t>();
+      int64_t numel = 1;
+      for (int64_t s : shape) numel *= s;
+      if (e < b || e - b != static_cast<size_t>(numel) * sizeof(float) || data + e > bytes.size())
+        throw bad(name + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
+                  ") do not match its shape or the file");
+      torch::Tensor t = torch::empty(shape, torch::kFloat32);
+      std::memcpy(t.data_ptr<float>(), bytes.data() + data + b, e - b);
+      out[name] = t;
+    } catch (const json::exception& ex) {
+      throw bad(name + ": " + ex.what());
+    }
+  }
+  return out;
+}
+
+std::string VerifyModelFolder(const std::string& dir) {
+  json sums;
+  try {
+    sums = json::parse(ReadFile(dir + "/checksums.json"));
+    if (sums.value("algorithm", "") != "sha1") return dir + "/checksums.json: algorithm is not sha1";
+    for (const auto& [name, f] : sums.at("files").items()) {
+      const std::string path = dir + "/" + name;
+      std::error_code ec;
+      if (!fs::exists(path, ec)) return path + " is missing";
+      const std::string bytes = ReadFile(path);
+      if (bytes.size() != f.at("bytes").get<size_t>())
+        return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
+      if (Sha1Hex(bytes) != f.at("sha1").get<std::string>()) return path + " does not match its sha1 in checksums.json";
+    }
+  } catch (const std::exception& e) {
+    return dir + "/checksums.json: " + e.what();
+  }
+  return "";
+}
+
+void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model) {
+  const std::string what = "model.init_from " + dir;
+  if (std::string err = VerifyModelFolder(dir); !err.empty()) throw std::runtime_error(what + ": " + err);
+  const json c = ReadJsonFile(dir + "/config.json");
+  if (c.value("format", "") != kModelFormat || c.value("version", 0) != kModelFormatVersion)
+    throw std::runtime_error(what + ": config.json is not a nightshift-model version " +
+                             std::to_string(kModelFormatVersion));
+  const std::string source = c.value("arch", ""), target = config.model.arch;
+  const bool trunk_only = target == "transformer_classifier" && source == "gpt_lm";
+  if (target == "torchscript" || (source != target && !trunk_only))
+    throw std::runtime_error(what + ": a " + source + " model cannot start a " + target +
+                             " job (same architecture, or a transformer_classifier from a gpt_lm trunk)");
+  const ModelConfig& m = config.model;
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"model.layers", m.layers},   {"model.d_model", m.d_model},           {"model.heads", m.heads},
+      {"model.ffn", m.ffn},         {"model.max_len", m.max_len},
+      {"data.tokenizer.vocab_size", config.data.vocab_size},
+      {"data.num_classes", trunk_only ? -1 : config.data.num_classes}};
+  for (const auto& [field, ours] : sizes) {
+    const std::string key = std::string(field).substr(std::string(field).rfind('.') + 1);
+    if (ours < 0 || !c.contains(key)) continue;
+    if (c.at(key).get<int64_t>() != ours)
+      throw std::runtime_error(what + ": spec." + field + " is " + std::to_string(ours) +
+                               " but the exported model's " + key + " is " + c.at(key).dump());
+  }
+  const std::map<std::string, torch::Tensor> tensors = ReadSafetensors(dir + "/model.safetensors");
+  if (!trunk_only) return LoadExportTensors(source, tensors, model);
+  torch::NoGradGuard no_grad;  // the classifier's trunk from GPT-2's names; its head stays new
+  for (auto& p : model.named_parameters()) {
+    if (StartsWith(p.key(), "head.")) continue;
+    const Gpt2Name g = ToGpt2(p.key());
+    CopyTensor(tensors, g.name, g.transposed, p.value());
+  }
+}
+
+void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model, const ExportInfo& info) {
+  const fs::path final_dir = dir;
+  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec)) throw std::runtime_error("export: cannot create " + tmp.string() + ": " + ec.message());
+  json files = json::object();
+  WriteChecked(tmp / "model.safetensors", SafetensorsBytes(ExportTensors(config.model.arch, model)), &files);
+  WriteChecked(tmp / "config.json", ConfigJson(config, info).dump(2) + "\n", &files);
+  if (!info.tokenizer_model.empty()) WriteChecked(tmp / "tokenizer.model", ReadFile(info.tokenizer_model), &files);
+  if (std::ostringstream scripted; model.SaveScripted(scripted))
+    WriteChecked(tmp / "model.pt", scripted.str(), &files);
+  const json sums = {{"algorithm", "sha1"}, {"files", files}};
+  if (std::string err = format::WriteFileAtomically((tmp / "checksums.json").string(), sums.dump(2) + "\n");
+      !err.empty())
+    throw std::runtime_error("export: " + err);
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw std::runtime_error("export: cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
+  if (std::string err = format::SyncDirectory(final_dir.parent_path().string()); !err.empty())
+    throw std::runtime_error("export: " + err);
+}
+
+}  // namespace nightshift::trainer
