@@ -367,7 +367,7 @@ inline Run RunCli(std::vector<std::string> args, const std::shared_ptr<grpc::Cha
   try {
     app.parse(args);
     const Command* chosen = Chosen(commands);
-    r.code = chosen ? chosen->run(Session{channel, options.output == "json"}) : kExitUsage;
+    r.code = chosen ? chosen->run(Session{channel, options.output == "json", options.output == "csv"}) : kExitUsage;
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     r.code = ExitCodeOf(e);
