@@ -22,6 +22,8 @@ const std::vector<Verb>& Verbs() {
       {"job", "watch", "follow a job's progress to its end", JobWatch},
       {"job", "logs", "print a rank's log (relayed by the coordinator from its worker)", JobLogs},
       {"job", "cancel", "cancel a job", JobCancel},
+      {"job", "artifacts", "download a job's exported model into DIR (checksums verified)", JobArtifacts},
+      {"job", "metrics", "a job's evaluations per epoch and its loss curve (-o json|csv)", JobMetrics},
       {"worker", "list", "list workers", WorkerList},
       {"worker", "cordon", "place no new work on a worker (running jobs stay)", WorkerCordon},
       {"worker", "uncordon", "accept new work on a worker again", WorkerUncordon},

@@ -9,7 +9,7 @@ namespace nightshift::cli {
 const char kExitCodesHelp[] =
     "Exit codes: 0 success; 1 the job ended FAILED or CANCELLED (submit --wait, watch);\n"
     "2 bad usage; 3 the coordinator refused the call (the message says why);\n"
-    "4 the coordinator cannot be reached.";
+    "4 the coordinator cannot be reached; 5 a download did not match its checksums (nothing kept).";
 
 int ExitCodeOf(const grpc::Status& call) {
   switch (call.error_code()) {
@@ -23,7 +23,10 @@ int ExitCodeOf(const grpc::Status& call) {
   }
 }
 
-int ExitCodeOf(const Status& local) { return local.ok() ? kExitOk : kExitUsage; }
+int ExitCodeOf(const Status& local) {
+  if (local.ok()) return kExitOk;
+  return local.code() == Status::kDataLoss ? kExitCorrupt : kExitUsage;
+}
 
 int ExitCodeOf(v1::JobState last_seen) { return last_seen == v1::SUCCEEDED ? kExitOk : kExitJobFailed; }
 

@@ -19,6 +19,7 @@ enum ExitCode : int {
   kExitUsage = 2,        // the command line, the settings file, a credential or the spec file is wrong
   kExitRefused = 3,      // the coordinator answered with an error (the message says why)
   kExitUnreachable = 4,  // the coordinator could not be reached or did not answer in time
+  kExitCorrupt = 5,      // what was downloaded does not match its checksums (nothing was kept)
 };
 
 extern const char kExitCodesHelp[];
@@ -27,7 +28,8 @@ extern const char kExitCodesHelp[];
 // error code is the coordinator's answer (kExitRefused).
 int ExitCodeOf(const grpc::Status& call);
 
-// An error found before any call (settings, credentials, the spec file): kExitUsage.
+// An error found before any call (settings, credentials, the spec file): kExitUsage;
+// corruption (Status::Corruption: a download that does not verify): kExitCorrupt.
 int ExitCodeOf(const Status& local);
 
 // The state a followed job was last seen in: kExitOk only for SUCCEEDED.

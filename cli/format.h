@@ -40,6 +40,17 @@ std::string WorkerStateText(const v1::WorkerInfo& w);
 // of the state column: name, state, slots, used slots, its tasks' job ids (a,b).
 std::string WorkerRow(const v1::WorkerInfo& w, int state_width);
 
+// `job metrics`: per attempt, one row per evaluation (epoch, step, the training loss at
+// that step, every val_* metric), or a line saying there is none yet.
+std::string MetricsTable(const v1::JobMetrics& m);
+// `job metrics -o csv`: "attempt,step,epoch,metric,value" then one row per value (the
+// training points' loss, lr and tokens_per_second, the evaluations' val_*), in order.
+std::string MetricsCsv(const v1::JobMetrics& m);
+// The training loss against the step, every attempt, drawn in `width` x `height`
+// characters ('*' a point), with the loss range on the left and the step range below;
+// "" when there are fewer than two points.
+std::string LossCurve(const v1::JobMetrics& m, int width = 60, int height = 12);
+
 }  // namespace nightshift::cli
 
 #endif  // NIGHTSHIFT_CLI_FORMAT_H_

@@ -19,7 +19,8 @@ void AddGlobalOptions(CLI::App* app, GlobalOptions* o) {
   app->add_option("--config", o->config,
                   "settings file (default ~/.config/nightshift/config.yaml; env NIGHTSHIFT_CONFIG)");
   app->add_option("--coordinator", o->coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
-  app->add_option("-o,--output", o->output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  app->add_option("-o,--output", o->output, "table or json (csv: job metrics only)")
+      ->check(CLI::IsMember({"table", "json", "csv"}));
   app->add_option("--token", o->client.token, "bearer token (else --token-file, else env NIGHTSHIFT_TOKEN)");
   app->add_option("--token-file", o->client.token_file, "file whose first line is the bearer token");
   app->add_option("--tls-ca", o->client.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
@@ -59,7 +60,7 @@ StatusOr<Session> OpenSession(const GlobalOptions& o) {
   NS_RETURN_IF_ERROR(ResolveToken(&client));
   auto channel = MakeChannel(client);
   if (!channel.ok()) return channel.status();
-  return Session{channel.value(), o.output == "json"};
+  return Session{channel.value(), o.output == "json", o.output == "csv"};
 }
 
 }  // namespace nightshift::cli

@@ -7,12 +7,15 @@ namespace nightshift {
 namespace {
 
 constexpr char kJobPrefix[] = "job/";
+constexpr char kMetricsPrefix[] = "metrics/";
 
 class RocksJobStore : public JobStore {
  public:
   explicit RocksJobStore(rocksdb::DB* db) : db_(db) {}
   Status Put(const v1::Job& job, bool sync) override;
   Status LoadAll(std::vector<v1::Job>* jobs) const override;
+  Status PutMetrics(const v1::JobMetrics& metrics, bool sync) override;
+  Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) const override;
 
  private:
   std::unique_ptr<rocksdb::DB> db_;
@@ -51,6 +54,26 @@ Status RocksJobStore::LoadAll(std::vector<v1::Job>* jobs) const {
     jobs->push_back(std::move(job));
   }
   if (!it->status().ok()) return Status::IOError("cannot read job store: " + it->status().ToString());
+  return Status::OK();
+}
+
+Status RocksJobStore::PutMetrics(const v1::JobMetrics& metrics, bool sync) {
+  std::string value;
+  if (!metrics.SerializeToString(&value))
+    return Status::Internal("cannot serialize the metrics of job " + metrics.job_id());
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  rocksdb::Status s = db_->Put(wo, kMetricsPrefix + metrics.job_id(), value);
+  if (!s.ok()) return Status::IOError("cannot write the metrics of job " + metrics.job_id() + ": " + s.ToString());
+  return Status::OK();
+}
+
+Status RocksJobStore::GetMetrics(const std::string& id, v1::JobMetrics* metrics) const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kMetricsPrefix + id, &value);
+  if (s.IsNotFound()) return Status::NotFound("no metrics of job " + id);
+  if (!s.ok()) return Status::IOError("cannot read the metrics of job " + id + ": " + s.ToString());
+  if (!metrics->ParseFromString(value)) return Status::Corruption("the metrics of job " + id + " do not parse");
   return Status::OK();
 }
 

@@ -1,5 +1,7 @@
 // JobStore: the coordinator's durable job records. The RocksDB store (Open) keeps one
-// key per job ("job/<id>"), the value the serialized v1::Job; thread-safe (RocksDB is).
+// key per job ("job/<id>"), the value the serialized v1::Job, and apart from it, so that
+// loading and listing jobs stays cheap, each job's metric history ("metrics/<id>", a
+// serialized v1::JobMetrics); thread-safe (RocksDB is).
 // An interface, so tests can inject a store that fails.
 #ifndef NIGHTSHIFT_COMMON_JOB_STORE_H_
 #define NIGHTSHIFT_COMMON_JOB_STORE_H_
@@ -25,6 +27,12 @@ class JobStore {
 
   // Every stored job, in key order.
   virtual Status LoadAll(std::vector<v1::Job>* jobs) const = 0;
+
+  // Writes a job's whole metric history (unsynced writes are fine: it is rebuilt from
+  // the reports that follow).
+  virtual Status PutMetrics(const v1::JobMetrics& metrics, bool sync) = 0;
+  // The history of job `id`; NotFound when none was written.
+  virtual Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) const = 0;
 };
 
 }  // namespace nightshift

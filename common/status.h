@@ -30,6 +30,7 @@ class Status {
 
   Status() = default;
   static Status OK() { return Status(); }
+  static Status Cancelled(std::string m) { return Status(kCancelled, std::move(m)); }
   static Status InvalidArgument(std::string m) { return Status(kInvalidArgument, std::move(m)); }
   static Status NotFound(std::string m) { return Status(kNotFound, std::move(m)); }
   static Status AlreadyExists(std::string m) { return Status(kAlreadyExists, std::move(m)); }

@@ -31,6 +31,8 @@ const char* MethodName(Method m) {
     case Method::kCancelJob: return "CancelJob";
     case Method::kWatchJob: return "WatchJob";
     case Method::kStreamLogs: return "StreamLogs";
+    case Method::kGetArtifacts: return "GetArtifacts";
+    case Method::kGetJobMetrics: return "GetJobMetrics";
     case Method::kRegister: return "Register";
     case Method::kHeartbeat: return "Heartbeat";
     case Method::kReportTask: return "ReportTask";
@@ -103,6 +105,8 @@ Status Permit(const Principal& who, Method method, const std::string* owner) {
     case Method::kCancelJob:
     case Method::kWatchJob:
     case Method::kStreamLogs:
+    case Method::kGetArtifacts:
+    case Method::kGetJobMetrics:
       if (who.role != Role::kUser) return denied("JobService is for users and admins");
       if (owner != nullptr && *owner != who.user) return denied("the job belongs to another user");
       return Status::OK();

@@ -36,6 +36,7 @@ const char* RoleName(Role role);
 // Every RPC the coordinator serves.
 enum class Method {
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kStreamLogs,  // JobService
+  kGetArtifacts, kGetJobMetrics,
   kRegister, kHeartbeat, kReportTask,                                  // WorkerService
   kListWorkers, kListCache, kEvictCache,                               // AdminService
 };

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/spec.h"
 #include "common/time_util.h"
+#include "coordinator/metric_history.h"
 #include "coordinator/scheduler.h"
 
 namespace nightshift {
@@ -93,6 +94,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     entry.job = std::move(job);
     entry.last_step = entry.job.progress().step();
     entry.last_advance = entry.stopping_since = c->clock_->Now();
+    Status history = c->store_->GetMetrics(entry.job.id(), &entry.history);
+    if (!history.ok() && history.code() != Status::kNotFound) return history;
+    entry.history.set_job_id(entry.job.id());
     c->jobs_[entry.job.id()] = std::move(entry);
   }
   NS_INFO("coordinator: loaded " << jobs.size() << " jobs from " << options.data_dir);
@@ -110,6 +114,17 @@ void Coordinator::Persist(JobEntry* entry, bool sync) {
     NS_ERROR("coordinator: " << store_error_.message());
   }
   changed_.notify_all();
+}
+
+void Coordinator::PersistHistory(JobEntry* entry) {
+  if (!store_error_.ok()) return;
+  entry->history.set_job_id(entry->job.id());
+  Status s = store_->PutMetrics(entry->history, /*sync=*/false);
+  if (!s.ok()) {
+    store_error_ = Status::Unavailable("the coordinator stopped after a failed job store write (" + s.message() +
+                                       "); restart it once the store is writable");
+    NS_ERROR("coordinator: " << store_error_.message());
+  }
 }
 
 Status Coordinator::store_status() const {
@@ -376,6 +391,18 @@ bool Coordinator::TakeReport(const std::string& worker, const v1::TaskStatus& st
     use->set_prepare_seconds(status.prepare_seconds());
     changed = true;
   }
+  if (!status.model_path().empty() &&
+      (job.model().path() != status.model_path() || job.model().step() != status.model_step() ||
+       job.model().worker() != worker)) {
+    v1::ModelArtifact* model = job.mutable_model();
+    model->set_worker(worker);
+    model->set_path(status.model_path());
+    model->set_step(status.model_step());
+    changed = true;
+  }
+  bool history = AddEvals(job.attempt(), status.evals(), &entry->history);
+  if (status.has_progress()) history = AddTrainPoint(job.attempt(), status.progress(), &entry->history) || history;
+  if (history) PersistHistory(entry);
   if (status.has_progress() &&
       (!entry->progress_is_this_attempts || status.progress().step() >= job.progress().step())) {
     *job.mutable_progress() = status.progress();
@@ -634,6 +661,41 @@ StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int r
     return w->second.info.log_address();
   }
   return Status::NotFound("rank " + std::to_string(rank) + " of job " + job_id + " has not been placed yet");
+}
+
+StatusOr<v1::JobMetrics> Coordinator::Metrics(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  v1::JobMetrics m = it->second.history;
+  m.set_job_id(id);
+  return m;
+}
+
+StatusOr<Coordinator::ModelLocation> Coordinator::ModelOf(const std::string& id, int64_t step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(store_error_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  const v1::Job& job = it->second.job;
+  const std::string state = v1::JobState_Name(job.state());
+  if (!job.has_model() || job.model().path().empty())
+    return Status::FailedPrecondition("job " + id + " is " + state +
+                                      " and has no model yet: the model is exported when the job succeeds");
+  if (step > 0 && step != job.model().step())
+    return Status::FailedPrecondition("job " + id + " (" + state + ") has no model exported at step " +
+                                      std::to_string(step) + "; its model is at step " +
+                                      std::to_string(job.model().step()));
+  ModelLocation where;
+  where.model = job.model();
+  auto w = workers_.find(job.model().worker());
+  if (w == workers_.end() || w->second.info.state() != v1::WORKER_READY || w->second.info.log_address().empty())
+    where.worker_error = Status::Unavailable("worker " + job.model().worker() + " that holds the model of job " + id +
+                                             " is gone, and the coordinator sees no shared copy (--checkpoint-root)");
+  else
+    where.worker_address = w->second.info.log_address();
+  return where;
 }
 
 CoordinatorStats Coordinator::Stats() const {

@@ -126,6 +126,21 @@ class Coordinator {
 
   CoordinatorStats Stats() const;
 
+  // The job's metric history (every evaluation, the downsampled training curve), per
+  // attempt; empty attempts before the first report.
+  StatusOr<v1::JobMetrics> Metrics(const std::string& id) const;
+
+  // Where the model of a job is. FAILED_PRECONDITION naming the job's state when it has
+  // none (or not at `step`, when step > 0). `worker_address` is the log service address
+  // of the worker that holds it, or, when that worker is gone, empty with
+  // `worker_error` UNAVAILABLE naming it (a shared checkpoint root may still have it).
+  struct ModelLocation {
+    v1::ModelArtifact model;
+    std::string worker_address;
+    Status worker_error;
+  };
+  StatusOr<ModelLocation> ModelOf(const std::string& id, int64_t step = 0) const;
+
   // The log service address of the worker that runs (or last ran) `rank` of a job.
   StatusOr<std::string> LogAddressOf(const std::string& job_id, int rank) const;
 
@@ -157,6 +172,7 @@ class Coordinator {
     bool progress_is_this_attempts = true;  // false from a requeue until the new attempt
                                             // reports: its replay restarts below the old step
     Clock::TimePoint stopping_since{};   // when it became PREEMPTED or STUCK
+    v1::JobMetrics history;              // stored apart (JobStore::PutMetrics)
   };
   struct WorkerEntry {
     v1::WorkerInfo info;
@@ -173,6 +189,7 @@ class Coordinator {
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
   void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
+  void PersistHistory(JobEntry* entry);      // unsynced; on failure sets store_error_
   int UsedSlots(const std::string& worker) const;
   // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
   // own restart, workers get one lease to register again).

@@ -25,6 +25,7 @@ struct Flags {
   std::string listen = "127.0.0.1:7070";
   CoordinatorOptions options;
   std::string port_file, metrics_listen, metrics_port_file, token_file;
+  std::string checkpoint_root;  // the workers' shared --checkpoint-root, if this host mounts it
   TlsServerOptions tls;
 };
 
@@ -34,6 +35,9 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--lease-seconds", f->options.lease_seconds, "a worker silent this long is lost");
   app->add_option("--restart-backoff-seconds", f->options.restart_backoff_seconds,
                   "delay before a job's first restart (doubles each time, at most 60 s)");
+  app->add_option("--checkpoint-root", f->checkpoint_root,
+                  "the workers' shared --checkpoint-root as mounted here: `job artifacts` reads models there "
+                  "(else from the worker that holds them)");
   app->add_option("--port-file", f->port_file, "write the port actually bound to this file");
   app->add_option("--metrics-listen", f->metrics_listen, "HOST:PORT to serve Prometheus /metrics on (port 0: pick one)");
   app->add_option("--metrics-port-file", f->metrics_port_file, "write the metrics port to this file");
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
   auto metrics_server = StartMetrics(flags, &metrics, c);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
 
-  JobServiceImpl jobs(c, &metrics, auth.value().get());
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root);
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -3,8 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "common/grpc_status.h"
+#include "common/model_folder.h"
 #include "common/spec.h"
 #include "coordinator/metrics.h"
 
@@ -150,6 +152,58 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
   grpc::Status s = reader->Finish();
   if (ctx->IsCancelled()) return timer.Done(grpc::Status::CANCELLED);
   return timer.Done(s.error_code() == grpc::StatusCode::CANCELLED ? grpc::Status::OK : s);
+}
+
+grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::GetArtifactsRequest* req,
+                                          grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  RpcTimer timer(metrics_, "GetArtifacts");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kGetArtifacts, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto where = c_->ModelOf(req->id(), req->step());
+  if (!where.ok()) return timer.Done(ToGrpc(where.status()));
+  auto write = [&](const v1::ArtifactChunk& chunk) { return !ctx->IsCancelled() && writer->Write(chunk); };
+  // The shared checkpoint root first: no worker needed.
+  if (!checkpoint_root_.empty()) {
+    const std::string dir = checkpoint_root_ + "/" + req->id() + "/model";
+    if (std::filesystem::exists(dir + "/" + kChecksumsFile))
+      return timer.Done(ToGrpc(SendModelFolder(dir, where->model.step(), write)));
+  }
+  if (!where->worker_error.ok()) return timer.Done(ToGrpc(where->worker_error));
+  // Relay from the worker that holds it.
+  auto stub = v1::WorkerLogService::NewStub(
+      grpc::CreateChannel(where->worker_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext worker_ctx;
+  v1::ReadModelRequest read;
+  read.set_job_id(req->id());
+  auto reader = stub->ReadModel(&worker_ctx, read);
+  v1::ArtifactChunk chunk;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first) chunk.set_step(where->model.step());
+    first = false;
+    if (!write(chunk)) {
+      worker_ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (ctx->IsCancelled()) return timer.Done(grpc::Status::CANCELLED);
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE)
+    return timer.Done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker " + where->model.worker() +
+                                                                      " that holds the model of job " + req->id() +
+                                                                      " does not answer: " + s.error_message()));
+  return timer.Done(s);
+}
+
+grpc::Status JobServiceImpl::GetJobMetrics(grpc::ServerContext* ctx, const v1::GetJobMetricsRequest* req,
+                                           v1::JobMetrics* out) {
+  RpcTimer timer(metrics_, "GetJobMetrics");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kGetJobMetrics, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto m = c_->Metrics(req->id());
+  if (!m.ok()) return timer.Done(ToGrpc(m.status()));
+  *out = std::move(m.value());
+  return timer.Done(grpc::Status::OK);
 }
 
 grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,

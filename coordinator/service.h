@@ -15,9 +15,12 @@ class CoordinatorMetrics;
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  // `auth` null: every call is allowed (insecure mode).
-  JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr)
-      : c_(c), metrics_(metrics), auth_(auth) {}
+  // `auth` null: every call is allowed (insecure mode). `checkpoint_root`: the workers'
+  // shared checkpoint root as this host sees it (GetArtifacts reads
+  // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
+  JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr,
+                 std::string checkpoint_root = "")
+      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -26,11 +29,15 @@ class JobServiceImpl final : public v1::JobService::Service {
                         grpc::ServerWriter<v1::Job>*) override;
   grpc::Status StreamLogs(grpc::ServerContext*, const v1::StreamLogsRequest*,
                           grpc::ServerWriter<v1::LogLines>*) override;
+  grpc::Status GetArtifacts(grpc::ServerContext*, const v1::GetArtifactsRequest*,
+                            grpc::ServerWriter<v1::ArtifactChunk>*) override;
+  grpc::Status GetJobMetrics(grpc::ServerContext*, const v1::GetJobMetricsRequest*, v1::JobMetrics*) override;
 
  private:
   Coordinator* const c_;  // not owned
   CoordinatorMetrics* const metrics_;  // not owned; may be null
   Authenticator* const auth_;  // not owned; may be null
+  const std::string checkpoint_root_;
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {

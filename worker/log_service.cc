@@ -7,6 +7,9 @@
 #include <fstream>
 #include <thread>
 
+#include "common/grpc_status.h"
+#include "common/model_folder.h"
+
 namespace fs = std::filesystem;
 
 namespace nightshift {
@@ -66,6 +69,22 @@ grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLog
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status LogServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
+                                       grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  if (!SafeId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (checkpoint_root_.empty())
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");
+  // The folder is named by the job id alone, and SendModelFolder sends only the plain
+  // names checksums.json lists, regular files, no links: nothing outside it is read.
+  const std::string dir = checkpoint_root_ + "/" + req->job_id() + "/model";
+  if (fs::is_symlink(dir) || fs::is_symlink(checkpoint_root_ + "/" + req->job_id()))
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "the model folder of job " + req->job_id() + " is a link");
+  Status s = SendModelFolder(dir, 0, [&](const v1::ArtifactChunk& chunk) {
+    return !ctx->IsCancelled() && writer->Write(chunk);
+  });
+  return ToGrpc(s);
 }
 
 }  // namespace nightshift

@@ -113,10 +113,12 @@ int Main(Flags& flags) {
   auto cache = FeatureCache::Open({options.work_dir + "/cache", options.cache_max_bytes});
   if (!cache.ok()) return Fail(cache.status());
   std::atomic<Agent*> agent_ptr{nullptr};  // read by the log service's threads
+  const std::string checkpoint_root = std::filesystem::absolute(
+      options.checkpoint_root.empty() ? options.work_dir + "/checkpoints" : options.checkpoint_root).string();
   LogServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
     Agent* agent = agent_ptr.load();
     return agent != nullptr && agent->IsRunning(job);
-  });
+  }, checkpoint_root);
   auto log_server = ServeLogs(&logs, &options);
   if (!log_server.ok()) return Fail(log_server.status());
   FindGpus(&options);

@@ -42,9 +42,21 @@ bool ProgressAggregator::Add(int rank, const format::ProgressRecord& r) {
   } else if (r.event == "checkpoint") {
     checkpoint_step_ = static_cast<int64_t>(r.Number("step"));
     checkpoint_path_ = r.String("path");
+  } else if (r.event == "export") {
+    model_path_ = r.String("path");
+    model_step_ = static_cast<int64_t>(r.Number("step"));
   } else if (r.event == "eval" || r.event == "done") {
-    for (const auto& [k, v] : r.numbers)  // NaN: not applicable (perplexity of a classifier)
+    v1::EvalPoint point;
+    for (const auto& [k, v] : r.numbers) {  // NaN: not applicable (perplexity of a classifier)
       if ((k.rfind("val_", 0) == 0 || k == "train_seconds") && !std::isnan(v)) metrics_[k] = v;
+      if (k.rfind("val_", 0) == 0 && !std::isnan(v)) (*point.mutable_metrics())[k] = v;
+    }
+    if (r.event == "eval") {
+      point.set_step(static_cast<int64_t>(r.Number("step")));
+      point.set_epoch(static_cast<int32_t>(r.Number("epoch")));
+      if (evals_.size() >= static_cast<size_t>(kMaxEvals)) evals_.erase(evals_.begin());
+      evals_.push_back(std::move(point));
+    }
   }
   return true;
 }
@@ -57,6 +69,10 @@ void ProgressAggregator::Fill(v1::TaskStatus* status) const {
   status->set_checkpoint_path(checkpoint_path_);
   status->mutable_metrics()->clear();
   for (const auto& [k, v] : metrics_) (*status->mutable_metrics())[k] = v;
+  status->clear_evals();
+  for (const auto& e : evals_) *status->add_evals() = e;
+  status->set_model_path(model_path_);
+  status->set_model_step(model_step_);
 }
 
 std::string ProgressAggregator::LastError(int rank) const {

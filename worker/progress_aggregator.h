@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/format/progress.h"
 #include "nightshift/v1/cluster.pb.h"
@@ -21,6 +22,8 @@ class ProgressAggregator {
     format::ProgressRecord step, checkpoint;  // the latest of each; event empty: none yet
   };
 
+  static constexpr int kMaxEvals = 256;
+
   explicit ProgressAggregator(int first_rank) : first_rank_(first_rank) {}
 
   // Folds in one record of global rank `rank`. True when what the agent reports of the
@@ -28,8 +31,9 @@ class ProgressAggregator {
   bool Add(int rank, const format::ProgressRecord& record);
 
   // Sets the fields of *status that come from the ranks: progress (left unset before
-  // the first "start" or "step"), checkpoint_step, checkpoint_path and metrics (val_*
-  // and train_seconds of "eval" and "done").
+  // the first "start" or "step"), checkpoint_step, checkpoint_path, metrics (val_*
+  // and train_seconds of "eval" and "done"), evals (every "eval", the last kMaxEvals) and
+  // model_path, model_step (the "export" event: the exported model folder).
   void Fill(v1::TaskStatus* status) const;
 
   const std::map<int, RankRecords>& ranks() const { return ranks_; }  // by global rank
@@ -42,6 +46,9 @@ class ProgressAggregator {
   int64_t checkpoint_step_ = 0;
   std::string checkpoint_path_;
   std::map<std::string, double> metrics_;
+  std::vector<v1::EvalPoint> evals_;  // in order, at most kMaxEvals
+  std::string model_path_;
+  int64_t model_step_ = 0;
   std::map<int, RankRecords> ranks_;
   std::map<int, std::string> last_errors_;
 };

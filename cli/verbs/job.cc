@@ -1,8 +1,9 @@
-// nightshift job submit | list | describe | watch | logs | cancel
+// nightshift job submit | list | describe | watch | logs | cancel | artifacts | metrics
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "cli/exit_codes.h"
 #include "cli/format.h"
 #include "cli/verbs/verbs.h"
+#include "common/model_folder.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
 
 namespace nightshift::cli {
@@ -203,6 +205,134 @@ int Logs(const Session& s, const LogsFlags& f) {
   return status.ok() ? kExitOk : CallFailed(status);
 }
 
+struct ArtifactsFlags {
+  std::string id;
+  std::string output;  // default ./<id>-model
+  int64_t step = 0;    // 0: the exported model
+};
+
+// A folder removed when the download does not complete (unless released).
+class PartialDir {
+ public:
+  explicit PartialDir(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  ~PartialDir() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  void Release() { dir_.clear(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// Receives the stream into `dir`: every chunk's file must be listed in the checksums and
+// come in order of offset. Fills *checksums_json and *step from the first chunk.
+Status Receive(grpc::ClientReader<v1::ArtifactChunk>* reader, const std::string& dir, std::string* checksums_json,
+               int64_t* step) {
+  v1::ArtifactChunk chunk;
+  ModelChecksums sums;
+  std::map<std::string, int64_t> written;
+  std::ofstream out;
+  std::string open_file;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      auto parsed = ParseChecksums(chunk.checksums_json());
+      if (!parsed.ok()) return parsed.status();
+      sums = std::move(parsed.value());
+      *checksums_json = chunk.checksums_json();
+      *step = chunk.step();
+      first = false;
+      continue;
+    }
+    const std::string& name = chunk.file();
+    if (!sums.count(name)) return Status::Corruption("the coordinator sent '" + name + "', not in checksums.json");
+    if (chunk.offset() != written[name]) return Status::Corruption(name + ": a chunk out of order");
+    if (name != open_file) {
+      out.close();
+      out.open(dir + "/" + name, std::ios::binary | std::ios::trunc);
+      open_file = name;
+    }
+    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    if (!out) return Status::IOError("cannot write " + dir + "/" + name);
+    written[name] += static_cast<int64_t>(chunk.data().size());
+  }
+  out.close();
+  if (first) return Status::OK();  // the call failed (the caller reads its status)
+  for (const auto& [name, sum] : sums)
+    if (!written.count(name)) std::ofstream(dir + "/" + name, std::ios::binary);  // verify names it missing or empty
+  return Status::OK();
+}
+
+// Downloads into a hidden folder beside DIR, verifies every checksum, and renames it
+// into place only when every file is whole; otherwise nothing is left behind.
+int Artifacts(const Session& s, const ArtifactsFlags& f) {
+  namespace fs = std::filesystem;
+  const fs::path dest = f.output.empty() ? fs::path(f.id + "-model") : fs::path(f.output);
+  std::error_code ec;
+  if (fs::exists(dest, ec))
+    return LocalError(Status::InvalidArgument(dest.string() + " already exists: remove it or choose another --output"));
+  const fs::path parent = dest.parent_path().empty() ? fs::path(".") : dest.parent_path();
+  fs::create_directories(parent, ec);
+  const fs::path tmp = parent / ("." + dest.filename().string() + ".partial-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec) || ec)
+    return LocalError(Status::InvalidArgument("cannot create " + tmp.string() + ": " + ec.message()));
+  PartialDir partial(tmp);
+
+  grpc::ClientContext ctx;
+  v1::GetArtifactsRequest req;
+  req.set_id(f.id);
+  req.set_step(f.step);
+  auto reader = v1::JobService::NewStub(s.channel)->GetArtifacts(&ctx, req);
+  std::string checksums_json;
+  int64_t step = 0;
+  Status received = Receive(reader.get(), tmp.string(), &checksums_json, &step);
+  if (!received.ok()) {
+    ctx.TryCancel();
+    reader->Finish();
+    return LocalError(Status::Corruption("download of job " + f.id + " failed, nothing kept: " + received.message()));
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return CallFailed(status, f.id);
+  std::ofstream(tmp / kChecksumsFile, std::ios::binary) << checksums_json;
+  Status verified = VerifyModelFolder(tmp.string());
+  if (!verified.ok())
+    return LocalError(Status::Corruption("the model of job " + f.id + " did not verify, nothing kept: " +
+                                         verified.message()));
+  fs::rename(tmp, dest, ec);
+  if (ec) return LocalError(Status::InvalidArgument("cannot rename into " + dest.string() + ": " + ec.message()));
+  partial.Release();
+  int files = 0;
+  int64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(dest, ec)) {
+    ++files;
+    bytes += static_cast<int64_t>(e.file_size());
+  }
+  if (s.json)
+    std::printf("{\n  \"id\": \"%s\",\n  \"dir\": \"%s\",\n  \"step\": %lld,\n  \"files\": %d,\n  \"bytes\": %lld\n}\n",
+                f.id.c_str(), dest.string().c_str(), static_cast<long long>(step), files,
+                static_cast<long long>(bytes));
+  else
+    std::printf("%s: model at step %lld in %s (%d files, %lld bytes, checksums verified)\n", f.id.c_str(),
+                static_cast<long long>(step), dest.string().c_str(), files, static_cast<long long>(bytes));
+  return kExitOk;
+}
+
+int Metrics(const Session& s, const std::string& id) {
+  v1::GetJobMetricsRequest req;
+  req.set_id(id);
+  v1::JobMetrics out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(s.Deadline());
+  grpc::Status status = v1::JobService::NewStub(s.channel)->GetJobMetrics(&ctx, req, &out);
+  if (!status.ok()) return CallFailed(status);
+  if (s.json) std::printf("%s\n", ToJson(out).c_str());
+  else if (s.csv) std::fputs(MetricsCsv(out).c_str(), stdout);
+  else std::printf("%s%s", MetricsTable(out).c_str(), LossCurve(out).c_str());
+  return kExitOk;
+}
+
 // For the verbs whose only argument is the job's ID.
 Handler WithId(CLI::App* cmd, int (*run)(const Session&, const std::string&)) {
   auto id = std::make_shared<std::string>();
@@ -228,6 +358,16 @@ Handler JobList(CLI::App* cmd) {
 Handler JobDescribe(CLI::App* cmd) { return WithId(cmd, Get); }
 Handler JobWatch(CLI::App* cmd) { return WithId(cmd, Watch); }
 Handler JobCancel(CLI::App* cmd) { return WithId(cmd, Cancel); }
+
+Handler JobMetrics(CLI::App* cmd) { return WithId(cmd, Metrics); }
+
+Handler JobArtifacts(CLI::App* cmd) {
+  auto f = std::make_shared<ArtifactsFlags>();
+  cmd->add_option("ID", f->id)->required();
+  cmd->add_option("--output", f->output, "folder to create (default ./<ID>-model); must not exist");
+  cmd->add_option("--step", f->step, "only the model exported at this step (default: the job's model)");
+  return [f](const Session& s) { return Artifacts(s, *f); };
+}
 
 Handler JobLogs(CLI::App* cmd) {
   auto f = std::make_shared<LogsFlags>();

@@ -22,6 +22,7 @@ namespace nightshift::cli {
 struct Session {
   std::shared_ptr<grpc::Channel> channel;  // to the coordinator, credentials attached
   bool json = false;                        // -o json (else table)
+  bool csv = false;                         // -o csv (job metrics; the others print the table)
 
   // The deadline of a unary call: 30 s from now. Streams (watch, logs) have none.
   std::chrono::system_clock::time_point Deadline() const {
@@ -39,6 +40,8 @@ Handler JobDescribe(CLI::App* cmd);
 Handler JobWatch(CLI::App* cmd);
 Handler JobLogs(CLI::App* cmd);
 Handler JobCancel(CLI::App* cmd);
+Handler JobArtifacts(CLI::App* cmd);
+Handler JobMetrics(CLI::App* cmd);
 // cli/verbs/worker.cc
 Handler WorkerList(CLI::App* cmd);
 Handler WorkerCordon(CLI::App* cmd);

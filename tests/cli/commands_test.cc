@@ -29,7 +29,7 @@ TEST(CommandsTest, TheTableHasEveryVerbOnceWithHelpAndAFunction) {
   }
   // The CLI's surface: scripts and tests call these, so a change here is a change of contract.
   EXPECT_EQ(verbs, (std::vector<std::string>{"job submit", "job list", "job describe", "job watch", "job logs",
-                                             "job cancel", "worker list", "worker cordon", "worker uncordon",
+                                             "job cancel", "job artifacts", "job metrics", "worker list", "worker cordon", "worker uncordon",
                                              "worker drain", "cluster status", "cache list", "cache stats",
                                              "cache evict"}));
 }
@@ -58,6 +58,7 @@ TEST(CommandsTest, EachVerbIsChosenByItsNounAndName) {
   const std::map<std::string, std::string> args = {
       {"job submit", " job.yaml"},  {"job describe", " j1"},   {"job watch", " j1"},
       {"job logs", " j1"},          {"job cancel", " j1"},     {"worker cordon", " w1"},
+      {"job artifacts", " j1"},     {"job metrics", " j1"},
       {"worker uncordon", " w1"},   {"worker drain", " w1"},
   };
   ASSERT_EQ(App().commands.size(), Verbs().size());

@@ -180,6 +180,9 @@ class FakeJobService final : public v1::JobService::Service {
   // An id without streams is NOT_FOUND.
   std::map<std::string, std::vector<std::vector<v1::Job>>> watch_streams;
   std::vector<std::string> log_chunks;      // what StreamLogs sends
+  std::vector<v1::ArtifactChunk> artifact_chunks;  // what GetArtifacts sends (then `artifacts_end`)
+  grpc::Status artifacts_end = grpc::Status::OK;
+  v1::JobMetrics job_metrics;               // what GetJobMetrics answers
   grpc::Status fail = grpc::Status::OK;
   std::vector<v1::SubmitJobRequest> submits;
   std::vector<v1::ListJobsRequest> lists;
@@ -242,6 +245,21 @@ class FakeJobService final : public v1::JobService::Service {
       lines.set_data(c);
       w->Write(lines);
     }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetArtifacts(grpc::ServerContext*, const v1::GetArtifactsRequest*,
+                            grpc::ServerWriter<v1::ArtifactChunk>* w) override {
+    std::lock_guard<std::mutex> l(mu);
+    if (!fail.ok()) return fail;
+    for (const auto& c : artifact_chunks) w->Write(c);
+    return artifacts_end;
+  }
+  grpc::Status GetJobMetrics(grpc::ServerContext*, const v1::GetJobMetricsRequest* req, v1::JobMetrics* out) override {
+    std::lock_guard<std::mutex> l(mu);
+    if (!fail.ok()) return fail;
+    *out = job_metrics;
+    out->set_job_id(req->id());
     return grpc::Status::OK;
   }
 
@@ -367,7 +385,7 @@ inline Run RunCli(std::vector<std::string> args, const std::shared_ptr<grpc::Cha
   try {
     app.parse(args);
     const Command* chosen = Chosen(commands);
-    r.code = chosen ? chosen->run(Session{channel, options.output == "json"}) : kExitUsage;
+    r.code = chosen ? chosen->run(Session{channel, options.output == "json", options.output == "csv"}) : kExitUsage;
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     r.code = ExitCodeOf(e);

@@ -19,6 +19,7 @@ class FakeJobStore : public JobStore {
   struct Disk {
     std::mutex mu;
     std::map<std::string, v1::Job> jobs;  // GUARDED_BY(mu), by id
+    std::map<std::string, v1::JobMetrics> metrics;  // GUARDED_BY(mu), by job id
     bool fail_writes = false;             // GUARDED_BY(mu)
     int failed_writes = 0;                // GUARDED_BY(mu)
   };
@@ -37,6 +38,23 @@ class FakeJobStore : public JobStore {
     std::lock_guard<std::mutex> lock(disk_->mu);
     jobs->clear();
     for (const auto& [id, job] : disk_->jobs) jobs->push_back(job);
+    return Status::OK();
+  }
+
+  Status PutMetrics(const v1::JobMetrics& metrics, bool /*sync*/) override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    if (disk_->fail_writes) {
+      ++disk_->failed_writes;
+      return Status::IOError("cannot write the metrics of job " + metrics.job_id() + ": No space left on device");
+    }
+    disk_->metrics[metrics.job_id()] = metrics;
+    return Status::OK();
+  }
+  Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) const override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    auto it = disk_->metrics.find(id);
+    if (it == disk_->metrics.end()) return Status::NotFound("no metrics of job " + id);
+    *metrics = it->second;
     return Status::OK();
   }
 

@@ -49,6 +49,43 @@ TEST(JobStoreTest, CloseAndReopenGivesBackEveryJob) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(JobStoreTest, MetricsLiveApartFromJobsAndSurviveReopen) {
+  const std::string dir = testing::TempDir() + "/jobstore-metrics." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    v1::Job job;
+    job.set_id("j-000001");
+    ASSERT_TRUE((*store)->Put(job, true).ok());
+    v1::JobMetrics m;
+    m.set_job_id("j-000001");
+    auto* a = m.add_attempts();
+    a->set_stride(2);
+    for (int i = 0; i < 300; ++i) {
+      auto* p = a->add_train();
+      p->set_step(2 * i);
+      p->set_loss(1.0 / (i + 1));
+    }
+    (*a->add_evals()->mutable_metrics())["val_accuracy"] = 0.75;
+    ASSERT_TRUE((*store)->PutMetrics(m, false).ok());
+    v1::JobMetrics none;
+    EXPECT_EQ((*store)->GetMetrics("j-000002", &none).code(), Status::kNotFound);
+  }
+  auto store = JobStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  std::vector<v1::Job> jobs;
+  ASSERT_TRUE((*store)->LoadAll(&jobs).ok());
+  EXPECT_EQ(jobs.size(), 1u);  // the history is not a job
+  v1::JobMetrics m;
+  ASSERT_TRUE((*store)->GetMetrics("j-000001", &m).ok());
+  ASSERT_EQ(m.attempts_size(), 1);
+  EXPECT_EQ(m.attempts(0).train_size(), 300);
+  EXPECT_EQ(m.attempts(0).train(299).step(), 598);
+  EXPECT_DOUBLE_EQ(m.attempts(0).evals(0).metrics().at("val_accuracy"), 0.75);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(JobStoreTest, UnwritableDirectoryIsAnError) {
   auto store = JobStore::Open("/proc/nightshift-cannot-exist");
   EXPECT_FALSE(store.ok());

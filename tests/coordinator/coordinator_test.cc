@@ -8,6 +8,7 @@
 
 #include "common/spec.h"
 #include "common/time_util.h"
+#include "coordinator/metric_history.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 
@@ -523,6 +524,139 @@ TEST_F(CoordinatorTest, AfterARestartWorkersHaveOneLeaseToComeBack) {
   EXPECT_EQ(job.attempt(), 1);
   const std::string why = job.events(job.events_size() - 1).reason();
   EXPECT_NE(why.find("worker w1 lost"), std::string::npos) << why;
+}
+
+// The training curve stays within kMaxTrainPoints however long the run: when full every
+// second point goes and the stride doubles, so the first and the latest steps stay.
+TEST(MetricHistoryTest, DownsamplesToAFewHundredPointsSpanningTheRun) {
+  v1::JobMetrics m;
+  for (int step = 1; step <= 10000; ++step) {
+    v1::Progress p;
+    p.set_step(step);
+    p.set_loss(10.0 / step);
+    AddTrainPoint(0, p, &m);
+  }
+  ASSERT_EQ(m.attempts_size(), 1);
+  const v1::AttemptMetrics& a = m.attempts(0);
+  EXPECT_LE(a.train_size(), kMaxTrainPoints);
+  EXPECT_GE(a.train_size(), kMaxTrainPoints / 2);
+  EXPECT_EQ(a.train(0).step(), 1);
+  EXPECT_GE(a.train(a.train_size() - 1).step(), 10000 - a.stride());
+  for (int i = 1; i < a.train_size(); ++i) EXPECT_GT(a.train(i).step(), a.train(i - 1).step());
+  // The same step again (a report repeated) and step 0 ("start") add nothing.
+  v1::Progress again = v1::Progress();
+  again.set_step(a.train(a.train_size() - 1).step());
+  EXPECT_FALSE(AddTrainPoint(0, again, &m));
+  EXPECT_FALSE(AddTrainPoint(1, v1::Progress(), &m));
+}
+
+TEST(MetricHistoryTest, EvalsAreAddedOncePerStepAndAttemptsStayInOrder) {
+  v1::JobMetrics m;
+  google::protobuf::RepeatedPtrField<v1::EvalPoint> evals;
+  for (int i = 1; i <= 2; ++i) {
+    v1::EvalPoint* e = evals.Add();
+    e->set_step(10 * i);
+    e->set_epoch(i - 1);
+    (*e->mutable_metrics())["val_accuracy"] = 0.5 + i / 10.0;
+  }
+  EXPECT_TRUE(AddEvals(1, evals, &m));
+  EXPECT_FALSE(AddEvals(1, evals, &m));  // the worker reports all of them every time
+  EXPECT_TRUE(AddEvals(0, evals, &m));
+  ASSERT_EQ(m.attempts_size(), 2);
+  EXPECT_EQ(m.attempts(0).attempt(), 0);
+  EXPECT_EQ(m.attempts(1).attempt(), 1);
+  EXPECT_EQ(m.attempts(1).evals_size(), 2);
+}
+
+// What rank 0's worker reports becomes the job's history, kept per attempt, apart from
+// the Job record, and there after a restart of the coordinator over the same store.
+TEST_F(CoordinatorTest, MetricHistoryIsKeptPerAttemptAndSurvivesARestart) {
+  const std::string id = c_->Submit(Spec(1, 2))->id();
+  RegisterWorker("w1", 1);
+  c_->Tick();
+  Heartbeat("w1");
+  for (int step = 1; step <= 30; ++step) {
+    auto s = Status(id, 0, v1::TASK_RUNNING);
+    s.mutable_progress()->set_step(step);
+    s.mutable_progress()->set_loss(3.0 / step);
+    s.mutable_progress()->set_lr(0.001);
+    s.mutable_progress()->set_tokens_per_second(1000 + step);
+    if (step >= 10) {
+      v1::EvalPoint* e = s.add_evals();
+      e->set_step(10);
+      (*e->mutable_metrics())["val_loss"] = 0.7;
+    }
+    if (step >= 20) {
+      v1::EvalPoint* e = s.add_evals();
+      e->set_step(20);
+      e->set_epoch(1);
+      (*e->mutable_metrics())["val_loss"] = 0.5;
+    }
+    Report("w1", s);
+  }
+  // The attempt fails; the next one reports from its checkpoint.
+  auto failed = Status(id, 0, v1::TASK_FAILED);
+  failed.set_error("rank 0 exited with 1");
+  Report("w1", failed);
+  clock_.Advance(10ms);
+  c_->Tick();
+  Heartbeat("w1");
+  ASSERT_EQ(c_->Get(id)->attempt(), 1);
+  auto resumed = Status(id, 1, v1::TASK_RUNNING);
+  resumed.mutable_progress()->set_step(21);
+  resumed.mutable_progress()->set_loss(0.2);
+  Report("w1", resumed);
+  EXPECT_FALSE(c_->Get(id)->has_model());
+
+  Reopen();
+  auto m = c_->Metrics(id);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->attempts_size(), 2);
+  const v1::AttemptMetrics& first = m->attempts(0);
+  EXPECT_EQ(first.train_size(), 30);
+  EXPECT_DOUBLE_EQ(first.train(29).loss(), 0.1);
+  EXPECT_DOUBLE_EQ(first.train(29).tokens_per_second(), 1030);
+  ASSERT_EQ(first.evals_size(), 2);
+  EXPECT_EQ(first.evals(1).step(), 20);
+  EXPECT_DOUBLE_EQ(first.evals(1).metrics().at("val_loss"), 0.5);
+  EXPECT_EQ(m->attempts(1).attempt(), 1);
+  EXPECT_EQ(m->attempts(1).train_size(), 1);
+  EXPECT_EQ(c_->Metrics("j-999999").status().code(), Status::kNotFound);
+}
+
+TEST_F(CoordinatorTest, TheModelIsWhereRankZerosWorkerReportedIt) {
+  const std::string id = c_->Submit(Spec(1))->id();
+  auto none = c_->ModelOf(id);
+  EXPECT_EQ(none.status().code(), Status::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("QUEUED"), std::string::npos) << none.status().message();
+  v1::WorkerInfo w1;
+  w1.set_name("w1");
+  w1.set_slots(1);
+  w1.set_log_address("127.0.0.1:1234");
+  ASSERT_TRUE(c_->Register(w1).ok());
+  c_->Tick();
+  Heartbeat("w1");
+  auto done = Status(id, 0, v1::TASK_SUCCEEDED);
+  done.set_model_path("/ckpt/" + id + "/model");
+  done.set_model_step(40);
+  Report("w1", done);
+  ASSERT_EQ(StateOf(id), v1::SUCCEEDED);
+  Reopen();  // the location is in the Job record
+  auto job = c_->Get(id);
+  EXPECT_EQ(job->model().worker(), "w1");
+  EXPECT_EQ(job->model().path(), "/ckpt/" + id + "/model");
+  EXPECT_EQ(job->model().step(), 40);
+  // After the restart w1 has not registered again: gone, and the error names it.
+  auto where = c_->ModelOf(id);
+  ASSERT_TRUE(where.ok());
+  EXPECT_EQ(where->worker_error.code(), Status::kUnavailable);
+  EXPECT_NE(where->worker_error.message().find("worker w1"), std::string::npos);
+  ASSERT_TRUE(c_->Register(w1).ok());
+  where = c_->ModelOf(id);
+  ASSERT_TRUE(where.ok());
+  EXPECT_EQ(where->worker_address, "127.0.0.1:1234");
+  EXPECT_EQ(c_->ModelOf(id, 30).status().code(), Status::kFailedPrecondition);
+  EXPECT_TRUE(c_->ModelOf(id, 40).ok());
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include "common/client.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
+#include "tests/common/test_model_folder.h"
+#include "worker/log_service.h"
 
 namespace nightshift {
 namespace {
@@ -40,7 +42,7 @@ class CoordinatorServiceTest : public testing::Test {
     auto c = Coordinator::Open(options, std::make_unique<FakeJobStore>(std::make_shared<FakeJobStore::Disk>()));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     c_ = std::move(c.value());
-    jobs_ = std::make_unique<JobServiceImpl>(c_.get(), nullptr, auth_.get());
+    jobs_ = std::make_unique<JobServiceImpl>(c_.get(), nullptr, auth_.get(), dir_ + "/shared");
     workers_ = std::make_unique<WorkerServiceImpl>(c_.get(), nullptr, auth_.get());
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
@@ -155,6 +157,133 @@ TEST_F(CoordinatorServiceTest, ListJobsPagesWithTokens) {
   s = jobs->ListJobs(Ctx().get(), req, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("page_size"), std::string::npos) << s.error_message();
+}
+
+// Every chunk of one GetArtifacts call, reassembled by file; the call's status.
+grpc::Status Download(v1::JobService::Stub* stub, const std::string& id, std::map<std::string, std::string>* files,
+                      v1::ArtifactChunk* first) {
+  grpc::ClientContext ctx;
+  v1::GetArtifactsRequest req;
+  req.set_id(id);
+  auto reader = stub->GetArtifacts(&ctx, req);
+  v1::ArtifactChunk chunk;
+  files->clear();
+  bool is_first = true;
+  while (reader->Read(&chunk)) {
+    if (is_first) *first = chunk;
+    else (*files)[chunk.file()] += chunk.data();
+    is_first = false;
+  }
+  return reader->Finish();
+}
+
+// GetArtifacts end to end over real servers: the model relayed from the worker's log
+// service (its real ReadModel over a folder in its checkpoint root), then, once that
+// worker is gone, UNAVAILABLE naming it, then read from the shared checkpoint root; the
+// owner only; FAILED_PRECONDITION naming the state before there is a model.
+TEST_F(CoordinatorServiceTest, GetArtifactsFromTheWorkerOrTheSharedRoot) {
+  const v1::Job job = Submit("alice-secret");
+  auto alice = v1::JobService::NewStub(As("alice-secret"));
+  auto bob = v1::JobService::NewStub(As("bob-secret"));
+  std::map<std::string, std::string> got;
+  v1::ArtifactChunk first;
+  grpc::Status s = Download(alice.get(), job.id(), &got, &first);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("QUEUED"), std::string::npos) << s.error_message();
+
+  // The worker's log service, serving its checkpoint root.
+  LogServiceImpl logs(dir_ + "/worker", [](const std::string&) { return false; }, dir_ + "/worker-ckpt");
+  int log_port = 0;
+  grpc::ServerBuilder b;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &log_port);
+  b.RegisterService(&logs);
+  auto log_server = b.BuildAndStart();
+  ASSERT_TRUE(log_server != nullptr && log_port != 0);
+  const auto files = testing_model::WriteModelFolder(dir_ + "/worker-ckpt/" + job.id() + "/model");
+  ASSERT_EQ(files.size(), 3u);
+
+  auto worker = v1::WorkerService::NewStub(As("worker-secret"));
+  v1::RegisterRequest reg;
+  reg.set_name("node1");
+  reg.set_slots(1);
+  reg.set_log_address("127.0.0.1:" + std::to_string(log_port));
+  v1::RegisterResponse registered;
+  ASSERT_TRUE(worker->Register(Ctx().get(), reg, &registered).ok());
+  c_->Tick();
+  v1::HeartbeatRequest hb;
+  hb.set_name("node1");
+  v1::HeartbeatResponse orders;
+  ASSERT_TRUE(worker->Heartbeat(Ctx().get(), hb, &orders).ok());
+  v1::ReportTaskRequest report;
+  report.set_name("node1");
+  report.mutable_status()->mutable_task()->set_job_id(job.id());
+  report.mutable_status()->set_state(v1::TASK_SUCCEEDED);
+  report.mutable_status()->set_model_path(dir_ + "/worker-ckpt/" + job.id() + "/model");
+  report.mutable_status()->set_model_step(40);
+  v1::ReportTaskResponse ack;
+  ASSERT_TRUE(worker->ReportTask(Ctx().get(), report, &ack).ok());
+  ASSERT_EQ(Get("alice-secret", job.id()).state(), v1::SUCCEEDED);
+
+  s = Download(bob.get(), job.id(), &got, &first);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  s = Download(alice.get(), job.id(), &got, &first);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, files);
+  EXPECT_EQ(first.step(), 40);
+  EXPECT_EQ(first.checksums_json(), testing_model::ReadFile(dir_ + "/worker-ckpt/" + job.id() + "/model/checksums.json"));
+
+  // The worker goes silent past its lease.
+  log_server->Shutdown();
+  clock_.Advance(std::chrono::seconds(60));
+  c_->Tick();
+  s = Download(alice.get(), job.id(), &got, &first);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("worker node1"), std::string::npos) << s.error_message();
+  // A copy under the shared checkpoint root serves without the worker.
+  std::filesystem::create_directories(dir_ + "/shared/" + job.id());
+  std::filesystem::copy(dir_ + "/worker-ckpt/" + job.id() + "/model", dir_ + "/shared/" + job.id() + "/model");
+  s = Download(alice.get(), job.id(), &got, &first);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, files);
+
+  v1::GetJobMetricsRequest mreq;
+  mreq.set_id(job.id());
+  v1::JobMetrics metrics;
+  EXPECT_TRUE(alice->GetJobMetrics(Ctx().get(), mreq, &metrics).ok());
+  EXPECT_EQ(metrics.job_id(), job.id());
+  EXPECT_EQ(bob->GetJobMetrics(Ctx().get(), mreq, &metrics).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// The worker serves only the job's own model folder: ids that climb out are refused.
+TEST(LogServiceModelTest, ServesOnlyTheJobsModelFolder) {
+  const std::string root = testing::TempDir() + "/logsvc-model." + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  testing_model::WriteModelFolder(root + "/ckpt/j-000001/model");
+  LogServiceImpl logs(root, [](const std::string&) { return false; }, root + "/ckpt");
+  int port = 0;
+  grpc::ServerBuilder b;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&logs);
+  auto server = b.BuildAndStart();
+  auto stub = v1::WorkerLogService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto read = [&](const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::ReadModelRequest req;
+    req.set_job_id(id);
+    auto reader = stub->ReadModel(&ctx, req);
+    v1::ArtifactChunk chunk;
+    int n = 0;
+    while (reader->Read(&chunk)) ++n;
+    grpc::Status s = reader->Finish();
+    return std::make_pair(s.error_code(), n);
+  };
+  EXPECT_EQ(read("j-000001").first, grpc::StatusCode::OK);
+  EXPECT_GT(read("j-000001").second, 3);
+  EXPECT_EQ(read("../ckpt/j-000001").first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(read("j-000002").first, grpc::StatusCode::NOT_FOUND);
+  server->Shutdown();
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -60,5 +60,27 @@ TEST(ProgressAggregatorTest, LastErrorOfEachRank) {
   EXPECT_EQ(agg.LastError(0), "");
 }
 
+// Every evaluation is forwarded (the coordinator's metric history), and the export event
+// says where the model folder is.
+TEST(ProgressAggregatorTest, EveryEvalAndTheExportedModel) {
+  ProgressAggregator agg(0);
+  agg.Add(0, Record("eval", {{"step", 10}, {"epoch", 0}, {"val_loss", 0.9}, {"val_perplexity", NAN}}));
+  agg.Add(0, Record("eval", {{"step", 20}, {"epoch", 1}, {"val_loss", 0.6}, {"val_accuracy", 0.8}}));
+  agg.Add(0, Record("export", {{"step", 20}}, {{"path", "/ckpt/j-1/model"}}));
+  v1::TaskStatus status;
+  agg.Fill(&status);
+  ASSERT_EQ(status.evals_size(), 2);
+  EXPECT_EQ(status.evals(0).step(), 10);
+  EXPECT_EQ(status.evals(0).metrics().size(), 1u);  // NaN left out
+  EXPECT_EQ(status.evals(1).epoch(), 1);
+  EXPECT_DOUBLE_EQ(status.evals(1).metrics().at("val_accuracy"), 0.8);
+  EXPECT_EQ(status.model_path(), "/ckpt/j-1/model");
+  EXPECT_EQ(status.model_step(), 20);
+  for (int i = 0; i < ProgressAggregator::kMaxEvals + 5; ++i) agg.Add(0, Record("eval", {{"step", 100.0 + i}}));
+  agg.Fill(&status);
+  EXPECT_EQ(status.evals_size(), ProgressAggregator::kMaxEvals);
+  EXPECT_EQ(status.evals(status.evals_size() - 1).step(), 100 + ProgressAggregator::kMaxEvals + 4);
+}
+
 }  // namespace
 }  // namespace nightshift

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/model_folder.h"
 #include "tests/cli/fake_coordinator.h"
+#include "tests/common/test_model_folder.h"
 
 namespace nightshift::cli {
 namespace {
@@ -231,6 +233,130 @@ TEST_F(JobVerbsTest, ErrorsExit3WhenRefusedAnd4WhenNobodyAnswers) {
     EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
     EXPECT_NE(r.err.find("UNAVAILABLE: "), std::string::npos) << r.err;
   }
+}
+
+// The chunks GetArtifacts would send for a model folder in `dir` (SendModelFolder).
+std::vector<v1::ArtifactChunk> ChunksOf(const std::string& dir) {
+  std::vector<v1::ArtifactChunk> chunks;
+  Status s = SendModelFolder(dir, 40, [&](const v1::ArtifactChunk& c) {
+    chunks.push_back(c);
+    return true;
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return chunks;
+}
+
+class ArtifactsVerbTest : public JobVerbsTest {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/artifacts_verb_" + std::to_string(::getpid());
+    std::filesystem::remove_all(root_);
+    files_ = testing_model::WriteModelFolder(root_ + "/source");
+    fake_.jobs.artifact_chunks = ChunksOf(root_ + "/source");
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  // Whatever is in `dir` besides `keep`.
+  std::vector<std::string> Entries(const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::string root_;
+  std::map<std::string, std::string> files_;
+};
+
+TEST_F(ArtifactsVerbTest, DownloadsVerifiesAndRenamesIntoPlace) {
+  const std::string out = root_ + "/dl/model";
+  auto r = RunCli({"job", "artifacts", "j2", "--output", out}, fake_.Channel());
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("step 40"), std::string::npos) << r.out;
+  for (const auto& [name, bytes] : files_) EXPECT_EQ(testing_model::ReadFile(out + "/" + name), bytes) << name;
+  EXPECT_TRUE(VerifyModelFolder(out).ok());
+  EXPECT_EQ(Entries(root_ + "/dl"), std::vector<std::string>{"model"});  // no temporary folder left
+  // A folder that is there already is not overwritten.
+  r = RunCli({"job", "artifacts", "j2", "--output", out}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+}
+
+TEST_F(ArtifactsVerbTest, ACorruptedFileIsAnErrorNamingItAndNothingIsKept) {
+  // One byte of the weights flipped on the way.
+  for (auto& c : fake_.jobs.artifact_chunks)
+    if (c.file() == "model.safetensors" && c.offset() > 0) {
+      (*c.mutable_data())[7] ^= 1;
+      break;
+    }
+  std::filesystem::create_directories(root_ + "/dl");
+  auto r = RunCli({"job", "artifacts", "j2", "--output", root_ + "/dl/model"}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitCorrupt);
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+  EXPECT_TRUE(Entries(root_ + "/dl").empty());
+  // A stream cut short (the coordinator fails mid-way): the call's error, nothing kept.
+  fake_.jobs.artifact_chunks.resize(2);
+  fake_.jobs.artifacts_end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker w2 that holds the model is gone");
+  r = RunCli({"job", "artifacts", "j2", "--output", root_ + "/dl/model"}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitUnreachable);
+  EXPECT_NE(r.err.find("worker w2"), std::string::npos) << r.err;
+  EXPECT_TRUE(Entries(root_ + "/dl").empty());
+}
+
+TEST_F(ArtifactsVerbTest, RefusalsExit3AndLeaveNothing) {
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "job j1 is RUNNING and has no model yet");
+  std::filesystem::create_directories(root_ + "/dl");
+  auto r = RunCli({"job", "artifacts", "j1", "--output", root_ + "/dl/m"}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_NE(r.err.find("RUNNING"), std::string::npos) << r.err;
+  EXPECT_TRUE(Entries(root_ + "/dl").empty());
+}
+
+v1::JobMetrics SampleMetrics() {
+  v1::JobMetrics m;
+  auto* a = m.add_attempts();
+  a->set_stride(1);
+  for (int step = 1; step <= 20; ++step) {
+    auto* t = a->add_train();
+    t->set_step(step);
+    t->set_epoch(step > 10);
+    t->set_loss(2.0 / step);
+    t->set_lr(0.001);
+    t->set_tokens_per_second(1000);
+  }
+  for (int e = 0; e < 2; ++e) {
+    auto* ev = a->add_evals();
+    ev->set_step(10 * (e + 1));
+    ev->set_epoch(e);
+    (*ev->mutable_metrics())["val_loss"] = 0.5 - e * 0.1;
+    (*ev->mutable_metrics())["val_accuracy"] = 0.75 + e * 0.125;
+  }
+  return m;
+}
+
+TEST_F(JobVerbsTest, MetricsPrintsTheEpochTableAndTheLossCurve) {
+  fake_.jobs.job_metrics = SampleMetrics();
+  auto r = RunCli({"job", "metrics", "j2"}, fake_.Channel());
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("Attempt 0: 2 evaluations, 20 training points"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("val_accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0.8750"), std::string::npos) << r.out;   // epoch 1's accuracy
+  EXPECT_NE(r.out.find("0.1000"), std::string::npos) << r.out;   // the loss at step 20 (2/20)
+  EXPECT_NE(r.out.find("2.0000 |*"), std::string::npos) << r.out;  // the curve starts top left
+  EXPECT_NE(r.out.find("step"), std::string::npos);
+
+  r = RunCli({"job", "metrics", "j2", "-o", "csv"}, fake_.Channel());
+  ASSERT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out.rfind("attempt,step,epoch,metric,value\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\n0,20,1,loss,0.10000000000000001\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n0,20,1,val_accuracy,0.875\n"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 20 * 3 + 2 * 2);
+
+  r = RunCli({"job", "metrics", "j2", "-o", "json"}, fake_.Channel());
+  ASSERT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("\"job_id\": \"j2\""), std::string::npos) << r.out;
+
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::NOT_FOUND, "no job j9");
+  r = RunCli({"job", "metrics", "j9"}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitRefused);
 }
 
 }  // namespace

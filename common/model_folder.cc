@@ -1,0 +1,162 @@
+#include "common/model_folder.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "common/format/atomic_file.h"
+
+namespace fs = std::filesystem;
+
+namespace nightshift {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+bool IsPlainFileName(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  for (unsigned char c : name)
+    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f) return false;
+  return true;
+}
+
+StatusOr<std::string> Sha1OfFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IOError("cannot read " + path);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha1(), nullptr);
+  std::vector<char> buf(1 << 16);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) return Status::IOError("cannot read " + path);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &n);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < n; ++i) {
+    hex += kHex[md[i] >> 4];
+    hex += kHex[md[i] & 15];
+  }
+  return hex;
+}
+
+StatusOr<ModelChecksums> ParseChecksums(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Corruption(std::string(kChecksumsFile) + " is not a JSON object");
+  if (j.value("algorithm", "") != "sha1")
+    return Status::Corruption(std::string(kChecksumsFile) + ": algorithm must be \"sha1\"");
+  if (!j.contains("files") || !j["files"].is_object())
+    return Status::Corruption(std::string(kChecksumsFile) + ": \"files\" must be an object");
+  ModelChecksums out;
+  for (const auto& [name, f] : j["files"].items()) {
+    if (!IsPlainFileName(name) || name == kChecksumsFile)
+      return Status::Corruption(std::string(kChecksumsFile) + ": '" + name + "' is not a plain file name");
+    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_integer() || !f.contains("sha1") ||
+        !f["sha1"].is_string())
+      return Status::Corruption(std::string(kChecksumsFile) + ": " + name + " needs \"bytes\" and \"sha1\"");
+    out[name] = {f["bytes"].get<int64_t>(), f["sha1"].get<std::string>()};
+  }
+  return out;
+}
+
+Status WriteChecksums(const std::string& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == kChecksumsFile || !e.is_regular_file()) continue;
+    auto sha1 = Sha1OfFile(e.path().string());
+    if (!sha1.ok()) return sha1.status();
+    files[name] = {{"bytes", static_cast<int64_t>(e.file_size())}, {"sha1", sha1.value()}};
+  }
+  if (ec) return Status::IOError("cannot list " + dir + ": " + ec.message());
+  nlohmann::json j = {{"algorithm", "sha1"}, {"files", files}};
+  std::string err = format::WriteFileAtomically(dir + "/" + kChecksumsFile, j.dump(2));
+  return err.empty() ? Status::OK() : Status::IOError(err);
+}
+
+Status VerifyModelFolder(const std::string& dir) {
+  auto text = ReadWhole(dir + "/" + kChecksumsFile);
+  if (!text.ok()) return Status::Corruption(std::string(kChecksumsFile) + " missing in " + dir);
+  auto sums = ParseChecksums(text.value());
+  if (!sums.ok()) return sums.status();
+  for (const auto& [name, want] : sums.value()) {
+    const std::string path = dir + "/" + name;
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) return Status::Corruption(name + ": missing");
+    if (static_cast<int64_t>(size) != want.bytes)
+      return Status::Corruption(name + ": " + std::to_string(size) + " bytes, checksums.json says " +
+                                std::to_string(want.bytes));
+    auto sha1 = Sha1OfFile(path);
+    if (!sha1.ok()) return sha1.status();
+    if (sha1.value() != want.sha1)
+      return Status::Corruption(name + ": sha1 " + sha1.value() + ", checksums.json says " + want.sha1);
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != kChecksumsFile && !sums->count(name)) return Status::Corruption(name + ": not in checksums.json");
+  }
+  return Status::OK();
+}
+
+Status SendModelFolder(const std::string& dir, int64_t step,
+                       const std::function<bool(const v1::ArtifactChunk&)>& write) {
+  auto text = ReadWhole(dir + "/" + kChecksumsFile);
+  if (!text.ok()) return Status::NotFound("no model folder at " + dir + " (" + kChecksumsFile + " missing)");
+  auto sums = ParseChecksums(text.value());
+  if (!sums.ok()) return sums.status();
+  v1::ArtifactChunk first;
+  first.set_checksums_json(text.value());
+  first.set_step(step);
+  if (!write(first)) return Status::Cancelled("reader left");
+  std::vector<char> buf(kChunkBytes);
+  for (const auto& [name, sum] : sums.value()) {
+    const std::string path = dir + "/" + name;
+    // Regular files only, never through a link out of the folder.
+    if (fs::is_symlink(path) || !fs::is_regular_file(path))
+      return Status::Corruption(name + " in " + dir + " is not a regular file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Status::IOError("cannot read " + path);
+    int64_t offset = 0;
+    bool sent = false;
+    while (true) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const std::streamsize got = in.gcount();
+      if (got <= 0 && sent) break;
+      v1::ArtifactChunk chunk;
+      chunk.set_file(name);
+      chunk.set_offset(offset);
+      chunk.set_data(buf.data(), static_cast<size_t>(std::max<std::streamsize>(got, 0)));
+      if (!write(chunk)) return Status::Cancelled("reader left");
+      sent = true;
+      offset += got;
+      if (got < static_cast<std::streamsize>(buf.size())) break;
+    }
+    if (in.bad()) return Status::IOError("cannot read " + path);
+  }
+  return Status::OK();
+}
+
+}  // namespace nightshift

@@ -1,0 +1,51 @@
+// Model folders (the trainer's export, worker/trainer/export.h) as the daemons and the
+// CLI handle them without LibTorch: checksums.json read, written and verified, and a
+// folder sent as v1::ArtifactChunks (JobService.GetArtifacts, WorkerLogService.ReadModel).
+#ifndef NIGHTSHIFT_COMMON_MODEL_FOLDER_H_
+#define NIGHTSHIFT_COMMON_MODEL_FOLDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "common/status.h"
+#include "nightshift/v1/jobs.pb.h"
+
+namespace nightshift {
+
+inline constexpr char kChecksumsFile[] = "checksums.json";
+
+struct FileChecksum {
+  int64_t bytes = 0;
+  std::string sha1;  // lower-case hex
+};
+using ModelChecksums = std::map<std::string, FileChecksum>;  // by file name
+
+// A name that stays inside its folder: no '/', not "." or "..", not empty, printable.
+bool IsPlainFileName(const std::string& name);
+
+// SHA-1 of a file's contents, lower-case hex; IOError naming the file.
+StatusOr<std::string> Sha1OfFile(const std::string& path);
+
+// checksums.json text -> its files; Corruption naming what is wrong (unknown algorithm,
+// a name that is not a plain file name, a missing field).
+StatusOr<ModelChecksums> ParseChecksums(const std::string& json);
+
+// Writes dir/checksums.json covering every other regular file of `dir`.
+Status WriteChecksums(const std::string& dir);
+
+// Checks every file that dir/checksums.json lists (size, then SHA-1) and that no other
+// file is there; Corruption naming the first file that does not match.
+Status VerifyModelFolder(const std::string& dir);
+
+// Sends the folder as chunks of at most 1 MiB: the first carries checksums.json (the text
+// as it is on disk) and `step`, then every file it lists, in name order. The files are
+// sent as they are (the receiver verifies). `write` returns false when the reader left
+// (then this returns Cancelled). NotFound when dir/checksums.json is not there.
+Status SendModelFolder(const std::string& dir, int64_t step,
+                       const std::function<bool(const v1::ArtifactChunk&)>& write);
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COMMON_MODEL_FOLDER_H_

@@ -1,0 +1,155 @@
+// The trained model out and the run's history (issue 17), with the real binaries on
+// loopback: a finished job's model folder downloaded with `nightshift job artifacts` and
+// verified; the refusals (another user's job, no model yet, a corrupted file: an error and
+// no partial folder); the metric history across a SIGKILL and restart of the coordinator.
+#include <gtest/gtest.h>
+
+#include "common/model_folder.h"
+#include "coordinator/auth.h"
+#include "tests/e2e/cluster.h"
+
+namespace nightshift::testing_e2e {
+namespace {
+
+std::string Spec(const std::string& data, int epochs) {
+  return "name: e2e-artifacts\n"
+         "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+         "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+         "train: {epochs: " + std::to_string(epochs) +
+         ", lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
+         "checkpoint: {every_steps: 10, keep_last: 2}\n";
+}
+
+grpc::Status Metrics(Cluster& c, const std::string& id, v1::JobMetrics* out) {
+  v1::GetJobMetricsRequest req;
+  req.set_id(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return c.jobs()->GetJobMetrics(&ctx, req, out);
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  return names;
+}
+
+TEST(ArtifactsE2eTest, MetricHistorySurvivesCoordinatorSigkill) {
+  Cluster cluster("metrics-history");
+  const std::string data = cluster.MakeData(60);
+  cluster.StartCoordinator();
+  cluster.StartWorker("w1", 1);
+  v1::Job job;
+  ASSERT_TRUE(cluster.Submit(Spec(data, 4), &job).ok());
+  const std::string id = job.id();
+  // Past the first epoch's evaluation (12 steps an epoch).
+  v1::JobMetrics before;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Metrics(cluster, id, &before).ok() && before.attempts_size() > 0 && before.attempts(0).evals_size() >= 1 &&
+        before.attempts(0).train_size() >= 5)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(before.attempts_size(), 0);
+  ASSERT_GE(before.attempts(0).evals_size(), 1);
+  cluster.coordinator().Kill(SIGKILL);
+  cluster.StartCoordinator({}, /*same_port=*/true);
+  v1::JobMetrics restarted;
+  ASSERT_TRUE(Metrics(cluster, id, &restarted).ok());
+  ASSERT_GT(restarted.attempts_size(), 0);
+  // Everything it had told before the kill is still there.
+  EXPECT_GE(restarted.attempts(0).evals_size(), before.attempts(0).evals_size());
+  EXPECT_EQ(restarted.attempts(0).evals(0).DebugString(), before.attempts(0).evals(0).DebugString());
+  EXPECT_EQ(restarted.attempts(0).train(0).DebugString(), before.attempts(0).train(0).DebugString());
+
+  job = cluster.WaitForEnd(id, 120);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  v1::JobMetrics after;
+  ASSERT_TRUE(Metrics(cluster, id, &after).ok());
+  ASSERT_EQ(after.attempts_size(), 1);
+  const v1::AttemptMetrics& a = after.attempts(0);
+  ASSERT_EQ(a.evals_size(), 4) << a.DebugString();  // one per epoch, the final one included
+  for (int i = 1; i < a.evals_size(); ++i) EXPECT_GT(a.evals(i).step(), a.evals(i - 1).step());
+  EXPECT_DOUBLE_EQ(a.evals(3).metrics().at("val_accuracy"), job.metrics().at("val_accuracy"));
+  EXPECT_LE(a.train_size(), 256);
+  EXPECT_GE(a.train(a.train_size() - 1).step(), a.evals(2).step());
+  for (const auto& t : a.train()) EXPECT_GT(t.loss(), 0);
+
+  std::string out;
+  EXPECT_EQ(cluster.Cli({"job", "metrics", id}, &out), 0) << out;
+  EXPECT_NE(out.find("Attempt 0: 4 evaluations"), std::string::npos) << out;
+  EXPECT_NE(out.find("val_accuracy"), std::string::npos) << out;
+  EXPECT_EQ(cluster.Cli({"-o", "csv", "job", "metrics", id}, &out), 0) << out;
+  EXPECT_EQ(out.rfind("attempt,step,epoch,metric,value\n", 0), 0u) << out;
+}
+
+// Needs the trainer's export (worker/trainer/export.h): the job's model/ folder and its
+// "export" event.
+TEST(ArtifactsE2eTest, AFinishedJobsModelDownloadsVerifiedAndACorruptedFileIsRefused) {
+  Cluster cluster("artifacts");
+  const std::string data = cluster.MakeData(60);
+  cluster.StartCoordinator();
+  cluster.StartWorker("w1", 1);
+  v1::Job job;
+  ASSERT_TRUE(cluster.Submit(Spec(data, 1), &job).ok());
+  job = cluster.WaitForEnd(job.id(), 120);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  const std::string id = job.id();
+  ASSERT_FALSE(job.model().path().empty()) << "the trainer reported no export";
+  EXPECT_EQ(job.model().worker(), "w1");
+  EXPECT_EQ(job.model().step(), job.progress().step());
+
+  const std::string dl = cluster.dir() + "/downloads";
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"job", "artifacts", id, "--output", dl + "/model"}, &out), 0) << out;
+  EXPECT_TRUE(VerifyModelFolder(dl + "/model").ok());
+  for (const char* name : {"model.safetensors", "config.json", "tokenizer.model", "checksums.json"})
+    EXPECT_TRUE(fs::exists(dl + "/model/" + name)) << name;
+  EXPECT_EQ(Entries(dl), std::vector<std::string>{"model"});
+
+  // One byte of the weights changes on the worker's disk: the download is refused.
+  const std::string weights = job.model().path() + "/model.safetensors";
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.get(c);
+    f.seekp(100);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  EXPECT_EQ(cluster.Cli({"job", "artifacts", id, "--output", dl + "/again"}, &out), 5) << out;
+  EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
+  EXPECT_EQ(Entries(dl), std::vector<std::string>{"model"});  // no partial folder
+}
+
+TEST(ArtifactsE2eTest, AnotherUsersJobAndAJobWithoutAModelAreRefused) {
+  Cluster cluster("artifacts-refused");
+  const std::string tokens = cluster.dir() + "/tokens";
+  {
+    std::ofstream f(tokens);
+    f << Sha256Hex("alice-secret") << " user alice\n" << Sha256Hex("bob-secret") << " user bob\n";
+  }
+  cluster.StartCoordinator({"--token-file", tokens});
+  const std::string data = cluster.MakeData(10);
+  const std::string spec = cluster.dir() + "/job.yaml";
+  std::ofstream(spec) << Spec(data, 1);
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"--token", "alice-secret", "job", "submit", spec}, &out), 0) << out;
+  const std::string id = out.substr(0, out.find('\n'));
+  const std::string dl = cluster.dir() + "/downloads";
+  fs::create_directories(dl);
+  // No worker: the job stays QUEUED, with no model.
+  EXPECT_EQ(cluster.Cli({"--token", "alice-secret", "job", "artifacts", id, "--output", dl + "/m"}, &out), 3) << out;
+  EXPECT_NE(out.find("FAILED_PRECONDITION"), std::string::npos) << out;
+  EXPECT_NE(out.find("QUEUED"), std::string::npos) << out;
+  EXPECT_EQ(cluster.Cli({"--token", "bob-secret", "job", "artifacts", id, "--output", dl + "/m"}, &out), 3) << out;
+  EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
+  EXPECT_EQ(cluster.Cli({"--token", "bob-secret", "job", "metrics", id}, &out), 3) << out;
+  EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
+  EXPECT_TRUE(Entries(dl).empty());
+}
+
+}  // namespace
+}  // namespace nightshift::testing_e2e
