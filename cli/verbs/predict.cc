@@ -21,9 +21,12 @@ namespace nightshift::cli {
 Handler Predict(CLI::App* cmd);
 
 Handler Predict(CLI::App* cmd) {
-  cmd->prefix_command();  // the rest of the line is nightshift-predict's, --help included
+  // The rest of the line is nightshift-predict's, its flags and --help included: nothing
+  // falls through to the global options (so -o after `predict` goes to it, too).
+  cmd->prefix_command();
   cmd->set_help_flag();
   cmd->allow_extras();
+  cmd->fallthrough(false);
   return [cmd](const Session& session) -> int {
     char self[PATH_MAX];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

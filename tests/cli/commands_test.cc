@@ -60,6 +60,8 @@ TEST(CommandsTest, EachVerbIsChosenByItsNounAndName) {
       {"job submit", " job.yaml"},  {"job describe", " j1"},   {"job watch", " j1"},
       {"job logs", " j1"},          {"job cancel", " j1"},     {"worker cordon", " w1"},
       {"worker uncordon", " w1"},   {"worker drain", " w1"},
+      // Everything after `predict` is nightshift-predict's, its --help and -o included.
+      {"predict", " --model d --jsonl x.jsonl -o json --help --bogus"},
   };
   ASSERT_EQ(App().commands.size(), Verbs().size());
   for (const Verb& v : Verbs()) {
