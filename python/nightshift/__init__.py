@@ -150,11 +150,11 @@ class Model:
     @torch.inference_mode()
     def generate(self, prompt: Text, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
                  seed: Optional[int] = None) -> str:
-        """Continues `prompt` (bos + its pieces); temperature 0 is greedy. Stops at eos."""
+        """Prompt and continuation as one text: bos + pieces(prompt) continued by up to
+        max_new_tokens tokens; temperature 0 is greedy. Stops at eos."""
         self._need_lm()
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         ids = [self.tokenizer.bos_id] + self.tokenizer.pieces(prompt)  # type: ignore[union-attr]
-        start = len(ids)
         for _ in range(max_new_tokens):
             window = ids[-self.max_len:]
             tokens = torch.tensor([window], device=self.device)
@@ -170,7 +170,7 @@ class Model:
             if nxt == self.tokenizer.eos_id:  # type: ignore[union-attr]
                 break
             ids.append(nxt)
-        return self.tokenizer.decode(ids[start:])  # type: ignore[union-attr]
+        return self.tokenizer.decode(ids[1:])  # type: ignore[union-attr]
 
     def _need_classifier(self):
         if self.arch != "transformer_classifier":

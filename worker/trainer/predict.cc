@@ -207,7 +207,6 @@ std::string Predictor::Generate(const std::string& clean_prompt, int new_tokens,
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed.value_or(std::random_device{}()));
   std::vector<int32_t> ids{static_cast<int32_t>(bos_id_)};
   for (int32_t piece : Pieces(clean_prompt)) ids.push_back(piece);
-  const size_t start = ids.size();
   for (int step = 0; step < new_tokens; ++step) {
     const size_t from = ids.size() > static_cast<size_t>(max_len()) ? ids.size() - max_len() : 0;
     auto window = torch::tensor(std::vector<int64_t>(ids.begin() + from, ids.end()), torch::kLong).unsqueeze(0);
@@ -228,7 +227,7 @@ std::string Predictor::Generate(const std::string& clean_prompt, int new_tokens,
     if (next == eos_id_) break;
     ids.push_back(static_cast<int32_t>(next));
   }
-  return Decode(std::vector<int32_t>(ids.begin() + start, ids.end()));
+  return Decode(std::vector<int32_t>(ids.begin() + 1, ids.end()));  // one decode: pieces keep their spaces
 }
 
 }  // namespace nightshift::trainer

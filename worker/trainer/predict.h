@@ -68,7 +68,7 @@ class Predictor {
   std::vector<double> Perplexity(const std::vector<std::vector<int32_t>>& rows);
   // Continues bos + pieces(prompt) by up to `new_tokens` tokens (stops at eos); greedy for
   // temperature <= 0, else sampling from softmax(logits / temperature), top_k > 0 keeps
-  // the k likeliest. Returns the new tokens' text.
+  // the k likeliest. Returns the text of prompt and continuation, decoded as one.
   std::string Generate(const std::string& clean_prompt, int new_tokens, double temperature, int top_k,
                        std::optional<uint64_t> seed);
 

@@ -129,9 +129,9 @@ int Run(int argc, char** argv) {
   if (generate > 0) {
     auto text = p->Generate(nt::CleanText(prompt, p->max_bytes()), generate, temperature, top_k, seed);
     if (output == "json")
-      std::cout << nlohmann::json{{"prompt", prompt}, {"continuation", text}}.dump() << "\n";
+      std::cout << nlohmann::json{{"prompt", prompt}, {"text", text}}.dump() << "\n";
     else
-      std::cout << prompt << text << "\n";
+      std::cout << text << "\n";
     return 0;
   }
 
