@@ -4,12 +4,17 @@
 
 namespace nightshift::cli {
 
+// cli/verbs/predict.cc: `nightshift predict ...` runs nightshift-predict (a noun without
+// verbs: its row in Verbs() has an empty name).
+Handler Predict(CLI::App* cmd);
+
 const std::vector<Noun>& Nouns() {
   static const std::vector<Noun> kNouns = {
       {"job", "jobs"},
       {"worker", "workers"},
       {"cluster", "the cluster as a whole"},
       {"cache", "the workers' preprocessed-feature caches"},
+      {"predict", "run an exported model folder in C++: classify, score or continue texts (nightshift-predict --help)"},
   };
   return kNouns;
 }
@@ -32,6 +37,7 @@ const std::vector<Verb>& Verbs() {
       {"cache", "list", "entries of every worker's cache", CacheList},
       {"cache", "stats", "entries, bytes, hits, misses, build seconds saved", CacheStats},
       {"cache", "evict", "evict an entry (KEY) or every entry (--all); entries in use stay", CacheEvict},
+      {"predict", "", "run an exported model folder in C++: classify, score or continue texts (nightshift-predict --help)", Predict},
   };
   return kVerbs;
 }
@@ -39,10 +45,11 @@ const std::vector<Verb>& Verbs() {
 std::vector<Command> AddCommands(CLI::App* app) {
   std::vector<Command> commands;
   for (const Noun& noun : Nouns()) {
-    CLI::App* group = app->add_subcommand(noun.name, noun.help)->require_subcommand(1);
+    CLI::App* group = app->add_subcommand(noun.name, noun.help);
     for (const Verb& verb : Verbs()) {
       if (std::strcmp(verb.noun, noun.name) != 0) continue;
-      CLI::App* cmd = group->add_subcommand(verb.name, verb.help);
+      // A verb without a name is the noun itself (`nightshift predict ...`).
+      CLI::App* cmd = verb.name[0] == '\0' ? group : group->require_subcommand(1)->add_subcommand(verb.name, verb.help);
       commands.push_back({&verb, cmd, verb.declare(cmd)});
     }
   }

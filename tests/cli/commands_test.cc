@@ -12,7 +12,8 @@
 namespace nightshift::cli {
 namespace {
 
-std::string NameOf(const Verb& v) { return std::string(v.noun) + " " + v.name; }
+// "noun verb", or "noun" for a noun that is itself the command (predict).
+std::string NameOf(const Verb& v) { return std::string(v.noun) + (v.name[0] ? std::string(" ") + v.name : ""); }
 
 TEST(CommandsTest, TheTableHasEveryVerbOnceWithHelpAndAFunction) {
   std::set<std::string> nouns;
@@ -31,7 +32,7 @@ TEST(CommandsTest, TheTableHasEveryVerbOnceWithHelpAndAFunction) {
   EXPECT_EQ(verbs, (std::vector<std::string>{"job submit", "job list", "job describe", "job watch", "job logs",
                                              "job cancel", "job artifacts", "job metrics", "worker list", "worker cordon", "worker uncordon",
                                              "worker drain", "cluster status", "cache list", "cache stats",
-                                             "cache evict"}));
+                                             "cache evict", "predict"}));
 }
 
 // An app as main builds it.
@@ -60,6 +61,8 @@ TEST(CommandsTest, EachVerbIsChosenByItsNounAndName) {
       {"job logs", " j1"},          {"job cancel", " j1"},     {"worker cordon", " w1"},
       {"job artifacts", " j1"},     {"job metrics", " j1"},
       {"worker uncordon", " w1"},   {"worker drain", " w1"},
+      // Everything after `predict` is nightshift-predict's, its --help and -o included.
+      {"predict", " --model d --jsonl x.jsonl -o json --help --bogus"},
   };
   ASSERT_EQ(App().commands.size(), Verbs().size());
   for (const Verb& v : Verbs()) {

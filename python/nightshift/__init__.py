@@ -1,0 +1,207 @@
+"""Nightshift's exported models in plain PyTorch.
+
+    import nightshift
+    m = nightshift.load("model")      # a folder from `nightshift job artifacts ID`
+    print(m.predict(["some text"]))   # [{'label': ..., 'probabilities': {...}}]
+
+The folder's layout is worker/trainer/export.h's: model.safetensors, config.json,
+tokenizer.model and checksums.json (sha1 of every other file, verified on load).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from nightshift.modules import build_module
+from nightshift.text import Text, Tokenizer
+
+__version__ = "0.1.0"
+MODEL_FORMAT, MODEL_FORMAT_VERSION = "nightshift-model", 1
+
+
+class ModelFolderError(ValueError):
+    """The folder is not a whole, readable nightshift model (the message says what)."""
+
+
+def verify_folder(path: str) -> None:
+    """Checks path/checksums.json against the files; raises ModelFolderError naming a mismatch."""
+    sums_path = os.path.join(path, "checksums.json")
+    try:
+        with open(sums_path, "rb") as f:
+            sums = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ModelFolderError(f"{sums_path}: cannot read ({e}); is {path} a nightshift model folder?") from e
+    if sums.get("algorithm") != "sha1" or not isinstance(sums.get("files"), dict):
+        raise ModelFolderError(f"{sums_path}: expected {{'algorithm': 'sha1', 'files': {{...}}}}")
+    for name, want in sums["files"].items():
+        file = os.path.join(path, name)
+        h, size = hashlib.sha1(), 0
+        try:
+            with open(file, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+                    size += len(chunk)
+        except OSError as e:
+            raise ModelFolderError(f"{file}: listed in checksums.json but cannot be read ({e})") from e
+        if size != int(want.get("bytes", -1)) or h.hexdigest() != want.get("sha1"):
+            raise ModelFolderError(f"{file}: does not match checksums.json ({size} bytes, sha1 {h.hexdigest()}; "
+                                   f"expected {want.get('bytes')} bytes, sha1 {want.get('sha1')}): download it again")
+
+
+def plan_eval(lengths: Sequence[int], max_tokens: int) -> List[List[int]]:
+    """worker/trainer/batching.cc's PlanEval: length order (stable), cut to a padded-token budget."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    plan: List[List[int]] = []
+    batch: List[int] = []
+    for i in order:
+        if batch and (len(batch) + 1) * max(lengths[i], 1) > max_tokens:
+            plan.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        plan.append(batch)
+    return plan
+
+
+def collate(rows: Sequence[Sequence[int]], max_len: int, pad_id: int):
+    """Padded tokens [B, L] (int64) and pad_mask [B, L] (true at padding), as Collate does."""
+    l = max([1] + [min(len(r), max_len) for r in rows])
+    tokens = torch.full((len(rows), l), pad_id, dtype=torch.long)
+    pad = torch.ones((len(rows), l), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        n = min(len(r), max_len)
+        tokens[i, :n] = torch.tensor(list(r[:n]), dtype=torch.long)
+        pad[i, :n] = False
+        pad[i, 0] = False  # never a whole row of padding
+    return tokens, pad
+
+
+class Model:
+    """A loaded model folder: `config` (config.json), `module` (torch.nn.Module, eval mode),
+    `tokenizer`, `labels` (class names in index order; classifiers)."""
+
+    def __init__(self, path: str, config: Dict, module: torch.nn.Module, tokenizer: Optional[Tokenizer],
+                 device: torch.device):
+        self.path, self.config, self.module, self.tokenizer, self.device = path, config, module, tokenizer, device
+        self.arch = config["arch"]
+        self.labels: List[str] = list(config.get("labels") or [])
+        self.max_len = int(config["max_len"])
+        self.pad_id = int(config.get("pad_id", 0))
+
+    def __repr__(self) -> str:
+        return f"nightshift.Model({self.path!r}, arch={self.arch}, job={self.config.get('job_id')})"
+
+    # -- token ids -----------------------------------------------------------------------
+    def encode(self, texts: Sequence[Text]) -> List[List[int]]:
+        if self.tokenizer is None:
+            raise ModelFolderError(f"{self.path} has no tokenizer.model: pass token ids to logits_from_ids")
+        return [self.tokenizer.encode(t) for t in texts]
+
+    @torch.inference_mode()
+    def logits_from_ids(self, ids: Sequence[Sequence[int]], max_tokens: int = 8192) -> List[torch.Tensor]:
+        """Logits of each row in input order, batched like evaluation: [C] per row for a
+        classifier, [L, V] for a language model (rows cut to max_len)."""
+        lengths = [min(len(r), self.max_len) for r in ids]
+        out: List[Optional[torch.Tensor]] = [None] * len(ids)
+        for batch in plan_eval(lengths, max_tokens):
+            tokens, pad = collate([ids[i] for i in batch], self.max_len, self.pad_id)
+            logits = self.module(tokens.to(self.device), pad.to(self.device)).float().cpu()
+            for row, i in enumerate(batch):
+                out[i] = logits[row] if logits.dim() == 2 else logits[row, : max(lengths[i], 1)]
+        return out  # type: ignore[return-value]
+
+    def logits(self, texts: Sequence[Text], max_tokens: int = 8192) -> torch.Tensor:
+        """Classifier logits [N, C] in input order."""
+        self._need_classifier()
+        return torch.stack(self.logits_from_ids(self.encode(texts), max_tokens)) if texts else torch.empty(0)
+
+    # -- classifiers ---------------------------------------------------------------------
+    def predict(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[Dict]:
+        """One {'label': name, 'probabilities': {name: p}} per text, in input order."""
+        if isinstance(texts, (str, bytes)):
+            texts = [texts]
+        self._need_classifier()
+        result = []
+        for row in self.logits(texts, max_tokens).softmax(-1) if texts else []:
+            names = self.labels or [str(i) for i in range(row.numel())]
+            result.append({"label": names[int(row.argmax())],
+                           "probabilities": {n: float(p) for n, p in zip(names, row)}})
+        return result
+
+    # -- language models -----------------------------------------------------------------
+    def perplexity(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[float]:
+        """exp(mean next-token cross-entropy) of each text (bos ... eos, cut to max_len)."""
+        self._need_lm()
+        ids = [r[: self.max_len] for r in self.encode(texts)]
+        result = []
+        for row, logits in zip(ids, self.logits_from_ids(ids, max_tokens)):
+            if len(row) < 2:
+                result.append(float("nan"))
+                continue
+            nll = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(row[1:]), reduction="mean")
+            result.append(math.exp(float(nll)))
+        return result
+
+    @torch.inference_mode()
+    def generate(self, prompt: Text, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
+                 seed: Optional[int] = None) -> str:
+        """Prompt and continuation as one text: bos + pieces(prompt) continued by up to
+        max_new_tokens tokens; temperature 0 is greedy. Stops at eos."""
+        self._need_lm()
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        ids = [self.tokenizer.bos_id] + self.tokenizer.pieces(prompt)  # type: ignore[union-attr]
+        for _ in range(max_new_tokens):
+            window = ids[-self.max_len:]
+            tokens = torch.tensor([window], device=self.device)
+            logits = self.module(tokens, None)[0, -1].float().cpu()
+            if temperature <= 0:
+                nxt = int(logits.argmax())
+            else:
+                logits = logits / temperature
+                if 0 < top_k < logits.numel():
+                    kth = torch.topk(logits, top_k).values[-1]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = int(torch.multinomial(logits.softmax(-1), 1, generator=gen))
+            if nxt == self.tokenizer.eos_id:  # type: ignore[union-attr]
+                break
+            ids.append(nxt)
+        return self.tokenizer.decode(ids[1:])  # type: ignore[union-attr]
+
+    def _need_classifier(self):
+        if self.arch != "transformer_classifier":
+            raise ValueError(f"{self.path} is a {self.arch}, not a classifier: use perplexity or generate")
+
+    def _need_lm(self):
+        if self.arch != "gpt_lm" or self.tokenizer is None:
+            raise ValueError(f"{self.path} is a {self.arch}, not a gpt_lm with a tokenizer")
+
+
+def load(path: str, device: str = "cpu", verify: bool = True) -> Model:
+    """Loads a nightshift model folder (checksums verified unless verify=False)."""
+    from safetensors.torch import load_file
+
+    path = os.fspath(path)
+    if verify:
+        verify_folder(path)
+    with open(os.path.join(path, "config.json"), "rb") as f:
+        config = json.load(f)
+    if config.get("format") != MODEL_FORMAT or int(config.get("version", 0)) > MODEL_FORMAT_VERSION:
+        raise ModelFolderError(f"{path}/config.json: format {config.get('format')!r} version "
+                               f"{config.get('version')} is not {MODEL_FORMAT} <= {MODEL_FORMAT_VERSION}")
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    dev = torch.device(device)
+    module = build_module(config, tensors).to(dev)
+    tok_path = os.path.join(path, "tokenizer.model")
+    tokenizer = None
+    if os.path.exists(tok_path):
+        tokenizer = Tokenizer(tok_path, int(config.get("bos_id", 2)), int(config.get("eos_id", 3)),
+                              int(config["max_len"]), classifier=config["arch"] == "transformer_classifier")
+    return Model(path, config, module, tokenizer, dev)
+
+
+__all__ = ["load", "Model", "ModelFolderError", "verify_folder", "plan_eval", "collate"]

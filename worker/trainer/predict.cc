@@ -1,0 +1,233 @@
+#include "worker/trainer/predict.h"
+
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "worker/trainer/batching.h"
+#include "worker/trainer/device.h"
+#include "worker/trainer/export.h"
+
+namespace nightshift::trainer {
+
+namespace {
+
+// Padded tokens [B, L] and the padding mask, as batching.cc's Collate builds them.
+std::pair<torch::Tensor, torch::Tensor> CollateRows(const std::vector<std::vector<int32_t>>& rows,
+                                                    const std::vector<uint32_t>& indices, int64_t max_len,
+                                                    int64_t pad_id) {
+  const int64_t b = static_cast<int64_t>(indices.size());
+  int64_t l = 1;
+  for (uint32_t i : indices) l = std::max<int64_t>(l, std::min<int64_t>(rows[i].size(), max_len));
+  auto tokens = torch::full({b, l}, pad_id, torch::kLong);
+  auto pad = torch::ones({b, l}, torch::kBool);
+  int64_t* tok = tokens.data_ptr<int64_t>();
+  bool* p = pad.data_ptr<bool>();
+  for (int64_t r = 0; r < b; ++r) {
+    const auto& row = rows[indices[r]];
+    const int64_t n = std::min<int64_t>(row.size(), max_len);
+    for (int64_t c = 0; c < n; ++c) {
+      tok[r * l + c] = row[c];
+      p[r * l + c] = false;
+    }
+    p[r * l] = false;  // never a whole row of padding
+  }
+  return {tokens, pad};
+}
+
+template <typename T>
+T Get(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : it->get<T>();
+}
+
+}  // namespace
+
+std::string CleanText(const std::string& raw, size_t max_bytes) {
+  const std::string in = raw.substr(0, max_bytes);
+  std::string out;
+  out.reserve(in.size());
+  size_t i = 0;
+  while (i < in.size()) {
+    unsigned char c = in[i];
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = n > 0 && i + n <= in.size();
+    for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(in[i + k]) >> 6) == 2;
+    if (ok && c != 0) {
+      out.append(in, i, n);
+      i += n;
+    } else {
+      out.push_back('?');
+      ++i;
+    }
+  }
+  for (char& ch : out)
+    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
+  return out;
+}
+
+Predictor::Predictor() : device_(torch::kCPU) {}
+Predictor::~Predictor() = default;
+
+std::string Predictor::Open(const std::string& dir, const PredictorOptions& options,
+                            std::unique_ptr<Predictor>* out) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<Predictor> p(new Predictor());
+  p->options_ = options;
+  if (!fs::is_directory(dir)) return dir + ": not a directory (a model folder from `nightshift job artifacts`)";
+  if (options.verify) {
+    if (std::string err = VerifyModelFolder(dir); !err.empty()) return dir + ": " + err;
+  }
+  const std::string config_path = dir + "/config.json";
+  std::ifstream in(config_path);
+  if (!in) return "cannot read " + config_path;
+  nlohmann::json c = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return config_path + ": not a JSON object";
+  if (Get<std::string>(c, "format", "") != kModelFormat || Get<int>(c, "version", 0) > kModelFormatVersion)
+    return config_path + ": not a " + std::string(kModelFormat) + " folder of version <= " +
+           std::to_string(kModelFormatVersion);
+  try {
+    ModelConfig& m = p->model_config_;
+    m.arch = Get<std::string>(c, "arch", "");
+    if (m.arch != "transformer_classifier" && m.arch != "gpt_lm")
+      return config_path + ": arch '" + m.arch + "' cannot be run here (transformer_classifier, gpt_lm)";
+    m.layers = c.at("layers").get<int>();
+    m.d_model = c.at("d_model").get<int>();
+    m.heads = c.at("heads").get<int>();
+    m.ffn = Get<int>(c, "ffn", 0);
+    if (m.ffn == 0) m.ffn = 4 * m.d_model;
+    m.max_len = c.at("max_len").get<int>();
+    m.dropout = Get<double>(c, "dropout", 0.0);
+    m.attention_dropout = Get<double>(c, "attention_dropout", 0.0);
+    p->vocab_size_ = c.at("vocab_size").get<int64_t>();
+    p->num_classes_ = Get<int64_t>(c, "num_classes", 0);
+    p->pad_id_ = Get<int64_t>(c, "pad_id", 0);
+    p->bos_id_ = Get<int64_t>(c, "bos_id", 2);
+    p->eos_id_ = Get<int64_t>(c, "eos_id", 3);
+    p->labels_ = Get<std::vector<std::string>>(c, "labels", {});
+  } catch (const nlohmann::json::exception& e) {
+    return config_path + ": " + e.what();
+  }
+  if (p->labels_.empty())
+    for (int64_t i = 0; i < p->num_classes_; ++i) p->labels_.push_back(std::to_string(i));
+  if (std::string err = PickDevice(options.device, 0, &p->device_); !err.empty()) return "--device: " + err;
+  try {
+    p->model_ = BuildSequenceModel(p->model_config_, p->vocab_size_, p->num_classes_, p->pad_id_);
+    LoadExportTensors(p->model_config_.arch, ReadSafetensors(dir + "/model.safetensors"), *p->model_);
+    p->model_->eval();
+    p->model_->to(p->device_);
+  } catch (const std::exception& e) {
+    return dir + ": " + e.what();
+  }
+  const std::string tokenizer = dir + "/tokenizer.model";
+  if (fs::exists(tokenizer)) {
+    p->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    if (auto st = p->sp_->Load(tokenizer); !st.ok()) return "cannot load " + tokenizer + ": " + st.ToString();
+  }
+  *out = std::move(p);
+  return "";
+}
+
+std::vector<int32_t> Predictor::Pieces(const std::string& clean_text) const {
+  if (!sp_) throw std::runtime_error("the model folder has no tokenizer.model");
+  std::vector<int> pieces;
+  if (auto st = sp_->Encode(clean_text, &pieces); !st.ok()) throw std::runtime_error("cannot tokenize: " + st.ToString());
+  return {pieces.begin(), pieces.end()};
+}
+
+std::vector<int32_t> Predictor::Encode(const std::string& clean_text) const {
+  const bool classifier = arch() == "transformer_classifier";
+  const size_t limit = static_cast<size_t>(classifier ? max_len() : max_len() + 1);
+  std::vector<int32_t> v{static_cast<int32_t>(bos_id_)};
+  for (int32_t piece : Pieces(clean_text)) {
+    if (v.size() >= limit) break;
+    v.push_back(piece);
+  }
+  if (!classifier && static_cast<int64_t>(v.size()) <= max_len()) v.push_back(static_cast<int32_t>(eos_id_));
+  return v;
+}
+
+std::string Predictor::Decode(const std::vector<int32_t>& ids) const {
+  if (!sp_) throw std::runtime_error("the model folder has no tokenizer.model");
+  std::string text;
+  sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  return text;
+}
+
+std::vector<torch::Tensor> Predictor::Logits(const std::vector<std::vector<int32_t>>& rows) {
+  c10::InferenceMode guard;
+  std::vector<uint32_t> lengths(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    lengths[i] = static_cast<uint32_t>(std::min<int64_t>(rows[i].size(), max_len()));
+  BatchPlanOptions plan_options;
+  plan_options.max_tokens = options_.max_tokens;
+  std::vector<torch::Tensor> out(rows.size());
+  for (const auto& batch : PlanEval(lengths, plan_options)) {
+    auto [tokens, pad] = CollateRows(rows, batch, max_len(), pad_id_);
+    auto logits = model_->forward(tokens.to(device_), pad.to(device_)).to(torch::kCPU, torch::kFloat);
+    for (size_t r = 0; r < batch.size(); ++r) {
+      const uint32_t i = batch[r];
+      out[i] = logits.dim() == 2 ? logits[r] : logits[r].narrow(0, 0, std::max<uint32_t>(lengths[i], 1));
+    }
+  }
+  return out;
+}
+
+std::vector<double> Predictor::Perplexity(const std::vector<std::vector<int32_t>>& rows) {
+  std::vector<double> out;
+  std::vector<std::vector<int32_t>> cut;
+  for (const auto& r : rows) cut.emplace_back(r.begin(), r.begin() + std::min<int64_t>(r.size(), max_len()));
+  auto logits = Logits(cut);
+  c10::InferenceMode guard;
+  for (size_t i = 0; i < cut.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(cut[i].size());
+    if (n < 2) {
+      out.push_back(std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
+    auto target = torch::tensor(std::vector<int64_t>(cut[i].begin() + 1, cut[i].end()), torch::kLong);
+    auto nll = torch::nn::functional::cross_entropy(logits[i].narrow(0, 0, n - 1), target);
+    out.push_back(std::exp(nll.item<double>()));
+  }
+  return out;
+}
+
+std::string Predictor::Generate(const std::string& clean_prompt, int new_tokens, double temperature, int top_k,
+                                std::optional<uint64_t> seed) {
+  c10::InferenceMode guard;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed.value_or(std::random_device{}()));
+  std::vector<int32_t> ids{static_cast<int32_t>(bos_id_)};
+  for (int32_t piece : Pieces(clean_prompt)) ids.push_back(piece);
+  for (int step = 0; step < new_tokens; ++step) {
+    const size_t from = ids.size() > static_cast<size_t>(max_len()) ? ids.size() - max_len() : 0;
+    auto window = torch::tensor(std::vector<int64_t>(ids.begin() + from, ids.end()), torch::kLong).unsqueeze(0);
+    auto pad = torch::zeros(window.sizes(), torch::kBool);
+    auto logits = model_->forward(window.to(device_), pad.to(device_)).select(0, 0).select(0, -1)
+                      .to(torch::kCPU, torch::kFloat);
+    int64_t next;
+    if (temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      logits = logits / temperature;
+      if (top_k > 0 && top_k < logits.numel()) {
+        auto kth = std::get<0>(logits.topk(top_k)).select(0, top_k - 1);
+        logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+      }
+      next = torch::multinomial(logits.softmax(-1), 1, false, gen).item<int64_t>();
+    }
+    if (next == eos_id_) break;
+    ids.push_back(static_cast<int32_t>(next));
+  }
+  return Decode(std::vector<int32_t>(ids.begin() + 1, ids.end()));  // one decode: pieces keep their spaces
+}
+
+}  // namespace nightshift::trainer

@@ -1,0 +1,195 @@
+// nightshift-predict: runs an exported model folder (worker/trainer/export.h) in C++.
+//
+//   nightshift-predict --model DIR [FILE... | -] [--jsonl [--text-field F]] [-o text|json]
+//       classifier: one line per input: its name, the label, the class probabilities.
+//       Inputs: each FILE is one text (like a text_dir sample); `-` (or no FILE) reads
+//       stdin, one text per line; --jsonl: every FILE (or stdin) holds JSON lines and
+//       field F (default "text") is the text.
+//   nightshift-predict --model DIR --generate N --prompt TEXT [--temperature T] [--top-k K] [--seed S]
+//   nightshift-predict --model DIR --score [inputs as above]      perplexity per input (gpt_lm)
+//
+// Exit: 0 done, 1 error (the message on stderr), 2 usage.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "worker/trainer/predict.h"
+
+namespace nt = nightshift::trainer;
+
+namespace {
+
+struct Input {
+  std::string name;  // file name, "file:line" or "stdin:line"
+  std::string text;  // raw text (cleaned later)
+};
+
+std::string ReadAll(std::istream& in, size_t max_bytes) {
+  std::string s(max_bytes, '\0');
+  in.read(&s[0], static_cast<std::streamsize>(max_bytes));
+  s.resize(static_cast<size_t>(in.gcount()));
+  return s;
+}
+
+// Returns "" or what is wrong.
+std::string ReadLines(std::istream& in, const std::string& name, bool jsonl, const std::string& field,
+                      std::vector<Input>* out) {
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    const std::string where = name + ":" + std::to_string(n);
+    if (!jsonl) {
+      out->push_back({where, line});
+      continue;
+    }
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains(field) || !j[field].is_string())
+      return where + ": not a JSON object with a string field '" + field + "' (--text-field)";
+    out->push_back({where, j[field].get<std::string>()});
+  }
+  return "";
+}
+
+std::string ReadInputs(const std::vector<std::string>& files, bool jsonl, const std::string& field,
+                       size_t max_bytes, std::vector<Input>* out) {
+  if (files.empty()) return ReadLines(std::cin, "stdin", jsonl, field, out);
+  for (const auto& f : files) {
+    if (f == "-") {
+      if (std::string err = ReadLines(std::cin, "stdin", jsonl, field, out); !err.empty()) return err;
+      continue;
+    }
+    std::ifstream in(f, std::ios::binary);
+    if (!in) return "cannot read " + f;
+    if (jsonl) {
+      if (std::string err = ReadLines(in, f, true, field, out); !err.empty()) return err;
+    } else {
+      out->push_back({f, ReadAll(in, max_bytes)});  // like data_prep's ReadFile
+    }
+  }
+  return "";
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app{"Run an exported Nightshift model: classify texts, score or generate them"};
+  std::string dir, output = "text", text_field = "text", prompt, device = "auto";
+  std::vector<std::string> files;
+  bool jsonl = false, score = false, with_logits = false, no_verify = false;
+  int generate = 0, top_k = 0;
+  double temperature = 1.0;
+  int64_t max_tokens = 8192;
+  std::optional<uint64_t> seed;
+  app.add_option("--model", dir, "the model folder (nightshift job artifacts)")->required();
+  app.add_option("inputs", files, "text files (one text each), or - for stdin (one text per line)");
+  app.add_flag("--jsonl", jsonl, "inputs are JSON lines; the text is --text-field");
+  app.add_option("--text-field", text_field, "JSON field holding the text (--jsonl)");
+  app.add_option("-o,--output", output, "text or json (one JSON object per line)")
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_flag("--logits", with_logits, "-o json: add the raw logits");
+  app.add_flag("--score", score, "gpt_lm: print each input's perplexity");
+  app.add_option("--generate", generate, "gpt_lm: continue --prompt by N tokens");
+  app.add_option("--prompt", prompt, "gpt_lm: the text --generate continues");
+  app.add_option("--temperature", temperature, "--generate: 0 is greedy");
+  app.add_option("--top-k", top_k, "--generate: sample among the K likeliest tokens (0: all)");
+  app.add_option("--seed", seed, "--generate: the sampling seed");
+  app.add_option("--max-tokens", max_tokens, "padded tokens per batch")->check(CLI::PositiveNumber);
+  app.add_option("--device", device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--no-verify", no_verify, "skip checksums.json");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  nt::PredictorOptions options;
+  options.device = device;
+  options.max_tokens = max_tokens;
+  options.verify = !no_verify;
+  std::unique_ptr<nt::Predictor> p;
+  if (std::string err = nt::Predictor::Open(dir, options, &p); !err.empty()) {
+    std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
+    return 1;
+  }
+  const bool lm = p->arch() == "gpt_lm";
+  if (!lm && (score || generate > 0)) {
+    std::fprintf(stderr, "nightshift-predict: %s is a %s: --score and --generate are for gpt_lm models\n",
+                 dir.c_str(), p->arch().c_str());
+    return 2;
+  }
+  if (lm && !score && generate <= 0) {
+    std::fprintf(stderr, "nightshift-predict: %s is a gpt_lm: pass --generate N --prompt TEXT or --score\n",
+                 dir.c_str());
+    return 2;
+  }
+  if (generate > 0) {
+    auto text = p->Generate(nt::CleanText(prompt, p->max_bytes()), generate, temperature, top_k, seed);
+    if (output == "json")
+      std::cout << nlohmann::json{{"prompt", prompt}, {"text", text}}.dump() << "\n";
+    else
+      std::cout << text << "\n";
+    return 0;
+  }
+
+  std::vector<Input> inputs;
+  if (std::string err = ReadInputs(files, jsonl, text_field, p->max_bytes(), &inputs); !err.empty()) {
+    std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
+    return 1;
+  }
+  std::vector<std::vector<int32_t>> rows;
+  rows.reserve(inputs.size());
+  for (const auto& in : inputs) rows.push_back(p->Encode(nt::CleanText(in.text, p->max_bytes())));
+
+  std::ostringstream out;
+  out.precision(6);
+  if (score) {
+    auto ppl = p->Perplexity(rows);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (output == "json")
+        out << nlohmann::json{{"input", inputs[i].name}, {"perplexity", ppl[i]}}.dump() << "\n";
+      else
+        out << inputs[i].name << "\t" << ppl[i] << "\n";
+    }
+    std::cout << out.str();
+    return 0;
+  }
+  auto logits = p->Logits(rows);
+  const auto& labels = p->labels();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto probs = logits[i].softmax(-1);
+    const int64_t best = probs.argmax().item<int64_t>();
+    const float* pr = probs.data_ptr<float>();
+    if (output == "json") {
+      nlohmann::json j{{"input", inputs[i].name}, {"label", labels.at(best)}};
+      nlohmann::json pj = nlohmann::json::object();
+      for (size_t c = 0; c < labels.size(); ++c) pj[labels[c]] = pr[c];
+      j["probabilities"] = pj;
+      if (with_logits) {
+        const float* lg = logits[i].data_ptr<float>();
+        j["logits"] = std::vector<float>(lg, lg + logits[i].numel());
+      }
+      out << j.dump() << "\n";
+    } else {
+      out << inputs[i].name << "\t" << labels.at(best);
+      for (size_t c = 0; c < labels.size(); ++c) out << "\t" << labels[c] << "=" << pr[c];
+      out << "\n";
+    }
+  }
+  std::cout << out.str();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nightshift-predict: error: %s\n", e.what());
+    return 1;
+  }
+}
