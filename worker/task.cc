@@ -173,7 +173,6 @@ std::string UseExportedTokenizer(const std::string& folder, PrepOptions* o) {
     if (!in) return "model.init_from: " + folder + "/checksums.json is missing: not an exported model folder";
     const nlohmann::json sums = nlohmann::json::parse(in);
     const auto& tokenizer = sums.at("files").at("tokenizer.model");
-    o->tokenizer_model = folder + "/tokenizer.model";
     o->tokenizer_sha1 = tokenizer.at("sha1").get<std::string>();
   } catch (const std::exception& e) {
     return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model (" + e.what() + ")";

@@ -72,6 +72,16 @@ set -e
 JOB=$("$BIN/nightshift" job list -o json | grep -o '"id": "[^"]*"' | tail -n 1 | cut -d'"' -f4)
 echo
 "$BIN/nightshift" job describe "$JOB"
+if [ "$RC" = 0 ]; then
+  # The trained model out: downloaded through the coordinator (checksums verified), then
+  # run on two mails of the corpus by nightshift-predict.
+  rm -rf "$RUN/model"
+  "$BIN/nightshift" job artifacts "$JOB" --output "$RUN/model"
+  HAM=$(ls data/spamassassin/ham | head -n 1)
+  SPAM=$(ls data/spamassassin/spam | head -n 1)
+  echo "quickstart: nightshift predict --model $RUN/model on ham/$HAM and spam/$SPAM"
+  "$BIN/nightshift" predict --model "$RUN/model" "data/spamassassin/ham/$HAM" "data/spamassassin/spam/$SPAM"
+fi
 cat <<MSG
 
 quickstart: job $JOB ended with exit code $RC.
@@ -80,6 +90,7 @@ quickstart: job $JOB ended with exit code $RC.
   trainer log:      $RUN/worker-local-1/jobs/$JOB/attempt-*/rank-0.log
   job store:        $RUN/coordinator-db (RocksDB)
   checkpoints:      $RUN/worker-local-1/checkpoints/$JOB
+  the model:        $RUN/model (python: import nightshift; nightshift.load("$RUN/model").predict([...]))
   metrics:          http://127.0.0.1:$(cat "$RUN/coordinator.metrics-port")/metrics (coordinator), http://127.0.0.1:$(cat "$RUN/worker.metrics-port")/metrics (worker)
 MSG
 if [ "$KEEP" = 1 ]; then

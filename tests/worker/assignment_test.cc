@@ -21,6 +21,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   spec.mutable_train()->set_seed(7);
   spec.mutable_model()->set_max_len(64);
   spec.mutable_model()->set_arch("gpt_lm");
+  spec.mutable_model()->set_init_from("/data/exported");
   const PrepOptions o = PrepOptionsFor(spec, {"/srv/data"});
   EXPECT_EQ(o.path, "/data/mail");
   EXPECT_EQ(o.format, "jsonl");
@@ -32,6 +33,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   EXPECT_EQ(o.vocab_size, 500);
   EXPECT_EQ(o.max_len, 64);
   EXPECT_FALSE(o.classifier);
+  EXPECT_EQ(o.tokenizer_model, "/data/exported/tokenizer.model");
   EXPECT_EQ(o.roots, std::vector<std::string>{"/srv/data"});
 
   const std::vector<std::string> mapped = PrepareArgs({o, "out", 2});
@@ -40,6 +42,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   for (size_t i = 0; i + 1 < defaults.size(); i += 2) {
     ASSERT_EQ(mapped[i], defaults[i]);
     if (mapped[i] == "--output-dir" || mapped[i] == "--threads") continue;
+    if (mapped[i] == "--tokenizer-sha1") continue;  // from the folder's checksums.json (task.cc)
     EXPECT_NE(mapped[i + 1], defaults[i + 1]) << mapped[i] << " is not mapped from the spec";
   }
 }

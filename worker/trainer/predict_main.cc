@@ -75,8 +75,7 @@ std::string ReadInputs(const std::vector<std::string>& files, bool jsonl, const 
   return "";
 }
 
-int Run(int argc, char** argv) {
-  CLI::App app{"Run an exported Nightshift model: classify texts, score or generate them"};
+struct Args {
   std::string dir, output = "text", text_field = "text", prompt, device = "auto";
   std::vector<std::string> files;
   bool jsonl = false, score = false, with_logits = false, no_verify = false;
@@ -84,91 +83,52 @@ int Run(int argc, char** argv) {
   double temperature = 1.0;
   int64_t max_tokens = 8192;
   std::optional<uint64_t> seed;
-  app.add_option("--model", dir, "the model folder (nightshift job artifacts)")->required();
-  app.add_option("inputs", files, "text files (one text each), or - for stdin (one text per line)");
-  app.add_flag("--jsonl", jsonl, "inputs are JSON lines; the text is --text-field");
-  app.add_option("--text-field", text_field, "JSON field holding the text (--jsonl)");
-  app.add_option("-o,--output", output, "text or json (one JSON object per line)")
+};
+
+// Parses the command line into *a; returns -1 to go on, else the exit code (help: 0).
+int ParseArgs(int argc, char** argv, Args* a) {
+  CLI::App app{"Run an exported Nightshift model: classify texts, score or generate them"};
+  app.add_option("--model", a->dir, "the model folder (nightshift job artifacts)")->required();
+  app.add_option("inputs", a->files, "text files (one text each), or - for stdin (one text per line)");
+  app.add_flag("--jsonl", a->jsonl, "inputs are JSON lines; the text is --text-field");
+  app.add_option("--text-field", a->text_field, "JSON field holding the text (--jsonl)");
+  app.add_option("-o,--output", a->output, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
-  app.add_flag("--logits", with_logits, "-o json: add the raw logits");
-  app.add_flag("--score", score, "gpt_lm: print each input's perplexity");
-  app.add_option("--generate", generate, "gpt_lm: continue --prompt by N tokens");
-  app.add_option("--prompt", prompt, "gpt_lm: the text --generate continues");
-  app.add_option("--temperature", temperature, "--generate: 0 is greedy");
-  app.add_option("--top-k", top_k, "--generate: sample among the K likeliest tokens (0: all)");
-  app.add_option("--seed", seed, "--generate: the sampling seed");
-  app.add_option("--max-tokens", max_tokens, "padded tokens per batch")->check(CLI::PositiveNumber);
-  app.add_option("--device", device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_flag("--no-verify", no_verify, "skip checksums.json");
+  app.add_flag("--logits", a->with_logits, "-o json: add the raw logits");
+  app.add_flag("--score", a->score, "gpt_lm: print each input's perplexity");
+  app.add_option("--generate", a->generate, "gpt_lm: continue --prompt by N tokens");
+  app.add_option("--prompt", a->prompt, "gpt_lm: the text --generate continues");
+  app.add_option("--temperature", a->temperature, "--generate: 0 is greedy");
+  app.add_option("--top-k", a->top_k, "--generate: sample among the K likeliest tokens (0: all)");
+  app.add_option("--seed", a->seed, "--generate: the sampling seed");
+  app.add_option("--max-tokens", a->max_tokens, "padded tokens per batch")->check(CLI::PositiveNumber);
+  app.add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--no-verify", a->no_verify, "skip checksums.json");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  return -1;
+}
 
-  nt::PredictorOptions options;
-  options.device = device;
-  options.max_tokens = max_tokens;
-  options.verify = !no_verify;
-  std::unique_ptr<nt::Predictor> p;
-  if (std::string err = nt::Predictor::Open(dir, options, &p); !err.empty()) {
-    std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
-    return 1;
-  }
-  const bool lm = p->arch() == "gpt_lm";
-  if (!lm && (score || generate > 0)) {
-    std::fprintf(stderr, "nightshift-predict: %s is a %s: --score and --generate are for gpt_lm models\n",
-                 dir.c_str(), p->arch().c_str());
-    return 2;
-  }
-  if (lm && !score && generate <= 0) {
-    std::fprintf(stderr, "nightshift-predict: %s is a gpt_lm: pass --generate N --prompt TEXT or --score\n",
-                 dir.c_str());
-    return 2;
-  }
-  if (generate > 0) {
-    auto text = p->Generate(nt::CleanText(prompt, p->max_bytes()), generate, temperature, top_k, seed);
-    if (output == "json")
-      std::cout << nlohmann::json{{"prompt", prompt}, {"text", text}}.dump() << "\n";
-    else
-      std::cout << text << "\n";
-    return 0;
-  }
-
-  std::vector<Input> inputs;
-  if (std::string err = ReadInputs(files, jsonl, text_field, p->max_bytes(), &inputs); !err.empty()) {
-    std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
-    return 1;
-  }
-  std::vector<std::vector<int32_t>> rows;
-  rows.reserve(inputs.size());
-  for (const auto& in : inputs) rows.push_back(p->Encode(nt::CleanText(in.text, p->max_bytes())));
-
+// One line per input: its label and the class probabilities (json: and the logits).
+std::string Classify(nt::Predictor& p, const std::vector<Input>& inputs, const std::vector<std::vector<int32_t>>& rows,
+                     const Args& a) {
   std::ostringstream out;
   out.precision(6);
-  if (score) {
-    auto ppl = p->Perplexity(rows);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (output == "json")
-        out << nlohmann::json{{"input", inputs[i].name}, {"perplexity", ppl[i]}}.dump() << "\n";
-      else
-        out << inputs[i].name << "\t" << ppl[i] << "\n";
-    }
-    std::cout << out.str();
-    return 0;
-  }
-  auto logits = p->Logits(rows);
-  const auto& labels = p->labels();
+  auto logits = p.Logits(rows);
+  const auto& labels = p.labels();
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto probs = logits[i].softmax(-1);
     const int64_t best = probs.argmax().item<int64_t>();
     const float* pr = probs.data_ptr<float>();
-    if (output == "json") {
+    if (a.output == "json") {
       nlohmann::json j{{"input", inputs[i].name}, {"label", labels.at(best)}};
       nlohmann::json pj = nlohmann::json::object();
       for (size_t c = 0; c < labels.size(); ++c) pj[labels[c]] = pr[c];
       j["probabilities"] = pj;
-      if (with_logits) {
+      if (a.with_logits) {
         const float* lg = logits[i].data_ptr<float>();
         j["logits"] = std::vector<float>(lg, lg + logits[i].numel());
       }
@@ -179,7 +139,63 @@ int Run(int argc, char** argv) {
       out << "\n";
     }
   }
-  std::cout << out.str();
+  return out.str();
+}
+
+std::string Score(nt::Predictor& p, const std::vector<Input>& inputs, const std::vector<std::vector<int32_t>>& rows,
+                  const Args& a) {
+  std::ostringstream out;
+  out.precision(6);
+  auto ppl = p.Perplexity(rows);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (a.output == "json")
+      out << nlohmann::json{{"input", inputs[i].name}, {"perplexity", ppl[i]}}.dump() << "\n";
+    else
+      out << inputs[i].name << "\t" << ppl[i] << "\n";
+  }
+  return out.str();
+}
+
+int Run(int argc, char** argv) {
+  Args a;
+  if (const int code = ParseArgs(argc, argv, &a); code >= 0) return code;
+  nt::PredictorOptions options;
+  options.device = a.device;
+  options.max_tokens = a.max_tokens;
+  options.verify = !a.no_verify;
+  std::unique_ptr<nt::Predictor> p;
+  if (std::string err = nt::Predictor::Open(a.dir, options, &p); !err.empty()) {
+    std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
+    return 1;
+  }
+  const bool lm = p->arch() == "gpt_lm";
+  if (!lm && (a.score || a.generate > 0)) {
+    std::fprintf(stderr, "nightshift-predict: %s is a %s: --score and --generate are for gpt_lm models\n",
+                 a.dir.c_str(), p->arch().c_str());
+    return 2;
+  }
+  if (lm && !a.score && a.generate <= 0) {
+    std::fprintf(stderr, "nightshift-predict: %s is a gpt_lm: pass --generate N --prompt TEXT or --score\n",
+                 a.dir.c_str());
+    return 2;
+  }
+  if (a.generate > 0) {
+    auto text = p->Generate(nt::CleanText(a.prompt, p->max_bytes()), a.generate, a.temperature, a.top_k, a.seed);
+    if (a.output == "json")
+      std::cout << nlohmann::json{{"prompt", a.prompt}, {"text", text}}.dump() << "\n";
+    else
+      std::cout << text << "\n";
+    return 0;
+  }
+  std::vector<Input> inputs;
+  if (std::string err = ReadInputs(a.files, a.jsonl, a.text_field, p->max_bytes(), &inputs); !err.empty()) {
+    std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
+    return 1;
+  }
+  std::vector<std::vector<int32_t>> rows;
+  rows.reserve(inputs.size());
+  for (const auto& in : inputs) rows.push_back(p->Encode(nt::CleanText(in.text, p->max_bytes())));
+  std::cout << (a.score ? Score(*p, inputs, rows, a) : Classify(*p, inputs, rows, a));
   return 0;
 }
 

@@ -127,7 +127,8 @@ TEST(CheckpointManagerTest, KeepsOnlyTheLastComplete) {
   EXPECT_EQ(fs::path(complete[1]).filename(), "step-00000010");
   int dirs = 0;
   for (const auto& e : fs::directory_iterator(c.checkpoint_dir)) dirs += e.is_directory();
-  EXPECT_EQ(dirs, 2);
+  EXPECT_EQ(dirs, 3) << "two checkpoints and the exported model";
+  EXPECT_TRUE(fs::exists(c.checkpoint_dir + "/model/model.safetensors")) << "pruning keeps the model";
 }
 
 TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {

@@ -67,9 +67,9 @@ TEST(TrainTest, MaxStepsStopsEarlyWithEvalCheckpointAndDone) {
   EXPECT_EQ(progress.records.front().event, "start");
   EXPECT_EQ(progress.records.front().Number("total_steps"), 4);
   std::vector<std::string> tail;
-  for (size_t i = progress.records.size() - 3; i < progress.records.size(); ++i)
+  for (size_t i = progress.records.size() - 4; i < progress.records.size(); ++i)
     tail.push_back(progress.records[i].event);
-  EXPECT_EQ(tail, (std::vector<std::string>{"eval", "checkpoint", "done"}));
+  EXPECT_EQ(tail, (std::vector<std::string>{"eval", "checkpoint", "export", "done"}));
   EXPECT_EQ(progress.records.back().Number("step"), 4);
 }
 
