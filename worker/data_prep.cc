@@ -17,6 +17,7 @@
 
 #include "common/format/atomic_file.h"
 #include "common/format/shard.h"
+#include "common/format/text.h"
 #include "common/log.h"
 
 namespace fs = std::filesystem;
@@ -30,28 +31,6 @@ struct RawSample {
   std::string path;    // text_dir: the file to read
   std::string text;    // jsonl: the text itself
 };
-
-// Replaces bytes that are not valid UTF-8 with '?', so the tokenizer sees valid text
-// (mail bodies are often Latin-1).
-std::string SanitizeUtf8(const std::string& in) {
-  std::string out;
-  out.reserve(in.size());
-  size_t i = 0;
-  while (i < in.size()) {
-    unsigned char c = in[i];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = n > 0 && i + n <= in.size();
-    for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(in[i + k]) >> 6) == 2;
-    if (ok && c != 0) {
-      out.append(in, i, n);
-      i += n;
-    } else {
-      out.push_back('?');
-      ++i;
-    }
-  }
-  return out;
-}
 
 StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
@@ -166,9 +145,7 @@ Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, int th
     } else {
       raw = samples[i].text.substr(0, max_bytes);
     }
-    std::string clean = SanitizeUtf8(raw);
-    for (char& c : clean) if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-    (*texts)[i] = std::move(clean);
+    (*texts)[i] = format::CleanText(raw, max_bytes);
     return Status::OK();
   });
 }

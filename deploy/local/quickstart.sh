@@ -77,10 +77,10 @@ if [ "$RC" = 0 ]; then
   # run on two mails of the corpus by nightshift-predict.
   rm -rf "$RUN/model"
   "$BIN/nightshift" job artifacts "$JOB" --output "$RUN/model"
-  HAM=$(ls data/spamassassin/ham | head -n 1)
-  SPAM=$(ls data/spamassassin/spam | head -n 1)
-  echo "quickstart: nightshift predict --model $RUN/model on ham/$HAM and spam/$SPAM"
-  "$BIN/nightshift" predict --model "$RUN/model" "data/spamassassin/ham/$HAM" "data/spamassassin/spam/$SPAM"
+  HAM=$(find data/spamassassin/ham -type f -print -quit)  # no pipe: pipefail and SIGPIPE
+  SPAM=$(find data/spamassassin/spam -type f -print -quit)
+  echo "quickstart: nightshift predict --model $RUN/model $HAM $SPAM"
+  "$BIN/nightshift" predict --model "$RUN/model" "$HAM" "$SPAM"
 fi
 cat <<MSG
 

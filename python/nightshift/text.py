@@ -15,7 +15,7 @@ Text = Union[str, bytes]
 
 
 def sanitize_utf8(raw: bytes) -> bytes:
-    """data_prep.cc's SanitizeUtf8 byte for byte, then its whitespace rule."""
+    """common/format/text.h's CleanText (what data preparation applies), byte for byte."""
     out = bytearray()
     i, n_bytes = 0, len(raw)
     while i < n_bytes:

@@ -52,29 +52,6 @@ T Get(const nlohmann::json& j, const char* key, T fallback) {
 
 }  // namespace
 
-std::string CleanText(const std::string& raw, size_t max_bytes) {
-  const std::string in = raw.substr(0, max_bytes);
-  std::string out;
-  out.reserve(in.size());
-  size_t i = 0;
-  while (i < in.size()) {
-    unsigned char c = in[i];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = n > 0 && i + n <= in.size();
-    for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(in[i + k]) >> 6) == 2;
-    if (ok && c != 0) {
-      out.append(in, i, n);
-      i += n;
-    } else {
-      out.push_back('?');
-      ++i;
-    }
-  }
-  for (char& ch : out)
-    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
-  return out;
-}
-
 Predictor::Predictor() : device_(torch::kCPU) {}
 Predictor::~Predictor() = default;
 

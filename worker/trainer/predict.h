@@ -29,10 +29,7 @@ class SentencePieceProcessor;
 
 namespace nightshift::trainer {
 
-// data_prep.cc's text rules: the first max_bytes bytes, bytes that are not UTF-8 (and
-// NUL) replaced by '?', '\n' '\r' '\t' replaced by ' '.
-std::string CleanText(const std::string& raw, size_t max_bytes);
-
+// Texts are cleaned with format::CleanText (common/format/text.h), as data preparation does.
 struct PredictorOptions {
   std::string device = "auto";  // auto | cpu | cuda (device.h PickDevice)
   int64_t max_tokens = 8192;    // padded tokens per batch (PlanEval's budget)

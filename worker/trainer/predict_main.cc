@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/format/text.h"
 #include "worker/trainer/predict.h"
 
 namespace nt = nightshift::trainer;
@@ -180,7 +181,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (a.generate > 0) {
-    auto text = p->Generate(nt::CleanText(a.prompt, p->max_bytes()), a.generate, a.temperature, a.top_k, a.seed);
+    auto text = p->Generate(nightshift::format::CleanText(a.prompt, p->max_bytes()), a.generate, a.temperature, a.top_k, a.seed);
     if (a.output == "json")
       std::cout << nlohmann::json{{"prompt", a.prompt}, {"text", text}}.dump() << "\n";
     else
@@ -194,7 +195,7 @@ int Run(int argc, char** argv) {
   }
   std::vector<std::vector<int32_t>> rows;
   rows.reserve(inputs.size());
-  for (const auto& in : inputs) rows.push_back(p->Encode(nt::CleanText(in.text, p->max_bytes())));
+  for (const auto& in : inputs) rows.push_back(p->Encode(nightshift::format::CleanText(in.text, p->max_bytes())));
   std::cout << (a.score ? Score(*p, inputs, rows, a) : Classify(*p, inputs, rows, a));
   return 0;
 }

@@ -1,0 +1,19 @@
+// How a sample's text is cleaned before tokenization: the rule data preparation applies and
+// every predictor (nightshift-predict, the Python package) must apply the same way, or a
+// model sees other ids than it was trained on.
+#ifndef NIGHTSHIFT_COMMON_FORMAT_TEXT_H_
+#define NIGHTSHIFT_COMMON_FORMAT_TEXT_H_
+
+#include <cstddef>
+#include <string>
+
+namespace nightshift::format {
+
+// The first max_bytes bytes of `raw` (the caller may have read only those), each byte that
+// is not part of valid UTF-8 (or is NUL) replaced by '?' (mail bodies are often Latin-1),
+// and '\n', '\r', '\t' replaced by spaces (one text per line in the tokenizer's corpus).
+std::string CleanText(const std::string& raw, size_t max_bytes);
+
+}  // namespace nightshift::format
+
+#endif  // NIGHTSHIFT_COMMON_FORMAT_TEXT_H_
