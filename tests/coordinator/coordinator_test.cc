@@ -68,6 +68,15 @@ class CoordinatorTest : public testing::Test {
     ASSERT_TRUE(c_->ReportTask(worker, status).ok());
   }
   v1::JobState StateOf(const std::string& id) { return c_->Get(id)->state(); }
+  // A one-rank job RUNNING on a one-slot worker w1 (registered here); its id.
+  std::string RunningJobOnW1() {
+    RegisterWorker("w1", 1);
+    const std::string id = c_->Submit(Spec())->id();
+    c_->Tick();
+    Heartbeat("w1");
+    Report("w1", Status(id, 0, v1::TASK_RUNNING));
+    return id;
+  }
 
   std::string dir_;
   FakeClock clock_;
@@ -246,11 +255,7 @@ TEST_F(CoordinatorTest, UserErrorIsNotRetried) {
 }
 
 TEST_F(CoordinatorTest, CancelStopsTheRanks) {
-  RegisterWorker("w1", 1);
-  const std::string id = c_->Submit(Spec())->id();
-  c_->Tick();
-  Heartbeat("w1");
-  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  const std::string id = RunningJobOnW1();
   ASSERT_TRUE(c_->Cancel(id, "").ok());
   EXPECT_EQ(StateOf(id), v1::CANCELLED);
   auto resp = Heartbeat("w1", {Status(id, 0, v1::TASK_RUNNING)});
@@ -394,11 +399,7 @@ TEST_F(CoordinatorTest, HungJobIsStuckThenRestarted) {
 }
 
 TEST_F(CoordinatorTest, DrainMovesJobsAndCordonKeepsNewWorkAway) {
-  RegisterWorker("w1", 1);
-  const std::string id = c_->Submit(Spec())->id();
-  c_->Tick();
-  Heartbeat("w1");
-  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  const std::string id = RunningJobOnW1();
   RegisterWorker("w2", 1);
   auto info = c_->Drain("w1");
   ASSERT_TRUE(info.ok());
@@ -485,11 +486,7 @@ TEST_F(CoordinatorTest, AStopThatTakesTooLongIsRequeuedAtTheStopTimeout) {
   options_.lease_seconds = 600;
   options_.stop_timeout_seconds = 60;
   Reopen();
-  RegisterWorker("w1", 1);
-  const std::string id = c_->Submit(Spec())->id();
-  c_->Tick();
-  Heartbeat("w1");
-  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  const std::string id = RunningJobOnW1();
   ASSERT_TRUE(c_->Drain("w1").ok());
   ASSERT_EQ(StateOf(id), v1::PREEMPTED);
   const auto running = Status(id, 0, v1::TASK_RUNNING);
@@ -508,11 +505,7 @@ TEST_F(CoordinatorTest, AStopThatTakesTooLongIsRequeuedAtTheStopTimeout) {
 // After the coordinator restarts, the workers of running jobs get one lease to register
 // again before their attempts count as lost.
 TEST_F(CoordinatorTest, AfterARestartWorkersHaveOneLeaseToComeBack) {
-  RegisterWorker("w1", 1);
-  const std::string id = c_->Submit(Spec())->id();
-  c_->Tick();
-  Heartbeat("w1");
-  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  const std::string id = RunningJobOnW1();
   Reopen();  // w1 is unknown to the new coordinator
   clock_.Advance(300ms);
   c_->Tick();
