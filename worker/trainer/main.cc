@@ -3,7 +3,6 @@
 // NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset; "none": no reporting). Logs go
 // to stderr.
 // Exit: 0 done, 1 error (an `error` event was written), 2 usage, 143 stopped by SIGTERM.
-#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <string>
 
 #include "worker/trainer/config.h"
+#include "worker/trainer/host_memory.h"
 #include "worker/trainer/progress_sink.h"
 #include "worker/trainer/train.h"
 
@@ -29,13 +29,7 @@ int Fail(nt::ProgressSink& progress, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Keep freed memory in the heap. LibTorch's CPU allocator mallocs and frees activations
-  // of 100+ MB every step (a [32, 4, 512, 512] attention tensor is 128 MiB); glibc serves
-  // blocks that large with mmap and returns them with munmap, so each step would fault in
-  // and zero them again (measured: about a fifth of a demo-model step). Costs: the
-  // resident set stays at its peak. (The environment's MALLOC_* variables still override.)
-  if (std::getenv("MALLOC_MMAP_MAX_") == nullptr) ::mallopt(M_MMAP_MAX, 0);
-  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) ::mallopt(M_TRIM_THRESHOLD, -1);
+  nightshift::trainer::KeepFreedHostMemory();
   std::string config_path;
   long long memory_limit = 0;  // bytes; 0: NIGHTSHIFT_MEMORY_LIMIT_BYTES or MemAvailable
   for (int i = 1; i < argc; ++i) {

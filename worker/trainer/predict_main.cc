@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/format/text.h"
+#include "worker/trainer/host_memory.h"
 #include "worker/trainer/predict.h"
 
 namespace nt = nightshift::trainer;
@@ -203,6 +204,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nightshift::trainer::KeepFreedHostMemory();
   try {
     return Run(argc, argv);
   } catch (const std::exception& e) {
