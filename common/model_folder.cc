@@ -121,6 +121,13 @@ Status VerifyModelFolder(const std::string& dir) {
   return Status::OK();
 }
 
+int64_t ModelFolderStep(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  const auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto step = config.is_object() ? config.find("step") : config.end();
+  return step != config.end() && step->is_number_integer() ? step->get<int64_t>() : -1;
+}
+
 Status SendModelFolder(const std::string& dir, int64_t step,
                        const std::function<bool(const v1::ArtifactChunk&)>& write) {
   auto text = ReadWhole(dir + "/" + kChecksumsFile);

@@ -39,6 +39,9 @@ Status WriteChecksums(const std::string& dir);
 // file is there; Corruption naming the first file that does not match.
 Status VerifyModelFolder(const std::string& dir);
 
+// The "step" of dir/config.json; -1 when it cannot be read.
+int64_t ModelFolderStep(const std::string& dir);
+
 // Sends the folder as chunks of at most 1 MiB: the first carries checksums.json (the text
 // as it is on disk) and `step`, then every file it lists, in name order. The files are
 // sent as they are (the receiver verifies). `write` returns false when the reader left

@@ -680,18 +680,20 @@ StatusOr<Coordinator::ModelLocation> Coordinator::ModelOf(const std::string& id,
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   const v1::Job& job = it->second.job;
   const std::string state = v1::JobState_Name(job.state());
-  if (!job.has_model() || job.model().path().empty())
+  const bool has_model = job.has_model() && !job.model().path().empty();
+  if (step == 0 && !has_model)
     return Status::FailedPrecondition("job " + id + " is " + state +
                                       " and has no model yet: the model is exported when the job succeeds");
-  if (step > 0 && step != job.model().step())
-    return Status::FailedPrecondition("job " + id + " (" + state + ") has no model exported at step " +
-                                      std::to_string(step) + "; its model is at step " +
-                                      std::to_string(job.model().step()));
+  if (step > 0 && !has_model && job.checkpoint_step() == 0)
+    return Status::FailedPrecondition("job " + id + " is " + state + " and has no checkpoint yet");
   ModelLocation where;
-  where.model = job.model();
-  auto w = workers_.find(job.model().worker());
+  if (has_model) where.model = job.model();
+  for (const auto& p : job.placements())
+    if (!has_model && p.first_rank() == 0) where.model.set_worker(p.worker());
+  if (step > 0) where.model.set_step(step);
+  auto w = workers_.find(where.model.worker());
   if (w == workers_.end() || w->second.info.state() != v1::WORKER_READY || w->second.info.log_address().empty())
-    where.worker_error = Status::Unavailable("worker " + job.model().worker() + " that holds the model of job " + id +
+    where.worker_error = Status::Unavailable("worker " + where.model.worker() + " that holds the model of job " + id +
                                              " is gone, and the coordinator sees no shared copy (--checkpoint-root)");
   else
     where.worker_address = w->second.info.log_address();

@@ -130,10 +130,13 @@ class Coordinator {
   // attempt; empty attempts before the first report.
   StatusOr<v1::JobMetrics> Metrics(const std::string& id) const;
 
-  // Where the model of a job is. FAILED_PRECONDITION naming the job's state when it has
-  // none (or not at `step`, when step > 0). `worker_address` is the log service address
-  // of the worker that holds it, or, when that worker is gone, empty with
-  // `worker_error` UNAVAILABLE naming it (a shared checkpoint root may still have it).
+  // Where the model of a job is: step 0, its final export, FAILED_PRECONDITION naming the
+  // job's state when it has none; step N, the kept checkpoint at N, which the worker that
+  // holds the job's checkpoints (the final model's, else rank 0's of the latest attempt)
+  // exports on request; FAILED_PRECONDITION when the job has reported no checkpoint.
+  // `worker_address` is the log service address of that worker, or, when it is gone,
+  // empty with `worker_error` UNAVAILABLE naming it (a shared checkpoint root may still
+  // have the folder). `model.step` is the step asked for (the final model's for 0).
   struct ModelLocation {
     v1::ModelArtifact model;
     std::string worker_address;

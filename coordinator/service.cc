@@ -164,9 +164,12 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   auto write = [&](const v1::ArtifactChunk& chunk) { return !ctx->IsCancelled() && writer->Write(chunk); };
   // The shared checkpoint root first: no worker needed.
   if (!checkpoint_root_.empty()) {
-    const std::string dir = checkpoint_root_ + "/" + req->id() + "/model";
-    if (std::filesystem::exists(dir + "/" + kChecksumsFile))
+    const std::string job_dir = checkpoint_root_ + "/" + req->id();
+    for (const std::string& dir : {job_dir + "/model-step-" + std::to_string(req->step()), job_dir + "/model"}) {
+      if (!std::filesystem::exists(dir + "/" + kChecksumsFile) || (req->step() > 0 && ModelFolderStep(dir) != req->step()))
+        continue;
       return timer.Done(ToGrpc(SendModelFolder(dir, where->model.step(), write)));
+    }
   }
   if (!where->worker_error.ok()) return timer.Done(ToGrpc(where->worker_error));
   // Relay from the worker that holds it.
@@ -175,6 +178,7 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   grpc::ClientContext worker_ctx;
   v1::ReadModelRequest read;
   read.set_job_id(req->id());
+  read.set_step(req->step());
   auto reader = stub->ReadModel(&worker_ctx, read);
   v1::ArtifactChunk chunk;
   bool first = true;

@@ -90,6 +90,12 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
   return p;
 }
 
+std::string BinaryBesideUs(const std::string& name) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / name).string();
+}
+
 std::string DescribeWaitStatus(int ws) {
   if (WIFEXITED(ws)) return "exited with code " + std::to_string(WEXITSTATUS(ws));
   if (WIFSIGNALED(ws)) {

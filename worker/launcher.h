@@ -27,6 +27,9 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& extra_env,
                                 const std::string& log_path);
 
+// The path of binary `name` in the folder this process's binary is in.
+std::string BinaryBesideUs(const std::string& name);
+
 // "exited with code 1", "killed by signal 9 (SIGKILL)".
 std::string DescribeWaitStatus(int wait_status);
 

@@ -74,14 +74,18 @@ grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLog
 grpc::Status LogServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
                                        grpc::ServerWriter<v1::ArtifactChunk>* writer) {
   if (!SafeId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (req->step() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 0 or more");
   if (checkpoint_root_.empty())
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");
-  // The folder is named by the job id alone, and SendModelFolder sends only the plain
-  // names checksums.json lists, regular files, no links: nothing outside it is read.
-  const std::string dir = checkpoint_root_ + "/" + req->job_id() + "/model";
-  if (fs::is_symlink(dir) || fs::is_symlink(checkpoint_root_ + "/" + req->job_id()))
+  // The folder is named by the job id and the step alone, and SendModelFolder sends only
+  // the plain names checksums.json lists, regular files, no links: nothing outside it is read.
+  if (fs::is_symlink(checkpoint_root_ + "/" + req->job_id()))
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "the checkpoint folder of job " + req->job_id() + " is a link");
+  auto dir = exporter_.FolderAt(req->job_id(), req->step());
+  if (!dir.ok()) return ToGrpc(dir.status());
+  if (fs::is_symlink(dir.value()))
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "the model folder of job " + req->job_id() + " is a link");
-  Status s = SendModelFolder(dir, 0, [&](const v1::ArtifactChunk& chunk) {
+  Status s = SendModelFolder(dir.value(), req->step(), [&](const v1::ArtifactChunk& chunk) {
     return !ctx->IsCancelled() && writer->Write(chunk);
   });
   return ToGrpc(s);

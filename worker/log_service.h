@@ -1,7 +1,8 @@
 // WorkerLogService: serves the rank logs a worker keeps under <work_dir>/jobs/<job>/
 // attempt-<n>/rank-<r>.log to the coordinator, which relays them to `nightshift job logs`,
-// and the jobs' exported model folders (<checkpoint_root>/<job>/model, nothing outside
-// it), which it relays to `nightshift job artifacts`.
+// and the jobs' model folders (<checkpoint_root>/<job>/model and the exports of kept
+// checkpoints beside it, nothing outside the job's folder; see checkpoint_export.h),
+// which it relays to `nightshift job artifacts`.
 #ifndef NIGHTSHIFT_WORKER_LOG_SERVICE_H_
 #define NIGHTSHIFT_WORKER_LOG_SERVICE_H_
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "nightshift/v1/cluster.grpc.pb.h"
+#include "worker/checkpoint_export.h"
 
 namespace nightshift {
 
@@ -17,10 +19,13 @@ class LogServiceImpl final : public v1::WorkerLogService::Service {
   // `is_running(job_id)` tells whether the job still runs here (a follow ends when it
   // does not and the log is read to its end). Called from gRPC threads.
   // `checkpoint_root`: where the worker's tasks checkpoint (each job in <root>/<job id>).
+  // `trainer_path`: the nightshift-trainer that exports kept checkpoints on request
+  // (ReadModel with a step); "": only final exports are served.
   LogServiceImpl(std::string work_dir, std::function<bool(const std::string&)> is_running,
-                 std::string checkpoint_root = "")
+                 std::string checkpoint_root = "", std::string trainer_path = "")
       : work_dir_(std::move(work_dir)), is_running_(std::move(is_running)),
-        checkpoint_root_(std::move(checkpoint_root)) {}
+        checkpoint_root_(std::move(checkpoint_root)),
+        exporter_({work_dir_, checkpoint_root_, std::move(trainer_path)}) {}
 
   grpc::Status ReadLog(grpc::ServerContext* ctx, const v1::ReadLogRequest* req,
                        grpc::ServerWriter<v1::LogChunk>* writer) override;
@@ -31,6 +36,7 @@ class LogServiceImpl final : public v1::WorkerLogService::Service {
   const std::string work_dir_;
   const std::function<bool(const std::string&)> is_running_;
   const std::string checkpoint_root_;
+  CheckpointExporter exporter_;
 };
 
 }  // namespace nightshift

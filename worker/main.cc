@@ -13,6 +13,7 @@
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
+#include "worker/launcher.h"
 #include "worker/log_service.h"
 #include "worker/worker_options.h"
 
@@ -118,7 +119,7 @@ int Main(Flags& flags) {
   LogServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
     Agent* agent = agent_ptr.load();
     return agent != nullptr && agent->IsRunning(job);
-  }, checkpoint_root);
+  }, checkpoint_root, options.trainer_path.empty() ? BinaryBesideUs("nightshift-trainer") : options.trainer_path);
   auto log_server = ServeLogs(&logs, &options);
   if (!log_server.ok()) return Fail(log_server.status());
   FindGpus(&options);

@@ -25,12 +25,6 @@ namespace fs = std::filesystem;
 namespace nightshift {
 namespace {
 
-std::string BinaryBesideUs(const std::string& name) {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return (self.parent_path() / name).string();
-}
-
 // Asks the kernel for a free TCP port on `host` (the rendezvous port of rank 0).
 int PickFreePort(const std::string& host) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -208,7 +208,7 @@ int Logs(const Session& s, const LogsFlags& f) {
 struct ArtifactsFlags {
   std::string id;
   std::string output;  // default ./<id>-model
-  int64_t step = 0;    // 0: the exported model
+  int64_t step = 0;    // 0: the final model; N: the kept checkpoint at step N
 };
 
 // A folder removed when the download does not complete (unless released).
@@ -268,7 +268,9 @@ Status Receive(grpc::ClientReader<v1::ArtifactChunk>* reader, const std::string&
 // into place only when every file is whole; otherwise nothing is left behind.
 int Artifacts(const Session& s, const ArtifactsFlags& f) {
   namespace fs = std::filesystem;
-  const fs::path dest = f.output.empty() ? fs::path(f.id + "-model") : fs::path(f.output);
+  const fs::path dest = !f.output.empty() ? fs::path(f.output)
+                        : f.step > 0   ? fs::path(f.id + "-model-step-" + std::to_string(f.step))
+                                       : fs::path(f.id + "-model");
   std::error_code ec;
   if (fs::exists(dest, ec))
     return LocalError(Status::InvalidArgument(dest.string() + " already exists: remove it or choose another --output"));
@@ -364,8 +366,10 @@ Handler JobMetrics(CLI::App* cmd) { return WithId(cmd, Metrics); }
 Handler JobArtifacts(CLI::App* cmd) {
   auto f = std::make_shared<ArtifactsFlags>();
   cmd->add_option("ID", f->id)->required();
-  cmd->add_option("--output", f->output, "folder to create (default ./<ID>-model); must not exist");
-  cmd->add_option("--step", f->step, "only the model exported at this step (default: the job's model)");
+  cmd->add_option("--output", f->output, "folder to create (default ./<ID>-model[-step-N]); must not exist");
+  cmd->add_option("--step", f->step,
+                  "the kept checkpoint at step N, exported on request (default: the job's final model)")
+      ->check(CLI::NonNegativeNumber);
   return [f](const Session& s) { return Artifacts(s, *f); };
 }
 

@@ -28,6 +28,11 @@ grpc::Status Metrics(Cluster& c, const std::string& id, v1::JobMetrics* out) {
   return c.jobs()->GetJobMetrics(&ctx, req, out);
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
@@ -93,7 +98,7 @@ TEST(ArtifactsE2eTest, AFinishedJobsModelDownloadsVerifiedAndACorruptedFileIsRef
   cluster.StartCoordinator();
   cluster.StartWorker("w1", 1);
   v1::Job job;
-  ASSERT_TRUE(cluster.Submit(Spec(data, 1), &job).ok());
+  ASSERT_TRUE(cluster.Submit(Spec(data, 1), &job).ok());  // 13 steps; checkpoints at 10 and 13
   job = cluster.WaitForEnd(job.id(), 120);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
   const std::string id = job.id();
@@ -108,6 +113,18 @@ TEST(ArtifactsE2eTest, AFinishedJobsModelDownloadsVerifiedAndACorruptedFileIsRef
   for (const char* name : {"model.safetensors", "config.json", "tokenizer.model", "checksums.json"})
     EXPECT_TRUE(fs::exists(dl + "/model/" + name)) << name;
   EXPECT_EQ(Entries(dl), std::vector<std::string>{"model"});
+
+  // A kept checkpoint, exported on request by the worker's trainer: its own step and
+  // weights; a step that is not kept is refused naming those that are.
+  ASSERT_EQ(cluster.Cli({"job", "artifacts", id, "--step", "10", "--output", dl + "/step10"}, &out), 0) << out;
+  EXPECT_TRUE(VerifyModelFolder(dl + "/step10").ok());
+  EXPECT_EQ(ModelFolderStep(dl + "/step10"), 10);
+  EXPECT_EQ(ModelFolderStep(dl + "/model"), 13);
+  EXPECT_NE(ReadFile(dl + "/step10/model.safetensors"), ReadFile(dl + "/model/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dl + "/step10/tokenizer.model"));
+  EXPECT_EQ(cluster.Cli({"job", "artifacts", id, "--step", "7", "--output", dl + "/step7"}, &out), 3) << out;
+  EXPECT_NE(out.find("kept: 10, 13"), std::string::npos) << out;
+  fs::remove_all(dl + "/step10");
 
   // One byte of the weights changes on the worker's disk: the download is refused.
   const std::string weights = job.model().path() + "/model.safetensors";

@@ -267,30 +267,52 @@ bool CheckpointManager::PeekLatest(RunPosition* position, std::string* path) con
   return false;
 }
 
+namespace {
+
+// Tensors are read onto the model's device, whatever device wrote them (a checkpoint
+// of a GPU run resumes on the CPU and the other way round).
+torch::Device DeviceOf(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
+}
+
+// Loads dir's model (and optimizer, when given) after ReadCheckpoint verified the files.
+RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
+  RunPosition p = ReadCheckpoint(dir);
+  const torch::Device device = DeviceOf(model);
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "model.pt").string(), device);
+    model.load(archive);
+  }
+  if (optimizer != nullptr) {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "optimizer.pt").string(), device);
+    optimizer->load(archive);
+  }
+  return p;
+}
+
+}  // namespace
+
+RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& model) const {
+  std::string kept;
+  for (const std::string& dir : ListComplete()) {
+    const int64_t s = StepOf(fs::path(dir).filename().string());
+    if (s == step) return LoadCheckpoint(dir, model, nullptr);
+    kept += (kept.empty() ? "" : ", ") + std::to_string(s);
+  }
+  throw std::runtime_error("no complete checkpoint at step " + std::to_string(step) + " in " + options_.dir +
+                           " (kept: " + (kept.empty() ? "none" : kept) + ")");
+}
+
 bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                    RunPosition* position, std::string* path) {
   std::vector<std::string> complete = ListComplete();
-  // Tensors are read onto the model's device, whatever device wrote them (a checkpoint
-  // of a GPU run resumes on the CPU and the other way round).
-  torch::Device device = torch::kCPU;
-  for (const auto& p : model.parameters()) {
-    device = p.device();
-    break;
-  }
   for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
     const fs::path dir = *it;
     try {
-      RunPosition p = ReadCheckpoint(dir);
-      {
-        torch::serialize::InputArchive archive;
-        archive.load_from((dir / "model.pt").string(), device);
-        model.load(archive);
-      }
-      {
-        torch::serialize::InputArchive archive;
-        archive.load_from((dir / "optimizer.pt").string(), device);
-        optimizer.load(archive);
-      }
+      RunPosition p = LoadCheckpoint(dir, model, &optimizer);
       *position = std::move(p);
       if (path != nullptr) *path = dir.string();
       return true;

@@ -75,6 +75,11 @@ class CheckpointManager {
   // into *position and its directory into *path; false when there is none.
   bool PeekLatest(RunPosition* position, std::string* path = nullptr) const;
 
+  // Loads only the model of the complete checkpoint at `step` (verified as LoadLatest
+  // verifies) onto the model's device and returns its position. Throws naming the step
+  // and the steps kept when there is none at `step`.
+  RunPosition LoadModelAt(int64_t step, torch::nn::Module& model) const;
+
   // Step directories with their COMPLETE marker, oldest first.
   std::vector<std::string> ListComplete() const;
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/format/atomic_file.h"
+#include "worker/trainer/checkpoint.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -279,6 +280,25 @@ void ExportModel(const std::string& dir, const TrainConfig& config, SequenceMode
   if (ec) throw std::runtime_error("export: cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
   if (std::string err = format::SyncDirectory(final_dir.parent_path().string()); !err.empty())
     throw std::runtime_error("export: " + err);
+}
+
+std::string TokenizerOf(const TrainConfig& config) {
+  if (!config.data.tokenizer_model.empty()) return config.data.tokenizer_model;
+  std::error_code ec;
+  for (const fs::path p : {fs::path(config.data.train_shard).parent_path() / "tokenizer.model",
+                           fs::path(config.checkpoint_dir) / "model" / "tokenizer.model"})
+    if (p.has_parent_path() && fs::is_regular_file(p, ec)) return p.string();
+  return "";
+}
+
+void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step) {
+  auto model = BuildSequenceModel(config.model, config.data.vocab_size, config.data.num_classes, config.data.pad_id);
+  CheckpointManager(CheckpointOptions{config.checkpoint_dir}).LoadModelAt(step, *model);
+  ExportInfo info;
+  info.job_id = config.job_id;
+  info.step = step;
+  info.tokenizer_model = TokenizerOf(config);
+  ExportModel(dir, config, *model, info);
 }
 
 }  // namespace nightshift::trainer

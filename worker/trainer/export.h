@@ -49,8 +49,12 @@ struct ExportInfo {
   int64_t step = 0;
   std::map<std::string, double> metrics;  // final validation metrics (NaN ones left out)
   std::string tokenizer_model;            // path of the tokenizer to copy; "": none
-  std::string torchscript_module;         // torchscript jobs: path to write model.pt from; "": none
 };
+
+// The tokenizer the run trained on: data.tokenizer_model, else the tokenizer.model beside
+// train_shard (data preparation's), else the final export's copy (after the cache entry
+// was evicted); "" when there is none.
+std::string TokenizerOf(const TrainConfig& config);
 
 // Writes the folder `dir` (replacing one that is there). Throws std::runtime_error naming
 // the file on failure.
@@ -74,6 +78,12 @@ std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path);
 // the architecture must be the same, or a transformer_classifier may start from a gpt_lm's
 // trunk (its head stays as initialised). Throws std::runtime_error with the reason.
 void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model);
+
+// `nightshift job artifacts --step N`: exports the complete checkpoint at `step` of the run
+// `config` describes (config.checkpoint_dir) to `dir`, as the final model is exported but
+// with no metrics in config.json (they are in the job's metric history). On the CPU.
+// Throws naming the step (and the steps kept) when there is no such checkpoint.
+void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step);
 
 // Verifies dir/checksums.json against the files; returns "" or what does not match.
 std::string VerifyModelFolder(const std::string& dir);

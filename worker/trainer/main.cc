@@ -1,4 +1,7 @@
 // nightshift-trainer --config FILE.json [--memory-limit BYTES]
+// nightshift-trainer --config FILE.json --export-step N --export-dir DIR
+//   (the second form exports the run's kept checkpoint at step N as a model folder, on the
+//   CPU, and exits: `nightshift job artifacts --step N`; see export.h)
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset; "none": no reporting). Logs go
 // to stderr.
@@ -9,9 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "worker/trainer/config.h"
+#include "worker/trainer/export.h"
 #include "worker/trainer/host_memory.h"
 #include "worker/trainer/progress_sink.h"
 #include "worker/trainer/train.h"
@@ -26,29 +31,52 @@ int Fail(nt::ProgressSink& progress, const std::string& message) {
   return nt::kExitError;
 }
 
+// The second form: no ranks, no progress pipe; errors on stderr, exit 1.
+int Export(const std::string& config_path, int64_t step, const std::string& dir) {
+  try {
+    nt::TrainConfig config;
+    if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty()) throw std::runtime_error(err);
+    nt::ExportCheckpoint(dir, config, step);
+    return nt::kExitOk;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nightshift-trainer: error: %s\n", e.what());
+    return nt::kExitError;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   nightshift::trainer::KeepFreedHostMemory();
-  std::string config_path;
+  std::string config_path, export_dir;
   long long memory_limit = 0;  // bytes; 0: NIGHTSHIFT_MEMORY_LIMIT_BYTES or MemAvailable
+  long long export_step = -1;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--config") == 0 && has_value) {
       config_path = argv[++i];
     } else if (std::strncmp(argv[i], "--config=", 9) == 0) {
       config_path = argv[i] + 9;
-    } else if (std::strcmp(argv[i], "--memory-limit") == 0 && i + 1 < argc &&
+    } else if (std::strcmp(argv[i], "--memory-limit") == 0 && has_value &&
                std::sscanf(argv[i + 1], "%lld", &memory_limit) == 1 && memory_limit > 0) {
       ++i;
+    } else if (std::strcmp(argv[i], "--export-step") == 0 && has_value &&
+               std::sscanf(argv[i + 1], "%lld", &export_step) == 1 && export_step >= 0) {
+      ++i;
+    } else if (std::strcmp(argv[i], "--export-dir") == 0 && has_value) {
+      export_dir = argv[++i];
     } else {
       config_path.clear();
       break;
     }
   }
-  if (config_path.empty()) {
-    std::fprintf(stderr, "usage: nightshift-trainer --config FILE.json [--memory-limit BYTES]\n");
+  if (config_path.empty() || (export_step >= 0) != !export_dir.empty()) {
+    std::fprintf(stderr,
+                 "usage: nightshift-trainer --config FILE.json [--memory-limit BYTES]\n"
+                 "       nightshift-trainer --config FILE.json --export-step N --export-dir DIR\n");
     return 2;
   }
+  if (export_step >= 0) return Export(config_path, export_step, export_dir);
 
   int fd = 1;
   std::string fd_error = nt::ProgressFdFromEnv(&fd);

@@ -281,12 +281,7 @@ void Run::Export() {
   info.step = position.step;
   info.metrics = {{"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
                   {"val_f1", last_eval.f1}, {"val_perplexity", last_eval.perplexity}};
-  info.tokenizer_model = cfg.data.tokenizer_model;
-  if (info.tokenizer_model.empty()) {
-    const std::filesystem::path beside = std::filesystem::path(cfg.data.train_shard).parent_path() / "tokenizer.model";
-    std::error_code ec;
-    if (std::filesystem::exists(beside, ec)) info.tokenizer_model = beside.string();
-  }
+  info.tokenizer_model = TokenizerOf(cfg);
   const std::string dir = cfg.checkpoint_dir + "/model";
   ExportModel(dir, cfg, *model, info);
   progress.Emit(ProgressRecord{"export", {{"step", double(position.step)}, {"seconds", Seconds(t0)}}, {{"path", dir}}});

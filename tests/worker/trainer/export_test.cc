@@ -50,7 +50,7 @@ TEST(ExportTest, EachArchitectureRoundTripsExactly) {
     const std::string dir = FreshDir("export-" + arch);
     const TrainConfig c = ConfigFor(arch, dir);
     std::shared_ptr<SequenceModel> trained = Model(c, 1), fresh = Model(c, 2);
-    ExportModel(dir + "/model", c, *trained, ExportInfo{"j-1", 42, {{"val_accuracy", 0.75}}, "", ""});
+    ExportModel(dir + "/model", c, *trained, ExportInfo{"j-1", 42, {{"val_accuracy", 0.75}}, ""});
     ASSERT_EQ(VerifyModelFolder(dir + "/model"), "") << arch;
     LoadExportTensors(arch, ReadSafetensors(dir + "/model/model.safetensors"), *fresh);
     const auto a = trained->named_parameters(), b = fresh->named_parameters();
@@ -78,7 +78,7 @@ TEST(ExportTest, GptLmIsStoredUnderGpt2NamesWithConv1DWeights) {
   for (const auto& [name, t] : tensors) EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name << ": not GPT-2's";
   EXPECT_EQ(tensors.size(), 4u + 12u * c.model.layers) << "wte, wpe, ln_f x2, 12 per block; no head (tied)";
 
-  ExportModel(dir + "/model", c, *model, ExportInfo{"j-1", 5, {}, "", ""});
+  ExportModel(dir + "/model", c, *model, ExportInfo{"j-1", 5, {}, ""});
   const json config = json::parse(ReadAll(dir + "/model/config.json"));
   EXPECT_EQ(config["model_type"], "gpt2");
   EXPECT_EQ(config["n_embd"], d);
@@ -117,7 +117,7 @@ TEST(ExportTest, VerifyNamesTheFileThatChanged) {
   const std::string dir = FreshDir("export-verify");
   const TrainConfig c = ConfigFor("transformer_classifier", dir);
   std::ofstream(dir + "/tokenizer.model") << "not really a sentencepiece model";
-  ExportModel(dir + "/model", c, *Model(c, 4), ExportInfo{"j-1", 1, {}, dir + "/tokenizer.model", ""});
+  ExportModel(dir + "/model", c, *Model(c, 4), ExportInfo{"j-1", 1, {}, dir + "/tokenizer.model"});
   ASSERT_EQ(VerifyModelFolder(dir + "/model"), "");
   EXPECT_EQ(ReadAll(dir + "/model/tokenizer.model"), "not really a sentencepiece model");
   {
@@ -155,6 +155,42 @@ TEST(ExportTest, AFinishedRunExportsItsModel) {
   for (const auto& r : progress.records) exported |= r.event == "export" && r.strings.at("path") == model;
   EXPECT_TRUE(exported) << "no export event";
   EXPECT_EQ(CheckpointManager(CheckpointOptions{c.checkpoint_dir, 0, 0, 1}).ListComplete().size(), 1u);
+}
+
+// `job artifacts --step N`: a kept checkpoint exports with that step's weights (not the
+// final model's), its step in config.json; a step not kept fails naming the kept ones.
+TEST(ExportTest, AKeptCheckpointExportsWithItsStepsWeights) {
+  const std::string dir = FreshDir("export-step");
+  const TrainConfig c = ConfigFor("transformer_classifier", dir);  // checkpoints every 3 steps
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  ASSERT_GE(CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete().size(), 2u);
+
+  ExportCheckpoint(dir + "/step-3", c, 3);
+  ASSERT_EQ(VerifyModelFolder(dir + "/step-3"), "");
+  const json config = json::parse(ReadAll(dir + "/step-3/config.json"));
+  EXPECT_EQ(config["step"], 3);
+  EXPECT_EQ(config["labels"], json::array({"ham", "spam"}));
+  std::shared_ptr<SequenceModel> at3 = Model(c, 7), exported = Model(c, 8), final_model = Model(c, 9);
+  CheckpointManager(CheckpointOptions{c.checkpoint_dir}).LoadModelAt(3, *at3);
+  LoadExportTensors(c.model.arch, ReadSafetensors(dir + "/step-3/model.safetensors"), *exported);
+  LoadExportTensors(c.model.arch, ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors"), *final_model);
+  const auto want = at3->named_parameters(), got = exported->named_parameters(), last = final_model->named_parameters();
+  bool differs_from_final = false;
+  for (const auto& p : want) {
+    EXPECT_TRUE(torch::equal(p.value(), got[p.key()])) << p.key();
+    differs_from_final |= !torch::equal(p.value(), last[p.key()]);
+  }
+  EXPECT_TRUE(differs_from_final) << "step 3 exported the final model's weights";
+
+  try {
+    ExportCheckpoint(dir + "/step-4", c, 4);
+    ADD_FAILURE() << "step 4 was never saved";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no complete checkpoint at step 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kept: 3, 6"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-4"));
 }
 
 // model.init_from: the first step's loss is the exported model's loss on that batch (no
@@ -208,7 +244,7 @@ TEST(ExportTest, AClassifierStartsFromAGptLmTrunkWithANewHead) {
   const std::string dir = FreshDir("init-trunk");
   const TrainConfig lm = ConfigFor("gpt_lm", dir);
   std::shared_ptr<SequenceModel> gpt = Model(lm, 6);
-  ExportModel(dir + "/gpt", lm, *gpt, ExportInfo{"j-lm", 1, {}, "", ""});
+  ExportModel(dir + "/gpt", lm, *gpt, ExportInfo{"j-lm", 1, {}, ""});
   TrainConfig cls = ConfigFor("transformer_classifier", dir);
   std::shared_ptr<SequenceModel> classifier = Model(cls, 7);
   const torch::Tensor head_before = classifier->named_parameters()["head.weight"].clone();
