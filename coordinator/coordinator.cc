@@ -1,6 +1,9 @@
 #include "coordinator/coordinator.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -68,6 +71,23 @@ double ExpectedSeconds(const v1::Job& job) {
   return static_cast<double>(std::max<int64_t>(0, p.total_steps() - job.checkpoint_step())) * p.step_seconds();
 }
 
+// A request id is short and plain: it appears in logs and error messages.
+Status CheckRequestId(const std::string& id) {
+  if (id.size() > 128) return Status::InvalidArgument("request_id: longer than 128 characters");
+  for (char c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' && c != '-')
+      return Status::InvalidArgument("request_id: only letters, digits and . _ : - are allowed");
+  return Status::OK();
+}
+
+// A retried submission: the job it created, if the spec (defaults filled) is the same.
+StatusOr<v1::Job> SameSubmission(const v1::Job& job, const v1::JobSpec& spec) {
+  if (!google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec))
+    return Status::InvalidArgument("request_id: '" + job.request_id() + "' already submitted job " + job.id() +
+                                   " with a different spec; use a new request_id for a new job");
+  return job;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
@@ -90,6 +110,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   for (auto& job : jobs) {
     c->next_seq_ = std::max(c->next_seq_, job.submit_seq() + 1);
     c->by_seq_[job.submit_seq()] = job.id();
+    if (!job.request_id().empty()) c->by_request_[{job.owner(), job.request_id()}] = job.id();
     JobEntry entry;
     entry.job = std::move(job);
     entry.last_step = entry.job.progress().step();
@@ -151,10 +172,15 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   Persist(entry, /*sync=*/true);
 }
 
-StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner) {
+StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner, const std::string& request_id) {
+  NS_RETURN_IF_ERROR(CheckRequestId(request_id));
   NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
+  if (auto it = by_request_.find({owner, request_id}); !request_id.empty() && it != by_request_.end()) {
+    NS_INFO("job " << it->second << ": submitted again with request_id " << request_id);
+    return SameSubmission(jobs_.at(it->second).job, spec);
+  }
   int unfinished = 0;
   for (const auto& [id, e] : jobs_) unfinished += e.job.owner() == owner && !IsTerminal(e.job.state());
   if (unfinished >= options_.max_jobs_per_user)
@@ -167,6 +193,7 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
   job.set_id(JobIdFor(seq));
   job.set_submit_seq(seq);
   job.set_owner(owner);
+  job.set_request_id(request_id);
   *job.mutable_spec() = std::move(spec);
   *job.mutable_created() = NowTimestamp();
   *job.mutable_updated() = job.created();
@@ -181,6 +208,7 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
   if (!s.ok()) return Status::Unavailable("job not accepted: " + s.message());
   next_seq_++;
   by_seq_[seq] = job.id();
+  if (!request_id.empty()) by_request_[{owner, request_id}] = job.id();
   const std::string id = job.id();
   v1::Job copy = job;
   jobs_[id] = std::move(entry);

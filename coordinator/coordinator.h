@@ -101,8 +101,11 @@ class Coordinator {
 
   // JobService.
   // `owner`: the submitting user (empty in insecure mode); RESOURCE_EXHAUSTED when the
-  // owner already has max_jobs_per_user unfinished jobs.
-  StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner = "");
+  // owner already has max_jobs_per_user unfinished jobs. `request_id` (may be empty):
+  // the client's id of this submission (SubmitJobRequest.request_id); when the owner
+  // already submitted it, returns that job as it is now and creates none (the same spec,
+  // after defaults, else INVALID_ARGUMENT naming request_id).
+  StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner = "", const std::string& request_id = "");
   StatusOr<v1::Job> Get(const std::string& id) const;
   // `owner` non-null: only that user's jobs.
   StatusOr<JobPage> List(const JobQuery& query, const std::string* owner = nullptr) const;
@@ -246,6 +249,8 @@ class Coordinator {
   std::map<std::string, JobEntry> jobs_;          // GUARDED_BY(mu_), by id
   std::map<uint64_t, std::string> by_seq_;        // GUARDED_BY(mu_), submit order
   std::map<std::string, WorkerEntry> workers_;    // GUARDED_BY(mu_), by name
+  // GUARDED_BY(mu_): (owner, request_id) -> job id, rebuilt from the job records on Open.
+  std::map<std::pair<std::string, std::string>, std::string> by_request_;
   uint64_t next_seq_ = 1;                         // GUARDED_BY(mu_)
   Status store_error_;                            // GUARDED_BY(mu_): the first failed write
 };

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "common/log.h"
@@ -85,6 +86,21 @@ int RunControlLoop(Coordinator* c, CoordinatorMetrics* metrics, grpc::Server* se
   return rc;
 }
 
+// Test-only faults, from NIGHTSHIFT_FAULT_DROP_SUBMIT_REPLY=FRACTION (unset: none).
+StatusOr<JobServiceFaults> FaultsFromEnv() {
+  JobServiceFaults faults;
+  const char* drop = std::getenv("NIGHTSHIFT_FAULT_DROP_SUBMIT_REPLY");
+  if (drop == nullptr) return faults;
+  char* end = nullptr;
+  faults.drop_submit_reply = std::strtod(drop, &end);
+  if (end == drop || *end != '\0' || faults.drop_submit_reply < 0 || faults.drop_submit_reply > 1)
+    return Status::InvalidArgument("NIGHTSHIFT_FAULT_DROP_SUBMIT_REPLY: must be a fraction in [0, 1], got '" +
+                                   std::string(drop) + "'");
+  NS_WARN("coordinator: test fault on: dropping the reply of " << faults.drop_submit_reply
+                                                              << " of accepted submissions");
+  return faults;
+}
+
 int Fail(const Status& s) {
   NS_ERROR("coordinator: " << s.ToString());
   return 2;
@@ -112,7 +128,9 @@ int main(int argc, char** argv) {
   auto metrics_server = StartMetrics(flags, &metrics, c);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
 
-  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root);
+  auto faults = FaultsFromEnv();
+  if (!faults.ok()) return Fail(faults.status());
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value());
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

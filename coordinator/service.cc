@@ -66,10 +66,18 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
     if (!parsed.ok()) return timer.Done(ToGrpc(parsed.status()));
     spec = std::move(parsed.value());
   }
-  auto job = c_->Submit(std::move(spec), who.user);
+  auto job = c_->Submit(std::move(spec), who.user, req->request_id());
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
+  if (DropSubmitReply())
+    return timer.Done(ToGrpc(Status::Unavailable("injected fault: reply of job " + job->id() + " dropped")));
   *out = std::move(job.value());
   return timer.Done(grpc::Status::OK);
+}
+
+bool JobServiceImpl::DropSubmitReply() {
+  if (faults_.drop_submit_reply <= 0) return false;
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  return std::uniform_real_distribution<double>(0, 1)(fault_rng_) < faults_.drop_submit_reply;
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) {

@@ -3,6 +3,9 @@
 #ifndef NIGHTSHIFT_COORDINATOR_SERVICE_H_
 #define NIGHTSHIFT_COORDINATOR_SERVICE_H_
 
+#include <mutex>
+#include <random>
+
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "nightshift/v1/admin.grpc.pb.h"
@@ -13,14 +16,22 @@ namespace nightshift {
 
 class CoordinatorMetrics;
 
+// Faults a test can inject into the job service; all off by default. The daemon reads
+// them from the environment (coordinator/main.cc), never from a flag a user would set.
+struct JobServiceFaults {
+  // Of the SubmitJob calls that succeeded (the job is in the store), this fraction in
+  // [0, 1] answers UNAVAILABLE instead, as when the reply is lost on the way back.
+  double drop_submit_reply = 0;
+};
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `auth` null: every call is allowed (insecure mode). `checkpoint_root`: the workers'
   // shared checkpoint root as this host sees it (GetArtifacts reads
   // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
   JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr,
-                 std::string checkpoint_root = "")
-      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)) {}
+                 std::string checkpoint_root = "", JobServiceFaults faults = {})
+      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)), faults_(faults) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -38,6 +49,11 @@ class JobServiceImpl final : public v1::JobService::Service {
   CoordinatorMetrics* const metrics_;  // not owned; may be null
   Authenticator* const auth_;  // not owned; may be null
   const std::string checkpoint_root_;
+  const JobServiceFaults faults_;
+  std::mutex fault_mu_;
+  std::mt19937_64 fault_rng_{std::random_device{}()};  // GUARDED_BY(fault_mu_)
+  // Whether to drop this reply (faults_.drop_submit_reply).
+  bool DropSubmitReply();
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {

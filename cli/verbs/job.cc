@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/format.h"
+#include "cli/retry.h"
 #include "cli/verbs/verbs.h"
 #include "common/model_folder.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
@@ -102,6 +104,7 @@ void Describe(const v1::Job& job) {
 struct SubmitFlags {
   std::string file;   // the spec, YAML or JSON; sent as it is, the coordinator parses it
   bool wait = false;  // then follow the job to its end
+  double retry_for_seconds = 60;  // retry UNAVAILABLE / DEADLINE_EXCEEDED this long; 0: never
 };
 
 int Submit(const Session& s, const SubmitFlags& f) {
@@ -112,10 +115,17 @@ int Submit(const Session& s, const SubmitFlags& f) {
   v1::SubmitJobRequest req;
   req.set_spec_yaml(text.str());
   if (req.spec_yaml().empty()) return LocalError(Status::InvalidArgument("spec file " + f.file + " is empty"));
+  // One id for every attempt: a retry after a lost reply gets the job the first made.
+  req.set_request_id(NewRequestId());
+  RetryPolicy policy;
+  policy.retry_for_seconds = f.retry_for_seconds;
+  auto stub = v1::JobService::NewStub(s.channel);
   v1::Job out;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(s.Deadline());
-  grpc::Status status = v1::JobService::NewStub(s.channel)->SubmitJob(&ctx, req, &out);
+  grpc::Status status = CallWithRetry(policy, [&](std::chrono::system_clock::time_point deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::min(deadline, s.Deadline()));
+    return stub->SubmitJob(&ctx, req, &out);
+  });
   if (!status.ok()) return CallFailed(status, f.file);
   if (!f.wait) {
     std::printf("%s\n", s.json ? ToJson(out).c_str() : out.id().c_str());
@@ -348,6 +358,10 @@ Handler JobSubmit(CLI::App* cmd) {
   auto f = std::make_shared<SubmitFlags>();
   cmd->add_option("FILE", f->file, "job spec")->required();
   cmd->add_flag("--wait", f->wait, "follow the job to its end; exit 0 only if it SUCCEEDED");
+  cmd->add_option("--retry-for", f->retry_for_seconds,
+                  "seconds to keep retrying when the coordinator is unreachable or slow (the same request id "
+                  "each time, so the job is created once); 0: no retry")
+      ->check(CLI::Range(0.0, 86400.0));
   return [f](const Session& s) { return Submit(s, *f); };
 }
 

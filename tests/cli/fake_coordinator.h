@@ -184,6 +184,9 @@ class FakeJobService final : public v1::JobService::Service {
   grpc::Status artifacts_end = grpc::Status::OK;
   v1::JobMetrics job_metrics;               // what GetJobMetrics answers
   grpc::Status fail = grpc::Status::OK;
+  // The first `submit_failures` SubmitJob calls answer `submit_failure` (then `fail`).
+  int submit_failures = 0;
+  grpc::Status submit_failure{grpc::StatusCode::UNAVAILABLE, "connection reset"};
   std::vector<v1::SubmitJobRequest> submits;
   std::vector<v1::ListJobsRequest> lists;
   std::vector<v1::StreamLogsRequest> log_requests;
@@ -192,6 +195,7 @@ class FakeJobService final : public v1::JobService::Service {
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::Job* out) override {
     std::lock_guard<std::mutex> l(mu);
     submits.push_back(*req);
+    if (static_cast<int>(submits.size()) <= submit_failures) return submit_failure;
     if (!fail.ok()) return fail;
     out->set_id("j9");
     out->set_state(v1::QUEUED);

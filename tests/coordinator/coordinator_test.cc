@@ -84,6 +84,54 @@ class CoordinatorTest : public testing::Test {
   std::unique_ptr<Coordinator> c_;
 };
 
+// A submission retried with its request id (the reply was lost) gets the job the first
+// call created, also from a coordinator restarted over the same RocksDB store.
+TEST_F(CoordinatorTest, RetriedSubmitReturnsTheFirstJobAlsoAfterARestart) {
+  auto first = c_->Submit(Spec(), "alice", "req-1");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->request_id(), "req-1");
+  auto again = c_->Submit(Spec(), "alice", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id(), first->id());
+  Reopen();
+  auto after_restart = c_->Submit(Spec(), "alice", "req-1");
+  ASSERT_TRUE(after_restart.ok()) << after_restart.status().ToString();
+  EXPECT_EQ(after_restart->id(), first->id());
+  auto page = c_->List(JobQuery{});
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->jobs.size(), 1u);
+  // A new id is a new job; ids are per owner, so bob's "req-1" is his own.
+  EXPECT_NE(c_->Submit(Spec(), "alice", "req-2")->id(), first->id());
+  EXPECT_NE(c_->Submit(Spec(), "bob", "req-1")->id(), first->id());
+  // Without an id every call is a new job.
+  EXPECT_NE(c_->Submit(Spec(), "alice")->id(), c_->Submit(Spec(), "alice")->id());
+  EXPECT_EQ(c_->List(JobQuery{})->jobs.size(), 5u);
+}
+
+TEST_F(CoordinatorTest, RequestIdReusedWithAnotherSpecIsRefusedNamingIt) {
+  const std::string id = c_->Submit(Spec(1), "alice", "req-1")->id();
+  auto other = c_->Submit(Spec(2), "alice", "req-1");
+  ASSERT_EQ(other.status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(other.status().message().rfind("request_id: ", 0), 0u) << other.status().message();
+  EXPECT_NE(other.status().message().find(id), std::string::npos) << other.status().message();
+  auto bad = c_->Submit(Spec(), "alice", "has space");
+  ASSERT_EQ(bad.status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().rfind("request_id: ", 0), 0u) << bad.status().message();
+  EXPECT_EQ(c_->Submit(Spec(), "alice", std::string(129, 'a')).status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(c_->List(JobQuery{})->jobs.size(), 1u);
+}
+
+// The retry of an accepted job is not a new job, so the per-user limit does not refuse it.
+TEST_F(CoordinatorTest, RetryOfAnAcceptedJobIsNotCountedAgainstTheLimit) {
+  options_.max_jobs_per_user = 1;
+  Reopen();
+  const std::string id = c_->Submit(Spec(), "alice", "req-1")->id();
+  EXPECT_EQ(c_->Submit(Spec(), "alice", "req-2").status().code(), Status::kResourceExhausted);
+  auto again = c_->Submit(Spec(), "alice", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id(), id);
+}
+
 // Fair share through the real coordinator, not only Schedule(): with two free slots and
 // alice's three jobs queued before bob's one, the second slot goes to bob.
 TEST_F(CoordinatorTest, FreeSlotsGoToTheUserHoldingFewest) {

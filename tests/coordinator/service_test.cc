@@ -55,9 +55,10 @@ class CoordinatorServiceTest : public testing::Test {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     std::filesystem::remove_all(dir_);
   }
-  std::shared_ptr<grpc::Channel> As(const std::string& token) {
+  // A channel to our server (or to the one on `port`) that sends `token`.
+  std::shared_ptr<grpc::Channel> As(const std::string& token, int port = 0) {
     ClientOptions o;
-    o.address = "127.0.0.1:" + std::to_string(port_);
+    o.address = "127.0.0.1:" + std::to_string(port != 0 ? port : port_);
     o.token = token;
     auto channel = MakeChannel(o);
     EXPECT_TRUE(channel.ok()) << channel.status().ToString();
@@ -94,6 +95,47 @@ class CoordinatorServiceTest : public testing::Test {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
+
+// A SubmitJob whose reply is lost after the job was stored (the injected fault answers
+// UNAVAILABLE) and is then retried with the same request_id gets that job, not a second.
+TEST_F(CoordinatorServiceTest, ALostSubmitReplyRetriedWithItsRequestIdGivesTheSameJob) {
+  JobServiceImpl dropping(c_.get(), nullptr, auth_.get(), "", JobServiceFaults{/*drop_submit_reply=*/1.0});
+  int drop_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &drop_port);
+  builder.RegisterService(&dropping);
+  auto drop_server = builder.BuildAndStart();
+  ASSERT_TRUE(drop_server != nullptr && drop_port != 0);
+
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(kSpec);
+  req.set_request_id("r-1");
+  v1::Job job;
+  grpc::Status lost = v1::JobService::NewStub(As("alice-secret", drop_port))->SubmitJob(Ctx().get(), req, &job);
+  EXPECT_EQ(lost.error_code(), grpc::StatusCode::UNAVAILABLE) << lost.error_message();
+  drop_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+
+  auto alice = v1::JobService::NewStub(As("alice-secret"));
+  ASSERT_TRUE(alice->SubmitJob(Ctx().get(), req, &job).ok());
+  v1::Job again;
+  ASSERT_TRUE(alice->SubmitJob(Ctx().get(), req, &again).ok());
+  EXPECT_EQ(again.id(), job.id());
+  EXPECT_EQ(job.request_id(), "r-1");
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(alice->ListJobs(Ctx().get(), v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).id(), job.id());
+
+  req.set_spec_yaml(std::string(kSpec) + "priority: 3\n");
+  grpc::Status other = alice->SubmitJob(Ctx().get(), req, &again);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(other.error_message().rfind("request_id: ", 0), 0u) << other.error_message();
+  // Request ids are per owner: bob's "r-1" is a job of his own.
+  req.set_spec_yaml(kSpec);
+  v1::Job bobs;
+  ASSERT_TRUE(v1::JobService::NewStub(As("bob-secret"))->SubmitJob(Ctx().get(), req, &bobs).ok());
+  EXPECT_NE(bobs.id(), job.id());
+}
 
 // Per-user fair share end to end: each user's token makes them the owner of what they
 // submit, and with two free slots and alice's three jobs queued before bob's one, the

@@ -1,6 +1,7 @@
 // A real cluster for end-to-end tests: the coordinator and workers are the built
 // binaries, started on 127.0.0.1 with ports they pick, logging to files in the test's
-// directory, and always killed by the destructor.
+// directory, and always killed by the destructor. With UseHosts, each runs inside a test
+// host (tests/common/test_hosts.h) on that host's 198.18.0.x address instead.
 #ifndef NIGHTSHIFT_TESTS_E2E_CLUSTER_H_
 #define NIGHTSHIFT_TESTS_E2E_CLUSTER_H_
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/job_state.h"
+#include "tests/common/test_hosts.h"
 #include "nightshift/v1/admin.grpc.pb.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
 
@@ -88,23 +90,36 @@ class Cluster {
   }
   std::string dir() const { return dir_.string(); }
 
+  // From now on the coordinator runs inside `coordinator_host` of `hosts` (not owned; it
+  // must outlive this cluster), listening on that host's address, and StartWorker and
+  // Cli may name a host too. The test's own stubs (jobs(), admin(), Submit, Get) cannot
+  // reach a coordinator in a host: use Cli from a host instead.
+  void UseHosts(const testing::TestHosts* hosts, int coordinator_host) {
+    hosts_ = hosts;
+    coordinator_host_ = coordinator_host;
+  }
+
   // Starts (or restarts) the coordinator on a new port (`same_port`: on the port it had,
-  // so running workers find it again); waits until it answers.
-  void StartCoordinator(const std::vector<std::string>& extra_args = {}, bool same_port = false) {
+  // so running workers find it again), with `env` added to its environment; waits until
+  // it wrote its port.
+  void StartCoordinator(const std::vector<std::string>& extra_args = {}, bool same_port = false,
+                        const std::map<std::string, std::string>& env = {}) {
     const std::string port_file = dir() + "/coordinator.port";
     fs::remove(port_file);
-    const std::string listen = same_port && !address_.empty() ? address_ : "127.0.0.1:0";
+    const std::string host = hosts_ != nullptr ? hosts_->address(coordinator_host_) : "127.0.0.1";
+    const std::string listen = same_port && !address_.empty() ? address_ : host + ":0";
     std::vector<std::string> argv = {Bin("nightshift-coordinator"), "--listen", listen, "--data-dir",
                                      dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5",
                                      "--restart-backoff-seconds", "0.2"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    coordinator_ = Process(argv, dir() + "/coordinator.log");
+    if (hosts_ != nullptr) argv = hosts_->InHost(coordinator_host_, argv);
+    coordinator_ = Process(argv, dir() + "/coordinator.log", env);
     for (int i = 0; i < 300 && !fs::exists(port_file); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::ifstream in(port_file);
     int port = 0;
     in >> port;
-    address_ = "127.0.0.1:" + std::to_string(port);
+    address_ = host + ":" + std::to_string(port);
     auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     jobs_ = v1::JobService::NewStub(channel);
     admin_ = v1::AdminService::NewStub(channel);
@@ -113,13 +128,18 @@ class Cluster {
   v1::AdminService::Stub* admin() { return admin_.get(); }
   v1::JobService::Stub* jobs() { return jobs_.get(); }
 
-  // Starts a worker; returns its index for worker(i).
+  // Starts a worker (inside test host `host`, after UseHosts); returns its index for worker(i).
   size_t StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {},
-                     const std::vector<std::string>& extra_args = {}) {
+                     const std::vector<std::string>& extra_args = {}, int host = -1) {
     std::vector<std::string> argv = {Bin("nightshift-worker"), "--coordinator", address_, "--name", name,
                                      "--work-dir", dir() + "/" + name, "--cpu-slots", std::to_string(slots),
                                      "--checkpoint-root", dir() + "/checkpoints"};
+    if (host >= 0) {
+      const std::string address = hosts_->address(host);
+      argv.insert(argv.end(), {"--advertise-host", address, "--log-listen", address + ":0"});
+    }
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    if (host >= 0) argv = hosts_->InHost(host, argv);
     workers_.emplace_back(argv, dir() + "/" + name + ".log", env);
     return workers_.size() - 1;
   }
@@ -211,9 +231,10 @@ class Cluster {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
-  // Runs the CLI; returns its exit code and fills *out with its stdout and stderr.
-  int Cli(const std::vector<std::string>& args, std::string* out) {
-    std::string cmd = Bin("nightshift") + " --coordinator " + address_;
+  // Runs the CLI (inside test host `host`, after UseHosts); returns its exit code and
+  // fills *out with its stdout and stderr.
+  int Cli(const std::vector<std::string>& args, std::string* out, int host = -1) {
+    std::string cmd = (host >= 0 ? hosts_->ShellPrefix(host) : "") + Bin("nightshift") + " --coordinator " + address_;
     for (const auto& a : args) cmd += " '" + a + "'";
     return Shell(cmd, out);
   }
@@ -238,6 +259,8 @@ class Cluster {
 
  private:
   fs::path dir_;
+  const testing::TestHosts* hosts_ = nullptr;  // not owned; null: everything on 127.0.0.1
+  int coordinator_host_ = -1;
   std::string address_;
   Process coordinator_;
   std::vector<Process> workers_;

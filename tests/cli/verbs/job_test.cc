@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -40,6 +41,57 @@ TEST_F(JobVerbsTest, SubmitSendsTheFileAsItIsAndPrintsTheId) {
   EXPECT_NE(r.out.find("\"id\": \"j9\""), std::string::npos) << r.out;
 }
 
+// A submit whose calls fail UNAVAILABLE (or time out) is sent again, with the same
+// request id every time, until one succeeds; a second invocation picks a new id.
+TEST_F(JobVerbsTest, SubmitRetriesUnreachableWithOneRequestIdUntilAccepted) {
+  const std::string path = WriteSpec("name: x\n");
+  fake_.jobs.submit_failures = 3;
+  auto r = RunCli({"job", "submit", path}, fake_.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "j9\n");
+  ASSERT_EQ(fake_.jobs.submits.size(), 4u);
+  const std::string id = fake_.jobs.submits[0].request_id();
+  EXPECT_EQ(id.size(), 32u) << id;
+  for (const auto& req : fake_.jobs.submits) EXPECT_EQ(req.request_id(), id);
+  EXPECT_NE(r.err.find("connection reset; attempt 3 failed, retrying in "), std::string::npos) << r.err;
+
+  fake_.jobs.submits.clear();
+  fake_.jobs.submit_failures = 1;
+  fake_.jobs.submit_failure = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow");
+  r = RunCli({"job", "submit", path}, fake_.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(fake_.jobs.submits.size(), 2u);
+  EXPECT_EQ(fake_.jobs.submits[1].request_id(), fake_.jobs.submits[0].request_id());
+  EXPECT_NE(fake_.jobs.submits[0].request_id(), id);
+}
+
+TEST_F(JobVerbsTest, SubmitDoesNotRetryARefusalNorWithRetryForZero) {
+  const std::string path = WriteSpec("name: x\n");
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "alice has 1000 unfinished jobs");
+  EXPECT_EQ(RunCli({"job", "submit", path}, fake_.Channel()).code, 3);
+  EXPECT_EQ(fake_.jobs.submits.size(), 1u);
+
+  fake_.jobs.submits.clear();
+  fake_.jobs.fail = grpc::Status::OK;
+  fake_.jobs.submit_failures = 1;
+  auto r = RunCli({"job", "submit", path, "--retry-for", "0"}, fake_.Channel());
+  EXPECT_EQ(r.code, 4);
+  EXPECT_EQ(r.err, "error: " + path + ": UNAVAILABLE: connection reset\n");
+  EXPECT_EQ(fake_.jobs.submits.size(), 1u);
+}
+
+// Retries are bounded by --retry-for: a coordinator nobody answers for is given up on.
+TEST_F(JobVerbsTest, SubmitGivesUpAfterRetryFor) {
+  auto nobody = grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RunCli({"job", "submit", WriteSpec("name: x\n"), "--retry-for", "1"}, nobody);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_NE(r.err.find("retrying in "), std::string::npos) << r.err;  // it did retry
+  EXPECT_LT(took, 5.0);
+  EXPECT_EQ(RunCli({"job", "submit", "x.yaml", "--retry-for", "-1"}, fake_.Channel()).code, 2);
+}
+
 TEST_F(JobVerbsTest, SubmitRefusedNamesTheFileAndExits3) {
   const std::string path = WriteSpec("model: {arch: x}\n");
   fake_.jobs.fail = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model.arch (line 1): unknown architecture 'x'");
@@ -47,6 +99,7 @@ TEST_F(JobVerbsTest, SubmitRefusedNamesTheFileAndExits3) {
   EXPECT_EQ(r.code, 3);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "error: " + path + ": INVALID_ARGUMENT: model.arch (line 1): unknown architecture 'x'\n");
+  EXPECT_EQ(fake_.jobs.submits.size(), 1u);  // a refusal is not retried
 }
 
 TEST_F(JobVerbsTest, SubmitOfAMissingOrEmptyFileIsAUsageErrorAndSendsNothing) {
@@ -222,12 +275,12 @@ TEST_F(JobVerbsTest, ErrorsExit3WhenRefusedAnd4WhenNobodyAnswers) {
   r = RunCli({"job", "logs", "j1"}, fake_.Channel());
   EXPECT_EQ(r.code, 3);
   fake_.jobs.fail = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow");
-  EXPECT_EQ(RunCli({"job", "submit", WriteSpec("name: x\n")}, fake_.Channel()).code, 4);
+  EXPECT_EQ(RunCli({"job", "submit", WriteSpec("name: x\n"), "--retry-for", "0"}, fake_.Channel()).code, 4);
 
   auto nobody = grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
            {"job", "list"}, {"job", "describe", "j1"}, {"job", "cancel", "j1"}, {"job", "logs", "j1"},
-           {"job", "submit", WriteSpec("name: x\n")}}) {
+           {"job", "submit", WriteSpec("name: x\n"), "--retry-for", "0"}}) {
     r = RunCli(args, nobody);
     EXPECT_EQ(r.code, 4) << args[1];
     EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
