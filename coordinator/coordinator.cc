@@ -71,6 +71,16 @@ double ExpectedSeconds(const v1::Job& job) {
   return static_cast<double>(std::max<int64_t>(0, p.total_steps() - job.checkpoint_step())) * p.step_seconds();
 }
 
+// An event in the job's current state and attempt.
+void AddEvent(v1::Job* job, const std::string& reason, int64_t step) {
+  v1::JobEvent* ev = job->add_events();
+  *ev->mutable_time() = NowTimestamp();
+  ev->set_state(job->state());
+  ev->set_reason(reason);
+  ev->set_attempt(job->attempt());
+  ev->set_step(step);
+}
+
 // A request id is short and plain: it appears in logs and error messages.
 Status CheckRequestId(const std::string& id) {
   if (id.size() > 128) return Status::InvalidArgument("request_id: longer than 128 characters");
@@ -158,12 +168,7 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   v1::Job& job = entry->job;
   job.set_state(state);
   job.set_reason(reason);
-  v1::JobEvent* ev = job.add_events();
-  *ev->mutable_time() = NowTimestamp();
-  ev->set_state(state);
-  ev->set_reason(reason);
-  ev->set_attempt(job.attempt());
-  ev->set_step(step);
+  AddEvent(&job, reason, step);
   if (state == v1::RUNNING) {
     entry->last_step = job.progress().step();
     entry->last_advance = clock_->Now();
@@ -407,6 +412,7 @@ bool Coordinator::TakeReport(const std::string& worker, const v1::TaskStatus& st
   v1::Job& job = entry->job;
   bool changed = TakeCheckpoint(status, &job);
   if (part.first_rank() != 0) return changed;
+  changed = TakeResumedStep(status, entry) || changed;
   if (job.master_addr().empty() && !status.master_addr().empty()) {
     job.set_master_addr(status.master_addr());
     changed = true;
@@ -442,6 +448,28 @@ bool Coordinator::TakeReport(const std::string& worker, const v1::TaskStatus& st
     changed = true;
   }
   return changed;
+}
+
+// The step the attempt's trainer says it resumed from is what the record shows: one event
+// per attempt (restarts, or a first attempt that found a checkpoint), and the job's
+// checkpoint becomes that step when it differs from the newest one reported before (the
+// worker that held that one is gone, or its checkpoint was unreadable).
+bool Coordinator::TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry) {
+  v1::Job& job = entry->job;
+  if (!status.has_resumed_step() || (job.attempt() == 0 && status.resumed_step() == 0)) return false;
+  for (const auto& ev : job.events())
+    if (ev.attempt() == job.attempt() && ev.reason().rfind("attempt ", 0) == 0) return false;  // told already
+  const int64_t step = status.resumed_step();
+  std::string reason = "attempt " + std::to_string(job.attempt()) +
+                       (step > 0 ? " resumed from step " + std::to_string(step) : " started from step 0 (no checkpoint)");
+  if (step != job.checkpoint_step()) {
+    reason += "; the newest checkpoint reported was step " + std::to_string(job.checkpoint_step());
+    job.set_checkpoint_step(step);
+    job.clear_checkpoint_path();
+  }
+  AddEvent(&job, reason, step);
+  NS_INFO("job " << job.id() << ": " << reason);
+  return true;
 }
 
 bool Coordinator::PartStarted(JobEntry* entry, v1::Placement* part) {
@@ -484,9 +512,11 @@ void Coordinator::FailAttempt(JobEntry* entry, const std::string& error, bool us
   if (options_.observer) options_.observer->JobRestarted(cause);
   job.set_restarts(job.restarts() + 1);
   const double backoff = std::min(60.0, options_.restart_backoff_seconds * std::pow(2.0, job.restarts() - 1));
+  // Where it resumes is the next attempt's to say (TakeResumedStep): the newest checkpoint
+  // reported may be on a worker that is gone.
   Requeue(entry, Seconds(backoff),
-          "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) + " from step " +
-              std::to_string(job.checkpoint_step()) + " after: " + error);
+          "restart " + std::to_string(job.restarts()) + " of " + std::to_string(max_restarts) +
+              " (newest checkpoint reported: step " + std::to_string(job.checkpoint_step()) + ") after: " + error);
 }
 
 void Coordinator::Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason) {

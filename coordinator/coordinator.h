@@ -194,6 +194,7 @@ class Coordinator {
 
   // All below require mu_ held.
   void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
+  bool TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry);
   void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
   void PersistHistory(JobEntry* entry);      // unsynced; on failure sets store_error_
   int UsedSlots(const std::string& worker) const;

@@ -39,6 +39,7 @@ bool ProgressAggregator::Add(int rank, const format::ProgressRecord& r) {
   if (rank != first_rank_) return false;
   if (r.event == "step" || r.event == "start") {
     ApplyProgress(r, &progress_);
+    if (r.event == "start") resumed_step_ = static_cast<int64_t>(r.Number("resumed_step"));
   } else if (r.event == "checkpoint") {
     checkpoint_step_ = static_cast<int64_t>(r.Number("step"));
     checkpoint_path_ = r.String("path");
@@ -66,6 +67,7 @@ void ProgressAggregator::Fill(v1::TaskStatus* status) const {
   // (that of an earlier attempt, say) when a status has none.
   if (progress_.has_updated()) *status->mutable_progress() = progress_;
   status->set_checkpoint_step(checkpoint_step_);
+  if (resumed_step_) status->set_resumed_step(*resumed_step_);
   status->set_checkpoint_path(checkpoint_path_);
   status->mutable_metrics()->clear();
   for (const auto& [k, v] : metrics_) (*status->mutable_metrics())[k] = v;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ class ProgressAggregator {
   const int first_rank_;
   v1::Progress progress_;  // eta derived; `updated` is when the last step or start came
   int64_t checkpoint_step_ = 0;
+  std::optional<int64_t> resumed_step_;  // rank 0's "start": where this attempt resumed
   std::string checkpoint_path_;
   std::map<std::string, double> metrics_;
   std::vector<v1::EvalPoint> evals_;  // in order, at most kMaxEvals

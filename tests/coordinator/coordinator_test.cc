@@ -339,6 +339,67 @@ TEST_F(CoordinatorTest, LostWorkerRequeuesItsJob) {
   EXPECT_NE(job->events(job->events_size() - 2).reason().find("lost"), std::string::npos);
 }
 
+// Issue 18: the record shows the step the new attempt's trainer resumed from, not the
+// checkpoint last heard of (which was on the lost worker's disk); the cut-off attempt's
+// late reports, a result among them, change nothing and its ranks are told to stop.
+TEST_F(CoordinatorTest, TheRecordShowsWhereTheNewAttemptResumedAndIgnoresTheOldOne) {
+  RegisterWorker("w1", 1);
+  RegisterWorker("w2", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  const std::string first = c_->Get(id)->placements(0).worker();
+  const std::string other = first == "w1" ? "w2" : "w1";
+  Heartbeat(first);
+  v1::TaskStatus running = Status(id, 0, v1::TASK_RUNNING);
+  running.set_resumed_step(0);
+  running.set_checkpoint_step(120);
+  Report(first, running);
+  EXPECT_EQ(c_->Get(id)->checkpoint_step(), 120);
+  for (int i = 0; i < 8; ++i) {  // the first worker is cut off
+    clock_.Advance(60ms);
+    Heartbeat(other);
+    c_->Tick();
+  }
+  v1::Job job = c_->Get(id).value();
+  ASSERT_EQ(job.attempt(), 1);
+  ASSERT_EQ(job.placements(0).worker(), other);
+  const std::string restart = job.events(job.events_size() - 2).reason();
+  EXPECT_NE(restart.find("newest checkpoint reported: step 120"), std::string::npos) << restart;
+
+  v1::TaskStatus resumed = Status(id, 1, v1::TASK_RUNNING);
+  resumed.set_resumed_step(0);
+  Heartbeat(other, {resumed});
+  Heartbeat(other, {resumed});  // told once
+  job = c_->Get(id).value();
+  int told = 0;
+  for (const auto& ev : job.events()) {
+    if (ev.reason().rfind("attempt 1 ", 0) != 0) continue;
+    ++told;
+    EXPECT_EQ(ev.reason(), "attempt 1 started from step 0 (no checkpoint); the newest checkpoint reported was step 120");
+    EXPECT_EQ(ev.step(), 0);
+  }
+  EXPECT_EQ(told, 1);
+  EXPECT_EQ(job.checkpoint_step(), 0);
+
+  // The cut-off worker comes back: its attempt-0 ranks are told to stop, and its result
+  // (with a checkpoint and metrics) is not taken.
+  RegisterWorker(first, 1);
+  v1::TaskStatus stale = Status(id, 0, v1::TASK_RUNNING);
+  stale.set_checkpoint_step(200);
+  const HeartbeatReply reply = Heartbeat(first, {stale});
+  ASSERT_EQ(reply.stop.size(), 1u);
+  EXPECT_EQ(reply.stop[0].attempt(), 0);
+  v1::TaskStatus stale_result = Status(id, 0, v1::TASK_SUCCEEDED);
+  (*stale_result.mutable_metrics())["val_accuracy"] = 0.5;
+  stale_result.set_checkpoint_step(200);
+  Report(first, stale_result);
+  job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.checkpoint_step(), 0);
+  EXPECT_TRUE(job.metrics().empty());
+}
+
 TEST_F(CoordinatorTest, JobBiggerThanTheClusterWaitsWithAReason) {
   RegisterWorker("w1", 1);
   const std::string big = c_->Submit(Spec(4))->id();
@@ -696,8 +757,17 @@ TEST_F(CoordinatorTest, TheModelIsWhereRankZerosWorkerReportedIt) {
   where = c_->ModelOf(id);
   ASSERT_TRUE(where.ok());
   EXPECT_EQ(where->worker_address, "127.0.0.1:1234");
-  EXPECT_EQ(c_->ModelOf(id, 30).status().code(), Status::kFailedPrecondition);
+  // Another step: a kept checkpoint, which that worker exports on request.
+  auto at30 = c_->ModelOf(id, 30);
+  ASSERT_TRUE(at30.ok());
+  EXPECT_EQ(at30->model.step(), 30);
+  EXPECT_EQ(at30->worker_address, "127.0.0.1:1234");
   EXPECT_TRUE(c_->ModelOf(id, 40).ok());
+  // A job with no checkpoint reported has none to export.
+  const std::string queued = c_->Submit(Spec(1))->id();
+  auto none_yet = c_->ModelOf(queued, 30);
+  EXPECT_EQ(none_yet.status().code(), Status::kFailedPrecondition);
+  EXPECT_NE(none_yet.status().message().find("no checkpoint yet"), std::string::npos) << none_yet.status().message();
 }
 
 }  // namespace

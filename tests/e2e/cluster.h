@@ -132,8 +132,8 @@ class Cluster {
   size_t StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {},
                      const std::vector<std::string>& extra_args = {}, int host = -1) {
     std::vector<std::string> argv = {Bin("nightshift-worker"), "--coordinator", address_, "--name", name,
-                                     "--work-dir", dir() + "/" + name, "--cpu-slots", std::to_string(slots),
-                                     "--checkpoint-root", dir() + "/checkpoints"};
+                                     "--work-dir", dir() + "/" + name, "--cpu-slots", std::to_string(slots)};
+    if (shared_checkpoints_) argv.insert(argv.end(), {"--checkpoint-root", dir() + "/checkpoints"});
     if (host >= 0) {
       const std::string address = hosts_->address(host);
       argv.insert(argv.end(), {"--advertise-host", address, "--log-listen", address + ":0"});
@@ -144,6 +144,9 @@ class Cluster {
     return workers_.size() - 1;
   }
   Process& worker(size_t i) { return workers_.at(i); }
+  // Workers started after this keep checkpoints on their own disk (<work dir>/checkpoints)
+  // instead of the cluster's shared --checkpoint-root.
+  void UseOwnDisks() { shared_checkpoints_ = false; }
 
   // Spec text with the data path filled in.
   grpc::Status Submit(const std::string& yaml, v1::Job* job) {
@@ -263,6 +266,7 @@ class Cluster {
   int coordinator_host_ = -1;
   std::string address_;
   Process coordinator_;
+  bool shared_checkpoints_ = true;
   std::vector<Process> workers_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::AdminService::Stub> admin_;

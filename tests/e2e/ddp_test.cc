@@ -1,6 +1,8 @@
-// Data parallelism end to end: a coordinator and two one-slot workers run a
-// world_size 2 job across both; SIGKILL of one rank's trainer restarts the job from its
-// checkpoint; a job larger than the cluster waits without blocking smaller ones.
+// Data parallelism end to end: a coordinator and two one-slot workers, each keeping
+// checkpoints on its own disk (no shared checkpoint root), run a world_size 2 job across
+// both; SIGKILL of one rank's trainer restarts the job from the newest checkpoint either
+// rank holds (rank 0 wrote it; the other receives it over the process group); a job
+// larger than the cluster waits without blocking smaller ones.
 #include <gtest/gtest.h>
 
 
@@ -33,6 +35,7 @@ TEST(DdpE2eTest, TwoRanksOnTwoWorkersSurviveARankKill) {
   Cluster cluster("ddp");
   const std::string data = cluster.MakeData(150);
   cluster.StartCoordinator();
+  cluster.UseOwnDisks();
   cluster.StartWorker("w1", 1);
   cluster.StartWorker("w2", 1);
 
@@ -85,22 +88,22 @@ TEST(DdpE2eTest, TwoRanksOnTwoWorkersSurviveARankKill) {
   EXPECT_EQ(done.checkpoint_step(), 120);
   bool restarted_from_checkpoint = false;
   for (const auto& ev : done.events())
-    if (ev.state() == v1::QUEUED && ev.reason().find("restart 1 of 2 from step") != std::string::npos &&
-        ev.step() >= 10)
+    if (ev.attempt() == 1 && ev.reason().find("attempt 1 resumed from step") != std::string::npos && ev.step() >= 10)
       restarted_from_checkpoint = true;
   EXPECT_TRUE(restarted_from_checkpoint);
   ASSERT_TRUE(done.metrics().count("val_accuracy"));
   EXPECT_GE(done.metrics().at("val_accuracy"), 0.9);
 
-  // Both ranks of the second attempt resumed from the same checkpoint.
+  // Both ranks of the second attempt resumed from the same step, each from its own disk.
   std::vector<std::string> resumed;
   for (const auto& p : done.placements()) {
     const std::string log = ReadAll(cluster.dir() + "/" + p.worker() + "/jobs/" + id + "/attempt-" +
                                     std::to_string(done.attempt()) + "/rank-" +
                                     std::to_string(p.first_rank()) + ".log");
-    const size_t at = log.find("resumed from ");
+    const size_t at = log.rfind("resumed from ");  // the last: after a checkpoint was received
     ASSERT_NE(at, std::string::npos) << log;
-    resumed.push_back(log.substr(at, log.find('\n', at) - at));
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    resumed.push_back(line.substr(line.rfind(" (step ")));
     EXPECT_NE(log.find("data parallel: rank"), std::string::npos) << log;
   }
   ASSERT_EQ(resumed.size(), 2u);

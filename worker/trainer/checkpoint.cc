@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr char kComplete[] = "COMPLETE";
+constexpr char kFence[] = "FENCE";
 
 void Check(const std::string& err) {
   if (!err.empty()) throw std::runtime_error("checkpoint: " + err);
@@ -168,14 +169,54 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
                    {"position", PositionToJson(position)},
                    {"fingerprint", position.fingerprint},
                    {"files", files}};
+  if (options_.attempt >= 0) manifest["attempt"] = options_.attempt;
   write("manifest.json", manifest.dump(2) + "\n");
+  try {
+    CheckFence();
+  } catch (const FencedError&) {
+    RemoveCheckpoint(dir);  // never committed
+    throw;
+  }
   write(kComplete, std::to_string(position.step) + "\n");
   Check(format::SyncDirectory(options_.dir));
 
   last_save_ = std::chrono::steady_clock::now();
   saved.seconds = std::chrono::duration<double>(last_save_ - t0).count();
+  CheckFence();  // a claim that came in the window after the first check: no pruning
   Prune();
   return saved;
+}
+
+int CheckpointManager::FenceHolder() const {
+  std::ifstream in(fs::path(options_.dir) / kFence);
+  int holder = -1;
+  return in >> holder ? holder : -1;
+}
+
+void CheckpointManager::Claim() {
+  if (options_.attempt < 0) return;
+  const int holder = FenceHolder();
+  if (holder > options_.attempt)
+    throw FencedError("checkpoint folder " + options_.dir + " is fenced by attempt " + std::to_string(holder) +
+                      "; this is attempt " + std::to_string(options_.attempt) + ", which was superseded");
+  std::error_code ec;
+  fs::create_directories(options_.dir, ec);
+  Check(format::WriteFileAtomically((fs::path(options_.dir) / kFence).string(), std::to_string(options_.attempt) + "\n"));
+  Check(format::SyncDirectory(options_.dir));
+}
+
+void CheckpointManager::CheckFence() const {
+  if (options_.attempt < 0) return;
+  if (const int holder = FenceHolder(); holder > options_.attempt)
+    throw FencedError("fenced by attempt " + std::to_string(holder) + ": attempt " + std::to_string(options_.attempt) +
+                      " was superseded and commits no more checkpoints in " + options_.dir);
+}
+
+bool CheckpointManager::WrittenByALaterAttempt(const std::string& dir) const {
+  if (options_.attempt < 0) return false;
+  std::ifstream in(fs::path(dir) / "manifest.json");
+  const json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return m.is_object() && m.value("attempt", -1) > options_.attempt;
 }
 
 std::vector<std::string> CheckpointManager::ListComplete() const {
@@ -183,7 +224,8 @@ std::vector<std::string> CheckpointManager::ListComplete() const {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
     const int64_t step = StepOf(entry.path().filename().string());
-    if (step >= 0 && fs::exists(entry.path() / kComplete)) found.emplace_back(step, entry.path().string());
+    if (step >= 0 && fs::exists(entry.path() / kComplete) && !WrittenByALaterAttempt(entry.path().string()))
+      found.emplace_back(step, entry.path().string());
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
@@ -229,6 +271,7 @@ RunPosition ReadCheckpoint(const fs::path& dir) {
   try {
     p = version == 1 ? PositionFromVersion1(m) : PositionFromJson(m.at("position"));
     p.fingerprint = m.value("fingerprint", "");
+    p.attempt = m.value("attempt", -1);
     if (m.contains("files")) {
       for (const auto& [name, f] : m["files"].items()) {
         const std::string bytes = ReadFile(dir / name);
@@ -304,6 +347,42 @@ RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& mode
   }
   throw std::runtime_error("no complete checkpoint at step " + std::to_string(step) + " in " + options_.dir +
                            " (kept: " + (kept.empty() ? "none" : kept) + ")");
+}
+
+std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_dir) {
+  std::map<std::string, std::string> files;
+  files["manifest.json"] = ReadFile(fs::path(step_dir) / "manifest.json");
+  const json m = json::parse(files["manifest.json"], nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
+    throw std::runtime_error("checkpoint: bad manifest in " + step_dir);
+  for (const auto& [name, f] : m["files"].items()) files[name] = ReadFile(fs::path(step_dir) / name);
+  return files;
+}
+
+std::string CheckpointManager::Install(int64_t step, const std::map<std::string, std::string>& files) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  const fs::path dir = fs::path(options_.dir) / name;
+  std::error_code ec;
+  if (fs::exists(dir)) RemoveCheckpoint(dir);
+  if (!fs::create_directories(dir, ec))
+    throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
+  try {
+    for (const auto& [file, bytes] : files) {
+      if (file.empty() || file.find('/') != std::string::npos || file == kComplete || file == "." || file == "..")
+        throw std::runtime_error("checkpoint: a received file is named \"" + file + "\"");
+      Check(format::WriteFileAtomically((dir / file).string(), bytes));
+    }
+    if (ReadCheckpoint(dir).step != step)
+      throw std::runtime_error("checkpoint: the received checkpoint is not of step " + std::to_string(step));
+    CheckFence();
+  } catch (...) {
+    RemoveCheckpoint(dir);
+    throw;
+  }
+  Check(format::WriteFileAtomically((dir / kComplete).string(), std::to_string(step) + "\n"));
+  Check(format::SyncDirectory(options_.dir));
+  return dir.string();
 }
 
 bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,

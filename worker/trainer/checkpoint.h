@@ -4,10 +4,25 @@
 //   manifest.json  {"magic": "nightshift-checkpoint", "version": 2,
 //                   "position": the RunPosition (position.h; rng_cpu as hex),
 //                   "fingerprint": what the run must match to resume from it,
+//                   "attempt": the job attempt that wrote it (absent before fencing),
 //                   "files": {name: {bytes, fnv1a64}} checked before a load}
 //   COMPLETE       written last: a checkpoint without it does not exist.
 // Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
 // writing: the marker goes first, then the rest.
+//
+// Fencing (CheckpointOptions::attempt >= 0). The job's folder holds FENCE, the number of
+// the newest attempt that claimed it (Claim, before training). An attempt commits a
+// checkpoint (writes COMPLETE), prunes, and exports only while FENCE holds no later
+// attempt than its own; otherwise it throws FencedError ("fenced by attempt N") and
+// leaves no marker.
+// Loads skip checkpoints written by a later attempt than this one, and Prune never
+// deletes them. What this guarantees: on a local disk (one writer process per folder at
+// a time) nothing; it is there for a shared checkpoint root, where a cut-off attempt
+// (the "zombie") keeps running beside its successor. There, once the new attempt's claim
+// is visible, the old one commits nothing more. The window: the check and the rename of
+// COMPLETE are two steps, so an old attempt that read FENCE just before the claim can
+// still commit one checkpoint (and prune) after it. Such a checkpoint is of the same run
+// (same fingerprint, deterministic training), so resuming from it is still exact.
 // Versions: 2 is written; 1 (step, epoch, batch_in_epoch, rng_cpu and a "metrics" map of
 // train_seconds, tokens_seen, lr_scale, max_tokens, grad_scale, grad_scale_growth_tracker
 // at the top level) is still read. Any other version is refused naming it
@@ -19,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,11 +54,18 @@ class CheckpointVersionError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// This attempt was superseded: a later attempt claimed the checkpoint folder.
+class FencedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct CheckpointOptions {
   std::string dir;         // this job's checkpoint directory (created if missing)
   int every_steps = 0;     // save when step % every_steps == 0; 0: off
   int every_seconds = 0;   // save when this long has passed since the last save; 0: off
   int keep_last = 3;       // complete checkpoints kept
+  int attempt = -1;        // the job attempt this run is; -1: no fencing (see above)
 };
 
 struct SavedCheckpoint {
@@ -55,11 +78,18 @@ class CheckpointManager {
  public:
   explicit CheckpointManager(CheckpointOptions options);
 
+  // Fencing: writes FENCE = this attempt, unless it holds a later one (FencedError).
+  // Does nothing without an attempt.
+  void Claim();
+  // FencedError when FENCE holds a later attempt than this one (nothing without one).
+  void CheckFence() const;
+
   // Whether a checkpoint is due after `step` (by step count or by time since the last save).
   bool Due(int64_t step) const;
 
   // Writes the checkpoint of `position`, then deletes the oldest beyond keep_last.
-  // Throws std::runtime_error naming the file on failure.
+  // Throws std::runtime_error naming the file on failure, FencedError (nothing
+  // committed) when a later attempt claimed the folder.
   SavedCheckpoint Save(const RunPosition& position, torch::nn::Module& model,
                        torch::optim::Optimizer& optimizer);
 
@@ -80,11 +110,19 @@ class CheckpointManager {
   // and the steps kept when there is none at `step`.
   RunPosition LoadModelAt(int64_t step, torch::nn::Module& model) const;
 
-  // Step directories with their COMPLETE marker, oldest first.
+  // Writes `files` (ReadCheckpointFiles of another rank's checkpoint) as the complete
+  // checkpoint of `step` here: verified as a load verifies, then the marker. Returns its
+  // directory. Throws naming what is wrong (nothing committed then), FencedError as Save.
+  std::string Install(int64_t step, const std::map<std::string, std::string>& files);
+
+  // Step directories with their COMPLETE marker, oldest first. Fenced, without those
+  // a later attempt wrote.
   std::vector<std::string> ListComplete() const;
 
  private:
   void Prune();
+  int FenceHolder() const;  // FENCE's attempt; -1 when there is none
+  bool WrittenByALaterAttempt(const std::string& dir) const;
 
   const CheckpointOptions options_;
   std::chrono::steady_clock::time_point last_save_;
@@ -96,6 +134,10 @@ class CheckpointManager {
 std::string RunFingerprint(uint64_t seed, int64_t batch_size, int64_t max_tokens, bool max_tokens_auto,
                            const std::vector<std::string>& shard_descriptions,
                            const std::string& model_description);
+
+// The files of the checkpoint in `step_dir` (manifest.json and those it lists) by name,
+// for a rank that lacks it (ranks without a shared checkpoint folder, run.cc).
+std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_dir);
 
 // The CPU generator's state (dropout, init) as bytes, and back.
 std::string GetCpuRngState();

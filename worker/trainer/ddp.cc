@@ -479,7 +479,7 @@ void CheckRanksAgree(GradientSync& sync, const std::vector<int64_t>& must_match)
     throw std::runtime_error("ranks disagree on where training stands or on the data (rank 0: " +
                              str(theirs) + ", rank " + std::to_string(sync.group().rank()) + ": " + str(mine) +
                              "): did they resume from different checkpoints or prepare different "
-                             "data? The checkpoint directory must be shared by all ranks");
+                             "data?");
   }
 }
 

@@ -28,6 +28,7 @@ struct RunPosition {
   int64_t tokens_seen = 0;     // real (unpadded) training tokens so far, this rank
   std::string rng_cpu;         // the CPU generator's state (bytes): dropout continues exactly
   std::string fingerprint;     // RunFingerprint() of the run that wrote it ("": not checked)
+  int attempt = -1;            // the job attempt that wrote it (-1: written before fencing)
 };
 
 }  // namespace nightshift::trainer

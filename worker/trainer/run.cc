@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -115,7 +117,8 @@ void BuildModel(Run& run) {
       run.model->parameters(),
       torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
-      cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last});
+      cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last,
+      cfg.attempt});
   const auto shard_text = [](const char* name, const format::ShardReader& s) {
     return std::string(name) + "=" + std::to_string(s.num_samples()) + "/" + std::to_string(s.header().num_tokens) +
            "/" + std::to_string(s.header().payload_checksum);
@@ -130,10 +133,12 @@ void BuildModel(Run& run) {
           (mc.arch == "gpt_lm" ? "/gpt2" : ""));
 }
 
-// Resumes from the newest complete checkpoint, unless it belongs to another run
+// Claims the checkpoint folder for this attempt (rank 0), then resumes from the newest
+// complete checkpoint of this or an earlier attempt, unless it belongs to another run
 // configuration (another seed, batching, data or model cannot continue this run).
-// Returns whether it resumed.
-bool Resume(Run& run) {
+// Returns the checkpoint it resumed from; "" when it did not.
+std::string Resume(Run& run) {
+  if (run.rank.rank == 0) run.checkpoints->Claim();  // the writer fences off older attempts
   std::string path;
   if (RunPosition latest; run.checkpoints->PeekLatest(&latest, &path) && !latest.fingerprint.empty() &&
                           latest.fingerprint != run.fingerprint)
@@ -141,18 +146,81 @@ bool Resume(Run& run) {
                              latest.fingerprint + "\", this run is \"" + run.fingerprint +
                              "\"): resume with the same seed, batching, data and model, or delete " +
                              run.cfg.checkpoint_dir + " to start over");
-  if (!run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path)) return false;
+  if (!run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path)) return "";
   SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
   Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
-  return true;
+  return path;
+}
+
+// A checkpoint's files over the group, from `root` to every rank (sizes, then the bytes).
+void BroadcastFiles(ProcessGroup& group, int root, std::map<std::string, std::string>* files) {
+  std::string names, blob;
+  std::vector<int64_t> sizes;
+  for (const auto& [name, bytes] : *files) {
+    names += name + '\n';
+    sizes.push_back(static_cast<int64_t>(bytes.size()));
+    blob += bytes;
+  }
+  torch::Tensor counts = torch::tensor({static_cast<int64_t>(names.size()), static_cast<int64_t>(blob.size())});
+  group.Broadcast(counts, root);
+  torch::Tensor name_bytes = torch::zeros({counts[0].item<int64_t>()}, torch::kUInt8);
+  torch::Tensor data = torch::zeros({counts[1].item<int64_t>()}, torch::kUInt8);
+  if (group.rank() == root) {
+    std::memcpy(name_bytes.data_ptr(), names.data(), names.size());
+    std::memcpy(data.data_ptr(), blob.data(), blob.size());
+  }
+  group.Broadcast(name_bytes, root);
+  std::vector<std::string> received_names;
+  std::string text(static_cast<const char*>(name_bytes.data_ptr()), name_bytes.numel());
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+    received_names.push_back(text.substr(at, nl - at));
+  torch::Tensor size_tensor = torch::zeros({static_cast<int64_t>(received_names.size())}, torch::kInt64);
+  if (group.rank() == root) size_tensor = torch::tensor(sizes);
+  group.Broadcast(size_tensor, root);
+  group.Broadcast(data, root);
+  if (group.rank() == root) return;
+  files->clear();
+  const char* p = static_cast<const char*>(data.data_ptr());
+  for (size_t i = 0; i < received_names.size(); ++i) {
+    const int64_t n = size_tensor[i].item<int64_t>();
+    (*files)[received_names[i]] = std::string(p, n);
+    p += n;
+  }
+}
+
+// Without a shared checkpoint folder the ranks may have resumed from different steps
+// (rank 0 writes checkpoints; the others hold what an earlier exchange gave them). Every
+// rank learns each one's step; when they differ, the lowest rank at the newest step
+// sends that checkpoint's files over the group, and the others install it in their own
+// folder and resume from it, so a job survives losing any rank's disk but the newest
+// one's. With a shared folder every rank stands at the same step and nothing is sent.
+void AdoptNewestCheckpoint(Run& run, std::string* resumed_from) {
+  ProcessGroup& group = run.ddp->group();
+  torch::Tensor steps = torch::zeros({group.size()}, torch::kInt64);
+  steps[group.rank()] = resumed_from->empty() ? -1 : run.position.step;
+  group.AllReduceSum(steps);
+  const int64_t newest = steps.max().item<int64_t>();
+  if (newest < 0 || steps.min().item<int64_t>() == newest) return;
+  const int source = static_cast<int>((steps == newest).nonzero()[0][0].item<int64_t>());
+  std::map<std::string, std::string> files;
+  if (group.rank() == source) files = ReadCheckpointFiles(*resumed_from);
+  BroadcastFiles(group, source, &files);
+  if (steps[group.rank()].item<int64_t>() != newest) {
+    const std::string installed = run.checkpoints->Install(newest, files);
+    Log("received the checkpoint of step %lld from rank %d into %s", static_cast<long long>(newest), source,
+        installed.c_str());
+  }
+  // Every rank loads it, those that had it too: joining copied rank 0's older parameters.
+  *resumed_from = Resume(run);
 }
 
 // Data parallel (world_size > 1): joins the group; every rank starts from rank 0's
-// parameters, and must stand where rank 0 stands. Gradients are averaged in buckets
-// during backward.
-void JoinDataParallel(Run& run) {
+// parameters, or from the newest checkpoint any rank holds, and must then stand where
+// rank 0 stands. Gradients are averaged in buckets during backward.
+void JoinDataParallel(Run& run, std::string* resumed_from) {
   run.ddp = StartDataParallel(run.cfg, run.rank, *run.model);
   if (!run.ddp) return;
+  AdoptNewestCheckpoint(run, resumed_from);
   const RunPosition& p = run.position;
   CheckRanksAgree(*run.ddp, {p.step, p.epoch, p.batch_in_epoch, static_cast<int64_t>(run.train_shard.num_samples()),
                              p.max_tokens});
@@ -255,12 +323,13 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   const std::vector<std::string> warnings = SetUpDevice(*run);
   OpenData(*run);
   BuildModel(*run);
-  const bool resumed = Resume(*run);
-  if (!resumed && !cfg.model.init_from.empty()) {  // a resumed run has its own weights
+  std::string resumed_from = Resume(*run);
+  if (resumed_from.empty() && !cfg.model.init_from.empty()) {  // a resumed run has its own weights
     InitFromExport(cfg.model.init_from, cfg, *run->model);
     Log("initialised from %s", cfg.model.init_from.c_str());
   }
-  JoinDataParallel(*run);
+  JoinDataParallel(*run, &resumed_from);
+  const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);
   PlanSteps(*run);
   ComposeTechniques(*run, resumed);
@@ -283,6 +352,7 @@ void Run::Export() {
                   {"val_f1", last_eval.f1}, {"val_perplexity", last_eval.perplexity}};
   info.tokenizer_model = TokenizerOf(cfg);
   const std::string dir = cfg.checkpoint_dir + "/model";
+  checkpoints->CheckFence();  // a superseded attempt does not replace the model either
   ExportModel(dir, cfg, *model, info);
   progress.Emit(ProgressRecord{"export", {{"step", double(position.step)}, {"seconds", Seconds(t0)}}, {{"path", dir}}});
   Log("exported the model to %s", dir.c_str());

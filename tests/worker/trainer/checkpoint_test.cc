@@ -171,6 +171,87 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
 }
 
+RunPosition At(int64_t step) {
+  RunPosition pos;
+  pos.step = step;
+  return pos;
+}
+
+// A zombie: attempt 0 goes on saving after attempt 1 claimed the folder. Its save is not
+// committed (no COMPLETE, no directory left) and fails naming the newer attempt; attempt 1
+// saves as usual; each manifest records its writer; attempt 0 can no longer claim.
+TEST(CheckpointFencingTest, ALaterAttemptsClaimStopsAnOlderOneCommitting) {
+  const std::string dir = FreshDir("fence");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager old_attempt(CheckpointOptions{dir, 1, 0, 10, 0}), new_attempt(CheckpointOptions{dir, 1, 0, 10, 1});
+  old_attempt.Claim();
+  old_attempt.Save(At(1), *model, optimizer);
+  new_attempt.Claim();
+  try {
+    old_attempt.Save(At(2), *model, optimizer);
+    ADD_FAILURE() << "a fenced attempt committed a checkpoint";
+  } catch (const FencedError& e) {
+    EXPECT_NE(std::string(e.what()).find("fenced by attempt 1"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
+  EXPECT_THROW(old_attempt.CheckFence(), FencedError);
+  new_attempt.Save(At(3), *model, optimizer);
+  RunPosition loaded;
+  ASSERT_TRUE(new_attempt.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 3);
+  EXPECT_EQ(loaded.attempt, 1);
+  ASSERT_TRUE(new_attempt.PeekLatest(&loaded));
+  EXPECT_EQ(loaded.attempt, 1);
+  EXPECT_EQ(new_attempt.ListComplete().size(), 2u);
+  try {
+    old_attempt.Claim();
+    ADD_FAILURE() << "an older attempt took the fence back";
+  } catch (const FencedError& e) {
+    EXPECT_NE(std::string(e.what()).find("fenced by attempt 1; this is attempt 0"), std::string::npos) << e.what();
+  }
+}
+
+// Resume only from checkpoints of attempts up to this one: attempt 1 does not see (load,
+// list or prune) what attempt 2 wrote.
+TEST(CheckpointFencingTest, CheckpointsOfALaterAttemptAreNeitherLoadedNorPruned) {
+  const std::string dir = FreshDir("fence-later");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager(CheckpointOptions{dir, 1, 0, 10, 0}).Save(At(4), *model, optimizer);
+  CheckpointManager(CheckpointOptions{dir, 1, 0, 10, 2}).Save(At(8), *model, optimizer);
+  CheckpointManager first_retry(CheckpointOptions{dir, 1, 0, 1, 1});
+  RunPosition loaded;
+  ASSERT_TRUE(first_retry.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 4);
+  EXPECT_EQ(loaded.attempt, 0);
+  first_retry.Save(At(5), *model, optimizer);  // keep_last 1: step 4 goes, step 8 stays
+  EXPECT_FALSE(fs::exists(dir + "/step-00000004"));
+  EXPECT_TRUE(fs::exists(dir + "/step-00000008/COMPLETE"));
+  // Without fencing (an older trainer's view, the export on request) every checkpoint counts.
+  EXPECT_EQ(CheckpointManager(CheckpointOptions{dir}).ListComplete().size(), 2u);
+}
+
+// The trainer claims the folder before it trains: a run of an older attempt than the
+// folder's fence fails at once with the reason, and writes nothing.
+TEST(CheckpointFencingTest, ARunOfASupersededAttemptStopsBeforeTraining) {
+  TrainConfig c = TinyConfig(FreshDir("fence-run"));
+  c.attempt = 3;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  std::ifstream fence(c.checkpoint_dir + "/FENCE");
+  int holder = -1;
+  fence >> holder;
+  EXPECT_EQ(holder, 3);
+  const size_t kept = CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete().size();
+  c.attempt = 2;
+  MemoryProgressSink zombie;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, zombie), kExitError);
+  const format::ProgressRecord error = Find(zombie, "error");
+  EXPECT_NE(error.String("message").find("fenced by attempt 3"), std::string::npos) << error.String("message");
+  EXPECT_EQ(CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete().size(), kept);
+}
+
 TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
   const std::string dir = FreshDir("fallback");
   torch::manual_seed(3);

@@ -10,11 +10,13 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
 #include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/checkpoint.h"
 #include "worker/trainer/model.h"
 #include "worker/trainer/fault_injection.h"
 #include "worker/trainer/oom.h"
@@ -24,6 +26,7 @@
 namespace nightshift::trainer {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::FreePort;
 using testing::Options;
 using testing::RunRanks;
@@ -392,6 +395,75 @@ TEST_F(DdpTest, TwoTrainerRanksAgreeOnTheBudgetAndOnSplitting) {
   EXPECT_EQ(progress[0].records.front().Number("max_tokens"), progress[1].records.front().Number("max_tokens"));
   EXPECT_GE(last_step(progress[1]).Number("oom_recoveries"), 1);
   EXPECT_EQ(last_step(progress[0]).Number("oom_recoveries"), last_step(progress[1]).Number("oom_recoveries"));
+}
+
+// Two ranks, each with its own checkpoint folder (no shared storage), trained with
+// `folders[r]` as rank r's; returns each rank's last progress record.
+std::vector<format::ProgressRecord> TrainTwoRanks(TrainConfig c, const std::vector<std::string>& folders) {
+  const int port = FreePort();
+  std::vector<MemoryProgressSink> progress(2);
+  std::vector<int> exit_codes(2, -1);
+  RunRanks(2, [&](int r) {
+    TrainConfig mine = c;
+    mine.checkpoint_dir = folders[r];
+    RankInfo rank;
+    rank.rank = r;
+    rank.world_size = 2;
+    rank.local_world_size = 2;
+    rank.master_addr = "127.0.0.1";
+    rank.master_port = port;
+    exit_codes[r] = RunTraining(mine, rank, progress[r]);
+  });
+  std::vector<format::ProgressRecord> out;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(exit_codes[r], kExitOk) << "rank " << r << ": " << progress[r].records.back().String("message");
+    EXPECT_EQ(progress[r].records.front().event, "start");
+    out.push_back(progress[r].records.front());
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> NewestParameters(const TrainConfig& c, const std::string& folder) {
+  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  RunPosition position;
+  EXPECT_TRUE(CheckpointManager(CheckpointOptions{folder}).LoadLatest(*model, optimizer, &position));
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+  return params;
+}
+
+// Issue 18: ranks without a shared checkpoint folder resume from the newest checkpoint
+// any of them holds. Rank 0's disk has step 3, rank 1's step 6 (rank 0's worker was
+// replaced, rank 1 sits where rank 0 once ran): both resume from 6, rank 0 receives it
+// over the group and keeps it, and the run ends bit-identical to an uninterrupted one.
+TEST_F(DdpTest, RanksWithoutSharedStorageResumeFromTheNewestCheckpointAnyHolds) {
+  const std::string dir = testing::FreshDir("ddp_no_shared");
+  TrainConfig c = testing::TinyConfig(dir, /*n_train=*/96);
+  c.data_parallel.world_size = 2;
+  c.data_parallel.timeout_seconds = 60;
+  c.checkpoint.every_steps = 3;
+  c.checkpoint.keep_last = 10;
+  c.model.dropout = 0;  // both ranks are threads of this process: they would share one CPU generator
+  TrainTwoRanks(c, {dir + "/shared", dir + "/shared"});
+  const std::vector<torch::Tensor> uninterrupted = NewestParameters(c, dir + "/shared");
+
+  fs::create_directories(dir + "/both");
+  fs::copy(dir + "/shared/step-00000006", dir + "/both/step-00000006");
+  TrainTwoRanks(c, {dir + "/both", dir + "/both"});
+  const std::vector<torch::Tensor> shared_resume = NewestParameters(c, dir + "/both");
+  for (size_t i = 0; i < shared_resume.size(); ++i) EXPECT_TRUE(torch::equal(shared_resume[i], uninterrupted[i])) << "shared " << i;
+  for (const auto& [rank, step] : {std::pair{0, "step-00000003"}, std::pair{1, "step-00000006"}}) {
+    const std::string folder = dir + "/rank" + std::to_string(rank);
+    fs::create_directories(folder);
+    fs::copy(dir + "/shared/" + step, folder + "/" + step);
+  }
+  const auto starts = TrainTwoRanks(c, {dir + "/rank0", dir + "/rank1"});
+  for (const auto& start : starts) EXPECT_EQ(start.Number("resumed_step"), 6);
+  EXPECT_TRUE(fs::exists(dir + "/rank0/step-00000006/COMPLETE")) << "rank 0 did not keep what it received";
+  const std::vector<torch::Tensor> resumed = NewestParameters(c, dir + "/rank0");
+  ASSERT_EQ(resumed.size(), uninterrupted.size());
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << i;
 }
 
 // Evaluation under data parallelism: each rank takes every other batch, and the summed
