@@ -264,10 +264,13 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
     detail = progress_.LastError(failed->id);
   }
   if (detail.empty()) detail = TailOfFile(failed->log_path, 3);
+  // The trainer says a restart would fail the same way: the job fails now, with the reason.
+  const bool permanent =
+      WIFEXITED(failed->wait_status) && WEXITSTATUS(failed->wait_status) == format::kTrainerExitPermanent;
   Finish(v1::TASK_FAILED,
          "trainer rank " + std::to_string(failed->id) + " " + DescribeWaitStatus(failed->wait_status) +
              (detail.empty() ? "" : ": " + detail) + " (log: " + failed->log_path + ")",
-         false);
+         permanent);
 }
 
 void Task::OnProgressLine(int rank, const std::string& line) {

@@ -17,7 +17,9 @@
 //   warning     message (string)
 //   done        step, and the final metrics (val_*; val_perplexity for language
 //               models, else null), train_seconds
-//   error       message (string): the reason the trainer is about to exit non-zero
+//   error       message (string): the reason the trainer is about to exit non-zero;
+//               permanent: 1 when every restart would meet it again (it then exits with
+//               kTrainerExitPermanent)
 #ifndef NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_
 #define NIGHTSHIFT_COMMON_FORMAT_PROGRESS_H_
 
@@ -25,6 +27,10 @@
 #include <string>
 
 namespace nightshift::format {
+
+// The trainer's exit code for an error every restart would meet again: the worker
+// reports it as a user error and the coordinator fails the job instead of restarting it.
+inline constexpr int kTrainerExitPermanent = 3;
 
 struct ProgressRecord {
   std::string event;

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/format/progress.h"
 #include "tests/worker/fake_coordinator_client.h"
 #include "tests/worker/test_dirs.h"
 #include "worker/assignment.h"
@@ -227,6 +228,40 @@ TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
   }
   // Ranks that exit 0 on SIGTERM (they checkpointed) end the task SUCCEEDED.
   ASSERT_TRUE(RunUntil(agent.get(), [&] { return fake_->reports.back().status().state() == v1::TASK_SUCCEEDED; }));
+}
+
+// A trainer that exits with kTrainerExitPermanent (a restart would fail the same way:
+// ranks disagree on the data, a checkpoint of another configuration) is reported as a
+// user error, so the coordinator fails the job at once; any other failure is not.
+TEST_F(AgentTest, ATrainerThatWouldFailAgainIsReportedAsAUserError) {
+  for (const int code : {format::kTrainerExitPermanent, 1}) {
+    v1::Assignment a;
+    a.mutable_task()->set_job_id("job-" + std::to_string(code));
+    a.set_first_rank(0);
+    a.set_num_ranks(1);
+    a.set_world_size(1);
+    a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
+    a.mutable_spec()->mutable_data()->set_format("text_dir");
+    CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
+    options_.trainer_path = dir_ + "/fake-trainer-" + std::to_string(code);
+    std::ofstream(options_.trainer_path) << "#!/bin/sh\n"
+                                         << "echo '{\"event\":\"error\",\"permanent\":1,\"message\":\"ranks disagree\"}' >&3\n"
+                                         << "exit " << code << "\n";
+    ::chmod(options_.trainer_path.c_str(), 0755);
+    auto agent = NewAgent();
+    agent->RunOnce();
+    v1::HeartbeatResponse start;
+    *start.add_start() = a;
+    fake_->heartbeat_responses = {start};
+    auto failed = [&]() -> const v1::TaskStatus* {
+      for (const auto& r : fake_->reports)
+        if (r.status().task().job_id() == a.task().job_id() && r.status().state() == v1::TASK_FAILED) return &r.status();
+      return nullptr;
+    };
+    ASSERT_TRUE(RunUntil(agent.get(), [&] { return failed() != nullptr; })) << code;
+    EXPECT_EQ(failed()->user_error(), code == format::kTrainerExitPermanent) << code;
+    EXPECT_NE(failed()->error().find("ranks disagree"), std::string::npos) << failed()->error();
+  }
 }
 
 }  // namespace

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/trainer/errors.h"
 #include "worker/trainer/position.h"
 
 namespace nightshift::trainer {
@@ -49,9 +50,9 @@ inline constexpr int kOldestCheckpointVersion = 1;
 
 // A checkpoint whose manifest version this trainer does not read. Not damage: resuming
 // from an older checkpoint instead would silently drop the newer one's steps.
-class CheckpointVersionError : public std::runtime_error {
+class CheckpointVersionError : public PermanentError {
  public:
-  using std::runtime_error::runtime_error;
+  using PermanentError::PermanentError;
 };
 
 // This attempt was superseded: a later attempt claimed the checkpoint folder.

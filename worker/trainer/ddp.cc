@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "worker/trainer/compat.h"
+#include "worker/trainer/errors.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -437,7 +438,7 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
                                                 torch::nn::Module& model) {
   if (config.data_parallel.world_size > 1 && config.data_parallel.world_size != rank.world_size)
-    throw std::runtime_error("spec.resources.world_size is " + std::to_string(config.data_parallel.world_size) +
+    throw PermanentError("spec.resources.world_size is " + std::to_string(config.data_parallel.world_size) +
                              " but WORLD_SIZE is " + std::to_string(rank.world_size) + ": start " +
                              std::to_string(config.data_parallel.world_size) +
                              " ranks (e.g. torchrun --nproc_per_node) with RANK, WORLD_SIZE, "
@@ -476,7 +477,7 @@ void CheckRanksAgree(GradientSync& sync, const std::vector<int64_t>& must_match)
       for (int64_t i = 0; i < t.numel(); ++i) s += (i ? "/" : "") + std::to_string(t[i].item<int64_t>());
       return s;
     };
-    throw std::runtime_error("ranks disagree on where training stands or on the data (rank 0: " +
+    throw PermanentError("ranks disagree on where training stands or on the data (rank 0: " +
                              str(theirs) + ", rank " + std::to_string(sync.group().rank()) + ": " + str(mine) +
                              "): did they resume from different checkpoints or prepare different "
                              "data?");

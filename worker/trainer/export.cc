@@ -15,6 +15,7 @@
 
 #include "common/format/atomic_file.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/errors.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -226,15 +227,15 @@ std::string VerifyModelFolder(const std::string& dir) {
 
 void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model) {
   const std::string what = "model.init_from " + dir;
-  if (std::string err = VerifyModelFolder(dir); !err.empty()) throw std::runtime_error(what + ": " + err);
+  if (std::string err = VerifyModelFolder(dir); !err.empty()) throw PermanentError(what + ": " + err);
   const json c = ReadJsonFile(dir + "/config.json");
   if (c.value("format", "") != kModelFormat || c.value("version", 0) != kModelFormatVersion)
-    throw std::runtime_error(what + ": config.json is not a nightshift-model version " +
+    throw PermanentError(what + ": config.json is not a nightshift-model version " +
                              std::to_string(kModelFormatVersion));
   const std::string source = c.value("arch", ""), target = config.model.arch;
   const bool trunk_only = target == "transformer_classifier" && source == "gpt_lm";
   if (target == "torchscript" || (source != target && !trunk_only))
-    throw std::runtime_error(what + ": a " + source + " model cannot start a " + target +
+    throw PermanentError(what + ": a " + source + " model cannot start a " + target +
                              " job (same architecture, or a transformer_classifier from a gpt_lm trunk)");
   const ModelConfig& m = config.model;
   const std::pair<const char*, int64_t> sizes[] = {
@@ -246,7 +247,7 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
     const std::string key = std::string(field).substr(std::string(field).rfind('.') + 1);
     if (ours < 0 || !c.contains(key)) continue;
     if (c.at(key).get<int64_t>() != ours)
-      throw std::runtime_error(what + ": spec." + field + " is " + std::to_string(ours) +
+      throw PermanentError(what + ": spec." + field + " is " + std::to_string(ours) +
                                " but the exported model's " + key + " is " + c.at(key).dump());
   }
   const std::map<std::string, torch::Tensor> tensors = ReadSafetensors(dir + "/model.safetensors");

@@ -5,13 +5,15 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // NIGHTSHIFT_PROGRESS_FD (progress lines; stdout when unset; "none": no reporting). Logs go
 // to stderr.
-// Exit: 0 done, 1 error (an `error` event was written), 2 usage, 143 stopped by SIGTERM.
+// Exit: 0 done, 1 error (an `error` event was written), 2 usage, 3 an error every restart
+// would meet again (errors.h; its `error` event has "permanent": 1), 143 stopped by SIGTERM.
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -25,10 +27,13 @@ namespace nt = nightshift::trainer;
 
 namespace {
 
-int Fail(nt::ProgressSink& progress, const std::string& message) {
+// `permanent`: a restart would fail the same way (a bad config file).
+int Fail(nt::ProgressSink& progress, const std::string& message, bool permanent = false) {
   std::fprintf(stderr, "nightshift-trainer: error: %s\n", message.c_str());
-  progress.Emit(nightshift::format::ProgressRecord{"error", {}, {{"message", message}}});
-  return nt::kExitError;
+  progress.Emit(nightshift::format::ProgressRecord{
+      "error", permanent ? std::map<std::string, double>{{"permanent", 1}} : std::map<std::string, double>{},
+      {{"message", message}}});
+  return permanent ? nt::kExitPermanent : nt::kExitError;
 }
 
 // The second form: no ranks, no progress pipe; errors on stderr, exit 1.
@@ -87,7 +92,7 @@ int main(int argc, char** argv) {
   try {
     nt::TrainConfig config;
     if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty())
-      return Fail(progress, err);
+      return Fail(progress, err, /*permanent=*/true);
     nt::RankInfo rank;
     if (std::string err = nt::ReadRankInfo(&rank); !err.empty()) return Fail(progress, err);
     if (memory_limit > 0) rank.memory_limit_bytes = memory_limit;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "worker/trainer/compat.h"
+#include "worker/trainer/errors.h"
 #include "worker/trainer/export.h"
 #include "worker/trainer/dropout.h"
 #include "worker/trainer/memory_probe.h"
@@ -142,7 +143,7 @@ std::string Resume(Run& run) {
   std::string path;
   if (RunPosition latest; run.checkpoints->PeekLatest(&latest, &path) && !latest.fingerprint.empty() &&
                           latest.fingerprint != run.fingerprint)
-    throw std::runtime_error("checkpoint " + path + " belongs to another run configuration (it has \"" +
+    throw PermanentError("checkpoint " + path + " belongs to another run configuration (it has \"" +
                              latest.fingerprint + "\", this run is \"" + run.fingerprint +
                              "\"): resume with the same seed, batching, data and model, or delete " +
                              run.cfg.checkpoint_dir + " to start over");

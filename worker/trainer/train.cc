@@ -1,3 +1,4 @@
+#include "worker/trainer/errors.h"
 #include "worker/trainer/train.h"
 
 #include <signal.h>
@@ -87,6 +88,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
 int RunTraining(const TrainConfig& config, const RankInfo& rank, ProgressSink& progress) {
   try {
     return Train(config, rank, progress);
+  } catch (const PermanentError& e) {
+    Log("error (a restart would meet it again): %s", e.what());
+    progress.Emit(ProgressRecord{"error", {{"permanent", 1}}, {{"message", e.what()}}});
+    return kExitPermanent;
   } catch (const std::exception& e) {
     // c10::Error messages carry a long backtrace; the first line is the message.
     std::string message = e.what();

@@ -15,6 +15,7 @@ namespace nightshift::trainer {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;      // an `error` event was emitted first
 inline constexpr int kExitStopped = 143;  // SIGTERM: checkpoint saved, then exit (128 + 15)
+inline constexpr int kExitPermanent = format::kTrainerExitPermanent;  // errors.h; "permanent": 1 first
 
 // Trains (resuming from the newest complete checkpoint in config.checkpoint_dir) and
 // returns an exit code above. Never throws: errors become an `error` event, a stderr

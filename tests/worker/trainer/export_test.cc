@@ -233,7 +233,7 @@ TEST(ExportTest, AJobInitialisedFromAnExportStartsAtItsLoss) {
   c.model.d_model = 32;
   c.model.ffn = 64;
   MemoryProgressSink refused;
-  EXPECT_EQ(RunTraining(c, RankInfo{}, refused), kExitError);
+  EXPECT_EQ(RunTraining(c, RankInfo{}, refused), kExitPermanent);
   EXPECT_NE(refused.records.back().strings.at("message").find("spec.model.d_model is 32 but the exported model's "
                                                                "d_model is 16"),
             std::string::npos)

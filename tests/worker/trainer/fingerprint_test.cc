@@ -21,7 +21,8 @@ TEST(FingerprintTest, ResumeRefusesAnotherSeedBatchingOrModel) {
     if (change == 1) other.train.batch_size = 4;
     if (change == 2) other.model.ffn = 64;
     MemoryProgressSink p;
-    EXPECT_EQ(RunTraining(other, RankInfo{}, p), kExitError) << change;
+    EXPECT_EQ(RunTraining(other, RankInfo{}, p), kExitPermanent) << change;  // a restart cannot help
+    EXPECT_EQ(p.records.back().Number("permanent"), 1) << change;
     EXPECT_NE(p.records.back().String("message").find("another run configuration"), std::string::npos)
         << p.records.back().String("message");
   }
