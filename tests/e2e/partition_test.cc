@@ -1,0 +1,347 @@
+// A worker partitioned mid-job, on real (namespaced) hosts with a shared checkpoint
+// root: host 0 runs the coordinator (lease 5 s), hosts 1 and 2 a one-slot worker each.
+// A world_size 1 job runs; once it has a checkpoint, the link of the host running it is
+// cut for 45 s. The coordinator declares that worker lost and restarts the job on the
+// other one (attempt 1), while the cut-off trainer (attempt 0, the "zombie") keeps going
+// on the same shared folder until its next checkpoint finds the folder claimed ("fenced
+// by attempt 1") or, after the heal, the coordinator tells its worker to stop it.
+//
+// What it asserts:
+//   - the job SUCCEEDS, once (one SUCCEEDED event), after exactly one restart;
+//   - attempt 1 runs on the other worker and resumed from the newest attempt-0 checkpoint
+//     committed before its claim (FENCE = 1), as its "attempt 1 resumed from step S" event says;
+//   - fencing: no attempt-0 checkpoint commits (COMPLETE written) after attempt 1's claim,
+//     save at most one inside the check-then-rename window (a COMPLETE within 1 s of the
+//     claim; see worker/trainer/checkpoint.h). Every checkpoint directory that ever held
+//     COMPLETE is watched while the test runs, since later saves prune old ones;
+//   - the old attempt's trainer is gone at most 15 s after the heal (it may well be gone
+//     before: fenced at its first checkpoint after the claim; which one is printed);
+//   - redone steps = (attempt 0's last progress step reported before the cut) - S is at
+//     most one checkpoint interval (negative when the cut-off trainer committed newer
+//     checkpoints before the claim, which attempt 1 then resumed from).
+// Two cases: the old trainer left running (it is fenced at its first checkpoint after the
+// claim, seconds after the cut), and the old trainer also SIGSTOPped at the cut (it writes
+// nothing, so only the coordinator's stop order after the heal can remove it; the worker's
+// SIGTERM waits on a stopped process, so it goes at SIGKILL, the 10 s stop grace later).
+// The test process stays outside the hosts: it reads the job with `nightshift job
+// describe -o json` run inside the coordinator's host, and the checkpoints on the
+// shared disk directly.
+#include <gtest/gtest.h>
+#include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "tests/common/test_hosts.h"
+#include "tests/e2e/cluster.h"
+
+namespace nightshift::testing_e2e {
+namespace {
+
+constexpr int kCoordinatorHost = 0;
+constexpr int kCheckpointEvery = 50;
+constexpr int kMaxSteps = 4000;
+constexpr int kPartitionSeconds = 45;
+constexpr int kStaleGoneSeconds = 15;
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string Spec(const std::string& data) {
+  return "name: e2e-partition\n"
+         "model: {arch: transformer_classifier, layers: 2, d_model: 64, heads: 2, ffn: 128, max_len: 48}\n"
+         "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+         "train: {epochs: 1000, max_steps: " + std::to_string(kMaxSteps) +
+         ", lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 16}, threads: 1}\n"
+         "checkpoint: {every_steps: " + std::to_string(kCheckpointEvery) + ", keep_last: 3}\n"
+         "restart: {max_restarts: 2}\n";
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int64_t MtimeNs(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// Alive and still the trainer we mean (not reaped-and-gone, not a zombie, not a reused pid).
+bool TrainerAlive(pid_t pid, const std::string& needle) {
+  const std::string cmdline = ReadAll("/proc/" + std::to_string(pid) + "/cmdline");
+  return cmdline.find(needle) != std::string::npos;
+}
+
+// One committed checkpoint as seen on the shared disk.
+struct Seen {
+  int attempt = -1;
+  int64_t complete_ns = -1;  // COMPLETE's mtime
+};
+
+// Watches <root>/step-*/: every checkpoint that holds COMPLETE, keyed by (step, COMPLETE's
+// mtime) so that a directory removed and written again counts twice.
+class CheckpointWatcher {
+ public:
+  explicit CheckpointWatcher(std::string root) : root_(std::move(root)), thread_([this] { Loop(); }) {}
+  ~CheckpointWatcher() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::map<std::pair<int64_t, int64_t>, Seen> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      Scan();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    Scan();
+  }
+  void Scan() {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root_, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("step-", 0) != 0) continue;
+      const int64_t ns = MtimeNs((e.path() / "COMPLETE").string());
+      if (ns < 0) continue;
+      const int64_t step = std::atoll(name.c_str() + 5);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (seen_.count({step, ns})) continue;
+      }
+      const std::string manifest = ReadAll((e.path() / "manifest.json").string());
+      const size_t at = manifest.find("\"attempt\"");
+      if (at == std::string::npos) continue;  // being replaced; the next scan sees it
+      Seen s;
+      s.attempt = std::atoi(manifest.c_str() + manifest.find(':', at) + 1);
+      s.complete_ns = ns;
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_[{step, ns}] = s;
+    }
+  }
+
+  const std::string root_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<std::pair<int64_t, int64_t>, Seen> seen_;
+  std::thread thread_;
+};
+
+class PartitionE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    hosts_ = testing::TestHosts::Make(3, &why);
+    if (hosts_ == nullptr) GTEST_SKIP() << why;
+  }
+
+  // The job as the coordinator has it, through the CLI in the coordinator's host.
+  static bool Describe(Cluster& cluster, const std::string& id, v1::Job* job) {
+    std::string out;
+    if (cluster.Cli({"job", "describe", id, "-o", "json"}, &out, kCoordinatorHost) != 0) return false;
+    const size_t begin = out.find('{'), end = out.rfind('}');
+    if (begin == std::string::npos || end == std::string::npos) return false;
+    google::protobuf::util::JsonParseOptions o;
+    o.ignore_unknown_fields = true;
+    v1::Job parsed;
+    if (!google::protobuf::util::JsonStringToMessage(out.substr(begin, end - begin + 1), &parsed, o).ok())
+      return false;
+    *job = parsed;
+    return true;
+  }
+
+  template <typename Pred>
+  static v1::Job WaitFor(Cluster& cluster, const std::string& id, double seconds, Pred done) {
+    v1::Job job;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (Clock::now() < deadline) {
+      if (Describe(cluster, id, &job) && done(job)) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    }
+    return job;
+  }
+
+  void Run(bool freeze_old_trainer);
+
+  std::unique_ptr<testing::TestHosts> hosts_;
+};
+
+// The whole scenario. `freeze_old_trainer`: the old trainer is also SIGSTOPped at the
+// cut (a trainer that writes no checkpoint before the link comes back), so fencing at a
+// checkpoint cannot remove it: only the coordinator's stop order after the heal can.
+void PartitionE2eTest::Run(bool freeze_old_trainer) {
+  Cluster cluster(freeze_old_trainer ? "partition-frozen" : "partition");
+  cluster.UseHosts(hosts_.get(), kCoordinatorHost);
+  const std::string data = cluster.MakeData(150);
+  cluster.StartCoordinator();  // --lease-seconds 5 (Cluster's default)
+  const std::vector<std::string> names = {"w1", "w2"};
+  for (int i = 0; i < 2; ++i) cluster.StartWorker(names[i], 1, {}, {}, /*host=*/i + 1);
+
+  const std::string spec = cluster.dir() + "/partition.yaml";
+  std::ofstream(spec) << Spec(data);
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost), 0) << out;
+  std::string id;
+  for (std::istringstream lines(out); std::getline(lines, out);)
+    if (!out.empty()) id = out;
+  ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
+  CheckpointWatcher watcher(cluster.dir() + "/checkpoints/" + id);
+
+  // Running with a checkpoint: cut the host that runs it.
+  v1::Job job = WaitFor(cluster, id, 60, [](const v1::Job& j) {
+    return IsTerminal(j.state()) || (j.state() == v1::RUNNING && j.checkpoint_step() >= kCheckpointEvery &&
+                                     j.progress().step() > kCheckpointEvery);
+  });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason() << " (finished before the cut? make the job longer)";
+  ASSERT_EQ(job.attempt(), 0);
+  ASSERT_EQ(job.placements_size(), 1);
+  const std::string old_worker = job.placements(0).worker();
+  const int old_host = old_worker == "w1" ? 1 : 2;
+  const std::string attempt0 = cluster.dir() + "/" + old_worker + "/jobs/" + id + "/attempt-0/";
+  const pid_t zombie = Cluster::FindProcess({"nightshift-trainer", attempt0});
+  ASSERT_GT(zombie, 0) << "no trainer under " << attempt0;
+  ASSERT_TRUE(hosts_->Cut(old_host).ok());
+  const auto cut_at = Clock::now();
+  if (freeze_old_trainer) ASSERT_EQ(::kill(zombie, SIGSTOP), 0);
+  const int64_t step_before_cut = job.progress().step();
+
+  // The old trainer, watched from the cut on: when it goes, whatever stops it.
+  std::atomic<bool> stop_watch{false};
+  std::atomic<double> zombie_gone_at{-1};  // seconds after the cut
+  std::thread zombie_watch([&] {
+    while (!stop_watch && TrainerAlive(zombie, attempt0)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!TrainerAlive(zombie, attempt0)) zombie_gone_at = SecondsSince(cut_at);
+  });
+  // However this test ends: the watch joined, the old trainer never left behind (it would
+  // keep its host's namespace alive).
+  struct Guard {
+    std::function<void()> f;
+    ~Guard() { f(); }
+  } guard{[&] {
+    stop_watch = true;
+    if (zombie_watch.joinable()) zombie_watch.join();
+    if (TrainerAlive(zombie, attempt0)) ::kill(zombie, SIGKILL);
+  }};
+
+  // Restarted on the other worker.
+  job = WaitFor(cluster, id, kPartitionSeconds - 5, [&](const v1::Job& j) {
+    return IsTerminal(j.state()) || (j.state() == v1::RUNNING && j.attempt() >= 1);
+  });
+  const double to_running_elsewhere = SecondsSince(cut_at);
+  EXPECT_EQ(job.state(), v1::RUNNING) << job.reason();
+  EXPECT_EQ(job.attempt(), 1);
+  ASSERT_EQ(job.placements_size(), 1);
+  EXPECT_NE(job.placements(0).worker(), old_worker);
+
+  // The link stays down for 45 s in all, then comes back.
+  std::this_thread::sleep_until(cut_at + std::chrono::seconds(kPartitionSeconds));
+  ASSERT_TRUE(hosts_->Heal(old_host).ok());
+  const auto healed_at = Clock::now();
+  v1::Job at_heal;
+  Describe(cluster, id, &at_heal);
+  const double healed_after = SecondsSince(cut_at);
+  // The old worker's "stopping <job> attempt 0" line: when the coordinator's stop order came.
+  const std::string worker_log = cluster.dir() + "/" + old_worker + ".log";
+  const std::string stop_line = "stopping " + id + " attempt 0";
+  double stop_order_after_heal = -1;
+  while (TrainerAlive(zombie, attempt0) && SecondsSince(healed_at) < kStaleGoneSeconds + 5) {
+    if (stop_order_after_heal < 0 && ReadAll(worker_log).find(stop_line) != std::string::npos)
+      stop_order_after_heal = SecondsSince(healed_at);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop_watch = true;
+  zombie_watch.join();
+  const bool zombie_alive = TrainerAlive(zombie, attempt0);
+  const double gone_after_cut = zombie_gone_at.load();
+  const bool gone_before_heal = gone_after_cut >= 0 && gone_after_cut <= healed_after;
+  const double heal_to_gone = gone_after_cut < 0 ? -1 : std::max(0.0, gone_after_cut - healed_after);
+  EXPECT_FALSE(zombie_alive) << "attempt 0's trainer (pid " << zombie << ") still runs "
+                             << SecondsSince(healed_at) << " s after the heal";
+  EXPECT_LE(heal_to_gone, kStaleGoneSeconds) << "stale rank stopped too late after the heal";
+  const std::string zombie_log = ReadAll(attempt0 + "rank-0.log");
+  const bool fenced = zombie_log.find("fenced by attempt 1") != std::string::npos;
+
+  // Succeeds, once.
+  job = WaitFor(cluster, id, 90, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  watcher.Stop();
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << " / " << job.error();
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 1);
+  int succeeded = 0;
+  int64_t resumed = -1;
+  std::string events;
+  for (const auto& e : job.events()) {
+    events += v1::JobState_Name(e.state()) + "@" + std::to_string(e.attempt()) + ":" + std::to_string(e.step()) + " ";
+    if (e.state() == v1::SUCCEEDED) ++succeeded;
+    if (e.attempt() == 1 && e.reason().rfind("attempt 1 resumed from step", 0) == 0) resumed = e.step();
+  }
+  EXPECT_EQ(succeeded, 1) << events;
+  ASSERT_GT(resumed, 0) << "no \"attempt 1 resumed from step\" event: " << events;
+
+  // Fencing, on the shared disk.
+  const std::string fence_path = cluster.dir() + "/checkpoints/" + id + "/FENCE";
+  EXPECT_EQ(ReadAll(fence_path), "1\n");
+  const int64_t claim_ns = MtimeNs(fence_path);  // attempt 1's claim (FENCE written once since)
+  int64_t newest_before_claim = -1;
+  int late = 0, attempt0_commits = 0;
+  int64_t late_step = -1;  // one that committed in the window, which attempt 1 may have loaded
+  for (const auto& [key, s] : watcher.seen()) {
+    if (s.attempt != 0) continue;
+    ++attempt0_commits;
+    if (s.complete_ns < claim_ns) {
+      newest_before_claim = std::max(newest_before_claim, key.first);
+    } else {
+      ++late;
+      late_step = key.first;
+      EXPECT_LT(s.complete_ns - claim_ns, 1000000000LL)
+          << "attempt 0 committed step " << key.first << " well after attempt 1 claimed the folder";
+    }
+  }
+  EXPECT_LE(late, 1) << "attempt-0 checkpoints committed after attempt 1's claim";
+  EXPECT_TRUE(resumed == newest_before_claim || resumed == late_step)
+      << "attempt 1 resumed from step " << resumed << ", not from the newest checkpoint it may use (step "
+      << newest_before_claim << ")";
+  const int64_t redone = step_before_cut - resumed;
+  EXPECT_LE(redone, kCheckpointEvery) << "redid more than one checkpoint interval";
+
+  std::printf("recovery%s: cut->running elsewhere %.1f s; heal->stale ranks gone %.1f s (%s); redone steps %lld "
+              "(step %lld reported before the cut, attempt 1 resumed from %lld); attempt-0 commits %d, after the "
+              "claim %d; events %s\n",
+              freeze_old_trainer ? " (old trainer frozen at the cut)" : "", to_running_elsewhere, heal_to_gone,
+              gone_before_heal ? (fenced ? "gone before the heal: fenced by attempt 1" : "gone before the heal")
+                               : (fenced ? "stopped after the heal; its log says fenced" : "stopped after the heal"),
+              static_cast<long long>(redone), static_cast<long long>(step_before_cut),
+              static_cast<long long>(resumed), attempt0_commits, late, events.c_str());
+  if (stop_order_after_heal >= 0)
+    std::printf("recovery: the old worker logged its stop order for attempt 0 %.1f s after the heal\n",
+                stop_order_after_heal);
+  std::printf("recovery: at the heal the job was %s, attempt %d at step %lld of %d\n",
+              v1::JobState_Name(at_heal.state()).c_str(), at_heal.attempt(),
+              static_cast<long long>(at_heal.progress().step()), kMaxSteps);
+  if (gone_after_cut >= 0) std::printf("recovery: the old trainer went %.1f s after the cut\n", gone_after_cut);
+}
+
+TEST_F(PartitionE2eTest, CutWorkerIsFencedAndItsJobSucceedsOnceElsewhere) { Run(/*freeze_old_trainer=*/false); }
+
+// The stale attempt's rank is alive but wrote nothing when the link comes back: its
+// worker must stop it on the coordinator's word, within 15 s of the heal.
+TEST_F(PartitionE2eTest, FrozenOldTrainerIsStoppedAfterTheHeal) { Run(/*freeze_old_trainer=*/true); }
+
+}  // namespace
+}  // namespace nightshift::testing_e2e
