@@ -74,7 +74,11 @@ Supervisor::Result Supervisor::Wait(const LineFn& on_line) {
 void Supervisor::Stop(bool dump_stacks) {
   if (dump_stacks) dump_stacks_ = true;
   if (stopping_.exchange(true)) return;
-  if (!dump_stacks) SignalAll(SIGTERM);  // hung children would not act on it: Wait kills them
+  if (dump_stacks) return;  // hung children would not act on SIGTERM: Wait kills them
+  SignalAll(SIGTERM);
+  // A stopped child (SIGSTOP, or frozen with its host cut off) acts on the SIGTERM only
+  // once it runs again; without this it would wait for the SIGKILL after the grace.
+  SignalAll(SIGCONT);
 }
 
 void Supervisor::Signal(int id, int sig) {

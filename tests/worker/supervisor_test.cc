@@ -127,6 +127,20 @@ TEST_F(SupervisorTest, DumpStacksWritesThemToTheLogThenKills) {
   EXPECT_NE(log.find("==== end of stacks ===="), std::string::npos) << log;
 }
 
+// A stopped child (SIGSTOP) stops on SIGTERM at once, not at the SIGKILL after the grace.
+TEST_F(SupervisorTest, AStoppedChildActsOnTheStopWithoutWaitingForTheGrace) {
+  Supervisor supervisor({"test", 20, 1 << 20, 1});
+  ASSERT_TRUE(supervisor.Start({Shell(0, "echo ready >&3; exec sleep 30")}).ok());
+  std::chrono::steady_clock::time_point t0;
+  Supervisor::Result result = supervisor.Wait([&](int, const std::string&) {
+    supervisor.Signal(0, SIGSTOP);
+    t0 = std::chrono::steady_clock::now();
+    supervisor.Stop();
+  });
+  EXPECT_LT(Since(t0), 10);  // the grace is 20 s
+  EXPECT_EQ(WTERMSIG(result.exits.at(0).wait_status), SIGTERM);
+}
+
 // A stop that comes before the children do reaches them as they start.
 TEST_F(SupervisorTest, StopBeforeStartStopsTheChildrenAtOnce) {
   Supervisor supervisor({"test", 10, 1 << 20, 1});
