@@ -94,11 +94,16 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
     }
     creds = grpc::SslCredentials(ssl);
   }
-  if (o.token.empty()) return grpc::CreateChannel(o.address, creds);
+  // gRPC's reconnect backoff grows to 120 s: after a long outage (a cut link, a restarted
+  // coordinator) a worker would stay away for up to two minutes after the coordinator is
+  // back. Try again at most every 5 s instead (a connect attempt is cheap).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  if (o.token.empty()) return grpc::CreateCustomChannel(o.address, creds, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<TokenInterceptorFactory>(o.token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(o.address, creds, grpc::ChannelArguments(),
-                                                                 std::move(interceptors));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(o.address, creds, args, std::move(interceptors));
 }
 
 }  // namespace nightshift

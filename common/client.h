@@ -26,7 +26,11 @@ struct ClientOptions {
 // when it is empty. Missing or unreadable files are errors naming the file.
 Status ResolveToken(ClientOptions* options);
 
-// A channel to options.address with the credentials above (after ResolveToken).
+// The longest a channel waits between two connect attempts (gRPC's default is 120 s).
+inline constexpr int kMaxReconnectBackoffMs = 5000;
+
+// A channel to options.address with the credentials above (after ResolveToken), trying
+// to reconnect at most kMaxReconnectBackoffMs apart.
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
 
 // Reads a whole (small) file, or an error naming it and `what` it is for.

@@ -577,7 +577,7 @@ void Coordinator::Tick() {
   for (auto& [id, entry] : jobs_) {
     if (IsStopping(entry.job.state())) {
       ReapStopping(&entry, now);
-    } else if (!DetectHang(&entry, now)) {
+    } else if (in_outage_ || !DetectHang(&entry, now)) {
       FailIfWorkerGone(&entry, now);
     }
   }
@@ -589,6 +589,30 @@ void Coordinator::Tick() {
 }
 
 void Coordinator::ExpireLeases(Clock::TimePoint now) {
+  // Workers heartbeat every fraction of a second: when none has for half a lease, the
+  // silence is this side's (a cut link, a stalled host), and declaring them all lost would
+  // restart every running job for nothing. They keep training and keep their results.
+  int ready = 0;
+  Clock::TimePoint newest = Clock::TimePoint::min();
+  for (const auto& [name, w] : workers_) {
+    if (w.info.state() != v1::WORKER_READY) continue;
+    ++ready;
+    newest = std::max(newest, w.last_seen);
+  }
+  const bool silent = ready >= 2 && now - newest > Seconds(options_.lease_seconds / 2);
+  const bool own_outage = silent && now - newest <= Seconds(options_.outage_grace_seconds);
+  if (own_outage != in_outage_)
+    NS_WARN(own_outage ? "no worker has reached the coordinator for half a lease: treating it as this "
+                         "coordinator's outage; no worker is declared lost for up to --outage-grace-seconds"
+                       : "workers reach the coordinator again (or the outage grace is over)");
+  // When it ends (the first worker is back), every worker gets a full lease to come back
+  // too, as after a restart, and hang detection starts over: progress could not reach us.
+  if (in_outage_ && !silent) {
+    for (auto& [name, w] : workers_) w.last_seen = std::max(w.last_seen, now);
+    for (auto& [id, entry] : jobs_) entry.last_advance = now;
+  }
+  in_outage_ = own_outage;
+  if (own_outage) return;
   for (auto& [name, w] : workers_) {
     if (w.info.state() == v1::WORKER_READY && now - w.last_seen > Seconds(options_.lease_seconds)) {
       w.info.set_state(v1::WORKER_LOST);

@@ -71,7 +71,11 @@ struct HeartbeatReply {
 
 struct CoordinatorOptions {
   std::string data_dir;                 // RocksDB job store lives here; required
-  double lease_seconds = 10;            // a worker silent this long is lost
+  double lease_seconds = 10;            // a worker silent this long is lost...
+  // ...unless no worker at all reached the coordinator for half a lease (with two or
+  // more registered): that is the coordinator's own outage (its host cut off), not theirs,
+  // and nobody is declared lost until every worker has been silent this long; 0: off.
+  double outage_grace_seconds = 600;
   int heartbeat_interval_ms = 250;      // told to workers at registration
   double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
   int max_jobs_per_user = 1000;         // unfinished jobs (queued or running) one owner may have
@@ -244,6 +248,7 @@ class Coordinator {
   const std::unique_ptr<JobStore> store_;
   Clock* const clock_;  // not owned
   const Clock::TimePoint started_;
+  bool in_outage_ = false;  // ExpireLeases: no worker reached us for half a lease
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;       // notified on every job change

@@ -34,6 +34,9 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--listen", f->listen, "HOST:PORT to serve gRPC on (port 0: pick one)");
   app->add_option("--data-dir", f->options.data_dir, "directory of the RocksDB job store")->required();
   app->add_option("--lease-seconds", f->options.lease_seconds, "a worker silent this long is lost");
+  app->add_option("--outage-grace-seconds", f->options.outage_grace_seconds,
+                  "when no worker reaches the coordinator for half a lease (two or more registered), "
+                  "none is declared lost for up to this long (default 600; 0: off)");
   app->add_option("--restart-backoff-seconds", f->options.restart_backoff_seconds,
                   "delay before a job's first restart (doubles each time, at most 60 s)");
   app->add_option("--checkpoint-root", f->checkpoint_root,

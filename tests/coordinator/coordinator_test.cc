@@ -400,6 +400,50 @@ TEST_F(CoordinatorTest, TheRecordShowsWhereTheNewAttemptResumedAndIgnoresTheOldO
   EXPECT_TRUE(job.metrics().empty());
 }
 
+// Issue 18: when no worker at all reaches the coordinator (its own host cut off), none is
+// declared lost and no job restarts or goes STUCK, for up to outage_grace_seconds; then
+// leases expire as usual. One silent worker among others is still lost at once
+// (LostWorkerRequeuesItsJob).
+TEST_F(CoordinatorTest, WhenNoWorkerReachesTheCoordinatorNoneIsLostUntilTheGraceEnds) {
+  options_.outage_grace_seconds = 2;
+  Reopen();
+  RegisterWorker("w1", 1);
+  RegisterWorker("w2", 1);
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  const std::string runs_it = c_->Get(id)->placements(0).worker();
+  Heartbeat(runs_it, {Status(id, 0, v1::TASK_RUNNING)});
+  ASSERT_EQ(StateOf(id), v1::RUNNING);
+  for (int i = 0; i < 25; ++i) {  // 1.5 s of silence from both: five leases
+    clock_.Advance(60ms);
+    c_->Tick();
+  }
+  v1::Job job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.attempt(), 0);
+  for (const auto& w : c_->ListWorkers()) EXPECT_EQ(w.state(), v1::WORKER_READY) << w.name();
+  // Back, one worker after the other: the first ends the outage, and the one running the
+  // job, still reconnecting, has a full lease from then, not from its last heartbeat.
+  const std::string other = runs_it == "w1" ? "w2" : "w1";
+  Heartbeat(other);
+  c_->Tick();
+  clock_.Advance(200ms);  // < the 300 ms lease
+  c_->Tick();
+  Heartbeat(runs_it, {Status(id, 0, v1::TASK_RUNNING)});
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  EXPECT_EQ(c_->Get(id)->attempt(), 0);
+  // Past the grace (2 s of silence), the leases expire after all.
+  for (int i = 0; i < 40; ++i) {
+    clock_.Advance(60ms);
+    c_->Tick();
+  }
+  job = c_->Get(id).value();
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_NE(job.events(job.events_size() - 1).reason().find("lost"), std::string::npos)
+      << job.events(job.events_size() - 1).reason();
+}
+
 TEST_F(CoordinatorTest, JobBiggerThanTheClusterWaitsWithAReason) {
   RegisterWorker("w1", 1);
   const std::string big = c_->Submit(Spec(4))->id();

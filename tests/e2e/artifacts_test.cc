@@ -28,11 +28,6 @@ grpc::Status Metrics(Cluster& c, const std::string& id, v1::JobMetrics* out) {
   return c.jobs()->GetJobMetrics(&ctx, req, out);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
@@ -120,7 +115,7 @@ TEST(ArtifactsE2eTest, AFinishedJobsModelDownloadsVerifiedAndACorruptedFileIsRef
   EXPECT_TRUE(VerifyModelFolder(dl + "/step10").ok());
   EXPECT_EQ(ModelFolderStep(dl + "/step10"), 10);
   EXPECT_EQ(ModelFolderStep(dl + "/model"), 13);
-  EXPECT_NE(ReadFile(dl + "/step10/model.safetensors"), ReadFile(dl + "/model/model.safetensors"));
+  EXPECT_NE(ReadAll(dl + "/step10/model.safetensors"), ReadAll(dl + "/model/model.safetensors"));
   EXPECT_TRUE(fs::exists(dl + "/step10/tokenizer.model"));
   EXPECT_EQ(cluster.Cli({"job", "artifacts", id, "--step", "7", "--output", dl + "/step7"}, &out), 3) << out;
   EXPECT_NE(out.find("kept: 10, 13"), std::string::npos) << out;

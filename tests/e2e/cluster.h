@@ -29,6 +29,12 @@ namespace nightshift::testing_e2e {
 
 namespace fs = std::filesystem;
 
+// A whole file ("" when it cannot be read).
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 class Process {
  public:
   Process() = default;
@@ -198,8 +204,7 @@ class Cluster {
     for (const auto& e : fs::directory_iterator("/proc")) {
       const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
       if (pid <= 0) continue;
-      std::ifstream in(e.path() / "cmdline", std::ios::binary);
-      std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::string cmdline = ReadAll((e.path() / "cmdline").string());
       for (char& c : cmdline)
         if (c == '\0') c = ' ';
       bool all = true;

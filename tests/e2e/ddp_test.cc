@@ -24,13 +24,6 @@ std::string DdpSpec(const std::string& data_path, int world_size, int max_steps)
          "restart: {max_restarts: 2}\n";
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(DdpE2eTest, TwoRanksOnTwoWorkersSurviveARankKill) {
   Cluster cluster("ddp");
   const std::string data = cluster.MakeData(150);

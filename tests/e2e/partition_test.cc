@@ -21,8 +21,10 @@
 //     checkpoints before the claim, which attempt 1 then resumed from).
 // Two cases: the old trainer left running (it is fenced at its first checkpoint after the
 // claim, seconds after the cut), and the old trainer also SIGSTOPped at the cut (it writes
-// nothing, so only the coordinator's stop order after the heal can remove it; the worker's
-// SIGTERM waits on a stopped process, so it goes at SIGKILL, the 10 s stop grace later).
+// nothing, so only the coordinator's stop order after the heal can remove it; the worker
+// sends SIGCONT after the SIGTERM, so it goes at once).
+// A third case cuts the coordinator's host from every worker for 90 s instead: nobody is
+// declared lost, and the job ends SUCCEEDED as attempt 0.
 // The test process stays outside the hosts: it reads the job with `nightshift job
 // describe -o json` run inside the coordinator's host, and the checkpoints on the
 // shared disk directly.
@@ -55,21 +57,17 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string Spec(const std::string& data) {
+// `world_size` ranks; above 1 they give up on a silent peer after `timeout_seconds`.
+std::string Spec(const std::string& data, int max_steps = kMaxSteps, int world_size = 1, int timeout_seconds = 300) {
   return "name: e2e-partition\n"
          "model: {arch: transformer_classifier, layers: 2, d_model: 64, heads: 2, ffn: 128, max_len: 48}\n"
          "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
-         "train: {epochs: 1000, max_steps: " + std::to_string(kMaxSteps) +
+         "train: {epochs: 1000, max_steps: " + std::to_string(max_steps) +
          ", lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 16}, threads: 1}\n"
+         "resources: {world_size: " + std::to_string(world_size) + ", timeout_seconds: " +
+         std::to_string(timeout_seconds) + "}\n"
          "checkpoint: {every_steps: " + std::to_string(kCheckpointEvery) + ", keep_last: 3}\n"
          "restart: {max_restarts: 2}\n";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 int64_t MtimeNs(const std::string& path) {
@@ -342,6 +340,115 @@ TEST_F(PartitionE2eTest, CutWorkerIsFencedAndItsJobSucceedsOnceElsewhere) { Run(
 // The stale attempt's rank is alive but wrote nothing when the link comes back: its
 // worker must stop it on the coordinator's word, within 15 s of the heal.
 TEST_F(PartitionE2eTest, FrozenOldTrainerIsStoppedAfterTheHeal) { Run(/*freeze_old_trainer=*/true); }
+
+// Issue 18: one rank's host cut from the other mid-step (DDP across two hosts, each
+// worker with its own disk): both ranks fail within resources.timeout_seconds (the cut
+// one cannot reach its peer either), the job restarts once the host is back, from the
+// newest checkpoint (sent over the group to the rank that lacks it), and succeeds.
+TEST_F(PartitionE2eTest, ARankCutFromItsPeerFailsBothWithinTheTimeoutAndTheJobResumes) {
+  constexpr int kTimeoutSeconds = 10;
+  Cluster cluster("ddp-cut");
+  cluster.UseHosts(hosts_.get(), kCoordinatorHost);
+  cluster.UseOwnDisks();
+  const std::string data = cluster.MakeData(150);
+  cluster.StartCoordinator();
+  for (int i = 1; i <= 2; ++i)  // Gloo binds where the peer can reach it: the host's eth0
+    cluster.StartWorker("w" + std::to_string(i), 1, {{"GLOO_SOCKET_IFNAME", "eth0"}}, {}, i);
+  const std::string spec = cluster.dir() + "/ddp-cut.yaml";
+  std::ofstream(spec) << Spec(data, /*max_steps=*/400, /*world_size=*/2, kTimeoutSeconds);
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost), 0) << out;
+  std::string id;
+  for (std::istringstream lines(out); std::getline(lines, out);)
+    if (!out.empty()) id = out;
+  ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
+
+  v1::Job job = WaitFor(cluster, id, 90, [](const v1::Job& j) {
+    return IsTerminal(j.state()) || (j.state() == v1::RUNNING && j.checkpoint_step() >= kCheckpointEvery);
+  });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason() << " / " << job.error();
+  std::vector<pid_t> ranks;
+  std::vector<std::string> needles;
+  for (const char* w : {"w1", "w2"}) {
+    needles.push_back(cluster.dir() + "/" + w + "/jobs/" + id + "/attempt-0/");
+    ranks.push_back(Cluster::FindProcess({"nightshift-trainer", needles.back()}));
+    ASSERT_GT(ranks.back(), 0) << "no trainer under " << needles.back();
+  }
+  ASSERT_TRUE(hosts_->Cut(2).ok());
+  const auto cut_at = Clock::now();
+  std::vector<double> gone(2, -1);
+  while (SecondsSince(cut_at) < 3 * kTimeoutSeconds && (gone[0] < 0 || gone[1] < 0)) {
+    for (int r = 0; r < 2; ++r)
+      if (gone[r] < 0 && !TrainerAlive(ranks[r], needles[r])) gone[r] = SecondsSince(cut_at);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(hosts_->Heal(2).ok());
+  for (int r = 0; r < 2; ++r) {
+    if (gone[r] < 0) ::kill(ranks[r], SIGKILL);  // not left behind
+    EXPECT_GE(gone[r], 0) << "the trainer on w" << r + 1 << " outlived the cut by " << 3 * kTimeoutSeconds << " s";
+    EXPECT_LE(gone[r], kTimeoutSeconds + 5) << "w" << r + 1;
+  }
+
+  job = WaitFor(cluster, id, 150, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << " / " << job.error();
+  EXPECT_GE(job.attempt(), 1);
+  int64_t resumed = -1;
+  for (const auto& ev : job.events())
+    if (ev.attempt() == job.attempt() && ev.reason().find(" resumed from step ") != std::string::npos) resumed = ev.step();
+  EXPECT_GE(resumed, kCheckpointEvery) << "the new attempt did not resume from a checkpoint";
+  std::printf("recovery (rank cut from its peer): ranks gone %.1f s and %.1f s after the cut (timeout %d s); "
+              "attempt %d resumed from step %lld and SUCCEEDED\n",
+              gone[0], gone[1], kTimeoutSeconds, job.attempt(), static_cast<long long>(resumed));
+}
+
+// Issue 18: a coordinator unreachable by every worker is not a partition of the workers.
+// Its host is cut for 90 s mid-job (lease 5 s): the workers train on and keep what they
+// would report (the job may finish meanwhile: its result waits for the heal), the
+// coordinator declares nobody lost (--outage-grace-seconds, 600 by default), and the job
+// ends SUCCEEDED as attempt 0, without a restart.
+TEST_F(PartitionE2eTest, ACoordinatorCutFromEveryWorkerCostsTheJobNothing) {
+  constexpr int kOutageSeconds = 90;
+  Cluster cluster("coordinator-outage");
+  cluster.UseHosts(hosts_.get(), kCoordinatorHost);
+  const std::string data = cluster.MakeData(150);
+  cluster.StartCoordinator();
+  cluster.StartWorker("w1", 1, {}, {}, /*host=*/1);
+  cluster.StartWorker("w2", 1, {}, {}, /*host=*/2);
+  const std::string spec = cluster.dir() + "/outage.yaml";
+  std::ofstream(spec) << Spec(data);
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost), 0) << out;
+  std::string id;
+  for (std::istringstream lines(out); std::getline(lines, out);)
+    if (!out.empty()) id = out;
+  ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
+
+  v1::Job job = WaitFor(cluster, id, 60, [](const v1::Job& j) {
+    return IsTerminal(j.state()) || (j.state() == v1::RUNNING && j.progress().step() > 0);
+  });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  const int64_t step_at_cut = job.progress().step();
+  ASSERT_TRUE(hosts_->Cut(kCoordinatorHost).ok());
+  const auto cut_at = Clock::now();
+  std::this_thread::sleep_until(cut_at + std::chrono::seconds(kOutageSeconds * 2 / 3));
+  ASSERT_TRUE(Describe(cluster, id, &job));  // the coordinator answers in its own host
+  EXPECT_EQ(job.attempt(), 0) << "restarted during the coordinator's outage: " << job.reason();
+  std::string workers;
+  ASSERT_EQ(cluster.Cli({"worker", "list"}, &workers, kCoordinatorHost), 0) << workers;
+  EXPECT_EQ(workers.find("LOST"), std::string::npos) << workers;
+  std::this_thread::sleep_until(cut_at + std::chrono::seconds(kOutageSeconds));
+  ASSERT_TRUE(hosts_->Heal(kCoordinatorHost).ok());
+  const auto healed_at = Clock::now();
+
+  job = WaitFor(cluster, id, 120, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << " / " << job.error();
+  EXPECT_EQ(job.attempt(), 0);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_EQ(job.progress().step(), kMaxSteps);
+  std::printf("recovery (coordinator cut %d s): job at step %lld at the cut; SUCCEEDED as attempt %d %.1f s after "
+              "the heal\n",
+              kOutageSeconds, static_cast<long long>(step_at_cut), job.attempt(), SecondsSince(healed_at));
+}
 
 }  // namespace
 }  // namespace nightshift::testing_e2e

@@ -28,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FreePort;
+using testing::LoopbackRank;
 using testing::Options;
 using testing::RunRanks;
 
@@ -372,12 +373,7 @@ TEST_F(DdpTest, TwoTrainerRanksAgreeOnTheBudgetAndOnSplitting) {
   std::vector<MemoryProgressSink> progress(2);
   std::vector<int> exit_codes(2, -1);
   RunRanks(2, [&](int r) {
-    RankInfo rank;
-    rank.rank = r;
-    rank.world_size = 2;
-    rank.local_world_size = 2;
-    rank.master_addr = "127.0.0.1";
-    rank.master_port = port;
+    RankInfo rank = LoopbackRank(r, 2, port);
     rank.memory_limit_bytes = int64_t{2} << 30;
     if (r == 1) rank.faults.oom_above_tokens = 24;  // only rank 1 runs out (above 24 tokens)
     exit_codes[r] = RunTraining(c, rank, progress[r]);
@@ -406,13 +402,7 @@ std::vector<format::ProgressRecord> TrainTwoRanks(TrainConfig c, const std::vect
   RunRanks(2, [&](int r) {
     TrainConfig mine = c;
     mine.checkpoint_dir = folders[r];
-    RankInfo rank;
-    rank.rank = r;
-    rank.world_size = 2;
-    rank.local_world_size = 2;
-    rank.master_addr = "127.0.0.1";
-    rank.master_port = port;
-    exit_codes[r] = RunTraining(mine, rank, progress[r]);
+    exit_codes[r] = RunTraining(mine, LoopbackRank(r, 2, port), progress[r]);
   });
   std::vector<format::ProgressRecord> out;
   for (int r = 0; r < 2; ++r) {

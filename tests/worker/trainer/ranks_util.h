@@ -41,6 +41,17 @@ inline ProcessGroupOptions Options(int rank, int world, int port, int timeout_ms
   return o;
 }
 
+// Rank `rank` of `world` threads of this process, the group's store on 127.0.0.1:port.
+inline RankInfo LoopbackRank(int rank, int world, int port) {
+  RankInfo info;
+  info.rank = rank;
+  info.world_size = world;
+  info.local_world_size = world;
+  info.master_addr = "127.0.0.1";
+  info.master_port = port;
+  return info;
+}
+
 // Runs body(rank) on `world` threads; rethrows the first failure.
 inline void RunRanks(int world, const std::function<void(int)>& body) {
   std::vector<std::exception_ptr> errors(world);
