@@ -164,6 +164,17 @@ class PartitionE2eTest : public ::testing::Test {
     return true;
   }
 
+  // Submits `yaml` with the CLI in the coordinator's host; the job id, or what it printed.
+  static std::string Submit(Cluster& cluster, const std::string& yaml) {
+    const std::string spec = cluster.dir() + "/job.yaml";
+    std::ofstream(spec) << yaml;
+    std::string out, id;
+    if (cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost) != 0) return out;
+    for (std::istringstream lines(out); std::getline(lines, out);)
+      if (!out.empty()) id = out;
+    return id;
+  }
+
   template <typename Pred>
   static v1::Job WaitFor(Cluster& cluster, const std::string& id, double seconds, Pred done) {
     v1::Job job;
@@ -191,13 +202,7 @@ void PartitionE2eTest::Run(bool freeze_old_trainer) {
   const std::vector<std::string> names = {"w1", "w2"};
   for (int i = 0; i < 2; ++i) cluster.StartWorker(names[i], 1, {}, {}, /*host=*/i + 1);
 
-  const std::string spec = cluster.dir() + "/partition.yaml";
-  std::ofstream(spec) << Spec(data);
-  std::string out;
-  ASSERT_EQ(cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost), 0) << out;
-  std::string id;
-  for (std::istringstream lines(out); std::getline(lines, out);)
-    if (!out.empty()) id = out;
+  const std::string id = Submit(cluster, Spec(data));
   ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
   CheckpointWatcher watcher(cluster.dir() + "/checkpoints/" + id);
 
@@ -354,13 +359,7 @@ TEST_F(PartitionE2eTest, ARankCutFromItsPeerFailsBothWithinTheTimeoutAndTheJobRe
   cluster.StartCoordinator();
   for (int i = 1; i <= 2; ++i)  // Gloo binds where the peer can reach it: the host's eth0
     cluster.StartWorker("w" + std::to_string(i), 1, {{"GLOO_SOCKET_IFNAME", "eth0"}}, {}, i);
-  const std::string spec = cluster.dir() + "/ddp-cut.yaml";
-  std::ofstream(spec) << Spec(data, /*max_steps=*/400, /*world_size=*/2, kTimeoutSeconds);
-  std::string out;
-  ASSERT_EQ(cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost), 0) << out;
-  std::string id;
-  for (std::istringstream lines(out); std::getline(lines, out);)
-    if (!out.empty()) id = out;
+  const std::string id = Submit(cluster, Spec(data, /*max_steps=*/400, /*world_size=*/2, kTimeoutSeconds));
   ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
 
   v1::Job job = WaitFor(cluster, id, 90, [](const v1::Job& j) {
@@ -414,13 +413,7 @@ TEST_F(PartitionE2eTest, ACoordinatorCutFromEveryWorkerCostsTheJobNothing) {
   cluster.StartCoordinator();
   cluster.StartWorker("w1", 1, {}, {}, /*host=*/1);
   cluster.StartWorker("w2", 1, {}, {}, /*host=*/2);
-  const std::string spec = cluster.dir() + "/outage.yaml";
-  std::ofstream(spec) << Spec(data);
-  std::string out;
-  ASSERT_EQ(cluster.Cli({"job", "submit", spec}, &out, kCoordinatorHost), 0) << out;
-  std::string id;
-  for (std::istringstream lines(out); std::getline(lines, out);)
-    if (!out.empty()) id = out;
+  const std::string id = Submit(cluster, Spec(data));
   ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
 
   v1::Job job = WaitFor(cluster, id, 60, [](const v1::Job& j) {
