@@ -121,6 +121,8 @@ Status VerifyModelFolder(const std::string& dir) {
   return Status::OK();
 }
 
+std::string ModelStepFolderName(int64_t step) { return "model-step-" + std::to_string(step); }
+
 int64_t ModelFolderStep(const std::string& dir) {
   std::ifstream in(dir + "/config.json");
   const auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

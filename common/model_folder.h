@@ -39,6 +39,11 @@ Status WriteChecksums(const std::string& dir);
 // file is there; Corruption naming the first file that does not match.
 Status VerifyModelFolder(const std::string& dir);
 
+// The folder name of a kept checkpoint's export beside a job's final `model` folder:
+// "model-step-N" (written by the worker on request, read by the coordinator from a
+// shared checkpoint root).
+std::string ModelStepFolderName(int64_t step);
+
 // The "step" of dir/config.json; -1 when it cannot be read.
 int64_t ModelFolderStep(const std::string& dir);
 

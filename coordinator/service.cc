@@ -173,7 +173,7 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   // The shared checkpoint root first: no worker needed.
   if (!checkpoint_root_.empty()) {
     const std::string job_dir = checkpoint_root_ + "/" + req->id();
-    for (const std::string& dir : {job_dir + "/model-step-" + std::to_string(req->step()), job_dir + "/model"}) {
+    for (const std::string& dir : {job_dir + "/" + ModelStepFolderName(req->step()), job_dir + "/model"}) {
       if (!std::filesystem::exists(dir + "/" + kChecksumsFile) || (req->step() > 0 && ModelFolderStep(dir) != req->step()))
         continue;
       return timer.Done(ToGrpc(SendModelFolder(dir, where->model.step(), write)));

@@ -42,7 +42,7 @@ StatusOr<std::string> CheckpointExporter::FolderAt(const std::string& job_id, in
   const fs::path job_root = fs::path(options_.checkpoint_root) / job_id;
   const fs::path final_model = job_root / "model";
   if (step == 0 || (HasFolder(final_model) && ModelFolderStep(final_model.string()) == step)) return final_model.string();
-  const fs::path dir = job_root / ("model-step-" + std::to_string(step));
+  const fs::path dir = job_root / ModelStepFolderName(step);
   std::lock_guard<std::mutex> lock(export_mu_);
   if (HasFolder(dir)) return dir.string();
   const fs::path job_dir = fs::path(options_.work_dir) / "jobs" / job_id;

@@ -35,6 +35,13 @@ std::string ReadFile(const fs::path& path) {
   return s.str();
 }
 
+// The directory name of `step`'s checkpoint, "step-00000123" (StepOf reads it back).
+std::string StepDirName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
 // Step number of a "step-00000123" name, or -1.
 int64_t StepOf(const std::string& name) {
   if (name.size() <= 5 || name.compare(0, 5, "step-") != 0) return -1;
@@ -133,9 +140,7 @@ bool CheckpointManager::Due(int64_t step) const {
 SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::Module& model,
                                         torch::optim::Optimizer& optimizer) {
   const auto t0 = std::chrono::steady_clock::now();
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(position.step));
-  const fs::path dir = fs::path(options_.dir) / name;
+  const fs::path dir = fs::path(options_.dir) / StepDirName(position.step);
   std::error_code ec;
   fs::create_directories(options_.dir, ec);
   if (fs::exists(dir)) RemoveCheckpoint(dir);  // a leftover of a crashed save
@@ -360,9 +365,7 @@ std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_d
 }
 
 std::string CheckpointManager::Install(int64_t step, const std::map<std::string, std::string>& files) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  const fs::path dir = fs::path(options_.dir) / name;
+  const fs::path dir = fs::path(options_.dir) / StepDirName(step);
   std::error_code ec;
   if (fs::exists(dir)) RemoveCheckpoint(dir);
   if (!fs::create_directories(dir, ec))
