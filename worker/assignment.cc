@@ -24,7 +24,7 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
 }
 
 nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::json& data,
-                             const std::string& checkpoint_dir) {
+                             const std::string& checkpoint_dir, bool checkpoint_dir_shared) {
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -36,6 +36,7 @@ nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::j
   config["spec"] = nlohmann::json::parse(spec_json);
   config["data"] = data;
   config["checkpoint_dir"] = checkpoint_dir;
+  config["checkpoint_dir_shared"] = checkpoint_dir_shared;
   return config;
 }
 

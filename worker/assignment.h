@@ -20,9 +20,10 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
 
 // The trainer's config file (worker/trainer/config.h reads it): job_id, attempt, the
 // spec as protobuf JSON (field names as in the .proto, defaults written out), `data`
-// (what preparation resolved: meta.json plus the shard paths) and checkpoint_dir.
+// (what preparation resolved: meta.json plus the shard paths), checkpoint_dir and
+// checkpoint_dir_shared (whether every worker sees that folder: a --checkpoint-root).
 nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::json& data,
-                             const std::string& checkpoint_dir);
+                             const std::string& checkpoint_dir, bool checkpoint_dir_shared);
 
 // The torchrun-style environment of local rank `local_rank` (0-based on this worker):
 // RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (from

@@ -149,7 +149,8 @@ void Task::Run() {
   }
   const std::string ckpt_root = options_.checkpoint_root.empty() ? options_.work_dir + "/checkpoints"
                                                                  : options_.checkpoint_root;
-  const nlohmann::json config = TrainerConfig(assignment_, data, fs::absolute(ckpt_root + "/" + job_id).string());
+  const nlohmann::json config = TrainerConfig(assignment_, data, fs::absolute(ckpt_root + "/" + job_id).string(),
+                                              /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty());
   const std::string config_path = job_dir + "/trainer-config.json";
   std::string err = format::WriteFileAtomically(config_path, config.dump(2));
   if (!err.empty()) return Finish(v1::TASK_FAILED, err, false);

@@ -103,6 +103,12 @@ struct Section {
                         std::to_string(hi) + "], got " + v->dump());
     *out = x;
   }
+  void Bool(const std::string& key, bool* out) const {
+    const json* v = Find(key);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) throw ConfigError(Name(key) + " must be true or false, got " + v->dump());
+    *out = v->get<bool>();
+  }
   void String(const std::string& key, std::string* out) const {
     const json* v = Find(key);
     if (v == nullptr) return;
@@ -242,6 +248,7 @@ void Parse(const json& root, TrainConfig* c) {
   top.Int("attempt", &c->attempt, 0, kI32);
   top.String("checkpoint_dir", &c->checkpoint_dir);
   if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
+  top.Bool("checkpoint_dir_shared", &c->checkpoint_dir_shared);
   Section spec{top.Find("spec"), "spec"};
   if (spec.obj == nullptr) throw ConfigError("config.spec is required");
   ParseModel(spec.Sub("model"), &c->model);

@@ -85,6 +85,11 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   DataConfig data;
   std::string checkpoint_dir;  // this job's checkpoints: step-00000123/ directories
+  // Whether every rank of the job sees the same checkpoint_dir (a shared checkpoint root;
+  // the default): then rank 0 alone writes it. false: each worker's ranks have a folder of
+  // their own (its disk), and the first rank on each (local rank 0) writes a complete
+  // checkpoint there, so any worker's copy can resume the job.
+  bool checkpoint_dir_shared = true;
 };
 
 // Fills *config from the JSON text; returns "" or a message naming the field. Absent

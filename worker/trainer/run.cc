@@ -134,12 +134,12 @@ void BuildModel(Run& run) {
           (mc.arch == "gpt_lm" ? "/gpt2" : ""));
 }
 
-// Claims the checkpoint folder for this attempt (rank 0), then resumes from the newest
+// Claims the checkpoint folder for this attempt (its writer), then resumes from the newest
 // complete checkpoint of this or an earlier attempt, unless it belongs to another run
 // configuration (another seed, batching, data or model cannot continue this run).
 // Returns the checkpoint it resumed from; "" when it did not.
 std::string Resume(Run& run) {
-  if (run.rank.rank == 0) run.checkpoints->Claim();  // the writer fences off older attempts
+  if (run.WritesCheckpoints()) run.checkpoints->Claim();  // the writer fences off older attempts
   std::string path;
   if (RunPosition latest; run.checkpoints->PeekLatest(&latest, &path) && !latest.fingerprint.empty() &&
                           latest.fingerprint != run.fingerprint)
@@ -190,11 +190,12 @@ void BroadcastFiles(ProcessGroup& group, int root, std::map<std::string, std::st
 }
 
 // Without a shared checkpoint folder the ranks may have resumed from different steps
-// (rank 0 writes checkpoints; the others hold what an earlier exchange gave them). Every
-// rank learns each one's step; when they differ, the lowest rank at the newest step
-// sends that checkpoint's files over the group, and the others install it in their own
-// folder and resume from it, so a job survives losing any rank's disk but the newest
-// one's. With a shared folder every rank stands at the same step and nothing is sent.
+// (each worker's writer keeps the checkpoints it saved, or one copied to its disk; a new
+// worker has none). Every rank learns each one's step; when they differ, the lowest rank
+// at the newest step sends that checkpoint's files over the group, each folder's writer
+// that lacks it installs it, and every rank resumes from it, so a job survives losing any
+// worker but the newest checkpoint's every holder. With a shared folder every rank stands
+// at the same step and nothing is sent.
 void AdoptNewestCheckpoint(Run& run, std::string* resumed_from) {
   ProcessGroup& group = run.ddp->group();
   torch::Tensor steps = torch::zeros({group.size()}, torch::kInt64);
@@ -206,11 +207,12 @@ void AdoptNewestCheckpoint(Run& run, std::string* resumed_from) {
   std::map<std::string, std::string> files;
   if (group.rank() == source) files = ReadCheckpointFiles(*resumed_from);
   BroadcastFiles(group, source, &files);
-  if (steps[group.rank()].item<int64_t>() != newest) {
+  if (steps[group.rank()].item<int64_t>() != newest && run.WritesCheckpoints()) {
     const std::string installed = run.checkpoints->Install(newest, files);
     Log("received the checkpoint of step %lld from rank %d into %s", static_cast<long long>(newest), source,
         installed.c_str());
   }
+  group.Barrier();  // a folder's other ranks load what its writer installed
   // Every rank loads it, those that had it too: joining copied rank 0's older parameters.
   *resumed_from = Resume(run);
 }
@@ -368,6 +370,10 @@ void Run::OpenEpoch() {
                                               cfg.model.max_len, cfg.data.pad_id, cfg.train.prefetch, stage_batch);
 }
 
+bool Run::WritesCheckpoints() const {
+  return cfg.checkpoint_dir_shared ? rank.rank == 0 : rank.local_rank == 0;
+}
+
 double Run::SetLearningRate() {
   const double lr = position.lr_scale * LearningRate(position.step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
   for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -376,7 +382,7 @@ double Run::SetLearningRate() {
 
 StepIntent Run::Intent() const {
   const int64_t next = position.step + 1;
-  return StepIntent{faults.PoisonsLoss(next), StopRequested(), rank.rank == 0 && checkpoints->Due(next)};
+  return StepIntent{faults.PoisonsLoss(next), StopRequested(), WritesCheckpoints() && checkpoints->Due(next)};
 }
 
 torch::Tensor Run::BatchLossSum(const Batch& b) {
@@ -436,9 +442,9 @@ void Run::RollBack() {
 }
 
 void Run::SaveCheckpoint() {
-  if (ddp) ddp->group().Barrier();  // every rank is done with this step; rank 0 writes
+  if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
-  if (rank.rank != 0) return;
+  if (!WritesCheckpoints()) return;
   position.rng_cpu = GetCpuRngState();
   position.scaler = ScalerState{scaler->scale(), scaler->growth_tracker()};
   position.train_seconds = TrainSeconds();

@@ -63,7 +63,11 @@ class Run {
   void Advance(const Batch& batch);
   // Back to the newest complete checkpoint with half the learning rate (NaN guard).
   void RollBack();
-  void SaveCheckpoint();  // data parallel: every rank calls it; rank 0 writes
+  // Data parallel: every rank calls it; the writers (WritesCheckpoints) write.
+  void SaveCheckpoint();
+  // Whether this rank writes checkpoint_dir: rank 0 when it is shared
+  // (cfg.checkpoint_dir_shared), else the first rank on each worker (local rank 0).
+  bool WritesCheckpoints() const;
   void Evaluate();        // the validation split; an `eval` event
   // After the last step: evaluates and saves unless done at this step, exports the model
   // (rank 0: checkpoint_dir/model, export.h; an `export` event); the `done` event.

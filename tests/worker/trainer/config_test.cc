@@ -40,6 +40,7 @@ TEST(ConfigTest, ParsesTheWorkerJson) {
   EXPECT_EQ(c.checkpoint.keep_last, 2);
   EXPECT_EQ(c.data.class_names, (std::vector<std::string>{"ham", "spam"}));
   EXPECT_EQ(c.checkpoint_dir, "/d/ckpt");
+  EXPECT_TRUE(c.checkpoint_dir_shared);  // absent: rank 0 alone writes, as before the field
 }
 
 std::string ErrorFor(const std::string& from, const std::string& to) {
@@ -59,6 +60,8 @@ TEST(ConfigTest, ErrorsNameTheField) {
   EXPECT_NE(ErrorFor(R"("dropout": 0.2)", R"("dropout": 1.5)").find("spec.model.dropout"), std::string::npos);
   EXPECT_NE(ErrorFor(R"("vocab_size": 8000)", R"("vocab_size": "big")").find("data.vocab_size"), std::string::npos);
   EXPECT_NE(ErrorFor(R"("checkpoint_dir": "/d/ckpt")", R"("x": 1)").find("checkpoint_dir"), std::string::npos);
+  EXPECT_NE(ErrorFor(R"("checkpoint_dir": "/d/ckpt")", R"("checkpoint_dir": "/d/ckpt", "checkpoint_dir_shared": 1)")
+                .find("config.checkpoint_dir_shared must be true or false"), std::string::npos);
   EXPECT_NE(ErrorFor("{", "[").find("not valid JSON"), std::string::npos);
 }
 

@@ -456,6 +456,43 @@ TEST_F(DdpTest, RanksWithoutSharedStorageResumeFromTheNewestCheckpointAnyHolds) 
   for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << i;
 }
 
+// Issue 18: without a shared folder every worker's first rank writes a complete
+// checkpoint of its own (checkpoint_dir_shared false), in step with the others. When rank
+// 0's worker is lost with its disk, rank 1's copy alone resumes the job, bit-identical to
+// an uninterrupted run.
+TEST_F(DdpTest, EveryWorkerKeepsItsOwnCompleteCheckpointsAndAnyOneResumesTheJob) {
+  const std::string dir = testing::FreshDir("ddp_own_disks");
+  TrainConfig c = testing::TinyConfig(dir, /*n_train=*/96);
+  c.data_parallel.world_size = 2;
+  c.data_parallel.timeout_seconds = 60;
+  c.checkpoint.every_steps = 3;
+  c.checkpoint.keep_last = 10;
+  c.model.dropout = 0;  // both ranks are threads of this process: they would share one CPU generator
+  c.checkpoint_dir_shared = false;
+  TrainTwoRanks(c, {dir + "/rank0", dir + "/rank1"});
+  const std::vector<std::string> kept0 = CheckpointManager(CheckpointOptions{dir + "/rank0"}).ListComplete();
+  const std::vector<std::string> kept1 = CheckpointManager(CheckpointOptions{dir + "/rank1"}).ListComplete();
+  ASSERT_GE(kept1.size(), 3u);
+  ASSERT_EQ(kept0.size(), kept1.size());
+  for (size_t i = 0; i < kept1.size(); ++i) {
+    EXPECT_EQ(fs::path(kept0[i]).filename(), fs::path(kept1[i]).filename());
+    EXPECT_EQ(ReadCheckpointFiles(kept0[i]).at("model.pt"), ReadCheckpointFiles(kept1[i]).at("model.pt")) << kept1[i];
+  }
+  const std::vector<torch::Tensor> uninterrupted = NewestParameters(c, dir + "/rank1");
+
+  // Rank 0's worker is gone with its disk; rank 1's disk is as it was at step 6.
+  fs::remove_all(dir + "/rank0");
+  for (const std::string& kept : kept1)
+    if (fs::path(kept).filename().string() > "step-00000006") fs::remove_all(kept);
+  const auto starts = TrainTwoRanks(c, {dir + "/rank0", dir + "/rank1"});
+  for (const auto& start : starts) EXPECT_EQ(start.Number("resumed_step"), 6);
+  for (const char* folder : {"/rank0", "/rank1"}) {
+    const std::vector<torch::Tensor> resumed = NewestParameters(c, dir + folder);
+    ASSERT_EQ(resumed.size(), uninterrupted.size());
+    for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << folder << " " << i;
+  }
+}
+
 // Evaluation under data parallelism: each rank takes every other batch, and the summed
 // metrics equal one rank evaluating the whole set.
 TEST_F(DdpTest, ShardedEvaluationEqualsTheWholeSet) {
