@@ -301,7 +301,8 @@ StatusOr<int> Coordinator::Register(const v1::WorkerInfo& worker) {
 }
 
 StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const std::vector<v1::TaskStatus>& tasks,
-                                                 const v1::CacheReport* cache) {
+                                                 const v1::CacheReport* cache,
+                                                 const std::vector<v1::HeldCheckpoint>& checkpoints) {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(store_error_);
   auto wit = workers_.find(name);
@@ -312,6 +313,8 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const s
   *worker.info.mutable_last_heartbeat() = NowTimestamp();
   worker.info.clear_tasks();
   if (cache != nullptr) worker.cache = *cache;
+  worker.held.clear();
+  for (const auto& h : checkpoints) worker.held[h.job_id()] = h.step();
   HeartbeatReply reply;
   reply.evict_cache_keys.swap(worker.evict_keys);
   reply.evict_cache_all = worker.evict_all;
@@ -325,7 +328,51 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const s
   }
   for (auto& [id, entry] : jobs_) Reconcile(name, reported.count({id, entry.job.attempt()}) > 0, &entry, &reply);
   NS_RETURN_IF_ERROR(store_error_);  // a change this heartbeat caused was not written: not acknowledged
+  AddCheckpointCopies(name, &reply);
   return reply;
+}
+
+std::vector<std::string> Coordinator::NewestHolders(const std::string& job_id) const {
+  std::vector<std::string> holders;
+  int64_t newest = 0;
+  for (const auto& [name, w] : workers_) {
+    auto it = w.held.find(job_id);
+    if (w.info.state() != v1::WORKER_READY || it == w.held.end() || it->second < newest) continue;
+    if (it->second > newest) holders.clear();
+    newest = it->second;
+    holders.push_back(name);
+  }
+  return holders;
+}
+
+void Coordinator::AddCheckpointCopies(const std::string& target, HeartbeatReply* reply) const {
+  const WorkerEntry& me = workers_.at(target);
+  if (me.info.cordoned()) return;
+  for (const auto& [id, entry] : jobs_) {
+    const v1::Job& job = entry.job;
+    if (job.state() != v1::RUNNING || job.placements_size() != 1) continue;
+    if (job.spec().resources().device() == "cuda" && me.info.gpus_size() == 0) continue;  // could not resume here
+    const std::string& source = job.placements(0).worker();
+    auto src = workers_.find(source);
+    if (source == target || src == workers_.end() || src->second.info.state() != v1::WORKER_READY) continue;
+    auto newest = src->second.held.find(id);
+    if (newest == src->second.held.end()) continue;
+    // The one other worker that keeps a copy (std::map: by name, so the first on ties).
+    const std::string* chosen = nullptr;
+    int64_t chosen_step = -1;
+    for (const auto& [name, w] : workers_) {
+      if (name == source || w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
+      auto it = w.held.find(id);
+      const int64_t step = it == w.held.end() ? 0 : it->second;
+      if (step > chosen_step) chosen = &name, chosen_step = step;
+    }
+    if (chosen == nullptr || *chosen != target || chosen_step >= newest->second) continue;
+    v1::CheckpointCopy& copy = reply->copy_checkpoints.emplace_back();
+    copy.set_job_id(id);
+    copy.set_step(newest->second);
+    copy.set_source_worker(source);
+    copy.set_source_address(src->second.info.log_address());
+  }
 }
 
 void Coordinator::Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply) {
@@ -665,10 +712,16 @@ Coordinator::Snapshot Coordinator::SnapshotForScheduler(Clock::TimePoint now) co
     j.owner = job.owner();  // per-user fair share (scheduler.h)
     j.expected_seconds = ExpectedSeconds(job);  // backfill (scheduler.h)
     j.needs_gpu = job.spec().resources().device() == "cuda";
+    j.holders = NewestHolders(id);
     s.pending.push_back(std::move(j));
   }
+  // A worker silent for two heartbeats (half a second at least) is not lost yet, but gets
+  // no new work: when a rank failed because its peer's worker died, the restart (after
+  // the restart backoff, a second by default) must not go back there.
+  const Clock::Duration silent = std::chrono::duration_cast<Clock::Duration>(
+      std::chrono::milliseconds(std::max(500, 2 * options_.heartbeat_interval_ms)));
   for (const auto& [name, w] : workers_) {
-    if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
+    if (w.info.state() != v1::WORKER_READY || w.info.cordoned() || now - w.last_seen > silent) continue;
     s.workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
   }
   for (const auto& [id, entry] : jobs_) {

@@ -67,6 +67,7 @@ struct HeartbeatReply {
   std::vector<v1::TaskId> dump_stacks;        // of `stop`, the hung ones: stacks first, then kill
   std::vector<std::string> evict_cache_keys;  // queued by EvictCache
   bool evict_cache_all = false;
+  std::vector<v1::CheckpointCopy> copy_checkpoints;  // see Heartbeat
 };
 
 struct CoordinatorOptions {
@@ -125,9 +126,18 @@ class Coordinator {
   // heartbeat interval to tell it, in milliseconds.
   StatusOr<int> Register(const v1::WorkerInfo& worker);
   // `tasks`: every task the worker holds; `cache`: its feature cache, if it changed
-  // (null otherwise). NOT_FOUND for a worker that is not registered.
+  // (null otherwise); `checkpoints`: the newest checkpoint of each job on its own disk
+  // (none with a shared checkpoint root). NOT_FOUND for a worker that is not registered.
+  //
+  // Checkpoints without shared storage: restarts are placed on the workers that hold the
+  // job's newest checkpoint first (SchedJob::holders). A RUNNING job whose ranks all sit
+  // on one worker has that worker's newest checkpoint copied to one other ready,
+  // uncordoned worker: the one holding the job's newest copy already, else the first by
+  // name. That worker is told (copy_checkpoints) in each heartbeat reply until it reports
+  // the step. Nothing of it is stored: it is rebuilt from the heartbeats.
   StatusOr<HeartbeatReply> Heartbeat(const std::string& worker, const std::vector<v1::TaskStatus>& tasks,
-                                     const v1::CacheReport* cache = nullptr);
+                                     const v1::CacheReport* cache = nullptr,
+                                     const std::vector<v1::HeldCheckpoint>& checkpoints = {});
   // Progress, or the end of a task, between heartbeats.
   Status ReportTask(const std::string& worker, const v1::TaskStatus& status);
 
@@ -190,6 +200,7 @@ class Coordinator {
     v1::CacheReport cache;                 // as of the last heartbeat that carried one
     std::vector<std::string> evict_keys;   // queued for the next heartbeat
     bool evict_all = false;
+    std::map<std::string, int64_t> held;   // job id -> newest checkpoint on its disk
   };
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
@@ -202,6 +213,10 @@ class Coordinator {
   void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
   void PersistHistory(JobEntry* entry);      // unsynced; on failure sets store_error_
   int UsedSlots(const std::string& worker) const;
+  // The ready workers whose own disk holds the job's newest checkpoint (none reported: empty).
+  std::vector<std::string> NewestHolders(const std::string& job_id) const;
+  // The copies `worker` should make (see Heartbeat), added to reply->copy_checkpoints.
+  void AddCheckpointCopies(const std::string& worker, HeartbeatReply* reply) const;
   // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
   // own restart, workers get one lease to register again).
   bool WorkerGone(const std::string& name, Clock::TimePoint now) const;

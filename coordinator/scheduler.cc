@@ -17,10 +17,14 @@ bool Eligible(const SchedJob& job, const SchedWorker& w) { return !job.needs_gpu
 // slots in all).
 std::vector<SchedPart> Place(const SchedJob& job, std::vector<SchedWorker>* workers) {
   std::vector<SchedPart> parts;
-  // Best fit on a single worker.
+  const auto holds = [&](const SchedWorker* w) {
+    return std::find(job.holders.begin(), job.holders.end(), w->name) != job.holders.end();
+  };
+  // Best fit on a single worker, among the holders of its newest checkpoint first.
   SchedWorker* best = nullptr;
   for (auto& w : *workers) {
-    if (Eligible(job, w) && w.free_slots >= job.world_size && (best == nullptr || w.free_slots < best->free_slots))
+    if (!Eligible(job, w) || w.free_slots < job.world_size) continue;
+    if (best == nullptr || std::make_pair(!holds(&w), w.free_slots) < std::make_pair(!holds(best), best->free_slots))
       best = &w;
   }
   if (best != nullptr) {
@@ -31,8 +35,9 @@ std::vector<SchedPart> Place(const SchedJob& job, std::vector<SchedWorker>* work
   std::vector<SchedWorker*> order;
   for (auto& w : *workers)
     if (Eligible(job, w) && w.free_slots > 0) order.push_back(&w);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const SchedWorker* a, const SchedWorker* b) { return a->free_slots > b->free_slots; });
+  std::stable_sort(order.begin(), order.end(), [&](const SchedWorker* a, const SchedWorker* b) {
+    return std::make_pair(holds(a), a->free_slots) > std::make_pair(holds(b), b->free_slots);
+  });
   int rank = 0;
   for (SchedWorker* w : order) {
     if (rank == job.world_size) break;

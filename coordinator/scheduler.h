@@ -9,7 +9,8 @@
 // - Gang: all of a job's ranks are placed at once or none are. A job that fits on one
 //   worker goes to the worker with the fewest free slots that fits (best fit, keeps big
 //   holes for big jobs); otherwise onto the workers with the most free slots first, so
-//   it spans as few workers as possible.
+//   it spans as few workers as possible. Either way, workers that hold the job's newest
+//   checkpoint on their own disk (SchedJob::holders) come first.
 // - A job that needs more slots than the whole cluster has is skipped with a reason and
 //   holds nothing up.
 // - Backfill with a reservation (EASY backfill): the first job that cannot be placed
@@ -52,6 +53,9 @@ struct SchedJob {
   double expected_seconds = kUnknownSeconds;  // run time once started, if known
   bool needs_gpu = false;  // resources.device cuda: placed on GPU workers only; such a job
                            // waits without a reservation or preemption when they are full
+  // Workers whose own disk holds the job's newest checkpoint (no shared checkpoint root):
+  // preferred, so that a rank there resumes from it and sends it to the others.
+  std::vector<std::string> holders;
 };
 
 struct SchedPart {

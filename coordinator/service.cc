@@ -241,13 +241,15 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
   Status allowed = Check(auth_, ctx, Method::kHeartbeat);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   const std::vector<v1::TaskStatus> tasks(req->tasks().begin(), req->tasks().end());
-  auto reply = c_->Heartbeat(req->name(), tasks, req->has_cache() ? &req->cache() : nullptr);
+  const std::vector<v1::HeldCheckpoint> held(req->checkpoints().begin(), req->checkpoints().end());
+  auto reply = c_->Heartbeat(req->name(), tasks, req->has_cache() ? &req->cache() : nullptr, held);
   if (!reply.ok()) return timer.Done(ToGrpc(reply.status()));
   for (auto& a : reply->start) *out->add_start() = std::move(a);
   for (auto& t : reply->stop) *out->add_stop() = std::move(t);
   for (auto& t : reply->dump_stacks) *out->add_dump_stacks() = std::move(t);
   for (auto& key : reply->evict_cache_keys) out->add_evict_cache_keys(std::move(key));
   out->set_evict_cache_all(reply->evict_cache_all);
+  for (auto& c : reply->copy_checkpoints) *out->add_copy_checkpoints() = std::move(c);
   return timer.Done(grpc::Status::OK);
 }
 

@@ -1,6 +1,7 @@
 #include "worker/agent.h"
 
 #include <chrono>
+#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -12,7 +13,14 @@
 namespace nightshift {
 
 Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator)
-    : options_(options), cache_(cache), coordinator_(std::move(coordinator)), gpu_allocator_(options.gpus) {}
+    : options_(options), cache_(cache), coordinator_(std::move(coordinator)), gpu_allocator_(options.gpus) {
+  // Without a shared checkpoint root, this worker's disk holds its jobs' checkpoints, and
+  // copies of others' (checkpoint_copy.h).
+  if (options.checkpoint_root.empty())
+    copier_ = std::make_unique<CheckpointCopier>(CheckpointCopier::Options{
+        std::filesystem::absolute(options.work_dir + "/checkpoints").string(),
+        [this](const std::string& job) { return IsRunning(job); }});
+}
 
 Agent::~Agent() { StopAll(); }
 
@@ -80,6 +88,15 @@ void Agent::HeartbeatOnce() {
   const bool send_cache = cache_version != reported_cache_version_ ||
                           std::chrono::steady_clock::now() >= next_cache_report_;
   if (send_cache) *req.mutable_cache() = cache_->Report();
+  if (copier_) {
+    // The newest checkpoint of every job folder here, rescanned at most once a second.
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_checkpoint_scan_) {
+      held_checkpoints_ = NewestCheckpoints(options_.work_dir + "/checkpoints");
+      next_checkpoint_scan_ = now + std::chrono::seconds(1);
+    }
+    for (const auto& h : held_checkpoints_) *req.add_checkpoints() = h;
+  }
   v1::HeartbeatResponse resp;
   Status s = coordinator_->Heartbeat(req, &resp);
   if (s.code() == Status::kNotFound) {
@@ -94,6 +111,8 @@ void Agent::HeartbeatOnce() {
   Evict(resp);
   StopTasks(resp);
   for (const auto& a : resp.start()) StartTask(a);
+  if (copier_)
+    for (const auto& c : resp.copy_checkpoints()) copier_->Request(c);
 }
 
 void Agent::Evict(const v1::HeartbeatResponse& resp) {
@@ -216,6 +235,12 @@ void Agent::CollectMetrics(FamilyBuilder* b) const {
     b->Gauge("nightshift_gpu_memory_total_bytes", "GPU memory (NVML)", gpu, static_cast<double>(g.memory_total));
   }
   b->Gauge("nightshift_worker_tasks_running", "Tasks (job attempts) running on this worker", {}, running);
+  if (copier_) {
+    b->Counter("nightshift_worker_checkpoint_copies_total", "Checkpoints copied here from other workers", {},
+               static_cast<double>(copier_->copies()));
+    b->Counter("nightshift_worker_checkpoint_copy_bytes_total", "Bytes of the checkpoints copied here", {},
+               static_cast<double>(copier_->bytes()));
+  }
   const v1::CacheStats s = cache_->Report().stats();
   b->Gauge("nightshift_cache_entries", "Feature-cache entries", {}, static_cast<double>(s.entries()));
   b->Gauge("nightshift_cache_bytes", "Bytes held by the feature cache", {}, static_cast<double>(s.bytes()));

@@ -1,5 +1,6 @@
 // Agent: the worker's side of the worker protocol. Registers, heartbeats the tasks it
-// holds, starts and stops tasks as the coordinator answers, and reports progress and
+// holds (and, without a shared checkpoint root, the checkpoints its disk holds), starts
+// and stops tasks and copies checkpoints as the coordinator answers, and reports progress and
 // results. A final result is re-sent until the coordinator acknowledges it, so a
 // coordinator restart loses no result.
 #ifndef NIGHTSHIFT_WORKER_AGENT_H_
@@ -12,8 +13,10 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/metrics.h"
+#include "worker/checkpoint_copy.h"
 #include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
 #include "worker/task.h"
@@ -67,11 +70,17 @@ class Agent {
   bool registered_ = false;
   int register_failures_ = 0;  // in a row; every 20th is logged
   int interval_ms_ = 250;      // between heartbeats, as the coordinator says
+  std::vector<v1::HeldCheckpoint> held_checkpoints_;  // as of the last scan
+  std::chrono::steady_clock::time_point next_checkpoint_scan_{};
 
   // Only the agent thread changes the map, under tasks_mu_; it reads it without the
   // lock, other threads (metrics, log service) with it.
   mutable std::mutex tasks_mu_;
   std::map<TaskKey, std::unique_ptr<Task>> tasks_;
+
+  // Without a shared checkpoint root: copies other workers' checkpoints here (null with
+  // one). Declared last: destroyed (its thread joined) first, as it calls IsRunning.
+  std::unique_ptr<CheckpointCopier> copier_;
 };
 
 }  // namespace nightshift

@@ -8,25 +8,17 @@
 #include <thread>
 
 #include "common/grpc_status.h"
+#include "common/format/checkpoint_layout.h"
 #include "common/model_folder.h"
+#include "worker/checkpoint_copy.h"
 
 namespace fs = std::filesystem;
 
 namespace nightshift {
-namespace {
-
-bool SafeId(const std::string& id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
-  return true;
-}
-
-}  // namespace
 
 grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLogRequest* req,
                                      grpc::ServerWriter<v1::LogChunk>* writer) {
-  if (!SafeId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (!IsJobId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->rank() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "rank: must be >= 0");
   // The latest attempt this worker ran.
   const fs::path job_dir = fs::path(work_dir_) / "jobs" / req->job_id();
@@ -73,7 +65,7 @@ grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLog
 
 grpc::Status LogServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
                                        grpc::ServerWriter<v1::ArtifactChunk>* writer) {
-  if (!SafeId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (!IsJobId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->step() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 0 or more");
   if (checkpoint_root_.empty())
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");
@@ -86,6 +78,24 @@ grpc::Status LogServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadM
   if (fs::is_symlink(dir.value()))
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "the model folder of job " + req->job_id() + " is a link");
   Status s = SendModelFolder(dir.value(), req->step(), [&](const v1::ArtifactChunk& chunk) {
+    return !ctx->IsCancelled() && writer->Write(chunk);
+  });
+  return ToGrpc(s);
+}
+
+grpc::Status LogServiceImpl::ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
+                                            grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  if (!IsJobId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (req->step() <= 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 1 or more");
+  if (checkpoint_root_.empty())
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");
+  // The folder is named by the job id and the step alone, and SendCheckpoint sends only
+  // the plain names its manifest lists, regular files, no links: nothing outside it is read.
+  const fs::path job_dir = fs::path(checkpoint_root_) / req->job_id();
+  const fs::path dir = job_dir / format::StepDirName(req->step());
+  if (fs::is_symlink(job_dir) || fs::is_symlink(dir))
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "the checkpoint folder of job " + req->job_id() + " is a link");
+  Status s = SendCheckpoint(dir.string(), req->step(), [&](const v1::ArtifactChunk& chunk) {
     return !ctx->IsCancelled() && writer->Write(chunk);
   });
   return ToGrpc(s);

@@ -2,7 +2,8 @@
 // attempt-<n>/rank-<r>.log to the coordinator, which relays them to `nightshift job logs`,
 // and the jobs' model folders (<checkpoint_root>/<job>/model and the exports of kept
 // checkpoints beside it, nothing outside the job's folder; see checkpoint_export.h),
-// which it relays to `nightshift job artifacts`.
+// which it relays to `nightshift job artifacts`, and complete checkpoints to other
+// workers that copy them (checkpoint_copy.h).
 #ifndef NIGHTSHIFT_WORKER_LOG_SERVICE_H_
 #define NIGHTSHIFT_WORKER_LOG_SERVICE_H_
 
@@ -31,6 +32,9 @@ class LogServiceImpl final : public v1::WorkerLogService::Service {
                        grpc::ServerWriter<v1::LogChunk>* writer) override;
   grpc::Status ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
                          grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
+  // From checkpoint_root (checkpoint_copy.h).
+  grpc::Status ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
+                              grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
 
  private:
   const std::string work_dir_;

@@ -400,6 +400,62 @@ TEST_F(CoordinatorTest, TheRecordShowsWhereTheNewAttemptResumedAndIgnoresTheOldO
   EXPECT_TRUE(job.metrics().empty());
 }
 
+// Issue 18, no shared checkpoint root: a job whose ranks all run on one worker has that
+// worker's newest checkpoint copied to one other worker, told in its heartbeat replies
+// until it reports the step; when the job's worker is lost, the restart goes to the
+// worker holding the newest checkpoint, not to the best fit.
+TEST_F(CoordinatorTest, AOneWorkerJobsCheckpointIsCopiedToOneOtherWorkerAndItsRestartGoesThere) {
+  v1::WorkerInfo w1;
+  w1.set_name("w1");
+  w1.set_slots(1);
+  w1.set_log_address("198.18.0.1:7001");
+  ASSERT_TRUE(c_->Register(w1).ok());
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  Report("w1", Status(id, 0, v1::TASK_RUNNING));
+  RegisterWorker("w2", 2);
+  RegisterWorker("w3", 1);
+  auto beat = [&](const std::string& worker, std::vector<v1::TaskStatus> tasks, int64_t held_step) {
+    std::vector<v1::HeldCheckpoint> held;
+    if (held_step > 0) {
+      held.emplace_back().set_job_id(id);
+      held.back().set_step(held_step);
+    }
+    auto reply = c_->Heartbeat(worker, tasks, nullptr, held);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    return reply.ok() ? reply->copy_checkpoints : std::vector<v1::CheckpointCopy>{};
+  };
+  const v1::TaskStatus running = Status(id, 0, v1::TASK_RUNNING);
+  EXPECT_TRUE(beat("w2", {}, 0).empty()) << "nothing to copy before w1 holds a checkpoint";
+  EXPECT_TRUE(beat("w1", {running}, 40).empty());
+  EXPECT_TRUE(beat("w3", {}, 0).empty()) << "one copy, on the first worker by name";
+  std::vector<v1::CheckpointCopy> told = beat("w2", {}, 0);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].job_id(), id);
+  EXPECT_EQ(told[0].step(), 40);
+  EXPECT_EQ(told[0].source_worker(), "w1");
+  EXPECT_EQ(told[0].source_address(), "198.18.0.1:7001");
+  EXPECT_EQ(beat("w2", {}, 0).size(), 1u) << "told again until it holds the step";
+  EXPECT_TRUE(beat("w2", {}, 40).empty());
+  beat("w1", {running}, 50);  // the next save: the same worker copies it
+  EXPECT_TRUE(beat("w3", {}, 0).empty());
+  told = beat("w2", {}, 40);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].step(), 50);
+  EXPECT_TRUE(beat("w2", {}, 50).empty());
+
+  for (int i = 0; i < 8; ++i) {  // w1 is lost
+    clock_.Advance(60ms);
+    beat("w2", {}, 50);
+    beat("w3", {}, 0);
+    c_->Tick();
+  }
+  const v1::Job job = c_->Get(id).value();
+  ASSERT_EQ(job.attempt(), 1);
+  ASSERT_EQ(job.placements_size(), 1);
+  EXPECT_EQ(job.placements(0).worker(), "w2");  // best fit alone would take one-slot w3
+}
+
 // Issue 18: when no worker at all reaches the coordinator (its own host cut off), none is
 // declared lost and no job restarts or goes STUCK, for up to outage_grace_seconds; then
 // leases expire as usual. One silent worker among others is still lost at once
@@ -627,10 +683,33 @@ TEST_F(CoordinatorTest, RestartsWaitForTheirBackoff) {
     c_->Tick();
     EXPECT_EQ(StateOf(id), v1::QUEUED) << attempt;
     clock_.Advance(1ms);
+    Heartbeat("w1");  // alive: a worker silent for two heartbeats gets no new work
     c_->Tick();
   }
   EXPECT_EQ(StateOf(id), v1::SCHEDULED);
   EXPECT_EQ(c_->Get(id)->restarts(), 2);
+}
+
+// A worker that missed two heartbeats is not lost yet (the lease is long here) but gets
+// no new work: a restart after its peer's worker died must not go back to it.
+TEST_F(CoordinatorTest, AWorkerSilentForTwoHeartbeatsGetsNoNewWork) {
+  options_.lease_seconds = 600;
+  Reopen();
+  RegisterWorker("w1", 4);  // best fit would pick w2 (one slot)
+  RegisterWorker("w2", 1);
+  clock_.Advance(600ms);
+  Heartbeat("w1");
+  const std::string id = c_->Submit(Spec())->id();
+  c_->Tick();
+  ASSERT_EQ(StateOf(id), v1::SCHEDULED);
+  EXPECT_EQ(c_->Get(id)->placements(0).worker(), "w1");
+  const std::string second = c_->Submit(Spec())->id();
+  clock_.Advance(600ms);  // now both are silent
+  c_->Tick();
+  EXPECT_EQ(StateOf(second), v1::QUEUED);
+  Heartbeat("w2");
+  c_->Tick();
+  EXPECT_EQ(StateOf(second), v1::SCHEDULED);
 }
 
 // A preempted job whose worker keeps its ranks alive is requeued anyway once

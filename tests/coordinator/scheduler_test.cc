@@ -60,6 +60,25 @@ TEST(SchedulerTest, PacksOntoFewestWorkers) {
   EXPECT_EQ(RanksPlaced(parts), 5);
 }
 
+// Issue 18: a worker whose own disk holds the job's newest checkpoint comes first, over
+// best fit on one worker and over the most free slots across workers.
+TEST(SchedulerTest, WorkersHoldingTheNewestCheckpointComeFirst) {
+  SchedJob one{"one", 1, 0, 1};
+  one.holders = {"roomy"};
+  auto r = Schedule({one}, {{"tight", 1, 1}, {"roomy", 4, 4}});
+  ASSERT_TRUE(r.placed.count("one"));
+  EXPECT_EQ(r.placed.at("one")[0].worker, "roomy");  // best fit alone would take "tight"
+  one.holders = {"gone"};  // a holder that is not offered changes nothing
+  r = Schedule({one}, {{"tight", 1, 1}, {"roomy", 4, 4}});
+  EXPECT_EQ(r.placed.at("one")[0].worker, "tight");
+
+  SchedJob two{"two", 2, 0, 1};
+  two.holders = {"w3"};
+  r = Schedule({two}, {{"w1", 1, 1}, {"w2", 1, 1}, {"w3", 1, 1}});
+  ASSERT_EQ(r.placed.at("two").size(), 2u);
+  EXPECT_EQ(r.placed.at("two")[0].worker, "w3");  // rank 0 on the holder
+}
+
 TEST(SchedulerTest, ImpossibleJobDoesNotBlockTheQueue) {
   auto r = Schedule({{"huge", 10, 0, 1}, {"small", 1, 0, 2}}, {{"w1", 2, 2}});
   EXPECT_FALSE(r.placed.count("huge"));

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -115,8 +116,9 @@ class Cluster {
     const std::string host = hosts_ != nullptr ? hosts_->address(coordinator_host_) : "127.0.0.1";
     const std::string listen = same_port && !address_.empty() ? address_ : host + ":0";
     std::vector<std::string> argv = {Bin("nightshift-coordinator"), "--listen", listen, "--data-dir",
-                                     dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5",
-                                     "--restart-backoff-seconds", "0.2"};
+                                     dir() + "/coordinator-db", "--port-file", port_file, "--lease-seconds", "5"};
+    if (std::find(extra_args.begin(), extra_args.end(), "--restart-backoff-seconds") == extra_args.end())
+      argv.insert(argv.end(), {"--restart-backoff-seconds", "0.2"});
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     if (hosts_ != nullptr) argv = hosts_->InHost(coordinator_host_, argv);
     coordinator_ = Process(argv, dir() + "/coordinator.log", env);

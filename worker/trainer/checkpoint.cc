@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/format/atomic_file.h"
+#include "common/format/checkpoint_layout.h"
 #include "common/format/shard.h"
 
 namespace nightshift::trainer {
@@ -20,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr char kComplete[] = "COMPLETE";
+constexpr const char* kComplete = format::kCheckpointComplete;
 constexpr char kFence[] = "FENCE";
 
 void Check(const std::string& err) {
@@ -35,23 +36,7 @@ std::string ReadFile(const fs::path& path) {
   return s.str();
 }
 
-// The directory name of `step`'s checkpoint, "step-00000123" (StepOf reads it back).
-std::string StepDirName(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  return name;
-}
-
-// Step number of a "step-00000123" name, or -1.
-int64_t StepOf(const std::string& name) {
-  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0) return -1;
-  int64_t step = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
+using format::StepDirName;
 
 std::string Hex(const std::string& bytes) {
   static const char* d = "0123456789abcdef";
@@ -228,7 +213,7 @@ std::vector<std::string> CheckpointManager::ListComplete() const {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
-    const int64_t step = StepOf(entry.path().filename().string());
+    const int64_t step = format::StepOfDirName(entry.path().filename().string());
     if (step >= 0 && fs::exists(entry.path() / kComplete) && !WrittenByALaterAttempt(entry.path().string()))
       found.emplace_back(step, entry.path().string());
   }
@@ -243,10 +228,10 @@ void CheckpointManager::Prune() {
   const size_t keep = static_cast<size_t>(std::max(options_.keep_last, 1));
   for (size_t i = 0; i + keep < complete.size(); ++i) RemoveCheckpoint(complete[i]);
   // Leftovers of saves that crashed before their marker, older than the newest checkpoint.
-  const int64_t newest = complete.empty() ? -1 : StepOf(fs::path(complete.back()).filename().string());
+  const int64_t newest = complete.empty() ? -1 : format::StepOfDirName(fs::path(complete.back()).filename().string());
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
-    const int64_t step = StepOf(entry.path().filename().string());
+    const int64_t step = format::StepOfDirName(entry.path().filename().string());
     if (step >= 0 && step < newest && !fs::exists(entry.path() / kComplete)) fs::remove_all(entry.path(), ec);
   }
   Check(format::SyncDirectory(options_.dir));
@@ -346,7 +331,7 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
 RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& model) const {
   std::string kept;
   for (const std::string& dir : ListComplete()) {
-    const int64_t s = StepOf(fs::path(dir).filename().string());
+    const int64_t s = format::StepOfDirName(fs::path(dir).filename().string());
     if (s == step) return LoadCheckpoint(dir, model, nullptr);
     kept += (kept.empty() ? "" : ", ") + std::to_string(s);
   }

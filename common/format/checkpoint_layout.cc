@@ -1,0 +1,38 @@
+#include "common/format/checkpoint_layout.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+namespace nightshift::format {
+
+namespace fs = std::filesystem;
+
+std::string StepDirName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+int64_t StepOfDirName(const std::string& name) {
+  if (name.size() <= 5 || name.size() > 24 || name.compare(0, 5, "step-") != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::vector<int64_t> CompleteSteps(const std::string& job_dir) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(job_dir, ec)) {
+    const int64_t step = StepOfDirName(d.path().filename().string());
+    if (step >= 0 && fs::exists(d.path() / kCheckpointComplete, ec)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace nightshift::format

@@ -1,0 +1,28 @@
+// A job's checkpoint folder as every process sees it (worker/trainer/checkpoint.h writes
+// it; the worker daemon lists and copies it without LibTorch):
+//   <job folder>/step-00000123/   one checkpoint: manifest.json, the files it lists with
+//                                 their sizes and FNV-1a 64 checksums, COMPLETE written last
+//   <job folder>/FENCE            the newest attempt that claimed the folder
+#ifndef NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_LAYOUT_H_
+#define NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nightshift::format {
+
+inline constexpr char kCheckpointComplete[] = "COMPLETE";
+inline constexpr char kCheckpointManifest[] = "manifest.json";
+
+// "step-00000123" for 123, and back (-1 for any other name).
+std::string StepDirName(int64_t step);
+int64_t StepOfDirName(const std::string& name);
+
+// The steps of the checkpoints in `job_dir` that have their COMPLETE marker, ascending
+// (empty when there is no such folder).
+std::vector<int64_t> CompleteSteps(const std::string& job_dir);
+
+}  // namespace nightshift::format
+
+#endif  // NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_LAYOUT_H_

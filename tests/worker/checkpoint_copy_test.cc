@@ -1,0 +1,155 @@
+// Checkpoint copies between workers (worker/checkpoint_copy.h): a real WorkerLogService
+// on 127.0.0.1 serves one worker's checkpoint folder; a CheckpointCopier copies into
+// another's. What arrives must be byte for byte what was written, checked against the
+// manifest; a damaged file is refused with nothing left behind; a job running on the
+// copying worker is not touched.
+#include "worker/checkpoint_copy.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "common/format/checkpoint_layout.h"
+#include "common/format/shard.h"
+#include "tests/worker/test_dirs.h"
+#include "worker/log_service.h"
+
+namespace fs = std::filesystem;
+
+namespace nightshift {
+namespace {
+
+std::string Read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A checkpoint as the trainer writes one: files, manifest.json with their sums, COMPLETE.
+// model.pt spans several 1 MiB chunks.
+void WriteCheckpoint(const fs::path& job_dir, int64_t step) {
+  const fs::path dir = job_dir / format::StepDirName(step);
+  fs::create_directories(dir);
+  std::string model(2'500'000, '\0');
+  for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>((i * 131 + step) % 251);
+  const std::map<std::string, std::string> files = {{"model.pt", model}, {"optimizer.pt", "adam-" + std::to_string(step)}};
+  nlohmann::json sums = nlohmann::json::object();
+  for (const auto& [name, bytes] : files) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    sums[name] = {{"bytes", bytes.size()}, {"fnv1a64", std::to_string(format::StableHash64(bytes))}};
+  }
+  std::ofstream(dir / "manifest.json")
+      << nlohmann::json{{"magic", "nightshift-checkpoint"}, {"version", 2}, {"files", sums}}.dump();
+  std::ofstream(dir / format::kCheckpointComplete) << step << "\n";
+}
+
+class CheckpointCopyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testdirs::FreshTestDir("ckpt_copy");
+    logs_ = std::make_unique<LogServiceImpl>(dir_ + "/holder", [](const std::string&) { return true; },
+                                             dir_ + "/holder/checkpoints");
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(logs_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_ != nullptr && port_ != 0);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  v1::CheckpointCopy Order(int64_t step) const {
+    v1::CheckpointCopy c;
+    c.set_job_id("j-000007");
+    c.set_step(step);
+    c.set_source_worker("holder");
+    c.set_source_address("127.0.0.1:" + std::to_string(port_));
+    return c;
+  }
+  std::string holder_job() const { return dir_ + "/holder/checkpoints/j-000007"; }
+  std::string copier_job() const { return dir_ + "/copier/checkpoints/j-000007"; }
+
+  std::string dir_;
+  int port_ = 0;
+  std::unique_ptr<LogServiceImpl> logs_;
+  std::unique_ptr<grpc::Server> server_;
+  bool runs_here_ = false;
+  CheckpointCopier::Options Options() {
+    return {dir_ + "/copier/checkpoints", [this](const std::string&) { return runs_here_; }, /*keep=*/2};
+  }
+};
+
+TEST_F(CheckpointCopyTest, ACopyIsByteForByteTheHoldersAndIsReportedHeld) {
+  WriteCheckpoint(holder_job(), 40);
+  CheckpointCopier copier(Options());
+  const Status s = copier.Copy(Order(40));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const char* file : {"model.pt", "optimizer.pt", "manifest.json", "COMPLETE"})
+    EXPECT_EQ(Read(copier_job() + "/step-00000040/" + file), Read(holder_job() + "/step-00000040/" + file)) << file;
+  EXPECT_EQ(copier.copies(), 1);
+  EXPECT_GT(copier.bytes(), 2'500'000);
+  const std::vector<v1::HeldCheckpoint> held = NewestCheckpoints(dir_ + "/copier/checkpoints");
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].job_id(), "j-000007");
+  EXPECT_EQ(held[0].step(), 40);
+  for (const auto& e : fs::directory_iterator(copier_job()))
+    EXPECT_EQ(e.path().filename().string().rfind(".incoming", 0), std::string::npos) << e.path();
+
+  // Later saves replace older copies beyond `keep`, newest first; an older order is a no-op.
+  for (int64_t step : {50, 60}) {
+    WriteCheckpoint(holder_job(), step);
+    ASSERT_TRUE(copier.Copy(Order(step)).ok());
+  }
+  EXPECT_EQ(format::CompleteSteps(copier_job()), (std::vector<int64_t>{50, 60}));
+  EXPECT_TRUE(copier.Copy(Order(40)).ok());
+  EXPECT_EQ(format::CompleteSteps(copier_job()), (std::vector<int64_t>{50, 60}));
+  EXPECT_EQ(copier.copies(), 3);
+}
+
+TEST_F(CheckpointCopyTest, ADamagedFileIsRefusedNamingItAndLeavesNothing) {
+  WriteCheckpoint(holder_job(), 40);
+  {
+    std::fstream f(holder_job() + "/step-00000040/model.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1'700'000);
+    f.put('X');  // same size, other bytes: only the checksum can tell
+  }
+  CheckpointCopier copier(Options());
+  const Status s = copier.Copy(Order(40));
+  EXPECT_EQ(s.code(), Status::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("model.pt does not match its checksum"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(format::CompleteSteps(copier_job()).empty());
+  EXPECT_TRUE(!fs::exists(copier_job()) || fs::is_empty(copier_job()));
+  EXPECT_EQ(copier.copies(), 0);
+
+  // A step the holder does not have: its NOT_FOUND, and nothing here either.
+  const Status missing = copier.Copy(Order(99));
+  EXPECT_EQ(missing.code(), Status::kUnavailable) << missing.ToString();
+  EXPECT_NE(missing.message().find("no complete checkpoint"), std::string::npos) << missing.ToString();
+  EXPECT_TRUE(!fs::exists(copier_job()) || fs::is_empty(copier_job()));
+}
+
+TEST_F(CheckpointCopyTest, NothingIsCopiedIntoTheFolderOfAJobRunningHere) {
+  WriteCheckpoint(holder_job(), 40);
+  runs_here_ = true;
+  CheckpointCopier copier(Options());
+  EXPECT_EQ(copier.Copy(Order(40)).code(), Status::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(copier_job() + "/step-00000040"));
+}
+
+// The background path: Request returns at once, the copier's thread copies.
+TEST_F(CheckpointCopyTest, ARequestIsCopiedInTheBackground) {
+  WriteCheckpoint(holder_job(), 40);
+  CheckpointCopier copier(Options());
+  copier.Request(Order(40));
+  for (int i = 0; i < 200 && copier.copies() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  EXPECT_EQ(copier.copies(), 1);
+  EXPECT_EQ(format::CompleteSteps(copier_job()), (std::vector<int64_t>{40}));
+}
+
+}  // namespace
+}  // namespace nightshift

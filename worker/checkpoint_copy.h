@@ -1,0 +1,91 @@
+// Checkpoint copies between workers that have no shared checkpoint root (issue 18).
+// Ranks on several workers each keep a complete checkpoint already (the trainer's
+// checkpoint_dir_shared false); a job whose ranks all run on one worker would lose every
+// step since its start with that worker. So the coordinator names a second worker, which
+// copies the job's newest checkpoint from the first after each save, in the background:
+//
+//   holder:  writes <root>/<job>/step-N/ (the trainer), reports {job, N} in its heartbeat
+//            (NewestCheckpoints), and serves it (WorkerLogService.ReadCheckpoint:
+//            SendCheckpoint)
+//   copier:  told CheckpointCopy{job, N, holder's address} in a heartbeat reply; copies
+//            it on its own thread (CheckpointCopier), so nothing waits on it, neither the
+//            trainer (it serves from disk) nor the heartbeat; reports {job, N} once complete
+//
+// A copy is verified before it exists: every file's size and FNV-1a 64 must match the
+// manifest, written atomically, the directory renamed into place and COMPLETE written
+// last, as the trainer writes one. It is a checkpoint like any other there: a restart
+// placed on that worker resumes from it.
+#ifndef NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_
+#define NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "nightshift/v1/cluster.pb.h"
+
+namespace nightshift {
+
+// Whether `id` can name a job folder: 1 to 64 of [A-Za-z0-9_-].
+bool IsJobId(const std::string& id);
+
+// Every job folder's newest complete checkpoint under `root`, by job id.
+std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root);
+
+// Sends the complete checkpoint `step_dir` as chunks of at most 1 MiB: manifest.json
+// first (with `step`), then every file it lists, in name order. `write` returns false
+// when the reader left (then Cancelled). NotFound when it has no COMPLETE marker.
+Status SendCheckpoint(const std::string& step_dir, int64_t step,
+                      const std::function<bool(const v1::ArtifactChunk&)>& write);
+
+class CheckpointCopier {
+ public:
+  struct Options {
+    std::string root;  // this worker's own checkpoint folder: <root>/<job>/step-N
+    // Whether a task of the job runs on this worker: then its trainer owns the folder and
+    // nothing is copied into it or pruned. Called from the copier's thread.
+    std::function<bool(const std::string&)> runs_here;
+    int keep = 2;  // complete checkpoints kept in a folder a copy went into
+    std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext (as log streaming)
+  };
+
+  explicit CheckpointCopier(Options options);
+  ~CheckpointCopier();  // cancels the copy in flight and joins the thread
+
+  // Queues the copy (the newest asked for per job replaces an older one) unless this
+  // worker holds that step or a later one of the job. Returns at once.
+  void Request(const v1::CheckpointCopy& copy);
+
+  // One copy on the caller's thread (what the copier's thread runs): OK when it is
+  // complete here (or a later step was already); else what failed, with nothing left
+  // behind. FailedPrecondition while the job runs here.
+  Status Copy(const v1::CheckpointCopy& copy);
+
+  int64_t copies() const;  // completed so far
+  int64_t bytes() const;   // their bytes
+
+ private:
+  void Loop();
+
+  const Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::map<std::string, v1::CheckpointCopy> queue_;  // GUARDED_BY(mu_), by job id
+  grpc::ClientContext* in_flight_ = nullptr;         // GUARDED_BY(mu_)
+  bool stop_ = false;                                // GUARDED_BY(mu_)
+  int64_t copies_ = 0, bytes_ = 0;                   // GUARDED_BY(mu_)
+  std::thread thread_;  // last: starts after everything above is constructed
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_
