@@ -40,6 +40,45 @@ std::string FindIp() {
   return "";
 }
 
+// Slow's wire when the kernel has no netem: run in the switch's namespace between host
+// i's port p<i> (out of the bridge) and a tap t<i> on the bridge.
+constexpr char kSlowWire[] = R"PY(
+# A slow wire: frames that host's port receives (what the host sends) are dropped with
+# probability LOSS and passed on DELAY_MS later to a tap on the switch; frames the switch
+# sends to the tap go to the host at once. Offloads pass through as virtio-net headers, so
+# large (GSO) frames and unfinished checksums travel as the kernel made them.
+import fcntl, heapq, os, random, select, socket, struct, sys, time
+port, tap, delay_ms, loss = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]) / 100
+TUNSETIFF, IFF_TAP, IFF_NO_PI, IFF_VNET_HDR = 0x400454CA, 0x0002, 0x1000, 0x4000
+SOL_PACKET, PACKET_VNET_HDR, PACKET_OUTGOING, ETH_P_ALL = 263, 15, 4, 3
+t = os.open("/dev/net/tun", os.O_RDWR)
+fcntl.ioctl(t, TUNSETIFF, struct.pack("16sH", tap.encode(), IFF_TAP | IFF_NO_PI | IFF_VNET_HDR))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+s.bind((port, 0))
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+rng = random.Random(1)
+due = []  # (time, seq, frame) heap
+seq = 0
+while True:
+    timeout = max(0.0, due[0][0] - time.monotonic()) if due else None
+    readable, _, _ = select.select([s, t], [], [], timeout)
+    try:  # a cut port (link down: ENETDOWN) drops what it cannot carry, as a cable would
+        if s in readable:
+            frame, addr = s.recvfrom(70000)
+            if addr[2] != PACKET_OUTGOING and rng.random() >= loss:
+                seq += 1
+                heapq.heappush(due, (time.monotonic() + delay_ms / 1000, seq, frame))
+        if t in readable:
+            s.send(os.read(t, 70000))
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            os.write(t, heapq.heappop(due)[2])
+    except OSError:
+        pass
+)PY";
+
 // The pid in a name made by Make ("nstest-<pid>-..."), or 0.
 pid_t PidOf(const std::string& name) {
   if (name.rfind(kPrefix, 0) != 0) return 0;
@@ -77,6 +116,11 @@ std::unique_ptr<TestHosts> TestHosts::Make(int n, std::string* why_not) {
 TestHosts::TestHosts(std::string ip, std::string prefix) : ip_(std::move(ip)), prefix_(std::move(prefix)) {}
 
 TestHosts::~TestHosts() {
+  for (const pid_t wire : wires_) {
+    ::kill(wire, SIGKILL);
+    ::waitpid(wire, nullptr, 0);
+  }
+  if (!wire_script_.empty()) ::unlink(wire_script_.c_str());
   for (const auto& h : hosts_) (void)Ip("netns del " + h);
   if (!switch_.empty()) (void)Ip("netns del " + switch_);
 }
@@ -142,9 +186,53 @@ Status TestHosts::Slow(int i, int delay_ms, double loss_percent) {
   const std::string cmd = ShellPrefix(i) + "tc qdisc replace dev eth0 root netem delay " + std::to_string(delay_ms) +
                           "ms loss " + std::to_string(loss_percent) + "%";
   if (Shell(cmd, &out) == 0) return Status::OK();
-  if (out.find("qdisc kind is unknown") != std::string::npos)
-    return Status::Unavailable("this kernel has no netem qdisc (sch_netem), so links cannot be slowed: " + out);
-  return Status::Unavailable("cannot slow host " + std::to_string(i) + "'s link: " + out);
+  if (out.find("qdisc kind is unknown") == std::string::npos)
+    return Status::Unavailable("cannot slow host " + std::to_string(i) + "'s link: " + out);
+  return SlowWire(i, delay_ms, loss_percent);
+}
+
+// No netem: host i's port leaves the bridge, and a user-space wire (kSlowWire) carries its
+// frames to a tap on the bridge, delaying and dropping what host i sends as netem would
+// (per frame; a large offloaded frame is one frame, as it is for netem).
+Status TestHosts::SlowWire(int i, int delay_ms, double loss_percent) {
+  const std::string port = "p" + std::to_string(i), tap = "t" + std::to_string(i);
+  if (wire_script_.empty()) {
+    wire_script_ = (fs::temp_directory_path() / (prefix_ + "-slow-wire.py")).string();
+    FILE* f = std::fopen(wire_script_.c_str(), "w");
+    if (f == nullptr) return Status::Unavailable("cannot write " + wire_script_ + ": " + std::strerror(errno));
+    std::fputs(kSlowWire, f);
+    std::fclose(f);
+  }
+  NS_RETURN_IF_ERROR(Ip("-n " + switch_ + " link set " + port + " nomaster"));
+  NS_RETURN_IF_ERROR(Ip("-n " + switch_ + " tuntap add dev " + tap + " mode tap vnet_hdr"));
+  NS_RETURN_IF_ERROR(Ip("-n " + switch_ + " link set " + tap + " master br0 up"));
+  int ready[2];
+  if (::pipe(ready) != 0) return Status::Unavailable(std::string("pipe: ") + std::strerror(errno));
+  const std::vector<std::string> argv = {ip_, "netns", "exec", switch_, "python3", wire_script_, port, tap,
+                                         std::to_string(delay_ms), std::to_string(loss_percent)};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(ready[1], STDOUT_FILENO);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(ip_.c_str(), args.data());
+    ::_exit(127);
+  }
+  ::close(ready[1]);
+  if (pid < 0) {
+    ::close(ready[0]);
+    return Status::Unavailable(std::string("fork: ") + std::strerror(errno));
+  }
+  wires_.push_back(pid);
+  char buf[16] = {0};
+  const ssize_t n = ::read(ready[0], buf, sizeof(buf) - 1);  // "ready\n" once it listens on both
+  ::close(ready[0]);
+  if (n <= 0 || std::string(buf).rfind("ready", 0) != 0)
+    return Status::Unavailable("the slow wire for host " + std::to_string(i) + " did not start (python3?)");
+  return Status::OK();
 }
 
 void TestHosts::RemoveStale() {

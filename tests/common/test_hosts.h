@@ -11,6 +11,8 @@
 #ifndef NIGHTSHIFT_TESTS_COMMON_TEST_HOSTS_H_
 #define NIGHTSHIFT_TESTS_COMMON_TEST_HOSTS_H_
 
+#include <sys/types.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,8 +51,10 @@ class TestHosts {
   // sent to it is dropped, silently, until Heal. Processes and sockets stay as they are.
   Status Cut(int i);
   Status Heal(int i);
-  // Adds `delay_ms` and `loss_percent` to everything host i sends (netem on its eth0).
-  // Unavailable, saying so, when the kernel has no netem qdisc.
+  // Adds `delay_ms` and `loss_percent` to everything host i sends: netem on its eth0, or,
+  // on a kernel without the netem qdisc, a user-space wire at the switch that does the
+  // same per frame (python3 in the switch's namespace, stopped by the destructor). Once
+  // per host; Cut and Heal still work on a slowed host.
   Status Slow(int i, int delay_ms, double loss_percent);
 
   // Removes the namespaces of test processes that are gone. Make calls it.
@@ -60,11 +64,14 @@ class TestHosts {
   TestHosts(std::string ip, std::string prefix);
   Status Build(int n);  // the switch, then each host cabled to it
   Status Ip(const std::string& args) const;  // runs `ip ARGS`; errors carry its output
+  Status SlowWire(int i, int delay_ms, double loss_percent);  // Slow without netem
 
   const std::string ip_;      // path of the ip binary
   const std::string prefix_;  // nstest-<pid>-<n>
   std::string switch_;        // the switch's namespace, once made
   std::vector<std::string> hosts_;  // each host's namespace, in order
+  std::vector<pid_t> wires_;        // Slow's user-space wires, killed by the destructor
+  std::string wire_script_;         // their program, written once
 };
 
 }  // namespace nightshift::testing

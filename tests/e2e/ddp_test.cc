@@ -112,6 +112,9 @@ TEST(DdpE2eTest, TwoRanksWithoutSharedStorageSurviveARankKillAndTheLossOfRankZer
   const pid_t rank0_trainer = Cluster::FindProcess({"nightshift-trainer", cluster.dir() + "/" + rank0 + "/jobs/" + id});
   cluster.worker(static_cast<size_t>(rank0[1] - '1')).Kill(SIGKILL);
   if (rank0_trainer > 0) ::kill(rank0_trainer, SIGKILL);
+  const auto worker_killed_at = std::chrono::steady_clock::now();
+  job = cluster.WaitFor(id, 60, [](const v1::Job& j) { return ResumedStep(j, 2) >= 0 || IsTerminal(j.state()); });
+  const double to_resume = std::chrono::duration<double>(std::chrono::steady_clock::now() - worker_killed_at).count();
 
   v1::Job done = cluster.WaitForEnd(id, 300);
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << " / " << done.error();
@@ -122,6 +125,12 @@ TEST(DdpE2eTest, TwoRanksWithoutSharedStorageSurviveARankKillAndTheLossOfRankZer
   EXPECT_EQ(done.checkpoint_step(), 120);
   EXPECT_TRUE(FinalWeights(cluster, done) == reference_weights)
       << "the interrupted run's final weights differ from the uninterrupted run's";
+  std::printf("ddp without shared storage: rank 1 killed -> attempt 1 %.1f s later, resumed from step %lld; "
+              "rank 0's worker %s killed at checkpoint %lld -> attempt 2 resumed from step %lld %.1f s later; "
+              "SUCCEEDED with the uninterrupted run's weights: %s\n",
+              to_restart, static_cast<long long>(ResumedStep(done, 1)), rank0.c_str(),
+              static_cast<long long>(checkpoint_at_kill), static_cast<long long>(ResumedStep(done, 2)), to_resume,
+              FinalWeights(cluster, done) == reference_weights ? "yes" : "no");
 
   // Both ranks of the last attempt resumed from the same step, each from its own disk.
   std::vector<std::string> resumed;

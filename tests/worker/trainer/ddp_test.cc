@@ -423,18 +423,24 @@ std::vector<torch::Tensor> NewestParameters(const TrainConfig& c, const std::str
   return params;
 }
 
-// Issue 18: ranks without a shared checkpoint folder resume from the newest checkpoint
-// any of them holds. Rank 0's disk has step 3, rank 1's step 6 (rank 0's worker was
-// replaced, rank 1 sits where rank 0 once ran): both resume from 6, rank 0 receives it
-// over the group and keeps it, and the run ends bit-identical to an uninterrupted one.
-TEST_F(DdpTest, RanksWithoutSharedStorageResumeFromTheNewestCheckpointAnyHolds) {
-  const std::string dir = testing::FreshDir("ddp_no_shared");
+// Two ranks of a small run that checkpoints every 3 steps and keeps them all.
+TrainConfig CheckpointingTwoRanks(const std::string& dir) {
   TrainConfig c = testing::TinyConfig(dir, /*n_train=*/96);
   c.data_parallel.world_size = 2;
   c.data_parallel.timeout_seconds = 60;
   c.checkpoint.every_steps = 3;
   c.checkpoint.keep_last = 10;
   c.model.dropout = 0;  // both ranks are threads of this process: they would share one CPU generator
+  return c;
+}
+
+// Issue 18: ranks without a shared checkpoint folder resume from the newest checkpoint
+// any of them holds. Rank 0's disk has step 3, rank 1's step 6 (rank 0's worker was
+// replaced, rank 1 sits where rank 0 once ran): both resume from 6, rank 0 receives it
+// over the group and keeps it, and the run ends bit-identical to an uninterrupted one.
+TEST_F(DdpTest, RanksWithoutSharedStorageResumeFromTheNewestCheckpointAnyHolds) {
+  const std::string dir = testing::FreshDir("ddp_no_shared");
+  TrainConfig c = CheckpointingTwoRanks(dir);
   TrainTwoRanks(c, {dir + "/shared", dir + "/shared"});
   const std::vector<torch::Tensor> uninterrupted = NewestParameters(c, dir + "/shared");
 
@@ -462,12 +468,7 @@ TEST_F(DdpTest, RanksWithoutSharedStorageResumeFromTheNewestCheckpointAnyHolds) 
 // an uninterrupted run.
 TEST_F(DdpTest, EveryWorkerKeepsItsOwnCompleteCheckpointsAndAnyOneResumesTheJob) {
   const std::string dir = testing::FreshDir("ddp_own_disks");
-  TrainConfig c = testing::TinyConfig(dir, /*n_train=*/96);
-  c.data_parallel.world_size = 2;
-  c.data_parallel.timeout_seconds = 60;
-  c.checkpoint.every_steps = 3;
-  c.checkpoint.keep_last = 10;
-  c.model.dropout = 0;  // both ranks are threads of this process: they would share one CPU generator
+  TrainConfig c = CheckpointingTwoRanks(dir);
   c.checkpoint_dir_shared = false;
   TrainTwoRanks(c, {dir + "/rank0", dir + "/rank1"});
   const std::vector<std::string> kept0 = CheckpointManager(CheckpointOptions{dir + "/rank0"}).ListComplete();
