@@ -142,6 +142,7 @@ class Coordinator {
   Status ReportTask(const std::string& worker, const v1::TaskStatus& status);
 
   CoordinatorStats Stats() const;
+  double lease_seconds() const { return options_.lease_seconds; }
 
   // The job's metric history (every evaluation, the downsampled training curve), per
   // attempt; empty attempts before the first report.

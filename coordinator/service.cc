@@ -232,6 +232,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
   auto interval_ms = c_->Register(worker);
   if (!interval_ms.ok()) return timer.Done(ToGrpc(interval_ms.status()));
   out->set_heartbeat_interval_ms(interval_ms.value());
+  out->set_lease_ms(static_cast<int32_t>(c_->lease_seconds() * 1000));
   return timer.Done(grpc::Status::OK);
 }
 

@@ -1,5 +1,6 @@
 #include "worker/agent.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -74,6 +75,7 @@ bool Agent::Register() {
   }
   register_failures_ = 0;
   if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
+  if (resp.lease_ms() > 0) coordinator_->SetDeadline(CallDeadline(resp.lease_ms()));
   NS_INFO("worker " << options_.name << ": registered with " << options_.coordinator << ", "
                     << Slots() << " slots");
   return true;
@@ -186,6 +188,10 @@ void Agent::ReportTasks() {
     gpu_allocator_.Release(done->gpus());
     done.reset();  // joins the task's thread (already finished)
   }
+}
+
+std::chrono::milliseconds CallDeadline(int lease_ms) {
+  return std::chrono::milliseconds(std::clamp(lease_ms / 2, 1000, 30000));
 }
 
 int Agent::Slots() const {

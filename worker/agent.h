@@ -24,6 +24,10 @@
 
 namespace nightshift {
 
+// How long each call to the coordinator may take given its lease: half of it, 1 to 30 s.
+// A call that would take longer ends and the next heartbeat tries again, still in the lease.
+std::chrono::milliseconds CallDeadline(int lease_ms);
+
 class Agent {
  public:
   // `cache` is not owned and outlives the agent.

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "common/client.h"
@@ -14,7 +15,7 @@ namespace {
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
   GrpcCoordinatorClient(const std::shared_ptr<grpc::Channel>& channel, int deadline_seconds)
-      : stub_(v1::WorkerService::NewStub(channel)), deadline_seconds_(deadline_seconds) {}
+      : stub_(v1::WorkerService::NewStub(channel)), deadline_ms_(int64_t{deadline_seconds} * 1000) {}
 
   Status Register(const v1::RegisterRequest& request, v1::RegisterResponse* response) override {
     grpc::ClientContext ctx;
@@ -28,15 +29,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext ctx;
     return FromGrpc(stub_->ReportTask(WithDeadline(&ctx), request, response));
   }
+  void SetDeadline(std::chrono::milliseconds deadline) override { deadline_ms_ = deadline.count(); }
 
  private:
   grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx) const {
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_seconds_));
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms_.load()));
     return ctx;
   }
 
   const std::unique_ptr<v1::WorkerService::Stub> stub_;
-  const int deadline_seconds_;
+  std::atomic<int64_t> deadline_ms_;
 };
 
 }  // namespace

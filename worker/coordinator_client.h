@@ -7,6 +7,8 @@
 
 #include <memory>
 
+#include <chrono>
+
 #include "common/status.h"
 #include "nightshift/v1/cluster.pb.h"
 #include "worker/worker_options.h"
@@ -20,11 +22,13 @@ class CoordinatorClient {
   // NOT_FOUND: the coordinator does not know this worker (it restarted): register again.
   virtual Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) = 0;
   virtual Status ReportTask(const v1::ReportTaskRequest& request, v1::ReportTaskResponse* response) = 0;
+  // Each later call waits at most this long (the agent sets it from the coordinator's lease).
+  virtual void SetDeadline(std::chrono::milliseconds deadline) = 0;
 };
 
 // gRPC to options.coordinator with its TLS and token (a token file or certificate that
 // cannot be read is an error naming it). Connects lazily; each call waits at most
-// `deadline_seconds`.
+// `deadline_seconds` until SetDeadline.
 StatusOr<std::unique_ptr<CoordinatorClient>> ConnectToCoordinator(const WorkerOptions& options,
                                                                    int deadline_seconds = 5);
 

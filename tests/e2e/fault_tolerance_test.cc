@@ -1,8 +1,7 @@
 // Fault tolerance end to end (issue 6), with the real binaries on loopback: SIGKILL of
 // a trainer, of a worker and of the coordinator in the middle of a job; a burst of
 // submissions with the coordinator killed during it; preemption by a higher-priority
-// job; a hung trainer detected as STUCK and restarted; a one-rank job's worker killed
-// without shared storage (issue 18). Jobs checkpoint every 10 steps (that one every 3 s),
+// job; a hung trainer detected as STUCK and restarted. Jobs checkpoint every 10 steps,
 // and no failure may cost more than that.
 #include <gtest/gtest.h>
 
@@ -12,7 +11,6 @@
 #include <set>
 #include <sstream>
 
-#include "common/format/checkpoint_layout.h"
 #include "tests/e2e/cluster.h"
 
 namespace nightshift::testing_e2e {
@@ -20,14 +18,13 @@ namespace {
 
 constexpr int kCheckpointEvery = 10;
 
-std::string Spec(const std::string& data, int max_steps, int priority = 0, const std::string& extra = "",
-                 const std::string& checkpoint = "{every_steps: " + std::to_string(kCheckpointEvery) + ", keep_last: 2}") {
+std::string Spec(const std::string& data, int max_steps, int priority = 0, const std::string& extra = "") {
   return "name: e2e-ft\n"
          "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
          "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
          "train: {epochs: 1000, max_steps: " + std::to_string(max_steps) +
          ", lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
-         "checkpoint: " + checkpoint + "\n"
+         "checkpoint: {every_steps: " + std::to_string(kCheckpointEvery) + ", keep_last: 2}\n"
          "priority: " + std::to_string(priority) + "\n" + extra;
 }
 
@@ -107,61 +104,6 @@ TEST_F(FaultToleranceTest, WorkerKilledMidJob) {
     if (trainer > 0) ::kill(trainer, SIGKILL);
   }, /*resumes=*/1, /*workers=*/2);
   EXPECT_EQ(last_.restarts(), 1);
-}
-
-// Issue 18: two workers with their own disks (no shared checkpoint root) and a one-rank
-// job. The coordinator has the other worker copy each checkpoint; killing the job's
-// worker (and its trainer with it) resumes the job there from that copy, which is the
-// newest checkpoint the killed worker had: nothing past one interval is redone.
-TEST_F(FaultToleranceTest, WorkerKilledWithoutSharedStorageResumesFromTheCopy) {
-  Cluster cluster("ft-copy");
-  const std::string data = cluster.MakeData(60);
-  cluster.StartCoordinator();
-  cluster.UseOwnDisks();
-  cluster.StartWorker("w1", 1);
-  cluster.StartWorker("w2", 1);
-  v1::Job job;
-  // Every 3 s: longer than a copy takes (a heartbeat, the holder's rescan, the transfer).
-  ASSERT_TRUE(cluster.Submit(Spec(data, 1500, 0, "restart: {max_restarts: 2}\n", "{every_steps: 0, every_seconds: 3}"),
-                             &job).ok());
-  const std::string id = job.id();
-  job = cluster.WaitFor(id, 40, Running);
-  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
-  const std::string holder = job.placements(0).worker(), other = holder == "w1" ? "w2" : "w1";
-  const std::string held_dir = cluster.dir() + "/" + holder + "/checkpoints/" + id;
-  const std::string copy_dir = cluster.dir() + "/" + other + "/checkpoints/" + id;
-  // Kill the holder right after the other worker has a copy of its newest checkpoint.
-  int64_t copied = -1;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (copied < 0 && std::chrono::steady_clock::now() < deadline) {
-    const std::vector<int64_t> held = format::CompleteSteps(held_dir), copies = format::CompleteSteps(copy_dir);
-    if (!held.empty() && !copies.empty() && copies.back() == held.back()) copied = copies.back();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_GT(copied, 0) << "no copy of " << held_dir << " reached " << other;
-  ASSERT_TRUE(cluster.Get(id, &job).ok());
-  ASSERT_EQ(job.state(), v1::RUNNING) << "the job ended before the kill; make it longer";
-  const pid_t trainer = cluster.TrainerOf(id);
-  cluster.worker(holder == "w1" ? 0 : 1).Kill(SIGKILL);
-  if (trainer > 0) ::kill(trainer, SIGKILL);
-  const auto killed = std::chrono::steady_clock::now();
-  const int64_t newest_at_kill = format::CompleteSteps(held_dir).back();
-
-  job = cluster.WaitFor(id, 60, [](const v1::Job& j) { return Ended(j) || (Running(j) && j.attempt() == 1); });
-  const double back = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  job = cluster.WaitFor(id, 120, Ended);
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << " / " << job.error();
-  EXPECT_EQ(job.attempt(), 1);
-  EXPECT_EQ(job.placements(0).worker(), other);
-  int64_t resumed = -1;
-  for (const auto& e : job.events())
-    if (e.reason().rfind("attempt 1 resumed from step ", 0) == 0) resumed = e.step();
-  EXPECT_EQ(resumed, copied) << "attempt 1 did not resume from the copy";
-  EXPECT_EQ(resumed, newest_at_kill) << "the killed worker had a newer checkpoint than the copy";
-  std::printf("ft-copy: copy of step %lld on %s; %s killed; running again after %.1f s; resumed from step %lld; "
-              "final checkpoint %lld\n",
-              static_cast<long long>(copied), other.c_str(), holder.c_str(), back, static_cast<long long>(resumed),
-              static_cast<long long>(job.checkpoint_step()));
 }
 
 TEST_F(FaultToleranceTest, CoordinatorKilledMidJob) {

@@ -24,8 +24,10 @@
 // nothing, so only the coordinator's stop order after the heal can remove it; the worker
 // sends SIGCONT after the SIGTERM, so it goes at once).
 // A third case cuts the coordinator's host from every worker for 90 s instead: nobody is
-// declared lost, and the job ends SUCCEEDED as attempt 0. Two more run a world_size 2
-// job across two hosts: one host cut from its peer mid-job, and a slow, lossy link.
+// declared lost, and the job ends SUCCEEDED as attempt 0. More run a world_size 2 job
+// across hosts: one host cut from its peer mid-job, a slow and lossy link, and workers
+// without shared storage losing a rank and then rank 0's whole worker; and a one-rank
+// job's worker killed without shared storage resumes from the copy on the other.
 // The test process stays outside the hosts: it reads the job with `nightshift job
 // describe -o json` run inside the coordinator's host, and the checkpoints on the
 // shared disk directly.
@@ -42,6 +44,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/format/checkpoint_layout.h"
 #include "tests/common/test_hosts.h"
 #include "tests/e2e/cluster.h"
 
@@ -406,6 +409,169 @@ TEST_F(PartitionE2eTest, ARankCutFromItsPeerFailsBothWithinTheTimeoutAndTheJobRe
 // would report (the job may finish meanwhile: its result waits for the heal), the
 // coordinator declares nobody lost (--outage-grace-seconds, 600 by default), and the job
 // ends SUCCEEDED as attempt 0, without a restart.
+// The step attempt `attempt` resumed from, as the job's events say (-1: none yet).
+int64_t ResumedStep(const v1::Job& job, int attempt) {
+  for (const auto& ev : job.events())
+    if (ev.attempt() == attempt && ev.reason().rfind("attempt " + std::to_string(attempt) + " resumed from step", 0) == 0)
+      return ev.step();
+  return -1;
+}
+
+std::string WorkerOfRank(const v1::Job& job, int rank) {
+  for (const auto& p : job.placements())
+    if (rank >= p.first_rank() && rank < p.first_rank() + p.num_ranks()) return p.worker();
+  return "";
+}
+
+// The job's exported weights (model.safetensors of its final model folder, on the disk
+// of the worker that wrote it).
+std::string FinalWeights(Cluster& cluster, const v1::Job& job) {
+  return ReadAll(cluster.dir() + "/" + job.model().worker() + "/checkpoints/" + job.id() + "/model/model.safetensors");
+}
+
+// No shared storage, a one-rank job on one of two worker hosts. The coordinator has the
+// other worker copy each checkpoint from it (across the hosts' network); killing the
+// job's worker (its trainer dies with it) resumes the job there from that copy, which is
+// the newest checkpoint the killed worker had: nothing past one interval is redone.
+TEST_F(PartitionE2eTest, AOneRankJobsWorkerKilledWithoutSharedStorageResumesFromTheCopy) {
+  Cluster cluster("copy");
+  cluster.UseHosts(hosts_.get(), kCoordinatorHost);
+  cluster.UseOwnDisks();
+  const std::string data = cluster.MakeData(60);
+  cluster.StartCoordinator();
+  for (int i = 1; i <= 2; ++i) cluster.StartWorker("w" + std::to_string(i), 1, {}, {}, i);
+  // Checkpoints every 3 s: longer than a copy takes (a heartbeat, the holder's rescan, the transfer).
+  const std::string id = Submit(
+      cluster, "name: e2e-copy\n"
+               "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+               "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+               "train: {epochs: 1000, max_steps: 1500, lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
+               "checkpoint: {every_steps: 0, every_seconds: 3}\n"
+               "restart: {max_restarts: 2}\n");
+  ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
+  v1::Job job = WaitFor(cluster, id, 60, [](const v1::Job& j) { return IsTerminal(j.state()) || j.state() == v1::RUNNING; });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  const std::string holder = job.placements(0).worker(), other = holder == "w1" ? "w2" : "w1";
+  const std::string held_dir = cluster.dir() + "/" + holder + "/checkpoints/" + id;
+  const std::string copy_dir = cluster.dir() + "/" + other + "/checkpoints/" + id;
+  // Kill the holder right after the other worker has a copy of its newest checkpoint.
+  int64_t copied = -1;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (copied < 0 && Clock::now() < deadline) {
+    const std::vector<int64_t> held = format::CompleteSteps(held_dir), copies = format::CompleteSteps(copy_dir);
+    if (!held.empty() && !copies.empty() && copies.back() == held.back()) copied = copies.back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(copied, 0) << "no copy of " << held_dir << " reached " << other;
+  const pid_t trainer = cluster.TrainerOf(id);
+  cluster.worker(holder == "w1" ? 0 : 1).Kill(SIGKILL);
+  if (trainer > 0) ::kill(trainer, SIGKILL);
+  const auto killed = Clock::now();
+  const int64_t newest_at_kill = format::CompleteSteps(held_dir).back();
+
+  job = WaitFor(cluster, id, 60, [](const v1::Job& j) { return IsTerminal(j.state()) || ResumedStep(j, 1) >= 0; });
+  const double back = SecondsSince(killed);
+  job = WaitFor(cluster, id, 120, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << " / " << job.error();
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.placements(0).worker(), other);
+  EXPECT_EQ(ResumedStep(job, 1), copied) << "attempt 1 did not resume from the copy";
+  EXPECT_EQ(ResumedStep(job, 1), newest_at_kill) << "the killed worker had a newer checkpoint than the copy";
+  std::printf("recovery (one-rank job, worker killed, no shared storage): copy of step %lld on %s; resumed from "
+              "step %lld %.1f s after the kill; final checkpoint %lld\n",
+              static_cast<long long>(copied), other.c_str(), static_cast<long long>(ResumedStep(job, 1)), back,
+              static_cast<long long>(job.checkpoint_step()));
+}
+
+// Data parallelism without shared storage: three one-slot workers, each with its own disk
+// (w1 and w2 on hosts of their own, w3 beside the coordinator). An uninterrupted run
+// first; then the same job with rank 1's trainer SIGKILLed, and later the whole worker of
+// rank 0 (the daemon, and its trainer with it). Each time the job resumes from the newest
+// checkpoint a surviving rank holds (every worker's first rank writes one; a new worker
+// receives it over the process group), and it ends with the uninterrupted run's weights,
+// bit for bit. A job larger than the cluster waits with its reason and blocks nobody.
+TEST_F(PartitionE2eTest, DdpWithoutSharedStorageSurvivesARankKillAndTheLossOfRankZerosWorker) {
+  Cluster cluster("ddp");
+  cluster.UseHosts(hosts_.get(), kCoordinatorHost);
+  cluster.UseOwnDisks();
+  const std::string data = cluster.MakeData(150);
+  // The default backoff (1 s): the restart after rank 0's worker died goes where it is
+  // not, as the dead worker has been silent for more than two heartbeats by then.
+  cluster.StartCoordinator({"--restart-backoff-seconds", "1"});
+  const int host_of[3] = {1, 2, kCoordinatorHost};
+  for (int i = 0; i < 3; ++i)  // Gloo binds where the peers can reach it: the host's eth0
+    cluster.StartWorker("w" + std::to_string(i + 1), 1, {{"GLOO_SOCKET_IFNAME", "eth0"}}, {}, host_of[i]);
+  const auto ddp = [&](int world_size) {
+    return "name: e2e-ddp\n"
+           "model: {arch: transformer_classifier, layers: 2, d_model: 64, heads: 2, ffn: 128, dropout: 0.1, max_len: 48}\n"
+           "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+           "train: {epochs: 200, max_steps: 120, lr: 0.003, warmup_steps: 5, seed: 7, batching: {batch_size: 16}, threads: 1}\n"
+           "resources: {world_size: " + std::to_string(world_size) + ", timeout_seconds: 10, bucket_mb: 1}\n"
+           "checkpoint: {every_steps: 10, keep_last: 2}\n"
+           "restart: {max_restarts: 2}\n";
+  };
+  const std::string big = Submit(cluster, ddp(4));
+  ASSERT_EQ(big.rfind("j-", 0), 0u) << big;
+  const std::string reference_id = Submit(cluster, ddp(2));
+  const v1::Job reference = WaitFor(cluster, reference_id, 300, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  ASSERT_EQ(reference.state(), v1::SUCCEEDED) << reference.reason() << " / " << reference.error();
+  const std::string reference_weights = FinalWeights(cluster, reference);
+  ASSERT_FALSE(reference_weights.empty());
+
+  const std::string id = Submit(cluster, ddp(2));
+  ASSERT_EQ(id.rfind("j-", 0), 0u) << id;
+  // Running attempt `attempt` with a checkpoint of its own.
+  const auto checkpointed = [](int attempt) {
+    return [attempt](const v1::Job& j) {
+      const int64_t past = attempt == 0 ? 0 : ResumedStep(j, attempt);
+      return IsTerminal(j.state()) ||
+             (j.state() == v1::RUNNING && j.attempt() == attempt && past >= 0 && j.checkpoint_step() > past);
+    };
+  };
+  v1::Job job = WaitFor(cluster, id, 240, checkpointed(0));
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  ASSERT_EQ(job.placements_size(), 2) << "the 2 ranks should be on two workers";
+  const std::string attempt0 = cluster.dir() + "/" + WorkerOfRank(job, 1) + "/jobs/" + id + "/attempt-0/";
+  const pid_t victim = Cluster::FindProcess({"nightshift-trainer", attempt0});
+  ASSERT_GT(victim, 0) << "no trainer under " << attempt0;
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto rank_killed = Clock::now();
+  job = WaitFor(cluster, id, 60, [](const v1::Job& j) { return IsTerminal(j.state()) || ResumedStep(j, 1) >= 0; });
+  const double to_resume1 = SecondsSince(rank_killed);
+  ASSERT_GE(ResumedStep(job, 1), kCheckpointEvery / 5) << job.reason();
+
+  job = WaitFor(cluster, id, 240, checkpointed(1));
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
+  const int64_t checkpoint_at_kill = job.checkpoint_step();
+  const std::string rank0 = WorkerOfRank(job, 0);
+  const pid_t rank0_trainer = Cluster::FindProcess({"nightshift-trainer", cluster.dir() + "/" + rank0 + "/jobs/" + id});
+  cluster.worker(static_cast<size_t>(rank0[1] - '1')).Kill(SIGKILL);
+  if (rank0_trainer > 0) ::kill(rank0_trainer, SIGKILL);
+  const auto worker_killed = Clock::now();
+  job = WaitFor(cluster, id, 60, [](const v1::Job& j) { return IsTerminal(j.state()) || ResumedStep(j, 2) >= 0; });
+  const double to_resume2 = SecondsSince(worker_killed);
+
+  const v1::Job done = WaitFor(cluster, id, 300, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << " / " << done.error();
+  EXPECT_EQ(done.restarts(), 2) << "the restart after the worker loss went back to it";
+  EXPECT_GE(ResumedStep(done, 2), checkpoint_at_kill) << "attempt 2 did not resume from the newest checkpoint";
+  for (const auto& p : done.placements()) EXPECT_NE(p.worker(), rank0);
+  EXPECT_EQ(done.checkpoint_step(), 120);
+  const bool same = FinalWeights(cluster, done) == reference_weights;
+  EXPECT_TRUE(same) << "the interrupted run's final weights differ from the uninterrupted run's";
+  std::printf("recovery (DDP without shared storage): rank 1 killed -> attempt 1 resumed from step %lld %.1f s "
+              "later; rank 0's worker %s killed at checkpoint %lld -> attempt 2 resumed from step %lld %.1f s later; "
+              "SUCCEEDED with the uninterrupted run's weights: %s\n",
+              static_cast<long long>(ResumedStep(done, 1)), to_resume1, rank0.c_str(),
+              static_cast<long long>(checkpoint_at_kill), static_cast<long long>(ResumedStep(done, 2)), to_resume2,
+              same ? "yes" : "no");
+
+  v1::Job waiting;
+  ASSERT_TRUE(Describe(cluster, big, &waiting));
+  EXPECT_EQ(waiting.state(), v1::QUEUED);
+  EXPECT_NE(waiting.reason().find("needs 4 slots; the cluster has"), std::string::npos) << waiting.reason();
+}
+
 // Data parallelism across a slow link: 200 ms added to everything host 2 sends, and 5%
 // of it lost (netem, or the test hosts' user-space wire where the kernel has none). The
 // worker there registers, heartbeats, streams its rank's log and joins the rendezvous
@@ -423,9 +589,6 @@ TEST_F(PartitionE2eTest, DdpAcrossASlowLossyLinkEndsWithTheLoopbackWeights) {
     std::string yaml = spec_text;
     return yaml.replace(yaml.find("DATA"), 4, data);
   };
-  auto weights = [](Cluster& c, const v1::Job& job) {
-    return ReadAll(c.dir() + "/" + job.model().worker() + "/checkpoints/" + job.id() + "/model/model.safetensors");
-  };
   std::string loopback_weights;
   {
     Cluster loopback("slow-link-reference");
@@ -438,7 +601,7 @@ TEST_F(PartitionE2eTest, DdpAcrossASlowLossyLinkEndsWithTheLoopbackWeights) {
     ASSERT_TRUE(loopback.Submit(spec_for(data), &job).ok());
     job = loopback.WaitForEnd(job.id(), 120);
     ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << " / " << job.error();
-    loopback_weights = weights(loopback, job);
+    loopback_weights = FinalWeights(loopback, job);
     ASSERT_FALSE(loopback_weights.empty());
   }
 
@@ -457,7 +620,7 @@ TEST_F(PartitionE2eTest, DdpAcrossASlowLossyLinkEndsWithTheLoopbackWeights) {
   EXPECT_EQ(job.attempt(), 0);
   EXPECT_EQ(job.restarts(), 0);
   for (const auto& ev : job.events()) EXPECT_EQ(ev.reason().find("lost"), std::string::npos) << ev.reason();
-  EXPECT_TRUE(weights(cluster, job) == loopback_weights) << "the weights differ from the loopback run's";
+  EXPECT_TRUE(FinalWeights(cluster, job) == loopback_weights) << "the weights differ from the loopback run's";
 
   // The slow host's rank log, relayed by the coordinator from its worker over that link.
   int slow_rank = -1;

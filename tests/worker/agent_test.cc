@@ -115,6 +115,17 @@ TEST_F(AgentTest, RegistersUntilItCanAndAgainWhenTheCoordinatorForgetsIt) {
   EXPECT_EQ(fake_->heartbeats.size(), 5u);
 }
 
+// The coordinator's lease sets how long each call may take: half of it, 1 to 30 s, so a
+// call stuck on a slow link ends while a later heartbeat can still keep the lease.
+TEST_F(AgentTest, CallsWaitAtMostHalfTheCoordinatorsLease) {
+  auto agent = NewAgent();
+  fake_->register_response.set_lease_ms(5000);
+  agent->RunOnce();
+  EXPECT_EQ(fake_->deadline, std::chrono::milliseconds(2500));
+  EXPECT_EQ(CallDeadline(600), std::chrono::milliseconds(1000));
+  EXPECT_EQ(CallDeadline(600000), std::chrono::milliseconds(30000));
+}
+
 TEST_F(AgentTest, CacheEvictionsAreCarriedOutAndTheNextHeartbeatReportsThem) {
   PrepOptions a, b;
   a.path = b.path = dir_ + "/data";

@@ -42,6 +42,8 @@ class FakeCoordinatorClient : public CoordinatorClient {
     reports.push_back(request);
     return Next(&report_statuses);
   }
+  void SetDeadline(std::chrono::milliseconds d) override { deadline = d; }
+  std::chrono::milliseconds deadline{0};  // the last SetDeadline (0: never called)
 
  private:
   static Status Next(std::deque<Status>* queue) {
