@@ -309,7 +309,11 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const s
   if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
     return Status::NotFound("worker " + name + " is not registered");
   WorkerEntry& worker = wit->second;
-  worker.last_seen = clock_->Now();
+  const Clock::TimePoint now = clock_->Now();
+  const double gap = std::chrono::duration<double>(now - worker.last_seen).count();
+  worker.heartbeat_gap_seconds =
+      worker.heartbeat_gap_seconds == 0 ? gap : 0.8 * worker.heartbeat_gap_seconds + 0.2 * gap;
+  worker.last_seen = now;
   *worker.info.mutable_last_heartbeat() = NowTimestamp();
   worker.info.clear_tasks();
   if (cache != nullptr) worker.cache = *cache;
@@ -328,7 +332,7 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const s
   }
   for (auto& [id, entry] : jobs_) Reconcile(name, reported.count({id, entry.job.attempt()}) > 0, &entry, &reply);
   NS_RETURN_IF_ERROR(store_error_);  // a change this heartbeat caused was not written: not acknowledged
-  AddCheckpointCopies(name, &reply);
+  AddCheckpointCopies(name, now, &reply);
   return reply;
 }
 
@@ -345,23 +349,28 @@ std::vector<std::string> Coordinator::NewestHolders(const std::string& job_id) c
   return holders;
 }
 
-void Coordinator::AddCheckpointCopies(const std::string& target, HeartbeatReply* reply) const {
-  const WorkerEntry& me = workers_.at(target);
-  if (me.info.cordoned()) return;
+void Coordinator::AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply) const {
   for (const auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;
     if (job.state() != v1::RUNNING || job.placements_size() != 1) continue;
-    if (job.spec().resources().device() == "cuda" && me.info.gpus_size() == 0) continue;  // could not resume here
     const std::string& source = job.placements(0).worker();
     auto src = workers_.find(source);
-    if (source == target || src == workers_.end() || src->second.info.state() != v1::WORKER_READY) continue;
+    if (source == target || src == workers_.end() || src->second.info.state() != v1::WORKER_READY ||
+        src->second.info.log_address().empty())
+      continue;
     auto newest = src->second.held.find(id);
     if (newest == src->second.held.end()) continue;
+    // Where the job could resume: ready, uncordoned, not late, with GPUs for a cuda job.
+    const bool cuda = job.spec().resources().device() == "cuda";
+    const auto could_resume = [&](const WorkerEntry& w) {
+      return w.info.state() == v1::WORKER_READY && !w.info.cordoned() && !Late(w, now) &&
+             (!cuda || w.info.gpus_size() > 0);
+    };
     // The one other worker that keeps a copy (std::map: by name, so the first on ties).
     const std::string* chosen = nullptr;
     int64_t chosen_step = -1;
     for (const auto& [name, w] : workers_) {
-      if (name == source || w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
+      if (name == source || !could_resume(w)) continue;
       auto it = w.held.find(id);
       const int64_t step = it == w.held.end() ? 0 : it->second;
       if (step > chosen_step) chosen = &name, chosen_step = step;
@@ -614,7 +623,13 @@ struct Coordinator::Snapshot {
   std::vector<SchedJob> pending;
   std::vector<SchedWorker> workers;
   std::vector<SchedRunning> running;
+  bool any_late = false;  // some ready worker is Late
 };
+
+bool Coordinator::Late(const WorkerEntry& w, Clock::TimePoint now) const {
+  const double limit = std::max(2 * options_.heartbeat_interval_ms / 1000.0, 3 * w.heartbeat_gap_seconds);
+  return now - w.last_seen > Seconds(std::min(limit, options_.lease_seconds / 2));
+}
 
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -631,7 +646,7 @@ void Coordinator::Tick() {
   Snapshot snapshot = SnapshotForScheduler(now);
   if (snapshot.pending.empty()) return;
   ScheduleOptions sched_options;
-  sched_options.preemption = options_.preemption;
+  sched_options.preemption = options_.preemption && !snapshot.any_late;
   ApplySchedule(Schedule(std::move(snapshot.pending), std::move(snapshot.workers), snapshot.running, sched_options));
 }
 
@@ -715,14 +730,16 @@ Coordinator::Snapshot Coordinator::SnapshotForScheduler(Clock::TimePoint now) co
     j.holders = NewestHolders(id);
     s.pending.push_back(std::move(j));
   }
-  // A worker silent for two heartbeats (half a second at least) is not lost yet, but gets
-  // no new work: when a rank failed because its peer's worker died, the restart (after
-  // the restart backoff, a second by default) must not go back there.
-  const Clock::Duration silent = std::chrono::duration_cast<Clock::Duration>(
-      std::chrono::milliseconds(std::max(500, 2 * options_.heartbeat_interval_ms)));
+  // A late worker (Late) is not lost yet, but its free slots are offered to nobody: when a
+  // rank failed because its peer's worker died, the restart (after the restart backoff, a
+  // second by default) must not go back there. Its slots still count in the totals, and
+  // nobody is preempted while a worker is late (its free slots may be back in a moment).
   for (const auto& [name, w] : workers_) {
-    if (w.info.state() != v1::WORKER_READY || w.info.cordoned() || now - w.last_seen > silent) continue;
-    s.workers.push_back({name, w.info.slots(), std::max(0, w.info.slots() - UsedSlots(name)), w.info.gpus_size() > 0});
+    if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
+    const bool late = Late(w, now);
+    s.any_late |= late;
+    s.workers.push_back({name, w.info.slots(), late ? 0 : std::max(0, w.info.slots() - UsedSlots(name)),
+                         w.info.gpus_size() > 0});
   }
   for (const auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;

@@ -202,6 +202,7 @@ class Coordinator {
     std::vector<std::string> evict_keys;   // queued for the next heartbeat
     bool evict_all = false;
     std::map<std::string, int64_t> held;   // job id -> newest checkpoint on its disk
+    double heartbeat_gap_seconds = 0;      // its usual time between heartbeats (moving average)
   };
 
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
@@ -217,7 +218,10 @@ class Coordinator {
   // The ready workers whose own disk holds the job's newest checkpoint (none reported: empty).
   std::vector<std::string> NewestHolders(const std::string& job_id) const;
   // The copies `worker` should make (see Heartbeat), added to reply->copy_checkpoints.
-  void AddCheckpointCopies(const std::string& worker, HeartbeatReply* reply) const;
+  void AddCheckpointCopies(const std::string& worker, Clock::TimePoint now, HeartbeatReply* reply) const;
+  // Whether `w` is late: silent for three of its usual heartbeat gaps (two heartbeat
+  // intervals at least, half a lease at most). Not lost, but offered no new work.
+  bool Late(const WorkerEntry& w, Clock::TimePoint now) const;
   // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
   // own restart, workers get one lease to register again).
   bool WorkerGone(const std::string& name, Clock::TimePoint now) const;

@@ -1,6 +1,11 @@
 #include "worker/checkpoint_copy.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,6 +26,7 @@ namespace nightshift {
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
+constexpr int kStallSeconds = 60;  // a copy with no chunk for this long is cancelled
 
 struct FileSum {
   uint64_t bytes = 0;
@@ -180,9 +186,13 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
   std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
   if (!held.empty() && held.back() >= copy.step()) return Status::OK();
 
-  const fs::path incoming = job_dir / (".incoming-" + format::StepDirName(copy.step()));
+  // Leftovers of copies cut short (a crash, a stopped worker) go first.
   std::error_code ec;
-  fs::remove_all(incoming, ec);
+  std::vector<fs::path> leftovers;
+  for (const auto& d : fs::directory_iterator(job_dir, ec))
+    if (d.path().filename().string().rfind(".incoming-", 0) == 0) leftovers.push_back(d.path());
+  for (const fs::path& d : leftovers) fs::remove_all(d, ec);
+  const fs::path incoming = job_dir / (".incoming-" + format::StepDirName(copy.step()));
   if (!fs::create_directories(incoming, ec))
     return Status::IOError("cannot create " + incoming.string() + ": " + ec.message());
   auto fail = [&](Status s) {
@@ -193,40 +203,63 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
   auto stub = v1::WorkerLogService::NewStub(grpc::CreateChannel(
       copy.source_address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return fail(Status::Cancelled("the worker is stopping"));
     in_flight_ = &ctx;
   }
+  // A holder that stops sending (cut off, its disk hung) must not hold every later copy:
+  // no chunk for kStallSeconds cancels the call.
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool done = false, stalled = false;
+  auto last_chunk = std::chrono::steady_clock::now();
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(watch_mu);
+    while (!watch_cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) {
+      if (std::chrono::steady_clock::now() - last_chunk > std::chrono::seconds(kStallSeconds)) {
+        stalled = true;
+        ctx.TryCancel();
+        return;
+      }
+    }
+  });
   v1::ReadCheckpointRequest req;
   req.set_job_id(copy.job_id());
   req.set_step(copy.step());
   auto reader = stub->ReadCheckpoint(&ctx, req);
-  // Files arrive whole and in order; each is checked against the manifest, then written.
+  // Files arrive whole and in order; each is streamed to disk, then checked against the
+  // manifest (size, FNV-1a 64) and synced.
   std::map<std::string, FileSum> files;
-  std::string manifest, name, bytes;
+  std::string manifest, name;
+  uint64_t size = 0, hash = 0;
+  int fd = -1;
   int64_t total = 0;
   Status bad;
   auto finish_file = [&]() -> Status {
     if (name.empty()) return Status::OK();
     const FileSum& sum = files.at(name);
-    if (bytes.size() != sum.bytes)
-      return Status::Corruption(what + ": " + name + " arrived with " + std::to_string(bytes.size()) + " of " +
+    const bool synced = ::fsync(fd) == 0;
+    ::close(fd);
+    fd = -1;
+    if (size != sum.bytes)
+      return Status::Corruption(what + ": " + name + " arrived with " + std::to_string(size) + " of " +
                                 std::to_string(sum.bytes) + " bytes");
-    if (std::to_string(format::StableHash64(bytes)) != sum.fnv1a64)
+    if (std::to_string(hash) != sum.fnv1a64)
       return Status::Corruption(what + ": " + name + " does not match its checksum in manifest.json");
-    const std::string err = format::WriteFileAtomically((incoming / name).string(), bytes);
-    if (!err.empty()) return Status::IOError(err);
-    total += static_cast<int64_t>(bytes.size());
+    if (!synced) return Status::IOError("cannot sync " + (incoming / name).string());
+    total += static_cast<int64_t>(size);
     files.erase(name);
     name.clear();
-    bytes.clear();
     return Status::OK();
   };
   v1::ArtifactChunk chunk;
   bool first = true;
   while (bad.ok() && reader->Read(&chunk)) {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu);
+      last_chunk = std::chrono::steady_clock::now();
+    }
     if (first) {
       first = false;
       if (chunk.file() != format::kCheckpointManifest || chunk.step() != copy.step()) {
@@ -247,21 +280,54 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
         break;
       }
       name = chunk.file();
+      size = 0;
+      hash = format::StableHash64(nullptr, 0);
+      fd = ::open((incoming / name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        bad = Status::IOError("cannot create " + (incoming / name).string() + ": " + std::strerror(errno));
+        name.clear();
+        break;
+      }
     }
-    if (chunk.offset() != static_cast<int64_t>(bytes.size())) {
+    if (chunk.offset() != static_cast<int64_t>(size)) {
       bad = Status::Corruption(what + ": " + name + " arrived out of order");
       break;
     }
-    bytes += chunk.data();
+    hash = format::StableHash64(chunk.data().data(), chunk.data().size(), hash);
+    size += chunk.data().size();
+    for (size_t at = 0; at < chunk.data().size();) {
+      const ssize_t n = ::write(fd, chunk.data().data() + at, chunk.data().size() - at);
+      if (n <= 0) {
+        bad = Status::IOError("cannot write " + (incoming / name).string() + ": " + std::strerror(errno));
+        break;
+      }
+      at += static_cast<size_t>(n);
+    }
   }
   if (!bad.ok()) ctx.TryCancel();
   const grpc::Status end = reader->Finish();
   {
+    std::lock_guard<std::mutex> lock(watch_mu);
+    done = true;
+  }
+  watch_cv.notify_all();
+  watchdog.join();
+  {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = nullptr;
   }
-  if (!bad.ok()) return fail(bad);
-  if (!end.ok()) return fail(Status::Unavailable(what + " from worker " + copy.source_worker() + ": " + end.error_message()));
+  if (!bad.ok()) {
+    if (fd >= 0) ::close(fd);
+    return fail(bad);
+  }
+  if (stalled)
+    return fail(Status::Unavailable(what + ": worker " + copy.source_worker() + " sent nothing for " +
+                                    std::to_string(kStallSeconds) + " s"));
+  if (!end.ok()) {
+    const std::string message = what + " from worker " + copy.source_worker() + ": " + end.error_message();
+    return fail(end.error_code() == grpc::StatusCode::NOT_FOUND ? Status::NotFound(message)
+                                                                 : Status::Unavailable(message));
+  }
   if (first) return fail(Status::Corruption(what + ": nothing arrived"));
   if (Status s = finish_file(); !s.ok()) return fail(s);
   if (!files.empty()) return fail(Status::Corruption(what + ": " + files.begin()->first + " did not arrive"));
@@ -278,8 +344,10 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
   if (ec) return fail(Status::IOError("cannot rename " + incoming.string() + ": " + ec.message()));
   if (std::string err = format::WriteFileAtomically((dir / format::kCheckpointComplete).string(),
                                                     std::to_string(copy.step()) + "\n");
-      !err.empty())
+      !err.empty()) {
+    RemoveCheckpoint(dir);
     return Status::IOError(err);
+  }
   format::SyncDirectory(job_dir.string());
   held = format::CompleteSteps(job_dir.string());
   for (size_t i = 0; i + options_.keep < held.size(); ++i) RemoveCheckpoint(job_dir / format::StepDirName(held[i]));

@@ -15,7 +15,7 @@ std::string StepDirName(int64_t step) {
 }
 
 int64_t StepOfDirName(const std::string& name) {
-  if (name.size() <= 5 || name.size() > 24 || name.compare(0, 5, "step-") != 0) return -1;
+  if (name.size() <= 5 || name.size() > 5 + 18 || name.compare(0, 5, "step-") != 0) return -1;  // no overflow
   int64_t step = 0;
   for (size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;

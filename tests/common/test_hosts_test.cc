@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,6 +125,8 @@ TEST_F(TestHostsTest, ASlowLinkDelaysAndDropsButTcpStillDeliversEverything) {
   std::string sent(300'000, '\0');
   for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<char>(i * 7919 % 253);
   std::string received;
+  timeval limit{30, 0};  // a broken link fails the test instead of hanging it in accept
+  ::setsockopt(server, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   std::thread reader([&] {
     const int conn = ::accept(server, nullptr, nullptr);  // the handshake above was accepted first
     if (conn >= 0) ::close(conn);

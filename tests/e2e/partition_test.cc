@@ -404,11 +404,6 @@ TEST_F(PartitionE2eTest, ARankCutFromItsPeerFailsBothWithinTheTimeoutAndTheJobRe
               gone[0], gone[1], kTimeoutSeconds, job.attempt(), static_cast<long long>(resumed));
 }
 
-// Issue 18: a coordinator unreachable by every worker is not a partition of the workers.
-// Its host is cut for 90 s mid-job (lease 5 s): the workers train on and keep what they
-// would report (the job may finish meanwhile: its result waits for the heal), the
-// coordinator declares nobody lost (--outage-grace-seconds, 600 by default), and the job
-// ends SUCCEEDED as attempt 0, without a restart.
 // The step attempt `attempt` resumed from, as the job's events say (-1: none yet).
 int64_t ResumedStep(const v1::Job& job, int attempt) {
   for (const auto& ev : job.events())
@@ -538,7 +533,7 @@ TEST_F(PartitionE2eTest, DdpWithoutSharedStorageSurvivesARankKillAndTheLossOfRan
   const auto rank_killed = Clock::now();
   job = WaitFor(cluster, id, 60, [](const v1::Job& j) { return IsTerminal(j.state()) || ResumedStep(j, 1) >= 0; });
   const double to_resume1 = SecondsSince(rank_killed);
-  ASSERT_GE(ResumedStep(job, 1), kCheckpointEvery / 5) << job.reason();
+  ASSERT_GE(ResumedStep(job, 1), 10) << job.reason();  // its first checkpoint (every_steps 10)
 
   job = WaitFor(cluster, id, 240, checkpointed(1));
   ASSERT_EQ(job.state(), v1::RUNNING) << job.reason();
@@ -635,6 +630,11 @@ TEST_F(PartitionE2eTest, DdpAcrossASlowLossyLinkEndsWithTheLoopbackWeights) {
               SecondsSince(submitted));
 }
 
+// Issue 18: a coordinator unreachable by every worker is not a partition of the workers.
+// Its host is cut for 90 s mid-job (lease 5 s): the workers train on and keep what they
+// would report (the job may finish meanwhile: its result waits for the heal), the
+// coordinator declares nobody lost (--outage-grace-seconds, 600 by default), and the job
+// ends SUCCEEDED as attempt 0, without a restart.
 TEST_F(PartitionE2eTest, ACoordinatorCutFromEveryWorkerCostsTheJobNothing) {
   constexpr int kOutageSeconds = 90;
   Cluster cluster("coordinator-outage");
