@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -18,9 +17,8 @@ Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<
   // Without a shared checkpoint root, this worker's disk holds its jobs' checkpoints, and
   // copies of others' (checkpoint_copy.h).
   if (options.checkpoint_root.empty())
-    copier_ = std::make_unique<CheckpointCopier>(CheckpointCopier::Options{
-        std::filesystem::absolute(options.work_dir + "/checkpoints").string(),
-        [this](const std::string& job) { return IsRunning(job); }});
+    copier_ = std::make_unique<CheckpointCopier>(
+        CheckpointCopier::Options{CheckpointRoot(options), [this](const std::string& job) { return IsRunning(job); }});
 }
 
 Agent::~Agent() { StopAll(); }
@@ -94,7 +92,7 @@ void Agent::HeartbeatOnce() {
     // The newest checkpoint of every job folder here, rescanned at most once a second.
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_checkpoint_scan_) {
-      held_checkpoints_ = NewestCheckpoints(options_.work_dir + "/checkpoints");
+      held_checkpoints_ = NewestCheckpoints(CheckpointRoot(options_));
       next_checkpoint_scan_ = now + std::chrono::seconds(1);
     }
     for (const auto& h : held_checkpoints_) *req.add_checkpoints() = h;

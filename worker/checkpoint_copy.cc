@@ -58,13 +58,7 @@ StatusOr<std::string> ReadFile(const fs::path& path) {
   return s.str();
 }
 
-// Deletion mirrors writing: the marker first, so a half-deleted checkpoint is none.
-void RemoveCheckpoint(const fs::path& dir) {
-  std::error_code ec;
-  fs::remove(dir / format::kCheckpointComplete, ec);
-  format::SyncDirectory(dir.string());
-  fs::remove_all(dir, ec);
-}
+void RemoveCheckpoint(const fs::path& dir) { format::RemoveCheckpoint(dir.string()); }
 
 }  // namespace
 

@@ -114,8 +114,7 @@ int Main(Flags& flags) {
   auto cache = FeatureCache::Open({options.work_dir + "/cache", options.cache_max_bytes});
   if (!cache.ok()) return Fail(cache.status());
   std::atomic<Agent*> agent_ptr{nullptr};  // read by the log service's threads
-  const std::string checkpoint_root = std::filesystem::absolute(
-      options.checkpoint_root.empty() ? options.work_dir + "/checkpoints" : options.checkpoint_root).string();
+  const std::string checkpoint_root = CheckpointRoot(options);
   LogServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
     Agent* agent = agent_ptr.load();
     return agent != nullptr && agent->IsRunning(job);

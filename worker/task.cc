@@ -147,9 +147,7 @@ void Task::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     status_.set_master_addr(options_.advertise_host + ":" + std::to_string(port));
   }
-  const std::string ckpt_root = options_.checkpoint_root.empty() ? options_.work_dir + "/checkpoints"
-                                                                 : options_.checkpoint_root;
-  const nlohmann::json config = TrainerConfig(assignment_, data, fs::absolute(ckpt_root + "/" + job_id).string(),
+  const nlohmann::json config = TrainerConfig(assignment_, data, CheckpointRoot(options_) + "/" + job_id,
                                               /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty());
   const std::string config_path = job_dir + "/trainer-config.json";
   std::string err = format::WriteFileAtomically(config_path, config.dump(2));

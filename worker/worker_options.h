@@ -4,6 +4,7 @@
 #define NIGHTSHIFT_WORKER_WORKER_OPTIONS_H_
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct WorkerOptions {
   std::string log_listen = "127.0.0.1:0";  // WorkerLogService address (port 0: pick one)
   std::string log_address;       // where the coordinator reaches it (set once it listens)
 };
+
+// Where the worker's tasks checkpoint: --checkpoint-root, else <work_dir>/checkpoints
+// (its own disk), as an absolute path.
+inline std::string CheckpointRoot(const WorkerOptions& options) {
+  return std::filesystem::absolute(options.checkpoint_root.empty() ? options.work_dir + "/checkpoints"
+                                                                   : options.checkpoint_root)
+      .string();
+}
 
 }  // namespace nightshift
 

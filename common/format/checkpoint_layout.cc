@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/format/atomic_file.h"
+
 namespace nightshift::format {
 
 namespace fs = std::filesystem;
@@ -22,6 +24,13 @@ int64_t StepOfDirName(const std::string& name) {
     step = step * 10 + (name[i] - '0');
   }
   return step;
+}
+
+void RemoveCheckpoint(const std::string& step_dir) {
+  std::error_code ec;
+  fs::remove(fs::path(step_dir) / kCheckpointComplete, ec);
+  SyncDirectory(step_dir);
+  fs::remove_all(step_dir, ec);
 }
 
 std::vector<int64_t> CompleteSteps(const std::string& job_dir) {

@@ -23,6 +23,10 @@ int64_t StepOfDirName(const std::string& name);
 // (empty when there is no such folder).
 std::vector<int64_t> CompleteSteps(const std::string& job_dir);
 
+// Removes one checkpoint directory. Deletion mirrors writing: the COMPLETE marker goes
+// first (and is synced), so a half-deleted checkpoint is none.
+void RemoveCheckpoint(const std::string& step_dir);
+
 }  // namespace nightshift::format
 
 #endif  // NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_LAYOUT_H_

@@ -104,12 +104,7 @@ RunPosition PositionFromVersion1(const json& m) {
   return p;
 }
 
-void RemoveCheckpoint(const fs::path& dir) {
-  std::error_code ec;
-  fs::remove(dir / kComplete, ec);
-  format::SyncDirectory(dir.string());
-  fs::remove_all(dir, ec);
-}
+void RemoveCheckpoint(const fs::path& dir) { format::RemoveCheckpoint(dir.string()); }
 
 }  // namespace
 
