@@ -30,13 +30,6 @@ StatusOr<std::string> ReadWhole(const std::string& path) {
 
 }  // namespace
 
-bool IsPlainFileName(const std::string& name) {
-  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
-  for (unsigned char c : name)
-    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f) return false;
-  return true;
-}
-
 StatusOr<std::string> Sha1OfFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError("cannot read " + path);

@@ -1,6 +1,6 @@
 // Model folders (the trainer's export, worker/trainer/export.h) as the daemons and the
 // CLI handle them without LibTorch: checksums.json read, written and verified, and a
-// folder sent as v1::ArtifactChunks (JobService.GetArtifacts, WorkerLogService.ReadModel).
+// folder sent as v1::ArtifactChunks (JobService.GetArtifacts, WorkerFileService.ReadModel).
 #ifndef NIGHTSHIFT_COMMON_MODEL_FOLDER_H_
 #define NIGHTSHIFT_COMMON_MODEL_FOLDER_H_
 
@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "common/format/checkpoint_manifest.h"
 #include "common/status.h"
 #include "nightshift/v1/jobs.pb.h"
 
@@ -22,8 +23,7 @@ struct FileChecksum {
 };
 using ModelChecksums = std::map<std::string, FileChecksum>;  // by file name
 
-// A name that stays inside its folder: no '/', not "." or "..", not empty, printable.
-bool IsPlainFileName(const std::string& name);
+using format::IsPlainFileName;  // a name that stays inside its folder
 
 // SHA-1 of a file's contents, lower-case hex; IOError naming the file.
 StatusOr<std::string> Sha1OfFile(const std::string& path);

@@ -10,7 +10,6 @@ std::string Status::ToString() const {
     case kInvalidArgument: name = "INVALID_ARGUMENT"; break;
     case kDeadlineExceeded: name = "DEADLINE_EXCEEDED"; break;
     case kNotFound: name = "NOT_FOUND"; break;
-    case kAlreadyExists: name = "ALREADY_EXISTS"; break;
     case kPermissionDenied: name = "PERMISSION_DENIED"; break;
     case kResourceExhausted: name = "RESOURCE_EXHAUSTED"; break;
     case kFailedPrecondition: name = "FAILED_PRECONDITION"; break;

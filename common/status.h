@@ -18,7 +18,6 @@ class Status {
     kInvalidArgument = 3,
     kDeadlineExceeded = 4,
     kNotFound = 5,
-    kAlreadyExists = 6,
     kPermissionDenied = 7,
     kResourceExhausted = 8,
     kFailedPrecondition = 9,
@@ -33,7 +32,6 @@ class Status {
   static Status Cancelled(std::string m) { return Status(kCancelled, std::move(m)); }
   static Status InvalidArgument(std::string m) { return Status(kInvalidArgument, std::move(m)); }
   static Status NotFound(std::string m) { return Status(kNotFound, std::move(m)); }
-  static Status AlreadyExists(std::string m) { return Status(kAlreadyExists, std::move(m)); }
   static Status FailedPrecondition(std::string m) { return Status(kFailedPrecondition, std::move(m)); }
   static Status Internal(std::string m) { return Status(kInternal, std::move(m)); }
   static Status Unavailable(std::string m) { return Status(kUnavailable, std::move(m)); }

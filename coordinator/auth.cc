@@ -39,6 +39,8 @@ const char* MethodName(Method m) {
     case Method::kListWorkers: return "ListWorkers";
     case Method::kListCache: return "ListCache";
     case Method::kEvictCache: return "EvictCache";
+    case Method::kCordonWorker: return "CordonWorker";
+    case Method::kDrainWorker: return "DrainWorker";
   }
   return "?";
 }
@@ -118,6 +120,8 @@ Status Permit(const Principal& who, Method method, const std::string* owner) {
     case Method::kListWorkers:
     case Method::kListCache:
     case Method::kEvictCache:
+    case Method::kCordonWorker:
+    case Method::kDrainWorker:
       return denied("AdminService is for admins");
   }
   return denied("unknown method");

@@ -38,7 +38,7 @@ enum class Method {
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kStreamLogs,  // JobService
   kGetArtifacts, kGetJobMetrics,
   kRegister, kHeartbeat, kReportTask,                                  // WorkerService
-  kListWorkers, kListCache, kEvictCache,                               // AdminService
+  kListWorkers, kListCache, kEvictCache, kCordonWorker, kDrainWorker,  // AdminService
 };
 const char* MethodName(Method method);
 

@@ -21,7 +21,7 @@
 #include "common/job_state.h"
 #include "common/job_store.h"
 #include "common/status.h"
-#include "coordinator/clock.h"
+#include "common/clock.h"
 #include "nightshift/v1/admin.pb.h"
 #include "nightshift/v1/cluster.pb.h"
 #include "nightshift/v1/jobs.pb.h"

@@ -141,7 +141,7 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
   auto address = c_->LogAddressOf(req->id(), req->rank());
   if (!address.ok()) return timer.Done(ToGrpc(address.status()));
   // Relay from the worker; the worker's stream ends when the caller goes away.
-  auto stub = v1::WorkerLogService::NewStub(grpc::CreateChannel(address.value(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::WorkerFileService::NewStub(grpc::CreateChannel(address.value(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext worker_ctx;
   v1::ReadLogRequest read;
   read.set_job_id(req->id());
@@ -181,7 +181,7 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   }
   if (!where->worker_error.ok()) return timer.Done(ToGrpc(where->worker_error));
   // Relay from the worker that holds it.
-  auto stub = v1::WorkerLogService::NewStub(
+  auto stub = v1::WorkerFileService::NewStub(
       grpc::CreateChannel(where->worker_address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext worker_ctx;
   v1::ReadModelRequest read;
@@ -291,11 +291,10 @@ grpc::Status AdminServiceImpl::EvictCache(grpc::ServerContext* ctx, const v1::Ev
   return timer.Done(grpc::Status::OK);
 }
 
-// Cordon and drain are admin-only, like EvictCache (whose permission they share).
 grpc::Status AdminServiceImpl::CordonWorker(grpc::ServerContext* ctx, const v1::CordonWorkerRequest* req,
                                             v1::WorkerResponse* out) {
   RpcTimer timer(metrics_, "CordonWorker");
-  Status allowed = Check(auth_, ctx, Method::kEvictCache);
+  Status allowed = Check(auth_, ctx, Method::kCordonWorker);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   auto info = c_->Cordon(req->name(), req->uncordon());
   if (!info.ok()) return timer.Done(ToGrpc(info.status()));
@@ -306,7 +305,7 @@ grpc::Status AdminServiceImpl::CordonWorker(grpc::ServerContext* ctx, const v1::
 grpc::Status AdminServiceImpl::DrainWorker(grpc::ServerContext* ctx, const v1::DrainWorkerRequest* req,
                                            v1::WorkerResponse* out) {
   RpcTimer timer(metrics_, "DrainWorker");
-  Status allowed = Check(auth_, ctx, Method::kEvictCache);
+  Status allowed = Check(auth_, ctx, Method::kDrainWorker);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   auto info = c_->Drain(req->name());
   if (!info.ok()) return timer.Done(ToGrpc(info.status()));

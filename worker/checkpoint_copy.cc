@@ -10,14 +10,12 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "common/format/atomic_file.h"
 #include "common/format/checkpoint_layout.h"
+#include "common/format/checkpoint_manifest.h"
 #include "common/format/shard.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
-#include "common/model_folder.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
 
 namespace fs = std::filesystem;
@@ -26,28 +24,13 @@ namespace nightshift {
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
-constexpr int kStallSeconds = 60;  // a copy with no chunk for this long is cancelled
 
-struct FileSum {
-  uint64_t bytes = 0;
-  std::string fnv1a64;  // decimal, as the trainer's manifest records it
-};
-
-// The manifest's "files": plain names with their sums; Corruption naming what is wrong.
-StatusOr<std::map<std::string, FileSum>> ManifestFiles(const std::string& manifest) {
-  const nlohmann::json m = nlohmann::json::parse(manifest, nullptr, /*allow_exceptions=*/false);
-  if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
-    return Status::Corruption("manifest.json is not a checkpoint manifest (no \"files\")");
-  std::map<std::string, FileSum> files;
-  for (const auto& [name, f] : m["files"].items()) {
-    if (!IsPlainFileName(name) || name == format::kCheckpointComplete || name == format::kCheckpointManifest)
-      return Status::Corruption("manifest.json lists a file named \"" + name + "\"");
-    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_unsigned() || !f.contains("fnv1a64") ||
-        !f["fnv1a64"].is_string())
-      return Status::Corruption("manifest.json: " + name + " has no bytes and fnv1a64");
-    files[name] = {f["bytes"].get<uint64_t>(), f["fnv1a64"].get<std::string>()};
-  }
-  return files;
+// A checkpoint's manifest, parsed: Corruption naming what is wrong, or that it lists no
+// file (a version 1 manifest without checksums cannot be copied verified).
+Status ParseCopyManifest(const std::string& text, format::CheckpointManifest* m) {
+  if (std::string err = format::ParseManifest(text, m); !err.empty()) return Status::Corruption(err);
+  if (m->files.empty()) return Status::Corruption("manifest.json lists no files");
+  return Status::OK();
 }
 
 StatusOr<std::string> ReadFile(const fs::path& path) {
@@ -62,19 +45,12 @@ void RemoveCheckpoint(const fs::path& dir) { format::RemoveCheckpoint(dir.string
 
 }  // namespace
 
-bool IsJobId(const std::string& id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
-  return true;
-}
-
 std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root) {
   std::vector<v1::HeldCheckpoint> held;
   std::error_code ec;
   for (const auto& d : fs::directory_iterator(root, ec)) {
     const std::string job = d.path().filename().string();
-    if (!IsJobId(job) || !d.is_directory(ec)) continue;
+    if (!format::IsJobId(job) || !d.is_directory(ec)) continue;
     const std::vector<int64_t> steps = format::CompleteSteps(d.path().string());
     if (steps.empty()) continue;
     v1::HeldCheckpoint& h = held.emplace_back();
@@ -91,15 +67,16 @@ Status SendCheckpoint(const std::string& step_dir, int64_t step,
     return Status::NotFound("no complete checkpoint at " + step_dir);
   auto manifest = ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
   if (!manifest.ok()) return manifest.status();
-  auto files = ManifestFiles(manifest.value());
-  if (!files.ok()) return Status::Corruption(step_dir + "/" + files.status().message());
+  format::CheckpointManifest parsed;
+  if (Status s = ParseCopyManifest(manifest.value(), &parsed); !s.ok())
+    return Status::Corruption(step_dir + "/" + s.message());
   v1::ArtifactChunk first;
   first.set_file(format::kCheckpointManifest);
   first.set_data(manifest.value());
   first.set_step(step);
   if (!write(first)) return Status::Cancelled("the reader left");
   std::vector<char> buf(kChunkBytes);
-  for (const auto& [name, sum] : files.value()) {
+  for (const auto& [name, entry] : parsed.files) {
     const fs::path path = fs::path(step_dir) / name;
     if (fs::is_symlink(path, ec) || !fs::is_regular_file(path, ec))
       return Status::NotFound(path.string() + " is not a regular file");
@@ -135,7 +112,7 @@ CheckpointCopier::~CheckpointCopier() {
 }
 
 void CheckpointCopier::Request(const v1::CheckpointCopy& copy) {
-  if (!IsJobId(copy.job_id()) || copy.step() <= 0) return;
+  if (!format::IsJobId(copy.job_id()) || copy.step() <= 0) return;
   const std::vector<int64_t> held = format::CompleteSteps(options_.root + "/" + copy.job_id());
   if (!held.empty() && held.back() >= copy.step()) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -171,171 +148,241 @@ void CheckpointCopier::Loop() {
   }
 }
 
-Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
-  if (!IsJobId(copy.job_id())) return Status::InvalidArgument("job_id: not a job id");
-  const fs::path job_dir = fs::path(options_.root) / copy.job_id();
-  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
-  if (options_.runs_here && options_.runs_here(copy.job_id()))
-    return Status::FailedPrecondition(what + ": the job runs on this worker");
-  std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
-  if (!held.empty() && held.back() >= copy.step()) return Status::OK();
+namespace {
 
-  // Leftovers of copies cut short (a crash, a stopped worker) go first.
+// A copy's own folder, <job>/.incoming-step-N, made empty; leftovers of copies cut short
+// (a crash, a stopped worker) are swept first.
+StatusOr<fs::path> PrepareIncoming(const fs::path& job_dir, int64_t step) {
   std::error_code ec;
   std::vector<fs::path> leftovers;
   for (const auto& d : fs::directory_iterator(job_dir, ec))
     if (d.path().filename().string().rfind(".incoming-", 0) == 0) leftovers.push_back(d.path());
   for (const fs::path& d : leftovers) fs::remove_all(d, ec);
-  const fs::path incoming = job_dir / (".incoming-" + format::StepDirName(copy.step()));
+  const fs::path incoming = job_dir / (".incoming-" + format::StepDirName(step));
   if (!fs::create_directories(incoming, ec))
     return Status::IOError("cannot create " + incoming.string() + ": " + ec.message());
-  auto fail = [&](Status s) {
-    fs::remove_all(incoming, ec);
-    return s;
-  };
+  return incoming;
+}
 
-  auto stub = v1::WorkerLogService::NewStub(grpc::CreateChannel(
+// One checkpoint's stream written into a folder: the manifest first, then each file it
+// lists, whole and in order, streamed to disk, checked against its manifest entry (size,
+// FNV-1a 64) and synced. Nothing here waits or talks to the network.
+class IncomingCheckpoint {
+ public:
+  IncomingCheckpoint(fs::path dir, std::string what, int64_t step)
+      : dir_(std::move(dir)), what_(std::move(what)), step_(step) {}
+  ~IncomingCheckpoint() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  Status Add(const v1::ArtifactChunk& chunk) {
+    if (manifest_.empty()) return Start(chunk);
+    if (chunk.file() != name_) {
+      if (Status s = CloseFile(); !s.ok()) return s;
+      if (!expected_.files.count(chunk.file()) || chunk.offset() != 0)
+        return Status::Corruption(what_ + ": unexpected chunk of \"" + chunk.file() + "\"");
+      if (Status s = OpenFile(chunk.file()); !s.ok()) return s;
+    }
+    if (chunk.offset() != static_cast<int64_t>(size_))
+      return Status::Corruption(what_ + ": " + name_ + " arrived out of order");
+    hash_ = format::StableHash64(chunk.data().data(), chunk.data().size(), hash_);
+    size_ += chunk.data().size();
+    for (size_t at = 0; at < chunk.data().size();) {
+      const ssize_t n = ::write(fd_, chunk.data().data() + at, chunk.data().size() - at);
+      if (n <= 0) return Status::IOError("cannot write " + (dir_ / name_).string() + ": " + std::strerror(errno));
+      at += static_cast<size_t>(n);
+    }
+    return Status::OK();
+  }
+
+  // After the last chunk: every listed file arrived whole; the manifest is written.
+  Status Finish() {
+    if (manifest_.empty()) return Status::Corruption(what_ + ": nothing arrived");
+    if (Status s = CloseFile(); !s.ok()) return s;
+    if (!expected_.files.empty())
+      return Status::Corruption(what_ + ": " + expected_.files.begin()->first + " did not arrive");
+    if (std::string err = format::WriteFileAtomically((dir_ / format::kCheckpointManifest).string(), manifest_);
+        !err.empty())
+      return Status::IOError(err);
+    return Status::OK();
+  }
+
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  Status Start(const v1::ArtifactChunk& chunk) {
+    if (chunk.file() != format::kCheckpointManifest || chunk.step() != step_)
+      return Status::Corruption(what_ + ": the stream does not start with its manifest");
+    if (Status s = ParseCopyManifest(chunk.data(), &expected_); !s.ok())
+      return Status::Corruption(what_ + ": " + s.message());
+    manifest_ = chunk.data();
+    return Status::OK();
+  }
+  Status OpenFile(const std::string& name) {
+    fd_ = ::open((dir_ / name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) return Status::IOError("cannot create " + (dir_ / name).string() + ": " + std::strerror(errno));
+    name_ = name;
+    size_ = 0;
+    hash_ = format::StableHash64(nullptr, 0);
+    return Status::OK();
+  }
+  // The file in progress (if any): closed, checked and synced; off the expected list.
+  Status CloseFile() {
+    if (name_.empty()) return Status::OK();
+    const bool synced = ::fsync(fd_) == 0;
+    ::close(fd_);
+    fd_ = -1;
+    if (std::string err = format::VerifyFile(name_, size_, hash_, expected_.files.at(name_)); !err.empty())
+      return Status::Corruption(what_ + ": " + err);
+    if (!synced) return Status::IOError("cannot sync " + (dir_ / name_).string());
+    bytes_ += static_cast<int64_t>(size_);
+    expected_.files.erase(name_);
+    name_.clear();
+    return Status::OK();
+  }
+
+  const fs::path dir_;
+  const std::string what_;  // "job J step N", for messages
+  const int64_t step_;
+  std::string manifest_;                 // its text; empty until the first chunk
+  format::CheckpointManifest expected_;  // files not yet complete
+  std::string name_;                     // the file being written; empty between files
+  int fd_ = -1;
+  uint64_t size_ = 0, hash_ = 0;
+  int64_t bytes_ = 0;  // of the completed files
+};
+
+// Cancels `ctx` once Touch() has not been called for `stall` on `clock` (looked at
+// about once a second of real time). Joined on destruction.
+class StallWatchdog {
+ public:
+  StallWatchdog(const Clock& clock, Clock::Duration stall, grpc::ClientContext* ctx)
+      : clock_(clock), stall_(stall), last_(clock.Now()), thread_([this, ctx] { Watch(ctx); }) {}
+  ~StallWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Touch() {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = clock_.Now();
+  }
+  bool stalled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stalled_;
+  }
+
+ private:
+  void Watch(grpc::ClientContext* ctx) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::seconds(1), [&] { return done_; })) {
+      if (clock_.Now() - last_ > stall_) {
+        stalled_ = true;
+        ctx->TryCancel();
+        return;
+      }
+    }
+  }
+
+  const Clock& clock_;
+  const Clock::Duration stall_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Clock::TimePoint last_;                // GUARDED_BY(mu_)
+  bool done_ = false, stalled_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;                   // last: starts after the rest
+};
+
+}  // namespace
+
+Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
+  if (!format::IsJobId(copy.job_id())) return Status::InvalidArgument("job_id: not a job id");
+  const fs::path job_dir = fs::path(options_.root) / copy.job_id();
+  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
+  if (options_.runs_here && options_.runs_here(copy.job_id()))
+    return Status::FailedPrecondition(what + ": the job runs on this worker");
+  const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
+  if (!held.empty() && held.back() >= copy.step()) return Status::OK();
+
+  StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());
+  if (!incoming.ok()) return incoming.status();
+  IncomingCheckpoint files(incoming.value(), what, copy.step());
+  Status s = Receive(copy, [&](const v1::ArtifactChunk& chunk) { return files.Add(chunk); });
+  if (s.ok()) s = files.Finish();
+  if (s.ok()) s = Commit(copy, incoming.value());
+  std::error_code ec;
+  fs::remove_all(incoming.value(), ec);  // renamed away when committed
+  if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++copies_;
+    bytes_ += files.bytes();
+  }
+  NS_INFO("copied the checkpoint of " << what << " from worker " << copy.source_worker() << " ("
+                                      << files.bytes() << " bytes)");
+  return Status::OK();
+}
+
+Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
+                                 const std::function<Status(const v1::ArtifactChunk&)>& on_chunk) {
+  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
+  auto stub = v1::WorkerFileService::NewStub(grpc::CreateChannel(
       copy.source_address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return fail(Status::Cancelled("the worker is stopping"));
+    if (stop_) return Status::Cancelled("the worker is stopping");
     in_flight_ = &ctx;
   }
-  // A holder that stops sending (cut off, its disk hung) must not hold every later copy:
-  // no chunk for kStallSeconds cancels the call.
-  std::mutex watch_mu;
-  std::condition_variable watch_cv;
-  bool done = false, stalled = false;
-  auto last_chunk = std::chrono::steady_clock::now();
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(watch_mu);
-    while (!watch_cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; })) {
-      if (std::chrono::steady_clock::now() - last_chunk > std::chrono::seconds(kStallSeconds)) {
-        stalled = true;
-        ctx.TryCancel();
-        return;
-      }
-    }
-  });
   v1::ReadCheckpointRequest req;
   req.set_job_id(copy.job_id());
   req.set_step(copy.step());
-  auto reader = stub->ReadCheckpoint(&ctx, req);
-  // Files arrive whole and in order; each is streamed to disk, then checked against the
-  // manifest (size, FNV-1a 64) and synced.
-  std::map<std::string, FileSum> files;
-  std::string manifest, name;
-  uint64_t size = 0, hash = 0;
-  int fd = -1;
-  int64_t total = 0;
   Status bad;
-  auto finish_file = [&]() -> Status {
-    if (name.empty()) return Status::OK();
-    const FileSum& sum = files.at(name);
-    const bool synced = ::fsync(fd) == 0;
-    ::close(fd);
-    fd = -1;
-    if (size != sum.bytes)
-      return Status::Corruption(what + ": " + name + " arrived with " + std::to_string(size) + " of " +
-                                std::to_string(sum.bytes) + " bytes");
-    if (std::to_string(hash) != sum.fnv1a64)
-      return Status::Corruption(what + ": " + name + " does not match its checksum in manifest.json");
-    if (!synced) return Status::IOError("cannot sync " + (incoming / name).string());
-    total += static_cast<int64_t>(size);
-    files.erase(name);
-    name.clear();
-    return Status::OK();
-  };
-  v1::ArtifactChunk chunk;
-  bool first = true;
-  while (bad.ok() && reader->Read(&chunk)) {
-    {
-      std::lock_guard<std::mutex> lock(watch_mu);
-      last_chunk = std::chrono::steady_clock::now();
-    }
-    if (first) {
-      first = false;
-      if (chunk.file() != format::kCheckpointManifest || chunk.step() != copy.step()) {
-        bad = Status::Corruption(what + ": the stream does not start with its manifest");
-        break;
-      }
-      manifest = chunk.data();
-      auto parsed = ManifestFiles(manifest);
-      if (!parsed.ok()) bad = parsed.status();
-      else files = std::move(parsed.value());
-      continue;
-    }
-    if (chunk.file() != name) {
-      bad = finish_file();
-      if (!bad.ok()) break;
-      if (!files.count(chunk.file()) || chunk.offset() != 0) {
-        bad = Status::Corruption(what + ": unexpected chunk of \"" + chunk.file() + "\"");
-        break;
-      }
-      name = chunk.file();
-      size = 0;
-      hash = format::StableHash64(nullptr, 0);
-      fd = ::open((incoming / name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        bad = Status::IOError("cannot create " + (incoming / name).string() + ": " + std::strerror(errno));
-        name.clear();
-        break;
-      }
-    }
-    if (chunk.offset() != static_cast<int64_t>(size)) {
-      bad = Status::Corruption(what + ": " + name + " arrived out of order");
-      break;
-    }
-    hash = format::StableHash64(chunk.data().data(), chunk.data().size(), hash);
-    size += chunk.data().size();
-    for (size_t at = 0; at < chunk.data().size();) {
-      const ssize_t n = ::write(fd, chunk.data().data() + at, chunk.data().size() - at);
-      if (n <= 0) {
-        bad = Status::IOError("cannot write " + (incoming / name).string() + ": " + std::strerror(errno));
-        break;
-      }
-      at += static_cast<size_t>(n);
-    }
-  }
-  if (!bad.ok()) ctx.TryCancel();
-  const grpc::Status end = reader->Finish();
+  grpc::Status end;
+  bool stalled = false;
   {
-    std::lock_guard<std::mutex> lock(watch_mu);
-    done = true;
+    // A holder that stops sending (cut off, its disk hung) must not hold every later copy.
+    StallWatchdog watchdog(*options_.clock, options_.stall, &ctx);
+    auto reader = stub->ReadCheckpoint(&ctx, req);
+    v1::ArtifactChunk chunk;
+    while (bad.ok() && reader->Read(&chunk)) {
+      watchdog.Touch();
+      bad = on_chunk(chunk);
+    }
+    if (!bad.ok()) ctx.TryCancel();
+    end = reader->Finish();
+    stalled = watchdog.stalled();
   }
-  watch_cv.notify_all();
-  watchdog.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = nullptr;
   }
-  if (!bad.ok()) {
-    if (fd >= 0) ::close(fd);
-    return fail(bad);
-  }
+  if (!bad.ok()) return bad;
   if (stalled)
-    return fail(Status::Unavailable(what + ": worker " + copy.source_worker() + " sent nothing for " +
-                                    std::to_string(kStallSeconds) + " s"));
+    return Status::Unavailable(what + ": worker " + copy.source_worker() + " sent nothing for " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.stall).count()) +
+                               " s");
   if (!end.ok()) {
     const std::string message = what + " from worker " + copy.source_worker() + ": " + end.error_message();
-    return fail(end.error_code() == grpc::StatusCode::NOT_FOUND ? Status::NotFound(message)
-                                                                 : Status::Unavailable(message));
+    return end.error_code() == grpc::StatusCode::NOT_FOUND ? Status::NotFound(message) : Status::Unavailable(message);
   }
-  if (first) return fail(Status::Corruption(what + ": nothing arrived"));
-  if (Status s = finish_file(); !s.ok()) return fail(s);
-  if (!files.empty()) return fail(Status::Corruption(what + ": " + files.begin()->first + " did not arrive"));
-  if (std::string err = format::WriteFileAtomically((incoming / format::kCheckpointManifest).string(), manifest);
-      !err.empty())
-    return fail(Status::IOError(err));
+  return Status::OK();
+}
 
+Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& incoming) {
+  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
   // Into place, unless the job started here meanwhile: its trainer owns the folder then.
   if (options_.runs_here && options_.runs_here(copy.job_id()))
-    return fail(Status::FailedPrecondition(what + ": the job started on this worker"));
+    return Status::FailedPrecondition(what + ": the job started on this worker");
+  const fs::path job_dir = incoming.parent_path();
   const fs::path dir = job_dir / format::StepDirName(copy.step());
-  if (fs::exists(dir, ec)) RemoveCheckpoint(dir);  // incomplete: COMPLETE steps returned above
+  std::error_code ec;
+  if (fs::exists(dir, ec)) RemoveCheckpoint(dir);  // incomplete: Copy returned early for COMPLETE steps
   fs::rename(incoming, dir, ec);
-  if (ec) return fail(Status::IOError("cannot rename " + incoming.string() + ": " + ec.message()));
+  if (ec) return Status::IOError("cannot rename " + incoming.string() + ": " + ec.message());
   if (std::string err = format::WriteFileAtomically((dir / format::kCheckpointComplete).string(),
                                                     std::to_string(copy.step()) + "\n");
       !err.empty()) {
@@ -343,15 +390,8 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
     return Status::IOError(err);
   }
   format::SyncDirectory(job_dir.string());
-  held = format::CompleteSteps(job_dir.string());
+  const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
   for (size_t i = 0; i + options_.keep < held.size(); ++i) RemoveCheckpoint(job_dir / format::StepDirName(held[i]));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++copies_;
-    bytes_ += total;
-  }
-  NS_INFO("copied the checkpoint of " << what << " from worker " << copy.source_worker() << " (" << total
-                                      << " bytes)");
   return Status::OK();
 }
 

@@ -5,7 +5,7 @@
 // copies the job's newest checkpoint from the first after each save, in the background:
 //
 //   holder:  writes <root>/<job>/step-N/ (the trainer), reports {job, N} in its heartbeat
-//            (NewestCheckpoints), and serves it (WorkerLogService.ReadCheckpoint:
+//            (NewestCheckpoints), and serves it (WorkerFileService.ReadCheckpoint:
 //            SendCheckpoint)
 //   copier:  told CheckpointCopy{job, N, holder's address} in a heartbeat reply; copies
 //            it on its own thread (CheckpointCopier), so nothing waits on it, neither the
@@ -19,7 +19,9 @@
 #define NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_
 
 #include <condition_variable>
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,13 +32,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "nightshift/v1/cluster.pb.h"
 
 namespace nightshift {
-
-// Whether `id` can name a job folder: 1 to 64 of [A-Za-z0-9_-].
-bool IsJobId(const std::string& id);
 
 // Every job folder's newest complete checkpoint under `root`, by job id.
 std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root);
@@ -56,6 +56,8 @@ class CheckpointCopier {
     std::function<bool(const std::string&)> runs_here;
     int keep = 2;  // complete checkpoints kept in a folder a copy went into
     std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext (as log streaming)
+    Clock* clock = Clock::Real();               // what a stalled copy is timed on
+    Clock::Duration stall = std::chrono::seconds(60);  // no chunk for this long cancels a copy
   };
 
   explicit CheckpointCopier(Options options);
@@ -67,7 +69,8 @@ class CheckpointCopier {
 
   // One copy on the caller's thread (what the copier's thread runs): OK when it is
   // complete here (or a later step was already); else what failed, with nothing left
-  // behind. FailedPrecondition while the job runs here.
+  // behind. FailedPrecondition while the job runs here; Unavailable when the holder sent
+  // nothing for options.stall.
   Status Copy(const v1::CheckpointCopy& copy);
 
   int64_t copies() const;  // completed so far
@@ -75,6 +78,11 @@ class CheckpointCopier {
 
  private:
   void Loop();
+  // Reads the holder's stream, handing each chunk to on_chunk (which stops it with an
+  // error); cancellable by the destructor, cancelled after options_.stall without data.
+  Status Receive(const v1::CheckpointCopy& copy, const std::function<Status(const v1::ArtifactChunk&)>& on_chunk);
+  // Renames the verified `incoming` folder into place, writes COMPLETE, prunes to keep.
+  Status Commit(const v1::CheckpointCopy& copy, const std::filesystem::path& incoming);
 
   const Options options_;
   mutable std::mutex mu_;

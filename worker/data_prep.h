@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "common/format/shard.h"
 #include "common/status.h"
 #include "worker/input_files.h"
 
 namespace nightshift {
 
-// Special ids of every tokenizer we train.
-inline constexpr int kPadId = 0, kUnkId = 1, kBosId = 2, kEosId = 3;
+// Special ids of every tokenizer we train (one definition, in the shard format).
+using format::kBosId, format::kEosId, format::kPadId, format::kUnkId;
 
 // Files of a prepared folder. meta.json holds the trainer config's "data" section
 // without the shard paths (the folder may move): vocab_size, num_classes, class_names,

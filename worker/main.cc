@@ -14,7 +14,7 @@
 #include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
 #include "worker/launcher.h"
-#include "worker/log_service.h"
+#include "worker/file_service.h"
 #include "worker/worker_options.h"
 
 namespace nightshift {
@@ -77,7 +77,7 @@ Status CheckOptions(WorkerOptions* o) {
 
 // Serves the rank logs to the coordinator (which relays them to `nightshift job logs`);
 // sets options->log_address to where it listens.
-StatusOr<std::unique_ptr<grpc::Server>> ServeLogs(LogServiceImpl* logs, WorkerOptions* options) {
+StatusOr<std::unique_ptr<grpc::Server>> ServeFiles(FileServiceImpl* logs, WorkerOptions* options) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options->log_listen, grpc::InsecureServerCredentials(), &port);
@@ -115,11 +115,11 @@ int Main(Flags& flags) {
   if (!cache.ok()) return Fail(cache.status());
   std::atomic<Agent*> agent_ptr{nullptr};  // read by the log service's threads
   const std::string checkpoint_root = CheckpointRoot(options);
-  LogServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
+  FileServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
     Agent* agent = agent_ptr.load();
     return agent != nullptr && agent->IsRunning(job);
   }, checkpoint_root, options.trainer_path.empty() ? BinaryBesideUs("nightshift-trainer") : options.trainer_path);
-  auto log_server = ServeLogs(&logs, &options);
+  auto log_server = ServeFiles(&logs, &options);
   if (!log_server.ok()) return Fail(log_server.status());
   FindGpus(&options);
   Agent agent(options, cache.value().get(), std::move(coordinator.value()));

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "common/format/atomic_file.h"
+#include "common/format/checkpoint_layout.h"
 #include "common/format/progress.h"
 #include "common/log.h"
 #include "worker/assignment.h"
@@ -108,8 +109,7 @@ std::string Task::Refusal() const {
   const std::string& job_id = assignment_.task().job_id();
   const v1::JobSpec& spec = assignment_.spec();
   // The id names folders (job dir, checkpoints): it must not climb out of them.
-  if (job_id.empty() || job_id.size() > 128 || job_id[0] == '.' ||
-      job_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
+  if (!format::IsJobId(job_id))
     return "refusing job id '" + job_id + "': not a plain name";
   if (spec.resources().device() == "cuda" && gpus_.empty())
     return "spec.resources.device is cuda but worker " + options_.name +

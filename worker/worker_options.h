@@ -32,7 +32,7 @@ struct WorkerOptions {
   double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
   int64_t log_max_bytes = 64 << 20;  // a rank log rotates past this size
   int log_keep = 3;                  // rotated rank logs kept (rank-R.log.1 .. .N)
-  std::string log_listen = "127.0.0.1:0";  // WorkerLogService address (port 0: pick one)
+  std::string log_listen = "127.0.0.1:0";  // WorkerFileService address (--log-listen; port 0: pick one)
   std::string log_address;       // where the coordinator reaches it (set once it listens)
 };
 

@@ -10,6 +10,14 @@ namespace nightshift::format {
 
 namespace fs = std::filesystem;
 
+bool IsJobId(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+      return false;
+  return true;
+}
+
 std::string StepDirName(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));

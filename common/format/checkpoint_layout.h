@@ -13,6 +13,12 @@
 namespace nightshift::format {
 
 inline constexpr char kCheckpointComplete[] = "COMPLETE";
+
+// The one rule for a job id on a worker's disk, where it names folders (<work dir>/jobs/
+// <id>, <checkpoint root>/<id>) and so must not climb out of them: 1 to 64 of
+// [A-Za-z0-9_-]. The coordinator's ids (j-000001) are such names.
+bool IsJobId(const std::string& id);
+
 inline constexpr char kCheckpointManifest[] = "manifest.json";
 
 // "step-00000123" for 123, and back (-1 for any other name).

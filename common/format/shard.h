@@ -89,6 +89,10 @@ class ShardReader {
   const int32_t* tokens_ = nullptr;
 };
 
+// The special ids of every tokenizer nightshift-prepare trains: what the trainer and the
+// predictors take when a prepared folder or an exported config.json names none.
+inline constexpr int kPadId = 0, kUnkId = 1, kBosId = 2, kEosId = 3;
+
 // FNV-1a, 64 bit: the same value in every process and on every run (unlike std::hash).
 uint64_t StableHash64(const void* data, size_t size, uint64_t seed = 0xcbf29ce484222325ULL);
 inline uint64_t StableHash64(const std::string& s) { return StableHash64(s.data(), s.size()); }

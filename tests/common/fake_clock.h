@@ -6,7 +6,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "coordinator/clock.h"
+#include "common/clock.h"
 
 namespace nightshift {
 

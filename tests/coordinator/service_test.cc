@@ -15,7 +15,7 @@
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 #include "tests/common/test_model_folder.h"
-#include "worker/log_service.h"
+#include "worker/file_service.h"
 
 namespace nightshift {
 namespace {
@@ -234,7 +234,7 @@ TEST_F(CoordinatorServiceTest, GetArtifactsFromTheWorkerOrTheSharedRoot) {
   EXPECT_NE(s.error_message().find("QUEUED"), std::string::npos) << s.error_message();
 
   // The worker's log service, serving its checkpoint root.
-  LogServiceImpl logs(dir_ + "/worker", [](const std::string&) { return false; }, dir_ + "/worker-ckpt");
+  FileServiceImpl logs(dir_ + "/worker", [](const std::string&) { return false; }, dir_ + "/worker-ckpt");
   int log_port = 0;
   grpc::ServerBuilder b;
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &log_port);
@@ -301,13 +301,13 @@ TEST(LogServiceModelTest, ServesOnlyTheJobsModelFolder) {
   const std::string root = testing::TempDir() + "/logsvc-model." + std::to_string(::getpid());
   std::filesystem::remove_all(root);
   testing_model::WriteModelFolder(root + "/ckpt/j-000001/model");
-  LogServiceImpl logs(root, [](const std::string&) { return false; }, root + "/ckpt");
+  FileServiceImpl logs(root, [](const std::string&) { return false; }, root + "/ckpt");
   int port = 0;
   grpc::ServerBuilder b;
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   b.RegisterService(&logs);
   auto server = b.BuildAndStart();
-  auto stub = v1::WorkerLogService::NewStub(
+  auto stub = v1::WorkerFileService::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   auto read = [&](const std::string& id) {
     grpc::ClientContext ctx;

@@ -93,6 +93,18 @@ struct Caller {
     v1::EvictCacheResponse out;
     return admin->EvictCache(Ctx().get(), req, &out);
   }
+  grpc::Status Cordon(const std::string& name) {
+    v1::CordonWorkerRequest req;
+    req.set_name(name);
+    v1::WorkerResponse out;
+    return admin->CordonWorker(Ctx().get(), req, &out);
+  }
+  grpc::Status Drain(const std::string& name) {
+    v1::DrainWorkerRequest req;
+    req.set_name(name);
+    v1::WorkerResponse out;
+    return admin->DrainWorker(Ctx().get(), req, &out);
+  }
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::WorkerService::Stub> workers;
   std::unique_ptr<v1::AdminService::Stub> admin;
@@ -151,6 +163,8 @@ TEST_F(AuthTest, EveryRoleAgainstEveryRpc) {
     EXPECT_EQ(c->ListWorkers(&workers).error_code(), C::UNAUTHENTICATED);
     EXPECT_EQ(c->ListCache().error_code(), C::UNAUTHENTICATED);
     EXPECT_EQ(c->EvictCache().error_code(), C::UNAUTHENTICATED);
+    EXPECT_EQ(c->Cordon("node1").error_code(), C::UNAUTHENTICATED);
+    EXPECT_EQ(c->Drain("node1").error_code(), C::UNAUTHENTICATED);
   }
   // user: JobService on its own jobs; nothing else.
   {
@@ -165,6 +179,8 @@ TEST_F(AuthTest, EveryRoleAgainstEveryRpc) {
     EXPECT_EQ(alice.ListWorkers(&workers).error_code(), C::PERMISSION_DENIED);
     EXPECT_EQ(alice.ListCache().error_code(), C::PERMISSION_DENIED);
     EXPECT_EQ(alice.EvictCache().error_code(), C::PERMISSION_DENIED);
+    EXPECT_EQ(alice.Cordon("node1").error_code(), C::PERMISSION_DENIED);
+    EXPECT_EQ(alice.Drain("node1").error_code(), C::PERMISSION_DENIED);
   }
   // worker: WorkerService only.
   {
@@ -181,6 +197,8 @@ TEST_F(AuthTest, EveryRoleAgainstEveryRpc) {
     EXPECT_EQ(worker.ListWorkers(&workers).error_code(), C::PERMISSION_DENIED);
     EXPECT_EQ(worker.ListCache().error_code(), C::PERMISSION_DENIED);
     EXPECT_EQ(worker.EvictCache().error_code(), C::PERMISSION_DENIED);
+    EXPECT_EQ(worker.Cordon("node1").error_code(), C::PERMISSION_DENIED);
+    EXPECT_EQ(worker.Drain("node1").error_code(), C::PERMISSION_DENIED);
   }
   // admin: everything.
   {
@@ -194,6 +212,8 @@ TEST_F(AuthTest, EveryRoleAgainstEveryRpc) {
     EXPECT_EQ(workers.workers_size(), 2);
     EXPECT_TRUE(admin.ListCache().ok());
     EXPECT_TRUE(admin.EvictCache().ok());
+    EXPECT_TRUE(admin.Cordon("node2").ok());
+    EXPECT_TRUE(admin.Drain("node2").ok());
     v1::Job other;
     EXPECT_TRUE(admin.Submit(&other).ok());
     EXPECT_EQ(other.owner(), "root");

@@ -435,12 +435,14 @@ TEST_F(PartitionE2eTest, AOneRankJobsWorkerKilledWithoutSharedStorageResumesFrom
   const std::string data = cluster.MakeData(60);
   cluster.StartCoordinator();
   for (int i = 1; i <= 2; ++i) cluster.StartWorker("w" + std::to_string(i), 1, {}, {}, i);
-  // Checkpoints every 3 s: longer than a copy takes (a heartbeat, the holder's rescan, the transfer).
+  // Checkpoints every 3 s: longer than a copy takes (a heartbeat, the holder's rescan, the
+  // transfer). 6000 steps: still running after a few intervals where a step takes 2 ms
+  // (1500 ended before its first copy there), about a minute where it takes 10 ms.
   const std::string id = Submit(
       cluster, "name: e2e-copy\n"
                "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
                "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
-               "train: {epochs: 1000, max_steps: 1500, lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
+               "train: {epochs: 1000, max_steps: 6000, lr: 0.003, warmup_steps: 2, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
                "checkpoint: {every_steps: 0, every_seconds: 3}\n"
                "restart: {max_restarts: 2}\n");
   ASSERT_EQ(id.rfind("j-", 0), 0u) << id;

@@ -1,4 +1,4 @@
-// Checkpoint copies between workers (worker/checkpoint_copy.h): a real WorkerLogService
+// Checkpoint copies between workers (worker/checkpoint_copy.h): a real WorkerFileService
 // on 127.0.0.1 serves one worker's checkpoint folder; a CheckpointCopier copies into
 // another's. What arrives must be byte for byte what was written, checked against the
 // manifest; a damaged file is refused with nothing left behind; a job running on the
@@ -11,13 +11,17 @@
 #include <fstream>
 #include <sstream>
 
+#include <atomic>
+#include <thread>
+
 #include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 
 #include "common/format/checkpoint_layout.h"
-#include "common/format/shard.h"
+#include "common/format/checkpoint_manifest.h"
+#include "nightshift/v1/cluster.grpc.pb.h"
+#include "tests/common/fake_clock.h"
 #include "tests/worker/test_dirs.h"
-#include "worker/log_service.h"
+#include "worker/file_service.h"
 
 namespace fs = std::filesystem;
 
@@ -39,13 +43,12 @@ void WriteCheckpoint(const fs::path& job_dir, int64_t step) {
   std::string model(2'500'000, '\0');
   for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>((i * 131 + step) % 251);
   const std::map<std::string, std::string> files = {{"model.pt", model}, {"optimizer.pt", "adam-" + std::to_string(step)}};
-  nlohmann::json sums = nlohmann::json::object();
+  format::CheckpointManifest manifest;
   for (const auto& [name, bytes] : files) {
     std::ofstream(dir / name, std::ios::binary) << bytes;
-    sums[name] = {{"bytes", bytes.size()}, {"fnv1a64", std::to_string(format::StableHash64(bytes))}};
+    manifest.files[name] = format::FileEntry(bytes);
   }
-  std::ofstream(dir / "manifest.json")
-      << nlohmann::json{{"magic", "nightshift-checkpoint"}, {"version", 2}, {"files", sums}}.dump();
+  std::ofstream(dir / format::kCheckpointManifest) << format::ManifestText(manifest);
   std::ofstream(dir / format::kCheckpointComplete) << step << "\n";
 }
 
@@ -53,7 +56,7 @@ class CheckpointCopyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testdirs::FreshTestDir("ckpt_copy");
-    logs_ = std::make_unique<LogServiceImpl>(dir_ + "/holder", [](const std::string&) { return true; },
+    logs_ = std::make_unique<FileServiceImpl>(dir_ + "/holder", [](const std::string&) { return true; },
                                              dir_ + "/holder/checkpoints");
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
@@ -76,7 +79,7 @@ class CheckpointCopyTest : public ::testing::Test {
 
   std::string dir_;
   int port_ = 0;
-  std::unique_ptr<LogServiceImpl> logs_;
+  std::unique_ptr<FileServiceImpl> logs_;
   std::unique_ptr<grpc::Server> server_;
   bool runs_here_ = false;
   CheckpointCopier::Options Options() {
@@ -152,6 +155,59 @@ TEST_F(CheckpointCopyTest, ARequestIsCopiedInTheBackground) {
   for (int i = 0; i < 200 && copier.copies() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   EXPECT_EQ(copier.copies(), 1);
   EXPECT_EQ(format::CompleteSteps(copier_job()), (std::vector<int64_t>{40}));
+}
+
+// A holder that sends the manifest and then nothing (cut off, its disk hung): the copy is
+// cancelled once `stall` has passed on the copier's clock, not before, and leaves nothing.
+class SilentHolder final : public v1::WorkerFileService::Service {
+ public:
+  std::atomic<bool> sent_manifest{false};
+  grpc::Status ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
+                              grpc::ServerWriter<v1::ArtifactChunk>* writer) override {
+    format::CheckpointManifest m;
+    m.files["model.pt"] = format::FileEntry("weights");
+    v1::ArtifactChunk chunk;
+    chunk.set_file(format::kCheckpointManifest);
+    chunk.set_data(format::ManifestText(m));
+    chunk.set_step(req->step());
+    writer->Write(chunk);
+    sent_manifest = true;
+    for (int i = 0; i < 2000 && !ctx->IsCancelled(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the silent holder gave up");
+  }
+};
+
+TEST_F(CheckpointCopyTest, AHolderThatStopsSendingIsCutOffAfterTheStallOnTheCopiersClock) {
+  SilentHolder holder;
+  int port = 0;
+  grpc::ServerBuilder b;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&holder);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  ASSERT_TRUE(server != nullptr && port != 0);
+  FakeClock clock;
+  CheckpointCopier::Options options = Options();
+  options.clock = &clock;
+  options.stall = std::chrono::seconds(60);
+  CheckpointCopier copier(options);
+  v1::CheckpointCopy order = Order(40);
+  order.set_source_address("127.0.0.1:" + std::to_string(port));
+
+  std::atomic<bool> advanced{false};
+  std::thread time_passes([&] {
+    for (int i = 0; i < 500 && !holder.sent_manifest; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the watchdog looks more than once meanwhile
+    advanced = true;
+    clock.Advance(std::chrono::seconds(61));
+  });
+  const Status s = copier.Copy(order);
+  time_passes.join();
+  server->Shutdown();
+  EXPECT_TRUE(advanced) << "cancelled before the copier's clock passed the stall";
+  EXPECT_EQ(s.code(), Status::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("worker holder sent nothing for 60 s"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(!fs::exists(copier_job()) || fs::is_empty(copier_job()));
+  EXPECT_EQ(copier.copies(), 0);
 }
 
 }  // namespace

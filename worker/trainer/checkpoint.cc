@@ -13,6 +13,7 @@
 
 #include "common/format/atomic_file.h"
 #include "common/format/checkpoint_layout.h"
+#include "common/format/checkpoint_manifest.h"
 #include "common/format/shard.h"
 
 namespace nightshift::trainer {
@@ -129,11 +130,11 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
 
   SavedCheckpoint saved;
   saved.path = dir.string();
-  json files = json::object();  // name -> {bytes, fnv1a64}: checked before a load
+  format::CheckpointManifest manifest;  // every file's size and checksum: checked before a load
   auto write = [&](const char* file, const std::string& bytes) {
     Check(format::WriteFileAtomically((dir / file).string(), bytes));
     saved.bytes += static_cast<int64_t>(bytes.size());
-    files[file] = {{"bytes", bytes.size()}, {"fnv1a64", std::to_string(format::StableHash64(bytes))}};
+    manifest.files[file] = format::FileEntry(bytes);
   };
   {
     torch::serialize::OutputArchive archive;
@@ -149,13 +150,12 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
     archive.save_to(s);
     write("optimizer.pt", s.str());
   }
-  json manifest = {{"magic", kCheckpointMagic},
-                   {"version", kCheckpointVersion},
-                   {"position", PositionToJson(position)},
-                   {"fingerprint", position.fingerprint},
-                   {"files", files}};
-  if (options_.attempt >= 0) manifest["attempt"] = options_.attempt;
-  write("manifest.json", manifest.dump(2) + "\n");
+  manifest.position = PositionToJson(position);
+  manifest.fingerprint = position.fingerprint;
+  manifest.attempt = options_.attempt;
+  const std::string text = format::ManifestText(manifest);
+  Check(format::WriteFileAtomically((dir / format::kCheckpointManifest).string(), text));
+  saved.bytes += static_cast<int64_t>(text.size());
   try {
     CheckFence();
   } catch (const FencedError&) {
@@ -199,9 +199,8 @@ void CheckpointManager::CheckFence() const {
 
 bool CheckpointManager::WrittenByALaterAttempt(const std::string& dir) const {
   if (options_.attempt < 0) return false;
-  std::ifstream in(fs::path(dir) / "manifest.json");
-  const json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return m.is_object() && m.value("attempt", -1) > options_.attempt;
+  format::CheckpointManifest m;
+  return format::ReadManifest(dir, &m).empty() && m.attempt > options_.attempt;
 }
 
 std::vector<std::string> CheckpointManager::ListComplete() const {
@@ -237,39 +236,23 @@ namespace {
 // Reads and checks one checkpoint: its manifest, and the size and checksum of every
 // file the manifest lists. Throws std::runtime_error naming the directory.
 RunPosition ReadCheckpoint(const fs::path& dir) {
-  json m;
-  try {
-    m = json::parse(ReadFile(dir / "manifest.json"));
-  } catch (const json::exception& e) {
-    throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
-  }
-  if (m.value("magic", "") != kCheckpointMagic)
-    throw std::runtime_error("checkpoint: " + dir.string() + "/manifest.json is not a nightshift-checkpoint");
-  const int version = m.value("version", 0);
-  if (version < kOldestCheckpointVersion || version > kCheckpointVersion)
+  format::CheckpointManifest m;
+  Check(format::ReadManifest(dir.string(), &m));
+  if (m.version < format::kOldestCheckpointVersion || m.version > format::kCheckpointVersion)
     throw CheckpointVersionError("checkpoint: " + dir.string() + " has manifest version " +
-                                 std::to_string(version) + "; this trainer reads versions " +
-                                 std::to_string(kOldestCheckpointVersion) + " to " +
-                                 std::to_string(kCheckpointVersion) +
+                                 std::to_string(m.version) + "; this trainer reads versions " +
+                                 std::to_string(format::kOldestCheckpointVersion) + " to " +
+                                 std::to_string(format::kCheckpointVersion) +
                                  " (resume it with the trainer that wrote it, or move it away to start over)");
   RunPosition p;
   try {
-    p = version == 1 ? PositionFromVersion1(m) : PositionFromJson(m.at("position"));
-    p.fingerprint = m.value("fingerprint", "");
-    p.attempt = m.value("attempt", -1);
-    if (m.contains("files")) {
-      for (const auto& [name, f] : m["files"].items()) {
-        const std::string bytes = ReadFile(dir / name);
-        if (bytes.size() != f.at("bytes").get<size_t>())
-          throw std::runtime_error("checkpoint: " + (dir / name).string() + " is truncated (" +
-                                   std::to_string(bytes.size()) + " of " + f.at("bytes").dump() + " bytes)");
-        if (std::to_string(format::StableHash64(bytes)) != f.at("fnv1a64").get<std::string>())
-          throw std::runtime_error("checkpoint: " + (dir / name).string() + " does not match its checksum");
-      }
-    }
+    p = m.version == 1 ? PositionFromVersion1(m.position) : PositionFromJson(m.position);
   } catch (const json::exception& e) {
-    throw std::runtime_error("checkpoint: bad manifest in " + dir.string() + ": " + e.what());
+    throw std::runtime_error("checkpoint: bad position in " + dir.string() + "/manifest.json: " + e.what());
   }
+  p.fingerprint = m.fingerprint;
+  p.attempt = m.attempt;
+  Check(format::VerifyFiles(dir.string(), m));
   return p;
 }
 
@@ -335,12 +318,11 @@ RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& mode
 }
 
 std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_dir) {
+  format::CheckpointManifest m;
+  Check(format::ReadManifest(step_dir, &m));
   std::map<std::string, std::string> files;
-  files["manifest.json"] = ReadFile(fs::path(step_dir) / "manifest.json");
-  const json m = json::parse(files["manifest.json"], nullptr, /*allow_exceptions=*/false);
-  if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
-    throw std::runtime_error("checkpoint: bad manifest in " + step_dir);
-  for (const auto& [name, f] : m["files"].items()) files[name] = ReadFile(fs::path(step_dir) / name);
+  files[format::kCheckpointManifest] = ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
+  for (const auto& [name, entry] : m.files) files[name] = ReadFile(fs::path(step_dir) / name);
   return files;
 }
 
@@ -352,7 +334,7 @@ std::string CheckpointManager::Install(int64_t step, const std::map<std::string,
     throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
   try {
     for (const auto& [file, bytes] : files) {
-      if (file.empty() || file.find('/') != std::string::npos || file == kComplete || file == "." || file == "..")
+      if (!format::IsPlainFileName(file) || file == kComplete)
         throw std::runtime_error("checkpoint: a received file is named \"" + file + "\"");
       Check(format::WriteFileAtomically((dir / file).string(), bytes));
     }

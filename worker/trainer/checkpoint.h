@@ -1,11 +1,9 @@
 // Checkpoints: one directory per saved step, step-00000123/, holding
 //   model.pt       the model's parameters and buffers (torch::serialize archive)
 //   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded)
-//   manifest.json  {"magic": "nightshift-checkpoint", "version": 2,
-//                   "position": the RunPosition (position.h; rng_cpu as hex),
-//                   "fingerprint": what the run must match to resume from it,
-//                   "attempt": the job attempt that wrote it (absent before fencing),
-//                   "files": {name: {bytes, fnv1a64}} checked before a load}
+//   manifest.json  common/format/checkpoint_manifest.h: the RunPosition (position.h;
+//                  rng_cpu as hex), the run's fingerprint, the attempt, and every
+//                  file's size and FNV-1a 64, checked before a load
 //   COMPLETE       written last: a checkpoint without it does not exist.
 // Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
 // writing: the marker goes first, then the rest.
@@ -43,10 +41,6 @@
 #include "worker/trainer/position.h"
 
 namespace nightshift::trainer {
-
-inline constexpr char kCheckpointMagic[] = "nightshift-checkpoint";
-inline constexpr int kCheckpointVersion = 2;
-inline constexpr int kOldestCheckpointVersion = 1;
 
 // A checkpoint whose manifest version this trainer does not read. Not damage: resuming
 // from an older checkpoint instead would silently drop the newer one's steps.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/format/shard.h"
 #include "common/format/spec_limits.h"
 #include "worker/trainer/fault_injection.h"
 
@@ -60,9 +61,9 @@ struct DataConfig {
   std::string val_shard;     // absolute path of the validation shard
   int vocab_size = 0;
   int num_classes = 0;
-  int pad_id = 0;
-  int bos_id = 2;            // classifier samples start with it (the CLS position)
-  int eos_id = 3;
+  int pad_id = format::kPadId;
+  int bos_id = format::kBosId;  // classifier samples start with it (the CLS position)
+  int eos_id = format::kEosId;
   std::vector<std::string> class_names;
   std::string tokenizer_model;  // the sentencepiece model (exported with the model); "": the
                                 // tokenizer.model beside train_shard, when there is one

@@ -87,9 +87,9 @@ std::string Predictor::Open(const std::string& dir, const PredictorOptions& opti
     m.attention_dropout = Get<double>(c, "attention_dropout", 0.0);
     p->vocab_size_ = c.at("vocab_size").get<int64_t>();
     p->num_classes_ = Get<int64_t>(c, "num_classes", 0);
-    p->pad_id_ = Get<int64_t>(c, "pad_id", 0);
-    p->bos_id_ = Get<int64_t>(c, "bos_id", 2);
-    p->eos_id_ = Get<int64_t>(c, "eos_id", 3);
+    p->pad_id_ = Get<int64_t>(c, "pad_id", format::kPadId);
+    p->bos_id_ = Get<int64_t>(c, "bos_id", format::kBosId);
+    p->eos_id_ = Get<int64_t>(c, "eos_id", format::kEosId);
     p->labels_ = Get<std::vector<std::string>>(c, "labels", {});
   } catch (const nlohmann::json::exception& e) {
     return config_path + ": " + e.what();

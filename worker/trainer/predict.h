@@ -73,7 +73,7 @@ class Predictor {
   Predictor();
   PredictorOptions options_;
   ModelConfig model_config_;
-  int64_t vocab_size_ = 0, num_classes_ = 0, pad_id_ = 0, bos_id_ = 2, eos_id_ = 3;
+  int64_t vocab_size_ = 0, num_classes_ = 0, pad_id_ = format::kPadId, bos_id_ = format::kBosId, eos_id_ = format::kEosId;
   std::vector<std::string> labels_;
   torch::Device device_;
   std::shared_ptr<SequenceModel> model_;

@@ -50,7 +50,7 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
                      int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token = false,
                      ProcessGroup* group = nullptr);
 
-// Best of a few 512x512 float matmuls, in GFLOP/s.
+// Best of a few 1024x1024 float matmuls, in GFLOP/s.
 double MeasureBlasGflops();
 
 }  // namespace nightshift::trainer

@@ -1,11 +1,11 @@
-// Clock: where the coordinator reads the time, so tests can move it instead of sleeping
-// (LevelDB's Env idea, for time alone).
+// Clock: where the coordinator and the worker read the time, so tests can move it
+// instead of sleeping (LevelDB's Env idea, for time alone).
 //
-// Steady time only: leases, restart backoff, stop timeouts and hang detection are
-// intervals on it. The wall-clock timestamps written into jobs (created, updated,
+// Steady time only: leases, restart backoff, stop timeouts, hang detection and stalled
+// checkpoint copies are intervals on it. The wall-clock timestamps written into jobs (created, updated,
 // events) and the progress ETAs that workers stamp are not read through it.
-#ifndef NIGHTSHIFT_COORDINATOR_CLOCK_H_
-#define NIGHTSHIFT_COORDINATOR_CLOCK_H_
+#ifndef NIGHTSHIFT_COMMON_CLOCK_H_
+#define NIGHTSHIFT_COMMON_CLOCK_H_
 
 #include <chrono>
 
@@ -26,4 +26,4 @@ class Clock {
 
 }  // namespace nightshift
 
-#endif  // NIGHTSHIFT_COORDINATOR_CLOCK_H_
+#endif  // NIGHTSHIFT_COMMON_CLOCK_H_

@@ -1,4 +1,4 @@
-#include "coordinator/clock.h"
+#include "common/clock.h"
 
 namespace nightshift {
 namespace {

@@ -1,11 +1,11 @@
-// WorkerLogService: serves the rank logs a worker keeps under <work_dir>/jobs/<job>/
-// attempt-<n>/rank-<r>.log to the coordinator, which relays them to `nightshift job logs`,
+// WorkerFileService: serves a worker's files. The rank logs it keeps under <work_dir>/
+// jobs/<job>/attempt-<n>/rank-<r>.log to the coordinator, which relays them to `nightshift job logs`,
 // and the jobs' model folders (<checkpoint_root>/<job>/model and the exports of kept
 // checkpoints beside it, nothing outside the job's folder; see checkpoint_export.h),
 // which it relays to `nightshift job artifacts`, and complete checkpoints to other
 // workers that copy them (checkpoint_copy.h).
-#ifndef NIGHTSHIFT_WORKER_LOG_SERVICE_H_
-#define NIGHTSHIFT_WORKER_LOG_SERVICE_H_
+#ifndef NIGHTSHIFT_WORKER_FILE_SERVICE_H_
+#define NIGHTSHIFT_WORKER_FILE_SERVICE_H_
 
 #include <functional>
 #include <string>
@@ -15,15 +15,15 @@
 
 namespace nightshift {
 
-class LogServiceImpl final : public v1::WorkerLogService::Service {
+class FileServiceImpl final : public v1::WorkerFileService::Service {
  public:
   // `is_running(job_id)` tells whether the job still runs here (a follow ends when it
   // does not and the log is read to its end). Called from gRPC threads.
   // `checkpoint_root`: where the worker's tasks checkpoint (each job in <root>/<job id>).
   // `trainer_path`: the nightshift-trainer that exports kept checkpoints on request
   // (ReadModel with a step); "": only final exports are served.
-  LogServiceImpl(std::string work_dir, std::function<bool(const std::string&)> is_running,
-                 std::string checkpoint_root = "", std::string trainer_path = "")
+  FileServiceImpl(std::string work_dir, std::function<bool(const std::string&)> is_running,
+                  std::string checkpoint_root = "", std::string trainer_path = "")
       : work_dir_(std::move(work_dir)), is_running_(std::move(is_running)),
         checkpoint_root_(std::move(checkpoint_root)),
         exporter_({work_dir_, checkpoint_root_, std::move(trainer_path)}) {}
@@ -45,4 +45,4 @@ class LogServiceImpl final : public v1::WorkerLogService::Service {
 
 }  // namespace nightshift
 
-#endif  // NIGHTSHIFT_WORKER_LOG_SERVICE_H_
+#endif  // NIGHTSHIFT_WORKER_FILE_SERVICE_H_

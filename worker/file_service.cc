@@ -1,4 +1,4 @@
-#include "worker/log_service.h"
+#include "worker/file_service.h"
 
 #include <sys/stat.h>
 
@@ -16,9 +16,10 @@ namespace fs = std::filesystem;
 
 namespace nightshift {
 
-grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLogRequest* req,
+grpc::Status FileServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLogRequest* req,
                                      grpc::ServerWriter<v1::LogChunk>* writer) {
-  if (!IsJobId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (!format::IsJobId(req->job_id()))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->rank() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "rank: must be >= 0");
   // The latest attempt this worker ran.
   const fs::path job_dir = fs::path(work_dir_) / "jobs" / req->job_id();
@@ -63,9 +64,10 @@ grpc::Status LogServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLog
   return grpc::Status::OK;
 }
 
-grpc::Status LogServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
+grpc::Status FileServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
                                        grpc::ServerWriter<v1::ArtifactChunk>* writer) {
-  if (!IsJobId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (!format::IsJobId(req->job_id()))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->step() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 0 or more");
   if (checkpoint_root_.empty())
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");
@@ -83,9 +85,10 @@ grpc::Status LogServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadM
   return ToGrpc(s);
 }
 
-grpc::Status LogServiceImpl::ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
+grpc::Status FileServiceImpl::ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
                                             grpc::ServerWriter<v1::ArtifactChunk>* writer) {
-  if (!IsJobId(req->job_id())) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
+  if (!format::IsJobId(req->job_id()))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->step() <= 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 1 or more");
   if (checkpoint_root_.empty())
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");

@@ -1,0 +1,124 @@
+#include "common/format/checkpoint_manifest.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/format/checkpoint_layout.h"
+#include "common/format/shard.h"
+
+namespace nightshift::format {
+
+using nlohmann::json;
+
+bool IsPlainFileName(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  for (unsigned char c : name)
+    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f) return false;
+  return true;
+}
+
+ManifestFile FileEntry(const std::string& bytes) { return {bytes.size(), StableHash64(bytes)}; }
+
+std::string ManifestText(const CheckpointManifest& m) {
+  json files = json::object();
+  for (const auto& [name, f] : m.files)
+    files[name] = {{"bytes", f.bytes}, {"fnv1a64", std::to_string(f.fnv1a64)}};
+  json doc = {{"magic", kCheckpointMagic},
+              {"version", m.version},
+              {"position", m.position},
+              {"fingerprint", m.fingerprint},
+              {"files", files}};
+  if (m.attempt >= 0) doc["attempt"] = m.attempt;
+  return doc.dump(2) + "\n";
+}
+
+namespace {
+
+// A decimal uint64 written as a JSON string (JSON numbers lose bits past 2^53).
+bool ParseDecimal(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 20 || s[0] < '0' || s[0] > '9') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0) return false;
+  *out = v;
+  return true;
+}
+
+std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* out) {
+  if (!files.is_object()) return "manifest.json: \"files\" is not an object";
+  for (const auto& [name, f] : files.items()) {
+    if (!IsPlainFileName(name) || name == kCheckpointComplete || name == kCheckpointManifest)
+      return "manifest.json lists a file named \"" + name + "\"";
+    ManifestFile entry;
+    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_unsigned() || !f.contains("fnv1a64") ||
+        !f["fnv1a64"].is_string() || !ParseDecimal(f["fnv1a64"].get<std::string>(), &entry.fnv1a64))
+      return "manifest.json: " + name + " has no bytes and fnv1a64";
+    entry.bytes = f["bytes"].get<uint64_t>();
+    (*out)[name] = entry;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ParseManifest(const std::string& text, CheckpointManifest* out) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return "manifest.json is not a JSON object";
+  if (doc.value("magic", json()) != kCheckpointMagic) return "manifest.json is not a nightshift-checkpoint";
+  CheckpointManifest m;
+  const json& version = doc.contains("version") ? doc["version"] : json(0);  // 0: refused by every reader
+  if (!version.is_number_integer()) return "manifest.json: version is not an integer";
+  m.version = version.get<int>();
+  m.position = m.version == 1 ? doc : doc.value("position", json());
+  const json& fingerprint = doc.contains("fingerprint") ? doc["fingerprint"] : json("");
+  const json& attempt = doc.contains("attempt") ? doc["attempt"] : json(-1);
+  if (!fingerprint.is_string()) return "manifest.json: fingerprint is not a string";
+  if (!attempt.is_number_integer()) return "manifest.json: attempt is not an integer";
+  m.fingerprint = fingerprint.get<std::string>();
+  m.attempt = attempt.get<int>();
+  if (doc.contains("files"))
+    if (std::string err = ParseFiles(doc["files"], &m.files); !err.empty()) return err;
+  *out = std::move(m);
+  return "";
+}
+
+std::string ReadManifest(const std::string& step_dir, CheckpointManifest* out) {
+  const std::string path = step_dir + "/" + kCheckpointManifest;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot read " + path;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (std::string err = ParseManifest(text.str(), out); !err.empty()) return step_dir + "/" + err;
+  return "";
+}
+
+std::string VerifyFile(const std::string& name, uint64_t bytes, uint64_t fnv1a64, const ManifestFile& want) {
+  if (bytes != want.bytes)
+    return name + " is truncated (" + std::to_string(bytes) + " of " + std::to_string(want.bytes) + " bytes)";
+  if (fnv1a64 != want.fnv1a64) return name + " does not match its checksum in manifest.json";
+  return "";
+}
+
+std::string VerifyFiles(const std::string& step_dir, const CheckpointManifest& m) {
+  std::vector<char> buf(1 << 20);
+  for (const auto& [name, want] : m.files) {
+    const std::string path = step_dir + "/" + name;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "cannot read " + path;
+    uint64_t bytes = 0, hash = StableHash64(nullptr, 0);
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const auto got = static_cast<size_t>(in.gcount());
+      hash = StableHash64(buf.data(), got, hash);
+      bytes += got;
+    }
+    if (std::string err = VerifyFile(path, bytes, hash, want); !err.empty()) return err;
+  }
+  return "";
+}
+
+}  // namespace nightshift::format

@@ -1,0 +1,74 @@
+// A checkpoint's manifest.json (<job folder>/step-N/manifest.json, checkpoint_layout.h):
+// what the checkpoint is, which run and attempt wrote it, and every other file in it with
+// its size and FNV-1a 64 checksum. The one place that reads and writes it: the trainer
+// saves, resumes and exports by it (worker/trainer/checkpoint.h), the worker serves and
+// copies checkpoints by it (worker/checkpoint_copy.h).
+//
+//   {"magic": "nightshift-checkpoint", "version": 2,
+//    "position": the trainer's RunPosition (worker/trainer/position.h),
+//    "fingerprint": what a run must match to resume from it,
+//    "attempt": the job attempt that wrote it (absent before fencing),
+//    "files": {name: {"bytes": N, "fnv1a64": "decimal"}}}
+//
+// Version 1 had the position's fields at the top level and may lack "files". Standard
+// library and nlohmann-json (header-only) only: the trainer links it.
+#ifndef NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_MANIFEST_H_
+#define NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_MANIFEST_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace nightshift::format {
+
+inline constexpr char kCheckpointMagic[] = "nightshift-checkpoint";
+inline constexpr int kCheckpointVersion = 2;        // written
+inline constexpr int kOldestCheckpointVersion = 1;  // the oldest the trainer reads
+
+struct ManifestFile {
+  uint64_t bytes = 0;
+  uint64_t fnv1a64 = 0;  // StableHash64 of the whole file (shard.h)
+};
+
+struct CheckpointManifest {
+  int version = kCheckpointVersion;
+  // Version 2: the "position" object; version 1: the whole document (its position
+  // fields were at the top level). The trainer reads it; nothing else looks inside.
+  nlohmann::json position;
+  std::string fingerprint;
+  int attempt = -1;  // -1: absent
+  std::map<std::string, ManifestFile> files;  // every file but manifest.json and COMPLETE
+};
+
+// Whether `name` can be a file in a folder that a manifest lists: not empty, ".", "..",
+// at most 255 bytes, no '/', '\\' or control characters.
+bool IsPlainFileName(const std::string& name);
+
+// The manifest's entry for a file with these contents.
+ManifestFile FileEntry(const std::string& bytes);
+
+// manifest.json's text for `m` (magic included).
+std::string ManifestText(const CheckpointManifest& m);
+
+// Parses manifest.json's text into *out. Returns "" or what is wrong: not JSON, not a
+// nightshift-checkpoint, a file entry without its size and checksum, a listed name that
+// is not a plain file name (or is manifest.json or COMPLETE). The version is not checked
+// against what a reader supports: that is the reader's call.
+std::string ParseManifest(const std::string& text, CheckpointManifest* out);
+
+// Reads and parses <step_dir>/manifest.json; "" or what is wrong, naming the file.
+std::string ReadManifest(const std::string& step_dir, CheckpointManifest* out);
+
+// Whether a file of `bytes` bytes hashing to `fnv1a64` is `want`: "" or "<name> is
+// truncated (N of M bytes)" / "<name> does not match its checksum".
+std::string VerifyFile(const std::string& name, uint64_t bytes, uint64_t fnv1a64, const ManifestFile& want);
+
+// Reads every file `m` lists from `step_dir` and verifies it: "" or the first that is
+// missing or does not match, naming its path.
+std::string VerifyFiles(const std::string& step_dir, const CheckpointManifest& m);
+
+}  // namespace nightshift::format
+
+#endif  // NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_MANIFEST_H_
