@@ -73,13 +73,19 @@ std::string ParseManifest(const std::string& text, CheckpointManifest* out) {
   const json& version = doc.contains("version") ? doc["version"] : json(0);  // 0: refused by every reader
   if (!version.is_number_integer()) return "manifest.json: version is not an integer";
   m.version = version.get<int>();
+  const json& attempt = doc.contains("attempt") ? doc["attempt"] : json(-1);
+  if (attempt.is_number_integer()) m.attempt = attempt.get<int>();
+  // A later version may have changed every other field: its version (and attempt, for
+  // fencing) is all a reader needs to refuse it, never to mistake it for damage.
+  if (m.version > kCheckpointVersion) {
+    *out = std::move(m);
+    return "";
+  }
+  if (!attempt.is_number_integer()) return "manifest.json: attempt is not an integer";
   m.position = m.version == 1 ? doc : doc.value("position", json());
   const json& fingerprint = doc.contains("fingerprint") ? doc["fingerprint"] : json("");
-  const json& attempt = doc.contains("attempt") ? doc["attempt"] : json(-1);
   if (!fingerprint.is_string()) return "manifest.json: fingerprint is not a string";
-  if (!attempt.is_number_integer()) return "manifest.json: attempt is not an integer";
   m.fingerprint = fingerprint.get<std::string>();
-  m.attempt = attempt.get<int>();
   if (doc.contains("files"))
     if (std::string err = ParseFiles(doc["files"], &m.files); !err.empty()) return err;
   *out = std::move(m);

@@ -55,7 +55,9 @@ std::string ManifestText(const CheckpointManifest& m);
 // Parses manifest.json's text into *out. Returns "" or what is wrong: not JSON, not a
 // nightshift-checkpoint, a file entry without its size and checksum, a listed name that
 // is not a plain file name (or is manifest.json or COMPLETE). The version is not checked
-// against what a reader supports: that is the reader's call.
+// against what a reader supports: that is the reader's call. A version above
+// kCheckpointVersion parses with its version and attempt alone (its other fields may
+// mean something else), so that a reader refuses it instead of skipping it as damaged.
 std::string ParseManifest(const std::string& text, CheckpointManifest* out);
 
 // Reads and parses <step_dir>/manifest.json; "" or what is wrong, naming the file.

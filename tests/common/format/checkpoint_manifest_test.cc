@@ -59,6 +59,18 @@ TEST(CheckpointManifestTest, AVersionOneDocumentParsesWithItsPositionAtTheTop) {
   EXPECT_EQ(m.version, 0);
 }
 
+TEST(CheckpointManifestTest, ALaterVersionParsesWithItsVersionAndAttemptWhateverElseChanged) {
+  CheckpointManifest m;
+  ASSERT_EQ(ParseManifest(R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4,
+                              "fingerprint": {"new": "shape"}, "files": ["model.pt"]})", &m), "");
+  EXPECT_EQ(m.version, 3);
+  EXPECT_EQ(m.attempt, 4);
+  EXPECT_TRUE(m.files.empty());
+  // The same fields in a version this code writes are damage.
+  EXPECT_NE(ParseManifest(R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": 4,
+                              "fingerprint": {"new": "shape"}, "files": ["model.pt"]})", &m), "");
+}
+
 TEST(CheckpointManifestTest, DamageAndNamesOutsideTheFolderAreRefusedNamingWhatIsWrong) {
   const std::pair<std::string, std::string> cases[] = {
       {"{not json", "not a JSON object"},
