@@ -6,6 +6,7 @@ namespace {
 class SteadyClock final : public Clock {
  public:
   TimePoint Now() const override { return std::chrono::steady_clock::now(); }
+  std::chrono::system_clock::time_point WallNow() const override { return std::chrono::system_clock::now(); }
 };
 
 }  // namespace

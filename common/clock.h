@@ -1,9 +1,11 @@
 // Clock: where the coordinator and the worker read the time, so tests can move it
 // instead of sleeping (LevelDB's Env idea, for time alone).
 //
-// Steady time only: leases, restart backoff, stop timeouts, hang detection and stalled
-// checkpoint copies are intervals on it. The wall-clock timestamps written into jobs (created, updated,
-// events) and the progress ETAs that workers stamp are not read through it.
+// Now(), steady time: leases, restart backoff, stop timeouts, hang detection and stalled
+// checkpoint copies are intervals on it. WallNow(), the time of day that the coordinator
+// writes into records (a job's created, updated and event times, a worker's last
+// heartbeat) and measures queue waits against. The progress times and ETAs that workers
+// stamp come from their own clocks and are not read through it.
 #ifndef NIGHTSHIFT_COMMON_CLOCK_H_
 #define NIGHTSHIFT_COMMON_CLOCK_H_
 
@@ -19,8 +21,10 @@ class Clock {
   virtual ~Clock() = default;
   // Never goes back. Thread-safe.
   virtual TimePoint Now() const = 0;
+  // May jump (NTP, an operator). Thread-safe.
+  virtual std::chrono::system_clock::time_point WallNow() const = 0;
 
-  // std::chrono::steady_clock. Shared and never deleted.
+  // std::chrono::steady_clock and system_clock. Shared and never deleted.
   static Clock* Real();
 };
 

@@ -8,18 +8,20 @@
 
 namespace nightshift {
 
-inline google::protobuf::Timestamp NowTimestamp() {
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::system_clock::now().time_since_epoch()).count();
+inline google::protobuf::Timestamp ToTimestamp(std::chrono::system_clock::time_point t) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   google::protobuf::Timestamp ts;
   ts.set_seconds(ns / 1000000000);
   ts.set_nanos(static_cast<int32_t>(ns % 1000000000));
   return ts;
 }
 
-inline double SecondsSince(const google::protobuf::Timestamp& ts) {
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::system_clock::now().time_since_epoch()).count();
+inline google::protobuf::Timestamp NowTimestamp() { return ToTimestamp(std::chrono::system_clock::now()); }
+
+// Seconds from `ts` to `now` (by default the system clock's now).
+inline double SecondsSince(const google::protobuf::Timestamp& ts,
+                           std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   return (ns - (ts.seconds() * 1000000000LL + ts.nanos())) / 1e9;
 }
 

@@ -72,9 +72,9 @@ double ExpectedSeconds(const v1::Job& job) {
 }
 
 // An event in the job's current state and attempt.
-void AddEvent(v1::Job* job, const std::string& reason, int64_t step) {
+void AddEvent(v1::Job* job, const google::protobuf::Timestamp& now, const std::string& reason, int64_t step) {
   v1::JobEvent* ev = job->add_events();
-  *ev->mutable_time() = NowTimestamp();
+  *ev->mutable_time() = now;
   ev->set_state(job->state());
   ev->set_reason(reason);
   ev->set_attempt(job->attempt());
@@ -137,7 +137,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
 void Coordinator::Persist(JobEntry* entry, bool sync) {
   if (!store_error_.ok()) return;  // stopped: nothing more is written or told
   entry->version++;
-  *entry->job.mutable_updated() = NowTimestamp();
+  *entry->job.mutable_updated() = ToTimestamp(clock_->WallNow());
   Status s = store_->Put(entry->job, sync);
   if (!s.ok()) {
     store_error_ = Status::Unavailable("the coordinator stopped after a failed job store write (" + s.message() +
@@ -168,7 +168,7 @@ void Coordinator::SetState(JobEntry* entry, v1::JobState state, const std::strin
   v1::Job& job = entry->job;
   job.set_state(state);
   job.set_reason(reason);
-  AddEvent(&job, reason, step);
+  AddEvent(&job, ToTimestamp(clock_->WallNow()), reason, step);
   if (state == v1::RUNNING) {
     entry->last_step = job.progress().step();
     entry->last_advance = clock_->Now();
@@ -200,7 +200,7 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
   job.set_owner(owner);
   job.set_request_id(request_id);
   *job.mutable_spec() = std::move(spec);
-  *job.mutable_created() = NowTimestamp();
+  *job.mutable_created() = ToTimestamp(clock_->WallNow());
   *job.mutable_updated() = job.created();
   job.set_state(v1::QUEUED);
   job.set_reason("accepted");
@@ -293,7 +293,7 @@ StatusOr<int> Coordinator::Register(const v1::WorkerInfo& worker) {
   w.info.set_slots(worker.slots());
   w.info.set_log_address(worker.log_address());
   w.info.mutable_gpus()->CopyFrom(worker.gpus());
-  *w.info.mutable_last_heartbeat() = NowTimestamp();
+  *w.info.mutable_last_heartbeat() = ToTimestamp(clock_->WallNow());
   w.last_seen = clock_->Now();
   NS_INFO("worker " << worker.name() << (known ? " re-registered" : " registered") << " with "
                     << worker.slots() << " slots, " << worker.tasks_size() << " running tasks");
@@ -314,7 +314,7 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const s
   worker.heartbeat_gap_seconds =
       worker.heartbeat_gap_seconds == 0 ? gap : 0.8 * worker.heartbeat_gap_seconds + 0.2 * gap;
   worker.last_seen = now;
-  *worker.info.mutable_last_heartbeat() = NowTimestamp();
+  *worker.info.mutable_last_heartbeat() = ToTimestamp(clock_->WallNow());
   worker.info.clear_tasks();
   if (cache != nullptr) worker.cache = *cache;
   worker.held.clear();
@@ -523,7 +523,7 @@ bool Coordinator::TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry)
     job.set_checkpoint_step(step);
     job.clear_checkpoint_path();
   }
-  AddEvent(&job, reason, step);
+  AddEvent(&job, ToTimestamp(clock_->WallNow()), reason, step);
   NS_INFO("job " << job.id() << ": " << reason);
   return true;
 }
@@ -787,7 +787,7 @@ void Coordinator::Place(JobEntry* entry, const std::vector<SchedPart>& parts) {
     // Waiting started at the last transition into QUEUED.
     for (int i = job.events_size() - 1; i >= 0; --i) {
       if (job.events(i).state() == v1::QUEUED) {
-        options_.observer->JobScheduled(SecondsSince(job.events(i).time()));
+        options_.observer->JobScheduled(SecondsSince(job.events(i).time(), clock_->WallNow()));
         break;
       }
     }
@@ -864,7 +864,8 @@ CoordinatorStats Coordinator::Stats() const {
     s.jobs_by_state[v1::JobState_Name(job.state())]++;
     if (job.state() == v1::QUEUED) {
       s.queue_length++;
-      s.oldest_queued_seconds = std::max(s.oldest_queued_seconds, SecondsSince(job.events(job.events_size() - 1).time()));
+      s.oldest_queued_seconds =
+          std::max(s.oldest_queued_seconds, SecondsSince(job.events(job.events_size() - 1).time(), clock_->WallNow()));
     }
   }
   for (const auto& [name, w] : workers_) {

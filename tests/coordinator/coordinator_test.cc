@@ -84,6 +84,30 @@ class CoordinatorTest : public testing::Test {
   std::unique_ptr<Coordinator> c_;
 };
 
+// Every time the coordinator writes or measures comes from its Clock: with a fake one,
+// records carry the fake time of day and the queue wait grows only as it is advanced.
+TEST_F(CoordinatorTest, RecordTimesAndQueueWaitsComeFromTheCoordinatorsClock) {
+  const auto at_submit = clock_.WallNow();
+  const v1::Job job = c_->Submit(Spec()).value();
+  EXPECT_EQ(job.created().seconds(),
+            std::chrono::duration_cast<std::chrono::seconds>(at_submit.time_since_epoch()).count());
+  EXPECT_EQ(job.created().seconds(), 1767225600);  // FakeClock's 2026-01-01, not today
+  ASSERT_EQ(job.events_size(), 1);
+  EXPECT_EQ(job.events(0).time().seconds(), job.created().seconds());
+  EXPECT_EQ(c_->Stats().oldest_queued_seconds, 0);
+  clock_.Advance(std::chrono::seconds(90));
+  EXPECT_DOUBLE_EQ(c_->Stats().oldest_queued_seconds, 90);
+  RegisterWorker("w1", 1);
+  c_->Tick();
+  const v1::Job placed = c_->Get(job.id()).value();
+  EXPECT_EQ(placed.state(), v1::SCHEDULED);
+  EXPECT_EQ(placed.events(placed.events_size() - 1).time().seconds(), 1767225600 + 90);
+  EXPECT_EQ(placed.updated().seconds(), 1767225600 + 90);
+  const std::vector<v1::WorkerInfo> workers = c_->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].last_heartbeat().seconds(), 1767225600 + 90);
+}
+
 // A submission retried with its request id (the reply was lost) gets the job the first
 // call created, also from a coordinator restarted over the same RocksDB store.
 TEST_F(CoordinatorTest, RetriedSubmitReturnsTheFirstJobAlsoAfterARestart) {
