@@ -25,6 +25,11 @@ namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
 
+// "job J step N", for messages.
+std::string CopyName(const v1::CheckpointCopy& copy) {
+  return "job " + copy.job_id() + " step " + std::to_string(copy.step());
+}
+
 // A checkpoint's manifest, parsed: Corruption naming what is wrong, or that it lists no
 // file (a version 1 manifest without checksums cannot be copied verified).
 Status ParseCopyManifest(const std::string& text, format::CheckpointManifest* m) {
@@ -301,7 +306,7 @@ class StallWatchdog {
 Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
   if (!format::IsJobId(copy.job_id())) return Status::InvalidArgument("job_id: not a job id");
   const fs::path job_dir = fs::path(options_.root) / copy.job_id();
-  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
+  const std::string what = CopyName(copy);
   if (options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job runs on this worker");
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
@@ -328,7 +333,7 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
 
 Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
                                  const std::function<Status(const v1::ArtifactChunk&)>& on_chunk) {
-  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
+  const std::string what = CopyName(copy);
   auto stub = v1::WorkerFileService::NewStub(grpc::CreateChannel(
       copy.source_address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -373,7 +378,7 @@ Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
 }
 
 Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& incoming) {
-  const std::string what = "job " + copy.job_id() + " step " + std::to_string(copy.step());
+  const std::string what = CopyName(copy);
   // Into place, unless the job started here meanwhile: its trainer owns the folder then.
   if (options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job started on this worker");

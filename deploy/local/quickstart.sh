@@ -107,6 +107,14 @@ if [ "$SPEC" = "$DEMO_SPEC" ]; then
   step "fetch the SpamAssassin corpus" "$RUN/fetch-data.log" ./scripts/fetch-data.sh
 fi
 
+# A background process of this script that is gone fails STEP with its exit code (1 when
+# it exited 0, or is still there); the step's log is LOG.
+fail_gone() {  # fail_gone STEP PID LOG
+  local rc=1
+  if ! kill -0 "$2" 2>/dev/null; then wait "$2" || rc=$?; fi
+  fail "$1" "$rc" "$3"
+}
+
 # Waits up to 10 s for a daemon's port file; fails the step if the daemon exits first.
 await_port_file() {  # await_port_file STEP PID FILE LOG
   for _ in $(seq 1 100); do
@@ -114,9 +122,7 @@ await_port_file() {  # await_port_file STEP PID FILE LOG
     kill -0 "$2" 2>/dev/null || break
     sleep 0.1
   done
-  local rc=1
-  if ! kill -0 "$2" 2>/dev/null; then wait "$2" && rc=1 || rc=$?; fi
-  fail "$1" "$rc" "$4"
+  fail_gone "$1" "$2" "$4"
 }
 
 echo "quickstart: start the coordinator (log: $RUN/coordinator.log)"
@@ -154,10 +160,7 @@ PROMCFG
     --web.listen-address=127.0.0.1:$PROM_PORT 2>"$RUN/prometheus.log" &
   PROM_PID=$!
   sleep 1
-  if ! kill -0 "$PROM_PID" 2>/dev/null; then
-    wait "$PROM_PID" && rc=1 || rc=$?
-    fail "start Prometheus" "$rc" "$RUN/prometheus.log"
-  fi
+  kill -0 "$PROM_PID" 2>/dev/null || fail_gone "start Prometheus" "$PROM_PID" "$RUN/prometheus.log"
   echo "quickstart: Prometheus on http://127.0.0.1:$PROM_PORT (dashboards: deploy/grafana/)"
 fi
 
@@ -179,10 +182,7 @@ WATCH_PID=$!
 while kill -0 "$WATCH_PID" 2>/dev/null; do
   for d in "coordinator:$COORD_PID:$RUN/coordinator.log" "worker:$WORKER_PID:$WORKER_LOG"; do
     IFS=: read -r name pid log <<<"$d"
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid" && rc=1 || rc=$?
-      fail "$STEP: the $name exited" "$rc" "$log"
-    fi
+    kill -0 "$pid" 2>/dev/null || fail_gone "$STEP: the $name exited" "$pid" "$log"
   done
   sleep 1
 done

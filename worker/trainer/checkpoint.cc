@@ -318,12 +318,13 @@ RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& mode
 }
 
 std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_dir) {
+  std::map<std::string, std::string> files;
+  const std::string& text = files[format::kCheckpointManifest] =
+      ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
   format::CheckpointManifest m;
-  Check(format::ReadManifest(step_dir, &m));
+  if (std::string err = format::ParseManifest(text, &m); !err.empty()) Check(step_dir + "/" + err);
   if (m.files.empty())  // version 1 without checksums: another rank could not verify it
     throw std::runtime_error("checkpoint: " + step_dir + "/manifest.json lists no files");
-  std::map<std::string, std::string> files;
-  files[format::kCheckpointManifest] = ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
   for (const auto& [name, entry] : m.files) files[name] = ReadFile(fs::path(step_dir) / name);
   return files;
 }
