@@ -41,6 +41,7 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
                       "seed": str(seed), "batching": {"batch_size": batch_size, "max_tokens": max_tokens, "prefetch": 2},
                       "precision": precision, "grad_clip": 1.0, "activation_checkpointing": ac,
                       "max_steps": str(max_steps), "threads": threads},
+            "data": {"path": data_dir},
             "resources": {"world_size": 1},
             "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
     data = dict(meta)

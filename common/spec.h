@@ -16,13 +16,10 @@ namespace nightshift {
 // line of the offending field in the message when the text has one.
 StatusOr<v1::JobSpec> LoadJobSpec(const std::string& text);
 
-// Fills defaults for unset fields, then checks every field. Errors are
-// INVALID_ARGUMENT and start with the field's path ("model.arch: ...").
+// Fills defaults for unset fields, then checks every field: the spec's one set of rules
+// (common/format/spec_rules.h) applied to the proto. Errors are INVALID_ARGUMENT and
+// start with the field's path ("model.arch: ...").
 Status DefaultAndValidateJobSpec(v1::JobSpec* spec);
-
-// The token budget of a spec: > 0 for a fixed budget, 0 when batching by batch_size,
-// -1 for "auto".
-int64_t MaxTokensOf(const v1::BatchingSpec& batching);
 
 }  // namespace nightshift
 

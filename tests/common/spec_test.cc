@@ -1,9 +1,12 @@
 #include "common/spec.h"
 
+#include "common/format/spec_rules.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <set>
 
 namespace nightshift {
 namespace {
@@ -48,7 +51,7 @@ TEST(SpecTest, JsonIsAccepted) {
   auto spec = LoadJobSpec(R"({"model": {"arch": "transformer_classifier"}, "data": {"path": "/d"},
                               "train": {"batching": {"max_tokens": 16384}}})");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(MaxTokensOf(spec->train().batching()), 16384);
+  EXPECT_EQ(format::ParseMaxTokens(spec->train().batching().max_tokens()), 16384);
   EXPECT_EQ(spec->resources().world_size(), 1);  // absent: one rank
   EXPECT_EQ(spec->model().ffn(), 512);            // 4 x d_model
 }
@@ -188,6 +191,48 @@ TEST(SpecTest, ProtoPathRefusesUnknownFieldsAndBadStrings) {
   EXPECT_EQ(s.message().rfind("data.path", 0), 0u) << s.message();
   s = Validate([](v1::JobSpec* spec) { spec->set_name(std::string(200, 'a')); });
   EXPECT_EQ(s.message().rfind("name", 0), 0u) << s.message();
+}
+
+// Every field of the JobSpec has a row in the rules' table (common/format/spec_rules.h),
+// of its type, and an `optional` field is exactly one whose absence differs from its 0;
+// every row names a field. A field added to the proto without a row fails here.
+void WalkFields(const google::protobuf::Descriptor* message, const std::string& prefix,
+                std::set<std::string>* seen) {
+  using google::protobuf::FieldDescriptor;
+  for (int i = 0; i < message->field_count(); ++i) {
+    const FieldDescriptor* field = message->field(i);
+    const std::string path = prefix + field->name();
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      WalkFields(field->message_type(), path + ".", seen);
+      continue;
+    }
+    seen->insert(path);
+    const format::SpecField* row = format::FindSpecField(path);
+    if (row == nullptr) {
+      ADD_FAILURE() << path << ": a JobSpec field with no row in common/format/spec_rules.h";
+      continue;
+    }
+    format::FieldType type = format::FieldType::kString;
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64: type = format::FieldType::kInt; break;
+      case FieldDescriptor::CPPTYPE_UINT64: type = format::FieldType::kUint; break;
+      case FieldDescriptor::CPPTYPE_DOUBLE: type = format::FieldType::kReal; break;
+      case FieldDescriptor::CPPTYPE_STRING: type = format::FieldType::kString; break;
+      default: ADD_FAILURE() << path << ": a field type the rules do not take";
+    }
+    EXPECT_EQ(static_cast<int>(row->type), static_cast<int>(type)) << path;
+    EXPECT_EQ(field->has_presence(), row->absent == format::Absent::kDefault)
+        << path << ": `optional` in the proto exactly when absent and 0 differ in the table";
+  }
+}
+
+TEST(SpecTest, EveryFieldHasARowAndEveryRowAField) {
+  std::set<std::string> seen;
+  WalkFields(v1::JobSpec::descriptor(), "", &seen);
+  for (const format::SpecField& row : format::SpecFields())
+    EXPECT_TRUE(seen.count(row.path)) << row.path << ": a row for a field the JobSpec does not have";
+  EXPECT_EQ(seen.size(), format::SpecFields().size());
 }
 
 TEST(SpecTest, DeeplyNestedYamlIsRefusedNotACrash) {

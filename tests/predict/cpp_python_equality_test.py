@@ -101,6 +101,7 @@ def run_job(bin_dir, tmp, name, corpus_path, arch, classifier):
                       "seed": "1234", "batching": {"batch_size": 16, "max_tokens": "", "prefetch": 2},
                       "precision": "fp32", "grad_clip": 1.0, "activation_checkpointing": "none",
                       "max_steps": "0", "threads": 1},
+            "data": {"path": corpus_path},
             "resources": {"world_size": 1, "device": "cpu"},
             "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
     data = dict(meta, train_shard=os.path.join(data_dir, "train.shard"), val_shard=os.path.join(data_dir, "val.shard"),

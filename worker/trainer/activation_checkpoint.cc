@@ -1,7 +1,5 @@
 #include "worker/trainer/activation_checkpoint.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <mutex>
 #include <utility>
 
@@ -104,22 +102,6 @@ torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& 
   const torch::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_(true);
   return CheckpointFunction::apply(input, attn_bias,
                                    c10::make_intrusive<BlockHolder>(std::move(block)));
-}
-
-std::string ParseActivationCheckpointing(const std::string& value, int* every_n_blocks) {
-  if (value.empty() || value == "none") { *every_n_blocks = 0; return ""; }
-  if (value == "full") { *every_n_blocks = 1; return ""; }
-  if (value.compare(0, 6, "every_") == 0 && value.size() > 6) {
-    char* end = nullptr;
-    errno = 0;
-    const long n = std::strtol(value.c_str() + 6, &end, 10);
-    if (*end == '\0' && errno == 0 && n >= 1 && n <= 1 << 20) {
-      *every_n_blocks = static_cast<int>(n);
-      return "";
-    }
-  }
-  return "spec.train.activation_checkpointing must be none, full or every_N (N >= 1), got \"" +
-         value + "\"";
 }
 
 }  // namespace nightshift::trainer

@@ -34,10 +34,6 @@ using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const t
 torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
                                        const torch::Tensor& attn_bias);
 
-// spec.train.activation_checkpointing: "none" -> 0, "full" -> 1, "every_N" -> N (N >= 1).
-// Returns "" or what is wrong with the value.
-std::string ParseActivationCheckpointing(const std::string& value, int* every_n_blocks);
-
 // Whether block `index` (0-based) is checkpointed when every `every_n_blocks`-th block is
 // (blocks N-1, 2N-1, ...; 0: none, 1: all).
 inline bool IsCheckpointedBlock(int every_n_blocks, int64_t index) {

@@ -1,20 +1,21 @@
 #include "worker/trainer/config.h"
 
-#include "common/format/spec_limits.h"
+#include "common/format/spec_rules.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
 
-#include "worker/trainer/activation_checkpoint.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -36,7 +37,32 @@ std::string CamelCase(const std::string& snake) {
   return out;
 }
 
-// One JSON object and its dotted path, for error messages.
+// Integers: JSON numbers or decimal strings (protobuf JSON writes 64-bit ints as strings).
+int64_t IntOf(const json& v, const std::string& name) {
+  if (v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= INT64_MAX)) return v.get<int64_t>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && *end == '\0' && errno == 0) return n;
+  }
+  throw ConfigError(name + ": must be an integer, got " + v.dump());
+}
+
+uint64_t UintOf(const json& v, const std::string& name) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+    if (!s.empty() && s[0] != '-' && *end == '\0' && errno == 0) return n;
+  }
+  throw ConfigError(name + ": must be a non-negative integer, got " + v.dump());
+}
+
+// One JSON object of the config outside the spec, and its dotted path, for errors.
 struct Section {
   const json* obj;  // null when the section is absent (all defaults)
   std::string path;
@@ -50,88 +76,28 @@ struct Section {
     return nullptr;
   }
   std::string Name(const std::string& key) const { return path + "." + key; }
-  Section Sub(const std::string& key) const {
-    const json* v = Find(key);
-    if (v != nullptr && !v->is_object()) throw ConfigError(Name(key) + " must be an object");
-    return Section{v, Name(key)};
-  }
 
-  // Integers: JSON numbers or decimal strings (protobuf JSON writes 64-bit ints as strings).
   template <typename T>
   void Int(const std::string& key, T* out, int64_t lo, int64_t hi) const {
     const json* v = Find(key);
     if (v == nullptr) return;
-    long double x;
-    if (v->is_number_integer() || v->is_number_unsigned()) {
-      x = v->is_number_unsigned() ? static_cast<long double>(v->get<uint64_t>())
-                                  : static_cast<long double>(v->get<int64_t>());
-    } else if (v->is_string()) {
-      const std::string s = v->get<std::string>();
-      char* end = nullptr;
-      errno = 0;
-      x = std::strtold(s.c_str(), &end);
-      if (s.empty() || *end != '\0' || errno != 0 || x != static_cast<long double>(static_cast<int64_t>(x)))
-        throw ConfigError(Name(key) + " must be an integer, got \"" + s + "\"");
-    } else {
-      throw ConfigError(Name(key) + " must be an integer, got " + v->dump());
-    }
+    const int64_t x = IntOf(*v, Name(key));
     if (x < lo || x > hi)
-      throw ConfigError(Name(key) + " must be in [" + std::to_string(lo) + ", " +
-                        std::to_string(hi) + "], got " + v->dump());
+      throw ConfigError(Name(key) + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                        "], got " + v->dump());
     *out = static_cast<T>(x);
-  }
-  void Uint64(const std::string& key, uint64_t* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return;
-    if (v->is_number_unsigned()) { *out = v->get<uint64_t>(); return; }
-    if (v->is_string()) {
-      const std::string s = v->get<std::string>();
-      char* end = nullptr;
-      errno = 0;
-      unsigned long long x = std::strtoull(s.c_str(), &end, 10);
-      if (!s.empty() && s[0] != '-' && *end == '\0' && errno == 0) { *out = x; return; }
-    }
-    throw ConfigError(Name(key) + " must be a non-negative integer, got " + v->dump());
-  }
-  void Double(const std::string& key, double* out, double lo, double hi) const {
-    const json* v = Find(key);
-    if (v == nullptr) return;
-    if (!v->is_number()) throw ConfigError(Name(key) + " must be a number, got " + v->dump());
-    double x = v->get<double>();
-    if (!(x >= lo && x <= hi))
-      throw ConfigError(Name(key) + " must be in [" + std::to_string(lo) + ", " +
-                        std::to_string(hi) + "], got " + v->dump());
-    *out = x;
   }
   void Bool(const std::string& key, bool* out) const {
     const json* v = Find(key);
     if (v == nullptr) return;
-    if (!v->is_boolean()) throw ConfigError(Name(key) + " must be true or false, got " + v->dump());
+    if (!v->is_boolean()) throw ConfigError(Name(key) + ": must be true or false, got " + v->dump());
     *out = v->get<bool>();
   }
   void String(const std::string& key, std::string* out) const {
     const json* v = Find(key);
     if (v == nullptr) return;
-    if (!v->is_string()) throw ConfigError(Name(key) + " must be a string, got " + v->dump());
+    if (!v->is_string()) throw ConfigError(Name(key) + ": must be a string, got " + v->dump());
     *out = v->get<std::string>();
-  }
-  // A JobSpec field with its limits from the one table (common/format/spec_limits.h):
-  // absent keeps *out (the struct's default, which is the table's); 0 takes the field's
-  // fallback where it has one; anything else must be in range.
-  template <typename T>
-  void Int(const std::string& key, T* out, const format::IntField& f) const {
-    int64_t v = static_cast<int64_t>(*out);
-    Int(key, &v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-    if (v == 0 && f.fallback != 0) v = f.fallback;
-    if (!format::InRange(f, v)) throw ConfigError(Name(key) + " " + format::RangeText(f) + ", got " + std::to_string(v));
-    *out = static_cast<T>(v);
-  }
-  void Double(const std::string& key, double* out, const format::RealField& f) const {
-    double v = *out;
-    Double(key, &v, -HUGE_VAL, HUGE_VAL);
-    if (v == 0 && f.fallback != 0) v = f.fallback;
-    if (!format::InRange(f, v)) throw ConfigError(Name(key) + " " + format::RangeText(f) + ", got " + json(v).dump());
-    *out = v;
   }
 };
 
@@ -140,77 +106,98 @@ namespace L = format::limits;
 constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
 
-void ParseModel(const Section& model, ModelConfig* out) {
-  ModelConfig& m = *out;
-  model.String("arch", &m.arch);
-  model.String("path", &m.path);
-  model.String("init_from", &m.init_from);
-  if (m.arch != "transformer_classifier" && m.arch != "gpt_lm" && m.arch != "torchscript")
-    throw ConfigError("spec.model.arch must be transformer_classifier, gpt_lm or torchscript, got \"" +
-                      m.arch + "\"");
-  if (m.arch == "torchscript" && m.path.empty())
-    throw ConfigError("spec.model.path is required for model.arch torchscript");
-  model.Int("layers", &m.layers, L::kLayers);
-  model.Int("d_model", &m.d_model, L::kDModel);
-  model.Int("heads", &m.heads, L::kHeads);
-  model.Int("ffn", &m.ffn, 0, L::kFfn.max);  // 0: 4 x d_model (below)
-  model.Double("dropout", &m.dropout, L::kDropout);
-  model.Double("attention_dropout", &m.attention_dropout, L::kAttentionDropout);
-  model.Int("max_len", &m.max_len, L::kMaxLen);
-  if (m.ffn == 0) m.ffn = 4 * m.d_model;
-  if (m.d_model % m.heads != 0)
-    throw ConfigError("spec.model.d_model (" + std::to_string(m.d_model) +
-                      ") must be divisible by spec.model.heads (" + std::to_string(m.heads) + ")");
+std::string SnakeCase(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      out.push_back('_');
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
 }
 
-// spec.train, with its techniques: precision (amp.h), activation checkpointing
-// (activation_checkpoint.h) and batching (batching.h).
-void ParseTrain(const Section& train, TrainSection* out) {
-  TrainSection& t = *out;
-  train.Int("epochs", &t.epochs, L::kEpochs);
-  train.String("optimizer", &t.optimizer);
-  if (t.optimizer.empty()) t.optimizer = "adamw";
-  if (t.optimizer != "adamw")
-    throw ConfigError("spec.train.optimizer \"" + t.optimizer + "\" is not supported (use adamw)");
-  train.Double("lr", &t.lr, L::kLr);
-  train.Double("weight_decay", &t.weight_decay, L::kWeightDecay);
-  train.Int("warmup_steps", &t.warmup_steps, L::kWarmupSteps);
-  train.Uint64("seed", &t.seed);
-  train.String("precision", &t.precision);
-  if (t.precision.empty()) t.precision = L::kDefaultPrecision;
-  if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16")
-    throw ConfigError("spec.train.precision must be fp32, bf16 or fp16, got \"" + t.precision + "\"");
-  train.Double("grad_clip", &t.grad_clip, L::kGradClip);
-  train.String("activation_checkpointing", &t.activation_checkpointing);
-  if (t.activation_checkpointing.empty()) t.activation_checkpointing = "none";
-  if (std::string err = ParseActivationCheckpointing(t.activation_checkpointing, &t.checkpoint_every_blocks);
-      !err.empty())
-    throw ConfigError(err);
-  train.Int("max_steps", &t.max_steps, L::kMaxSteps);
-  train.Int("threads", &t.threads, L::kThreads);
+// Whether `path` is a message of the JobSpec ("train.batching"), not a field.
+bool IsSpecSection(const std::string& path) {
+  for (const format::SpecField& f : format::SpecFields())
+    if (std::string(f.path).rfind(path + ".", 0) == 0) return true;
+  return false;
+}
 
-  Section batching = train.Sub("batching");
-  batching.Int("batch_size", &t.batch_size, L::kBatchSize);
-  batching.Int("prefetch", &t.prefetch, L::kPrefetch);
-  if (const json* v = batching.Find("max_tokens")) {
-    if (v->is_string() && v->get<std::string>() == "auto") {
-      t.max_tokens_auto = true;
-    } else if (!(v->is_string() && v->get<std::string>().empty())) {
-      batching.Int("max_tokens", &t.max_tokens, L::kMaxTokens);
+// One JSON value of the spec as its row's type: protobuf JSON writes 64-bit integers as
+// strings, so integers may be decimal strings too.
+format::SpecValues::Value SpecValue(const format::SpecField& f, const json& v, const std::string& name) {
+  switch (f.type) {
+    case format::FieldType::kInt: return IntOf(v, name);
+    case format::FieldType::kUint: return UintOf(v, name);
+    case format::FieldType::kReal:
+      if (v.is_number()) return v.get<double>();
+      throw ConfigError(name + ": must be a number, got " + v.dump());
+    case format::FieldType::kString:
+      if (v.is_string()) return v.get<std::string>();
+      throw ConfigError(name + ": must be a string, got " + v.dump());
+  }
+  throw ConfigError(name + ": unsupported field type");
+}
+
+// The spec object, key by key (snake_case or lowerCamelCase), into values by the rules'
+// table; a key the JobSpec does not have is refused, as the coordinator refuses it.
+void ReadSpec(const json& obj, const std::string& path, format::SpecValues* values) {
+  for (const auto& [key, value] : obj.items()) {
+    const std::string field = path.empty() ? SnakeCase(key) : path + "." + SnakeCase(key);
+    if (value.is_null()) continue;
+    const format::SpecField* row = format::FindSpecField(field);
+    if (row == nullptr && IsSpecSection(field)) {
+      if (!value.is_object()) throw ConfigError("spec." + field + ": must be an object, got " + value.dump());
+      ReadSpec(value, field, values);
+    } else if (row == nullptr) {
+      throw ConfigError("spec." + field + ": unknown field");
+    } else {
+      values->Set(*row, SpecValue(*row, value, "spec." + field));
     }
   }
 }
 
-// spec.resources: the device, and data parallelism (ddp.h).
-void ParseResources(const Section& resources, TrainConfig* c) {
-  DataParallelConfig& dp = c->data_parallel;
-  resources.Int("world_size", &dp.world_size, L::kWorldSize.min, L::kWorldSize.max);  // 0 is refused
-  resources.Int("timeout_seconds", &dp.timeout_seconds, L::kTimeoutSeconds);
-  resources.Int("bucket_mb", &dp.bucket_mb, L::kBucketMb);
-  resources.String("device", &c->device);
-  if (c->device.empty()) c->device = L::kDefaultDevice;
-  if (c->device != "auto" && c->device != "cpu" && c->device != "cuda")
-    throw ConfigError("spec.resources.device must be auto, cpu or cuda, got \"" + c->device + "\"");
+// The resolved spec into the trainer's structs.
+void TakeSpec(const format::SpecValues& v, TrainConfig* c) {
+  ModelConfig& m = c->model;
+  m.arch = v.Text(L::kArch);
+  m.path = v.Text(L::kPath);
+  m.init_from = v.Text(L::kInitFrom);
+  m.layers = static_cast<int>(v.Int(L::kLayers));
+  m.d_model = static_cast<int>(v.Int(L::kDModel));
+  m.heads = static_cast<int>(v.Int(L::kHeads));
+  m.ffn = static_cast<int>(v.Int(L::kFfn));
+  m.dropout = v.Real(L::kDropout);
+  m.attention_dropout = v.Real(L::kAttentionDropout);
+  m.max_len = static_cast<int>(v.Int(L::kMaxLen));
+  TrainSection& t = c->train;
+  t.epochs = static_cast<int>(v.Int(L::kEpochs));
+  t.optimizer = v.Text(L::kOptimizer);
+  t.lr = v.Real(L::kLr);
+  t.weight_decay = v.Real(L::kWeightDecay);
+  t.warmup_steps = static_cast<int>(v.Int(L::kWarmupSteps));
+  t.seed = v.Uint(L::kSeed);
+  t.batch_size = static_cast<int>(v.Int(L::kBatchSize));
+  const int64_t max_tokens = format::ParseMaxTokens(v.Text(L::kMaxTokens));  // valid: the rules checked it
+  t.max_tokens_auto = max_tokens == -1;
+  t.max_tokens = std::max<int64_t>(max_tokens, 0);
+  t.prefetch = static_cast<int>(v.Int(L::kPrefetch));
+  t.precision = v.Text(L::kPrecision);
+  t.grad_clip = v.Real(L::kGradClip);
+  t.activation_checkpointing = v.Text(L::kActivationCheckpointing);
+  t.checkpoint_every_blocks = format::ActivationCheckpointEvery(t.activation_checkpointing);
+  t.max_steps = v.Int(L::kMaxSteps);
+  t.threads = static_cast<int>(v.Int(L::kThreads));
+  c->data_parallel.world_size = static_cast<int>(v.Int(L::kWorldSize));
+  c->data_parallel.timeout_seconds = static_cast<int>(v.Int(L::kTimeoutSeconds));
+  c->data_parallel.bucket_mb = static_cast<int>(v.Int(L::kBucketMb));
+  c->device = v.Text(L::kDevice);
+  c->checkpoint.every_steps = static_cast<int>(v.Int(L::kEverySteps));
+  c->checkpoint.every_seconds = static_cast<int>(v.Int(L::kEverySeconds));
+  c->checkpoint.keep_last = static_cast<int>(v.Int(L::kKeepLast));
 }
 
 void ParseData(const Section& data, const ModelConfig& m, DataConfig* out) {
@@ -249,15 +236,13 @@ void Parse(const json& root, TrainConfig* c) {
   top.String("checkpoint_dir", &c->checkpoint_dir);
   if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
   top.Bool("checkpoint_dir_shared", &c->checkpoint_dir_shared);
-  Section spec{top.Find("spec"), "spec"};
-  if (spec.obj == nullptr) throw ConfigError("config.spec is required");
-  ParseModel(spec.Sub("model"), &c->model);
-  ParseTrain(spec.Sub("train"), &c->train);
-  ParseResources(spec.Sub("resources"), c);
-  Section ckpt = spec.Sub("checkpoint");
-  ckpt.Int("every_steps", &c->checkpoint.every_steps, L::kEverySteps);
-  ckpt.Int("every_seconds", &c->checkpoint.every_seconds, L::kEverySeconds);
-  ckpt.Int("keep_last", &c->checkpoint.keep_last, L::kKeepLast);
+  const json* spec = top.Find("spec");
+  if (spec == nullptr) throw ConfigError("config.spec is required");
+  if (!spec->is_object()) throw ConfigError("config.spec must be an object");
+  format::SpecValues values;
+  ReadSpec(*spec, "", &values);
+  if (std::optional<format::SpecError> e = format::ApplySpecRules(&values)) throw ConfigError("spec." + e->Text());
+  TakeSpec(values, c);
   Section data{top.Find("data"), "data"};
   if (data.obj == nullptr) throw ConfigError("config.data is required");
   ParseData(data, c->model, &c->data);

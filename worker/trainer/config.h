@@ -9,51 +9,54 @@
 #include <vector>
 
 #include "common/format/shard.h"
-#include "common/format/spec_limits.h"
+#include "common/format/spec_rules.h"
 #include "worker/trainer/fault_injection.h"
 
 namespace nightshift::trainer {
 
 namespace L = format::limits;
 
+// The structs' defaults are the spec's (common/format/spec_rules.h): a TrainConfig built
+// in code starts as a parsed spec with every field absent would.
+constexpr double Default(const format::SpecField& f) { return f.fallback; }
+
 struct ModelConfig {
   std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript
   std::string path;       // torchscript: the module file (forward(tokens, pad_mask) -> logits)
   std::string init_from;  // an exported model folder (export.h) whose weights start the run
-  // Defaults and limits: common/format/spec_limits.h, shared with the coordinator.
-  int layers = L::kLayers.fallback;    // transformer blocks
-  int d_model = L::kDModel.fallback;   // hidden width; divisible by heads
-  int heads = L::kHeads.fallback;      // attention heads
-  int ffn = 0;                         // feed-forward width; 0 in the JSON means 4 * d_model
-  double dropout = L::kDefaultDropout; // in [0, 1): embeddings, residual branches, the pooled output
+  int layers = Default(L::kLayers);    // transformer blocks
+  int d_model = Default(L::kDModel);   // hidden width; divisible by heads
+  int heads = Default(L::kHeads);      // attention heads
+  int ffn = 4 * Default(L::kDModel);   // feed-forward width; the spec's default: 4 * d_model
+  double dropout = Default(L::kDropout); // in [0, 1): embeddings, residual branches, the pooled output
   double attention_dropout = 0.0;  // in [0, 1): attention probabilities; 0 takes the fused
                                    // attention kernel (model.h)
-  int max_len = L::kMaxLen.fallback;  // tokens per sample (longer ones are truncated)
+  int max_len = Default(L::kMaxLen);  // tokens per sample (longer ones are truncated)
 };
 
 struct TrainSection {
-  int epochs = L::kEpochs.fallback;
-  std::string optimizer = "adamw";
-  double lr = L::kLr.fallback;                       // peak learning rate
-  double weight_decay = L::kDefaultWeightDecay;
-  int warmup_steps = L::kDefaultWarmupSteps;         // linear warm-up steps, then linear decay to 0
-  uint64_t seed = 1234;
-  int batch_size = L::kBatchSize.fallback;           // samples per batch when max_tokens == 0
+  int epochs = Default(L::kEpochs);
+  std::string optimizer = L::kOptimizer.text_default;
+  double lr = Default(L::kLr);                       // peak learning rate
+  double weight_decay = Default(L::kWeightDecay);
+  int warmup_steps = Default(L::kWarmupSteps);         // linear warm-up steps, then linear decay to 0
+  uint64_t seed = Default(L::kSeed);
+  int batch_size = Default(L::kBatchSize);           // samples per batch when max_tokens == 0
   int64_t max_tokens = 0;       // padded tokens per batch; 0: fixed batch_size
   bool max_tokens_auto = false; // "auto" in the spec (falls back to a fixed budget)
-  int prefetch = L::kPrefetch.fallback;              // batches prepared ahead
-  std::string precision = L::kDefaultPrecision;
-  double grad_clip = L::kDefaultGradClip;            // max global gradient norm; 0 disables
-  std::string activation_checkpointing = "none";  // none | full | every_N
+  int prefetch = Default(L::kPrefetch);              // batches prepared ahead
+  std::string precision = L::kPrecision.text_default;
+  double grad_clip = Default(L::kGradClip);            // max global gradient norm; 0 disables
+  std::string activation_checkpointing = L::kActivationCheckpointing.text_default;  // none | full | every_N
   int checkpoint_every_blocks = 0;  // parsed from it: 0 none, 1 full, N every N-th block
   int64_t max_steps = 0;        // optimizer steps; 0: no limit
   int threads = 0;              // intra-op threads; 0: cores / local ranks
 };
 
 struct CheckpointConfig {
-  int every_steps = L::kDefaultEverySteps;  // 0 disables step-based checkpoints
+  int every_steps = Default(L::kEverySteps);  // 0 disables step-based checkpoints
   int every_seconds = 0;                    // 0 disables time-based checkpoints
-  int keep_last = L::kKeepLast.fallback;    // complete checkpoints kept (>= 1)
+  int keep_last = Default(L::kKeepLast);    // complete checkpoints kept (>= 1)
 };
 
 struct DataConfig {
@@ -72,15 +75,15 @@ struct DataConfig {
 // Data parallelism (ddp.h), from spec.resources.
 struct DataParallelConfig {
   int world_size = 1;                                 // must match WORLD_SIZE when above 1
-  int timeout_seconds = L::kTimeoutSeconds.fallback;  // rendezvous and every collective
-  int bucket_mb = L::kBucketMb.fallback;              // gradient all-reduce bucket, MiB
+  int timeout_seconds = Default(L::kTimeoutSeconds);  // rendezvous and every collective
+  int bucket_mb = Default(L::kBucketMb);              // gradient all-reduce bucket, MiB
 };
 
 struct TrainConfig {
   std::string job_id;
   int attempt = 0;
   DataParallelConfig data_parallel;
-  std::string device = L::kDefaultDevice;             // spec.resources.device: auto | cpu | cuda (device.h)
+  std::string device = L::kDevice.text_default;             // spec.resources.device: auto | cpu | cuda (device.h)
   ModelConfig model;
   TrainSection train;
   CheckpointConfig checkpoint;
@@ -93,10 +96,11 @@ struct TrainConfig {
   bool checkpoint_dir_shared = true;
 };
 
-// Fills *config from the JSON text; returns "" or a message naming the field. Absent
-// spec fields take the JobSpec's documented defaults (so the worker should write zeros
-// explicitly); int64/uint64 fields may be numbers or strings (protobuf JSON); field
-// names may be snake_case or lowerCamelCase.
+// Fills *config from the JSON text; returns "" or a message naming the field. The spec
+// goes through the JobSpec's one set of rules (format::ApplySpecRules), as on submit:
+// the same defaults, verdicts and messages as the coordinator's, and a key the JobSpec
+// does not have is refused. int64/uint64 fields may be numbers or strings (protobuf
+// JSON); field names may be snake_case or lowerCamelCase.
 std::string ParseTrainConfig(const std::string& json_text, TrainConfig* config);
 std::string LoadTrainConfig(const std::string& path, TrainConfig* config);
 

@@ -93,16 +93,8 @@ TEST(ActivationCheckpointTest, ParametersGetGradientsWhenTheInputNeedsNone) {
   for (const auto& p : block->named_parameters()) EXPECT_TRUE(p.value().grad().defined()) << p.key();
 }
 
-TEST(ActivationCheckpointTest, ParsesThePolicy) {
-  int n = -1;
-  EXPECT_EQ(ParseActivationCheckpointing("none", &n), "");
-  EXPECT_EQ(n, 0);
-  EXPECT_EQ(ParseActivationCheckpointing("full", &n), "");
-  EXPECT_EQ(n, 1);
-  EXPECT_EQ(ParseActivationCheckpointing("every_3", &n), "");
-  EXPECT_EQ(n, 3);
-  EXPECT_NE(ParseActivationCheckpointing("every_0", &n), "");
-  EXPECT_NE(ParseActivationCheckpointing("sometimes", &n), "");
+// The policy's spelling is the spec's (format::ActivationCheckpointEvery, spec_rules_test).
+TEST(ActivationCheckpointTest, WhichBlocks) {
   EXPECT_TRUE(IsCheckpointedBlock(3, 2));
   EXPECT_FALSE(IsCheckpointedBlock(3, 0));
   EXPECT_FALSE(IsCheckpointedBlock(0, 0));
