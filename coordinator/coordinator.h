@@ -3,6 +3,12 @@
 // persists. All state is guarded by one mutex: the cluster is small (hundreds of
 // workers), and one lock makes every transition atomic and easy to reason about.
 //
+// A façade over its parts, which hold the state and make the transitions, under its lock:
+// JobTable (job_table.h: records, persistence, events, watchers), WorkerRegistry
+// (worker_registry.h: registration, leases, lateness, cordons), Attempts (attempts.h: the
+// lifecycle of an attempt), TaskReports (task_reports.h: what workers report), and Placer
+// (placer.h: the scheduler's snapshot and result, checkpoint copies).
+//
 // Durability: a job is in the store (synced write) before Submit returns, and every
 // state change is written synced before the lock is released. Progress updates are
 // written unsynced: losing the last one in a crash costs nothing that was promised.
@@ -10,7 +16,6 @@
 #define NIGHTSHIFT_COORDINATOR_COORDINATOR_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,8 +33,11 @@
 
 namespace nightshift {
 
-struct SchedPart;
-struct ScheduleResult;
+class Attempts;
+class JobTable;
+class Placer;
+class TaskReports;
+class WorkerRegistry;
 
 // Told about events that metrics count (implemented in coordinator/metrics.h).
 class CoordinatorObserver {
@@ -87,6 +95,11 @@ struct CoordinatorOptions {
   Clock* clock = nullptr;                   // not owned; null: Clock::Real()
 };
 
+// Options give times in seconds, as doubles; the clock's intervals are Clock::Durations.
+inline Clock::Duration Seconds(double seconds) {
+  return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+}
+
 class Coordinator {
  public:
   // Opens the store and loads every job. Jobs that were SCHEDULED or RUNNING keep their
@@ -95,6 +108,7 @@ class Coordinator {
   // The same over a given store (tests: a store that fails); options.data_dir unused.
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options,
                                                      std::unique_ptr<JobStore> store);
+  ~Coordinator();
 
   // Fail-stop on the store: every change is written synced or not at all. After the
   // first failed write the coordinator accepts nothing more: every call except Stats,
@@ -184,101 +198,22 @@ class Coordinator {
   void Tick();
 
  private:
-  struct JobEntry {
-    v1::Job job;
-    uint64_t version = 1;                // bumped on every change; WatchJob waits on it
-    Clock::TimePoint not_before{};       // restart backoff: not placed before this
-    int64_t last_step = -1;              // rank 0's step when it last advanced
-    Clock::TimePoint last_advance{};     // when it last advanced (or the attempt started)
-    bool progress_is_this_attempts = true;  // false from a requeue until the new attempt
-                                            // reports: its replay restarts below the old step
-    Clock::TimePoint stopping_since{};   // when it became PREEMPTED or STUCK
-    v1::JobMetrics history;              // stored apart (JobStore::PutMetrics)
-  };
-  struct WorkerEntry {
-    v1::WorkerInfo info;
-    Clock::TimePoint last_seen;
-    v1::CacheReport cache;                 // as of the last heartbeat that carried one
-    std::vector<std::string> evict_keys;   // queued for the next heartbeat
-    bool evict_all = false;
-    std::map<std::string, int64_t> held;   // job id -> newest checkpoint on its disk
-    double heartbeat_gap_seconds = 0;      // its usual time between heartbeats (moving average)
-  };
-
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store);
-
-  struct Snapshot;  // the scheduler's input (coordinator.cc)
-
-  // All below require mu_ held.
-  void SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step = 0);
-  bool TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry);
-  void Persist(JobEntry* entry, bool sync);  // on failure sets store_error_
-  void PersistHistory(JobEntry* entry);      // unsynced; on failure sets store_error_
-  int UsedSlots(const std::string& worker) const;
-  // The ready workers whose own disk holds the job's newest checkpoint (none reported: empty).
-  std::vector<std::string> NewestHolders(const std::string& job_id) const;
-  // The copies `worker` should make (see Heartbeat), added to reply->copy_checkpoints.
-  void AddCheckpointCopies(const std::string& worker, Clock::TimePoint now, HeartbeatReply* reply) const;
-  // Whether `w` is late: silent for three of its usual heartbeat gaps (two heartbeat
-  // intervals at least, half a lease at most). Not lost, but offered no new work.
-  bool Late(const WorkerEntry& w, Clock::TimePoint now) const;
-  // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
-  // own restart, workers get one lease to register again).
-  bool WorkerGone(const std::string& name, Clock::TimePoint now) const;
-
-  // Worker reports. A status of a task that is not a part of a job's current attempt, or
-  // of a job that is not active, has its task stopped (added to reply->stop).
-  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status, HeartbeatReply* reply);
-  // Takes rank 0's rendezvous address, data-cache use and progress, and any newer
-  // checkpoint, from the report on `part`; whether anything changed (not yet written).
-  bool TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
-                  JobEntry* entry);
-  // A part's ranks started / succeeded; the job is RUNNING / SUCCEEDED once all parts are.
-  // Whether the job was written.
-  bool PartStarted(JobEntry* entry, v1::Placement* part);
-  bool PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status);
-  // The job's parts on `worker`, given whether its heartbeat listed the job's current
-  // attempt: a stopping job's unlisted parts are gone; an active job's unlisted parts
-  // are started (added to reply->start), or fail the attempt if they ran before.
-  void Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply);
-
-  // Attempts. `cause` classifies retryable failures for metrics: worker_lost,
-  // worker_restarted, rank_failed, stuck.
-  void FailAttempt(JobEntry* entry, const std::string& error, bool user_error,
-                   const char* cause = "rank_failed");
-  // Ends the current attempt (placements released) and queues the next, not to be placed
-  // before `delay` from now; it resumes from the job's checkpoint.
-  void Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason);
-  // PREEMPTED or STUCK: placements are held and the workers are told to stop the ranks.
-  void BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason);
-  // Once every part of a stopping job is gone (or `force`): requeued, as a restart if STUCK.
-  void MaybeFinishStopping(JobEntry* entry, bool force = false);
-
-  // The steps of Tick, in order.
-  void ExpireLeases(Clock::TimePoint now);                      // silent workers are LOST
-  void ReapStopping(JobEntry* entry, Clock::TimePoint now);     // parts on gone workers; stop timeout
-  bool DetectHang(JobEntry* entry, Clock::TimePoint now);       // RUNNING -> STUCK; whether it did
-  void FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now); // an active part on a gone worker
-  Snapshot SnapshotForScheduler(Clock::TimePoint now) const;
-  void ApplySchedule(const ScheduleResult& result);             // preempt, place, say why others wait
-  void Place(JobEntry* entry, const std::vector<SchedPart>& parts);  // -> SCHEDULED
 
   // Constant after construction.
   const CoordinatorOptions options_;
-  const std::unique_ptr<JobStore> store_;
   Clock* const clock_;  // not owned
-  const Clock::TimePoint started_;
-  bool in_outage_ = false;  // ExpireLeases: no worker reached us for half a lease
 
+  // The parts (coordinator/*.h), each not thread-safe: every call into them, and every
+  // access to what they return, is made with mu_ held, so that each transition (a
+  // heartbeat, a report, a Tick) is atomic across all of them. The pointers are constant
+  // after construction and never null; what they point to is guarded.
   mutable std::mutex mu_;
-  mutable std::condition_variable changed_;       // notified on every job change
-  std::map<std::string, JobEntry> jobs_;          // GUARDED_BY(mu_), by id
-  std::map<uint64_t, std::string> by_seq_;        // GUARDED_BY(mu_), submit order
-  std::map<std::string, WorkerEntry> workers_;    // GUARDED_BY(mu_), by name
-  // GUARDED_BY(mu_): (owner, request_id) -> job id, rebuilt from the job records on Open.
-  std::map<std::pair<std::string, std::string>, std::string> by_request_;
-  uint64_t next_seq_ = 1;                         // GUARDED_BY(mu_)
-  Status store_error_;                            // GUARDED_BY(mu_): the first failed write
+  const std::unique_ptr<JobTable> jobs_;            // PT_GUARDED_BY(mu_)
+  const std::unique_ptr<WorkerRegistry> workers_;   // PT_GUARDED_BY(mu_)
+  const std::unique_ptr<Attempts> attempts_;        // PT_GUARDED_BY(mu_)
+  const std::unique_ptr<TaskReports> reports_;      // PT_GUARDED_BY(mu_)
+  const std::unique_ptr<Placer> placer_;            // PT_GUARDED_BY(mu_)
 };
 
 }  // namespace nightshift

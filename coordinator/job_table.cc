@@ -1,0 +1,220 @@
+#include "coordinator/job_table.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <cctype>
+#include <cinttypes>
+#include <cstdio>
+
+#include "common/job_state.h"
+#include "common/log.h"
+#include "common/time_util.h"
+
+namespace nightshift {
+namespace {
+
+std::string JobIdFor(uint64_t seq) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "j-%06" PRIu64, seq);
+  return buf;
+}
+
+// A retried submission: the job it created, if the spec (defaults filled) is the same.
+StatusOr<v1::Job> SameSubmission(const v1::Job& job, const v1::JobSpec& spec) {
+  if (!google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec))
+    return Status::InvalidArgument("request_id: '" + job.request_id() + "' already submitted job " + job.id() +
+                                   " with a different spec; use a new request_id for a new job");
+  return job;
+}
+
+}  // namespace
+
+std::string RankRange(const v1::Placement& p) {
+  if (p.num_ranks() == 1) return "rank " + std::to_string(p.first_rank());
+  return "ranks " + std::to_string(p.first_rank()) + "-" +
+         std::to_string(p.first_rank() + p.num_ranks() - 1);
+}
+
+int RanksOn(const v1::Job& job, const std::string& worker) {
+  int ranks = 0;
+  for (const auto& p : job.placements())
+    if (p.worker() == worker && !p.finished()) ranks += p.num_ranks();
+  return ranks;
+}
+
+JobTable::JobTable(std::unique_ptr<JobStore> store, Clock* clock) : store_(std::move(store)), clock_(clock) {}
+
+StatusOr<size_t> JobTable::Load() {
+  std::vector<v1::Job> jobs;
+  NS_RETURN_IF_ERROR(store_->LoadAll(&jobs));
+  for (auto& job : jobs) {
+    next_seq_ = std::max(next_seq_, job.submit_seq() + 1);
+    by_seq_[job.submit_seq()] = job.id();
+    if (!job.request_id().empty()) by_request_[{job.owner(), job.request_id()}] = job.id();
+    JobEntry entry;
+    entry.job = std::move(job);
+    entry.last_step = entry.job.progress().step();
+    entry.last_advance = entry.stopping_since = clock_->Now();
+    Status history = store_->GetMetrics(entry.job.id(), &entry.history);
+    if (!history.ok() && history.code() != Status::kNotFound) return history;
+    entry.history.set_job_id(entry.job.id());
+    jobs_[entry.job.id()] = std::move(entry);
+  }
+  return jobs.size();
+}
+
+Status JobTable::CheckRequestId(const std::string& id) {
+  if (id.size() > 128) return Status::InvalidArgument("request_id: longer than 128 characters");
+  for (char c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' && c != '-')
+      return Status::InvalidArgument("request_id: only letters, digits and . _ : - are allowed");
+  return Status::OK();
+}
+
+StatusOr<v1::Job> JobTable::Submit(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
+                                   int max_unfinished) {
+  if (auto it = by_request_.find({owner, request_id}); !request_id.empty() && it != by_request_.end()) {
+    NS_INFO("job " << it->second << ": submitted again with request_id " << request_id);
+    return SameSubmission(jobs_.at(it->second).job, spec);
+  }
+  int unfinished = 0;
+  for (const auto& [id, e] : jobs_) unfinished += e.job.owner() == owner && !IsTerminal(e.job.state());
+  if (unfinished >= max_unfinished)
+    return Status::ResourceExhausted("user '" + owner + "' already has " + std::to_string(unfinished) +
+                                     " unfinished jobs (at most " + std::to_string(max_unfinished) +
+                                     "); wait for some to end or cancel them");
+  JobEntry entry;
+  v1::Job& job = entry.job;
+  const uint64_t seq = next_seq_;
+  job.set_id(JobIdFor(seq));
+  job.set_submit_seq(seq);
+  job.set_owner(owner);
+  job.set_request_id(request_id);
+  *job.mutable_spec() = std::move(spec);
+  *job.mutable_created() = ToTimestamp(clock_->WallNow());
+  *job.mutable_updated() = job.created();
+  job.set_state(v1::QUEUED);
+  job.set_reason("accepted");
+  v1::JobEvent* ev = job.add_events();
+  *ev->mutable_time() = job.created();
+  ev->set_state(v1::QUEUED);
+  ev->set_reason("accepted");
+  // The synced write comes before anything else can see the job, and before the answer.
+  Status s = store_->Put(job, /*sync=*/true);
+  if (!s.ok()) return Status::Unavailable("job not accepted: " + s.message());
+  next_seq_++;
+  by_seq_[seq] = job.id();
+  if (!request_id.empty()) by_request_[{owner, request_id}] = job.id();
+  const std::string id = job.id();
+  v1::Job copy = job;
+  jobs_[id] = std::move(entry);
+  NS_INFO("job " << id << " accepted: " << copy.spec().name() << ", world_size "
+                 << copy.spec().resources().world_size());
+  changed_.notify_all();
+  return copy;
+}
+
+JobEntry* JobTable::Find(const std::string& id) {
+  return const_cast<JobEntry*>(static_cast<const JobTable*>(this)->Find(id));  // this table is not const
+}
+
+const JobEntry* JobTable::Find(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+StatusOr<const JobEntry*> JobTable::Get(const std::string& id) const {
+  const JobEntry* entry = Find(id);
+  if (entry == nullptr) return Status::NotFound("no job " + id);
+  return entry;
+}
+
+StatusOr<JobEntry*> JobTable::Get(const std::string& id) {
+  auto entry = static_cast<const JobTable*>(this)->Get(id);
+  if (!entry.ok()) return entry.status();
+  return const_cast<JobEntry*>(entry.value());  // this table is not const
+}
+
+JobPage JobTable::List(const JobQuery& query, const std::string* owner) const {
+  JobPage page;
+  for (auto it = by_seq_.upper_bound(query.after_seq); it != by_seq_.end(); ++it) {
+    const v1::Job& job = jobs_.at(it->second).job;
+    if (!query.states.empty() && !query.states.count(job.state())) continue;
+    if (owner != nullptr && job.owner() != *owner) continue;
+    if (static_cast<int>(page.jobs.size()) >= query.limit) {
+      page.next_after_seq = page.jobs.back().submit_seq();
+      break;
+    }
+    page.jobs.push_back(job);
+  }
+  return page;
+}
+
+StatusOr<v1::Job> JobTable::WaitForChange(std::unique_lock<std::mutex>& lock, const std::string& id,
+                                          uint64_t* version, std::chrono::milliseconds timeout) const {
+  // A real wait (the caller blocks on it), so on real time, not on clock_.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    NS_RETURN_IF_ERROR(store_error_);
+    const JobEntry* entry = Find(id);
+    if (entry == nullptr) return Status::NotFound("no job " + id);
+    if (entry->version > *version) {
+      *version = entry->version;
+      return entry->job;
+    }
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout)
+      return Status::DeadlineExceeded("no change");
+  }
+}
+
+void JobTable::SetState(JobEntry* entry, v1::JobState state, const std::string& reason, int64_t step) {
+  v1::Job& job = entry->job;
+  job.set_state(state);
+  job.set_reason(reason);
+  AddEvent(&job, reason, step);
+  if (state == v1::RUNNING) {
+    entry->last_step = job.progress().step();
+    entry->last_advance = clock_->Now();
+  }
+  NS_INFO("job " << job.id() << " -> " << v1::JobState_Name(state) << ": " << reason);
+  Persist(entry, /*sync=*/true);
+}
+
+void JobTable::AddEvent(v1::Job* job, const std::string& reason, int64_t step) const {
+  v1::JobEvent* ev = job->add_events();
+  *ev->mutable_time() = ToTimestamp(clock_->WallNow());
+  ev->set_state(job->state());
+  ev->set_reason(reason);
+  ev->set_attempt(job->attempt());
+  ev->set_step(step);
+}
+
+void JobTable::Persist(JobEntry* entry, bool sync) {
+  if (!store_error_.ok()) return;  // stopped: nothing more is written or told
+  entry->version++;
+  *entry->job.mutable_updated() = ToTimestamp(clock_->WallNow());
+  CheckWrite(store_->Put(entry->job, sync));
+  changed_.notify_all();
+}
+
+void JobTable::PersistHistory(JobEntry* entry) {
+  if (!store_error_.ok()) return;
+  entry->history.set_job_id(entry->job.id());
+  CheckWrite(store_->PutMetrics(entry->history, /*sync=*/false));
+}
+
+void JobTable::CheckWrite(const Status& write) {
+  if (write.ok()) return;
+  store_error_ = Status::Unavailable("the coordinator stopped after a failed job store write (" + write.message() +
+                                     "); restart it once the store is writable");
+  NS_ERROR("coordinator: " << store_error_.message());
+}
+
+int JobTable::UsedSlots(const std::string& worker) const {
+  int used = 0;
+  for (const auto& [id, entry] : jobs_)
+    if (HoldsSlots(entry.job.state())) used += RanksOn(entry.job, worker);
+  return used;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,157 @@
+#include "coordinator/task_reports.h"
+
+#include "common/log.h"
+#include "coordinator/metric_history.h"
+
+namespace nightshift {
+namespace {
+
+// Takes the report's checkpoint if it is newer; whether it was.
+bool TakeCheckpoint(const v1::TaskStatus& status, v1::Job* job) {
+  if (status.checkpoint_step() <= job->checkpoint_step()) return false;
+  job->set_checkpoint_step(status.checkpoint_step());
+  job->set_checkpoint_path(status.checkpoint_path());
+  return true;
+}
+
+}  // namespace
+
+TaskReports::TaskReports(Clock* clock, JobTable* jobs, Attempts* attempts)
+    : clock_(clock), jobs_(jobs), attempts_(attempts) {}
+
+void TaskReports::Handle(const std::string& worker, const v1::TaskStatus& status, HeartbeatReply* reply) {
+  const bool alive = status.state() == v1::TASK_PREPARING || status.state() == v1::TASK_RUNNING;
+  JobEntry* found = jobs_->Find(status.task().job_id());
+  if (found == nullptr || found->job.attempt() != status.task().attempt()) {
+    if (alive) reply->stop.push_back(status.task());  // not of the current attempt of a job
+    return;
+  }
+  JobEntry& entry = *found;
+  v1::Placement* part = nullptr;
+  for (auto& p : *entry.job.mutable_placements())
+    if (p.worker() == worker) part = &p;
+  if (IsStopping(entry.job.state())) {
+    // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
+    if (TakeCheckpoint(status, &entry.job)) jobs_->Persist(&entry, /*sync=*/false);
+    if (alive) {
+      reply->stop.push_back(status.task());
+      if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());
+    } else if (part != nullptr && !part->finished()) {
+      part->set_finished(true);  // here: its ranks are gone
+      attempts_->MaybeFinishStopping(&entry);
+    }
+    return;
+  }
+  if (!IsActive(entry.job.state()) || part == nullptr) {
+    if (alive) reply->stop.push_back(status.task());
+    return;
+  }
+  const bool changed = TakeReport(worker, status, *part, &entry);
+  if (status.state() == v1::TASK_FAILED) {
+    attempts_->FailAttempt(&entry, status.error().empty() ? "task failed on " + worker : status.error(),
+                           status.user_error());
+    return;
+  }
+  bool written = false;
+  if (status.state() == v1::TASK_RUNNING || status.state() == v1::TASK_SUCCEEDED)
+    written = attempts_->PartStarted(&entry, part);
+  if (status.state() == v1::TASK_SUCCEEDED) written = attempts_->PartSucceeded(&entry, part, status) || written;
+  if (changed && !written) jobs_->Persist(&entry, /*sync=*/false);
+}
+
+void TaskReports::Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply) {
+  v1::Job& job = entry->job;
+  if (IsStopping(job.state())) {
+    if (!reported)
+      for (auto& p : *job.mutable_placements())
+        if (p.worker() == worker) p.set_finished(true);  // its ranks are gone
+    attempts_->MaybeFinishStopping(entry);
+    return;
+  }
+  if (!IsActive(job.state()) || reported) return;
+  for (const auto& p : job.placements()) {
+    if (p.worker() != worker || p.finished()) continue;
+    if (p.running()) {
+      attempts_->FailAttempt(entry, "worker " + worker + " no longer runs " + RankRange(p) + " (it restarted)",
+                             /*user_error=*/false, "worker_restarted");
+      return;
+    }
+    // Ranks off rank 0's worker need the rendezvous address it chooses first.
+    if (p.first_rank() != 0 && job.master_addr().empty()) continue;
+    v1::Assignment* a = &reply->start.emplace_back();
+    a->mutable_task()->set_job_id(job.id());
+    a->mutable_task()->set_attempt(job.attempt());
+    *a->mutable_spec() = job.spec();
+    a->set_first_rank(p.first_rank());
+    a->set_num_ranks(p.num_ranks());
+    a->set_world_size(job.spec().resources().world_size());
+    a->set_master_addr(job.master_addr());
+  }
+}
+
+bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
+                             JobEntry* entry) {
+  v1::Job& job = entry->job;
+  bool changed = TakeCheckpoint(status, &job);
+  if (part.first_rank() != 0) return changed;
+  changed = TakeResumedStep(status, entry) || changed;
+  if (job.master_addr().empty() && !status.master_addr().empty()) {
+    job.set_master_addr(status.master_addr());
+    changed = true;
+  }
+  if (!status.cache_key().empty() && job.data_cache().key() != status.cache_key()) {
+    v1::DataCacheUse* use = job.mutable_data_cache();
+    use->set_worker(worker);
+    use->set_key(status.cache_key());
+    use->set_hit(status.cache_hit());
+    use->set_prepare_seconds(status.prepare_seconds());
+    changed = true;
+  }
+  if (!status.model_path().empty() &&
+      (job.model().path() != status.model_path() || job.model().step() != status.model_step() ||
+       job.model().worker() != worker)) {
+    v1::ModelArtifact* model = job.mutable_model();
+    model->set_worker(worker);
+    model->set_path(status.model_path());
+    model->set_step(status.model_step());
+    changed = true;
+  }
+  bool history = AddEvals(job.attempt(), status.evals(), &entry->history);
+  if (status.has_progress()) history = AddTrainPoint(job.attempt(), status.progress(), &entry->history) || history;
+  if (history) jobs_->PersistHistory(entry);
+  if (status.has_progress() &&
+      (!entry->progress_is_this_attempts || status.progress().step() >= job.progress().step())) {
+    *job.mutable_progress() = status.progress();
+    if (!entry->progress_is_this_attempts || status.progress().step() > entry->last_step) {
+      entry->progress_is_this_attempts = true;
+      entry->last_step = status.progress().step();
+      entry->last_advance = clock_->Now();
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+// The step the attempt's trainer says it resumed from is what the record shows: one event
+// per attempt (restarts, or a first attempt that found a checkpoint), and the job's
+// checkpoint becomes that step when it differs from the newest one reported before (the
+// worker that held that one is gone, or its checkpoint was unreadable).
+bool TaskReports::TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry) {
+  v1::Job& job = entry->job;
+  if (!status.has_resumed_step() || (job.attempt() == 0 && status.resumed_step() == 0)) return false;
+  for (const auto& ev : job.events())
+    if (ev.attempt() == job.attempt() && ev.reason().rfind("attempt ", 0) == 0) return false;  // told already
+  const int64_t step = status.resumed_step();
+  std::string reason = "attempt " + std::to_string(job.attempt()) +
+                       (step > 0 ? " resumed from step " + std::to_string(step) : " started from step 0 (no checkpoint)");
+  if (step != job.checkpoint_step()) {
+    reason += "; the newest checkpoint reported was step " + std::to_string(job.checkpoint_step());
+    job.set_checkpoint_step(step);
+    job.clear_checkpoint_path();
+  }
+  jobs_->AddEvent(&job, reason, step);
+  NS_INFO("job " << job.id() << ": " << reason);
+  return true;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,155 @@
+#include "coordinator/worker_registry.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
+#include "common/time_util.h"
+
+namespace nightshift {
+
+WorkerRegistry::WorkerRegistry(const CoordinatorOptions& options, Clock* clock)
+    : options_(options), clock_(clock), started_(clock->Now()) {}
+
+Status WorkerRegistry::CheckRegistration(const v1::WorkerInfo& worker) {
+  if (worker.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
+  if (worker.slots() < 0 || worker.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
+  return Status::OK();
+}
+
+void WorkerRegistry::Register(const v1::WorkerInfo& worker) {
+  WorkerEntry& w = workers_[worker.name()];
+  const bool known = w.info.state() == v1::WORKER_READY;
+  w.info.set_name(worker.name());
+  w.info.set_state(v1::WORKER_READY);
+  w.info.set_slots(worker.slots());
+  w.info.set_log_address(worker.log_address());
+  w.info.mutable_gpus()->CopyFrom(worker.gpus());
+  *w.info.mutable_last_heartbeat() = ToTimestamp(clock_->WallNow());
+  w.last_seen = clock_->Now();
+  NS_INFO("worker " << worker.name() << (known ? " re-registered" : " registered") << " with "
+                    << worker.slots() << " slots, " << worker.tasks_size() << " running tasks");
+}
+
+Status WorkerRegistry::Heartbeat(const std::string& name, Clock::TimePoint now,
+                                 const std::vector<v1::TaskStatus>& tasks, const v1::CacheReport* cache,
+                                 const std::vector<v1::HeldCheckpoint>& checkpoints, HeartbeatReply* reply) {
+  auto wit = workers_.find(name);
+  if (wit == workers_.end() || wit->second.info.state() != v1::WORKER_READY)
+    return Status::NotFound("worker " + name + " is not registered");
+  WorkerEntry& worker = wit->second;
+  const double gap = std::chrono::duration<double>(now - worker.last_seen).count();
+  worker.heartbeat_gap_seconds =
+      worker.heartbeat_gap_seconds == 0 ? gap : 0.8 * worker.heartbeat_gap_seconds + 0.2 * gap;
+  worker.last_seen = now;
+  *worker.info.mutable_last_heartbeat() = ToTimestamp(clock_->WallNow());
+  worker.info.clear_tasks();
+  for (const auto& status : tasks) *worker.info.add_tasks() = status.task();
+  if (cache != nullptr) worker.cache = *cache;
+  worker.held.clear();
+  for (const auto& h : checkpoints) worker.held[h.job_id()] = h.step();
+  reply->evict_cache_keys.swap(worker.evict_keys);
+  reply->evict_cache_all = worker.evict_all;
+  worker.evict_all = false;
+  return Status::OK();
+}
+
+const WorkerEntry* WorkerRegistry::Find(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+bool WorkerRegistry::Late(const WorkerEntry& w, Clock::TimePoint now) const {
+  const double limit = std::max(2 * options_.heartbeat_interval_ms / 1000.0, 3 * w.heartbeat_gap_seconds);
+  return now - w.last_seen > Seconds(std::min(limit, options_.lease_seconds / 2));
+}
+
+bool WorkerRegistry::Gone(const std::string& name, Clock::TimePoint now) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return now - started_ > Seconds(options_.lease_seconds);
+  return it->second.info.state() == v1::WORKER_LOST;
+}
+
+bool WorkerRegistry::ExpireLeases(Clock::TimePoint now) {
+  // Workers heartbeat every fraction of a second: when none has for half a lease, the
+  // silence is this side's (a cut link, a stalled host), and declaring them all lost would
+  // restart every running job for nothing. They keep training and keep their results.
+  int ready = 0;
+  Clock::TimePoint newest = Clock::TimePoint::min();
+  for (const auto& [name, w] : workers_) {
+    if (w.info.state() != v1::WORKER_READY) continue;
+    ++ready;
+    newest = std::max(newest, w.last_seen);
+  }
+  const bool silent = ready >= 2 && now - newest > Seconds(options_.lease_seconds / 2);
+  const bool own_outage = silent && now - newest <= Seconds(options_.outage_grace_seconds);
+  // The parentheses matter: NS_WARN streams its argument, and `<<` binds before `?:`.
+  if (own_outage != in_outage_)
+    NS_WARN((own_outage ? "no worker has reached the coordinator for half a lease: treating it as this "
+                          "coordinator's outage; no worker is declared lost for up to --outage-grace-seconds"
+                        : "workers reach the coordinator again (or the outage grace is over)"));
+  // When it ends (the first worker is back), every worker gets a full lease to come back
+  // too, as after a restart.
+  const bool outage_over = in_outage_ && !silent;
+  if (outage_over)
+    for (auto& [name, w] : workers_) w.last_seen = std::max(w.last_seen, now);
+  in_outage_ = own_outage;
+  if (own_outage) return outage_over;
+  for (auto& [name, w] : workers_) {
+    if (w.info.state() == v1::WORKER_READY && now - w.last_seen > Seconds(options_.lease_seconds)) {
+      w.info.set_state(v1::WORKER_LOST);
+      NS_WARN("worker " << name << " lost: no heartbeat for " << options_.lease_seconds << " s");
+    }
+  }
+  return outage_over;
+}
+
+StatusOr<WorkerEntry*> WorkerRegistry::Known(const std::string& name) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return Status::NotFound("no worker " + name + " (see `nightshift worker list`)");
+  return &it->second;
+}
+
+StatusOr<v1::WorkerInfo> WorkerRegistry::Cordon(const std::string& name, bool uncordon) {
+  auto known = Known(name);
+  if (!known.ok()) return known.status();
+  WorkerEntry* w = known.value();
+  w->info.set_cordoned(!uncordon);
+  if (uncordon) w->info.set_draining(false);
+  NS_INFO("worker " << name << (uncordon ? " uncordoned" : " cordoned"));
+  return w->info;
+}
+
+StatusOr<v1::WorkerInfo> WorkerRegistry::MarkDraining(const std::string& name) {
+  auto known = Known(name);
+  if (!known.ok()) return known.status();
+  WorkerEntry* w = known.value();
+  w->info.set_cordoned(true);
+  w->info.set_draining(true);
+  return w->info;
+}
+
+StatusOr<int> WorkerRegistry::QueueEviction(const std::string& worker, const std::string& key, bool all) {
+  if (!worker.empty() && !workers_.count(worker)) return Status::NotFound("no worker " + worker);
+  int n = 0;
+  for (auto& [name, w] : workers_) {
+    if (!worker.empty() && name != worker) continue;
+    if (all) w.evict_all = true;
+    else w.evict_keys.push_back(key);
+    ++n;
+  }
+  return n;
+}
+
+std::vector<v1::WorkerCache> WorkerRegistry::ListCache(const std::string& worker) const {
+  std::vector<v1::WorkerCache> caches;
+  for (const auto& [name, w] : workers_) {
+    if (!worker.empty() && name != worker) continue;
+    v1::WorkerCache& wc = caches.emplace_back();
+    wc.set_worker(name);
+    *wc.mutable_report() = w.cache;
+  }
+  return caches;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,100 @@
+// WorkerRegistry: the workers the coordinator knows, by name, and what their heartbeats
+// last said: slots and GPUs, leases (READY until silent for a lease, then LOST), lateness,
+// cordons, the feature cache, the checkpoints on their own disks, and the cache
+// evictions queued for them. It knows nothing of jobs: the slots a worker has in use are
+// the JobTable's to count.
+//
+// Lock discipline: not thread-safe, and holds no mutex of its own. Every method requires
+// the Coordinator's mutex held. Pointers it returns stay valid while the lock is held
+// (workers are never removed).
+#ifndef NIGHTSHIFT_COORDINATOR_WORKER_REGISTRY_H_
+#define NIGHTSHIFT_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "coordinator/coordinator.h"
+#include "nightshift/v1/admin.pb.h"
+#include "nightshift/v1/cluster.pb.h"
+
+namespace nightshift {
+
+struct WorkerEntry {
+  v1::WorkerInfo info;
+  Clock::TimePoint last_seen;
+  v1::CacheReport cache;                 // as of the last heartbeat that carried one
+  std::vector<std::string> evict_keys;   // queued for the next heartbeat
+  bool evict_all = false;
+  std::map<std::string, int64_t> held;   // job id -> newest checkpoint on its disk
+  double heartbeat_gap_seconds = 0;      // its usual time between heartbeats (moving average)
+};
+
+class WorkerRegistry {
+ public:
+  // Uses options.lease_seconds, outage_grace_seconds and heartbeat_interval_ms. `clock` is
+  // not owned and must outlive the registry; its now is taken as the coordinator's start
+  // (see Gone).
+  WorkerRegistry(const CoordinatorOptions& options, Clock* clock);
+
+  // What a worker says about itself on registration, checked (INVALID_ARGUMENT).
+  static Status CheckRegistration(const v1::WorkerInfo& worker);
+  // A worker (re)introduces itself: READY, with a fresh lease. Cordons, the cache report
+  // and queued evictions of a known name are kept.
+  void Register(const v1::WorkerInfo& worker);
+  // A heartbeat from `name` at clock time `now` (NOT_FOUND unless it is READY): renews its
+  // lease, records the tasks it listed, its cache report (if it sent one) and the
+  // checkpoints it holds, and hands the evictions queued for it to `reply`.
+  Status Heartbeat(const std::string& name, Clock::TimePoint now, const std::vector<v1::TaskStatus>& tasks,
+                   const v1::CacheReport* cache, const std::vector<v1::HeldCheckpoint>& checkpoints,
+                   HeartbeatReply* reply);
+
+  // Every worker, by name.
+  const std::map<std::string, WorkerEntry>& entries() const { return workers_; }
+  // Null when unknown.
+  const WorkerEntry* Find(const std::string& name) const;
+
+  // Whether `w` is late: silent for three of its usual heartbeat gaps (two heartbeat
+  // intervals at least, half a lease at most). Not lost, but offered no new work.
+  bool Late(const WorkerEntry& w, Clock::TimePoint now) const;
+  // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
+  // own restart, workers get one lease to register again).
+  bool Gone(const std::string& name, Clock::TimePoint now) const;
+
+  // Marks READY workers silent for a lease LOST, unless no worker at all reached us for
+  // half a lease (two or more registered): that is our own outage, and nobody is declared
+  // lost until every worker has been silent for outage_grace_seconds. Returns true when
+  // such an outage ended in this pass: every worker then has a full lease again, and the
+  // caller restarts hang detection (progress could not reach us).
+  bool ExpireLeases(Clock::TimePoint now);
+  // Whether the last ExpireLeases found us in our own outage.
+  bool in_outage() const { return in_outage_; }
+
+  // No new placements on a cordoned worker; uncordoning also ends a drain. NOT_FOUND for
+  // an unknown name. Return the worker as it is now (used_slots unset).
+  StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool uncordon);
+  StatusOr<v1::WorkerInfo> MarkDraining(const std::string& name);  // cordoned and draining
+  // Queues an eviction of `key` (or, with `all`, of every entry not in use) for the next
+  // heartbeat of `worker` (empty: of every worker); how many workers. NOT_FOUND for an
+  // unknown name.
+  StatusOr<int> QueueEviction(const std::string& worker, const std::string& key, bool all);
+  // The cache reports of `worker` (empty: of every worker).
+  std::vector<v1::WorkerCache> ListCache(const std::string& worker) const;
+
+ private:
+  StatusOr<WorkerEntry*> Known(const std::string& name);  // NOT_FOUND naming the list command
+
+  // Constant after construction.
+  const CoordinatorOptions options_;
+  Clock* const clock_;  // not owned
+  const Clock::TimePoint started_;
+
+  std::map<std::string, WorkerEntry> workers_;  // by name
+  bool in_outage_ = false;  // ExpireLeases: no worker reached us for half a lease
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_WORKER_REGISTRY_H_

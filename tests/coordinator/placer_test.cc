@@ -1,0 +1,161 @@
+// The placer alone: the scheduler's snapshot (late, cordoned and lost workers; backoff;
+// holders of the newest checkpoint), its result applied, and the checkpoint copies
+// planned for a job whose ranks all sit on one worker.
+#include "coordinator/placer.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/coordinator/parts.h"
+
+namespace nightshift {
+namespace {
+
+using namespace std::chrono_literals;
+
+class PlacerTest : public PartsTest {
+ protected:
+  // w1 runs a one-rank job and holds its checkpoint at `step`; its id.
+  std::string RunningOnW1WithCheckpoint(int64_t step, const v1::JobSpec& spec = Spec()) {
+    Register("w1");
+    JobEntry* entry = Submit(spec);
+    RunOn(entry, {"w1"});
+    Beat("w1", {{entry->job.id(), step}});
+    return entry->job.id();
+  }
+  std::vector<v1::CheckpointCopy> CopiesFor(const std::string& target) {
+    HeartbeatReply reply;
+    placer_->AddCheckpointCopies(target, clock_.Now(), &reply);
+    return reply.copy_checkpoints;
+  }
+};
+
+TEST_F(PlacerTest, TheNewestHoldersAreTheReadyWorkersWithTheHighestStep) {
+  Register("w1");
+  Register("w2");
+  Register("w3");
+  EXPECT_TRUE(placer_->NewestHolders("j-1").empty());
+  Beat("w1", {{"j-1", 20}});
+  Beat("w2", {{"j-1", 40}});
+  Beat("w3", {{"j-1", 40}, {"j-2", 90}});
+  EXPECT_EQ(placer_->NewestHolders("j-1"), (std::vector<std::string>{"w2", "w3"}));
+  clock_.Advance(10s);
+  Beat("w1", {{"j-1", 20}});
+  Beat("w2", {{"j-1", 40}});
+  clock_.Advance(1ms);
+  workers_->ExpireLeases(clock_.Now());  // w3 lost
+  EXPECT_EQ(placer_->NewestHolders("j-1"), std::vector<std::string>{"w2"});
+}
+
+// The copy goes to one other worker where the job could resume: the one holding the
+// newest copy already, else the first by name; it is asked again until it has the step.
+TEST_F(PlacerTest, ACheckpointIsCopiedToOneOtherWorkerUntilItHoldsTheStep) {
+  const std::string id = RunningOnW1WithCheckpoint(50);
+  Register("w2");
+  Register("w3");
+  EXPECT_TRUE(CopiesFor("w1").empty());  // the source itself
+  const std::vector<v1::CheckpointCopy> copies = CopiesFor("w2");
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].job_id(), id);
+  EXPECT_EQ(copies[0].step(), 50);
+  EXPECT_EQ(copies[0].source_worker(), "w1");
+  EXPECT_EQ(copies[0].source_address(), "w1:7000");
+  EXPECT_TRUE(CopiesFor("w3").empty());
+  Beat("w3", {{id, 30}});  // w3 has an older copy: it keeps the job's copies from now on
+  EXPECT_TRUE(CopiesFor("w2").empty());
+  ASSERT_EQ(CopiesFor("w3").size(), 1u);
+  Beat("w3", {{id, 50}});
+  EXPECT_TRUE(CopiesFor("w3").empty());  // it holds the step
+}
+
+TEST_F(PlacerTest, NoCopyGoesWhereTheJobCouldNotResume) {
+  v1::JobSpec cuda = Spec();
+  cuda.mutable_resources()->set_device("cuda");
+  const std::string id = RunningOnW1WithCheckpoint(50, cuda);
+  Register("a-cordoned");
+  ASSERT_TRUE(workers_->Cordon("a-cordoned", false).ok());
+  Register("b-cpu-only");
+  Register("c-late", 1, /*gpus=*/1);
+  Register("d-gpu", 1, /*gpus=*/1);
+  EXPECT_TRUE(CopiesFor("a-cordoned").empty());
+  EXPECT_TRUE(CopiesFor("b-cpu-only").empty());
+  EXPECT_EQ(CopiesFor("c-late").size(), 1u);
+  clock_.Advance(1s);  // c-late is silent for two heartbeat intervals and more
+  Beat("w1", {{id, 50}});
+  Beat("b-cpu-only");
+  Beat("d-gpu");
+  EXPECT_TRUE(CopiesFor("c-late").empty());
+  EXPECT_EQ(CopiesFor("d-gpu").size(), 1u);
+}
+
+TEST_F(PlacerTest, AJobOnTwoWorkersHasNoCopyPlanned) {
+  Register("w1");
+  Register("w2");
+  Register("w3");
+  JobEntry* entry = Submit(Spec(2));
+  RunOn(entry, {"w1", "w2"});
+  Beat("w1", {{entry->job.id(), 50}});
+  EXPECT_TRUE(CopiesFor("w3").empty());
+}
+
+// A late worker offers no free slots (and so no preemption), a cordoned one is left out,
+// a job in its restart backoff is not pending, and holders of the newest checkpoint are
+// named.
+TEST_F(PlacerTest, TheSnapshotOffersOnlyWhatMayBeUsedNow) {
+  Register("late", 2);
+  Register("cordoned", 2);
+  ASSERT_TRUE(workers_->Cordon("cordoned", false).ok());
+  Register("w1", 4);
+  JobEntry* running = Submit(Spec(1));
+  RunOn(running, {"w1"});
+  JobEntry* backoff = Submit(Spec(1));
+  backoff->not_before = clock_.Now() + 1s;
+  const std::string queued = Submit(Spec(2))->job.id();
+  clock_.Advance(600ms);
+  Beat("w1", {{queued, 10}});
+  Beat("cordoned");
+  Placer::Snapshot s = placer_->SnapshotForScheduler(clock_.Now());
+  ASSERT_EQ(s.pending.size(), 1u);
+  EXPECT_EQ(s.pending[0].id, queued);
+  EXPECT_EQ(s.pending[0].holders, std::vector<std::string>{"w1"});
+  ASSERT_EQ(s.workers.size(), 2u);
+  EXPECT_EQ(s.workers[0].name, "late");
+  EXPECT_EQ(s.workers[0].free_slots, 0);
+  EXPECT_EQ(s.workers[1].name, "w1");
+  EXPECT_EQ(s.workers[1].free_slots, 3);
+  EXPECT_TRUE(s.any_late);
+  ASSERT_EQ(s.running.size(), 1u);
+  EXPECT_EQ(s.running[0].id, running->job.id());
+  clock_.Advance(400ms);
+  EXPECT_EQ(placer_->SnapshotForScheduler(clock_.Now()).pending.size(), 2u);  // the backoff is over
+}
+
+TEST_F(PlacerTest, ASchedulingPassPlacesAndSaysWhyTheOthersWait) {
+  Register("w1", 2);
+  JobEntry* fits = Submit(Spec(2));
+  JobEntry* too_big = Submit(Spec(3));
+  placer_->SchedulingPass(clock_.Now(), /*preemption=*/true);
+  EXPECT_EQ(fits->job.state(), v1::SCHEDULED);
+  EXPECT_EQ(too_big->job.state(), v1::QUEUED);
+  EXPECT_NE(too_big->job.reason(), "accepted");
+  const uint64_t version = too_big->version;
+  placer_->SchedulingPass(clock_.Now(), true);
+  EXPECT_EQ(too_big->version, version);  // the same reason is not written again
+}
+
+TEST_F(PlacerTest, AHigherPriorityJobPreemptsAndIsPlacedOnceTheVictimStopped) {
+  Register("w1", 1);
+  JobEntry* low = Submit(Spec(1));
+  RunOn(low, {"w1"});
+  v1::JobSpec urgent = Spec(1);
+  urgent.set_priority(5);
+  JobEntry* high = Submit(urgent);
+  placer_->SchedulingPass(clock_.Now(), /*preemption=*/false);
+  EXPECT_EQ(low->job.state(), v1::RUNNING);
+  placer_->SchedulingPass(clock_.Now(), /*preemption=*/true);
+  EXPECT_EQ(low->job.state(), v1::PREEMPTED);
+  EXPECT_EQ(low->job.reason(), "preempted by " + high->job.id() + " (priority 5 > 0)");
+  EXPECT_EQ(high->job.state(), v1::QUEUED);
+}
+
+}  // namespace
+}  // namespace nightshift
