@@ -54,7 +54,7 @@ StatusOr<size_t> JobTable::Load() {
     JobEntry entry;
     entry.job = std::move(job);
     entry.last_step = entry.job.progress().step();
-    entry.last_advance = entry.stopping_since = clock_->Now();
+    entry.last_advance = entry.stopping_since = entry.progress_at = clock_->Now();
     Status history = store_->GetMetrics(entry.job.id(), &entry.history);
     if (!history.ok() && history.code() != Status::kNotFound) return history;
     entry.history.set_job_id(entry.job.id());

@@ -54,6 +54,7 @@ struct JobEntry {
   Clock::TimePoint not_before{};       // restart backoff: not placed before this
   int64_t last_step = -1;              // rank 0's step when it last advanced
   Clock::TimePoint last_advance{};     // when it last advanced (or the attempt started)
+  Clock::TimePoint progress_at{};      // when job.progress was taken: its eta counts from then
   bool progress_is_this_attempts = true;  // false from a requeue until the new attempt
                                           // reports: its replay restarts below the old step
   Clock::TimePoint stopping_since{};   // when it became PREEMPTED or STUCK

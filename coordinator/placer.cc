@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "common/time_util.h"
 
 namespace nightshift {
 namespace {
@@ -60,11 +59,11 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
     for (const auto& p : job.placements())
       if (!p.finished()) r.parts.push_back({p.worker(), p.first_rank(), p.num_ranks()});
     r.stopping = IsStopping(job.state());
-    // progress.updated is stamped by the worker's clock, so it is measured against the
-    // real time of day, not the coordinator's Clock (see common/clock.h).
+    // The eta counts from when the coordinator took the report (progress.updated is the
+    // worker's clock, which ours need not agree with).
     if (job.state() == v1::RUNNING && job.progress().eta_seconds() > 0)
-      r.ends_in_seconds = std::max(0.0, job.progress().eta_seconds() -
-                                            SecondsSince(job.progress().updated(), std::chrono::system_clock::now()));
+      r.ends_in_seconds =
+          std::max(0.0, job.progress().eta_seconds() - std::chrono::duration<double>(now - entry.progress_at).count());
     s.running.push_back(std::move(r));
   }
   return s;

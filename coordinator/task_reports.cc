@@ -122,6 +122,7 @@ bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& st
   if (status.has_progress() &&
       (!entry->progress_is_this_attempts || status.progress().step() >= job.progress().step())) {
     *job.mutable_progress() = status.progress();
+    entry->progress_at = clock_->Now();
     if (!entry->progress_is_this_attempts || status.progress().step() > entry->last_step) {
       entry->progress_is_this_attempts = true;
       entry->last_step = status.progress().step();

@@ -129,6 +129,28 @@ TEST_F(PlacerTest, TheSnapshotOffersOnlyWhatMayBeUsedNow) {
   EXPECT_EQ(placer_->SnapshotForScheduler(clock_.Now()).pending.size(), 2u);  // the backoff is over
 }
 
+// A running job's end is its reported eta counted from when the coordinator took the
+// report, on the coordinator's clock: the worker's own stamp (progress.updated, here a
+// day off) does not enter.
+TEST_F(PlacerTest, ARunningJobEndsItsEtaAfterTheReportOnTheCoordinatorsClock) {
+  Register("w1");
+  JobEntry* running = Submit();
+  RunOn(running, {"w1"});
+  v1::TaskStatus report = Task(running->job.id(), running->job.attempt(), v1::TASK_RUNNING);
+  report.mutable_progress()->set_step(10);
+  report.mutable_progress()->set_eta_seconds(1000);
+  report.mutable_progress()->mutable_updated()->set_seconds(
+      std::chrono::duration_cast<std::chrono::seconds>(clock_.WallNow().time_since_epoch()).count() - 86400);
+  HeartbeatReply reply;
+  reports_->Handle("w1", report, &reply);
+  clock_.Advance(900s);
+  Placer::Snapshot s = placer_->SnapshotForScheduler(clock_.Now());
+  ASSERT_EQ(s.running.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.running[0].ends_in_seconds, 100);
+  clock_.Advance(200s);
+  EXPECT_DOUBLE_EQ(placer_->SnapshotForScheduler(clock_.Now()).running[0].ends_in_seconds, 0);
+}
+
 TEST_F(PlacerTest, ASchedulingPassPlacesAndSaysWhyTheOthersWait) {
   Register("w1", 2);
   JobEntry* fits = Submit(Spec(2));
