@@ -59,7 +59,9 @@ class FaultToleranceTest : public ::testing::Test {
     cluster.StartCoordinator();
     for (int i = 0; i < workers; ++i) cluster.StartWorker("w" + std::to_string(i + 1), 1);
     v1::Job job;
-    ASSERT_TRUE(cluster.Submit(Spec(data, 120, 0, "restart: {max_restarts: 2}\n"), &job).ok());
+    // 600 steps of a few milliseconds each: the fault must land while the job runs, after
+    // a poll that can see it late on a loaded machine (120 steps once ended before it).
+    ASSERT_TRUE(cluster.Submit(Spec(data, 600, 0, "restart: {max_restarts: 2}\n"), &job).ok());
     const std::string id = job.id();
     job = cluster.WaitFor(id, 40, [](const v1::Job& j) { return Running(j) && j.progress().step() >= 25; });
     ASSERT_GE(job.progress().step(), 25) << v1::JobState_Name(job.state()) << " " << job.reason();
