@@ -24,6 +24,8 @@ PACKAGES=(
   libssl-dev openssl
   # data, config, CLI
   libsentencepiece-dev sentencepiece nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
+  # tokenizers from tokenizer.json: Unicode normalisation, categories and regular expressions
+  libicu-dev
   # tests
   libgtest-dev libgmock-dev prometheus curl python3-grpcio python3-protobuf python3-yaml
   # fuzzing (libFuzzer comes with clang's runtime library)

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/format/atomic_file.h"
+#include "common/format/safetensors.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/errors.h"
 
@@ -147,21 +148,13 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
 }
 
 std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors) {
-  json header = {{"__metadata__", {{"format", "pt"}}}};
-  size_t offset = 0;
+  std::vector<format::SafetensorsTensor> entries;
   for (const auto& [name, t] : tensors) {
     if (t.scalar_type() != torch::kFloat32) throw std::runtime_error("safetensors: " + name + " is not float32");
-    const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    entries.push_back({name, format::DType::kF32, t.sizes().vec()});
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-aligned
-  std::string out(8, '\0');
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);  // little-endian
-  out += text;
-  out.reserve(out.size() + offset);
+  std::string out = format::SafetensorsHeaderBytes(&entries, {{"format", "pt"}});
+  out.reserve(entries.empty() ? out.size() : entries.back().end);
   for (const auto& [name, t] : tensors) {
     const torch::Tensor c = t.contiguous();
     out.append(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<size_t>(c.numel()) * sizeof(float));
@@ -171,36 +164,16 @@ std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors
 
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path) {
   const std::string bytes = ReadFile(path);
-  const auto bad = [&](const std::string& what) { return std::runtime_error(path + ": " + what); };
-  if (bytes.size() < 8) throw bad("shorter than a safetensors header");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
-  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " beyond the file");
-  json header;
-  try {
-    header = json::parse(bytes.substr(8, n));
-  } catch (const json::exception& e) {
-    throw bad(std::string("bad header: ") + e.what());
-  }
-  const size_t data = 8 + n;
+  format::SafetensorsHeader header;
+  if (std::string e = format::ParseSafetensorsHeader(bytes, bytes.size(), &header); !e.empty())
+    throw std::runtime_error(path + ": " + e);
   std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    try {
-      if (info.at("dtype") != "F32") throw bad(name + ": dtype " + info.at("dtype").dump() + " (only F32 is read)");
-      const std::vector<int64_t> shape = info.at("shape").get<std::vector<int64_t>>();
-      const size_t b = info.at("data_offsets").at(0).get<size_t>(), e = info.at("data_offsets").at(1).get<size_t>();
-      int64_t numel = 1;
-      for (int64_t s : shape) numel *= s;
-      if (e < b || e - b != static_cast<size_t>(numel) * sizeof(float) || data + e > bytes.size())
-        throw bad(name + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
-                  ") do not match its shape or the file");
-      torch::Tensor t = torch::empty(shape, torch::kFloat32);
-      std::memcpy(t.data_ptr<float>(), bytes.data() + data + b, e - b);
-      out[name] = t;
-    } catch (const json::exception& ex) {
-      throw bad(name + ": " + ex.what());
-    }
+  for (const format::SafetensorsTensor& t : header.tensors) {
+    if (t.dtype != format::DType::kF32)
+      throw std::runtime_error(path + ": " + t.name + ": dtype " + format::DTypeName(t.dtype) + " (only F32 is read)");
+    torch::Tensor tensor = torch::empty(t.shape, torch::kFloat32);
+    std::memcpy(tensor.data_ptr<float>(), bytes.data() + t.begin, t.end - t.begin);
+    out[t.name] = tensor;
   }
   return out;
 }

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Our tokenizers give the ids Hugging Face `tokenizers` gives, text for text.
+
+usage: equality_test.py BIN_DIR CORPUS_DIR
+
+Builds tokenizer folders as transformers saves them (no download: vocabularies are trained
+here on the corpus): BERT uncased and cased and DistilBERT (WordPiece) and RoBERTa (byte-level
+BPE, with its <mask> taking the space on its left as roberta-base's does). Then every mail of
+the corpus and every hard text below goes through AutoTokenizer(text, truncation=...,
+max_length=...) and through bin/nightshift-tokenize, without a limit (every mail) and at
+max_len 64 (every tenth mail, every hard text); any
+difference fails the test, naming the folder, the text and the first differing position.
+A mail is read as transformers' user reads a file: bytes decoded as UTF-8 with U+FFFD for
+ill-formed sequences; nightshift-tokenize gets the raw bytes and must do the same.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
+from transformers import AutoTokenizer, BertTokenizerFast, DistilBertTokenizerFast, RobertaTokenizerFast
+
+HARD = [
+    b"", b" ", b"\n\n\n", b"   leading and trailing   ", b"runs   of\t\tspaces\n\n\nand\r\nnewlines",
+    "Caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u00c5ngstr\u00f6m \u00dcber STRASSE stra\u00dfe".encode(),
+    "combining: e\u0301 a\u0308 n\u0303 \u1e9b\u0323 \u0645\u064e".encode(),
+    "decomposed vs composed: \u00e9 e\u0301 \u212b \u00c5 \ufb01 \u2460 \uff21\uff22".encode(),
+    "\u4e2d\u6587\u5b57\u7b26\u6d4b\u8bd5 \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \ud55c\uad6d\uc5b4 \U00020000\U0002a6d6".encode(),
+    "emoji \U0001f600\U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467 \u2764\ufe0f flags \U0001f1eb\U0001f1f7".encode(),
+    "zero\u200bwidth\u200cjoin\u200dnon\ufeffbreaking\u00a0space\u2003em\u3000ideographic".encode(),
+    b"controls \x00 \x01 \x07 \x1b[31m \x7f end", "c1 \u0085 \u009c soft\u00adhyphen".encode(),
+    "\ufffd replacement \U0010ffff private \ue000".encode(),
+    b"invalid \xff\xfe utf-8 \xc3\x28 \xe2\x82 \xed\xa0\x80 \xf0\x9f\x98 truncated",
+    b"x" * 120 + b" " + b"antidisestablishmentarianism" * 8,
+    b"Don't you'll we've I'M THEY'RE it's 'quoted' \"double\"",
+    "\u0130stanbul \u0049 \u1e9e \u03a3\u03c3\u03c2 \u039f\u0394\u03a5\u03a3\u03a3\u0395\u03a5\u03a3".encode(),
+    b"numbers 3.14159 1,000,000 0x1F 2026-12-02 12:00:00 +1 (555) 123-4567",
+    b"punct !!! ??? ... --- ___ *** ### $$$ %%% ^^^ &&& ~~~ `code` <tag> {json: [1, 2]}",
+    b"urls https://example.com/a?b=c&d=e#f mailto:foo.bar+baz@example.org",
+    b"[CLS] literal [SEP] specials [MASK] in [PAD] text [UNK]",
+    b"<s> roberta <mask> specials</s><pad> <unk>  <mask>  x<mask>y",
+    "mixed \u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u05e2\u05d1\u05e8\u05d9\u05ea \u0e44\u0e17\u0e22 \u0939\u093f\u0928\u094d\u0926\u0940".encode(),
+]
+
+
+def mails(corpus):
+    paths = [os.path.join(root, f) for root, _, files in os.walk(corpus) for f in files]
+    if len(paths) < 1000:
+        sys.exit(f"equality_test: {corpus} holds {len(paths)} files; run scripts/fetch-data.sh")
+    return [open(p, "rb").read() for p in sorted(paths)]
+
+
+def build_folders(tmp, texts):
+    """Tokenizer folders as transformers saves them, vocabularies trained on `texts`."""
+    folders = {}
+    for cased in (False, True):
+        wp = BertWordPieceTokenizer(lowercase=not cased)
+        wp.train_from_iterator(texts, vocab_size=6000)
+        vocab_dir = os.path.join(tmp, "wp-cased" if cased else "wp")
+        os.makedirs(vocab_dir)
+        wp.save_model(vocab_dir)
+        vocab = os.path.join(vocab_dir, "vocab.txt")
+        name = "bert-cased" if cased else "bert-uncased"
+        BertTokenizerFast(vocab=vocab, do_lower_case=not cased).save_pretrained(os.path.join(tmp, name))
+        folders[name] = os.path.join(tmp, name)
+    DistilBertTokenizerFast(vocab=os.path.join(tmp, "wp", "vocab.txt")).save_pretrained(os.path.join(tmp, "distilbert"))
+    folders["distilbert"] = os.path.join(tmp, "distilbert")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=6000, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.save_model(tmp)
+    roberta = os.path.join(tmp, "roberta")
+    RobertaTokenizerFast(vocab=os.path.join(tmp, "vocab.json"), merges=os.path.join(tmp, "merges.txt")).save_pretrained(roberta)
+    # roberta-base's <mask> takes the space on its left (lstrip): so does ours.
+    path = os.path.join(roberta, "tokenizer.json")
+    doc = json.load(open(path))
+    for t in doc["added_tokens"]:
+        if t["content"] == "<mask>":
+            t["lstrip"] = True
+    json.dump(doc, open(path, "w"))
+    folders["roberta"] = roberta
+    return folders
+
+
+def start_ours(bin_dir, folder, hex_path, max_len, out_path):
+    """nightshift-tokenize over the texts, started now and awaited later (it runs beside the
+    reference, on the other core)."""
+    cmd = [os.path.join(bin_dir, "nightshift-tokenize"), os.path.join(folder, "tokenizer.json")]
+    if max_len:
+        cmd += ["--max-len", str(max_len)]
+    return subprocess.Popen(cmd, stdin=open(hex_path), stdout=open(out_path, "w"))
+
+
+def ours(process, out_path):
+    if process.wait() != 0:
+        sys.exit(f"equality_test: nightshift-tokenize exited with {process.returncode}")
+    return [json.loads(line) for line in open(out_path)]
+
+
+def reference(folder, texts, max_len):
+    tok = AutoTokenizer.from_pretrained(folder)
+    decoded = [t.decode("utf-8", errors="replace") for t in texts]
+    if max_len:
+        return tok(decoded, truncation=True, max_length=max_len)["input_ids"]
+    tok.model_max_length = 10**9  # no limit, no warning
+    return tok(decoded)["input_ids"]
+
+
+def main():
+    bin_dir, corpus = sys.argv[1], sys.argv[2]
+    all_texts = mails(corpus) + HARD
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = build_folders(tmp, [t.decode("utf-8", errors="replace") for t in all_texts[::3]])
+        # Truncation is checked on every tenth mail and every hard text; the rest of the
+        # pipeline on everything.
+        for max_len, texts in ((0, all_texts), (64, all_texts[::10] + HARD)):
+            hex_path = os.path.join(tmp, f"texts-{max_len}.hex")
+            with open(hex_path, "w") as f:
+                f.writelines(t.hex() + "\n" for t in texts)
+            for name, folder in folders.items():
+                out_path = os.path.join(tmp, f"{name}-{max_len}.ids")
+                process = start_ours(bin_dir, folder, hex_path, max_len, out_path)
+                want = reference(folder, texts, max_len)
+                got = ours(process, out_path)
+                assert len(got) == len(texts), f"{name}: {len(got)} results for {len(texts)} texts"
+                bad = [i for i in range(len(texts)) if want[i] != got[i]]
+                print(f"{name} max_len={max_len}: {len(texts) - len(bad)}/{len(texts)} texts equal")
+                for i in bad[:5]:
+                    at = next((k for k, (a, b) in enumerate(zip(want[i], got[i])) if a != b), min(len(want[i]), len(got[i])))
+                    print(f"  text {i} ({texts[i][:80]!r}...): first difference at {at}: "
+                          f"want {want[i][at:at + 8]} got {got[i][at:at + 8]} (lengths {len(want[i])}, {len(got[i])})")
+                failures += len(bad)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

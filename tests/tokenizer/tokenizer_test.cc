@@ -1,0 +1,83 @@
+// The pipeline around the components: added tokens found on the raw text and on the
+// normalized text (lstrip, rstrip, single_word), truncation that leaves room for the
+// special tokens, the post-processor. Expected ids are what `tokenizers` 0.23.3 gives for
+// the same tokenizer.json (Tokenizer.from_file(...).encode(text).ids, with
+// enable_truncation(n) for the truncated ones).
+#include "tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+namespace nightshift::tokenizer {
+namespace {
+
+const char* kTokenizerJson = R"json({"version": "1.0", "truncation": null, "padding": null,
+ "added_tokens": [
+  {"id": 0, "content": "[PAD]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+  {"id": 1, "content": "[UNK]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+  {"id": 2, "content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+  {"id": 3, "content": "[SEP]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+  {"id": 4, "content": "<mask>", "single_word": false, "lstrip": true, "rstrip": false, "normalized": false, "special": true},
+  {"id": 13, "content": "Hello", "single_word": true, "lstrip": false, "rstrip": true, "normalized": true, "special": false}],
+ "normalizer": {"type": "Lowercase"},
+ "pre_tokenizer": {"type": "WhitespaceSplit"},
+ "post_processor": {"type": "TemplateProcessing",
+   "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+   "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]}, "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+ "decoder": null,
+ "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100,
+   "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "<mask>": 4, "a": 5, "b": 6, "ab": 7, "##b": 8, "##c": 9, "world": 10, "x": 11, "hello": 12}}}
+)json";
+
+std::unique_ptr<Tokenizer> Load(const std::string& text = kTokenizerJson) {
+  std::unique_ptr<Tokenizer> t;
+  EXPECT_EQ(Tokenizer::FromJson(text, &t), "");
+  return t;
+}
+
+TEST(TokenizerTest, IdsAreTheReferences) {
+  const std::unique_ptr<Tokenizer> t = Load();
+  ASSERT_NE(t, nullptr);
+  const std::pair<const char*, std::vector<int32_t>> cases[] = {
+      {"ab abc world", {2, 7, 7, 9, 10, 3}},
+      {"HELLO world", {2, 13, 10, 3}},        // a normalized added token, matched lowercased
+      {"xHello world", {2, 1, 10, 3}},        // single_word: not inside a word
+      {"Hello   world", {2, 13, 10, 3}},      // rstrip takes the spaces
+      {"a [SEP]b", {2, 5, 3, 6, 3}},          // a special token in the text is that token
+      {"a   <mask> b", {2, 5, 4, 6, 3}},      // lstrip
+      {"x<mask>", {2, 11, 4, 3}},
+      {"[CLS][CLS]", {2, 2, 2, 3}},
+      {"", {2, 3}},
+      {"abc abc abc abc", {2, 7, 9, 7, 9, 7, 9, 7, 9, 3}},
+  };
+  for (const auto& [text, ids] : cases) EXPECT_EQ(t->Encode(text), ids) << text;
+}
+
+TEST(TokenizerTest, TruncationLeavesRoomForTheSpecialTokens) {
+  const std::unique_ptr<Tokenizer> t = Load();
+  EXPECT_EQ(t->Encode("ab abc world x", 4), (std::vector<int32_t>{2, 7, 7, 3}));
+  EXPECT_EQ(t->Encode("ab abc world x", 2), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(t->Encode("ab abc world x", 0).size(), 7u);  // no limit
+}
+
+TEST(TokenizerTest, VocabularyAndTokenIds) {
+  const std::unique_ptr<Tokenizer> t = Load();
+  EXPECT_EQ(t->VocabSize(), 14u);  // the model's 13 and the added "Hello" at 13
+  EXPECT_EQ(t->TokenToId("[SEP]"), 3);
+  EXPECT_EQ(t->TokenToId("world"), 10);
+  EXPECT_EQ(t->TokenToId("absent"), -1);
+}
+
+TEST(TokenizerTest, WhatIsNotImplementedIsNamed) {
+  std::unique_ptr<Tokenizer> t;
+  std::string text = kTokenizerJson;
+  text.replace(text.find("WhitespaceSplit"), 15, "Metaspace");
+  EXPECT_EQ(Tokenizer::FromJson(text, &t), "pre_tokenizer.type: 'Metaspace' is not implemented");
+  text = kTokenizerJson;
+  text.replace(text.find(R"("type": "WordPiece")"), 19, R"("type": "Unigram")");
+  EXPECT_EQ(Tokenizer::FromJson(text, &t), "model.type: 'Unigram' is not implemented (WordPiece, BPE)");
+  EXPECT_EQ(Tokenizer::FromJson("[1]", &t), "not a JSON object");
+  EXPECT_EQ(Tokenizer::Load("/nonexistent/tokenizer.json", &t), "/nonexistent/tokenizer.json: cannot be read");
+}
+
+}  // namespace
+}  // namespace nightshift::tokenizer

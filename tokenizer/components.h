@@ -1,0 +1,76 @@
+// The parts of a Hugging Face `tokenizers` pipeline, as tokenizer.json configures them:
+// normalizer -> pre-tokenizer -> model -> post-processor. Each is a small class built
+// from its JSON object; tokenizer.h strings them together. Text is handled as Unicode
+// code points (std::u32string); nothing here needs offsets, only ids, so the alignment
+// bookkeeping of `tokenizers`' NormalizedString is not kept.
+//
+// Each New* function builds one component from its tokenizer.json object (the `type`
+// already checked by the caller) or returns a message naming the key that is missing or
+// has a value we do not implement. Unicode facts (categories, normalisation forms, case
+// mapping) come from ICU (unicode.h); none is written by hand.
+#ifndef NIGHTSHIFT_TOKENIZER_COMPONENTS_H_
+#define NIGHTSHIFT_TOKENIZER_COMPONENTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nightshift::tokenizer {
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual void Normalize(std::u32string* text) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Appends the words of `text` to *words, in order (a word may be empty: it is dropped).
+  virtual void Split(const std::u32string& text, std::vector<std::u32string>* words) const = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Appends the ids of one pre-tokenized word.
+  virtual void Tokenize(const std::u32string& word, std::vector<int32_t>* ids) const = 0;
+  // The id of a token of the vocabulary (UTF-8); -1 when it has none.
+  virtual int32_t TokenToId(const std::string& token) const = 0;
+  virtual size_t VocabSize() const = 0;
+};
+
+// Adds the special tokens around one sequence (we tokenize single texts, never pairs).
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  // How many ids Process adds (truncation leaves room for them).
+  virtual size_t AddedCount() const = 0;
+  virtual std::vector<int32_t> Process(const std::vector<int32_t>& ids) const = 0;
+};
+
+using Json = nlohmann::json;
+using Error = std::string;  // "" or what is wrong
+
+// Each by its tokenizer.json `type` (tokenizer.cc dispatches; `Sequence` is there too).
+// normalizers.cc: BertNormalizer, Lowercase, NFD, NFC, NFKD, NFKC, StripAccents.
+Error NewNormalizer(const Json& config, std::unique_ptr<Normalizer>* out);
+// bert_pre_tokenizer.cc: BertPreTokenizer, Whitespace, WhitespaceSplit.
+Error NewBertPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out);
+// byte_level.cc: ByteLevel (GPT-2's regular expression when use_regex, the byte-to-
+// character map, add_prefix_space).
+Error NewByteLevelPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out);
+// wordpiece.cc
+Error NewWordPiece(const Json& config, std::unique_ptr<Model>* out);
+// bpe.cc
+Error NewBpe(const Json& config, std::unique_ptr<Model>* out);
+// post_processors.cc: BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel
+// (a no-op for ids), Sequence.
+Error NewPostProcessor(const Json& config, std::unique_ptr<PostProcessor>* out);
+
+}  // namespace nightshift::tokenizer
+
+#endif  // NIGHTSHIFT_TOKENIZER_COMPONENTS_H_

@@ -1,0 +1,226 @@
+#include "tokenizer/tokenizer.h"
+
+#include <unicode/uchar.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer/unicode.h"
+
+namespace nightshift::tokenizer {
+namespace {
+
+class SequenceNormalizer : public Normalizer {
+ public:
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
+  void Normalize(std::u32string* text) const override {
+    for (const auto& part : parts_) part->Normalize(text);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> parts_;
+};
+
+// Each pre-tokenizer splits every word the one before it made.
+class SequencePreTokenizer : public PreTokenizer {
+ public:
+  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  void Split(const std::u32string& text, std::vector<std::u32string>* words) const override {
+    std::vector<std::u32string> current = {text}, next;
+    for (const auto& part : parts_) {
+      next.clear();
+      for (const std::u32string& word : current)
+        if (!word.empty()) part->Split(word, &next);
+      current.swap(next);
+    }
+    for (std::u32string& word : current)
+      if (!word.empty()) words->push_back(std::move(word));
+  }
+
+ private:
+  std::vector<std::unique_ptr<PreTokenizer>> parts_;
+};
+
+std::string TypeOf(const Json& config) {
+  auto it = config.find("type");
+  return it != config.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+Error BuildNormalizer(const Json& config, std::unique_ptr<Normalizer>* out) {
+  if (config.is_null()) return "";
+  if (!config.is_object()) return "normalizer: not an object";
+  if (TypeOf(config) != "Sequence") return NewNormalizer(config, out);
+  std::vector<std::unique_ptr<Normalizer>> parts;
+  for (const Json& part : config.value("normalizers", Json::array())) {
+    parts.emplace_back();
+    if (Error e = BuildNormalizer(part, &parts.back()); !e.empty()) return e;
+    if (parts.back() == nullptr) parts.pop_back();
+  }
+  *out = std::make_unique<SequenceNormalizer>(std::move(parts));
+  return "";
+}
+
+Error BuildPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out) {
+  if (config.is_null()) return "";
+  const std::string type = TypeOf(config);
+  if (type == "BertPreTokenizer" || type == "Whitespace" || type == "WhitespaceSplit")
+    return NewBertPreTokenizer(config, out);
+  if (type == "ByteLevel") return NewByteLevelPreTokenizer(config, out);
+  if (type != "Sequence") return "pre_tokenizer.type: '" + type + "' is not implemented";
+  std::vector<std::unique_ptr<PreTokenizer>> parts;
+  for (const Json& part : config.value("pretokenizers", Json::array())) {
+    parts.emplace_back();
+    if (Error e = BuildPreTokenizer(part, &parts.back()); !e.empty()) return e;
+    if (parts.back() == nullptr) parts.pop_back();
+  }
+  *out = std::make_unique<SequencePreTokenizer>(std::move(parts));
+  return "";
+}
+
+Error BuildModel(const Json& config, std::unique_ptr<Model>* out) {
+  if (!config.is_object()) return "model: missing";
+  const std::string type = TypeOf(config);
+  if (type == "WordPiece") return NewWordPiece(config, out);
+  if (type == "BPE" || (type.empty() && config.contains("merges"))) return NewBpe(config, out);
+  return "model.type: '" + type + "' is not implemented (WordPiece, BPE)";
+}
+
+// Rust regex's \w, which `tokenizers` uses for single_word tokens.
+bool IsWordChar(char32_t c) {
+  const UChar32 u = static_cast<UChar32>(c);
+  return u_hasBinaryProperty(u, UCHAR_ALPHABETIC) || u_hasBinaryProperty(u, UCHAR_JOIN_CONTROL) ||
+         (U_GET_GC_MASK(u) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0;
+}
+
+bool IsSpace(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
+
+Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vector<AddedToken>* out) {
+  if (list.is_null()) return "";
+  if (!list.is_array()) return "added_tokens: not a list";
+  for (const Json& t : list) {
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+        !t["content"].is_string())
+      return "added_tokens: an entry without an integer id and a content: " + t.dump();
+    AddedToken a;
+    a.id = t["id"].get<int32_t>();
+    a.content = DecodeUtf8(t["content"].get<std::string>());
+    a.single_word = t.value("single_word", false);
+    a.lstrip = t.value("lstrip", false);
+    a.rstrip = t.value("rstrip", false);
+    a.normalized = t.value("normalized", !t.value("special", false));
+    a.special = t.value("special", false);
+    if (a.normalized && normalizer != nullptr) normalizer->Normalize(&a.content);
+    if (!a.content.empty()) out->push_back(std::move(a));
+  }
+  return "";
+}
+
+}  // namespace
+
+Error Tokenizer::FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out) {
+  const Json doc = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return "not a JSON object";
+  auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
+  if (Error e = BuildNormalizer(doc.value("normalizer", Json()), &t->normalizer_); !e.empty()) return e;
+  if (Error e = BuildPreTokenizer(doc.value("pre_tokenizer", Json()), &t->pre_tokenizer_); !e.empty()) return e;
+  if (Error e = BuildModel(doc.value("model", Json()), &t->model_); !e.empty()) return e;
+  const Json post = doc.value("post_processor", Json());
+  if (!post.is_null())
+    if (Error e = NewPostProcessor(post, &t->post_processor_); !e.empty()) return e;
+  if (Error e = ReadAddedTokens(doc.value("added_tokens", Json()), t->normalizer_.get(), &t->added_); !e.empty())
+    return e;
+  *out = std::move(t);
+  return "";
+}
+
+Error Tokenizer::Load(const std::string& path, std::unique_ptr<Tokenizer>* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return path + ": cannot be read";
+  std::ostringstream text;
+  text << in.rdbuf();
+  Error e = FromJson(text.str(), out);
+  return e.empty() ? "" : path + ": " + e;
+}
+
+// As `tokenizers`' AddedVocabulary::find_matches: the leftmost, then longest, added
+// token; the search goes on after it whether it is taken or not (a single_word token
+// touching a word character is not); lstrip and rstrip take the whitespace beside it.
+void Tokenizer::SplitOne(const std::u32string& text, bool normalized, std::vector<Piece>* out) const {
+  size_t done = 0;  // text before this is in *out
+  for (size_t i = 0; i < text.size();) {
+    const AddedToken* best = nullptr;
+    for (const AddedToken& t : added_)
+      if (t.normalized == normalized && text.compare(i, t.content.size(), t.content) == 0 &&
+          (best == nullptr || t.content.size() > best->content.size()))
+        best = &t;
+    if (best == nullptr) {
+      ++i;
+      continue;
+    }
+    size_t start = i, stop = i + best->content.size();
+    i = stop;
+    if (best->single_word && ((start > 0 && IsWordChar(text[start - 1])) || (stop < text.size() && IsWordChar(text[stop]))))
+      continue;
+    if (best->lstrip)
+      while (start > done && IsSpace(text[start - 1])) --start;
+    if (best->rstrip)
+      while (stop < text.size() && IsSpace(text[stop])) ++stop;
+    if (done < start) out->push_back({text.substr(done, start - done), -1});
+    out->push_back({U"", best->id});
+    done = i = stop;
+  }
+  if (done < text.size()) out->push_back({text.substr(done), -1});
+}
+
+void Tokenizer::SplitOnAddedTokens(bool normalized, std::vector<Piece>* pieces) const {
+  std::vector<Piece> out;
+  for (Piece& p : *pieces) {
+    if (p.id >= 0) out.push_back(std::move(p));
+    else SplitOne(p.text, normalized, &out);
+  }
+  pieces->swap(out);
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, size_t max_len) const {
+  std::vector<Piece> pieces = {{DecodeUtf8(text), -1}};
+  SplitOnAddedTokens(/*normalized=*/false, &pieces);
+  if (normalizer_ != nullptr)
+    for (Piece& p : pieces)
+      if (p.id < 0) normalizer_->Normalize(&p.text);
+  SplitOnAddedTokens(/*normalized=*/true, &pieces);
+  std::vector<int32_t> ids;
+  std::vector<std::u32string> words;
+  for (const Piece& p : pieces) {
+    if (p.id >= 0) {
+      ids.push_back(p.id);
+      continue;
+    }
+    words.clear();
+    if (pre_tokenizer_ != nullptr) pre_tokenizer_->Split(p.text, &words);
+    else words.push_back(p.text);
+    for (const std::u32string& word : words)
+      if (!word.empty()) model_->Tokenize(word, &ids);
+  }
+  if (post_processor_ == nullptr) {
+    if (max_len > 0 && ids.size() > max_len) ids.resize(max_len);
+    return ids;
+  }
+  const size_t added = post_processor_->AddedCount();
+  if (max_len > 0 && ids.size() + added > max_len) ids.resize(max_len > added ? max_len - added : 0);
+  return post_processor_->Process(ids);
+}
+
+int32_t Tokenizer::TokenToId(const std::string& token) const {
+  const std::u32string content = DecodeUtf8(token);
+  for (const AddedToken& t : added_)
+    if (t.content == content) return t.id;
+  return model_->TokenToId(token);
+}
+
+size_t Tokenizer::VocabSize() const {
+  size_t size = model_->VocabSize();
+  for (const AddedToken& t : added_) size = std::max(size, static_cast<size_t>(t.id) + 1);
+  return size;
+}
+
+}  // namespace nightshift::tokenizer
