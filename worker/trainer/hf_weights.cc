@@ -1,0 +1,348 @@
+#include "worker/trainer/hf_weights.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/trainer/errors.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// config.json's value of `key`, or `fallback` when it is absent or null (transformers'
+// config classes take their defaults then). A value of the wrong type names the key.
+template <typename T>
+T Get(const json& c, const std::string& path, const std::string& key, T fallback) {
+  if (!c.contains(key) || c[key].is_null()) return fallback;
+  const json& v = c[key];
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+  else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+  else ok = v.is_string();
+  if (!ok) throw PermanentError(path + ": " + key + " is " + v.dump() + ", not a value of the expected type");
+  return v.get<T>();
+}
+
+void Require(bool ok, const std::string& path, const std::string& key, const json& value, const std::string& why) {
+  if (!ok) throw PermanentError(path + ": " + key + " " + value.dump() + " is not supported: " + why);
+}
+
+// The value `key` must have (when present) for the architectures we implement.
+void RequireValue(const json& c, const std::string& path, const std::string& key, const json& supported) {
+  if (c.contains(key) && !c[key].is_null() && c[key] != supported)
+    throw PermanentError(path + ": " + key + " " + c[key].dump() + " is not supported (only " + supported.dump() + ")");
+}
+
+// id2label {"0": name, ...} in index order; num_labels when there is none (transformers
+// writes id2label always; very old configs had num_labels); 2 when neither.
+std::vector<std::string> Labels(const json& c, const std::string& path) {
+  std::vector<std::string> labels;
+  if (c.contains("id2label") && !c["id2label"].is_null()) {
+    const json& m = c["id2label"];
+    if (!m.is_object() || m.empty()) throw PermanentError(path + ": id2label is not a non-empty object");
+    labels.resize(m.size());
+    for (const auto& [key, name] : m.items()) {
+      size_t used = 0;
+      long index = -1;
+      try { index = std::stol(key, &used); } catch (const std::exception&) {}
+      if (used != key.size() || index < 0 || index >= static_cast<long>(m.size()) || !name.is_string())
+        throw PermanentError(path + ": id2label key \"" + key + "\" is not an index 0.." +
+                             std::to_string(m.size() - 1) + " with a label name");
+      labels[index] = name.get<std::string>();
+    }
+    return labels;
+  }
+  const int64_t n = Get<int64_t>(c, path, "num_labels", 2);
+  if (n < 1) throw PermanentError(path + ": num_labels " + std::to_string(n) + " is not a count of labels");
+  for (int64_t i = 0; i < n; ++i) labels.push_back("LABEL_" + std::to_string(i));
+  return labels;
+}
+
+// BertConfig / RobertaConfig (the same fields; RoBERTa's defaults differ in the ids only).
+void ReadBertFields(const json& c, const std::string& path, HfConfig* h) {
+  const bool roberta = h->model_type == "roberta";
+  h->vocab_size = Get<int64_t>(c, path, "vocab_size", roberta ? 50265 : 30522);
+  h->hidden_size = Get<int64_t>(c, path, "hidden_size", 768);
+  h->num_hidden_layers = Get<int64_t>(c, path, "num_hidden_layers", 12);
+  h->num_attention_heads = Get<int64_t>(c, path, "num_attention_heads", 12);
+  h->intermediate_size = Get<int64_t>(c, path, "intermediate_size", 3072);
+  h->max_position_embeddings = Get<int64_t>(c, path, "max_position_embeddings", 512);
+  h->type_vocab_size = Get<int64_t>(c, path, "type_vocab_size", 2);
+  h->layer_norm_eps = Get<double>(c, path, "layer_norm_eps", 1e-12);
+  h->hidden_dropout = Get<double>(c, path, "hidden_dropout_prob", 0.1);
+  h->attention_dropout = Get<double>(c, path, "attention_probs_dropout_prob", 0.1);
+  h->classifier_dropout = Get<double>(c, path, "classifier_dropout", h->hidden_dropout);
+  RequireValue(c, path, "hidden_act", "gelu");  // erf GELU; gelu_new etc. are other functions
+  RequireValue(c, path, "position_embedding_type", "absolute");
+  RequireValue(c, path, "is_decoder", false);
+  RequireValue(c, path, "add_cross_attention", false);
+  Require(h->type_vocab_size >= 1, path, "type_vocab_size", h->type_vocab_size, "token type 0 needs a row");
+}
+
+void ReadDistilBertFields(const json& c, const std::string& path, HfConfig* h) {
+  h->vocab_size = Get<int64_t>(c, path, "vocab_size", 30522);
+  h->hidden_size = Get<int64_t>(c, path, "dim", 768);
+  h->num_hidden_layers = Get<int64_t>(c, path, "n_layers", 6);
+  h->num_attention_heads = Get<int64_t>(c, path, "n_heads", 12);
+  h->intermediate_size = Get<int64_t>(c, path, "hidden_dim", 4 * 768);
+  h->max_position_embeddings = Get<int64_t>(c, path, "max_position_embeddings", 512);
+  h->type_vocab_size = 0;
+  h->layer_norm_eps = 1e-12;  // fixed in modeling_distilbert.py
+  h->hidden_dropout = Get<double>(c, path, "dropout", 0.1);
+  h->attention_dropout = Get<double>(c, path, "attention_dropout", 0.1);
+  h->classifier_dropout = Get<double>(c, path, "seq_classif_dropout", 0.2);
+  RequireValue(c, path, "activation", "gelu");
+  // sinusoidal_pos_embds only changes how transformers initialises the position table; a
+  // checkpoint holds the table either way, and transformers 5 trains it either way.
+  (void)Get<bool>(c, path, "sinusoidal_pos_embds", false);
+}
+
+}  // namespace
+
+HfConfig ReadHfConfig(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw PermanentError(path + ": cannot be read (a Hugging Face model folder has a config.json)");
+  const json c = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) throw PermanentError(path + ": not a JSON object");
+  HfConfig h;
+  h.model_type = Get<std::string>(c, path, "model_type", "");
+  if (h.model_type == "bert" || h.model_type == "roberta") ReadBertFields(c, path, &h);
+  else if (h.model_type == "distilbert") ReadDistilBertFields(c, path, &h);
+  else throw PermanentError(path + ": model_type \"" + h.model_type + "\" is not supported (bert, roberta, distilbert)");
+  h.initializer_range = Get<double>(c, path, "initializer_range", 0.02);
+  h.pad_token_id = Get<int64_t>(c, path, "pad_token_id", h.model_type == "roberta" ? 1 : 0);
+  if (c.contains("pad_token_id") && c["pad_token_id"].is_null()) h.pad_token_id.reset();
+  h.labels = Labels(c, path);
+  RequireValue(c, path, "problem_type", "single_label_classification");
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", h.vocab_size}, {"hidden size", h.hidden_size}, {"layers", h.num_hidden_layers},
+      {"attention heads", h.num_attention_heads}, {"feed-forward size", h.intermediate_size},
+      {"max_position_embeddings", h.max_position_embeddings}};
+  for (const auto& [key, value] : sizes)
+    if (value < 1) throw PermanentError(path + ": " + key + " " + std::to_string(value) + " is not a size");
+  if (h.hidden_size % h.num_attention_heads != 0)
+    throw PermanentError(path + ": hidden size " + std::to_string(h.hidden_size) + " is not a multiple of the " +
+                         std::to_string(h.num_attention_heads) + " attention heads");
+  if (h.pad_token_id && (*h.pad_token_id < 0 || *h.pad_token_id >= h.vocab_size))
+    throw PermanentError(path + ": pad_token_id " + std::to_string(*h.pad_token_id) + " is outside the vocabulary");
+  return h;
+}
+
+// One weight file mapped read-only for the life of the tensors that refer to it.
+struct HfWeights::Mapping {
+  std::string path;
+  const char* data = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (data != nullptr) ::munmap(const_cast<char*>(data), size);
+  }
+};
+
+void HfWeights::AddFile(const std::string& path, const std::map<std::string, std::string>* shard_of) {
+  format::SafetensorsHeader header;
+  if (std::string e = format::ReadSafetensorsHeader(path, &header); !e.empty()) throw PermanentError(e);
+  auto file = std::make_shared<Mapping>();
+  file->path = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw PermanentError(path + ": cannot be opened: " + why);
+  }
+  // The header was checked against the file's size: the tensors end where the file does.
+  const uint64_t expected = header.tensors.empty() ? header.data_start : header.tensors.back().end;
+  file->size = static_cast<size_t>(st.st_size);
+  if (file->size != expected) {
+    ::close(fd);
+    throw PermanentError(path + ": changed while it was being read");
+  }
+  void* data = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (data == MAP_FAILED) throw PermanentError(path + ": cannot be mapped: " + std::strerror(map_errno));
+  file->data = static_cast<const char*>(data);
+  const std::string file_name = fs::path(path).filename().string();
+  for (format::SafetensorsTensor& t : header.tensors) {
+    if (shard_of != nullptr) {
+      auto it = shard_of->find(t.name);
+      if (it == shard_of->end() || it->second != file_name)
+        throw PermanentError(path + ": tensor " + t.name + " is " +
+                             (it == shard_of->end() ? "not in model.safetensors.index.json"
+                                                    : "in the index under shard " + it->second));
+    }
+    if (tensors_.count(t.name)) throw PermanentError(path + ": tensor " + t.name + " is in more than one file");
+    const std::string name = t.name;
+    tensors_[name] = Entry{file, std::move(t)};
+  }
+}
+
+HfWeights HfWeights::Open(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::error_code ec;
+  HfWeights w;
+  w.dir_ = dir;
+  if (fs::exists(single, ec)) {
+    w.AddFile(single.string(), nullptr);
+    return w;
+  }
+  if (!fs::exists(index, ec))
+    throw PermanentError(dir + ": neither model.safetensors nor model.safetensors.index.json is there "
+                         "(only safetensors weights are read: save a pytorch_model.bin folder again with "
+                         "save_pretrained(DIR, safe_serialization=True))");
+  std::map<std::string, std::string> shard_of;
+  if (std::string e = format::ReadSafetensorsIndex(index.string(), &shard_of); !e.empty()) throw PermanentError(e);
+  std::set<std::string> shards;
+  for (const auto& [name, shard] : shard_of) shards.insert(shard);
+  for (const std::string& shard : shards) w.AddFile((fs::path(dir) / shard).string(), &shard_of);
+  for (const auto& [name, shard] : shard_of)
+    if (!w.contains(name))
+      throw PermanentError(index.string() + ": tensor " + name + " is not in its shard " + shard);
+  return w;
+}
+
+std::vector<std::string> HfWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : tensors_) out.push_back(name);
+  return out;
+}
+
+std::vector<int64_t> HfWeights::shape(const std::string& name) const {
+  auto it = tensors_.find(name);
+  TORCH_CHECK(it != tensors_.end(), "no tensor ", name);
+  return it->second.tensor.shape;
+}
+
+void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw PermanentError("the weights have no tensor " + name);
+  const Mapping& file = *it->second.file;
+  const format::SafetensorsTensor& t = it->second.tensor;
+  torch::ScalarType type;
+  switch (t.dtype) {
+    case format::DType::kF32: type = torch::kFloat32; break;
+    case format::DType::kF16: type = torch::kFloat16; break;
+    case format::DType::kBF16: type = torch::kBFloat16; break;
+    default:
+      throw PermanentError(file.path + ": tensor " + name + " is " + format::DTypeName(t.dtype) +
+                           " (weights are read from F32, F16 or BF16)");
+  }
+  if (dst.sizes() != c10::IntArrayRef(t.shape))
+    throw PermanentError(file.path + ": tensor " + name + " has shape " + c10::str(c10::IntArrayRef(t.shape)) +
+                         ", the model built from config.json needs " + c10::str(dst.sizes()));
+  const char* bytes = file.data + t.begin;
+  const size_t n = t.end - t.begin, element = format::DTypeSize(t.dtype);
+  torch::NoGradGuard no_grad;
+  if (reinterpret_cast<uintptr_t>(bytes) % element != 0 || !dst.is_contiguous()) {  // alignment is not promised
+    torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(type));
+    std::memcpy(src.data_ptr(), bytes, n);
+    dst.copy_(src);  // converts to dst's dtype and device
+    return;
+  }
+  // Views of the mapped bytes (read only), copied in chunks whose pages are dropped from
+  // this process as soon as they are copied (the page cache keeps them; a page shared with
+  // the next chunk or tensor is faulted in again from it), so no more than a chunk of the
+  // file is resident beside the parameters.
+  constexpr size_t kChunk = size_t{16} << 20;  // bytes
+  const int64_t count = static_cast<int64_t>(n / element), per_chunk = static_cast<int64_t>(kChunk / element);
+  torch::Tensor flat = dst.view({-1});
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (int64_t at = 0; at < count; at += per_chunk) {
+    const int64_t len = std::min(per_chunk, count - at);
+    const char* from = bytes + at * static_cast<int64_t>(element);
+    flat.narrow(0, at, len).copy_(torch::from_blob(const_cast<char*>(from), {len}, torch::TensorOptions().dtype(type)));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(from) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + len * element + page - 1) / page * page;
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
+}
+
+torch::Tensor HfWeights::Float(const std::string& name) const {
+  torch::Tensor out = torch::empty(shape(name), torch::kFloat32);
+  CopyTo(name, out);
+  return out;
+}
+
+namespace {
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool StartsWithAny(const std::string& s, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return StartsWith(s, p); });
+}
+
+// The parameter name a checkpoint name stands for: the base prefix added to a bare
+// model's names, LayerNorm.gamma/beta (TensorFlow-era names) as weight/bias.
+std::string ParameterName(std::string name, const HfNameRules& rules, bool bare) {
+  if (bare) name = rules.base_prefix + name;
+  for (const auto& [old_suffix, new_suffix] : {std::pair{".gamma", ".weight"}, std::pair{".beta", ".bias"}})
+    if (name.size() > std::strlen(old_suffix) && name.compare(name.size() - std::strlen(old_suffix), std::string::npos, old_suffix) == 0 &&
+        name.find("LayerNorm") != std::string::npos)
+      return name.substr(0, name.size() - std::strlen(old_suffix)) + new_suffix;
+  return name;
+}
+
+std::string List(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 20; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 20) out += " and " + std::to_string(names.size() - 20) + " more";
+  return out;
+}
+
+}  // namespace
+
+void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model) {
+  const std::vector<std::string> names = weights.names();
+  const bool bare = !rules.base_prefix.empty() &&
+                    std::none_of(names.begin(), names.end(), [&](const std::string& n) { return StartsWith(n, rules.base_prefix); });
+  std::map<std::string, std::string> source;  // parameter name -> checkpoint name
+  for (const std::string& n : names) {
+    const std::string p = ParameterName(n, rules, bare);
+    if (!StartsWithAny(n, rules.ignored) && !StartsWithAny(p, rules.ignored)) source[p] = n;
+  }
+  std::vector<std::string> missing, head_missing;
+  std::vector<torch::Tensor> head_new;
+  auto params = model.named_parameters(/*recurse=*/true);
+  for (auto& p : params) {
+    auto it = source.find(p.key());
+    if (it != source.end()) {
+      weights.CopyTo(it->second, p.value());
+      source.erase(it);
+    } else if (StartsWithAny(p.key(), rules.head)) {
+      head_missing.push_back(p.key());
+      head_new.push_back(p.value());
+    } else {
+      missing.push_back(p.key());
+    }
+  }
+  std::vector<std::string> leftover;
+  for (const auto& [param, name] : source) leftover.push_back(name);
+  if (!head_missing.empty() && head_missing.size() != static_cast<size_t>(std::count_if(
+          params.begin(), params.end(), [&](const auto& p) { return StartsWithAny(p.key(), rules.head); })))
+    missing.insert(missing.end(), head_missing.begin(), head_missing.end());  // half a head is not a new head
+  if (!missing.empty() || !leftover.empty())
+    throw PermanentError(weights.dir() + ": the weights do not match the architecture config.json names: " +
+                         (missing.empty() ? std::string() : "missing " + List(missing)) +
+                         (missing.empty() || leftover.empty() ? "" : "; ") +
+                         (leftover.empty() ? std::string() : "not used " + List(leftover)));
+  torch::NoGradGuard no_grad;  // a new head, as transformers' _init_weights makes one
+  for (torch::Tensor& t : head_new) t.dim() >= 2 ? t.normal_(0.0, rules.initializer_range) : t.zero_();
+}
+
+}  // namespace nightshift::trainer

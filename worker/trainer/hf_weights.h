@@ -1,0 +1,110 @@
+// A Hugging Face model folder in: its config.json (the fields our architectures read)
+// and its weights (model.safetensors, or the shards model.safetensors.index.json names).
+//
+// Memory: every weight file is mapped read-only, never read into a buffer; a tensor's
+// bytes are converted (F16, BF16 or F32 -> float32) straight into the model's parameter,
+// in 16 MiB chunks whose mapped pages are dropped from this process once copied (the page
+// cache keeps them), so loading a model of N bytes costs about N of resident memory (the
+// parameters; 2N for an F16/BF16 file, whose float32 parameters are twice its size).
+//
+// Every error is a PermanentError (errors.h: a restart would meet it again) whose message
+// names the file and the key or tensor.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_HF_WEIGHTS_H_
+#define NIGHTSHIFT_WORKER_TRAINER_HF_WEIGHTS_H_
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/format/safetensors.h"
+
+namespace nightshift::trainer {
+
+// config.json, as transformers' config classes read it (their defaults for absent keys).
+// DistilBERT's own names (dim, n_layers, n_heads, hidden_dim, activation, dropout,
+// attention_dropout, seq_classif_dropout) land in the BERT-named fields.
+struct HfConfig {
+  std::string model_type;  // "bert" | "roberta" | "distilbert"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;              // d_model (DistilBERT: dim)
+  int64_t num_hidden_layers = 0;        // DistilBERT: n_layers
+  int64_t num_attention_heads = 0;      // DistilBERT: n_heads
+  int64_t intermediate_size = 0;        // feed-forward width (DistilBERT: hidden_dim)
+  int64_t max_position_embeddings = 0;  // rows of the position table
+  int64_t type_vocab_size = 0;          // rows of the token-type table (DistilBERT: none, 0)
+  double layer_norm_eps = 1e-12;        // DistilBERT: always 1e-12
+  std::optional<int64_t> pad_token_id;  // the embeddings' padding_idx (no gradient on its row)
+  double hidden_dropout = 0.1;          // hidden_dropout_prob (DistilBERT: dropout)
+  double attention_dropout = 0.1;       // attention_probs_dropout_prob (DistilBERT: attention_dropout)
+  double classifier_dropout = 0.1;      // classifier_dropout, else hidden_dropout (DistilBERT: seq_classif_dropout)
+  double initializer_range = 0.02;      // std of a new head's weights
+  std::vector<std::string> labels;      // id2label in index order ("LABEL_i" when absent; 2 by default)
+};
+
+// Reads dir/config.json. An unsupported model_type or a value we do not implement
+// (hidden_act / activation other than gelu, position_embedding_type other than absolute,
+// is_decoder, ...) is an error naming the key and the value.
+HfConfig ReadHfConfig(const std::string& dir);
+
+// The weights of a folder, mapped. Tensor names are the checkpoint's.
+class HfWeights {
+ public:
+  // model.safetensors, else model.safetensors.index.json and its shards. Every header is
+  // checked (format::ReadSafetensorsHeader) and every name must appear once (in the shard
+  // the index names) before any data is touched.
+  static HfWeights Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
+  std::vector<int64_t> shape(const std::string& name) const;
+  // Copies tensor `name` into `dst` (float32, of the tensor's shape), converting F16/BF16,
+  // then drops its mapped pages. Throws naming the file and the tensor (dtype not F32,
+  // F16 or BF16; shape differs from dst's).
+  void CopyTo(const std::string& name, torch::Tensor& dst) const;
+  // Tensor `name` as a new float32 tensor (tests, small tensors).
+  torch::Tensor Float(const std::string& name) const;
+
+  struct Mapping;  // one mapped file (hf_weights.cc)
+
+ private:
+  // Maps `path` and adds its tensors; `shard_of` (a sharded folder's index): each must be
+  // named there, with this file.
+  void AddFile(const std::string& path, const std::map<std::string, std::string>* shard_of);
+  struct Entry {
+    std::shared_ptr<Mapping> file;
+    format::SafetensorsTensor tensor;
+  };
+  std::string dir_;
+  std::map<std::string, Entry> tensors_;
+};
+
+// How an architecture's parameter names meet a checkpoint's (nanoGPT's from_pretrained
+// table, with transformers' conventions):
+struct HfNameRules {
+  // The base model's prefix ("bert."): a checkpoint of the bare model (BertModel's, whose
+  // names lack it) gets it added.
+  std::string base_prefix;
+  // Parameter-name prefixes of the classification head: the one part that may be absent
+  // from the checkpoint (a pretrained encoder); it is then initialised as transformers
+  // initialises it: weights normal(0, initializer_range), biases 0.
+  std::vector<std::string> head;
+  // Checkpoint-name prefixes that other tasks' heads use (BERT's "cls." pretraining heads,
+  // RoBERTa's "lm_head."), and buffers older versions saved (position_ids): dropped.
+  std::vector<std::string> ignored;
+  double initializer_range = 0.02;
+};
+
+// Loads `weights` into `model`'s parameters by name; LayerNorm.gamma/beta of old
+// checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
+// parameter missing (outside the head) is an error listing all of them; a shape that
+// differs is an error naming the tensor and both shapes.
+void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_HF_WEIGHTS_H_

@@ -1,0 +1,83 @@
+// What the Hugging Face encoders (bert.cc, roberta.cc, distilbert.cc) truly share: named
+// holder modules (so parameter names are the checkpoint's: attention.self.query.weight),
+// the key-padding bias, attention through SDPA and the layer stack's checkpointing.
+// Everything that differs between the architectures is in their own files.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_COMMON_H_
+#define NIGHTSHIFT_WORKER_TRAINER_MODELS_COMMON_H_
+
+#include <torch/torch.h>
+
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "worker/trainer/activation_checkpoint.h"
+#include "worker/trainer/errors.h"
+
+namespace nightshift::trainer::hf {
+
+// An empty module registered under `name`: a level of the checkpoint's name tree
+// ("attention", "self") that holds submodules and no code.
+inline std::shared_ptr<torch::nn::Module> Holder(torch::nn::Module& parent, const std::string& name) {
+  return parent.register_module(name, std::make_shared<torch::nn::Module>(name));
+}
+
+inline torch::nn::Linear AddLinear(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out) {
+  return parent.register_module(name, torch::nn::Linear(in, out));
+}
+
+inline torch::nn::LayerNorm AddLayerNorm(torch::nn::Module& parent, const std::string& name, int64_t d, double eps) {
+  return parent.register_module(name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(eps)));
+}
+
+inline torch::nn::Embedding AddEmbedding(torch::nn::Module& parent, const std::string& name, int64_t rows,
+                                         int64_t d, std::optional<int64_t> padding_idx) {
+  auto options = torch::nn::EmbeddingOptions(rows, d);
+  if (padding_idx) options.padding_idx(*padding_idx);  // no gradient reaches that row, as in torch
+  return parent.register_module(name, torch::nn::Embedding(options));
+}
+
+// Additive key-padding bias [B, 1, 1, L] from pad_mask [B, L] (true at padding): 0 for
+// tokens, -inf for padding (transformers adds the dtype's minimum; both give padded keys
+// a probability of exactly 0, and every row keeps its first, real, key).
+inline torch::Tensor KeyPaddingBias(const torch::Tensor& pad_mask, const torch::TensorOptions& options) {
+  return torch::zeros(pad_mask.sizes(), options)
+      .masked_fill_(pad_mask, -std::numeric_limits<float>::infinity())
+      .view({pad_mask.size(0), 1, 1, pad_mask.size(1)});
+}
+
+// Multi-head attention of projected q, k, v [B, L, D] with `heads` heads: softmax(q k^T /
+// sqrt(D / heads) + bias) v, dropout p on the probabilities in training. Returns [B, L, D].
+inline torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& bias, int64_t heads, double p, bool training) {
+  const int64_t b = q.size(0), l = q.size(1), d = q.size(2), dh = d / heads;
+  auto split = [&](const torch::Tensor& t) { return t.view({b, l, heads, dh}).transpose(1, 2); };  // [B, H, L, Dh]
+  std::optional<torch::Tensor> mask;
+  if (bias.defined()) mask = bias;
+  auto y = at::scaled_dot_product_attention(split(q), split(k), split(v), mask, training ? p : 0.0);
+  return y.transpose(1, 2).reshape({b, l, d});
+}
+
+// Runs `layers` (a ModuleList of modules with forward(x, bias)) in order, checkpointing
+// every N-th layer's activations (activation_checkpoint.h; 0: none).
+template <typename LayerImpl>
+torch::Tensor RunLayers(torch::nn::ModuleList& layers, int every_n, torch::Tensor x, const torch::Tensor& bias) {
+  for (size_t i = 0; i < layers->size(); ++i) {
+    std::shared_ptr<LayerImpl> layer = layers->ptr<LayerImpl>(i);
+    BlockForward run = [layer](const torch::Tensor& in, const torch::Tensor& b) { return layer->forward(in, b); };
+    x = IsCheckpointedBlock(every_n, static_cast<int64_t>(i)) ? CheckpointedBlockForward(run, x, bias) : run(x, bias);
+  }
+  return x;
+}
+
+// Throws naming the config key when a batch is longer than the position table.
+inline void CheckLength(int64_t positions_needed, int64_t max_position_embeddings) {
+  if (positions_needed > max_position_embeddings)
+    throw PermanentError("a batch needs position " + std::to_string(positions_needed - 1) +
+                         ", beyond config.json's max_position_embeddings " + std::to_string(max_position_embeddings) +
+                         ": lower max_len");
+}
+
+}  // namespace nightshift::trainer::hf
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_MODELS_COMMON_H_
