@@ -103,14 +103,15 @@ Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vecto
       return "added_tokens: an entry without an integer id and a content: " + t.dump();
     AddedToken a;
     a.id = t["id"].get<int32_t>();
-    a.content = DecodeUtf8(t["content"].get<std::string>());
+    a.content = t["content"].get<std::string>();
+    a.match = DecodeUtf8(a.content);
     a.single_word = t.value("single_word", false);
     a.lstrip = t.value("lstrip", false);
     a.rstrip = t.value("rstrip", false);
     a.normalized = t.value("normalized", !t.value("special", false));
     a.special = t.value("special", false);
-    if (a.normalized && normalizer != nullptr) normalizer->Normalize(&a.content);
-    if (!a.content.empty()) out->push_back(std::move(a));
+    if (a.normalized && normalizer != nullptr) normalizer->Normalize(&a.match);
+    if (!a.content.empty()) out->push_back(std::move(a));  // the reference ignores empty ones
   }
   return "";
 }
@@ -150,14 +151,14 @@ void Tokenizer::SplitOne(const std::u32string& text, bool normalized, std::vecto
   for (size_t i = 0; i < text.size();) {
     const AddedToken* best = nullptr;
     for (const AddedToken& t : added_)
-      if (t.normalized == normalized && text.compare(i, t.content.size(), t.content) == 0 &&
-          (best == nullptr || t.content.size() > best->content.size()))
+      if (t.normalized == normalized && !t.match.empty() && text.compare(i, t.match.size(), t.match) == 0 &&
+          (best == nullptr || t.match.size() > best->match.size()))
         best = &t;
     if (best == nullptr) {
       ++i;
       continue;
     }
-    size_t start = i, stop = i + best->content.size();
+    size_t start = i, stop = i + best->match.size();
     i = stop;
     if (best->single_word && ((start > 0 && IsWordChar(text[start - 1])) || (stop < text.size() && IsWordChar(text[stop]))))
       continue;
@@ -211,9 +212,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, size_t max_len) co
 }
 
 int32_t Tokenizer::TokenToId(const std::string& token) const {
-  const std::u32string content = DecodeUtf8(token);
   for (const AddedToken& t : added_)
-    if (t.content == content) return t.id;
+    if (t.content == token) return t.id;
   return model_->TokenToId(token);
 }
 

@@ -24,7 +24,8 @@ namespace nightshift::tokenizer {
 // A token of tokenizer.json's `added_tokens`: matched in the text before the model runs.
 struct AddedToken {
   int32_t id = 0;
-  std::u32string content;  // as written; for `normalized` ones, matched normalized
+  std::string content;     // as written (UTF-8): what TokenToId answers to
+  std::u32string match;    // what is matched in the text: `content`, normalized when `normalized`
   bool single_word = false;  // only where no word character touches it
   bool lstrip = false, rstrip = false;  // takes the whitespace on its left / right
   bool normalized = false;
@@ -63,7 +64,7 @@ class Tokenizer {
   std::unique_ptr<PreTokenizer> pre_tokenizer_; // may be null: a piece is one word
   std::unique_ptr<Model> model_;
   std::unique_ptr<PostProcessor> post_processor_;  // may be null: no special tokens
-  std::vector<AddedToken> added_;  // normalized ones hold their normalized content
+  std::vector<AddedToken> added_;
 };
 
 }  // namespace nightshift::tokenizer

@@ -64,6 +64,8 @@ TEST(TokenizerTest, VocabularyAndTokenIds) {
   EXPECT_EQ(t->VocabSize(), 14u);  // the model's 13 and the added "Hello" at 13
   EXPECT_EQ(t->TokenToId("[SEP]"), 3);
   EXPECT_EQ(t->TokenToId("world"), 10);
+  EXPECT_EQ(t->TokenToId("Hello"), 13);  // an added token by what it says, not its normalized form
+  EXPECT_EQ(t->TokenToId("hello"), 12);  // the model's
   EXPECT_EQ(t->TokenToId("absent"), -1);
 }
 
