@@ -23,6 +23,15 @@ constexpr DTypeInfo kDTypes[] = {{DType::kF64, "F64", 8}, {DType::kF32, "F32", 4
                                  {DType::kI16, "I16", 2}, {DType::kI8, "I8", 1}, {DType::kU8, "U8", 1},
                                  {DType::kBool, "BOOL", 1}};
 
+// The header length N of a file's first 8 bytes (little-endian).
+uint64_t HeaderLength(std::string_view head) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[i]);
+  return n;
+}
+
+bool HeaderFits(uint64_t n, uint64_t file_size) { return n <= kMaxHeader && n <= file_size - 8; }
+
 std::string ParseTensor(const std::string& name, const json& info, uint64_t data_start, SafetensorsTensor* t) {
   if (!info.is_object()) return name + ": not an object";
   t->name = name;
@@ -76,9 +85,8 @@ size_t DTypeSize(DType dtype) {
 
 std::string ParseSafetensorsHeader(std::string_view head, uint64_t file_size, SafetensorsHeader* out) {
   if (head.size() < 8 || file_size < 8) return "shorter than a safetensors header (8 bytes)";
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[i]);
-  if (n > kMaxHeader || n > file_size - 8) return "header length " + std::to_string(n) + " is beyond the file";
+  const uint64_t n = HeaderLength(head);
+  if (!HeaderFits(n, file_size)) return "header length " + std::to_string(n) + " is beyond the file";
   if (head.size() < 8 + n) return "header cut short";
   const json doc = json::parse(head.substr(8, n), nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return "header is not a JSON object";
@@ -118,9 +126,8 @@ std::string ReadSafetensorsHeader(const std::string& path, SafetensorsHeader* ou
   in.seekg(0);
   std::string head(8, '\0');
   if (!in.read(head.data(), 8)) return path + ": shorter than a safetensors header (8 bytes)";
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[i]);
-  if (n <= kMaxHeader && n <= size - 8) {
+  const uint64_t n = HeaderLength(head);
+  if (HeaderFits(n, size)) {  // else ParseSafetensorsHeader says why
     head.resize(8 + n);
     if (!in.read(head.data() + 8, static_cast<std::streamsize>(n))) return path + ": cannot be read";
   }
@@ -132,12 +139,13 @@ std::string SafetensorsHeaderBytes(std::vector<SafetensorsTensor>* tensors,
                                    const std::map<std::string, std::string>& metadata) {
   json doc = json::object();
   if (!metadata.empty()) doc["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (const SafetensorsTensor& t : *tensors) {
+  uint64_t offset = 0;  // each tensor's begin and end, in the data, until the header's size is known
+  for (SafetensorsTensor& t : *tensors) {
     uint64_t bytes = DTypeSize(t.dtype);
     for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
-    doc[t.name] = {{"dtype", DTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    t.begin = offset;
+    t.end = offset += bytes;
+    doc[t.name] = {{"dtype", DTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
   }
   std::string text = doc.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-aligned
@@ -145,12 +153,9 @@ std::string SafetensorsHeaderBytes(std::vector<SafetensorsTensor>* tensors,
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);  // little-endian
   out += text;
-  uint64_t at = out.size();
-  for (SafetensorsTensor& t : *tensors) {
-    uint64_t bytes = DTypeSize(t.dtype);
-    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
-    t.begin = at;
-    t.end = at += bytes;
+  for (SafetensorsTensor& t : *tensors) {  // now offsets in the file
+    t.begin += out.size();
+    t.end += out.size();
   }
   return out;
 }

@@ -80,23 +80,15 @@ bool IsChoice(const SpecField& f, const std::string& value) {
 
 // Fills the default of `f` where it is absent (or, for kFallback, 0).
 void FillDefault(const SpecField& f, SpecValues* v) {
-  const bool absent = !v->Has(f);
-  switch (f.type) {
-    case FieldType::kString:
-      if (v->Text(f).empty() && *f.text_default != '\0') v->Set(f, std::string(f.text_default));
-      return;
-    case FieldType::kInt:
-      if ((absent && f.absent != Absent::kZero) || (f.absent == Absent::kFallback && v->Int(f) == 0))
-        v->Set(f, static_cast<int64_t>(f.fallback));
-      return;
-    case FieldType::kUint:
-      if ((absent && f.absent != Absent::kZero) || (f.absent == Absent::kFallback && v->Uint(f) == 0))
-        v->Set(f, static_cast<uint64_t>(f.fallback));
-      return;
-    case FieldType::kReal:
-      if ((absent && f.absent != Absent::kZero) || (f.absent == Absent::kFallback && v->Real(f) == 0))
-        v->Set(f, f.fallback);
-      return;
+  if (f.type == FieldType::kString) {
+    if (v->Text(f).empty() && *f.text_default != '\0') v->Set(f, std::string(f.text_default));
+    return;
+  }
+  const bool zero = f.type == FieldType::kInt ? v->Int(f) == 0 : f.type == FieldType::kUint ? v->Uint(f) == 0 : v->Real(f) == 0;
+  if ((!v->Has(f) && f.absent != Absent::kZero) || (f.absent == Absent::kFallback && zero)) {
+    if (f.type == FieldType::kInt) v->Set(f, static_cast<int64_t>(f.fallback));
+    else if (f.type == FieldType::kUint) v->Set(f, static_cast<uint64_t>(f.fallback));
+    else v->Set(f, f.fallback);
   }
 }
 
