@@ -18,9 +18,9 @@ inline google::protobuf::Timestamp ToTimestamp(std::chrono::system_clock::time_p
 
 inline google::protobuf::Timestamp NowTimestamp() { return ToTimestamp(std::chrono::system_clock::now()); }
 
-// Seconds from `ts` to `now` (by default the system clock's now).
-inline double SecondsSince(const google::protobuf::Timestamp& ts,
-                           std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
+// Seconds from `ts` to `now`: the caller's time of day (the coordinator's is its Clock's
+// WallNow, so no default reads the system clock behind a fake one).
+inline double SecondsSince(const google::protobuf::Timestamp& ts, std::chrono::system_clock::time_point now) {
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   return (ns - (ts.seconds() * 1000000000LL + ts.nanos())) / 1e9;
 }
