@@ -19,6 +19,7 @@
 #include "common/format/shard.h"
 #include "common/format/text.h"
 #include "common/log.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -132,8 +133,9 @@ Status NumberLabels(const PrepOptions& data, const std::vector<RawSample>& sampl
   return Status::OK();
 }
 
-// Each sample's text: at most max_bytes of it, valid UTF-8, on one line.
-Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, int threads,
+// Each sample's text: at most max_bytes of it; `clean`: valid UTF-8, on one line
+// (format::CleanText), else as it is (a Hugging Face tokenizer reads the raw text).
+Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, bool clean, int threads,
                  std::vector<std::string>* texts) {
   texts->assign(samples.size(), "");
   return ParallelFor(samples.size(), threads, [&](size_t i) -> Status {
@@ -145,7 +147,7 @@ Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, int th
     } else {
       raw = samples[i].text.substr(0, max_bytes);
     }
-    (*texts)[i] = format::CleanText(raw, max_bytes);
+    (*texts)[i] = clean ? format::CleanText(raw, max_bytes) : std::move(raw);
     return Status::OK();
   });
 }
@@ -205,6 +207,41 @@ Status Tokenize(const sentencepiece::SentencePieceProcessor& sp, const std::vect
   });
 }
 
+// model.pretrained: the folder's tokenizer (its tokenizer.json) and the special ids of its
+// config.json (the padding id) and of its post-processor (the first and last ids of an
+// empty text: [CLS]/[SEP], <s>/</s>).
+struct PretrainedTokenizer {
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  int pad_id = 0, bos_id = 0, eos_id = 0;
+};
+
+Status LoadPretrainedTokenizer(const PrepOptions& data, PretrainedTokenizer* out) {
+  const std::vector<std::string> files = PretrainedInputs(data);  // tokenizer.json, config.json
+  if (tokenizer::Error e = tokenizer::Tokenizer::Load(files[0], &out->tokenizer); !e.empty())
+    return Status::InvalidArgument("model.pretrained: " + e);
+  std::ifstream in(files[1]);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return Status::InvalidArgument("model.pretrained: " + files[1] + " is not a JSON object");
+  const auto pad = config.find("pad_token_id");
+  const bool roberta = config.value("model_type", "") == "roberta";  // transformers' defaults
+  out->pad_id = pad != config.end() && pad->is_number_integer() ? pad->get<int>() : roberta ? 1 : 0;
+  const std::vector<int32_t> specials = out->tokenizer->Encode("");
+  out->bos_id = specials.empty() ? out->pad_id : specials.front();
+  out->eos_id = specials.empty() ? out->pad_id : specials.back();
+  return Status::OK();
+}
+
+// The ids tokenizer(text, truncation=True, max_length=max_len) gives (classifiers only).
+Status TokenizePretrained(const tokenizer::Tokenizer& tok, const std::vector<std::string>& texts,
+                          const PrepOptions& data, int threads, std::vector<std::vector<int32_t>>* ids) {
+  if (!data.classifier) return Status::InvalidArgument("model.pretrained: only classification is supported");
+  ids->assign(texts.size(), {});
+  return ParallelFor(texts.size(), threads, [&](size_t i) -> Status {
+    (*ids)[i] = tok.Encode(texts[i], static_cast<size_t>(data.max_len));
+    return Status::OK();
+  });
+}
+
 // The train and val shards, and the counts in *out.
 Status WriteShards(const PrepOptions& data, const std::vector<RawSample>& samples,
                    const std::map<std::string, int>& label_ids, const std::vector<bool>& is_val,
@@ -231,7 +268,7 @@ Status WriteShards(const PrepOptions& data, const std::vector<RawSample>& sample
   return Status::OK();
 }
 
-Status WriteMeta(const PreparedData& out, const std::string& output_dir) {
+Status WriteMeta(const PreparedData& out, int pad_id, int bos_id, int eos_id, const std::string& output_dir) {
   nlohmann::json meta = {{"vocab_size", out.vocab_size},
                          {"train_samples", out.train_samples},
                          {"val_samples", out.val_samples},
@@ -239,9 +276,9 @@ Status WriteMeta(const PreparedData& out, const std::string& output_dir) {
                          {"class_names", out.class_names},
                          {"length_histogram", out.length_histogram},
                          {"num_classes", out.class_names.size()},
-                         {"pad_id", kPadId},
-                         {"bos_id", kBosId},
-                         {"eos_id", kEosId}};
+                         {"pad_id", pad_id},
+                         {"bos_id", bos_id},
+                         {"eos_id", eos_id}};
   std::string err = format::WriteFileAtomically(output_dir + "/" + kMetaFile, meta.dump(1));
   return err.empty() ? Status::OK() : Status::IOError(err);
 }
@@ -259,41 +296,56 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
   fs::create_directories(output_dir, ec);
   if (ec) return Status::IOError("cannot create " + output_dir + ": " + ec.message());
 
-  // Most of the time is reading and tokenizing: both run on `threads` threads.
+  // Most of the time is reading and tokenizing: both run on `threads` threads. A Hugging
+  // Face tokenizer gets more of the raw text (up to 64 bytes per kept token): its ids of a
+  // prefix equal those of the whole text up to the word the prefix cuts.
   auto phase = std::chrono::steady_clock::now();
-  const size_t max_bytes = static_cast<size_t>(data.max_len) * 16;  // enough bytes for max_len tokens
+  const bool pretrained = !data.pretrained.empty();
+  const size_t max_bytes = static_cast<size_t>(data.max_len) * (pretrained ? 64 : 16);
   std::vector<std::string> texts;
-  NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, threads, &texts));
+  NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, /*clean=*/!pretrained, threads, &texts));
   std::vector<bool> is_val(samples.size());
   for (size_t i = 0; i < samples.size(); ++i)
     is_val[i] = format::InValidationSplit(samples[i].id, data.seed, data.validation_fraction);
-  const std::string corpus = output_dir + "/tokenizer-corpus.txt";
-  {
-    std::ofstream f(corpus, std::ios::binary);
-    for (size_t i = 0; i < texts.size(); ++i)
-      if (!is_val[i] && !texts[i].empty()) f << texts[i] << '\n';
-  }
   out.read_seconds = Since(phase);
 
-  phase = std::chrono::steady_clock::now();
-  sentencepiece::SentencePieceProcessor sp;
-  if (data.tokenizer_model.empty()) {
-    NS_RETURN_IF_ERROR(TrainTokenizer(data, corpus, max_bytes, threads, output_dir, &sp));
-  } else {
-    NS_RETURN_IF_ERROR(UseTokenizer(data.tokenizer_model, output_dir, &sp));
-    std::remove(corpus.c_str());
-  }
-  out.vocab_size = sp.GetPieceSize();
-  out.tokenizer_seconds = Since(phase);
-
-  phase = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> ids;
-  NS_RETURN_IF_ERROR(Tokenize(sp, samples, texts, data, threads, &ids));
-  out.tokenize_seconds = Since(phase);
+  int pad_id = kPadId, bos_id = kBosId, eos_id = kEosId;
+  if (pretrained) {
+    phase = std::chrono::steady_clock::now();
+    PretrainedTokenizer tok;
+    NS_RETURN_IF_ERROR(LoadPretrainedTokenizer(data, &tok));
+    out.vocab_size = static_cast<int>(tok.tokenizer->VocabSize());
+    pad_id = tok.pad_id, bos_id = tok.bos_id, eos_id = tok.eos_id;
+    out.tokenizer_seconds = Since(phase);
+    phase = std::chrono::steady_clock::now();
+    NS_RETURN_IF_ERROR(TokenizePretrained(*tok.tokenizer, texts, data, threads, &ids));
+    out.tokenize_seconds = Since(phase);
+  } else {
+    phase = std::chrono::steady_clock::now();
+    const std::string corpus = output_dir + "/tokenizer-corpus.txt";
+    {
+      std::ofstream f(corpus, std::ios::binary);
+      for (size_t i = 0; i < texts.size(); ++i)
+        if (!is_val[i] && !texts[i].empty()) f << texts[i] << '\n';
+    }
+    sentencepiece::SentencePieceProcessor sp;
+    if (data.tokenizer_model.empty()) {
+      NS_RETURN_IF_ERROR(TrainTokenizer(data, corpus, max_bytes, threads, output_dir, &sp));
+    } else {
+      NS_RETURN_IF_ERROR(UseTokenizer(data.tokenizer_model, output_dir, &sp));
+      std::remove(corpus.c_str());
+    }
+    out.vocab_size = sp.GetPieceSize();
+    out.tokenizer_seconds = Since(phase);
+    phase = std::chrono::steady_clock::now();
+    NS_RETURN_IF_ERROR(Tokenize(sp, samples, texts, data, threads, &ids));
+    out.tokenize_seconds = Since(phase);
+  }
 
   NS_RETURN_IF_ERROR(WriteShards(data, samples, label_ids, is_val, ids, output_dir, &out));
   for (const auto& t : texts) out.input_bytes += t.size();
-  NS_RETURN_IF_ERROR(WriteMeta(out, output_dir));
+  NS_RETURN_IF_ERROR(WriteMeta(out, pad_id, bos_id, eos_id, output_dir));
   out.seconds = Since(t0);
   NS_INFO("data: prepared " << data.path << " in " << out.seconds << " s: " << out.train_samples
                             << " train / " << out.val_samples << " val samples, vocabulary " << out.vocab_size);

@@ -135,6 +135,16 @@ StatusOr<std::string> FeatureCache::KeyFor(const PrepOptions& options) {
     const std::string line = f.id + '\0' + h + '\n';
     XXH3_128bits_update(state, line.data(), line.size());
   }
+  for (const std::string& path : PretrainedInputs(options)) {  // the tokenizer's files, by content
+    std::string h;
+    int64_t bytes = 0;
+    if (Status s = HashContents(path, &h, &bytes); !s.ok()) {
+      XXH3_freeState(state);
+      return Status::NotFound("model.pretrained: cannot read " + path);
+    }
+    const std::string line = "pretrained/" + fs::path(path).filename().string() + '\0' + h + '\n';
+    XXH3_128bits_update(state, line.data(), line.size());
+  }
   const std::string fp = OptionsFingerprint(options);
   XXH3_128bits_update(state, fp.data(), fp.size());
   std::string key = Hex128(XXH3_128bits_digest(state));

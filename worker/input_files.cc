@@ -38,6 +38,7 @@ const Field kFields[] = {
     {"classifier", &PrepOptions::classifier, Field::kYes, "false: language-model samples (bos ... eos)"},
     {"tokenizer_model", &PrepOptions::tokenizer_model, Field::kNo, "a tokenizer to use as it is (model.init_from)"},
     {"tokenizer_sha1", &PrepOptions::tokenizer_sha1, Field::kWhenSet, "its sha1"},
+    {"pretrained", &PrepOptions::pretrained, Field::kNo, "model.pretrained: its tokenizer.json tokenizes"},
 };
 
 std::string Flag(const char* name) {
@@ -68,8 +69,14 @@ std::string FieldText(const PrepOptions& o, const Field& f) {
 
 }  // namespace
 
+std::vector<std::string> PretrainedInputs(const PrepOptions& o) {
+  if (o.pretrained.empty()) return {};
+  return {o.pretrained + "/tokenizer.json", o.pretrained + "/config.json"};
+}
+
 std::string OptionsFingerprint(const PrepOptions& o) {
-  std::string s = "prep-v" + std::to_string(kPreprocessorVersion) + "|sentencepiece-unigram";
+  std::string s = "prep-v" + std::to_string(kPreprocessorVersion) +
+                  (o.pretrained.empty() ? "|sentencepiece-unigram" : "|tokenizer.json");
   for (const Field& f : kFields)
     if (f.fingerprinted == Field::kYes || (f.fingerprinted == Field::kWhenSet && !FieldText(o, f).empty()))
       s += std::string("|") + f.name + "=" + FieldText(o, f);

@@ -38,10 +38,18 @@ struct PrepOptions {
                                     // tokenizer.model); "": one is trained on the data
   std::string tokenizer_sha1;       // its sha1 (the folder's checksums.json); in the
                                     // fingerprint only when set, so older keys stay the same
+  // model.pretrained: the Hugging Face folder whose tokenizer.json tokenizes the data (and
+  // whose config.json gives the padding id); "": sentencepiece as above. Its files' contents
+  // are in the cache key (FeatureCache::KeyFor), its path is not.
+  std::string pretrained;
   // Where data may be read from (the worker's --data-root flags, resolved); empty: anywhere.
   // Not part of the fingerprint: it decides whether, not what, to prepare.
   std::vector<std::string> roots;
 };
+
+// The files of options.pretrained that preparation reads (tokenizer.json, config.json):
+// their contents are part of the cache key. Empty without model.pretrained.
+std::vector<std::string> PretrainedInputs(const PrepOptions& options);
 
 // Everything in PrepOptions except the path and roots, plus the preprocessor version, as text.
 std::string OptionsFingerprint(const PrepOptions& options);

@@ -115,7 +115,8 @@ std::string Task::Refusal() const {
     return "spec.resources.device is cuda but worker " + options_.name +
            " has no GPUs (NVML found none); run it where `nightshift worker list` shows GPUs, or use device auto or cpu";
   const std::pair<const char*, std::string> inputs[] = {{"model.path", spec.model().path()},
-                                                         {"model.init_from", spec.model().init_from()}};
+                                                         {"model.init_from", spec.model().init_from()},
+                                                         {"model.pretrained", spec.model().pretrained()}};
   for (const auto& [field, path] : inputs) {
     if (path.empty()) continue;
     Status confined = ConfinePath(field, path, options_.data_roots);

@@ -12,7 +12,7 @@ const std::vector<SpecField>& SpecFields() {
   static const std::vector<SpecField> kFields = {
       L::kName,
       L::kArch, L::kLayers, L::kDModel, L::kHeads, L::kFfn, L::kDropout, L::kMaxLen, L::kPath,
-      L::kAttentionDropout, L::kInitFrom,
+      L::kAttentionDropout, L::kInitFrom, L::kPretrained, L::kTask, L::kPooling,
       L::kFormat, L::kDataPath, L::kValidationFraction, L::kTokenizerType, L::kVocabSize, L::kTextField,
       L::kLabelField, L::kMaxSamples,
       L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed, L::kBatchSize,
@@ -141,10 +141,40 @@ Error CheckStrings(const SpecValues& v) {
 
 // One function per spec section: each fills the section's defaults, then checks it.
 
+// model.pretrained: config.json holds the sizes, so those left absent stay 0 ("as
+// config.json has them") and the trainer compares those that are set; an absent dropout
+// (or attention_dropout 0) keeps config.json's.
+Error Pretrained(SpecValues* v) {
+  if (v->Text(L::kPretrained).empty())
+    return Invalid(L::kPretrained, "required when model.arch is pretrained (a Hugging Face model folder)");
+  if (!v->Text(L::kInitFrom).empty())
+    return Invalid(L::kInitFrom, "not with model.pretrained, which names the weights to start from");
+  if (!v->Text(L::kPath).empty()) return Invalid(L::kPath, "only for model.arch torchscript");
+  if (!v->Text(L::kPooling).empty())
+    return Invalid(L::kPooling, "not with model.pretrained: its head pools as transformers' does");
+  if (v->Text(L::kTask).empty()) v->Set(L::kTask, std::string("classification"));
+  for (const SpecField& f : {L::kLayers, L::kDModel, L::kHeads, L::kFfn})
+    if (v->Int(f) != 0)
+      if (Error e = Check(f, *v)) return e;
+  if (v->Has(L::kDropout))
+    if (Error e = Check(L::kDropout, *v)) return e;
+  return Resolve({L::kTask, L::kAttentionDropout, L::kMaxLen}, v);
+}
+
 Error Model(SpecValues* v) {
+  if (!v->Text(L::kPretrained).empty() && v->Text(L::kArch).empty()) v->Set(L::kArch, std::string("pretrained"));
   const std::string arch = v->Text(L::kArch);
   if (arch.empty()) return Invalid(L::kArch, "missing (one of " + ChoicesText(L::kArch.choices) + ")");
   if (Error e = Check(L::kArch, *v)) return e;
+  if (arch == "pretrained") return Pretrained(v);
+  if (!v->Text(L::kPretrained).empty())
+    return Invalid(L::kArch, "must be absent or pretrained with model.pretrained (config.json names the architecture)");
+  if (!v->Text(L::kTask).empty()) return Invalid(L::kTask, "only with model.pretrained");
+  if (arch == "transformer_classifier") {
+    if (Error e = Resolve({L::kPooling}, v)) return e;
+  } else if (!v->Text(L::kPooling).empty()) {
+    return Invalid(L::kPooling, "only for model.arch transformer_classifier");
+  }
   if (arch == "torchscript" && v->Text(L::kPath).empty())
     return Invalid(L::kPath, "required when model.arch is torchscript");
   for (const SpecField& f : {L::kLayers, L::kDModel, L::kHeads}) FillDefault(f, v);
@@ -165,6 +195,13 @@ Error Data(SpecValues* v) {
     if (v->Text(L::kTextField).empty()) v->Set(L::kTextField, std::string("text"));
     if (v->Text(L::kLabelField).empty() && v->Text(L::kArch) != "gpt_lm") v->Set(L::kLabelField, std::string("label"));
   }
+  // A pretrained model's tokenizer is its folder's tokenizer.json; the others train one.
+  const bool pretrained = v->Text(L::kArch) == "pretrained";
+  const std::string tokenizer = v->Text(L::kTokenizerType);
+  if (tokenizer.empty()) v->Set(L::kTokenizerType, std::string(pretrained ? "pretrained" : "sentencepiece"));
+  if (pretrained && tokenizer == "sentencepiece")
+    return Invalid(L::kTokenizerType, "must be absent or pretrained with model.pretrained (its folder's tokenizer.json)");
+  if (!pretrained && tokenizer == "pretrained") return Invalid(L::kTokenizerType, "pretrained needs model.pretrained");
   return Resolve({L::kValidationFraction, L::kMaxSamples, L::kTextField, L::kLabelField, L::kTokenizerType,
                   L::kVocabSize},
                  v);

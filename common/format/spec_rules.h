@@ -64,7 +64,8 @@ namespace limits {
 constexpr double kTwo40 = 1099511627776.0;  // 2^40
 inline constexpr SpecField kName = Text("name", "job", "", "", 128);
 // model
-inline constexpr SpecField kArch = Text("model.arch", "", "transformer_classifier|gpt_lm|torchscript", "architecture");
+inline constexpr SpecField kArch =
+    Text("model.arch", "", "transformer_classifier|gpt_lm|torchscript|pretrained", "architecture");
 inline constexpr SpecField kLayers = Int("model.layers", Absent::kFallback, 2, 1, 128);
 inline constexpr SpecField kDModel = Int("model.d_model", Absent::kFallback, 128, 1, 65536);
 inline constexpr SpecField kHeads = Int("model.heads", Absent::kFallback, 4, 1, 65536);  // divides d_model
@@ -74,12 +75,15 @@ inline constexpr SpecField kMaxLen = Int("model.max_len", Absent::kFallback, 512
 inline constexpr SpecField kPath = Text("model.path", "");  // required for torchscript
 inline constexpr SpecField kAttentionDropout = Real("model.attention_dropout", Absent::kZero, 0, 0, 1, true);
 inline constexpr SpecField kInitFrom = Text("model.init_from", "");
+inline constexpr SpecField kPretrained = Text("model.pretrained", "");  // required for arch pretrained
+inline constexpr SpecField kTask = Text("model.task", "", "classification", "task");  // pretrained only
+inline constexpr SpecField kPooling = Text("model.pooling", "cls", "cls|mean", "pooling");  // transformer_classifier only
 // data
 inline constexpr SpecField kFormat = Text("data.format", "text_dir", "text_dir|jsonl", "format");
 inline constexpr SpecField kDataPath = Text("data.path", "");  // required
 inline constexpr SpecField kValidationFraction =
     Real("data.validation_fraction", Absent::kFallback, 0.2, 0, 1, true);
-inline constexpr SpecField kTokenizerType = Text("data.tokenizer.type", "sentencepiece", "sentencepiece", "tokenizer");
+inline constexpr SpecField kTokenizerType = Text("data.tokenizer.type", "", "sentencepiece|pretrained", "tokenizer");
 inline constexpr SpecField kVocabSize = Int("data.tokenizer.vocab_size", Absent::kFallback, 8000, 16, 1000000);
 inline constexpr SpecField kTextField = Text("data.text_field", "", "", "", 256);    // jsonl: "text"
 inline constexpr SpecField kLabelField = Text("data.label_field", "", "", "", 256);  // jsonl classifiers: "label"

@@ -166,11 +166,14 @@ void TakeSpec(const format::SpecValues& v, TrainConfig* c) {
   m.arch = v.Text(L::kArch);
   m.path = v.Text(L::kPath);
   m.init_from = v.Text(L::kInitFrom);
+  m.pretrained = v.Text(L::kPretrained);
+  m.task = v.Text(L::kTask);
+  m.pooling = v.Text(L::kPooling);
   m.layers = static_cast<int>(v.Int(L::kLayers));
   m.d_model = static_cast<int>(v.Int(L::kDModel));
   m.heads = static_cast<int>(v.Int(L::kHeads));
   m.ffn = static_cast<int>(v.Int(L::kFfn));
-  m.dropout = v.Real(L::kDropout);
+  m.dropout = v.Has(L::kDropout) ? v.Real(L::kDropout) : -1;  // absent only with model.pretrained
   m.attention_dropout = v.Real(L::kAttentionDropout);
   m.max_len = static_cast<int>(v.Int(L::kMaxLen));
   TrainSection& t = c->train;

@@ -21,14 +21,20 @@ namespace L = format::limits;
 constexpr double Default(const format::SpecField& f) { return f.fallback; }
 
 struct ModelConfig {
-  std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript
+  std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript | pretrained
   std::string path;       // torchscript: the module file (forward(tokens, pad_mask) -> logits)
   std::string init_from;  // an exported model folder (export.h) whose weights start the run
+  // arch pretrained: a Hugging Face model folder (models/pretrained.h) and its task
+  // (classification). The sizes below are then 0 where config.json gives them, and
+  // dropout -1 / attention_dropout 0 keep config.json's.
+  std::string pretrained, task;
+  std::string pooling = L::kPooling.text_default;  // transformer_classifier: cls | mean
   int layers = Default(L::kLayers);    // transformer blocks
   int d_model = Default(L::kDModel);   // hidden width; divisible by heads
   int heads = Default(L::kHeads);      // attention heads
   int ffn = 4 * Default(L::kDModel);   // feed-forward width; the spec's default: 4 * d_model
-  double dropout = Default(L::kDropout); // in [0, 1): embeddings, residual branches, the pooled output
+  double dropout = Default(L::kDropout); // in [0, 1): embeddings, residual branches, the pooled output;
+                                         // -1: config.json's (pretrained)
   double attention_dropout = 0.0;  // in [0, 1): attention probabilities; 0 takes the fused
                                    // attention kernel (model.h)
   int max_len = Default(L::kMaxLen);  // tokens per sample (longer ones are truncated)

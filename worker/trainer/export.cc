@@ -17,6 +17,7 @@
 #include "common/format/safetensors.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/errors.h"
+#include "worker/trainer/models/pretrained.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -266,7 +267,9 @@ std::string TokenizerOf(const TrainConfig& config) {
 }
 
 void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step) {
-  auto model = BuildSequenceModel(config.model, config.data.vocab_size, config.data.num_classes, config.data.pad_id);
+  auto model = config.model.arch == "pretrained"
+                   ? hf::JobClassifier(config, /*load_weights=*/false)
+                   : BuildSequenceModel(config.model, config.data.vocab_size, config.data.num_classes, config.data.pad_id);
   CheckpointManager(CheckpointOptions{config.checkpoint_dir}).LoadModelAt(step, *model);
   ExportInfo info;
   info.job_id = config.job_id;

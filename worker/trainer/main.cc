@@ -20,6 +20,7 @@
 #include "worker/trainer/config.h"
 #include "worker/trainer/export.h"
 #include "worker/trainer/host_memory.h"
+#include "worker/trainer/models/pretrained.h"
 #include "worker/trainer/progress_sink.h"
 #include "worker/trainer/train.h"
 
@@ -41,6 +42,7 @@ int Export(const std::string& config_path, int64_t step, const std::string& dir)
   try {
     nt::TrainConfig config;
     if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty()) throw std::runtime_error(err);
+    if (std::string err = nt::hf::ResolvePretrained(&config); !err.empty()) throw std::runtime_error(err);
     nt::ExportCheckpoint(dir, config, step);
     return nt::kExitOk;
   } catch (const std::exception& e) {
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
   try {
     nt::TrainConfig config;
     if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty())
+      return Fail(progress, err, /*permanent=*/true);
+    if (std::string err = nt::hf::ResolvePretrained(&config); !err.empty())
       return Fail(progress, err, /*permanent=*/true);
     nt::RankInfo rank;
     if (std::string err = nt::ReadRankInfo(&rank); !err.empty()) return Fail(progress, err);

@@ -13,6 +13,7 @@
 #include "worker/trainer/export.h"
 #include "worker/trainer/dropout.h"
 #include "worker/trainer/memory_probe.h"
+#include "worker/trainer/models/pretrained.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -104,13 +105,17 @@ void BuildModel(Run& run) {
   const TrainConfig& cfg = run.cfg;
   torch::manual_seed(cfg.train.seed);
   SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
-  run.model = BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
+  run.model = cfg.model.arch == "pretrained"
+                  ? hf::JobClassifier(cfg, /*load_weights=*/true)
+                  : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
   run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
   run.model->to(run.device);
   for (const auto& p : run.model->named_parameters()) {
     run.num_parameters += p.value().numel();
-    if (p.key() != "tok_emb.weight" && p.key() != "pos_emb.weight") run.non_embedding_parameters += p.value().numel();
+    const bool embedding = p.key() == "tok_emb.weight" || p.key() == "pos_emb.weight" ||  // ours; Hugging Face's:
+                           p.key().find("_embeddings.weight") != std::string::npos;
+    if (!embedding) run.non_embedding_parameters += p.value().numel();
   }
   // gpt_lm's head is tok_emb's weight (tied): its matmul is model FLOPs all the same.
   if (cfg.model.arch == "gpt_lm") run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
@@ -131,7 +136,7 @@ void BuildModel(Run& run) {
       "model=" + mc.arch + "/" + Str(mc.layers) + "/" + Str(mc.d_model) + "/" + Str(mc.heads) + "/" +
           Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes) +
           // gpt_lm became GPT-2 (tied head, tanh GELU): its earlier checkpoints do not fit
-          (mc.arch == "gpt_lm" ? "/gpt2" : ""));
+          (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : ""));
 }
 
 // Claims the checkpoint folder for this attempt (its writer), then resumes from the newest

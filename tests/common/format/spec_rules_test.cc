@@ -115,7 +115,7 @@ TEST(SpecRulesTest, StringsAreChoicesOfTheirRowAndOneShortLine) {
   EXPECT_EQ(Apply(v)->Text(), "train.precision: unknown precision 'fp8' (expected fp32, bf16 or fp16)");
   v = Minimal();
   v.Set(L::kArch, std::string(""));
-  EXPECT_EQ(Apply(v)->Text(), "model.arch: missing (one of transformer_classifier, gpt_lm or torchscript)");
+  EXPECT_EQ(Apply(v)->Text(), "model.arch: missing (one of transformer_classifier, gpt_lm, torchscript or pretrained)");
   v = Minimal();
   v.Set(L::kName, std::string(129, 'a'));
   EXPECT_EQ(Apply(v)->Text(), "name: longer than 128 bytes");
@@ -153,6 +153,62 @@ TEST(SpecRulesTest, RulesAcrossFields) {
   v.Set(L::kFormat, std::string("jsonl"));
   ASSERT_FALSE(ApplySpecRules(&v));
   EXPECT_FALSE(v.Has(L::kLabelField));  // a language model has no labels
+}
+
+// model.pretrained: config.json has the sizes and the dropout, the folder the tokenizer;
+// the native classifier alone pools, and a task is the pretrained model's alone.
+TEST(SpecRulesTest, APretrainedFolderLeavesItsSizesToConfigJson) {
+  SpecValues v;
+  v.Set(L::kPretrained, std::string("/models/bert"));
+  v.Set(L::kDataPath, std::string("/d"));
+  ASSERT_FALSE(ApplySpecRules(&v));
+  EXPECT_EQ(v.Text(L::kArch), "pretrained");
+  EXPECT_EQ(v.Text(L::kTask), "classification");
+  EXPECT_EQ(v.Text(L::kTokenizerType), "pretrained");
+  for (const SpecField& f : {L::kLayers, L::kDModel, L::kHeads, L::kFfn}) EXPECT_EQ(v.Int(f), 0) << f.path;
+  EXPECT_FALSE(v.Has(L::kDropout));
+  EXPECT_EQ(v.Text(L::kPooling), "");
+  EXPECT_EQ(v.Int(L::kMaxLen), 512);
+  SpecValues again = v;  // the trainer applies the rules to what the coordinator resolved
+  ASSERT_FALSE(ApplySpecRules(&again));
+  EXPECT_EQ(again.all(), v.all());
+
+  SpecValues w = v;
+  w.Set(L::kLayers, int64_t{200});
+  EXPECT_EQ(Apply(w)->Text(), "model.layers: must be in [1, 128], got 200");
+  w = v;
+  w.Set(L::kArch, std::string("gpt_lm"));
+  EXPECT_EQ(Apply(w)->field, "model.arch");
+  w = v;
+  w.Set(L::kInitFrom, std::string("/m"));
+  EXPECT_EQ(Apply(w)->field, "model.init_from");
+  w = v;
+  w.Set(L::kPooling, std::string("mean"));
+  EXPECT_EQ(Apply(w)->field, "model.pooling");
+  w = v;
+  w.Set(L::kTokenizerType, std::string("sentencepiece"));
+  EXPECT_EQ(Apply(w)->field, "data.tokenizer.type");
+  w = v;
+  w.Set(L::kTask, std::string("generation"));
+  EXPECT_EQ(Apply(w)->Text(), "model.task: unknown task 'generation' (expected classification)");
+
+  SpecValues n = Minimal();
+  ASSERT_FALSE(ApplySpecRules(&n));
+  EXPECT_EQ(n.Text(L::kPooling), "cls");
+  EXPECT_EQ(n.Text(L::kTokenizerType), "sentencepiece");
+  n = Minimal();
+  n.Set(L::kTask, std::string("classification"));
+  EXPECT_EQ(Apply(n)->Text(), "model.task: only with model.pretrained");
+  n = Minimal();
+  n.Set(L::kTokenizerType, std::string("pretrained"));
+  EXPECT_EQ(Apply(n)->field, "data.tokenizer.type");
+  n = Minimal();
+  n.Set(L::kArch, std::string("pretrained"));
+  EXPECT_EQ(Apply(n)->field, "model.pretrained");
+  n = Minimal();
+  n.Set(L::kArch, std::string("gpt_lm"));
+  n.Set(L::kPooling, std::string("mean"));
+  EXPECT_EQ(Apply(n)->Text(), "model.pooling: only for model.arch transformer_classifier");
 }
 
 TEST(SpecRulesTest, MaxTokensAndActivationCheckpointingSpellings) {

@@ -74,7 +74,7 @@ TEST(ConfigTest, TheSpecsRulesApply) {
   EXPECT_EQ(ErrorFor(R"("prefetch": 4)", R"("prefetch": 65)"),
             "config: spec.train.batching.prefetch: must be in [1, 64], got 65");
   EXPECT_EQ(ErrorFor(R"("arch": "transformer_classifier", )", ""),
-            "config: spec.model.arch: missing (one of transformer_classifier, gpt_lm or torchscript)");
+            "config: spec.model.arch: missing (one of transformer_classifier, gpt_lm, torchscript or pretrained)");
   EXPECT_EQ(ErrorFor(R"("prefetch": 4)", R"("prefetch": 64)"), "");
   TrainConfig c;  // 0 means the default where the table gives one
   std::string text = kConfig;

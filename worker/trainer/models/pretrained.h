@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "worker/trainer/config.h"
 #include "worker/trainer/hf_weights.h"
 #include "worker/trainer/model.h"
 
@@ -14,10 +15,40 @@ namespace nightshift::trainer::hf {
 // The ...ForSequenceClassification model of `config.model_type`, freshly initialised.
 std::shared_ptr<SequenceModel> BuildClassifier(const HfConfig& config);
 
+// What a job changes in the folder's model, as from_pretrained(dir, **overrides) would.
+struct ClassifierOptions {
+  // The data's label names (id order). The folder's head is kept when its id2label names
+  // these labels in this order; otherwise the whole head is new, for these labels. Empty:
+  // the folder's labels and head.
+  std::vector<std::string> labels;
+  double dropout = -1;            // >= 0: replaces the hidden and the classifier's dropout
+  double attention_dropout = -1;  // >= 0: replaces the attention probabilities' dropout
+};
+
 // dir/config.json's model with dir's weights (hf_weights.h: mapped, converted to float32
-// per tensor; a missing classification head is initialised as transformers does). On the
-// CPU, in training mode. Throws PermanentError naming the file, key or tensor.
-std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, HfConfig* config = nullptr);
+// per tensor; a missing or replaced classification head is initialised as transformers
+// initialises one). On the CPU, in training mode. *config (when set) is the config the
+// model was built from, options applied. Throws PermanentError naming the file, key or
+// tensor.
+std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, const ClassifierOptions& options = {},
+                                              HfConfig* config = nullptr);
+
+// The longest row (tokens) the folder's position table takes: max_position_embeddings,
+// less RoBERTa's offset (its positions start after pad_token_id).
+int64_t MaxRowLength(const HfConfig& config);
+
+// model.arch pretrained: reads model.pretrained's config.json, checks the spec against it
+// and fills in what the spec leaves to it, so the rest of the trainer sees the model's
+// true sizes. Sizes set in the spec must equal config.json's; max_len must fit the
+// position table; the tokenizer's ids (data.vocab_size) must have embedding rows. Returns
+// "" or the error (a user error: no restart fixes it), naming the spec field and the
+// config.json key. Other archs: nothing to do.
+std::string ResolvePretrained(TrainConfig* config);
+
+// The job's model of a resolved config (arch pretrained): the folder's weights, the data's
+// labels (class_names) and the spec's dropout (ClassifierOptions); load_weights false: as
+// initialised only, for a checkpoint to fill.
+std::shared_ptr<SequenceModel> JobClassifier(const TrainConfig& config, bool load_weights);
 
 }  // namespace nightshift::trainer::hf
 
