@@ -1,0 +1,304 @@
+// The trainer's techniques on Hugging Face models (models/pretrained.h), each against the
+// same model without it: activation checkpointing (RNG-exact, dropout on), bf16 autocast,
+// the out-of-memory split, data parallelism, exact resume, and whole runs with a token
+// budget. The folders are hf_models_reference.py's tiny random BERT, RoBERTa and DistilBERT
+// (every dropout 0 in their config.json; the tests turn it on where it matters).
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/worker/trainer/ranks_util.h"
+#include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/amp.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/ddp.h"
+#include "worker/trainer/fault_injection.h"
+#include "worker/trainer/models/pretrained.h"
+#include "worker/trainer/oom.h"
+#include "worker/trainer/train.h"
+
+#ifndef NIGHTSHIFT_PYTHON
+#define NIGHTSHIFT_PYTHON "/opt/nightshift/venv/bin/python"
+#endif
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+namespace F = torch::nn::functional;
+using testing::FreshDir;
+
+const char* const kArchs[] = {"bert", "roberta", "distilbert"};
+const std::vector<std::string> kLabels = {"no", "yes"};
+
+class HfTrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(FreshDir("hf_train"));
+    const std::string script = (fs::path(__FILE__).parent_path() / "hf_models_reference.py").string();
+    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + *dir_ + " > " + *dir_ + "/log 2>&1";
+    ok_ = std::system(command.c_str()) == 0;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ok_) << "hf_models_reference.py failed: see " << *dir_ << "/log";
+    torch::set_num_threads(1);
+  }
+  static std::string Folder(const std::string& arch) { return *dir_ + "/" + arch; }
+
+  // TinyConfig's synthetic run (vocabulary 32, classes no/yes) on folder `arch`.
+  static TrainConfig PretrainedConfig(const std::string& name, const std::string& arch) {
+    TrainConfig c = testing::TinyConfig(FreshDir(name));
+    c.model.arch = "pretrained";
+    c.model.pretrained = Folder(arch);
+    c.model.layers = c.model.d_model = c.model.heads = c.model.ffn = 0;  // config.json's
+    c.model.dropout = -1;
+    c.model.attention_dropout = 0;
+    c.data.class_names = kLabels;
+    EXPECT_EQ(hf::ResolvePretrained(&c), "");
+    return c;
+  }
+  static std::string* dir_;
+  static bool ok_;
+};
+std::string* HfTrainTest::dir_ = nullptr;
+bool HfTrainTest::ok_ = false;
+
+// Rows of ids in [3, 100) of lengths 10, 7, 4 and 10, padding (id 0) at the end.
+std::pair<torch::Tensor, torch::Tensor> Rows() {
+  torch::manual_seed(3);
+  torch::Tensor tokens = torch::randint(3, 100, {4, 10}, torch::kLong);
+  torch::Tensor pad = torch::zeros({4, 10}, torch::kBool);
+  pad[1].narrow(0, 7, 3).fill_(true);
+  pad[2].narrow(0, 4, 6).fill_(true);
+  return {tokens.masked_fill(pad, 0), pad};
+}
+const torch::Tensor& Targets() {
+  static const torch::Tensor t = torch::tensor({0, 1, 1, 0}, torch::kLong);
+  return t;
+}
+
+std::map<std::string, torch::Tensor> Gradients(SequenceModel& model, int every, uint64_t seed) {
+  const auto [tokens, pad] = Rows();
+  model.zero_grad();
+  model.set_activation_checkpointing(every);
+  torch::manual_seed(seed);
+  F::cross_entropy(model.forward(tokens, pad), Targets()).backward();
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& p : model.named_parameters())
+    if (p.value().grad().defined()) grads[p.key()] = p.value().grad().clone();
+  return grads;
+}
+
+double MaxRelativeDifference(const std::map<std::string, torch::Tensor>& a,
+                             const std::map<std::string, torch::Tensor>& b, std::string* where) {
+  double worst = 0;
+  for (const auto& [name, ga] : a) {
+    const double d = (ga - b.at(name)).abs().max().item<double>() /
+                     std::max(b.at(name).abs().max().item<double>(), 1e-12);
+    if (d > worst) worst = d, *where = name;
+  }
+  return worst;
+}
+
+// Dropout on everywhere (hidden, attention probabilities, classifier): the recompute of a
+// checkpointed layer draws the same masks, so the gradients are those of the plain model.
+TEST_F(HfTrainTest, ActivationCheckpointingIsRngExactWithDropoutOn) {
+  for (const char* arch : kArchs) {
+    SCOPED_TRACE(arch);
+    hf::ClassifierOptions options;
+    options.labels = kLabels;
+    options.dropout = options.attention_dropout = 0.1;
+    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder(arch), options);
+    model->train();
+    const auto plain = Gradients(*model, 0, 7);
+    std::string where;
+    EXPECT_GT(MaxRelativeDifference(Gradients(*model, 0, 8), plain, &where), 1e-3) << "dropout is off";
+    for (int every : {1, 2}) {
+      const auto checkpointed = Gradients(*model, every, 7);
+      ASSERT_EQ(checkpointed.size(), plain.size());
+      EXPECT_LE(MaxRelativeDifference(checkpointed, plain, &where), 1e-6) << "every " << every << ": " << where;
+    }
+  }
+}
+
+// bf16 autocast: the logits within bf16's rounding of fp32's; the gradients finite.
+TEST_F(HfTrainTest, Bf16AutocastStaysCloseToFp32) {
+  const auto [tokens, pad] = Rows();
+  for (const char* arch : kArchs) {
+    SCOPED_TRACE(arch);
+    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder(arch));
+    model->eval();
+    torch::Tensor fp32 = model->forward(tokens, pad);
+    torch::Tensor bf16;
+    {
+      AutocastRegion autocast("bf16", torch::kCPU);
+      bf16 = model->forward(tokens, pad).to(torch::kFloat);
+    }
+    EXPECT_LE((bf16 - fp32).abs().max().item<double>(), 0.05 * std::max(1.0, fp32.abs().max().item<double>()));
+    model->train();
+    {
+      AutocastRegion autocast("bf16", torch::kCPU);
+      F::cross_entropy(model->forward(tokens, pad).to(torch::kFloat), torch::tensor({0, 1, 2, 0})).backward();
+    }
+    for (const auto& p : model->named_parameters())
+      EXPECT_TRUE(p.value().grad().isfinite().all().item<bool>()) << p.key();
+  }
+}
+
+// One SGD step of folder `arch`'s model on Rows(), through `runner` (micro-batches when
+// `faults` runs it out of memory); the parameters after it.
+std::vector<torch::Tensor> OneStep(const std::string& folder, MicroBatchRunner& runner, const FaultInjector& faults,
+                                   MicroBatchResult* result) {
+  std::shared_ptr<SequenceModel> model = hf::LoadClassifier(folder);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+  const auto [tokens, pad] = Rows();
+  Batch batch;
+  batch.tokens = tokens;
+  batch.pad_mask = pad;
+  batch.labels = Targets();
+  batch.samples = 4;
+  batch.padded_tokens = tokens.numel();
+  batch.real_tokens = (~pad).sum().item<int64_t>();
+  *result = runner.Run(
+      batch,
+      [&](const Batch& micro, bool) {
+        faults.BeforeMicroBatch(micro.padded_tokens);
+        torch::Tensor loss = F::cross_entropy(model->forward(micro.tokens, micro.pad_mask), micro.labels,
+                                              F::CrossEntropyFuncOptions().reduction(torch::kSum)) / 4.0;
+        loss.backward();
+        return loss.item<double>();
+      },
+      [&] { opt.zero_grad(); });
+  opt.step();
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+  return params;
+}
+
+TEST_F(HfTrainTest, OutOfMemorySplitTakesTheSameStep) {
+  for (const char* arch : kArchs) {
+    SCOPED_TRACE(arch);
+    MicroBatchRunner plain(OomOptions{}), split(OomOptions{});
+    MicroBatchResult r0, r1;
+    const auto expected = OneStep(Folder(arch), plain, FaultInjector(), &r0);
+    const auto got = OneStep(Folder(arch), split, FaultInjector(FaultPlan{.oom_above_tokens = 15}), &r1);
+    EXPECT_EQ(r0.micro_batches, 1);
+    EXPECT_GE(r1.micro_batches, 3);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE((got[i] - expected[i]).abs().max().item<double>(),
+                1e-5 * std::max(expected[i].abs().max().item<double>(), 1e-6)) << i;
+  }
+}
+
+// Two ranks with two rows each take the step one rank takes with all four.
+TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
+  const auto [tokens, pad] = Rows();
+  const int port = testing::FreePort();
+  std::vector<std::vector<torch::Tensor>> after(2);
+  testing::RunRanks(2, [&](int r) {
+    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder("roberta"));
+    GradientSync sync(ProcessGroup::Create(testing::Options(r, 2, port)), model->parameters(), GradientSyncOptions{});
+    sync.Broadcast(model->parameters());
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+    F::cross_entropy(model->forward(tokens.narrow(0, 2 * r, 2), pad.narrow(0, 2 * r, 2)), Targets().narrow(0, 2 * r, 2))
+        .backward();
+    sync.Finish();
+    opt.step();
+    for (const auto& p : model->parameters()) after[r].push_back(p.detach().clone());
+  });
+  std::shared_ptr<SequenceModel> ref = hf::LoadClassifier(Folder("roberta"));
+  torch::optim::SGD opt(ref->parameters(), torch::optim::SGDOptions(0.5));
+  F::cross_entropy(ref->forward(tokens, pad), Targets()).backward();
+  opt.step();
+  const auto ref_params = ref->parameters();
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
+                1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
+}
+
+std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
+  std::shared_ptr<SequenceModel> model = hf::JobClassifier(c, /*load_weights=*/false);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  RunPosition position;
+  EXPECT_TRUE(CheckpointManager(CheckpointOptions{c.checkpoint_dir, 0, 0, 10}).LoadLatest(*model, optimizer, &position));
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+  return params;
+}
+
+void RunUntilAbort(const TrainConfig& c, int64_t abort_at_step) {
+  rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  RankInfo rank;
+  rank.faults.abort_at_step = abort_at_step;
+  MemoryProgressSink progress;
+  RunTraining(c, rank, progress);
+}
+
+// Killed after the checkpoint of step 3 and resumed, with dropout on (the generator is
+// restored too): the same parameters, bit for bit, as a run never interrupted.
+TEST_F(HfTrainTest, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TrainConfig c = PretrainedConfig("hf_resume", "distilbert");
+  c.model.dropout = 0.1;
+  EXPECT_DEATH(RunUntilAbort(c, 5), "fault injection: aborting at step 5");
+  ASSERT_TRUE(fs::exists(c.checkpoint_dir + "/step-00000003/COMPLETE"));
+  MemoryProgressSink resumed;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, resumed), kExitOk) << resumed.records.back().String("message");
+  EXPECT_EQ(resumed.records.front().Number("resumed_step"), 3);
+
+  TrainConfig whole = PretrainedConfig("hf_resume_reference", "distilbert");
+  whole.model.dropout = 0.1;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(whole, RankInfo{}, progress), kExitOk);
+  const auto a = FinalParameters(c), b = FinalParameters(whole);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+}
+
+// Whole runs with a token budget, every architecture: the budget is the one asked for
+// and the run ends with a checkpoint of the model's own parameter names.
+TEST_F(HfTrainTest, RunsWithATokenBudgetEndInACheckpoint) {
+  for (const char* arch : kArchs) {
+    SCOPED_TRACE(arch);
+    TrainConfig c = PretrainedConfig(std::string("hf_budget_") + arch, arch);
+    c.train.max_tokens = 48;
+    MemoryProgressSink progress;
+    ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk) << progress.records.back().String("message");
+    EXPECT_EQ(progress.records.front().Number("max_tokens"), 48);
+    EXPECT_EQ(progress.records.back().event, "done");
+    EXPECT_GT(progress.records.back().Number("val_accuracy"), 0);
+    EXPECT_EQ(FinalParameters(c).size(), hf::JobClassifier(c, false)->parameters().size());
+  }
+}
+
+// The spec against config.json: a size that differs, a max_len beyond the position table
+// and a tokenizer larger than the embedding fail naming the field and the key.
+TEST_F(HfTrainTest, TheSpecMustAgreeWithConfigJson) {
+  TrainConfig c = PretrainedConfig("hf_spec", "roberta");
+  EXPECT_EQ(c.model.layers, 2);
+  EXPECT_GT(c.model.d_model, 0);
+  TrainConfig bad = c;
+  bad.model.layers = 3;
+  EXPECT_NE(hf::ResolvePretrained(&bad).find("model.layers: 3 differs from " + Folder("roberta") +
+                                             "/config.json's num_hidden_layers 2"),
+            std::string::npos);
+  bad = c;
+  bad.model.max_len = 100000;
+  EXPECT_NE(hf::ResolvePretrained(&bad).find("model.max_len: 100000 is longer than"), std::string::npos);
+  bad = c;
+  bad.data.vocab_size = 5000;
+  EXPECT_NE(hf::ResolvePretrained(&bad).find("the tokenizer has 5000 tokens"), std::string::npos);
+  bad = c;
+  bad.model.pretrained = *dir_ + "/nowhere";
+  EXPECT_NE(hf::ResolvePretrained(&bad).find("model.pretrained: " + *dir_ + "/nowhere/config.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nightshift::trainer
