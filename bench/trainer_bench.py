@@ -21,22 +21,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_PYTHON = os.path.join(os.environ.get("NIGHTSHIFT_VENV", "/opt/nightshift/venv"), "bin", "python")
 
 
-def prepare(build, out_dir, max_len, vocab=8000, max_samples=0):
+def prepare(build, out_dir, max_len, vocab=8000, max_samples=0, path=None, extra=()):
+    """nightshift-prepare of `path` (default: the SpamAssassin corpus); `extra`: more flags."""
     if os.path.exists(os.path.join(out_dir, "meta.json")):
         return json.load(open(os.path.join(out_dir, "meta.json")))
-    cmd = [os.path.join(build, "bin", "nightshift-prepare"), "--path", os.path.join(ROOT, "data/spamassassin"),
+    cmd = [os.path.join(build, "bin", "nightshift-prepare"), "--path", path or os.path.join(ROOT, "data/spamassassin"),
            "--vocab-size", str(vocab), "--max-len", str(max_len), "--max-samples", str(max_samples),
-           "--output-dir", out_dir, "--threads", "2"]
+           "--output-dir", out_dir, "--threads", "2", *extra]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.load(open(os.path.join(out_dir, "meta.json")))
 
 
 def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
                 max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512,
-                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3, attention_dropout=0.0, trainer=None):
+                progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3, attention_dropout=0.0, trainer=None,
+                model=None):
+    """model: the spec's model section instead of a transformer_classifier of these sizes."""
     spec = {"name": name,
-            "model": {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads, "ffn": ffn,
-                      "dropout": 0.1, "attention_dropout": attention_dropout, "max_len": max_len},
+            "model": model or {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads,
+                               "ffn": ffn, "dropout": 0.1, "attention_dropout": attention_dropout,
+                               "max_len": max_len},
             "train": {"epochs": epochs, "optimizer": "adamw", "lr": lr, "weight_decay": 0.01, "warmup_steps": warmup,
                       "seed": str(seed), "batching": {"batch_size": batch_size, "max_tokens": max_tokens, "prefetch": 2},
                       "precision": precision, "grad_clip": 1.0, "activation_checkpointing": ac,

@@ -94,13 +94,18 @@ class TransformerClassifier(_Trunk):
     def __init__(self, cfg: Dict):
         super().__init__(cfg, causal=False, gelu=_gelu_kind(cfg, "gelu"))
         self.head = nn.Linear(int(cfg["d_model"]), int(cfg["num_classes"]))
+        self.mean_pooling = cfg.get("pooling", "cls") == "mean"  # older folders: cls
 
     def forward(self, tokens: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         bias = key_padding_bias(pad_mask, x.dtype)
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block.forward_first(x, bias) if i + 1 == len(self.blocks) else block(x, bias)
-        return self.head(self.ln_f(x[:, 0]))
+            x = block.forward_first(x, bias) if i == last and not self.mean_pooling else block(x, bias)
+        if not self.mean_pooling:
+            return self.head(self.ln_f(x[:, 0]))
+        real = (~pad_mask).unsqueeze(-1).to(x.dtype)  # the mean over each row's real tokens
+        return self.head((self.ln_f(x) * real).sum(1) / real.sum(1).clamp_min(1))
 
 
 class GptLM(_Trunk):

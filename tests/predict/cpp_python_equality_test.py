@@ -77,6 +77,10 @@ def synthetic(binary, source_dir):
         folder = os.path.join(tmp, "classifier")
         folder_util.write_folder(folder, "transformer_classifier", tok, 64, labels=["ham", "spam", "third"], max_len=32)
         compare(nightshift, binary, folder, texts, tmp)
+        mean = os.path.join(tmp, "classifier-mean")  # model.pooling mean
+        folder_util.write_folder(mean, "transformer_classifier", tok, 64, labels=["ham", "spam"], max_len=32,
+                                 pooling="mean")
+        compare(nightshift, binary, mean, texts, tmp)
         # A corrupted folder is refused.
         with open(os.path.join(folder, "model.safetensors"), "ab") as f:
             f.write(b"x")

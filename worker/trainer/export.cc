@@ -75,6 +75,7 @@ json ConfigJson(const TrainConfig& c, const ExportInfo& info) {
             {"pad_id", d.pad_id}, {"bos_id", d.bos_id}, {"eos_id", d.eos_id},
             {"tensor_names", m.arch == "gpt_lm" ? "gpt2" : "nightshift"},
             {"job_id", info.job_id}, {"step", info.step}, {"metrics", metrics}};
+  if (m.arch == "transformer_classifier") j["pooling"] = m.pooling;
   if (m.arch == "gpt_lm") {  // what transformers' GPT2Config reads
     j.update({{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}, {"n_embd", m.d_model},
               {"n_layer", m.layers}, {"n_head", m.heads}, {"n_inner", m.ffn}, {"n_positions", m.max_len},

@@ -169,7 +169,9 @@ torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tens
 
 TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64_t vocab_size,
                                                      int64_t num_classes, int64_t pad_id)
-    : TransformerTrunk(m, vocab_size, pad_id, /*causal=*/false) {
+    : TransformerTrunk(m, vocab_size, pad_id, /*causal=*/false), mean_pooling_(m.pooling == "mean") {
+  if (m.pooling != "cls" && m.pooling != "mean")
+    throw std::runtime_error("model.pooling: unknown pooling '" + m.pooling + "' (expected cls or mean)");
   head_ = register_module("head", torch::nn::Linear(m.d_model, num_classes));
 }
 
@@ -177,10 +179,15 @@ torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,
                                                  const torch::Tensor& pad_mask) {
   auto x = Embed(tokens);
   auto attn_bias = KeyPaddingBias(pad_mask, x.options());
-  // Only the CLS position of the last block is read, so that block computes it alone.
-  auto cls = FinalNorm(Blocks(x, attn_bias, /*first_only=*/true).select(1, 0));  // [B, D]
-  cls = Dropout(cls, dropout(), is_training());
-  return head_(cls);
+  torch::Tensor pooled;  // [B, D]
+  if (mean_pooling_) {     // the mean of the final norm over each row's real tokens
+    auto real = (~pad_mask).unsqueeze(-1).to(x.scalar_type());            // [B, L, 1]
+    auto h = FinalNorm(Blocks(x, attn_bias));                               // [B, L, D]
+    pooled = (h * real).sum(1) / real.sum(1).clamp_min(1);
+  } else {  // cls: only the first position of the last block is read, so it computes that alone
+    pooled = FinalNorm(Blocks(x, attn_bias, /*first_only=*/true).select(1, 0));
+  }
+  return head_(Dropout(pooled, dropout(), is_training()));
 }
 
 GptLMImpl::GptLMImpl(const ModelConfig& m, int64_t vocab_size, int64_t pad_id)
@@ -225,7 +232,10 @@ double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m,
   const double p = double(non_embedding_params);
   if (m.arch == "torchscript") return 6.0 * p;
   const double d = m.d_model, attention = 12.0 * d * seq_len;  // per token and block
-  if (m.arch != "transformer_classifier") return 6.0 * p + m.layers * attention;
+  // The Hugging Face encoders' layers have our block's parameters, and their heads too
+  // read position 0 alone.
+  const bool first_only = m.arch == "pretrained" || (m.arch == "transformer_classifier" && m.pooling != "mean");
+  if (!first_only) return 6.0 * p + m.layers * attention;
   const double block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + 2.0 * d * m.ffn + m.ffn + d;  // 2 LN, qkv, proj, ffn
   const double kv = 2 * d * d + 2 * d;  // the last block's key and value projections
   const double per_row_params = p - (m.layers - 1) * block - kv;  // rest of the last block, final norm, head

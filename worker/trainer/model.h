@@ -1,7 +1,8 @@
 // The models the trainer trains, behind one interface (SequenceModel):
 // - transformer_classifier: BERT-style encoder, pre-LN: each block computes
 //     x = x + Dropout(Attention(LayerNorm(x)))   x = x + Dropout(FFN(LayerNorm(x)))
-//   and a final LayerNorm follows the last block; the first (CLS/bos) position is pooled.
+//   and a final LayerNorm follows the last block; model.pooling cls pools the first
+//   (CLS/bos) position, mean the mean over the row's real tokens.
 // - gpt_lm: GPT-2 exactly: the same blocks with a causal mask (position t sees positions
 //   <= t) and tanh-approximate GELU, a final LayerNorm and the token embedding as the
 //   vocabulary head (tied): logits [B, L, V]; position t predicts token t + 1. The
@@ -111,6 +112,7 @@ class TransformerClassifierImpl : public TransformerTrunk {
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
 
  private:
+  bool mean_pooling_;  // model.pooling mean: every position of the last block is computed
   torch::nn::Linear head_{nullptr};
 };
 TORCH_MODULE(TransformerClassifier);
@@ -138,8 +140,10 @@ std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int6
 // PaLM count them: 6 x non-embedding parameters (2 FLOPs per weight forward, 4 backward)
 // + 12 x layers x d_model x seq_len (attention scores and their product with V, forward
 // and backward), where seq_len is the length a token attends over (a batch's row length).
-// The classifier's last block runs only keys and values per token; the rest of it, the
-// final norm and the head run once per row (forward_first), so they count 1/seq_len.
+// The classifier's last block (pooling cls; every arch pretrained model, whose layers have
+// the same parameters) runs only keys and values per token; the rest
+// of it, the final norm and the head run once per row (forward_first), so they count
+// 1/seq_len.
 // torchscript models count 6 x parameters only (their shape is unknown).
 double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& model, double seq_len);
 

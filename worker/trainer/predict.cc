@@ -83,6 +83,7 @@ std::string Predictor::Open(const std::string& dir, const PredictorOptions& opti
     m.ffn = Get<int>(c, "ffn", 0);
     if (m.ffn == 0) m.ffn = 4 * m.d_model;
     m.max_len = c.at("max_len").get<int>();
+    m.pooling = c.value("pooling", "cls");  // folders from before model.pooling pool cls
     m.dropout = Get<double>(c, "dropout", 0.0);
     m.attention_dropout = Get<double>(c, "attention_dropout", 0.0);
     p->vocab_size_ = c.at("vocab_size").get<int64_t>();

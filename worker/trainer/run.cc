@@ -136,7 +136,7 @@ void BuildModel(Run& run) {
       "model=" + mc.arch + "/" + Str(mc.layers) + "/" + Str(mc.d_model) + "/" + Str(mc.heads) + "/" +
           Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes) +
           // gpt_lm became GPT-2 (tied head, tanh GELU): its earlier checkpoints do not fit
-          (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : ""));
+          (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : "") + (mc.pooling == "mean" ? "/mean" : ""));
 }
 
 // Claims the checkpoint folder for this attempt (its writer), then resumes from the newest

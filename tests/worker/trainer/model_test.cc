@@ -31,9 +31,13 @@ TEST(TransformerClassifierTest, OutputShape) {
     EXPECT_TRUE(p.value().grad().defined()) << p.key();
 }
 
-TEST(TransformerClassifierTest, PaddingDoesNotChangeTheClsOutput) {
+// Either pooling (cls: the first position; mean: the mean over the real tokens).
+void ExpectPaddingChangesNothing(const std::string& pooling) {
+  SCOPED_TRACE(pooling);
   torch::manual_seed(2);
-  TransformerClassifier model = BuildModel(SmallModel(), 50, 2, 0);
+  ModelConfig m = SmallModel();
+  m.pooling = pooling;
+  TransformerClassifier model = BuildModel(m, 50, 2, 0);
   model->eval();
   torch::NoGradGuard no_grad;
   torch::Tensor short_tokens = torch::tensor({2, 11, 17, 23, 9}, torch::kLong).view({1, 5});
@@ -48,6 +52,23 @@ TEST(TransformerClassifierTest, PaddingDoesNotChangeTheClsOutput) {
   batch[1].fill_(7);
   torch::Tensor c = model->forward(batch, batch.eq(0)).narrow(0, 0, 1);
   EXPECT_TRUE(torch::allclose(a, c, 0, 1e-5)) << a << c;
+}
+
+TEST(TransformerClassifierTest, PaddingChangesNeitherPooling) {
+  ExpectPaddingChangesNothing("cls");
+  ExpectPaddingChangesNothing("mean");
+  // The two poolings read different things.
+  torch::manual_seed(2);
+  ModelConfig m = SmallModel();
+  TransformerClassifier cls = BuildModel(m, 50, 2, 0);
+  m.pooling = "mean";
+  torch::manual_seed(2);
+  TransformerClassifier mean = BuildModel(m, 50, 2, 0);
+  cls->eval(), mean->eval();
+  torch::Tensor tokens = torch::randint(1, 50, {3, 9}, torch::kLong);
+  EXPECT_FALSE(torch::allclose(cls->forward(tokens, tokens.eq(0)), mean->forward(tokens, tokens.eq(0))));
+  m.pooling = "max";
+  EXPECT_THROW(BuildModel(m, 50, 2, 0), std::runtime_error);
 }
 
 TEST(TransformerClassifierTest, DropoutOnlyInTraining) {
@@ -125,6 +146,8 @@ TEST(FlopsTest, SixPerParameterPlusAttention) {
   EXPECT_DOUBLE_EQ(p, 2 * block + 32 + (16 * 3 + 3));  // two blocks, final norm, head
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(p, m, 10),
                    6.0 * (block + kv) + 12.0 * 16 * 10 + (6.0 * (p - block - kv) + 12.0 * 16 * 10) / 10);
+  m.pooling = "mean";  // the last block computes every position
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(p, m, 10), 6.0 * p + 12.0 * 2 * 16 * 10);
 }
 
 // The classifier's last block computes position 0 alone (forward_first): the same output

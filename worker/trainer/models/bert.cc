@@ -22,10 +22,11 @@ BertLayerImpl::BertLayerImpl(const HfConfig& c)
   output_norm_ = AddLayerNorm(*output, "LayerNorm", d, c.layer_norm_eps);
 }
 
-torch::Tensor BertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
+torch::Tensor BertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& bias, bool first_only) {
   const bool training = is_training();
-  auto a = Attention(query_(x), key_(x), value_(x), bias, heads_, attention_dropout_, training);
-  auto h = attention_norm_(Dropout(attention_dense_(a), hidden_dropout_, training) + x);  // BertSelfOutput
+  const torch::Tensor xq = first_only ? x.narrow(1, 0, 1) : x;  // the positions computed
+  auto a = Attention(query_(xq), key_(x), value_(x), bias, heads_, attention_dropout_, training);
+  auto h = attention_norm_(Dropout(attention_dense_(a), hidden_dropout_, training) + xq);  // BertSelfOutput
   auto i = torch::gelu(intermediate_(h));                                                 // erf GELU
   return output_norm_(Dropout(output_dense_(i), hidden_dropout_, training) + h);           // BertOutput
 }
@@ -64,7 +65,7 @@ torch::Tensor BertForSequenceClassificationImpl::Embed(const torch::Tensor& toke
 
 torch::Tensor BertForSequenceClassificationImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
   auto x = Embed(tokens);
-  auto h = encoder_(x, KeyPaddingBias(pad_mask, x.options()));            // [B, L, D]
+  auto h = encoder_(x, KeyPaddingBias(pad_mask, x.options()));            // [B, 1, D]
   auto pooled = torch::tanh(pooler_(h.select(1, 0)));                      // BertPooler: [B, D]
   return classifier_(Dropout(pooled, config_.classifier_dropout, is_training()));  // [B, C]
 }

@@ -10,6 +10,8 @@
 // Post-LN layers: h = LN(x + Dropout(Attention(x))), out = LN(h + Dropout(W2 gelu(W1 h))),
 // erf GELU; learned absolute positions 0..L-1; every token is of type 0 (one sentence);
 // pooled = tanh(pooler.dense(h[:, 0])); logits = classifier(Dropout(pooled)).
+// Only h[:, 0] is read, so the last layer computes that position alone past its keys and
+// values (common.h RunLayers): the same logits and gradients, less work per token.
 // RoBERTa (roberta.h) uses the same layers (BertEncoder) under its own embeddings and head.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_BERT_H_
 #define NIGHTSHIFT_WORKER_TRAINER_MODELS_BERT_H_
@@ -25,8 +27,9 @@ namespace nightshift::trainer::hf {
 class BertLayerImpl : public torch::nn::Module {
  public:
   explicit BertLayerImpl(const HfConfig& config);
-  // x: [B, L, D]; bias: [B, 1, 1, L] additive key-padding bias. Returns [B, L, D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias);
+  // x: [B, L, D]; bias: [B, 1, 1, L] additive key-padding bias. Returns [B, L, D]; with
+  // first_only, [B, 1, D]: position 0 alone (its keys and values still from every position).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, bool first_only = false);
 
  private:
   int64_t heads_;
@@ -42,6 +45,7 @@ TORCH_MODULE(BertLayer);
 class BertEncoderImpl : public torch::nn::Module {
  public:
   explicit BertEncoderImpl(const HfConfig& config);
+  // Position 0 of the last layer's output: [B, 1, D] (what the heads read).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias);
   int checkpoint_every = 0;  // activation checkpointing of every N-th layer; 0: none
 

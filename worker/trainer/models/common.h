@@ -46,25 +46,31 @@ inline torch::Tensor KeyPaddingBias(const torch::Tensor& pad_mask, const torch::
       .view({pad_mask.size(0), 1, 1, pad_mask.size(1)});
 }
 
-// Multi-head attention of projected q, k, v [B, L, D] with `heads` heads: softmax(q k^T /
-// sqrt(D / heads) + bias) v, dropout p on the probabilities in training. Returns [B, L, D].
+// Multi-head attention of projected queries q [B, Lq, D] over keys and values k, v
+// [B, L, D] with `heads` heads: softmax(q k^T / sqrt(D / heads) + bias) v, dropout p on
+// the probabilities in training. Returns [B, Lq, D].
 inline torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& bias, int64_t heads, double p, bool training) {
-  const int64_t b = q.size(0), l = q.size(1), d = q.size(2), dh = d / heads;
-  auto split = [&](const torch::Tensor& t) { return t.view({b, l, heads, dh}).transpose(1, 2); };  // [B, H, L, Dh]
+  const int64_t b = q.size(0), d = q.size(2), dh = d / heads;
+  auto split = [&](const torch::Tensor& t) { return t.view({b, t.size(1), heads, dh}).transpose(1, 2); };  // [B, H, L, Dh]
   std::optional<torch::Tensor> mask;
   if (bias.defined()) mask = bias;
   auto y = at::scaled_dot_product_attention(split(q), split(k), split(v), mask, training ? p : 0.0);
-  return y.transpose(1, 2).reshape({b, l, d});
+  return y.transpose(1, 2).reshape({b, q.size(1), d});
 }
 
-// Runs `layers` (a ModuleList of modules with forward(x, bias)) in order, checkpointing
-// every N-th layer's activations (activation_checkpoint.h; 0: none).
+// Runs `layers` (a ModuleList of modules with forward(x, bias, first_only)) in order,
+// checkpointing every N-th layer's activations (activation_checkpoint.h; 0: none). The
+// heads read position 0 alone, so the last layer computes past its keys and values that
+// position only: the result is [B, 1, D], equal to the whole stack's output at position 0.
 template <typename LayerImpl>
 torch::Tensor RunLayers(torch::nn::ModuleList& layers, int every_n, torch::Tensor x, const torch::Tensor& bias) {
   for (size_t i = 0; i < layers->size(); ++i) {
     std::shared_ptr<LayerImpl> layer = layers->ptr<LayerImpl>(i);
-    BlockForward run = [layer](const torch::Tensor& in, const torch::Tensor& b) { return layer->forward(in, b); };
+    const bool first_only = i + 1 == layers->size();
+    BlockForward run = [layer, first_only](const torch::Tensor& in, const torch::Tensor& b) {
+      return layer->forward(in, b, first_only);
+    };
     x = IsCheckpointedBlock(every_n, static_cast<int64_t>(i)) ? CheckpointedBlockForward(run, x, bias) : run(x, bias);
   }
   return x;

@@ -20,10 +20,11 @@ DistilBertLayerImpl::DistilBertLayerImpl(const HfConfig& c)
   output_layer_norm_ = AddLayerNorm(*this, "output_layer_norm", d, c.layer_norm_eps);
 }
 
-torch::Tensor DistilBertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
+torch::Tensor DistilBertLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& bias, bool first_only) {
   const bool training = is_training();
-  auto a = out_lin_(Attention(q_lin_(x), k_lin_(x), v_lin_(x), bias, heads_, attention_dropout_, training));
-  auto h = sa_layer_norm_(a + x);
+  const torch::Tensor xq = first_only ? x.narrow(1, 0, 1) : x;  // the positions computed
+  auto a = out_lin_(Attention(q_lin_(xq), k_lin_(x), v_lin_(x), bias, heads_, attention_dropout_, training));
+  auto h = sa_layer_norm_(a + xq);
   auto f = Dropout(lin2_(torch::gelu(lin1_(h))), dropout_, training);  // FFN, erf GELU
   return output_layer_norm_(f + h);
 }
@@ -48,7 +49,7 @@ torch::Tensor DistilBertForSequenceClassificationImpl::forward(const torch::Tens
   // Embeddings: word + position 0..L-1, LayerNorm, dropout.
   auto x = word_embeddings_(tokens) + position_embeddings_(torch::arange(l, tokens.options()));
   x = Dropout(embeddings_norm_(x), config_.hidden_dropout, training);  // [B, L, D]
-  auto h = RunLayers<DistilBertLayerImpl>(layer_, checkpoint_every_, x, KeyPaddingBias(pad_mask, x.options()));
+  auto h = RunLayers<DistilBertLayerImpl>(layer_, checkpoint_every_, x, KeyPaddingBias(pad_mask, x.options()));  // [B, 1, D]
   auto pooled = torch::relu(pre_classifier_(h.select(1, 0)));          // [B, D]
   return classifier_(Dropout(pooled, config_.classifier_dropout, training));  // [B, C]
 }

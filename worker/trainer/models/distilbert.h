@@ -26,7 +26,8 @@ class DistilBertLayerImpl : public torch::nn::Module {
  public:
   explicit DistilBertLayerImpl(const HfConfig& config);
   // x: [B, L, D]; bias: [B, 1, 1, L] additive key-padding bias. Returns [B, L, D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias);
+  // As BertLayer's (bert.h): first_only computes position 0 alone past keys and values.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, bool first_only = false);
 
  private:
   int64_t heads_;

@@ -36,7 +36,7 @@ torch::Tensor RobertaForSequenceClassificationImpl::Embed(const torch::Tensor& t
 
 torch::Tensor RobertaForSequenceClassificationImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
   auto x = Embed(tokens);
-  auto h = encoder_(x, KeyPaddingBias(pad_mask, x.options()));  // [B, L, D]
+  auto h = encoder_(x, KeyPaddingBias(pad_mask, x.options()));  // [B, 1, D]
   const bool training = is_training();
   const double p = config_.classifier_dropout;
   auto s = Dropout(h.select(1, 0), p, training);                 // <s>: [B, D]
