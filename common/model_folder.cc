@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/format/atomic_file.h"
+#include "common/format/sha256.h"
 
 namespace fs = std::filesystem;
 
@@ -28,8 +29,7 @@ StatusOr<std::string> ReadWhole(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
-
+// SHA-1 only for folders written before SHA-256 (OpenSSL: the daemons link it anyway).
 StatusOr<std::string> Sha1OfFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::IOError("cannot read " + path);
@@ -53,21 +53,34 @@ StatusOr<std::string> Sha1OfFile(const std::string& path) {
   return hex;
 }
 
+// The file's digest by checksums.json's algorithm (ParseChecksums admits sha256 and sha1).
+StatusOr<std::string> DigestOfFile(const std::string& path, const std::string& algorithm) {
+  if (algorithm == "sha1") return Sha1OfFile(path);
+  std::string hex;
+  if (std::string err = format::Sha256OfFile(path, &hex); !err.empty()) return Status::IOError(err);
+  return hex;
+}
+
+}  // namespace
+
 StatusOr<ModelChecksums> ParseChecksums(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption(std::string(kChecksumsFile) + " is not a JSON object");
-  if (j.value("algorithm", "") != "sha1")
-    return Status::Corruption(std::string(kChecksumsFile) + ": algorithm must be \"sha1\"");
+  const std::string algorithm = j.value("algorithm", "");
+  if (algorithm != kChecksumAlgorithm && algorithm != "sha1")
+    return Status::Corruption(std::string(kChecksumsFile) + ": algorithm \"" + algorithm +
+                              "\" is neither \"sha256\" nor \"sha1\"");
   if (!j.contains("files") || !j["files"].is_object())
     return Status::Corruption(std::string(kChecksumsFile) + ": \"files\" must be an object");
   ModelChecksums out;
   for (const auto& [name, f] : j["files"].items()) {
     if (!IsPlainFileName(name) || name == kChecksumsFile)
       return Status::Corruption(std::string(kChecksumsFile) + ": '" + name + "' is not a plain file name");
-    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_integer() || !f.contains("sha1") ||
-        !f["sha1"].is_string())
-      return Status::Corruption(std::string(kChecksumsFile) + ": " + name + " needs \"bytes\" and \"sha1\"");
-    out[name] = {f["bytes"].get<int64_t>(), f["sha1"].get<std::string>()};
+    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_integer() || !f.contains(algorithm) ||
+        !f[algorithm].is_string())
+      return Status::Corruption(std::string(kChecksumsFile) + ": " + name + " needs \"bytes\" and \"" + algorithm +
+                                "\"");
+    out[name] = {f["bytes"].get<int64_t>(), algorithm, f[algorithm].get<std::string>()};
   }
   return out;
 }
@@ -78,12 +91,12 @@ Status WriteChecksums(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name == kChecksumsFile || !e.is_regular_file()) continue;
-    auto sha1 = Sha1OfFile(e.path().string());
-    if (!sha1.ok()) return sha1.status();
-    files[name] = {{"bytes", static_cast<int64_t>(e.file_size())}, {"sha1", sha1.value()}};
+    std::string hex;
+    if (std::string err = format::Sha256OfFile(e.path().string(), &hex); !err.empty()) return Status::IOError(err);
+    files[name] = {{"bytes", static_cast<int64_t>(e.file_size())}, {kChecksumAlgorithm, hex}};
   }
   if (ec) return Status::IOError("cannot list " + dir + ": " + ec.message());
-  nlohmann::json j = {{"algorithm", "sha1"}, {"files", files}};
+  nlohmann::json j = {{"algorithm", kChecksumAlgorithm}, {"files", files}};
   std::string err = format::WriteFileAtomically(dir + "/" + kChecksumsFile, j.dump(2));
   return err.empty() ? Status::OK() : Status::IOError(err);
 }
@@ -101,10 +114,11 @@ Status VerifyModelFolder(const std::string& dir) {
     if (static_cast<int64_t>(size) != want.bytes)
       return Status::Corruption(name + ": " + std::to_string(size) + " bytes, checksums.json says " +
                                 std::to_string(want.bytes));
-    auto sha1 = Sha1OfFile(path);
-    if (!sha1.ok()) return sha1.status();
-    if (sha1.value() != want.sha1)
-      return Status::Corruption(name + ": sha1 " + sha1.value() + ", checksums.json says " + want.sha1);
+    auto digest = DigestOfFile(path, want.algorithm);
+    if (!digest.ok()) return digest.status();
+    if (digest.value() != want.hex)
+      return Status::Corruption(name + ": " + want.algorithm + " " + digest.value() + ", checksums.json says " +
+                                want.hex);
   }
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {

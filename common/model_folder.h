@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/format/checkpoint_manifest.h"
+#include "common/format/sha256.h"
 #include "common/status.h"
 #include "nightshift/v1/jobs.pb.h"
 
@@ -17,25 +18,28 @@ namespace nightshift {
 
 inline constexpr char kChecksumsFile[] = "checksums.json";
 
+// checksums.json: {"algorithm": "sha256", "files": {name: {"bytes": N, "sha256": hex}}}.
+// We write SHA-256 (format::kChecksumAlgorithm); folders written before it hold "sha1"
+// (algorithm and per-file key), which every reader still accepts.
+using format::kChecksumAlgorithm;
+
 struct FileChecksum {
   int64_t bytes = 0;
-  std::string sha1;  // lower-case hex
+  std::string algorithm;  // "sha256" | "sha1": the file's checksums.json's
+  std::string hex;        // lower-case hex
 };
 using ModelChecksums = std::map<std::string, FileChecksum>;  // by file name
 
 using format::IsPlainFileName;  // a name that stays inside its folder
 
-// SHA-1 of a file's contents, lower-case hex; IOError naming the file.
-StatusOr<std::string> Sha1OfFile(const std::string& path);
-
-// checksums.json text -> its files; Corruption naming what is wrong (unknown algorithm,
-// a name that is not a plain file name, a missing field).
+// checksums.json text -> its files; Corruption naming what is wrong (an algorithm other
+// than sha256 or sha1, a name that is not a plain file name, a missing field).
 StatusOr<ModelChecksums> ParseChecksums(const std::string& json);
 
-// Writes dir/checksums.json covering every other regular file of `dir`.
+// Writes dir/checksums.json (SHA-256) covering every other regular file of `dir`.
 Status WriteChecksums(const std::string& dir);
 
-// Checks every file that dir/checksums.json lists (size, then SHA-1) and that no other
+// Checks every file that dir/checksums.json lists (size, then its digest) and that no other
 // file is there; Corruption naming the first file that does not match.
 Status VerifyModelFolder(const std::string& dir);
 

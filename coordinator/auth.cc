@@ -2,7 +2,6 @@
 
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_context.h>
-#include <openssl/sha.h>
 #include <sys/stat.h>
 
 #include <cctype>
@@ -43,19 +42,6 @@ const char* MethodName(Method m) {
     case Method::kDrainWorker: return "DrainWorker";
   }
   return "?";
-}
-
-std::string Sha256Hex(const std::string& data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * SHA256_DIGEST_LENGTH);
-  for (unsigned char c : digest) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
 }
 
 StatusOr<TokenTable> ParseTokenFile(const std::string& text) {

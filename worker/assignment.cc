@@ -17,7 +17,7 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
   o.vocab_size = d.tokenizer().vocab_size();
   o.max_len = spec.model().max_len();
   o.classifier = spec.model().arch() != "gpt_lm";
-  // model.init_from: its tokenizer as it is (the task adds its sha1 from checksums.json)
+  // model.init_from: its tokenizer as it is (the task adds its digest from checksums.json)
   if (!spec.model().init_from().empty()) o.tokenizer_model = spec.model().init_from() + "/tokenizer.model";
   o.pretrained = spec.model().pretrained();
   o.roots = roots;

@@ -36,8 +36,9 @@ struct PrepOptions {
   bool classifier = true;           // false: language-model samples (bos ... eos)
   std::string tokenizer_model;      // a sentencepiece model used as it is (model.init_from's
                                     // tokenizer.model); "": one is trained on the data
-  std::string tokenizer_sha1;       // its sha1 (the folder's checksums.json); in the
-                                    // fingerprint only when set, so older keys stay the same
+  std::string tokenizer_sha1;       // its digest in the folder's checksums.json (sha256, or sha1
+                                    // in older folders); in the fingerprint only when set, so
+                                    // older keys stay the same
   // model.pretrained: the Hugging Face folder whose tokenizer.json tokenizes the data (and
   // whose config.json gives the padding id); "": sentencepiece as above. Its files' contents
   // are in the cache key (FeatureCache::KeyFor), its path is not.

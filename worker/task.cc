@@ -17,6 +17,7 @@
 #include "common/format/checkpoint_layout.h"
 #include "common/format/progress.h"
 #include "common/log.h"
+#include "common/model_folder.h"
 #include "worker/assignment.h"
 #include "worker/data_prep.h"
 #include "worker/launcher.h"
@@ -159,18 +160,17 @@ void Task::Run() {
 namespace {
 
 // model.init_from: data preparation uses the folder's tokenizer as it is, and the cache key
-// names it by the sha1 its checksums.json records (the trainer verifies every file).
+// names it by the digest its checksums.json records (sha256, or sha1 in older folders; the
+// trainer verifies every file).
 std::string UseExportedTokenizer(const std::string& folder, PrepOptions* o) {
   if (folder.empty()) return "";
-  try {
-    std::ifstream in(folder + "/checksums.json");
-    if (!in) return "model.init_from: " + folder + "/checksums.json is missing: not an exported model folder";
-    const nlohmann::json sums = nlohmann::json::parse(in);
-    const auto& tokenizer = sums.at("files").at("tokenizer.model");
-    o->tokenizer_sha1 = tokenizer.at("sha1").get<std::string>();
-  } catch (const std::exception& e) {
-    return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model (" + e.what() + ")";
-  }
+  std::ifstream in(folder + "/" + kChecksumsFile);
+  if (!in) return "model.init_from: " + folder + "/checksums.json is missing: not an exported model folder";
+  auto sums = ParseChecksums(std::string(std::istreambuf_iterator<char>(in), {}));
+  if (!sums.ok()) return "model.init_from: " + folder + "/" + sums.status().message();
+  const auto tokenizer = sums->find("tokenizer.model");
+  if (tokenizer == sums->end()) return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model";
+  o->tokenizer_sha1 = tokenizer->second.hex;
   return "";
 }
 

@@ -5,7 +5,12 @@
     print(m.predict(["some text"]))   # [{'label': ..., 'probabilities': {...}}]
 
 The folder's layout is worker/trainer/export.h's: model.safetensors, config.json,
-tokenizer.model and checksums.json (sha1 of every other file, verified on load).
+tokenizer.model and checksums.json (SHA-256 of every other file, or SHA-1 in folders
+written before; verified on load).
+
+A Hugging Face classifier folder (BERT, RoBERTa, DistilBERT: a model.pretrained job's
+export, or any such folder) loads through transformers instead (nightshift.HfModel):
+AutoModelForSequenceClassification and AutoTokenizer, with nightshift-predict's max_len.
 """
 from __future__ import annotations
 
@@ -28,6 +33,10 @@ class ModelFolderError(ValueError):
     """The folder is not a whole, readable nightshift model (the message says what)."""
 
 
+# checksums.json's algorithms: what we write, and what folders written before it hold.
+DIGESTS = {"sha256": hashlib.sha256, "sha1": hashlib.sha1}
+
+
 def verify_folder(path: str) -> None:
     """Checks path/checksums.json against the files; raises ModelFolderError naming a mismatch."""
     sums_path = os.path.join(path, "checksums.json")
@@ -36,11 +45,12 @@ def verify_folder(path: str) -> None:
             sums = json.load(f)
     except (OSError, ValueError) as e:
         raise ModelFolderError(f"{sums_path}: cannot read ({e}); is {path} a nightshift model folder?") from e
-    if sums.get("algorithm") != "sha1" or not isinstance(sums.get("files"), dict):
-        raise ModelFolderError(f"{sums_path}: expected {{'algorithm': 'sha1', 'files': {{...}}}}")
+    algorithm = sums.get("algorithm")
+    if algorithm not in DIGESTS or not isinstance(sums.get("files"), dict):
+        raise ModelFolderError(f"{sums_path}: expected {{'algorithm': 'sha256' (or 'sha1'), 'files': {{...}}}}")
     for name, want in sums["files"].items():
         file = os.path.join(path, name)
-        h, size = hashlib.sha1(), 0
+        h, size = DIGESTS[algorithm](), 0
         try:
             with open(file, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -48,9 +58,10 @@ def verify_folder(path: str) -> None:
                     size += len(chunk)
         except OSError as e:
             raise ModelFolderError(f"{file}: listed in checksums.json but cannot be read ({e})") from e
-        if size != int(want.get("bytes", -1)) or h.hexdigest() != want.get("sha1"):
-            raise ModelFolderError(f"{file}: does not match checksums.json ({size} bytes, sha1 {h.hexdigest()}; "
-                                   f"expected {want.get('bytes')} bytes, sha1 {want.get('sha1')}): download it again")
+        if size != int(want.get("bytes", -1)) or h.hexdigest() != want.get(algorithm):
+            raise ModelFolderError(f"{file}: does not match checksums.json ({size} bytes, {algorithm} {h.hexdigest()}; "
+                                   f"expected {want.get('bytes')} bytes, {algorithm} {want.get(algorithm)}): "
+                                   "download it again")
 
 
 def plan_eval(lengths: Sequence[int], max_tokens: int) -> List[List[int]]:
@@ -181,20 +192,87 @@ class Model:
             raise ValueError(f"{self.path} is a {self.arch}, not a gpt_lm with a tokenizer")
 
 
-def load(path: str, device: str = "cpu", verify: bool = True) -> Model:
-    """Loads a nightshift model folder (checksums verified unless verify=False)."""
-    from safetensors.torch import load_file
+class HfModel:
+    """A Hugging Face classifier folder through transformers: `module`
+    (AutoModelForSequenceClassification, eval mode), `tokenizer` (AutoTokenizer), `labels`
+    (id2label in index order), `max_len` (nightshift-predict's: our export's max_len, else
+    the position table's rows or tokenizer_config.json's model_max_length when fewer)."""
 
+    def __init__(self, path: str, config: Dict, device: torch.device):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        self.path, self.config, self.device = path, config, device
+        self.arch = "pretrained"
+        self.module = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.labels: List[str] = [self.module.config.id2label[i] for i in range(self.module.config.num_labels)]
+        self.max_len = int(config.get("max_len") or min(_position_rows(config), self.tokenizer.model_max_length))
+
+    def __repr__(self) -> str:
+        return f"nightshift.HfModel({self.path!r}, model_type={self.config.get('model_type')})"
+
+    def encode(self, texts: Sequence[Text]) -> List[List[int]]:
+        """The ids nightshift-predict gives: the raw text (at most max_len * 64 bytes, bytes
+        decoded with U+FFFD for ill-formed ones), special tokens, cut to max_len."""
+        return [self.tokenizer(_raw_text(t, self.max_len * 64), truncation=True, max_length=self.max_len)["input_ids"]
+                for t in texts]
+
+    @torch.inference_mode()
+    def logits(self, texts: Sequence[Text], max_tokens: int = 8192) -> torch.Tensor:
+        """Logits [N, C] in input order, batched like evaluation (padding is masked)."""
+        ids = self.encode(texts)
+        out: List[Optional[torch.Tensor]] = [None] * len(ids)
+        pad_id = self.tokenizer.pad_token_id or 0
+        for batch in plan_eval([len(r) for r in ids], max_tokens):
+            tokens, pad = collate([ids[i] for i in batch], self.max_len, pad_id)
+            logits = self.module(input_ids=tokens.to(self.device), attention_mask=(~pad).long().to(self.device))
+            for row, i in enumerate(batch):
+                out[i] = logits.logits[row].float().cpu()
+        return torch.stack(out) if out else torch.empty(0)  # type: ignore[arg-type]
+
+    def predict(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[Dict]:
+        """One {'label': name, 'probabilities': {name: p}} per text, in input order."""
+        if isinstance(texts, (str, bytes)):
+            texts = [texts]
+        return [{"label": self.labels[int(row.argmax())],
+                 "probabilities": {n: float(p) for n, p in zip(self.labels, row)}}
+                for row in (self.logits(texts, max_tokens).softmax(-1) if texts else [])]
+
+
+def _position_rows(config: Dict) -> int:
+    """Tokens the position table takes (RoBERTa's positions start after its padding id)."""
+    rows = int(config["max_position_embeddings"])
+    if config.get("model_type") == "roberta":
+        rows -= int(config.get("pad_token_id", 1)) + 1
+    return rows
+
+
+def _raw_text(text: Text, max_bytes: int) -> str:
+    raw = text.encode() if isinstance(text, str) else bytes(text)
+    return raw[:max_bytes].decode("utf-8", errors="replace")
+
+
+def load(path: str, device: str = "cpu", verify: bool = True):
+    """Loads a model folder: ours (a Model) or a Hugging Face classifier folder (an HfModel,
+    through transformers). checksums.json is verified unless verify=False: always there in
+    our native folders, checked in a Hugging Face folder when it has one."""
     path = os.fspath(path)
-    if verify:
-        verify_folder(path)
     with open(os.path.join(path, "config.json"), "rb") as f:
         config = json.load(f)
-    if config.get("format") != MODEL_FORMAT or int(config.get("version", 0)) > MODEL_FORMAT_VERSION:
+    native = config.get("format") == MODEL_FORMAT and config.get("arch") != "pretrained"
+    if verify and (native or os.path.exists(os.path.join(path, "checksums.json"))):
+        verify_folder(path)
+    if not native:
+        return HfModel(path, config, torch.device(device))
+    return _load_native(path, config, torch.device(device))
+
+
+def _load_native(path: str, config: Dict, dev: torch.device) -> Model:
+    from safetensors.torch import load_file
+
+    if int(config.get("version", 0)) > MODEL_FORMAT_VERSION:
         raise ModelFolderError(f"{path}/config.json: format {config.get('format')!r} version "
                                f"{config.get('version')} is not {MODEL_FORMAT} <= {MODEL_FORMAT_VERSION}")
     tensors = load_file(os.path.join(path, "model.safetensors"))
-    dev = torch.device(device)
     module = build_module(config, tensors).to(dev)
     tok_path = os.path.join(path, "tokenizer.model")
     tokenizer = None
@@ -204,4 +282,4 @@ def load(path: str, device: str = "cpu", verify: bool = True) -> Model:
     return Model(path, config, module, tokenizer, dev)
 
 
-__all__ = ["load", "Model", "ModelFolderError", "verify_folder", "plan_eval", "collate"]
+__all__ = ["load", "Model", "HfModel", "ModelFolderError", "verify_folder", "plan_eval", "collate"]

@@ -38,16 +38,17 @@ def train_tokenizer(texts, path_prefix, vocab_size=64):
     return path_prefix + ".model"
 
 
-def write_checksums(folder):
+def write_checksums(folder, algorithm="sha256"):
+    """checksums.json as the export writes it (sha256), or as folders before it held it (sha1)."""
     files = {}
     for name in sorted(os.listdir(folder)):
         if name == "checksums.json":
             continue
         with open(os.path.join(folder, name), "rb") as f:
             data = f.read()
-        files[name] = {"bytes": len(data), "sha1": hashlib.sha1(data).hexdigest()}
+        files[name] = {"bytes": len(data), algorithm: hashlib.new(algorithm, data).hexdigest()}
     with open(os.path.join(folder, "checksums.json"), "w") as f:
-        json.dump({"algorithm": "sha1", "files": files}, f)
+        json.dump({"algorithm": algorithm, "files": files}, f)
 
 
 def write_folder(folder, arch, tokenizer_model, vocab_size, labels=None, seed=0, **sizes):

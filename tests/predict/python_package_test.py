@@ -99,8 +99,51 @@ class PythonPackageTest(unittest.TestCase):
         os.remove(os.path.join(bad, "tokenizer.model"))
         with self.assertRaisesRegex(self.nightshift.ModelFolderError, "tokenizer.model"):
             self.nightshift.load(bad)
-        with self.assertRaisesRegex(self.nightshift.ModelFolderError, "checksums.json"):
+        with self.assertRaisesRegex(OSError, "config.json"):
             self.nightshift.load(self.tmp.name)
+
+    def test_a_sha1_folder_still_loads(self):
+        import shutil
+        old = os.path.join(self.tmp.name, "sha1")
+        shutil.copytree(self.cls_dir, old)
+        self.fu.write_checksums(old, "sha1")
+        self.nightshift.load(old)
+        with open(os.path.join(old, "config.json"), "a") as f:
+            f.write(" ")
+        with self.assertRaisesRegex(self.nightshift.ModelFolderError, "config.json: does not match.*sha1"):
+            self.nightshift.load(old)
+
+    def test_a_hugging_face_folder_loads_through_transformers(self):
+        import shutil
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        import hf_folder_test
+        root = os.path.join(self.tmp.name, "hf")
+        hf_folder_test.make(root)
+        texts = hf_folder_test.TEXTS
+        for arch in ("bert", "roberta", "distilbert"):
+            folder = os.path.join(root, arch)
+            m = self.nightshift.load(folder)
+            self.assertIsInstance(m, self.nightshift.HfModel)
+            self.assertEqual(m.labels, ["ham", "spam", "eggs"])
+            self.assertEqual(m.max_len, hf_folder_test.max_len(folder))
+            tok = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+            batch = tok(texts, truncation=True, max_length=m.max_len, padding=True, return_tensors="pt")
+            with torch.no_grad():
+                want = model(**batch).logits
+            torch.testing.assert_close(m.logits(texts), want, atol=1e-5, rtol=0)
+            torch.testing.assert_close(m.logits(texts, max_tokens=40), want, atol=1e-5, rtol=0)  # other batches
+            self.assertEqual([p["label"] for p in m.predict(texts)], [m.labels[i] for i in want.argmax(-1).tolist()])
+        # With a checksums.json (our export has one), it is verified.
+        folder = os.path.join(root, "bert-checked")
+        shutil.copytree(os.path.join(root, "bert"), folder)
+        self.fu.write_checksums(folder)
+        self.nightshift.load(folder)
+        with open(os.path.join(folder, "tokenizer.json"), "a") as f:
+            f.write(" ")
+        with self.assertRaisesRegex(self.nightshift.ModelFolderError, "tokenizer.json: does not match.*sha256"):
+            self.nightshift.load(folder)
 
     def test_gpt_lm_folder_loads_in_transformers_with_equal_logits(self):
         import torch

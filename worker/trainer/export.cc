@@ -15,6 +15,7 @@
 
 #include "common/format/atomic_file.h"
 #include "common/format/safetensors.h"
+#include "common/format/sha256.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/pretrained.h"
@@ -60,7 +61,11 @@ Gpt2Name ToGpt2(const std::string& ours) {
   return {"transformer.h." + layer + "." + it->second + "." + kind, linear && kind == "weight"};
 }
 
-std::string Sha1Hex(const std::string& bytes) { return c10::sha1(bytes).str(); }
+// checksums.json's digest of `bytes`: SHA-256 for what we write; SHA-1 in folders written
+// before it (c10's, as LibTorch has it).
+std::string DigestHex(const std::string& algorithm, const std::string& bytes) {
+  return algorithm == "sha1" ? c10::sha1(bytes).str() : format::Sha256Hex(bytes);
+}
 
 json ConfigJson(const TrainConfig& c, const ExportInfo& info) {
   const ModelConfig& m = c.model;
@@ -87,10 +92,84 @@ json ConfigJson(const TrainConfig& c, const ExportInfo& info) {
   return j;
 }
 
+json ReadJsonFile(const std::string& path) {
+  try {
+    return json::parse(ReadFile(path));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+// transformers' class for a classifier of each model_type (config.json "architectures").
+std::string SequenceClassifierClass(const std::string& model_type) {
+  static const std::map<std::string, std::string> kClasses = {{"bert", "BertForSequenceClassification"},
+                                                              {"roberta", "RobertaForSequenceClassification"},
+                                                              {"distilbert", "DistilBertForSequenceClassification"}};
+  const auto it = kClasses.find(model_type);
+  if (it == kClasses.end()) throw std::runtime_error("export: model_type \"" + model_type + "\" is not supported");
+  return it->second;
+}
+
+// The spec's dropout (hf::JobClassifier applies it) under the model type's config.json keys,
+// so that training on in transformers uses what the job used.
+void SetDropout(const ModelConfig& m, const std::string& model_type, json* j) {
+  const bool distil = model_type == "distilbert";
+  if (m.dropout >= 0) {
+    (*j)[distil ? "dropout" : "hidden_dropout_prob"] = m.dropout;
+    (*j)[distil ? "seq_classif_dropout" : "classifier_dropout"] = m.dropout;
+  }
+  if (m.attention_dropout > 0) (*j)[distil ? "attention_dropout" : "attention_probs_dropout_prob"] = m.attention_dropout;
+}
+
+// arch pretrained: the source folder's config.json as transformers saves a fine-tuned
+// model's (its ...ForSequenceClassification, the data's labels, float32 weights), with
+// our keys beside for our readers (transformers keeps keys it does not know as attributes).
+json PretrainedConfigJson(const TrainConfig& c, const ExportInfo& info) {
+  const std::string source = c.model.pretrained + "/config.json";
+  json j = ReadJsonFile(source);
+  if (!j.is_object()) throw std::runtime_error("export: " + source + " is not a JSON object");
+  j["architectures"] = json::array({SequenceClassifierClass(j.value("model_type", ""))});
+  json id2label = json::object(), label2id = json::object();
+  for (size_t i = 0; i < c.data.class_names.size(); ++i) {
+    id2label[std::to_string(i)] = c.data.class_names[i];
+    label2id[c.data.class_names[i]] = i;
+  }
+  j["id2label"] = id2label;
+  j["label2id"] = label2id;
+  j.erase("num_labels");  // transformers derives it from id2label
+  for (const char* key : {"torch_dtype", "dtype"}) j.erase(key);
+  j["dtype"] = "float32";
+  SetDropout(c.model, j.value("model_type", ""), &j);
+  json metrics = json::object();
+  for (const auto& [k, v] : info.metrics)
+    if (std::isfinite(v)) metrics[k] = v;
+  j.update({{"format", kModelFormat}, {"version", kModelFormatVersion}, {"arch", c.model.arch},
+            {"max_len", c.model.max_len}, {"labels", c.data.class_names}, {"num_classes", c.data.num_classes},
+            {"job_id", info.job_id}, {"step", info.step}, {"metrics", metrics}});
+  return j;
+}
+
 void WriteChecked(const fs::path& path, const std::string& bytes, json* files) {
   if (std::string err = format::WriteFileAtomically(path.string(), bytes); !err.empty())
     throw std::runtime_error("export: " + err);
-  (*files)[path.filename().string()] = {{"bytes", bytes.size()}, {"sha1", Sha1Hex(bytes)}};
+  const std::string digest = DigestHex(format::kChecksumAlgorithm, bytes);
+  (*files)[path.filename().string()] = {{"bytes", bytes.size()}, {format::kChecksumAlgorithm, digest}};
+}
+
+// arch pretrained: the tokenizer files of the source folder that are there, so that
+// AutoTokenizer.from_pretrained(export) is the job's tokenizer; tokenizer.json must be.
+void CopyTokenizerFiles(const std::string& source, const fs::path& dir, json* files) {
+  static const char* kFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                 "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt"};
+  for (const char* name : kFiles) {
+    const fs::path from = fs::path(source) / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(from, ec)) {
+      if (std::string(name) == "tokenizer.json") throw std::runtime_error("export: " + from.string() + " is missing");
+      continue;
+    }
+    WriteChecked(dir / name, ReadFile(from.string()), files);
+  }
 }
 
 // Copies tensors[name] (stored [in, out] when transposed) into `param`, checking its shape.
@@ -103,14 +182,6 @@ void CopyTensor(const std::map<std::string, torch::Tensor>& tensors, const std::
     throw std::runtime_error("model.safetensors: " + name + " has shape " + c10::str(it->second.sizes()) +
                              " but the model's is " + c10::str(param.sizes()));
   param.copy_(t);
-}
-
-json ReadJsonFile(const std::string& path) {
-  try {
-    return json::parse(ReadFile(path));
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": " + e.what());
-  }
 }
 
 }  // namespace
@@ -184,7 +255,9 @@ std::string VerifyModelFolder(const std::string& dir) {
   json sums;
   try {
     sums = json::parse(ReadFile(dir + "/checksums.json"));
-    if (sums.value("algorithm", "") != "sha1") return dir + "/checksums.json: algorithm is not sha1";
+    const std::string algorithm = sums.value("algorithm", "");
+    if (algorithm != format::kChecksumAlgorithm && algorithm != "sha1")
+      return dir + "/checksums.json: algorithm \"" + algorithm + "\" is neither \"sha256\" nor \"sha1\"";
     for (const auto& [name, f] : sums.at("files").items()) {
       const std::string path = dir + "/" + name;
       std::error_code ec;
@@ -192,7 +265,8 @@ std::string VerifyModelFolder(const std::string& dir) {
       const std::string bytes = ReadFile(path);
       if (bytes.size() != f.at("bytes").get<size_t>())
         return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
-      if (Sha1Hex(bytes) != f.at("sha1").get<std::string>()) return path + " does not match its sha1 in checksums.json";
+      if (DigestHex(algorithm, bytes) != f.at(algorithm).get<std::string>())
+        return path + " does not match its " + algorithm + " in checksums.json";
     }
   } catch (const std::exception& e) {
     return dir + "/checksums.json: " + e.what();
@@ -208,6 +282,8 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
     throw PermanentError(what + ": config.json is not a nightshift-model version " +
                              std::to_string(kModelFormatVersion));
   const std::string source = c.value("arch", ""), target = config.model.arch;
+  if (source == "pretrained")
+    throw PermanentError(what + ": a Hugging Face folder: start from it with model.pretrained: " + dir);
   const bool trunk_only = target == "transformer_classifier" && source == "gpt_lm";
   if (target == "torchscript" || (source != target && !trunk_only))
     throw PermanentError(what + ": a " + source + " model cannot start a " + target +
@@ -242,12 +318,18 @@ void ExportModel(const std::string& dir, const TrainConfig& config, SequenceMode
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec)) throw std::runtime_error("export: cannot create " + tmp.string() + ": " + ec.message());
   json files = json::object();
+  const bool pretrained = config.model.arch == "pretrained";
   WriteChecked(tmp / "model.safetensors", SafetensorsBytes(ExportTensors(config.model.arch, model)), &files);
-  WriteChecked(tmp / "config.json", ConfigJson(config, info).dump(2) + "\n", &files);
-  if (!info.tokenizer_model.empty()) WriteChecked(tmp / "tokenizer.model", ReadFile(info.tokenizer_model), &files);
+  const json config_json = pretrained ? PretrainedConfigJson(config, info) : ConfigJson(config, info);
+  WriteChecked(tmp / "config.json", config_json.dump(2) + "\n", &files);
+  if (pretrained) {
+    CopyTokenizerFiles(config.model.pretrained, tmp, &files);
+  } else if (!info.tokenizer_model.empty()) {
+    WriteChecked(tmp / "tokenizer.model", ReadFile(info.tokenizer_model), &files);
+  }
   if (std::ostringstream scripted; model.SaveScripted(scripted))
     WriteChecked(tmp / "model.pt", scripted.str(), &files);
-  const json sums = {{"algorithm", "sha1"}, {"files", files}};
+  const json sums = {{"algorithm", format::kChecksumAlgorithm}, {"files", files}};
   if (std::string err = format::WriteFileAtomically((tmp / "checksums.json").string(), sums.dump(2) + "\n");
       !err.empty())
     throw std::runtime_error("export: " + err);

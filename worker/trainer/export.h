@@ -15,8 +15,21 @@
 //                      n_inner, n_positions, activation_function "gelu_new", ...).
 //   tokenizer.model    the sentencepiece model the job trained on (when it had one).
 //   model.pt           torchscript jobs: the trained TorchScript module as well.
-//   checksums.json     {"algorithm": "sha1", "files": {name: {"bytes": N, "sha1": hex}}} for
-//                      every other file; every reader verifies it.
+//   checksums.json     {"algorithm": "sha256", "files": {name: {"bytes": N, "sha256": hex}}}
+//                      for every other file; every reader verifies it (and still accepts
+//                      "sha1", which folders written before SHA-256 hold).
+//
+// arch pretrained (a model.pretrained job) writes the folder transformers saves for a
+// fine-tuned model, which AutoModelForSequenceClassification and AutoTokenizer load:
+//   model.safetensors  the parameters under their checkpoint names (bert.encoder..., classifier.*), F32.
+//   config.json        the source folder's, with architectures [Bert|Roberta|DistilBert
+//                      ForSequenceClassification], id2label/label2id of the data's labels,
+//                      dtype float32, the spec's dropout under the model's keys; and ours
+//                      beside (format, version, arch, max_len, labels, num_classes, job_id,
+//                      step, metrics), which transformers keeps as plain attributes.
+//   tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json,
+//   vocab.txt, vocab.json, merges.txt   the source folder's, those it has (tokenizer.json must be).
+//   checksums.json     as above.
 //
 // Tensor names: transformer_classifier uses the module's own names (tok_emb.weight,
 // pos_emb.weight, blocks.N.{ln1,qkv,proj,ln2,fc1,fc2}.{weight,bias}, ln_f.{weight,bias},
@@ -48,7 +61,8 @@ struct ExportInfo {
   std::string job_id;
   int64_t step = 0;
   std::map<std::string, double> metrics;  // final validation metrics (NaN ones left out)
-  std::string tokenizer_model;            // path of the tokenizer to copy; "": none
+  std::string tokenizer_model;            // path of the tokenizer to copy; "": none (arch
+                                          // pretrained: unused, its folder's files are copied)
 };
 
 // The tokenizer the run trained on: data.tokenizer_model, else the tokenizer.model beside
@@ -74,7 +88,7 @@ std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path);
 
 // model.init_from: verifies the folder and loads its weights into `model` (built from
-// `config`). Its config.json sizes must equal the spec's (a mismatch names the spec field);
+// `config`). An arch pretrained export is refused (model.pretrained reads it). Its config.json sizes must equal the spec's (a mismatch names the spec field);
 // the architecture must be the same, or a transformer_classifier may start from a gpt_lm's
 // trunk (its head stays as initialised). Throws std::runtime_error with the reason.
 void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model);

@@ -13,9 +13,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/format/text.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/trainer/batching.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/export.h"
+#include "worker/trainer/models/pretrained.h"
 
 namespace nightshift::trainer {
 
@@ -50,6 +53,19 @@ T Get(const nlohmann::json& j, const char* key, T fallback) {
   return it == j.end() || it->is_null() ? fallback : it->get<T>();
 }
 
+// A Hugging Face folder without our max_len: the position table's rows, or fewer when
+// tokenizer_config.json's model_max_length says so (what transformers truncates to when
+// asked for truncation without a length; a folder without one saves a huge number).
+int64_t HfMaxLen(const std::string& dir, const HfConfig& config) {
+  int64_t max_len = hf::MaxRowLength(config);
+  std::ifstream in(dir + "/tokenizer_config.json");
+  const auto tc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto it = tc.is_object() ? tc.find("model_max_length") : tc.end();
+  if (it != tc.end() && it->is_number() && it->get<double>() >= 1 && it->get<double>() < max_len)
+    max_len = static_cast<int64_t>(it->get<double>());
+  return max_len;
+}
+
 }  // namespace
 
 Predictor::Predictor() : device_(torch::kCPU) {}
@@ -61,22 +77,36 @@ std::string Predictor::Open(const std::string& dir, const PredictorOptions& opti
   std::unique_ptr<Predictor> p(new Predictor());
   p->options_ = options;
   if (!fs::is_directory(dir)) return dir + ": not a directory (a model folder from `nightshift job artifacts`)";
-  if (options.verify) {
-    if (std::string err = VerifyModelFolder(dir); !err.empty()) return dir + ": " + err;
-  }
   const std::string config_path = dir + "/config.json";
   std::ifstream in(config_path);
   if (!in) return "cannot read " + config_path;
   nlohmann::json c = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!c.is_object()) return config_path + ": not a JSON object";
-  if (Get<std::string>(c, "format", "") != kModelFormat || Get<int>(c, "version", 0) > kModelFormatVersion)
+  // Our native folders always have checksums.json; a Hugging Face folder has one when we
+  // exported it, but not once transformers saved it again (our keys stay in its config).
+  const bool native = Get<std::string>(c, "format", "") == kModelFormat && Get<std::string>(c, "arch", "") != "pretrained";
+  if (options.verify && (native || fs::exists(dir + "/checksums.json"))) {
+    if (std::string err = VerifyModelFolder(dir); !err.empty()) return dir + ": " + err;
+  }
+  if (std::string err = native ? p->OpenNative(dir, c) : p->OpenHf(dir, c); !err.empty()) return err;
+  if (std::string err = PickDevice(options.device, 0, &p->device_); !err.empty()) return "--device: " + err;
+  p->model_->eval();
+  p->model_->to(p->device_);
+  *out = std::move(p);
+  return "";
+}
+
+std::string Predictor::OpenNative(const std::string& dir, const nlohmann::json& c) {
+  namespace fs = std::filesystem;
+  const std::string config_path = dir + "/config.json";
+  if (Get<int>(c, "version", 0) > kModelFormatVersion)
     return config_path + ": not a " + std::string(kModelFormat) + " folder of version <= " +
            std::to_string(kModelFormatVersion);
   try {
-    ModelConfig& m = p->model_config_;
+    ModelConfig& m = model_config_;
     m.arch = Get<std::string>(c, "arch", "");
     if (m.arch != "transformer_classifier" && m.arch != "gpt_lm")
-      return config_path + ": arch '" + m.arch + "' cannot be run here (transformer_classifier, gpt_lm)";
+      return config_path + ": arch '" + m.arch + "' cannot be run here (transformer_classifier, gpt_lm, pretrained)";
     m.layers = c.at("layers").get<int>();
     m.d_model = c.at("d_model").get<int>();
     m.heads = c.at("heads").get<int>();
@@ -86,33 +116,50 @@ std::string Predictor::Open(const std::string& dir, const PredictorOptions& opti
     m.pooling = c.value("pooling", "cls");  // folders from before model.pooling pool cls
     m.dropout = Get<double>(c, "dropout", 0.0);
     m.attention_dropout = Get<double>(c, "attention_dropout", 0.0);
-    p->vocab_size_ = c.at("vocab_size").get<int64_t>();
-    p->num_classes_ = Get<int64_t>(c, "num_classes", 0);
-    p->pad_id_ = Get<int64_t>(c, "pad_id", format::kPadId);
-    p->bos_id_ = Get<int64_t>(c, "bos_id", format::kBosId);
-    p->eos_id_ = Get<int64_t>(c, "eos_id", format::kEosId);
-    p->labels_ = Get<std::vector<std::string>>(c, "labels", {});
+    vocab_size_ = c.at("vocab_size").get<int64_t>();
+    num_classes_ = Get<int64_t>(c, "num_classes", 0);
+    pad_id_ = Get<int64_t>(c, "pad_id", format::kPadId);
+    bos_id_ = Get<int64_t>(c, "bos_id", format::kBosId);
+    eos_id_ = Get<int64_t>(c, "eos_id", format::kEosId);
+    labels_ = Get<std::vector<std::string>>(c, "labels", {});
   } catch (const nlohmann::json::exception& e) {
     return config_path + ": " + e.what();
   }
-  if (p->labels_.empty())
-    for (int64_t i = 0; i < p->num_classes_; ++i) p->labels_.push_back(std::to_string(i));
-  if (std::string err = PickDevice(options.device, 0, &p->device_); !err.empty()) return "--device: " + err;
+  if (labels_.empty())
+    for (int64_t i = 0; i < num_classes_; ++i) labels_.push_back(std::to_string(i));
   try {
-    p->model_ = BuildSequenceModel(p->model_config_, p->vocab_size_, p->num_classes_, p->pad_id_);
-    LoadExportTensors(p->model_config_.arch, ReadSafetensors(dir + "/model.safetensors"), *p->model_);
-    p->model_->eval();
-    p->model_->to(p->device_);
+    model_ = BuildSequenceModel(model_config_, vocab_size_, num_classes_, pad_id_);
+    LoadExportTensors(model_config_.arch, ReadSafetensors(dir + "/model.safetensors"), *model_);
   } catch (const std::exception& e) {
     return dir + ": " + e.what();
   }
   const std::string tokenizer = dir + "/tokenizer.model";
   if (fs::exists(tokenizer)) {
-    p->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    if (auto st = p->sp_->Load(tokenizer); !st.ok()) return "cannot load " + tokenizer + ": " + st.ToString();
+    sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    if (auto st = sp_->Load(tokenizer); !st.ok()) return "cannot load " + tokenizer + ": " + st.ToString();
   }
-  *out = std::move(p);
   return "";
+}
+
+std::string Predictor::OpenHf(const std::string& dir, const nlohmann::json& c) {
+  if (tokenizer::Error e = tokenizer::Tokenizer::Load(dir + "/tokenizer.json", &hf_tokenizer_); !e.empty()) return e;
+  HfConfig config;
+  try {
+    model_ = hf::LoadClassifier(dir, {}, &config);  // names config.json's key, or the weights' file and tensor
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  model_config_.arch = "pretrained";
+  model_config_.max_len = static_cast<int>(Get<int64_t>(c, "max_len", HfMaxLen(dir, config)));
+  labels_ = config.labels;
+  num_classes_ = static_cast<int64_t>(labels_.size());
+  pad_id_ = config.pad_token_id.value_or(0);  // any id: the mask hides padding
+  return "";
+}
+
+std::vector<int32_t> Predictor::EncodeText(const std::string& raw_text) const {
+  if (!hf_tokenizer_) return Encode(format::CleanText(raw_text, max_bytes()));
+  return hf_tokenizer_->Encode(std::string_view(raw_text).substr(0, max_bytes()), static_cast<size_t>(max_len()));
 }
 
 std::vector<int32_t> Predictor::Pieces(const std::string& clean_text) const {

@@ -1,9 +1,19 @@
-// Runs an exported model folder (export.h) outside the platform: nightshift-predict's
-// library part. Text goes through the steps of the job's data preparation
-// (worker/data_prep.cc: at most max_len x 16 bytes, invalid UTF-8 to '?', newlines and
-// tabs to spaces, bos + sentencepiece pieces, cut to max_len), batches are planned like
-// evaluation (batching.h PlanEval: length order, a padded-token budget), and the model is
-// the trainer's own module (model.h) with the folder's weights, in evaluation mode.
+// Runs a model folder outside the platform: nightshift-predict's library part. Two kinds:
+//
+// - Our own export of a native model (config.json "format": "nightshift-model", arch
+//   transformer_classifier or gpt_lm): text goes through the steps of the job's data
+//   preparation (worker/data_prep.cc: at most max_len x 16 bytes, invalid UTF-8 to '?',
+//   newlines and tabs to spaces, bos + sentencepiece pieces, cut to max_len) and the model
+//   is the trainer's own module (model.h) with the folder's weights.
+// - A Hugging Face classifier folder (config.json model_type bert, roberta or distilbert,
+//   tokenizer.json), trained by us (arch "pretrained") or not: the raw text (at most
+//   max_len x 64 bytes, as data preparation reads it for such a job) goes through the
+//   folder's tokenizer.json (tokenizer/tokenizer.h: the ids of transformers'
+//   tokenizer(text, truncation=True, max_length=max_len)), and the model is
+//   hf::LoadClassifier's (models/pretrained.h), labelled by config.json's id2label.
+//
+// Either way batches are planned like evaluation (batching.h PlanEval: length order, a
+// padded-token budget) and the model runs in evaluation mode.
 //
 // sentencepiece and LibTorch share this process: Debian's libsentencepiece exports its
 // private protobuf 3.14 (google::protobuf::*), while the wheel's libtorch_cpu keeps its
@@ -20,35 +30,48 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "worker/trainer/config.h"
 #include "worker/trainer/model.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
+namespace nightshift::tokenizer {
+class Tokenizer;
+}
 
 namespace nightshift::trainer {
 
-// Texts are cleaned with format::CleanText (common/format/text.h), as data preparation does.
 struct PredictorOptions {
   std::string device = "auto";  // auto | cpu | cuda (device.h PickDevice)
   int64_t max_tokens = 8192;    // padded tokens per batch (PlanEval's budget)
-  bool verify = true;           // check checksums.json first
+  // Check checksums.json first: required in our native folders; in a Hugging Face folder
+  // (ours or not) checked when it has one.
+  bool verify = true;
 };
 
 class Predictor {
  public:
   // Loads dir (checksums verified, config.json read, weights into the trainer's module).
-  // Returns "" and sets *out, or what is wrong, naming the file.
+  // Returns "" and sets *out, or what is wrong, naming the file (and key).
   static std::string Open(const std::string& dir, const PredictorOptions& options,
                           std::unique_ptr<Predictor>* out);
   ~Predictor();
 
+  // transformer_classifier | gpt_lm | pretrained (a Hugging Face classifier folder).
   const std::string& arch() const { return model_config_.arch; }
   const std::vector<std::string>& labels() const { return labels_; }
+  // Tokens per row. A Hugging Face folder: our export's max_len, else the shorter of its
+  // position table (hf::MaxRowLength) and tokenizer_config.json's model_max_length.
   int64_t max_len() const { return model_config_.max_len; }
-  size_t max_bytes() const { return static_cast<size_t>(model_config_.max_len) * 16; }
+  // Bytes of a text that are read: max_len x 16 (cleaned, sentencepiece), x 64 (raw, tokenizer.json).
+  size_t max_bytes() const { return static_cast<size_t>(model_config_.max_len) * (hf_tokenizer_ ? 64 : 16); }
   const torch::Device& device() const { return device_; }
+
+  // The row of a raw text as the job's data preparation makes it (either kind above).
+  std::vector<int32_t> EncodeText(const std::string& raw_text) const;
 
   // Token ids of a (cleaned) text as data preparation makes them: bos and pieces, at most
   // max_len for a classifier; for a language model max_len + 1 with eos when there is room.
@@ -77,7 +100,12 @@ class Predictor {
   std::vector<std::string> labels_;
   torch::Device device_;
   std::shared_ptr<SequenceModel> model_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // null: the folder has no tokenizer
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // null: the folder has no tokenizer.model
+  std::unique_ptr<tokenizer::Tokenizer> hf_tokenizer_;          // a Hugging Face folder's tokenizer.json
+
+  // The two kinds of folder (see the top): fill the fields above from dir/config.json `c`.
+  std::string OpenNative(const std::string& dir, const nlohmann::json& c);
+  std::string OpenHf(const std::string& dir, const nlohmann::json& c);
 };
 
 }  // namespace nightshift::trainer

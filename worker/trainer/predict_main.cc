@@ -1,10 +1,14 @@
-// nightshift-predict: runs an exported model folder (worker/trainer/export.h) in C++.
+// nightshift-predict: runs a model folder in C++ (worker/trainer/predict.h): our export
+// (worker/trainer/export.h) or any Hugging Face BERT, RoBERTa or DistilBERT classifier folder.
 //
 //   nightshift-predict --model DIR [FILE... | -] [--jsonl [--text-field F]] [-o text|json]
 //       classifier: one line per input: its name, the label, the class probabilities.
 //       Inputs: each FILE is one text (like a text_dir sample); `-` (or no FILE) reads
 //       stdin, one text per line; --jsonl: every FILE (or stdin) holds JSON lines and
 //       field F (default "text") is the text.
+//   nightshift-predict --model DIR --tokens [inputs as above]
+//       one JSON line per input, {"input": NAME, "ids": [...]}: the token ids the model
+//       gets (special tokens included, cut to max_len), to compare with one's own tokenizer.
 //   nightshift-predict --model DIR --generate N --prompt TEXT [--temperature T] [--top-k K] [--seed S]
 //   nightshift-predict --model DIR --score [inputs as above]      perplexity per input (gpt_lm)
 //
@@ -29,7 +33,7 @@ namespace {
 
 struct Input {
   std::string name;  // file name, "file:line" or "stdin:line"
-  std::string text;  // raw text (cleaned later)
+  std::string text;  // raw text (Predictor::EncodeText prepares it)
 };
 
 std::string ReadAll(std::istream& in, size_t max_bytes) {
@@ -80,7 +84,7 @@ std::string ReadInputs(const std::vector<std::string>& files, bool jsonl, const 
 struct Args {
   std::string dir, output = "text", text_field = "text", prompt, device = "auto";
   std::vector<std::string> files;
-  bool jsonl = false, score = false, with_logits = false, no_verify = false;
+  bool jsonl = false, score = false, with_logits = false, no_verify = false, tokens = false;
   int generate = 0, top_k = 0;
   double temperature = 1.0;
   int64_t max_tokens = 8192;
@@ -89,14 +93,20 @@ struct Args {
 
 // Parses the command line into *a; returns -1 to go on, else the exit code (help: 0).
 int ParseArgs(int argc, char** argv, Args* a) {
-  CLI::App app{"Run an exported Nightshift model: classify texts, score or generate them"};
-  app.add_option("--model", a->dir, "the model folder (nightshift job artifacts)")->required();
+  CLI::App app{"Run an exported Nightshift model or a Hugging Face BERT, RoBERTa or DistilBERT classifier folder: "
+               "classify texts, score or generate them"};
+  app.add_option("--model", a->dir,
+                 "the model folder (nightshift job artifacts, or a Hugging Face folder with config.json, "
+                 "model.safetensors and tokenizer.json)")
+      ->required();
   app.add_option("inputs", a->files, "text files (one text each), or - for stdin (one text per line)");
   app.add_flag("--jsonl", a->jsonl, "inputs are JSON lines; the text is --text-field");
   app.add_option("--text-field", a->text_field, "JSON field holding the text (--jsonl)");
   app.add_option("-o,--output", a->output, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}));
   app.add_flag("--logits", a->with_logits, "-o json: add the raw logits");
+  app.add_flag("--tokens", a->tokens,
+               "print each input's token ids instead, one JSON line each: {\"input\": NAME, \"ids\": [...]}");
   app.add_flag("--score", a->score, "gpt_lm: print each input's perplexity");
   app.add_option("--generate", a->generate, "gpt_lm: continue --prompt by N tokens");
   app.add_option("--prompt", a->prompt, "gpt_lm: the text --generate continues");
@@ -176,7 +186,7 @@ int Run(int argc, char** argv) {
                  a.dir.c_str(), p->arch().c_str());
     return 2;
   }
-  if (lm && !a.score && a.generate <= 0) {
+  if (lm && !a.score && a.generate <= 0 && !a.tokens) {
     std::fprintf(stderr, "nightshift-predict: %s is a gpt_lm: pass --generate N --prompt TEXT or --score\n",
                  a.dir.c_str());
     return 2;
@@ -196,7 +206,12 @@ int Run(int argc, char** argv) {
   }
   std::vector<std::vector<int32_t>> rows;
   rows.reserve(inputs.size());
-  for (const auto& in : inputs) rows.push_back(p->Encode(nightshift::format::CleanText(in.text, p->max_bytes())));
+  for (const auto& in : inputs) rows.push_back(p->EncodeText(in.text));
+  if (a.tokens) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      std::cout << nlohmann::json{{"input", inputs[i].name}, {"ids", rows[i]}}.dump() << "\n";
+    return 0;
+  }
   std::cout << (a.score ? Score(*p, inputs, rows, a) : Classify(*p, inputs, rows, a));
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,12 @@
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/batching.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/models/pretrained.h"
 #include "worker/trainer/train.h"
+
+#ifndef NIGHTSHIFT_PYTHON
+#define NIGHTSHIFT_PYTHON "/opt/nightshift/venv/bin/python"
+#endif
 
 namespace nightshift::trainer {
 namespace {
@@ -36,6 +42,12 @@ TrainConfig ConfigFor(const std::string& arch, const std::string& dir) {
   if (arch == "gpt_lm") c.data.num_classes = 0;
   c.data.class_names = arch == "gpt_lm" ? std::vector<std::string>{} : std::vector<std::string>{"ham", "spam"};
   return c;
+}
+
+// Runs `args` with the venv's python; "" or the command and its output.
+std::string RunPython(const std::string& args, const std::string& log) {
+  const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + args + " > " + log + " 2>&1";
+  return std::system(command.c_str()) == 0 ? "" : command + ":\n" + ReadAll(log);
 }
 
 std::shared_ptr<SequenceModel> Model(const TrainConfig& c, uint64_t seed) {
@@ -125,7 +137,7 @@ TEST(ExportTest, VerifyNamesTheFileThatChanged) {
     f.seekp(-3, std::ios::end);
     f.put('x');
   }
-  EXPECT_NE(VerifyModelFolder(dir + "/model").find("model.safetensors does not match its sha1"), std::string::npos)
+  EXPECT_NE(VerifyModelFolder(dir + "/model").find("model.safetensors does not match its sha256"), std::string::npos)
       << VerifyModelFolder(dir + "/model");
   fs::remove(dir + "/model/config.json");
   EXPECT_NE(VerifyModelFolder(dir + "/model").find("config.json is missing"), std::string::npos);
@@ -258,4 +270,122 @@ TEST(ExportTest, AClassifierStartsFromAGptLmTrunkWithANewHead) {
 }
 
 }  // namespace
+
+namespace {
+
+// A model.pretrained job's config for the Hugging Face folder `source`, resolved as the
+// trainer resolves it, with labels other than the folder's (so the head is new).
+TrainConfig PretrainedJob(const std::string& source) {
+  TrainConfig c;
+  c.job_id = "j-hf";
+  c.model.arch = "pretrained";
+  c.model.pretrained = source;
+  c.model.layers = c.model.d_model = c.model.heads = c.model.ffn = 0;
+  c.model.max_len = 32;
+  c.model.dropout = 0.2;
+  c.data.class_names = {"neg", "pos"};
+  c.data.num_classes = 2;
+  c.data.vocab_size = 0;
+  return c;
+}
+
+// The job's model as training leaves it: every parameter moved from where it started.
+std::shared_ptr<SequenceModel> TrainedClassifier(const TrainConfig& c) {
+  torch::manual_seed(5);
+  std::shared_ptr<SequenceModel> model = hf::JobClassifier(c, /*load_weights=*/true);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.1);
+  return model;
+}
+
+}  // namespace
+
+// arch pretrained: the export is the folder transformers saves for the fine-tuned model:
+// its own tensor names in F32, config.json with the architecture and the data's labels
+// (and ours beside), the source's tokenizer files, SHA-256 checksums. Then transformers
+// loads it (model and tokenizer) with the data's labels, and its logits equal
+// nightshift-predict's within 1e-4, its ids --tokens' (hf_folder_test.py check).
+TEST(ExportTest, PretrainedExportIsAFolderTransformersLoads) {
+  const std::string dir = FreshDir("export-pretrained");
+  const fs::path tests = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const std::string script = (tests / "predict" / "hf_folder_test.py").string();
+  ASSERT_EQ(RunPython(script + " make " + dir + "/source", dir + "/make.log"), "");
+  std::string exports;
+  for (const std::string arch : {"bert", "roberta", "distilbert"}) {
+    TrainConfig c = PretrainedJob(dir + "/source/" + arch);
+    ASSERT_EQ(hf::ResolvePretrained(&c), "") << arch;
+    std::shared_ptr<SequenceModel> model = TrainedClassifier(c);
+    const std::string out = dir + "/export-" + arch;
+    ExportModel(out, c, *model, ExportInfo{"j-hf", 7, {{"val_accuracy", 0.5}}, ""});
+    ASSERT_EQ(VerifyModelFolder(out), "") << arch;
+
+    const auto tensors = ReadSafetensors(out + "/model.safetensors");
+    const auto params = model->named_parameters();
+    EXPECT_EQ(tensors.size(), params.size()) << arch;
+    for (const auto& p : params) {
+      ASSERT_TRUE(tensors.count(p.key())) << arch << ": " << p.key() << " not exported under its own name";
+      EXPECT_TRUE(torch::equal(tensors.at(p.key()), p.value())) << arch << ": " << p.key();
+    }
+    const json config = json::parse(ReadAll(out + "/config.json"));
+    const json source = json::parse(ReadAll(c.model.pretrained + "/config.json"));
+    const std::string cls = arch == "bert" ? "Bert" : arch == "roberta" ? "Roberta" : "DistilBert";
+    EXPECT_EQ(config["architectures"], json::array({cls + "ForSequenceClassification"}));
+    EXPECT_EQ(config["id2label"], json({{"0", "neg"}, {"1", "pos"}}));
+    EXPECT_EQ(config["label2id"], json({{"neg", 0}, {"pos", 1}}));
+    EXPECT_EQ(config["vocab_size"], source["vocab_size"]) << "the model's, not the tokenizer's";
+    EXPECT_EQ(config[arch == "distilbert" ? "dropout" : "hidden_dropout_prob"], 0.2) << "the job's dropout";
+    EXPECT_EQ(config["dtype"], "float32");
+    EXPECT_EQ(config["format"], kModelFormat);
+    EXPECT_EQ(config["arch"], "pretrained");
+    EXPECT_EQ(config["max_len"], 32);
+    EXPECT_EQ(config["labels"], json::array({"neg", "pos"}));
+    EXPECT_EQ(config["step"], 7);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+      EXPECT_EQ(ReadAll(out + "/" + name), ReadAll(c.model.pretrained + "/" + name)) << arch << " " << name;
+    EXPECT_FALSE(fs::exists(out + "/tokenizer.model"));
+    const json sums = json::parse(ReadAll(out + "/checksums.json"));
+    EXPECT_EQ(sums["algorithm"], "sha256");
+    EXPECT_EQ(sums["files"].size(), 4u) << sums.dump();
+    EXPECT_EQ(sums["files"]["config.json"]["sha256"].get<std::string>().size(), 64u);
+    exports += " " + out;
+  }
+#ifdef NIGHTSHIFT_PREDICT_BIN
+  EXPECT_EQ(RunPython(script + " check " + NIGHTSHIFT_PREDICT_BIN + exports, dir + "/check.log"), "");
+#else
+  GTEST_SKIP() << "nightshift-predict is not built: transformers against it not checked";
+#endif
+}
+
+// A folder written before SHA-256 (checksums.json "sha1") still verifies; a file that
+// differs from its sha1 is named.
+TEST(ExportTest, Sha1FoldersStillVerify) {
+  const std::string dir = FreshDir("export-sha1");
+  const std::string model = dir + "/model";
+  fs::create_directories(model);
+  std::ofstream(model + "/config.json") << "{}";
+  // sha1("{}"), as Python's hashlib gives it.
+  std::ofstream(model + "/checksums.json")
+      << R"({"algorithm": "sha1", "files": {"config.json": {"bytes": 2, "sha1": "bf21a9e8fbc5a3846fb05b4fa0859e0917b2202f"}}})";
+  EXPECT_EQ(VerifyModelFolder(model), "");
+  std::ofstream(model + "/config.json") << "[]";
+  EXPECT_NE(VerifyModelFolder(model).find("config.json does not match its sha1"), std::string::npos)
+      << VerifyModelFolder(model);
+  std::ofstream(model + "/checksums.json") << R"({"algorithm": "md5", "files": {}})";
+  EXPECT_NE(VerifyModelFolder(model).find("md5"), std::string::npos) << VerifyModelFolder(model);
+}
+
+// model.init_from does not take a Hugging Face export: model.pretrained does.
+TEST(ExportTest, InitFromRefusesAPretrainedExport) {
+  const std::string dir = FreshDir("export-init-pretrained");
+  std::ofstream(dir + "/config.json") << R"({"format": "nightshift-model", "version": 1, "arch": "pretrained"})";
+  std::ofstream(dir + "/checksums.json") << R"({"algorithm": "sha256", "files": {}})";
+  const TrainConfig c = ConfigFor("transformer_classifier", dir);
+  try {
+    InitFromExport(dir, c, *Model(c, 1));
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("model.pretrained"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace nightshift::trainer

@@ -55,8 +55,8 @@ def inputs(pad_id, first_id):
     return ids, mask
 
 
-def configs():
-    common = dict(vocab_size=VOCAB, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
+def configs(vocab=VOCAB):
+    common = dict(vocab_size=vocab, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
     bert = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                 max_position_embeddings=40, type_vocab_size=2, hidden_dropout_prob=0.0,
                 attention_probs_dropout_prob=0.0, classifier_dropout=0.0, layer_norm_eps=1e-7, **common)

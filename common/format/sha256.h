@@ -1,0 +1,42 @@
+// SHA-256 (FIPS 180-4), the checksum of every model folder we write (checksums.json) and
+// of the coordinator's tokens. Here, in the dependency-free formats, because the trainer
+// writes and verifies model folders and links LibTorch only (no OpenSSL on a GPU node).
+#ifndef NIGHTSHIFT_COMMON_FORMAT_SHA256_H_
+#define NIGHTSHIFT_COMMON_FORMAT_SHA256_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace nightshift::format {
+
+// The "algorithm" of every checksums.json we write (model folders: worker/trainer/export.h,
+// common/model_folder.h); readers accept "sha1" as well, which folders written before held.
+inline constexpr char kChecksumAlgorithm[] = "sha256";
+
+// Incremental: Update any number of times, then HexDigest once.
+class Sha256 {
+ public:
+  Sha256();
+  void Update(std::string_view bytes);
+  std::string HexDigest();  // lower-case hex, 64 digits
+
+ private:
+  void Block(const unsigned char* block);  // one 64-byte block into state_
+  std::array<uint32_t, 8> state_;
+  std::array<unsigned char, 64> pending_{};  // bytes not yet a whole block
+  size_t pending_size_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+// SHA-256 of `bytes`, lower-case hex.
+std::string Sha256Hex(std::string_view bytes);
+
+// SHA-256 of the file at `path` (read in 1 MiB pieces) into *hex; returns "" or a message
+// naming the file.
+std::string Sha256OfFile(const std::string& path, std::string* hex);
+
+}  // namespace nightshift::format
+
+#endif  // NIGHTSHIFT_COMMON_FORMAT_SHA256_H_

@@ -1,0 +1,55 @@
+// checksums.json on the daemons' side: written as SHA-256, and folders written before it
+// (SHA-1) still verify; a changed file is named with its algorithm.
+#include "common/model_folder.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/common/test_model_folder.h"
+
+namespace nightshift {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("nightshift_model_folder_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+TEST(ModelFolderTest, WritesSha256AndVerifiesIt) {
+  const std::string dir = FreshDir("sha256");
+  ASSERT_FALSE(testing_model::WriteModelFolder(dir).empty());
+  auto sums = ParseChecksums(testing_model::ReadFile(dir + "/" + kChecksumsFile));
+  ASSERT_TRUE(sums.ok()) << sums.status().message();
+  EXPECT_EQ(sums->at("config.json").algorithm, "sha256");
+  EXPECT_EQ(sums->at("config.json").hex, format::Sha256Hex(testing_model::ReadFile(dir + "/config.json")));
+  EXPECT_TRUE(VerifyModelFolder(dir).ok());
+  std::ofstream(dir + "/config.json", std::ios::app) << " ";
+  const Status changed = VerifyModelFolder(dir);
+  EXPECT_NE(changed.message().find("config.json"), std::string::npos) << changed.message();
+}
+
+TEST(ModelFolderTest, Sha1FoldersStillVerify) {
+  const std::string dir = FreshDir("sha1");
+  std::ofstream(dir + "/config.json") << "{}";
+  // sha1("{}"), as Python's hashlib gives it.
+  std::ofstream(dir + "/checksums.json")
+      << R"({"algorithm": "sha1", "files": {"config.json": {"bytes": 2, "sha1": "bf21a9e8fbc5a3846fb05b4fa0859e0917b2202f"}}})";
+  EXPECT_TRUE(VerifyModelFolder(dir).ok()) << VerifyModelFolder(dir).message();
+  std::ofstream(dir + "/config.json") << "[]";
+  const Status changed = VerifyModelFolder(dir);
+  EXPECT_NE(changed.message().find("config.json: sha1"), std::string::npos) << changed.message();
+  EXPECT_FALSE(ParseChecksums(R"({"algorithm": "md5", "files": {}})").ok());
+  EXPECT_FALSE(ParseChecksums(R"({"algorithm": "sha256", "files": {"a": {"bytes": 1, "sha1": "x"}}})").ok())
+      << "the per-file key is the algorithm's";
+}
+
+}  // namespace
+}  // namespace nightshift
