@@ -72,6 +72,8 @@ TEST_F(PretrainedE2eTest, EachEncoderFineTunesAndComesBackInItsOwnLayout) {
                           NIGHTSHIFT_BIN_DIR + " " + kCorpus + " " + dl + "/bert " + dl + "/roberta " + dl +
                           "/distilbert";
   EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
+  for (const char* arch : {"bert", "roberta", "distilbert"})
+    EXPECT_NE(out.find("ok " + dl + "/" + arch + ": 24 mails"), std::string::npos) << out;
 }
 
 // Same folder, same data: a cache hit; another tokenizer.json: a miss.
