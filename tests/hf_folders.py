@@ -4,7 +4,9 @@ a tokenizer trained on the given texts (WordPiece for bert and distilbert, byte-
 for roberta) and a randomly initialised ...ForSequenceClassification of tiny sizes.
 
   hf_folders.py OUT_DIR CORPUS_DIR [--kinds bert,roberta,distilbert] [--vocab 1000]
-                [--hidden 32] [--layers 2] [--heads 4] [--labels a,b]
+                [--hidden 32] [--layers 2] [--heads 4] [--ffn 2*hidden] [--labels a,b]
+
+--vocab is the tokenizer's target size and the model's vocab_size (at least the tokenizer's).
 
 writes OUT_DIR/<kind>/ (config.json, model.safetensors, tokenizer.json, ...). CORPUS_DIR is
 read like data.path text_dir (every file under it); the tokenizer trains on a tenth of it.
@@ -38,15 +40,15 @@ def tokenizer(kind, texts, vocab, tmp):
 
 
 def config(kind, tok, args, labels):
-    ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, id2label=dict(enumerate(labels)),
+    ids = dict(vocab_size=max(len(tok), args.vocab), pad_token_id=tok.pad_token_id, id2label=dict(enumerate(labels)),
                label2id={n: i for i, n in enumerate(labels)})
     if kind == "distilbert":
-        return DistilBertConfig(dim=args.hidden, n_layers=args.layers, n_heads=args.heads, hidden_dim=2 * args.hidden,
+        return DistilBertConfig(dim=args.hidden, n_layers=args.layers, n_heads=args.heads, hidden_dim=args.ffn,
                                 max_position_embeddings=512, **ids)
     cls = RobertaConfig if kind == "roberta" else BertConfig
     positions = 514 if kind == "roberta" else 512  # roberta's start after the padding id
     return cls(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-               intermediate_size=2 * args.hidden, max_position_embeddings=positions, **ids)
+               intermediate_size=args.ffn, max_position_embeddings=positions, **ids)
 
 
 def main():
@@ -58,8 +60,10 @@ def main():
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=0, help="feed-forward width (0: 2 x hidden)")
     p.add_argument("--labels", default="LABEL_0,LABEL_1")
     args = p.parse_args()
+    args.ffn = args.ffn or 2 * args.hidden
     texts = texts_of(args.corpus)
     torch.manual_seed(0)
     for kind in args.kinds.split(","):

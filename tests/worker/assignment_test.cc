@@ -22,6 +22,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   spec.mutable_model()->set_max_len(64);
   spec.mutable_model()->set_arch("gpt_lm");
   spec.mutable_model()->set_init_from("/data/exported");
+  spec.mutable_model()->set_pretrained("/data/bert");  // not with init_from in a real spec
   const PrepOptions o = PrepOptionsFor(spec, {"/srv/data"});
   EXPECT_EQ(o.path, "/data/mail");
   EXPECT_EQ(o.format, "jsonl");
@@ -34,6 +35,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   EXPECT_EQ(o.max_len, 64);
   EXPECT_FALSE(o.classifier);
   EXPECT_EQ(o.tokenizer_model, "/data/exported/tokenizer.model");
+  EXPECT_EQ(o.pretrained, "/data/bert");
   EXPECT_EQ(o.roots, std::vector<std::string>{"/srv/data"});
 
   const std::vector<std::string> mapped = PrepareArgs({o, "out", 2});

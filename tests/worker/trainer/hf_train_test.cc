@@ -42,6 +42,18 @@ class HfTrainTest : public ::testing::Test {
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_models_reference.py").string();
     const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + *dir_ + " > " + *dir_ + "/log 2>&1";
     ok_ = std::system(command.c_str()) == 0;
+    // A WordPiece tokenizer of the folders' 100 ids, which a job's export copies (the
+    // synthetic shards here are ids already).
+    const std::string tokenizers = std::string(NIGHTSHIFT_PYTHON) + " -c '\n"
+        "import os, sys\n"
+        "from transformers import BertTokenizerFast\n"
+        "d = sys.argv[1]\n"
+        "open(d + \"/vocab.txt\", \"w\").write(\"\\n\".join([\"[PAD]\", \"[UNK]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"] + "
+        "[\"w%d\" % i for i in range(5, 100)]))\n"
+        "for arch in (\"bert\", \"roberta\", \"distilbert\"):\n"
+        "    BertTokenizerFast(vocab=d + \"/vocab.txt\").save_pretrained(os.path.join(d, arch))\n"
+        "' " + *dir_ + " >> " + *dir_ + "/log 2>&1";
+    ok_ = ok_ && std::system(tokenizers.c_str()) == 0;
   }
   void SetUp() override {
     ASSERT_TRUE(ok_) << "hf_models_reference.py failed: see " << *dir_ << "/log";
@@ -122,6 +134,24 @@ TEST_F(HfTrainTest, ActivationCheckpointingIsRngExactWithDropoutOn) {
       ASSERT_EQ(checkpointed.size(), plain.size());
       EXPECT_LE(MaxRelativeDifference(checkpointed, plain, &where), 1e-6) << "every " << every << ": " << where;
     }
+  }
+}
+
+// With dropout on the attention probabilities the CPU takes the explicit path (common.h);
+// at a probability too small to drop anything (below dropout.h's 2^-24 resolution) it
+// must give what SDPA gives.
+TEST_F(HfTrainTest, TheExplicitAttentionPathEqualsSdpa) {
+  const auto [tokens, pad] = Rows();
+  for (const char* arch : kArchs) {
+    SCOPED_TRACE(arch);
+    hf::ClassifierOptions options;
+    options.attention_dropout = 1e-9;
+    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder(arch), options);
+    model->eval();
+    const torch::Tensor sdpa = model->forward(tokens, pad);
+    model->train();  // every other dropout of these folders is 0
+    const torch::Tensor explicit_path = model->forward(tokens, pad);
+    EXPECT_LE((explicit_path - sdpa).abs().max().item<double>(), 1e-5);
   }
 }
 

@@ -1,17 +1,20 @@
 // What the Hugging Face encoders (bert.cc, roberta.cc, distilbert.cc) truly share: named
 // holder modules (so parameter names are the checkpoint's: attention.self.query.weight),
-// the key-padding bias, attention through SDPA and the layer stack's checkpointing.
+// the key-padding bias, attention (SDPA, or explicit with our dropout) and the layer
+// stack's checkpointing.
 // Everything that differs between the architectures is in their own files.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_COMMON_H_
 #define NIGHTSHIFT_WORKER_TRAINER_MODELS_COMMON_H_
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
 
 #include "worker/trainer/activation_checkpoint.h"
+#include "worker/trainer/dropout.h"
 #include "worker/trainer/errors.h"
 
 namespace nightshift::trainer::hf {
@@ -49,13 +52,26 @@ inline torch::Tensor KeyPaddingBias(const torch::Tensor& pad_mask, const torch::
 // Multi-head attention of projected queries q [B, Lq, D] over keys and values k, v
 // [B, L, D] with `heads` heads: softmax(q k^T / sqrt(D / heads) + bias) v, dropout p on
 // the probabilities in training. Returns [B, Lq, D].
+//
+// Two paths, as the native blocks have (model.h): SDPA (fused kernels; never materialises
+// the [B, H, Lq, L] probabilities), unless dropout applies to them on the CPU. There SDPA
+// falls back to its unfused form with ATen's dropout, whose serial bernoulli_ mask is
+// slow and kept for backward; the explicit path draws it with dropout.h's counter-based
+// mask instead (recomputed from its seed, and RNG-exact under activation checkpointing).
 inline torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& bias, int64_t heads, double p, bool training) {
   const int64_t b = q.size(0), d = q.size(2), dh = d / heads;
   auto split = [&](const torch::Tensor& t) { return t.view({b, t.size(1), heads, dh}).transpose(1, 2); };  // [B, H, L, Dh]
-  std::optional<torch::Tensor> mask;
-  if (bias.defined()) mask = bias;
-  auto y = at::scaled_dot_product_attention(split(q), split(k), split(v), mask, training ? p : 0.0);
+  torch::Tensor y;
+  if (training && p > 0 && q.device().is_cpu()) {
+    auto scores = torch::matmul(split(q), split(k).transpose(-2, -1)).mul_(1.0 / std::sqrt(double(dh)));
+    if (bias.defined()) scores = scores + bias;
+    y = torch::matmul(Dropout(torch::softmax(scores, -1), p, true), split(v));
+  } else {
+    std::optional<torch::Tensor> mask;
+    if (bias.defined()) mask = bias;
+    y = at::scaled_dot_product_attention(split(q), split(k), split(v), mask, training ? p : 0.0);
+  }
   return y.transpose(1, 2).reshape({b, q.size(1), d});
 }
 

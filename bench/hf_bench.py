@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Fine-tuning a BERT of MiniLM's sizes (6 layers, 384 wide, 12 heads, feed-forward 1536,
+vocabulary 30,522; random weights and a WordPiece tokenizer trained on the corpus, made by
+tests/hf_folders.py: no download) on SpamAssassin at max_len 256 (issue 27):
+nightshift-trainer (model.pretrained) against transformers (bench/baseline_transformers.py,
+SDPA attention, eager and torch.compile) on the same token ids, the same optimizer, 2 threads,
+runs alternating in one invocation.
+
+- fixed: batch 32 on both sides, --steps timed steps after 2 (eager) or 3 (compile) warm-up
+  steps: real tokens per second, peak resident memory (/usr/bin/time's maximum RSS), MFU
+  (the model's nominal training FLOPs, 6 x non-embedding parameters + 12 x layers x width x
+  row length per token, over the GEMM peak nightshift-trainer measured);
+- epoch: one epoch of --epoch-samples mails, nightshift with a token budget of 32 x 256
+  against transformers with group_by_length at batch 32: seconds for the epoch.
+
+  bench/hf_bench.py --build build [--steps 8] [--repeats 2] [--epoch-samples 800]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainer_bench import ROOT, VENV_PYTHON, prepare, run_trainer  # noqa: E402
+
+LAYERS, WIDTH, HEADS, FFN, VOCAB, MAX_LEN, BATCH = 6, 384, 12, 1536, 30522, 256, 32
+
+
+def timed(cmd, **kw):
+    """Runs cmd under /usr/bin/time; returns (stdout, peak RSS bytes)."""
+    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS %M", *cmd], capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(" ".join(cmd) + ": " + p.stderr[-3000:])
+    return p.stdout, int(re.findall(r"MAXRSS (\d+)", p.stderr)[-1]) * 1024
+
+
+def nominal_flops_per_token(row_len):
+    non_embedding = LAYERS * (4 * WIDTH * WIDTH + 2 * WIDTH * FFN + 9 * WIDTH + FFN) + WIDTH * WIDTH + WIDTH
+    return 6 * non_embedding + 12 * LAYERS * WIDTH * row_len
+
+
+def ours(build, folder, data_dir, meta, tmp, name, **kw):
+    model = {"pretrained": folder, "max_len": MAX_LEN}
+    return run_trainer(build, data_dir, meta, tmp, name, max_len=MAX_LEN, model=model, lr=5e-5, warmup=10,
+                    trainer=os.path.join(tmp, "timed-trainer"), **kw)
+
+
+def theirs(folder, data_dir, *args):
+    out, rss = timed([VENV_PYTHON, os.path.join(ROOT, "bench", "baseline_transformers.py"), "--model", folder,
+                      "--data", data_dir, "--max-len", str(MAX_LEN), "--batch-size", str(BATCH), *args])
+    r = json.loads(out.strip().splitlines()[-1])
+    r["peak_rss_bytes"] = rss
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "bench/.work"))
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--epoch-samples", type=int, default=800)
+    ap.add_argument("--only", default="fixed,epoch")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    folder = os.path.join(a.work, "minilm", "bert")
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        subprocess.run([VENV_PYTHON, os.path.join(ROOT, "tests", "hf_folders.py"), os.path.join(a.work, "minilm"),
+                        os.path.join(ROOT, "data", "spamassassin"), "--kinds", "bert", "--vocab", str(VOCAB),
+                        "--hidden", str(WIDTH), "--layers", str(LAYERS), "--heads", str(HEADS), "--ffn", str(FFN)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    data_dir = os.path.join(a.work, "minilm-256")
+    meta = prepare(a.build, data_dir, MAX_LEN, extra=["--pretrained", folder])
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        # nightshift-trainer under /usr/bin/time, so both sides' peak RSS is measured alike.
+        wrapper = os.path.join(tmp, "timed-trainer")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nexec /usr/bin/time -f 'MAXRSS %M' -o " + tmp + "/rss " +
+                    os.path.join(a.build, "bin", "nightshift-trainer") + ' "$@"\n')
+        os.chmod(wrapper, 0o755)
+
+        def rss():
+            return int(re.findall(r"MAXRSS (\d+)", open(os.path.join(tmp, "rss")).read())[-1]) * 1024
+
+        for rep in range(a.repeats):
+            if "fixed" in a.only:
+                r = ours(a.build, folder, data_dir, meta, tmp, f"fixed-{rep}", batch_size=BATCH,
+                         max_steps=a.steps + 2, skip_steps=2)
+                r.update(who="nightshift", mode="fixed", peak_rss_bytes=rss())
+                results.append(r)
+                print(json.dumps(r), flush=True)
+                for extra, skip in (([], 2), (["--compile"], 3)):
+                    r = theirs(folder, data_dir, "--max-steps", str(a.steps + skip), "--skip-steps", str(skip),
+                               "--lr", "5e-5", *extra)
+                    r["mode"] = "fixed"
+                    results.append(r)
+                    print(json.dumps(r), flush=True)
+            if "epoch" in a.only:
+                epoch_dir = os.path.join(a.work, f"minilm-256-{a.epoch_samples}")
+                epoch_meta = prepare(a.build, epoch_dir, MAX_LEN, max_samples=a.epoch_samples,
+                                     extra=["--pretrained", folder])
+                r = ours(a.build, folder, epoch_dir, epoch_meta, tmp, f"epoch-{rep}", max_tokens=str(BATCH * MAX_LEN))
+                r.update(who="nightshift", mode="epoch", epoch_seconds=r["done_train_seconds"], peak_rss_bytes=rss())
+                results.append(r)
+                print(json.dumps(r), flush=True)
+                r = theirs(folder, epoch_dir, "--batching", "grouped", "--lr", "5e-5")
+                r["mode"] = "epoch"
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    peak = max((r.get("peak_gflops") or 0) for r in results if r["who"] == "nightshift") * 1e9
+
+    def mean(who, mode, key):
+        vs = [r[key] for r in results if r["who"] == who and r["mode"] == mode and r.get(key) is not None]
+        return sum(vs) / len(vs) if vs else float("nan")
+
+    print(f"\nGEMM peak measured by nightshift-trainer: {peak / 1e9:.1f} GFLOP/s")
+    print("| mode | who | tokens/s | vs transformers eager | MFU | peak RSS (MiB) | epoch s |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in ("fixed", "epoch"):
+        base = mean("transformers", mode, "tokens_per_second")
+        base_epoch = mean("transformers", mode, "epoch_seconds")
+        for who in ("nightshift", "transformers", "transformers+compile"):
+            tps = mean(who, mode, "tokens_per_second")
+            if tps != tps:
+                continue
+            mfu = tps * nominal_flops_per_token(MAX_LEN) / peak if peak else float("nan")
+            ep = mean(who, mode, "epoch_seconds")
+            ratio = f"{tps / base:.2f}x" if mode == "fixed" else f"{ep / base_epoch:.2f}x the time"
+            print(f"| {mode} | {who} | {tps:.0f} | {ratio} | {mfu:.2f} | {mean(who, mode, 'peak_rss_bytes') / 2**20:.0f} "
+                  f"| {ep:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
