@@ -10,8 +10,9 @@ runs alternating in one invocation.
   steps: real tokens per second, peak resident memory (/usr/bin/time's maximum RSS), MFU
   (the model's nominal training FLOPs, 6 x non-embedding parameters + 12 x layers x width x
   row length per token, over the GEMM peak nightshift-trainer measured);
-- epoch: one epoch of --epoch-samples mails, nightshift with a token budget of 32 x 256
-  against transformers with group_by_length at batch 32: seconds for the epoch.
+- epoch: one epoch of --epoch-samples mails, nightshift with a token budget (--budget,
+  default 32 x 256) against transformers with group_by_length at batch 32: seconds of
+  training steps (nightshift's step times, without its final evaluation and export).
 
   bench/hf_bench.py --build build [--steps 8] [--repeats 2] [--epoch-samples 800]
 """
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--epoch-samples", type=int, default=800)
     ap.add_argument("--only", default="fixed,epoch")
+    ap.add_argument("--budget", type=int, default=BATCH * MAX_LEN, help="nightshift's max_tokens in the epoch runs")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     folder = os.path.join(a.work, "minilm", "bert")
@@ -103,8 +105,8 @@ def main():
                 epoch_dir = os.path.join(a.work, f"minilm-256-{a.epoch_samples}")
                 epoch_meta = prepare(a.build, epoch_dir, MAX_LEN, max_samples=a.epoch_samples,
                                      extra=["--pretrained", folder])
-                r = ours(a.build, folder, epoch_dir, epoch_meta, tmp, f"epoch-{rep}", max_tokens=str(BATCH * MAX_LEN))
-                r.update(who="nightshift", mode="epoch", epoch_seconds=r["done_train_seconds"], peak_rss_bytes=rss())
+                r = ours(a.build, folder, epoch_dir, epoch_meta, tmp, f"epoch-{rep}", max_tokens=str(a.budget))
+                r.update(who="nightshift", mode="epoch", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss())
                 results.append(r)
                 print(json.dumps(r), flush=True)
                 r = theirs(folder, epoch_dir, "--batching", "grouped", "--lr", "5e-5")

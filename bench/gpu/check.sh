@@ -5,7 +5,8 @@
 #   bench/gpu/check.sh             # there; carry bench/gpu/.carry along
 # Builds nightshift-trainer against the wheel's LibTorch, runs the trainer's tests, then
 # the GPU benchmarks (fp32 / bf16 / fp16, activation checkpointing, dynamic batching,
-# Nightshift vs plain PyTorch eager on the same model) and prints one table last.
+# Nightshift vs plain PyTorch eager on the same model), then a pretrained-model job (a small
+# BERT folder, fp32 and bf16), and prints the tables.
 # Without a GPU it says so and only checks that it is ready (a dry run). Under 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,5 +49,25 @@ timeout 150 ctest --test-dir build-gpu -L trainer -j 8 --timeout 120 2>&1 | tail
 step "benchmarks"
 timeout 240 "$PY" bench/trainer_bench.py --build build-gpu --work "$OUT_DIR/work" --only gpu --steps 30 \
   --data-512 "$PWD/$CARRY/spam-512" --python "$PY" 2>&1 | tee "$OUT_DIR/bench.txt"
+
+step "a pretrained-model job (model.pretrained: the carried small BERT folder), fp32 and bf16"
+if [ -f "$CARRY/bert-256/meta.json" ]; then
+  timeout 180 "$PY" - "$PWD/$CARRY" build-gpu <<'PRETRAINED' 2>&1 | tee "$OUT_DIR/pretrained.txt"
+import json, os, sys, tempfile
+sys.path.insert(0, "bench")
+from trainer_bench import run_trainer
+carry, build = sys.argv[1], sys.argv[2]
+data = os.path.join(carry, "bert-256")
+meta = json.load(open(os.path.join(data, "meta.json")))
+with tempfile.TemporaryDirectory() as tmp:
+    for precision in ("fp32", "bf16"):
+        r = run_trainer(build, data, meta, tmp, "pretrained-" + precision, max_len=256, batch_size=32,
+                        max_steps=60, precision=precision, lr=5e-5, warmup=10, skip_steps=10, threads=8,
+                        model={"pretrained": os.path.join(carry, "hf", "bert"), "max_len": 256})
+        print(json.dumps(r))
+PRETRAINED
+else
+  echo "gpu-check: no $CARRY/bert-256 (an older carry): pretrained-model job skipped"
+fi
 echo
 echo "gpu-check: done; logs in $OUT_DIR"

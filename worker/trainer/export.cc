@@ -236,18 +236,9 @@ std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors
 }
 
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path) {
-  const std::string bytes = ReadFile(path);
-  format::SafetensorsHeader header;
-  if (std::string e = format::ParseSafetensorsHeader(bytes, bytes.size(), &header); !e.empty())
-    throw std::runtime_error(path + ": " + e);
+  const HfWeights weights = HfWeights::OpenFile(path);  // one reader of safetensors: hf_weights.h
   std::map<std::string, torch::Tensor> out;
-  for (const format::SafetensorsTensor& t : header.tensors) {
-    if (t.dtype != format::DType::kF32)
-      throw std::runtime_error(path + ": " + t.name + ": dtype " + format::DTypeName(t.dtype) + " (only F32 is read)");
-    torch::Tensor tensor = torch::empty(t.shape, torch::kFloat32);
-    std::memcpy(tensor.data_ptr<float>(), bytes.data() + t.begin, t.end - t.begin);
-    out[t.name] = tensor;
-  }
+  for (const std::string& name : weights.names()) out[name] = weights.Float(name);
   return out;
 }
 

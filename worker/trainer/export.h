@@ -82,8 +82,8 @@ std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, Sequ
 void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
                        SequenceModel& model);
 
-// safetensors, F32 only (what we write): bytes and back. ReadSafetensors throws naming
-// the file and what is wrong with it.
+// safetensors: F32 bytes (what we write), and any file back as float32 tensors (F32, F16,
+// BF16; hf_weights.h reads it). ReadSafetensors throws naming the file and what is wrong.
 std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors);
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path);
 

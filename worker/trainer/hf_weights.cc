@@ -217,6 +217,13 @@ HfWeights HfWeights::Open(const std::string& dir) {
   return w;
 }
 
+HfWeights HfWeights::OpenFile(const std::string& path) {
+  HfWeights w;
+  w.dir_ = fs::path(path).parent_path().string();
+  w.AddFile(path, nullptr);
+  return w;
+}
+
 std::vector<std::string> HfWeights::names() const {
   std::vector<std::string> out;
   for (const auto& [name, entry] : tensors_) out.push_back(name);

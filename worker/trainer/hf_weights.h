@@ -57,6 +57,8 @@ class HfWeights {
   // checked (format::ReadSafetensorsHeader) and every name must appear once (in the shard
   // the index names) before any data is touched.
   static HfWeights Open(const std::string& dir);
+  // One safetensors file (our exports' model.safetensors), checked the same way.
+  static HfWeights OpenFile(const std::string& path);
 
   const std::string& dir() const { return dir_; }
   std::vector<std::string> names() const;  // sorted

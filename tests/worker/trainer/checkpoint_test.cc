@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FreshDir;
+using testing::RunUntilAbort;
 using testing::TinyConfig;
 
 // The parameters of the newest complete checkpoint in config.checkpoint_dir.
@@ -42,16 +43,6 @@ format::ProgressRecord Find(const MemoryProgressSink& progress, const std::strin
     if (r.event == event) return r;
   ADD_FAILURE() << "no " << event << " event";
   return {};
-}
-
-// Runs with NIGHTSHIFT_FAULT_ABORT_AT_STEP's effect; never returns (abort()).
-void RunUntilAbort(const TrainConfig& c, int64_t abort_at_step) {
-  rlimit no_core{0, 0};
-  setrlimit(RLIMIT_CORE, &no_core);
-  RankInfo rank;
-  rank.faults.abort_at_step = abort_at_step;
-  MemoryProgressSink progress;
-  RunTraining(c, rank, progress);
 }
 
 std::vector<torch::Tensor> UninterruptedRun(const std::string& name) {

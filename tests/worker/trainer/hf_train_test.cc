@@ -31,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace F = torch::nn::functional;
 using testing::FreshDir;
+using testing::RunUntilAbort;
 
 const char* const kArchs[] = {"bert", "roberta", "distilbert"};
 const std::vector<std::string> kLabels = {"no", "yes"};
@@ -260,15 +261,6 @@ std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
   std::vector<torch::Tensor> params;
   for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
   return params;
-}
-
-void RunUntilAbort(const TrainConfig& c, int64_t abort_at_step) {
-  rlimit no_core{0, 0};
-  setrlimit(RLIMIT_CORE, &no_core);
-  RankInfo rank;
-  rank.faults.abort_at_step = abort_at_step;
-  MemoryProgressSink progress;
-  RunTraining(c, rank, progress);
 }
 
 // Killed after the checkpoint of step 3 and resumed, with dropout on (the generator is

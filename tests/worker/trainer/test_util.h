@@ -8,11 +8,14 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
 #include "common/format/shard.h"
 #include "worker/trainer/config.h"
+#include "worker/trainer/progress_sink.h"
+#include "worker/trainer/train.h"
 
 namespace nightshift::trainer::testing {
 
@@ -77,6 +80,17 @@ inline TrainConfig TinyConfig(const std::string& dir, int n_train = 40, int n_va
   WriteSyntheticShard(c.data.train_shard, n_train, 1);
   WriteSyntheticShard(c.data.val_shard, n_val, 2);
   return c;
+}
+
+// Trains `c` with NIGHTSHIFT_FAULT_ABORT_AT_STEP's effect: never returns (abort(), no core
+// file). For EXPECT_DEATH.
+inline void RunUntilAbort(const TrainConfig& c, int64_t abort_at_step) {
+  rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  RankInfo rank;
+  rank.faults.abort_at_step = abort_at_step;
+  MemoryProgressSink progress;
+  RunTraining(c, rank, progress);
 }
 
 }  // namespace nightshift::trainer::testing
