@@ -65,15 +65,22 @@ TEST_F(PretrainedE2eTest, EachEncoderFineTunesAndComesBackInItsOwnLayout) {
     std::string out;
     ASSERT_EQ(cluster.Cli({"job", "artifacts", job.id(), "--output", dl + "/" + arch}, &out), 0) << out;
     EXPECT_TRUE(VerifyModelFolder(dl + "/" + arch).ok());
+    if (std::string(arch) == "bert") {  // a kept checkpoint, exported on request, the same layout
+      const std::string step = std::to_string(job.progress().step());
+      ASSERT_EQ(cluster.Cli({"job", "artifacts", job.id(), "--step", step, "--output", dl + "/bert-step"}, &out), 0)
+          << out;
+      EXPECT_TRUE(VerifyModelFolder(dl + "/bert-step").ok());
+      EXPECT_EQ(ModelFolderStep(dl + "/bert-step"), job.progress().step());
+    }
   }
   // transformers loads each (labels ham/spam) and predicts what nightshift predict does.
   std::string out;
   const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/e2e/pretrained_check.py " +
                           NIGHTSHIFT_BIN_DIR + " " + kCorpus + " " + dl + "/bert " + dl + "/roberta " + dl +
-                          "/distilbert";
+                          "/distilbert " + dl + "/bert-step";
   EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
-  for (const char* arch : {"bert", "roberta", "distilbert"})
-    EXPECT_NE(out.find("ok " + dl + "/" + arch + ": 24 mails"), std::string::npos) << out;
+  for (const char* folder : {"bert", "roberta", "distilbert", "bert-step"})
+    EXPECT_NE(out.find("ok " + dl + "/" + folder + ": 24 mails"), std::string::npos) << out;
 }
 
 // Same folder, same data: a cache hit; another tokenizer.json: a miss.
