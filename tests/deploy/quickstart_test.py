@@ -55,10 +55,18 @@ class QuickstartFailureTest(unittest.TestCase):
         return proc.returncode, out
 
     def assert_nothing_left(self):
-        time.sleep(0.5)
-        for match in (["-s", str(self.session)], ["-f", self.run_dir]):
-            left = subprocess.run(["pgrep", "-a", *match], capture_output=True, text=True).stdout
-            self.assertEqual(left, "", "processes left behind")
+        """No process of the run is still alive, waiting up to 5 s for the last to exit. A
+        zombie (<defunct>: exited, its parent gone, not yet reaped by init) is not alive."""
+        left = ""
+        for _ in range(50):
+            time.sleep(0.1)
+            left = "".join(line + "\n" for match in (["-s", str(self.session)], ["-f", self.run_dir])
+                           for line in subprocess.run(["pgrep", "-a", *match], capture_output=True,
+                                                      text=True).stdout.splitlines()
+                           if not line.endswith("<defunct>"))
+            if not left:
+                return
+        self.assertEqual(left, "", "processes left behind")
 
     def test_a_program_the_build_did_not_make_is_named_before_anything_starts(self):
         build = os.path.join(self.tmp.name, "build")
