@@ -301,7 +301,8 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
   // prefix equal those of the whole text up to the word the prefix cuts.
   auto phase = std::chrono::steady_clock::now();
   const bool pretrained = !data.pretrained.empty();
-  const size_t max_bytes = static_cast<size_t>(data.max_len) * (pretrained ? 64 : 16);
+  const size_t max_bytes =
+      static_cast<size_t>(data.max_len) * (pretrained ? format::kRawBytesPerToken : format::kCleanBytesPerToken);
   std::vector<std::string> texts;
   NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, /*clean=*/!pretrained, threads, &texts));
   std::vector<bool> is_val(samples.size());

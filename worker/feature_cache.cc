@@ -123,6 +123,11 @@ Status FeatureCache::HashFile(const InputFile& file, std::string* hash) {
 StatusOr<std::string> FeatureCache::KeyFor(const PrepOptions& options) {
   std::vector<InputFile> files;
   NS_RETURN_IF_ERROR(ListInputs(options, &files));
+  for (const std::string& path : PretrainedInputs(options)) {  // the tokenizer's files, by content
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return Status::NotFound("model.pretrained: cannot read " + path);
+    files.push_back({"pretrained/" + fs::path(path).filename().string(), "", path});
+  }
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
   for (const auto& f : files) {
@@ -133,16 +138,6 @@ StatusOr<std::string> FeatureCache::KeyFor(const PrepOptions& options) {
       return s;
     }
     const std::string line = f.id + '\0' + h + '\n';
-    XXH3_128bits_update(state, line.data(), line.size());
-  }
-  for (const std::string& path : PretrainedInputs(options)) {  // the tokenizer's files, by content
-    std::string h;
-    int64_t bytes = 0;
-    if (Status s = HashContents(path, &h, &bytes); !s.ok()) {
-      XXH3_freeState(state);
-      return Status::NotFound("model.pretrained: cannot read " + path);
-    }
-    const std::string line = "pretrained/" + fs::path(path).filename().string() + '\0' + h + '\n';
     XXH3_128bits_update(state, line.data(), line.size());
   }
   const std::string fp = OptionsFingerprint(options);

@@ -14,6 +14,13 @@ namespace nightshift::format {
 // and '\n', '\r', '\t' replaced by spaces (one text per line in the tokenizer's corpus).
 std::string CleanText(const std::string& raw, size_t max_bytes);
 
+// Bytes of a text read per token kept (max_len of them), by data preparation and by
+// nightshift-predict alike: a cleaned text for sentencepiece; a raw text for a Hugging
+// Face tokenizer.json, whose ids of a prefix equal the whole text's up to the word the
+// prefix cuts, so it gets more.
+inline constexpr size_t kCleanBytesPerToken = 16;
+inline constexpr size_t kRawBytesPerToken = 64;
+
 }  // namespace nightshift::format
 
 #endif  // NIGHTSHIFT_COMMON_FORMAT_TEXT_H_

@@ -100,16 +100,6 @@ json ReadJsonFile(const std::string& path) {
   }
 }
 
-// transformers' class for a classifier of each model_type (config.json "architectures").
-std::string SequenceClassifierClass(const std::string& model_type) {
-  static const std::map<std::string, std::string> kClasses = {{"bert", "BertForSequenceClassification"},
-                                                              {"roberta", "RobertaForSequenceClassification"},
-                                                              {"distilbert", "DistilBertForSequenceClassification"}};
-  const auto it = kClasses.find(model_type);
-  if (it == kClasses.end()) throw std::runtime_error("export: model_type \"" + model_type + "\" is not supported");
-  return it->second;
-}
-
 // The spec's dropout (hf::JobClassifier applies it) under the model type's config.json keys,
 // so that training on in transformers uses what the job used.
 void SetDropout(const ModelConfig& m, const std::string& model_type, json* j) {
@@ -128,7 +118,7 @@ json PretrainedConfigJson(const TrainConfig& c, const ExportInfo& info) {
   const std::string source = c.model.pretrained + "/config.json";
   json j = ReadJsonFile(source);
   if (!j.is_object()) throw std::runtime_error("export: " + source + " is not a JSON object");
-  j["architectures"] = json::array({SequenceClassifierClass(j.value("model_type", ""))});
+  j["architectures"] = json::array({hf::ClassifierClassName(j.value("model_type", ""))});
   json id2label = json::object(), label2id = json::object();
   for (size_t i = 0; i < c.data.class_names.size(); ++i) {
     id2label[std::to_string(i)] = c.data.class_names[i];

@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/format/text.h"
 #include "worker/trainer/config.h"
 #include "worker/trainer/model.h"
 
@@ -67,7 +68,10 @@ class Predictor {
   // position table (hf::MaxRowLength) and tokenizer_config.json's model_max_length.
   int64_t max_len() const { return model_config_.max_len; }
   // Bytes of a text that are read: max_len x 16 (cleaned, sentencepiece), x 64 (raw, tokenizer.json).
-  size_t max_bytes() const { return static_cast<size_t>(model_config_.max_len) * (hf_tokenizer_ ? 64 : 16); }
+  size_t max_bytes() const {
+    return static_cast<size_t>(model_config_.max_len) *
+           (hf_tokenizer_ ? format::kRawBytesPerToken : format::kCleanBytesPerToken);
+  }
   const torch::Device& device() const { return device_; }
 
   // The row of a raw text as the job's data preparation makes it (either kind above).

@@ -34,6 +34,13 @@ ClassifierOptions JobOptions(const TrainConfig& config) {
 
 }  // namespace
 
+std::string ClassifierClassName(const std::string& model_type) {
+  if (model_type == "bert") return "BertForSequenceClassification";
+  if (model_type == "roberta") return "RobertaForSequenceClassification";
+  if (model_type == "distilbert") return "DistilBertForSequenceClassification";
+  throw PermanentError("model_type \"" + model_type + "\" is not supported (bert, roberta, distilbert)");
+}
+
 std::shared_ptr<SequenceModel> BuildClassifier(const HfConfig& c) {
   if (c.model_type == "bert") return BertForSequenceClassification(c).ptr();
   if (c.model_type == "roberta") return RobertaForSequenceClassification(c).ptr();

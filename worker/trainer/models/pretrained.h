@@ -12,6 +12,10 @@
 
 namespace nightshift::trainer::hf {
 
+// transformers' name of that class (config.json "architectures"); throws PermanentError
+// for a model_type we do not build.
+std::string ClassifierClassName(const std::string& model_type);
+
 // The ...ForSequenceClassification model of `config.model_type`, freshly initialised.
 std::shared_ptr<SequenceModel> BuildClassifier(const HfConfig& config);
 
