@@ -33,6 +33,7 @@ const std::vector<Verb>& Verbs() {
       {"worker", "cordon", "place no new work on a worker (running jobs stay)", WorkerCordon},
       {"worker", "uncordon", "accept new work on a worker again", WorkerUncordon},
       {"worker", "drain", "cordon a worker and move its jobs: they checkpoint and resume elsewhere", WorkerDrain},
+      {"worker", "remove", "forget a worker now (its jobs restart elsewhere; the name may register again)", WorkerRemove},
       {"cluster", "status", "workers, slots and the queue", ClusterStatus},
       {"cache", "list", "entries of every worker's cache", CacheList},
       {"cache", "stats", "entries, bytes, hits, misses, build seconds saved", CacheStats},

@@ -40,6 +40,7 @@ const char* MethodName(Method m) {
     case Method::kEvictCache: return "EvictCache";
     case Method::kCordonWorker: return "CordonWorker";
     case Method::kDrainWorker: return "DrainWorker";
+    case Method::kRemoveWorker: return "RemoveWorker";
   }
   return "?";
 }
@@ -108,6 +109,7 @@ Status Permit(const Principal& who, Method method, const std::string* owner) {
     case Method::kEvictCache:
     case Method::kCordonWorker:
     case Method::kDrainWorker:
+    case Method::kRemoveWorker:
       return denied("AdminService is for admins");
   }
   return denied("unknown method");

@@ -40,6 +40,7 @@ enum class Method {
   kGetArtifacts, kGetJobMetrics,
   kRegister, kHeartbeat, kReportTask,                                  // WorkerService
   kListWorkers, kListCache, kEvictCache, kCordonWorker, kDrainWorker,  // AdminService
+  kRemoveWorker,
 };
 const char* MethodName(Method method);
 

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <random>
 #include <set>
 
 #include "common/log.h"
@@ -13,6 +14,21 @@
 #include "coordinator/worker_registry.h"
 
 namespace nightshift {
+namespace {
+
+// 32 random bytes from the OS, as 64 hex digits.
+std::string RandomKey() {
+  std::random_device os;  // /dev/urandom on Linux
+  static const char kHex[] = "0123456789abcdef";
+  std::string key;
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t word = os();
+    for (int shift = 28; shift >= 0; shift -= 4) key += kHex[(word >> shift) & 15];
+  }
+  return key;
+}
+
+}  // namespace
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobStore> store)
     : options_(options),
@@ -90,12 +106,15 @@ StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* ve
   return jobs_->WaitForChange(lock, id, version, timeout);
 }
 
-StatusOr<int> Coordinator::Register(const v1::WorkerInfo& worker) {
+StatusOr<Coordinator::Registered> Coordinator::Register(const v1::WorkerInfo& worker, const RegistrationSource& from) {
   NS_RETURN_IF_ERROR(WorkerRegistry::CheckRegistration(worker));
+  Registered registered;
+  registered.heartbeat_interval_ms = options_.heartbeat_interval_ms;
+  registered.file_service_key = RandomKey();
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
-  workers_->Register(worker);
-  return options_.heartbeat_interval_ms;
+  NS_RETURN_IF_ERROR(workers_->Register(worker, from, registered.file_service_key));
+  return registered;
 }
 
 StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const std::vector<v1::TaskStatus>& tasks,
@@ -143,7 +162,7 @@ void Coordinator::Tick() {
   placer_->SchedulingPass(now, options_.preemption);
 }
 
-StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
+StatusOr<Coordinator::FileService> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   auto entry = jobs_->Get(job_id);
@@ -158,7 +177,7 @@ StatusOr<std::string> Coordinator::LogAddressOf(const std::string& job_id, int r
     if (w == nullptr || w->info.log_address().empty())
       return Status::Unavailable("worker " + p.worker() + " that ran rank " + std::to_string(rank) +
                                  " of " + job_id + " is not connected");
-    return w->info.log_address();
+    return FileService{w->info.log_address(), w->file_key};
   }
   return Status::NotFound("rank " + std::to_string(rank) + " of job " + job_id + " has not been placed yet");
 }
@@ -196,7 +215,7 @@ StatusOr<Coordinator::ModelLocation> Coordinator::ModelOf(const std::string& id,
     where.worker_error = Status::Unavailable("worker " + where.model.worker() + " that holds the model of job " + id +
                                              " is gone, and the coordinator sees no shared copy (--checkpoint-root)");
   else
-    where.worker_address = w->info.log_address();
+    where.worker_address = w->info.log_address(), where.worker_key = w->file_key;
   return where;
 }
 
@@ -246,6 +265,12 @@ StatusOr<v1::WorkerInfo> Coordinator::Cordon(const std::string& name, bool uncor
   auto info = workers_->Cordon(name, uncordon);
   if (info.ok()) info->set_used_slots(jobs_->UsedSlots(name));
   return info;
+}
+
+Status Coordinator::RemoveWorker(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  return workers_->Remove(name);  // the next Tick fails its attempts (Gone)
 }
 
 StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {

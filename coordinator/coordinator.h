@@ -78,6 +78,14 @@ struct HeartbeatReply {
   std::vector<v1::CheckpointCopy> copy_checkpoints;  // see Heartbeat
 };
 
+// Who registers a worker, as the service saw the call.
+struct RegistrationSource {
+  std::string peer_host;  // IP the call came from ("" when unknown: no address rules)
+  // An admin's (or insecure mode's) call: may set any log address. A worker token's call
+  // must come from the host of the log address it registers.
+  bool admin = true;
+};
+
 struct CoordinatorOptions {
   std::string data_dir;                 // RocksDB job store lives here; required
   double lease_seconds = 10;            // a worker silent this long is lost...
@@ -89,6 +97,7 @@ struct CoordinatorOptions {
   double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
   int max_jobs_per_user = 1000;         // unfinished jobs (queued or running) one owner may have
   bool preemption = true;               // higher-priority jobs may preempt lower ones
+  double forget_workers_after_seconds = 86400;  // a worker LOST this long is forgotten
   double stop_timeout_seconds = 60;     // a PREEMPTED or STUCK job whose workers have not
                                         // reported its ranks gone by then is requeued anyway
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
@@ -137,8 +146,13 @@ class Coordinator {
   // WorkerService.
   // A worker (re)introduces itself: `worker` carries its name, slots, GPUs, log address
   // and the tasks it still runs from before; the rest is the coordinator's. Returns the
-  // heartbeat interval to tell it, in milliseconds.
-  StatusOr<int> Register(const v1::WorkerInfo& worker);
+  // heartbeat interval to tell it, in milliseconds, and the fresh secret its file service
+  // is to accept. `from`: who calls (WorkerRegistry::Register says what is refused).
+  struct Registered {
+    int heartbeat_interval_ms = 0;
+    std::string file_service_key;
+  };
+  StatusOr<Registered> Register(const v1::WorkerInfo& worker, const RegistrationSource& from = {});
   // `tasks`: every task the worker holds; `cache`: its feature cache, if it changed
   // (null otherwise); `checkpoints`: the newest checkpoint of each job on its own disk
   // (none with a shared checkpoint root). NOT_FOUND for a worker that is not registered.
@@ -172,12 +186,17 @@ class Coordinator {
   struct ModelLocation {
     v1::ModelArtifact model;
     std::string worker_address;
+    std::string worker_key;  // its file_service_key
     Status worker_error;
   };
   StatusOr<ModelLocation> ModelOf(const std::string& id, int64_t step = 0) const;
 
-  // The log service address of the worker that runs (or last ran) `rank` of a job.
-  StatusOr<std::string> LogAddressOf(const std::string& job_id, int rank) const;
+  // The file service of the worker that runs (or last ran) `rank` of a job.
+  struct FileService {
+    std::string address;
+    std::string key;  // its file_service_key: `authorization: Bearer <key>`
+  };
+  StatusOr<FileService> LogAddressOf(const std::string& job_id, int rank) const;
 
   // AdminService.
   std::vector<v1::WorkerInfo> ListWorkers() const;
@@ -190,6 +209,9 @@ class Coordinator {
   StatusOr<v1::WorkerInfo> Cordon(const std::string& name, bool uncordon);
   // Cordon, and preempt the jobs running there so they checkpoint and move.
   StatusOr<v1::WorkerInfo> Drain(const std::string& name);
+  // Forget a worker now (NOT_FOUND if unknown): its running jobs restart elsewhere, and
+  // the name may register again from any host (a worker token still binds it).
+  Status RemoveWorker(const std::string& name);
 
   // One pass of the control loop, at clock time Now(): expire worker leases; requeue
   // stopping jobs whose ranks are gone (or late); mark hung jobs STUCK; fail attempts on

@@ -28,6 +28,7 @@ struct Flags {
   std::string port_file, metrics_listen, metrics_port_file, token_file;
   std::string checkpoint_root;  // the workers' shared --checkpoint-root, if this host mounts it
   TlsServerOptions tls;
+  SubmitPolicy policy;
 };
 
 void AddFlags(CLI::App* app, Flags* f) {
@@ -51,6 +52,10 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--tls-cert", f->tls.cert, "PEM certificate chain: serve TLS (with --tls-key)");
   app->add_option("--tls-key", f->tls.key, "PEM private key of --tls-cert");
   app->add_option("--tls-client-ca", f->tls.client_ca, "PEM CA: require client certificates signed by it (mutual TLS)");
+  app->add_flag("--allow-torchscript", f->policy.allow_torchscript,
+                "let every user submit model.arch torchscript (their module's code runs on the workers)");
+  app->add_option("--torchscript-user", f->policy.torchscript_users,
+                  "a user who may submit model.arch torchscript (repeatable); admins always may");
   app->add_option("--max-jobs-per-user", f->options.max_jobs_per_user, "unfinished jobs one user may have")
       ->check(CLI::Range(1, 1000000));
 }
@@ -133,7 +138,7 @@ int main(int argc, char** argv) {
 
   auto faults = FaultsFromEnv();
   if (!faults.ok()) return Fail(faults.status());
-  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value());
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value(), flags.policy);
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -1,5 +1,7 @@
 #include "coordinator/placer.h"
 
+#include "common/file_access.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -132,6 +134,8 @@ void Placer::AddCheckpointCopies(const std::string& target, Clock::TimePoint now
     copy.set_step(newest->second);
     copy.set_source_worker(source);
     copy.set_source_address(src->info.log_address());
+    copy.set_capability(ReadCheckpointCapability(src->file_key, id));
+    copy.set_manifest_sha256(src->held_manifest.count(id) ? src->held_manifest.at(id) : "");
   }
 }
 

@@ -35,6 +35,40 @@ Status CheckJob(Authenticator* auth, Coordinator* c, const grpc::ServerContext* 
   return Permit(who, method, &job->owner());
 }
 
+// A worker token names its worker (the token file's user column): it may register,
+// heartbeat and report as that worker only. Admins (and insecure mode) may act as any.
+Status CheckWorker(Authenticator* auth, const grpc::ServerContext* ctx, Method method, const std::string& name,
+                   Principal* who = nullptr) {
+  Principal caller;
+  NS_RETURN_IF_ERROR(Check(auth, ctx, method, nullptr, &caller));
+  if (caller.role == Role::kWorker && name != caller.user)
+    return Status::PermissionDenied("the token of worker " + caller.user + " may not act as worker " + name);
+  if (who != nullptr) *who = caller;
+  return Status::OK();
+}
+
+// The IP address a call came from: "ipv4:10.0.0.7:5123" -> "10.0.0.7",
+// "ipv6:[::1]:5123" -> "::1", an IPv4-mapped IPv6 address as IPv4; "" for other
+// transports.
+std::string PeerHost(const std::string& peer) {
+  std::string host;
+  if (peer.rfind("ipv4:", 0) == 0) {
+    host = peer.substr(5, peer.rfind(':') - 5);
+  } else if (peer.rfind("ipv6:[", 0) == 0) {
+    host = peer.substr(6, peer.find(']') - 6);
+    if (host.rfind("::ffff:", 0) == 0 && host.find('.') != std::string::npos) host = host.substr(7);
+  }
+  return host;
+}
+
+// A stub for a worker's file service, and the call's context carrying the key the
+// coordinator gave that worker at registration.
+std::unique_ptr<v1::WorkerFileService::Stub> WorkerFiles(const std::string& address, const std::string& key,
+                                                         grpc::ClientContext* ctx) {
+  ctx->AddMetadata("authorization", "Bearer " + key);
+  return v1::WorkerFileService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
 // A ListJobs request as a query: page_size 0 means 100; the page token is the last
 // submit_seq of the previous page.
 Status ToJobQuery(const v1::ListJobsRequest& req, JobQuery* query) {
@@ -66,6 +100,11 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
     if (!parsed.ok()) return timer.Done(ToGrpc(parsed.status()));
     spec = std::move(parsed.value());
   }
+  if (spec.model().arch() == "torchscript" && who.role != Role::kAdmin && !policy_.allow_torchscript &&
+      !policy_.torchscript_users.count(who.user))
+    return timer.Done(ToGrpc(Status::PermissionDenied(
+        "model.arch: torchscript runs your module's code on the workers; user " + who.user +
+        " may not submit it until an admin enables it (coordinator --allow-torchscript or --torchscript-user)")));
   auto job = c_->Submit(std::move(spec), who.user, req->request_id());
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
   if (DropSubmitReply())
@@ -138,11 +177,11 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
   RpcTimer timer(metrics_, "StreamLogs");
   Status allowed = CheckJob(auth_, c_, ctx, Method::kStreamLogs, req->id());
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  auto address = c_->LogAddressOf(req->id(), req->rank());
-  if (!address.ok()) return timer.Done(ToGrpc(address.status()));
+  auto files = c_->LogAddressOf(req->id(), req->rank());
+  if (!files.ok()) return timer.Done(ToGrpc(files.status()));
   // Relay from the worker; the worker's stream ends when the caller goes away.
-  auto stub = v1::WorkerFileService::NewStub(grpc::CreateChannel(address.value(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext worker_ctx;
+  auto stub = WorkerFiles(files->address, files->key, &worker_ctx);
   v1::ReadLogRequest read;
   read.set_job_id(req->id());
   read.set_rank(req->rank());
@@ -181,9 +220,8 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   }
   if (!where->worker_error.ok()) return timer.Done(ToGrpc(where->worker_error));
   // Relay from the worker that holds it.
-  auto stub = v1::WorkerFileService::NewStub(
-      grpc::CreateChannel(where->worker_address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext worker_ctx;
+  auto stub = WorkerFiles(where->worker_address, where->worker_key, &worker_ctx);
   v1::ReadModelRequest read;
   read.set_job_id(req->id());
   read.set_step(req->step());
@@ -221,7 +259,8 @@ grpc::Status JobServiceImpl::GetJobMetrics(grpc::ServerContext* ctx, const v1::G
 grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                          v1::RegisterResponse* out) {
   RpcTimer timer(metrics_, "Register");
-  Status allowed = Check(auth_, ctx, Method::kRegister);
+  Principal who;
+  Status allowed = CheckWorker(auth_, ctx, Method::kRegister, req->name(), &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   v1::WorkerInfo worker;
   worker.set_name(req->name());
@@ -229,9 +268,13 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
   worker.set_log_address(req->log_address());
   *worker.mutable_gpus() = req->gpus();
   for (const auto& t : req->tasks()) *worker.add_tasks() = t.task();
-  auto interval_ms = c_->Register(worker);
-  if (!interval_ms.ok()) return timer.Done(ToGrpc(interval_ms.status()));
-  out->set_heartbeat_interval_ms(interval_ms.value());
+  RegistrationSource from;
+  from.peer_host = PeerHost(ctx->peer());
+  from.admin = who.role == Role::kAdmin;
+  auto registered = c_->Register(worker, from);
+  if (!registered.ok()) return timer.Done(ToGrpc(registered.status()));
+  out->set_heartbeat_interval_ms(registered->heartbeat_interval_ms);
+  out->set_file_service_key(registered->file_service_key);
   out->set_lease_ms(static_cast<int32_t>(c_->lease_seconds() * 1000));
   return timer.Done(grpc::Status::OK);
 }
@@ -239,7 +282,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* out) {
   RpcTimer timer(metrics_, "Heartbeat");
-  Status allowed = Check(auth_, ctx, Method::kHeartbeat);
+  Status allowed = CheckWorker(auth_, ctx, Method::kHeartbeat, req->name());
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   const std::vector<v1::TaskStatus> tasks(req->tasks().begin(), req->tasks().end());
   const std::vector<v1::HeldCheckpoint> held(req->checkpoints().begin(), req->checkpoints().end());
@@ -257,7 +300,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
 grpc::Status WorkerServiceImpl::ReportTask(grpc::ServerContext* ctx, const v1::ReportTaskRequest* req,
                                            v1::ReportTaskResponse*) {
   RpcTimer timer(metrics_, "ReportTask");
-  Status allowed = Check(auth_, ctx, Method::kReportTask);
+  Status allowed = CheckWorker(auth_, ctx, Method::kReportTask, req->name());
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
   return timer.Done(ToGrpc(c_->ReportTask(req->name(), req->status())));
 }
@@ -311,6 +354,14 @@ grpc::Status AdminServiceImpl::DrainWorker(grpc::ServerContext* ctx, const v1::D
   if (!info.ok()) return timer.Done(ToGrpc(info.status()));
   *out->mutable_worker() = info.value();
   return timer.Done(grpc::Status::OK);
+}
+
+grpc::Status AdminServiceImpl::RemoveWorker(grpc::ServerContext* ctx, const v1::RemoveWorkerRequest* req,
+                                            v1::RemoveWorkerResponse*) {
+  RpcTimer timer(metrics_, "RemoveWorker");
+  Status allowed = Check(auth_, ctx, Method::kRemoveWorker);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  return timer.Done(ToGrpc(c_->RemoveWorker(req->name())));
 }
 
 }  // namespace nightshift

@@ -5,6 +5,8 @@
 
 #include <mutex>
 #include <random>
+#include <set>
+#include <string>
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
@@ -24,14 +26,23 @@ struct JobServiceFaults {
   double drop_submit_reply = 0;
 };
 
+// What users may submit beyond the spec's own rules; admins may submit anything.
+struct SubmitPolicy {
+  // model.arch torchscript runs a module the user wrote, as the worker's user, on every
+  // worker it lands on: off unless the admin enables it for everyone, or for these users.
+  bool allow_torchscript = false;
+  std::set<std::string> torchscript_users;
+};
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `auth` null: every call is allowed (insecure mode). `checkpoint_root`: the workers'
   // shared checkpoint root as this host sees it (GetArtifacts reads
   // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
   JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr,
-                 std::string checkpoint_root = "", JobServiceFaults faults = {})
-      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)), faults_(faults) {}
+                 std::string checkpoint_root = "", JobServiceFaults faults = {}, SubmitPolicy policy = {})
+      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)), faults_(faults),
+        policy_(std::move(policy)) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -50,6 +61,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   Authenticator* const auth_;  // not owned; may be null
   const std::string checkpoint_root_;
   const JobServiceFaults faults_;
+  const SubmitPolicy policy_;
   std::mutex fault_mu_;
   std::mt19937_64 fault_rng_{std::random_device{}()};  // GUARDED_BY(fault_mu_)
   // Whether to drop this reply (faults_.drop_submit_reply).
@@ -78,6 +90,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
       : c_(c), metrics_(metrics), auth_(auth) {}
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse*) override;
+  grpc::Status RemoveWorker(grpc::ServerContext*, const v1::RemoveWorkerRequest*, v1::RemoveWorkerResponse*) override;
   grpc::Status ListCache(grpc::ServerContext*, const v1::ListCacheRequest*, v1::ListCacheResponse*) override;
   grpc::Status EvictCache(grpc::ServerContext*, const v1::EvictCacheRequest*, v1::EvictCacheResponse*) override;
   grpc::Status CordonWorker(grpc::ServerContext*, const v1::CordonWorkerRequest*, v1::WorkerResponse*) override;

@@ -32,7 +32,8 @@ void TaskReports::Handle(const std::string& worker, const v1::TaskStatus& status
     if (p.worker() == worker) part = &p;
   if (IsStopping(entry.job.state())) {
     // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
-    if (TakeCheckpoint(status, &entry.job)) jobs_->Persist(&entry, /*sync=*/false);
+    // (from a worker the attempt is placed on: no other may set where it resumes from)
+    if (part != nullptr && TakeCheckpoint(status, &entry.job)) jobs_->Persist(&entry, /*sync=*/false);
     if (alive) {
       reply->stop.push_back(status.task());
       if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());

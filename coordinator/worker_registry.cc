@@ -1,6 +1,10 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
 #include <chrono>
 
 #include "common/log.h"
@@ -17,9 +21,54 @@ Status WorkerRegistry::CheckRegistration(const v1::WorkerInfo& worker) {
   return Status::OK();
 }
 
-void WorkerRegistry::Register(const v1::WorkerInfo& worker) {
+namespace {
+
+// The host of HOST:PORT or [HOST]:PORT; "" when there is no port.
+std::string HostOf(const std::string& address) {
+  if (!address.empty() && address[0] == '[') {
+    const size_t close = address.find(']');
+    return close == std::string::npos ? "" : address.substr(1, close - 1);
+  }
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? "" : address.substr(0, colon);
+}
+
+// Whether `host` (an IP literal, or a name resolved here) is the address `peer`.
+bool SameHost(const std::string& host, const std::string& peer) {
+  if (host == peer) return true;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool same = false;
+  for (addrinfo* a = found; a != nullptr && !same; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* ip = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    same = ::inet_ntop(a->ai_family, ip, text, sizeof(text)) != nullptr && peer == text;
+  }
+  ::freeaddrinfo(found);
+  return same;
+}
+
+}  // namespace
+
+Status WorkerRegistry::Register(const v1::WorkerInfo& worker, const RegistrationSource& from,
+                                const std::string& file_key) {
+  auto it = workers_.find(worker.name());
+  const bool known = it != workers_.end() && it->second.info.state() == v1::WORKER_READY;
+  if (!from.admin && !from.peer_host.empty() && !worker.log_address().empty() &&
+      !SameHost(HostOf(worker.log_address()), from.peer_host))
+    return Status::PermissionDenied("log_address: " + worker.log_address() + " is not on " + from.peer_host +
+                                    ", where worker " + worker.name() + " calls from (an admin may set any)");
+  if (known && !from.peer_host.empty() && !it->second.peer_host.empty() && it->second.peer_host != from.peer_host)
+    return Status::FailedPrecondition("worker " + worker.name() + " is registered from " + it->second.peer_host +
+                                      " and its lease has not ended; a worker of that name from " + from.peer_host +
+                                      " may register once it has, or after `nightshift worker remove " +
+                                      worker.name() + "`");
   WorkerEntry& w = workers_[worker.name()];
-  const bool known = w.info.state() == v1::WORKER_READY;
+  w.peer_host = from.peer_host;
+  w.file_key = file_key;
   w.info.set_name(worker.name());
   w.info.set_state(v1::WORKER_READY);
   w.info.set_slots(worker.slots());
@@ -28,7 +77,15 @@ void WorkerRegistry::Register(const v1::WorkerInfo& worker) {
   *w.info.mutable_last_heartbeat() = ToTimestamp(clock_->WallNow());
   w.last_seen = clock_->Now();
   NS_INFO("worker " << worker.name() << (known ? " re-registered" : " registered") << " with "
-                    << worker.slots() << " slots, " << worker.tasks_size() << " running tasks");
+                    << worker.slots() << " slots, " << worker.tasks_size() << " running tasks"
+                    << (from.peer_host.empty() ? "" : ", from " + from.peer_host));
+  return Status::OK();
+}
+
+Status WorkerRegistry::Remove(const std::string& name) {
+  if (workers_.erase(name) == 0) return Status::NotFound("no worker " + name + " (see `nightshift worker list`)");
+  NS_WARN("worker " << name << " removed by an admin: its tasks count as lost");
+  return Status::OK();
 }
 
 Status WorkerRegistry::Heartbeat(const std::string& name, Clock::TimePoint now,
@@ -47,7 +104,11 @@ Status WorkerRegistry::Heartbeat(const std::string& name, Clock::TimePoint now,
   for (const auto& status : tasks) *worker.info.add_tasks() = status.task();
   if (cache != nullptr) worker.cache = *cache;
   worker.held.clear();
-  for (const auto& h : checkpoints) worker.held[h.job_id()] = h.step();
+  worker.held_manifest.clear();
+  for (const auto& h : checkpoints) {
+    worker.held[h.job_id()] = h.step();
+    worker.held_manifest[h.job_id()] = h.manifest_sha256();
+  }
   reply->evict_cache_keys.swap(worker.evict_keys);
   reply->evict_cache_all = worker.evict_all;
   worker.evict_all = false;
@@ -71,6 +132,12 @@ bool WorkerRegistry::Gone(const std::string& name, Clock::TimePoint now) const {
 }
 
 bool WorkerRegistry::ExpireLeases(Clock::TimePoint now) {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const bool forget = it->second.info.state() == v1::WORKER_LOST &&
+                        now - it->second.last_seen > Seconds(options_.forget_workers_after_seconds);
+    if (forget) NS_INFO("worker " << it->first << " forgotten: lost for over " << options_.forget_workers_after_seconds << " s");
+    it = forget ? workers_.erase(it) : std::next(it);
+  }
   // Workers heartbeat every fraction of a second: when none has for half a lease, the
   // silence is this side's (a cut link, a stalled host), and declaring them all lost would
   // restart every running job for nothing. They keep training and keep their results.

@@ -6,7 +6,7 @@
 //
 // Lock discipline: not thread-safe, and holds no mutex of its own. Every method requires
 // the Coordinator's mutex held. Pointers it returns stay valid while the lock is held
-// (workers are never removed).
+// (workers are removed only by Remove and ExpireLeases).
 #ifndef NIGHTSHIFT_COORDINATOR_WORKER_REGISTRY_H_
 #define NIGHTSHIFT_COORDINATOR_WORKER_REGISTRY_H_
 
@@ -29,8 +29,12 @@ struct WorkerEntry {
   std::vector<std::string> evict_keys;   // queued for the next heartbeat
   bool evict_all = false;
   std::map<std::string, int64_t> held;   // job id -> newest checkpoint on its disk
+  std::map<std::string, std::string> held_manifest;  // job id -> that checkpoint's manifest SHA-256
   double heartbeat_gap_seconds = 0;      // its usual time between heartbeats (moving average)
+  std::string peer_host;                 // the address it registered from ("" in tests)
+  std::string file_key;                  // what its WorkerFileService accepts (never listed)
 };
+
 
 class WorkerRegistry {
  public:
@@ -41,9 +45,16 @@ class WorkerRegistry {
 
   // What a worker says about itself on registration, checked (INVALID_ARGUMENT).
   static Status CheckRegistration(const v1::WorkerInfo& worker);
-  // A worker (re)introduces itself: READY, with a fresh lease. Cordons, the cache report
-  // and queued evictions of a known name are kept.
-  void Register(const v1::WorkerInfo& worker);
+  // A worker (re)introduces itself: READY, with a fresh lease and `file_key`. Cordons, the
+  // cache report and queued evictions of a known name are kept. Refused:
+  //   PERMISSION_DENIED  a worker token's log address not on the host it calls from;
+  //   FAILED_PRECONDITION the name is READY, registered from another host: its lease must
+  //                      end first, or an admin Remove it (a stolen name cannot take over
+  //                      a live worker's jobs, logs and checkpoints).
+  Status Register(const v1::WorkerInfo& worker, const RegistrationSource& from, const std::string& file_key);
+  // Forgets a worker now (NOT_FOUND if unknown): its tasks count as lost, as when its
+  // lease ends, and the name may register again from anywhere.
+  Status Remove(const std::string& name);
   // A heartbeat from `name` at clock time `now` (NOT_FOUND unless it is READY): renews its
   // lease, records the tasks it listed, its cache report (if it sent one) and the
   // checkpoints it holds, and hands the evictions queued for it to `reply`.
@@ -63,7 +74,8 @@ class WorkerRegistry {
   // own restart, workers get one lease to register again).
   bool Gone(const std::string& name, Clock::TimePoint now) const;
 
-  // Marks READY workers silent for a lease LOST, unless no worker at all reached us for
+  // Forgets workers LOST for options.forget_workers_after_seconds. Marks READY workers
+  // silent for a lease LOST, unless no worker at all reached us for
   // half a lease (two or more registered): that is our own outage, and nobody is declared
   // lost until every worker has been silent for outage_grace_seconds. Returns true when
   // such an outage ended in this pass: every worker then has a full lease again, and the

@@ -12,8 +12,10 @@
 
 namespace nightshift {
 
-Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator)
-    : options_(options), cache_(cache), coordinator_(std::move(coordinator)), gpu_allocator_(options.gpus) {
+Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator,
+             FileServiceAuth* file_auth)
+    : options_(options), cache_(cache), coordinator_(std::move(coordinator)), file_auth_(file_auth),
+      gpu_allocator_(options.gpus) {
   // Without a shared checkpoint root, this worker's disk holds its jobs' checkpoints, and
   // copies of others' (checkpoint_copy.h).
   if (options.checkpoint_root.empty())
@@ -72,6 +74,7 @@ bool Agent::Register() {
     return false;
   }
   register_failures_ = 0;
+  if (file_auth_ != nullptr) file_auth_->SetKey(resp.file_service_key());
   if (resp.heartbeat_interval_ms() > 0) interval_ms_ = resp.heartbeat_interval_ms();
   if (resp.lease_ms() > 0) coordinator_->SetDeadline(CallDeadline(resp.lease_ms()));
   NS_INFO("worker " << options_.name << ": registered with " << options_.coordinator << ", "

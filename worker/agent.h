@@ -20,6 +20,7 @@
 #include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
 #include "worker/task.h"
+#include "worker/file_service.h"
 #include "worker/worker_options.h"
 
 namespace nightshift {
@@ -30,8 +31,10 @@ std::chrono::milliseconds CallDeadline(int lease_ms);
 
 class Agent {
  public:
-  // `cache` is not owned and outlives the agent.
-  Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator);
+  // `cache` is not owned and outlives the agent. `file_auth` (not owned; may be null)
+  // gets the key of each registration (the file service's credentials).
+  Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<CoordinatorClient> coordinator,
+        FileServiceAuth* file_auth = nullptr);
   ~Agent();  // stops every task and waits for it
 
   // Runs until *stop becomes true, a RunOnce per heartbeat interval; then stops every task.
@@ -65,6 +68,7 @@ class Agent {
   const WorkerOptions options_;
   FeatureCache* const cache_;
   const std::unique_ptr<CoordinatorClient> coordinator_;
+  FileServiceAuth* const file_auth_;  // not owned; may be null
 
   // The agent's thread only.
   GpuAllocator gpu_allocator_;  // the GPUs not held by a task

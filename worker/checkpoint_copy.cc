@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file_access.h"
 #include "common/format/atomic_file.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/format/checkpoint_manifest.h"
@@ -58,9 +59,12 @@ std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root) {
     if (!format::IsJobId(job) || !d.is_directory(ec)) continue;
     const std::vector<int64_t> steps = format::CompleteSteps(d.path().string());
     if (steps.empty()) continue;
+    auto manifest = ReadFile(d.path() / format::StepDirName(steps.back()) / format::kCheckpointManifest);
+    if (!manifest.ok()) continue;
     v1::HeldCheckpoint& h = held.emplace_back();
     h.set_job_id(job);
     h.set_step(steps.back());
+    h.set_manifest_sha256(format::Sha256Hex(manifest.value()));
   }
   return held;
 }
@@ -171,11 +175,13 @@ StatusOr<fs::path> PrepareIncoming(const fs::path& job_dir, int64_t step) {
 
 // One checkpoint's stream written into a folder: the manifest first, then each file it
 // lists, whole and in order, streamed to disk, checked against its manifest entry (size,
-// FNV-1a 64) and synced. Nothing here waits or talks to the network.
+// SHA-256) and synced. The manifest itself must have the SHA-256 the holder reported to
+// the coordinator (`manifest_sha256`): a holder, or anyone between, cannot hand over
+// other contents with a manifest made to match. Nothing here waits or talks to the network.
 class IncomingCheckpoint {
  public:
-  IncomingCheckpoint(fs::path dir, std::string what, int64_t step)
-      : dir_(std::move(dir)), what_(std::move(what)), step_(step) {}
+  IncomingCheckpoint(fs::path dir, std::string what, int64_t step, std::string manifest_sha256)
+      : dir_(std::move(dir)), what_(std::move(what)), step_(step), manifest_sha256_(std::move(manifest_sha256)) {}
   ~IncomingCheckpoint() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -190,7 +196,7 @@ class IncomingCheckpoint {
     }
     if (chunk.offset() != static_cast<int64_t>(size_))
       return Status::Corruption(what_ + ": " + name_ + " arrived out of order");
-    hash_ = format::StableHash64(chunk.data().data(), chunk.data().size(), hash_);
+    hasher_.Update(chunk.data().data(), chunk.data().size());
     size_ += chunk.data().size();
     for (size_t at = 0; at < chunk.data().size();) {
       const ssize_t n = ::write(fd_, chunk.data().data() + at, chunk.data().size() - at);
@@ -218,8 +224,13 @@ class IncomingCheckpoint {
   Status Start(const v1::ArtifactChunk& chunk) {
     if (chunk.file() != format::kCheckpointManifest || chunk.step() != step_)
       return Status::Corruption(what_ + ": the stream does not start with its manifest");
+    if (manifest_sha256_.empty() || !format::ConstantTimeEqual(format::Sha256Hex(chunk.data()), manifest_sha256_))
+      return Status::Corruption(what_ + ": its manifest is not the one the holder reported (SHA-256 " +
+                                (manifest_sha256_.empty() ? std::string("none") : manifest_sha256_) + ")");
     if (Status s = ParseCopyManifest(chunk.data(), &expected_); !s.ok())
       return Status::Corruption(what_ + ": " + s.message());
+    for (const auto& [name, f] : expected_.files)
+      if (f.sha256.empty()) return Status::Corruption(what_ + ": manifest.json has no SHA-256 for " + name);
     manifest_ = chunk.data();
     return Status::OK();
   }
@@ -228,7 +239,7 @@ class IncomingCheckpoint {
     if (fd_ < 0) return Status::IOError("cannot create " + (dir_ / name).string() + ": " + std::strerror(errno));
     name_ = name;
     size_ = 0;
-    hash_ = format::StableHash64(nullptr, 0);
+    hasher_ = format::FileHasher();
     return Status::OK();
   }
   // The file in progress (if any): closed, checked and synced; off the expected list.
@@ -237,7 +248,7 @@ class IncomingCheckpoint {
     const bool synced = ::fsync(fd_) == 0;
     ::close(fd_);
     fd_ = -1;
-    if (std::string err = format::VerifyFile(name_, size_, hash_, expected_.files.at(name_)); !err.empty())
+    if (std::string err = format::VerifyFile(name_, hasher_.Entry(), expected_.files.at(name_)); !err.empty())
       return Status::Corruption(what_ + ": " + err);
     if (!synced) return Status::IOError("cannot sync " + (dir_ / name_).string());
     bytes_ += static_cast<int64_t>(size_);
@@ -249,11 +260,13 @@ class IncomingCheckpoint {
   const fs::path dir_;
   const std::string what_;  // "job J step N", for messages
   const int64_t step_;
+  const std::string manifest_sha256_;    // hex, as reported by the holder
   std::string manifest_;                 // its text; empty until the first chunk
   format::CheckpointManifest expected_;  // files not yet complete
   std::string name_;                     // the file being written; empty between files
   int fd_ = -1;
-  uint64_t size_ = 0, hash_ = 0;
+  uint64_t size_ = 0;
+  format::FileHasher hasher_;  // of the file being written
   int64_t bytes_ = 0;  // of the completed files
 };
 
@@ -314,7 +327,7 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
 
   StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());
   if (!incoming.ok()) return incoming.status();
-  IncomingCheckpoint files(incoming.value(), what, copy.step());
+  IncomingCheckpoint files(incoming.value(), what, copy.step(), copy.manifest_sha256());
   Status s = Receive(copy, [&](const v1::ArtifactChunk& chunk) { return files.Add(chunk); });
   if (s.ok()) s = files.Finish();
   if (s.ok()) s = Commit(copy, incoming.value());
@@ -337,6 +350,7 @@ Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
   auto stub = v1::WorkerFileService::NewStub(grpc::CreateChannel(
       copy.source_address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", std::string("Bearer ") + kCapabilityPrefix + copy.capability());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status::Cancelled("the worker is stopping");
@@ -372,7 +386,12 @@ Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
                                " s");
   if (!end.ok()) {
     const std::string message = what + " from worker " + copy.source_worker() + ": " + end.error_message();
-    return end.error_code() == grpc::StatusCode::NOT_FOUND ? Status::NotFound(message) : Status::Unavailable(message);
+    switch (end.error_code()) {
+      case grpc::StatusCode::NOT_FOUND: return Status::NotFound(message);
+      case grpc::StatusCode::UNAUTHENTICATED: return Status::Unauthenticated(message);
+      case grpc::StatusCode::PERMISSION_DENIED: return Status::PermissionDenied(message);
+      default: return Status::Unavailable(message);
+    }
   }
   return Status::OK();
 }

@@ -7,12 +7,14 @@
 //   holder:  writes <root>/<job>/step-N/ (the trainer), reports {job, N} in its heartbeat
 //            (NewestCheckpoints), and serves it (WorkerFileService.ReadCheckpoint:
 //            SendCheckpoint)
-//   copier:  told CheckpointCopy{job, N, holder's address} in a heartbeat reply; copies
+//   copier:  told CheckpointCopy{job, N, holder's address, a capability for that job's
+//            checkpoints there (common/file_access.h)} in a heartbeat reply; copies
 //            it on its own thread (CheckpointCopier), so nothing waits on it, neither the
 //            trainer (it serves from disk) nor the heartbeat; reports {job, N} once complete
 //
-// A copy is verified before it exists: every file's size and FNV-1a 64 must match the
-// manifest, written atomically, the directory renamed into place and COMPLETE written
+// A copy is verified before it exists: the manifest's SHA-256 must be the one the holder
+// reported in its heartbeat (CheckpointCopy.manifest_sha256), every file's size and
+// SHA-256 must match the manifest, written atomically, the directory renamed into place and COMPLETE written
 // last, as the trainer writes one. It is a checkpoint like any other there: a restart
 // placed on that worker resumes from it.
 #ifndef NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_

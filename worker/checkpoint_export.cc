@@ -43,7 +43,14 @@ StatusOr<std::string> CheckpointExporter::FolderAt(const std::string& job_id, in
   const fs::path final_model = job_root / "model";
   if (step == 0 || (HasFolder(final_model) && ModelFolderStep(final_model.string()) == step)) return final_model.string();
   const fs::path dir = job_root / ModelStepFolderName(step);
-  std::lock_guard<std::mutex> lock(export_mu_);
+  if (HasFolder(dir)) return dir.string();  // exported before: no wait (an export renames it in whole)
+  // One export at a time, and nobody queues behind it: a request while one runs is told
+  // to come back (a download of anything already exported is served meanwhile).
+  std::unique_lock<std::mutex> lock(export_mu_, std::try_to_lock);
+  if (!lock.owns_lock())
+    return Status::Unavailable("this worker is exporting another checkpoint (one at a time, at most " +
+                               std::to_string(static_cast<int>(options_.timeout_seconds)) +
+                               " s); ask again when it is done");
   if (HasFolder(dir)) return dir.string();
   const fs::path job_dir = fs::path(options_.work_dir) / "jobs" / job_id;
   const std::string config = NewestTrainerConfig(job_dir);

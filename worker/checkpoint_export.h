@@ -5,7 +5,9 @@
 // --export-step N --export-dir <root>/<job>/model-step-N`; the daemon links no LibTorch)
 // and kept there for the next request, until the job's checkpoint folder is removed.
 //
-// Threading: FolderAt is safe from any thread; exports run one at a time per worker.
+// Threading: FolderAt is safe from any thread; exports run one at a time per worker, and
+// a request for another export while one runs is UNAVAILABLE at once (no queue of
+// requests each holding a thread for up to the timeout).
 #ifndef NIGHTSHIFT_WORKER_CHECKPOINT_EXPORT_H_
 #define NIGHTSHIFT_WORKER_CHECKPOINT_EXPORT_H_
 
@@ -29,7 +31,8 @@ class CheckpointExporter {
 
   // The folder of `job_id`'s model at `step` (0: the final export), exporting it first
   // when needed. NotFound when the job has no such checkpoint here (naming the steps it
-  // keeps) or no configuration on this worker; Internal when the export fails.
+  // keeps) or no configuration on this worker; Internal when the export fails;
+  // Unavailable while another export runs.
   StatusOr<std::string> FolderAt(const std::string& job_id, int64_t step);
 
  private:

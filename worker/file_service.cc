@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "common/file_access.h"
+#include "common/format/sha256.h"
 #include "common/grpc_status.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/model_folder.h"
@@ -16,8 +18,35 @@ namespace fs = std::filesystem;
 
 namespace nightshift {
 
+void FileServiceAuth::SetKey(std::string key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  key_ = std::move(key);
+}
+
+Status FileServiceAuth::Check(const grpc::ServerContext& ctx, const std::string& checkpoint_job) const {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  static const std::string kBearer = "Bearer ";
+  const std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  if (value.compare(0, kBearer.size(), kBearer) != 0)
+    return Status::Unauthenticated("this worker's files are for the coordinator and its peers: no credentials");
+  const std::string presented = value.substr(kBearer.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (key_.empty()) return Status::Unauthenticated("this worker has not registered with a coordinator yet");
+  if (format::ConstantTimeEqual(presented, key_)) return Status::OK();
+  if (presented.rfind(kCapabilityPrefix, 0) == 0) {
+    const std::string capability = presented.substr(sizeof(kCapabilityPrefix) - 1);
+    if (!checkpoint_job.empty() && format::ConstantTimeEqual(capability, ReadCheckpointCapability(key_, checkpoint_job)))
+      return Status::OK();
+    return Status::PermissionDenied("the capability presented does not open " +
+                                    (checkpoint_job.empty() ? std::string("this method") : "job " + checkpoint_job));
+  }
+  return Status::Unauthenticated("wrong or outdated credentials for this worker's files");
+}
+
 grpc::Status FileServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLogRequest* req,
                                      grpc::ServerWriter<v1::LogChunk>* writer) {
+  if (Status s = auth_->Check(*ctx, ""); !s.ok()) return ToGrpc(s);
   if (!format::IsJobId(req->job_id()))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->rank() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "rank: must be >= 0");
@@ -66,6 +95,7 @@ grpc::Status FileServiceImpl::ReadLog(grpc::ServerContext* ctx, const v1::ReadLo
 
 grpc::Status FileServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::ReadModelRequest* req,
                                        grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  if (Status s = auth_->Check(*ctx, ""); !s.ok()) return ToGrpc(s);
   if (!format::IsJobId(req->job_id()))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->step() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 0 or more");
@@ -87,6 +117,7 @@ grpc::Status FileServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::Read
 
 grpc::Status FileServiceImpl::ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
                                             grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  if (Status s = auth_->Check(*ctx, req->job_id()); !s.ok()) return ToGrpc(s);
   if (!format::IsJobId(req->job_id()))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: not a job id");
   if (req->step() <= 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step: must be 1 or more");

@@ -2,10 +2,14 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -20,9 +24,36 @@ namespace fs = std::filesystem;
 
 namespace nightshift {
 
+bool PassedToChildren(const std::string& name) {
+  static const char* const kExact[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                                       "LD_LIBRARY_PATH", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"};
+  static const char* const kPrefixes[] = {"LC_",     "CUDA_",   "NCCL_",   "GLOO_",  "OMP_",  "MKL_",
+                                          "KMP_",    "TORCH_",  "PYTORCH_", "CUBLAS_", "CUDNN_", "NVIDIA_",
+                                          "ASAN_",   "UBSAN_",  "LSAN_",    "TSAN_",   "NIGHTSHIFT_FAULT_"};
+  for (const char* e : kExact)
+    if (name == e) return true;
+  for (const char* p : kPrefixes)
+    if (name.compare(0, std::strlen(p), p) == 0) return true;
+  return false;
+}
+
+namespace {
+std::vector<std::string>& Hidden() {
+  static std::vector<std::string> paths;  // absolute; set before any child starts
+  return paths;
+}
+}  // namespace
+
+bool HideFromChildren(const std::string& path) {
+  if (::geteuid() != 0) return false;
+  std::error_code ec;
+  Hidden().push_back(fs::absolute(path, ec).string());
+  return true;
+}
+
 StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& extra_env,
-                                const std::string& log_path) {
+                                const std::string& log_path, const ProcessLimits& limits) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   int out_pipe[2] = {-1, -1};
@@ -43,7 +74,7 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq != std::string::npos && PassedToChildren(kv.substr(0, eq))) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : extra_env) env[k] = v;
   env["NIGHTSHIFT_PROGRESS_FD"] = "3";
@@ -74,6 +105,27 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
     ::dup2(log_fd, 2);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
+    if (limits.data_bytes > 0) {
+      const struct rlimit data = {limits.data_bytes, limits.data_bytes};
+      ::setrlimit(RLIMIT_DATA, &data);
+    }
+    if (limits.processes > 0) {
+      const struct rlimit procs = {limits.processes, limits.processes};
+      ::setrlimit(RLIMIT_NPROC, &procs);
+    }
+    if (!Hidden().empty()) {
+      // A private view of the mounts: what is bound here is seen by this child only.
+      const bool hidden = ::unshare(CLONE_NEWNS) == 0 &&
+                          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                          std::all_of(Hidden().begin(), Hidden().end(), [](const std::string& p) {
+                            return ::mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr) == 0;
+                          });
+      if (!hidden) {
+        const char msg[] = "nightshift-worker: cannot hide the worker's token file from the job; not started\n";
+        (void)!::write(2, msg, sizeof(msg) - 1);
+        ::_exit(126);
+      }
+    }
     ::execve(args[0], args.data(), envp.data());
     const char msg[] = "nightshift-worker: exec of the trainer failed\n";
     (void)!::write(2, msg, sizeof(msg) - 1);

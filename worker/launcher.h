@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,10 +23,32 @@ struct ChildProcess {
   std::string log_path;
 };
 
-// log_path empty: the child's stdout and stderr go to a pipe (output_fd) instead.
+// Whether the worker passes its environment variable `name` to the processes it starts.
+// A job's processes run the user's code (a TorchScript module, a crafted checkpoint): they
+// get what the runtime reads (PATH, locale, temp dir, library path, CUDA_*, NCCL_*,
+// GLOO_*, OMP_*, MKL_*, TORCH_*, sanitizer options, NIGHTSHIFT_FAULT_* for tests) and
+// nothing else: no NIGHTSHIFT_TOKEN, no cloud credentials, no other secret of the worker's.
+bool PassedToChildren(const std::string& name);
+
+// Makes `path` (the worker's token file) unreadable to every process started after this
+// call: each child gets a private mount namespace in which /dev/null is bound over it.
+// Needs root (CAP_SYS_ADMIN); returns false (and changes nothing) otherwise. Call before
+// the first SpawnProcess; not thread-safe with it.
+bool HideFromChildren(const std::string& path);
+
+// Resource limits of a child, as rlimits (0: none). The data limit (RLIMIT_DATA: its heap
+// and other private writable mappings, not the address space a CUDA runtime reserves)
+// makes an allocation past it fail inside the child, which then exits naming it.
+struct ProcessLimits {
+  uint64_t data_bytes = 0;
+  uint64_t processes = 0;  // RLIMIT_NPROC: processes of the worker's user (root is exempt)
+};
+
+// log_path empty: the child's stdout and stderr go to a pipe (output_fd) instead. The
+// child's environment: the worker's variables that PassedToChildren, then extra_env.
 StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& extra_env,
-                                const std::string& log_path);
+                                const std::string& log_path, const ProcessLimits& limits = {});
 
 // The path of binary `name` in the folder this process's binary is in.
 std::string BinaryBesideUs(const std::string& name);

@@ -39,8 +39,11 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--tls-cert", o.tls_cert, "PEM certificate of this worker (mutual TLS)");
   app->add_option("--tls-key", o.tls_key, "PEM key of --tls-cert");
   app->add_option("--data-root", o.data_roots,
-                  "jobs may read data only under this folder (repeatable; symlinks are resolved). "
-                  "None given: anywhere this worker's user can read");
+                  "jobs may read data and model folders only under this folder (repeatable; symlinks are "
+                  "resolved). None given: jobs may read nothing, unless --allow-any-path");
+  app->add_flag("--allow-any-path", o.allow_any_path,
+                "without --data-root, let jobs read any path this worker's user can (one tenant's job can then "
+                "read the worker's own files and other tenants' data: for a single-user machine only)");
   app->add_option("--work-dir", o.work_dir, "data cache, job configs and rank logs")->required();
   app->add_option("--cpu-slots", o.cpu_slots, "ranks to run at once when there is no GPU")
       ->check(CLI::Range(0, 1024));
@@ -61,8 +64,11 @@ void AddFlags(CLI::App* app, Flags* f) {
 // Checked once at start-up: the data roots resolved, the work dir created and absolute.
 Status CheckOptions(WorkerOptions* o) {
   NS_RETURN_IF_ERROR(ResolveRoots(&o->data_roots));
-  if (o->data_roots.empty()) {
-    NS_WARN("worker: no --data-root: jobs may read any path this process can (no path confinement)");
+  if (o->data_roots.empty() && o->allow_any_path) {
+    NS_WARN("worker: --allow-any-path: jobs may read any path this process can (no path confinement)");
+    o->data_roots = {"/"};
+  } else if (o->data_roots.empty()) {
+    NS_WARN("worker: no --data-root: every job that names a path is refused (give --data-root DIR)");
   } else {
     std::string roots;
     for (const auto& r : o->data_roots) roots += (roots.empty() ? "" : ", ") + r;
@@ -105,6 +111,9 @@ int Fail(const Status& s) {
 int Main(Flags& flags) {
   WorkerOptions& options = flags.options;
   if (Status s = CheckOptions(&options); !s.ok()) return Fail(s);
+  if (!options.token_file.empty() && !HideFromChildren(options.token_file))
+    NS_WARN("worker: not root, so jobs' processes can read --token-file " << options.token_file
+            << " (they run as this user); run the worker as root, and each job gets a private mount without it");
   auto coordinator = ConnectToCoordinator(options);
   if (!coordinator.ok()) return Fail(coordinator.status());
   std::signal(SIGINT, OnSignal);
@@ -115,14 +124,15 @@ int Main(Flags& flags) {
   if (!cache.ok()) return Fail(cache.status());
   std::atomic<Agent*> agent_ptr{nullptr};  // read by the log service's threads
   const std::string checkpoint_root = CheckpointRoot(options);
-  FileServiceImpl logs(options.work_dir, [&agent_ptr](const std::string& job) {
+  FileServiceAuth file_auth;  // keyed by the agent at each registration
+  FileServiceImpl logs(&file_auth, options.work_dir, [&agent_ptr](const std::string& job) {
     Agent* agent = agent_ptr.load();
     return agent != nullptr && agent->IsRunning(job);
   }, checkpoint_root, options.trainer_path.empty() ? BinaryBesideUs("nightshift-trainer") : options.trainer_path);
   auto log_server = ServeFiles(&logs, &options);
   if (!log_server.ok()) return Fail(log_server.status());
   FindGpus(&options);
-  Agent agent(options, cache.value().get(), std::move(coordinator.value()));
+  Agent agent(options, cache.value().get(), std::move(coordinator.value()), &file_auth);
   agent_ptr = &agent;
   std::unique_ptr<MetricsServer> metrics;
   std::shared_ptr<SnapshotCollector> collector;

@@ -34,7 +34,7 @@ Supervisor::~Supervisor() {
 
 Status Supervisor::Start(const std::vector<Child>& children) {
   for (const Child& c : children) {
-    auto proc = SpawnProcess(c.argv, c.env, /*log_path=*/"");  // output through a pipe, into a RotatingLog
+    auto proc = SpawnProcess(c.argv, c.env, /*log_path=*/"", c.limits);  // output through a pipe, into a RotatingLog
     if (!proc.ok()) {
       SignalAll(SIGKILL);
       Collect();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/launcher.h"
 #include "worker/rotating_log.h"
 
 namespace nightshift {
@@ -38,6 +39,7 @@ class Supervisor {
     std::vector<std::string> argv;           // argv[0]: the binary's path
     std::map<std::string, std::string> env;  // on top of the worker's environment
     std::string log_path;                    // its stdout and stderr (rotated)
+    ProcessLimits limits = {};               // launcher.h
   };
   struct Exit {
     int id;

@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/format/atomic_file.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/format/progress.h"
+#include "common/format/sha256.h"
 #include "common/log.h"
 #include "common/model_folder.h"
 #include "worker/assignment.h"
@@ -57,6 +59,14 @@ bool InjectHangAt(const format::ProgressRecord& r) {
 
 // The id of nightshift-prepare among the task's processes (ranks are 0 and up).
 constexpr int kPrepareId = -1;
+
+// Processes (threads count) of the worker's user a rank may start (RLIMIT_NPROC; root is
+// exempt): enough for LibTorch's thread pools, NCCL and Gloo, not a fork bomb.
+constexpr uint64_t kRankProcessLimit = 16384;
+
+// The largest tokenizer.json or config.json of a pretrained folder read (Llama 3's
+// tokenizer.json is 9 MB).
+constexpr uint64_t kMaxPretrainedInput = 64 << 20;
 
 }  // namespace
 
@@ -115,11 +125,18 @@ std::string Task::Refusal() const {
   if (spec.resources().device() == "cuda" && gpus_.empty())
     return "spec.resources.device is cuda but worker " + options_.name +
            " has no GPUs (NVML found none); run it where `nightshift worker list` shows GPUs, or use device auto or cpu";
-  const std::pair<const char*, std::string> inputs[] = {{"model.path", spec.model().path()},
+  const std::pair<const char*, std::string> inputs[] = {{"data.path", spec.data().path()},
+                                                         {"model.path", spec.model().path()},
                                                          {"model.init_from", spec.model().init_from()},
                                                          {"model.pretrained", spec.model().pretrained()}};
   for (const auto& [field, path] : inputs) {
     if (path.empty()) continue;
+    // Confinement by default: with no root, no user path (ConfinePath's empty list means
+    // anywhere, for nightshift-prepare run by hand; a worker says --allow-any-path).
+    if (options_.data_roots.empty())
+      return std::string(field) + " '" + path + "': worker " + options_.name +
+             " has no --data-root, so it reads no path a job names (its operator gives --data-root DIR, or "
+             "--allow-any-path on a single-user machine)";
     Status confined = ConfinePath(field, path, options_.data_roots);
     if (!confined.ok()) return confined.message();
   }
@@ -159,18 +176,59 @@ void Task::Run() {
 
 namespace {
 
-// model.init_from: data preparation uses the folder's tokenizer as it is, and the cache key
-// names it by the digest its checksums.json records (sha256, or sha1 in older folders; the
-// trainer verifies every file).
-std::string UseExportedTokenizer(const std::string& folder, PrepOptions* o) {
+// Whether a rank's last words say an allocation failed (under its RLIMIT_DATA: LibTorch's
+// CPU allocator, operator new, or the loader mapping a library).
+bool RanOutOfMemory(const std::string& words) {
+  for (const char* sign : {"can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "out of memory"})
+    if (words.find(sign) != std::string::npos) return true;
+  return false;
+}
+
+// model.init_from: data preparation uses the folder's tokenizer as it is. It is read once,
+// here, without following links below the data roots (format::ReadFileBeneath), checked
+// against the folder's checksums.json, and handed to nightshift-prepare as a private copy
+// in the job's folder: the cache key names the bytes that were tokenized with, never a
+// digest the folder merely claims (an entry poisoned under another folder's digest would
+// be served to the next user of that folder).
+std::string UseExportedTokenizer(const std::string& folder, const std::vector<std::string>& roots,
+                                 const std::string& job_dir, PrepOptions* o) {
   if (folder.empty()) return "";
-  std::ifstream in(folder + "/" + kChecksumsFile);
-  if (!in) return "model.init_from: " + folder + "/checksums.json is missing: not an exported model folder";
-  auto sums = ParseChecksums(std::string(std::istreambuf_iterator<char>(in), {}));
+  std::error_code ec;
+  const std::string real = fs::canonical(folder, ec).string();  // confined by Refusal()
+  std::string text, tokenizer;
+  if (std::string err = format::ReadFileBeneath(roots, real + "/" + kChecksumsFile, 1 << 20, &text); !err.empty())
+    return "model.init_from: " + err + ": not an exported model folder";
+  auto sums = ParseChecksums(text);
   if (!sums.ok()) return "model.init_from: " + folder + "/" + sums.status().message();
-  const auto tokenizer = sums->find("tokenizer.model");
-  if (tokenizer == sums->end()) return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model";
-  o->tokenizer_sha1 = tokenizer->second.hex;
+  const auto claimed = sums->find("tokenizer.model");
+  if (claimed == sums->end()) return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model";
+  if (std::string err = format::ReadFileBeneath(roots, real + "/tokenizer.model", 64 << 20, &tokenizer); !err.empty())
+    return "model.init_from: " + err;
+  const std::string sha256 = format::Sha256Hex(tokenizer);
+  if (claimed->second.algorithm == format::kChecksumAlgorithm && sha256 != claimed->second.hex)
+    return "model.init_from: " + folder + "/tokenizer.model does not match its sha256 in checksums.json";
+  o->tokenizer_model = job_dir + "/init-tokenizer.model";
+  if (std::string err = format::WriteFileAtomically(o->tokenizer_model, tokenizer); !err.empty()) return err;
+  o->tokenizer_sha1 = sha256;
+  return "";
+}
+
+// model.pretrained: the folder's tokenizer.json and config.json, read once here without
+// following links below the data roots, go to nightshift-prepare as private copies in the
+// job's folder (the cache key hashes the same bytes). The trainer reads the weights.
+std::string CopyPretrainedInputs(const std::vector<std::string>& roots, const std::string& job_dir, PrepOptions* o) {
+  if (o->pretrained.empty()) return "";
+  std::error_code ec;
+  const std::string real = fs::canonical(o->pretrained, ec).string();  // confined by Refusal()
+  const std::string copy = job_dir + "/pretrained";
+  fs::create_directories(copy, ec);
+  for (const char* name : {"tokenizer.json", "config.json"}) {
+    std::string bytes;
+    if (std::string err = format::ReadFileBeneath(roots, real + "/" + name, kMaxPretrainedInput, &bytes); !err.empty())
+      return "model.pretrained: " + err;
+    if (std::string err = format::WriteFileAtomically(copy + "/" + name, bytes); !err.empty()) return err;
+  }
+  o->pretrained = copy;
   return "";
 }
 
@@ -178,7 +236,12 @@ std::string UseExportedTokenizer(const std::string& folder, PrepOptions* o) {
 
 std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error) {
   PrepOptions o = PrepOptionsFor(assignment_.spec(), options_.data_roots);
-  if (std::string err = UseExportedTokenizer(assignment_.spec().model().init_from(), &o); !err.empty()) {
+  if (std::string err = UseExportedTokenizer(assignment_.spec().model().init_from(), options_.data_roots, job_dir, &o);
+      !err.empty()) {
+    *user_error = true;
+    return err;
+  }
+  if (std::string err = CopyPretrainedInputs(options_.data_roots, job_dir, &o); !err.empty()) {
     *user_error = true;
     return err;
   }
@@ -240,11 +303,15 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
     std::lock_guard<std::mutex> lock(mu_);
     master = status_.master_addr();
   }
+  const double memory_gb = assignment_.spec().resources().memory_gb();
+  ProcessLimits limits;
+  limits.data_bytes = static_cast<uint64_t>(memory_gb * (1ull << 30));
+  limits.processes = kRankProcessLimit;
   std::vector<Supervisor::Child> ranks;
   for (int i = 0; i < assignment_.num_ranks(); ++i) {
     const int rank = assignment_.first_rank() + i;
     ranks.push_back({rank, {trainer, "--config", config_path}, RankEnvironment(assignment_, i, master, gpus_),
-                     job_dir + "/rank-" + std::to_string(rank) + ".log"});
+                     job_dir + "/rank-" + std::to_string(rank) + ".log", limits});
   }
   Status started = supervisor_.Start(ranks);
   if (!started.ok())
@@ -265,10 +332,18 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
   }
   if (detail.empty()) detail = TailOfFile(failed->log_path, 3);
   // The trainer says a restart would fail the same way: the job fails now, with the reason.
-  const bool permanent =
+  bool permanent =
       WIFEXITED(failed->wait_status) && WEXITSTATUS(failed->wait_status) == format::kTrainerExitPermanent;
+  // So does a rank that ran out of the memory its spec allows: not a machine fault.
+  std::string limit;
+  if (memory_gb > 0 && RanOutOfMemory(detail + "\n" + TailOfFile(failed->log_path, 20))) {
+    std::ostringstream gb;
+    gb << memory_gb;
+    limit = "exceeded its memory limit, resources.memory_gb = " + gb.str() + " (GiB of host memory per rank); ";
+    permanent = true;
+  }
   Finish(v1::TASK_FAILED,
-         "trainer rank " + std::to_string(failed->id) + " " + DescribeWaitStatus(failed->wait_status) +
+         "trainer rank " + std::to_string(failed->id) + " " + limit + DescribeWaitStatus(failed->wait_status) +
              (detail.empty() ? "" : ": " + detail) + " (log: " + failed->log_path + ")",
          permanent);
 }

@@ -19,7 +19,10 @@ struct WorkerOptions {
   std::string tls_ca;            // PEM CA of the coordinator's certificate; empty: plaintext
   std::string tls_cert, tls_key; // this worker's certificate and key (mutual TLS); optional
   // Data (data.path, model.path) must resolve inside one of these real paths; empty: anywhere.
+  // Where jobs may read data and model folders (resolved). Empty: nowhere, unless
+  // allow_any_path (then anywhere this process can read; a warning at start).
   std::vector<std::string> data_roots;
+  bool allow_any_path = false;
   std::string name;              // unique worker name
   std::string work_dir;          // data cache, job configs and rank logs
   std::string checkpoint_root;   // <root>/<job id>/ holds a job's checkpoints; default <work_dir>/checkpoints

@@ -47,6 +47,7 @@ Handler WorkerList(CLI::App* cmd);
 Handler WorkerCordon(CLI::App* cmd);
 Handler WorkerUncordon(CLI::App* cmd);
 Handler WorkerDrain(CLI::App* cmd);
+Handler WorkerRemove(CLI::App* cmd);
 // cli/verbs/cluster.cc
 Handler ClusterStatus(CLI::App* cmd);
 // cli/verbs/cache.cc

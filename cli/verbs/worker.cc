@@ -1,4 +1,4 @@
-// nightshift worker list | cordon | uncordon | drain
+// nightshift worker list | cordon | uncordon | drain | remove
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -57,11 +57,30 @@ Handler WithName(CLI::App* cmd, Action action) {
   return [name, action](const Session& s) { return Change(s, *name, action); };
 }
 
+// "worker w1 removed": the coordinator forgot it; its running jobs restart elsewhere.
+int Remove(const Session& s, const std::string& name) {
+  v1::RemoveWorkerRequest req;
+  req.set_name(name);
+  v1::RemoveWorkerResponse out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(s.Deadline());
+  grpc::Status status = v1::AdminService::NewStub(s.channel)->RemoveWorker(&ctx, req, &out);
+  if (!status.ok()) return CallFailed(status);
+  if (s.json) std::printf("{\"removed\": \"%s\"}\n", name.c_str());
+  else std::printf("worker %s removed\n", name.c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 Handler WorkerList(CLI::App*) { return List; }
 Handler WorkerCordon(CLI::App* cmd) { return WithName(cmd, Action::kCordon); }
 Handler WorkerUncordon(CLI::App* cmd) { return WithName(cmd, Action::kUncordon); }
 Handler WorkerDrain(CLI::App* cmd) { return WithName(cmd, Action::kDrain); }
+Handler WorkerRemove(CLI::App* cmd) {
+  auto name = std::make_shared<std::string>();
+  cmd->add_option("NAME", *name, "worker name")->required();
+  return [name](const Session& s) { return Remove(s, *name); };
+}
 
 }  // namespace nightshift::cli

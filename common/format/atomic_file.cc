@@ -1,6 +1,9 @@
 #include "common/format/atomic_file.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -58,6 +61,71 @@ std::string WriteFileAtomically(const std::string& path, const std::string& byte
     return err;
   }
   return SyncDirectory(DirName(path));
+}
+
+namespace {
+
+// Reads the open file `fd` (closed here) into *out if it is a regular file of at most
+// `max_bytes`; "" or what is wrong with `path`.
+std::string ReadOpenFile(int fd, const std::string& path, uint64_t max_bytes, std::string* out) {
+  struct stat st {};
+  std::string err;
+  if (::fstat(fd, &st) != 0) err = "cannot stat " + path + ": " + std::strerror(errno);
+  else if (!S_ISREG(st.st_mode)) err = path + " is not a regular file";
+  else if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    err = path + " holds " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " allowed";
+  if (err.empty()) {
+    out->resize(static_cast<size_t>(st.st_size));
+    size_t at = 0;
+    while (at < out->size()) {
+      const ssize_t n = ::read(fd, &(*out)[at], out->size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    if (at != out->size()) err = "cannot read " + path + " whole";
+  }
+  ::close(fd);
+  return err;
+}
+
+std::string OpenError(const std::string& path, int error) {
+  return error == ELOOP    ? path + " is a symbolic link (not followed)"
+         : error == ENOENT ? path + " is missing"
+                           : "cannot open " + path + ": " + std::strerror(error);
+}
+
+}  // namespace
+
+std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return OpenError(path, errno);
+  return ReadOpenFile(fd, path, max_bytes, out);
+}
+
+std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
+                            std::string* out) {
+  const std::string* root = nullptr;
+  for (const std::string& r : roots) {
+    const bool under = r == "/" || (path.size() > r.size() && path.compare(0, r.size(), r) == 0 && path[r.size()] == '/');
+    if (under && (root == nullptr || r.size() > root->size())) root = &r;
+  }
+  if (root == nullptr || path.find("/../") != std::string::npos || path.find("/./") != std::string::npos)
+    return path + " is not a normalized path under the data roots";
+  const int dir = ::open(root->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return OpenError(*root, errno);
+  const std::string relative = path.substr(*root == "/" ? 1 : root->size() + 1);
+  // openat2(2), RESOLVE_BENEATH: every component, links included, resolved by the kernel
+  // at this open, and refused (EXDEV) where it would leave the root.
+  struct open_how how {};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  const int fd = static_cast<int>(::syscall(SYS_openat2, dir, relative.c_str(), &how, sizeof(how)));
+  const int error = errno;
+  ::close(dir);
+  if (fd < 0 && error == EXDEV) return path + " leads out of the data roots (through a symbolic link)";
+  if (fd < 0) return OpenError(path, error);
+  return ReadOpenFile(fd, path, max_bytes, out);
 }
 
 }  // namespace nightshift::format

@@ -4,7 +4,9 @@
 #ifndef NIGHTSHIFT_COMMON_FORMAT_ATOMIC_FILE_H_
 #define NIGHTSHIFT_COMMON_FORMAT_ATOMIC_FILE_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace nightshift::format {
 
@@ -13,6 +15,20 @@ std::string WriteFileAtomically(const std::string& path, const std::string& byte
 
 // fsync of a directory, so a rename or unlink inside it is durable.
 std::string SyncDirectory(const std::string& dir);
+
+// Reads the regular file at `path` into *out without following a symlink in its last
+// component (O_NOFOLLOW: a link swapped in for a checked file is refused, not followed),
+// and only if it holds at most `max_bytes`. Returns "" or what is wrong, naming the path.
+std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string* out);
+
+// As ReadRegularFile, for an absolute, normalized `path` under one of `roots` (absolute,
+// resolved), opened relative to that root with openat2(2) RESOLVE_BENEATH: symbolic links
+// that stay inside the root are followed (a Hugging Face cache's snapshot folders link
+// to its blobs), any that lead out are refused at this open. So a path checked once and
+// then swapped for a link to a file outside the roots is not read. Linux 5.6 or later.
+// Returns "" or what is wrong, naming the path.
+std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
+                            std::string* out);
 
 }  // namespace nightshift::format
 

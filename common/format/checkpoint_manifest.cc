@@ -20,12 +20,25 @@ bool IsPlainFileName(const std::string& name) {
   return true;
 }
 
-ManifestFile FileEntry(const std::string& bytes) { return {bytes.size(), StableHash64(bytes)}; }
+void FileHasher::Update(const char* data, size_t n) {
+  sha_.Update(std::string_view(data, n));
+  fnv_ = StableHash64(data, n, fnv_);
+  bytes_ += n;
+}
+
+ManifestFile FileHasher::Entry() { return {bytes_, sha_.HexDigest(), fnv_}; }
+
+ManifestFile FileEntry(const std::string& bytes) {
+  FileHasher h;
+  h.Update(bytes.data(), bytes.size());
+  return h.Entry();
+}
 
 std::string ManifestText(const CheckpointManifest& m) {
   json files = json::object();
   for (const auto& [name, f] : m.files)
-    files[name] = {{"bytes", f.bytes}, {"fnv1a64", std::to_string(f.fnv1a64)}};
+    files[name] = f.sha256.empty() ? json{{"bytes", f.bytes}, {"fnv1a64", std::to_string(f.fnv1a64)}}
+                                   : json{{"bytes", f.bytes}, {"sha256", f.sha256}};
   json doc = {{"magic", kCheckpointMagic},
               {"version", m.version},
               {"position", m.position},
@@ -48,16 +61,30 @@ bool ParseDecimal(const std::string& s, uint64_t* out) {
   return true;
 }
 
+bool IsSha256Hex(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* out) {
   if (!files.is_object()) return "manifest.json: \"files\" is not an object";
   for (const auto& [name, f] : files.items()) {
     if (!IsPlainFileName(name) || name == kCheckpointComplete || name == kCheckpointManifest)
       return "manifest.json lists a file named \"" + name + "\"";
     ManifestFile entry;
-    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_unsigned() || !f.contains("fnv1a64") ||
-        !f["fnv1a64"].is_string() || !ParseDecimal(f["fnv1a64"].get<std::string>(), &entry.fnv1a64))
-      return "manifest.json: " + name + " has no bytes and fnv1a64";
+    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_unsigned())
+      return "manifest.json: " + name + " has no bytes";
     entry.bytes = f["bytes"].get<uint64_t>();
+    if (f.contains("sha256")) {
+      if (!f["sha256"].is_string() || !IsSha256Hex(f["sha256"].get<std::string>()))
+        return "manifest.json: " + name + "'s sha256 is not 64 lower-case hex digits";
+      entry.sha256 = f["sha256"].get<std::string>();
+    } else if (!f.contains("fnv1a64") || !f["fnv1a64"].is_string() ||
+               !ParseDecimal(f["fnv1a64"].get<std::string>(), &entry.fnv1a64)) {
+      return "manifest.json: " + name + " has no sha256 (or fnv1a64)";
+    }
     (*out)[name] = entry;
   }
   return "";
@@ -102,10 +129,11 @@ std::string ReadManifest(const std::string& step_dir, CheckpointManifest* out) {
   return "";
 }
 
-std::string VerifyFile(const std::string& name, uint64_t bytes, uint64_t fnv1a64, const ManifestFile& want) {
-  if (bytes != want.bytes)
-    return name + " is truncated (" + std::to_string(bytes) + " of " + std::to_string(want.bytes) + " bytes)";
-  if (fnv1a64 != want.fnv1a64) return name + " does not match its checksum in manifest.json";
+std::string VerifyFile(const std::string& name, const ManifestFile& got, const ManifestFile& want) {
+  if (got.bytes != want.bytes)
+    return name + " is truncated (" + std::to_string(got.bytes) + " of " + std::to_string(want.bytes) + " bytes)";
+  const bool same = want.sha256.empty() ? got.fnv1a64 == want.fnv1a64 : got.sha256 == want.sha256;
+  if (!same) return name + " does not match its checksum in manifest.json";
   return "";
 }
 
@@ -115,14 +143,12 @@ std::string VerifyFiles(const std::string& step_dir, const CheckpointManifest& m
     const std::string path = step_dir + "/" + name;
     std::ifstream in(path, std::ios::binary);
     if (!in) return "cannot read " + path;
-    uint64_t bytes = 0, hash = StableHash64(nullptr, 0);
+    FileHasher hasher;
     while (in) {
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      const auto got = static_cast<size_t>(in.gcount());
-      hash = StableHash64(buf.data(), got, hash);
-      bytes += got;
+      hasher.Update(buf.data(), static_cast<size_t>(in.gcount()));
     }
-    if (std::string err = VerifyFile(path, bytes, hash, want); !err.empty()) return err;
+    if (std::string err = VerifyFile(path, hasher.Entry(), want); !err.empty()) return err;
   }
   return "";
 }

@@ -1,6 +1,6 @@
 // A checkpoint's manifest.json (<job folder>/step-N/manifest.json, checkpoint_layout.h):
 // what the checkpoint is, which run and attempt wrote it, and every other file in it with
-// its size and FNV-1a 64 checksum. The one place that reads and writes it: the trainer
+// its size and SHA-256. The one place that reads and writes it: the trainer
 // saves, resumes and exports by it (worker/trainer/checkpoint.h), the worker serves and
 // copies checkpoints by it (worker/checkpoint_copy.h).
 //
@@ -8,9 +8,11 @@
 //    "position": the trainer's RunPosition (worker/trainer/position.h),
 //    "fingerprint": what a run must match to resume from it,
 //    "attempt": the job attempt that wrote it (absent before fencing),
-//    "files": {name: {"bytes": N, "fnv1a64": "decimal"}}}
+//    "files": {name: {"bytes": N, "sha256": "hex"}}}
 //
-// Version 1 had the position's fields at the top level and may lack "files". Standard
+// Version 1 had the position's fields at the top level and may lack "files"; versions 1
+// and 2 have "fnv1a64": "decimal" instead of "sha256" (still read and verified: the
+// trainer resumes from them; a checkpoint copy between workers needs SHA-256). Standard
 // library and nlohmann-json (header-only) only: the trainer links it.
 #ifndef NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_MANIFEST_H_
 #define NIGHTSHIFT_COMMON_FORMAT_CHECKPOINT_MANIFEST_H_
@@ -21,15 +23,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/format/sha256.h"
+#include "common/format/shard.h"
+
 namespace nightshift::format {
 
 inline constexpr char kCheckpointMagic[] = "nightshift-checkpoint";
-inline constexpr int kCheckpointVersion = 2;        // written
+inline constexpr int kCheckpointVersion = 3;        // written
 inline constexpr int kOldestCheckpointVersion = 1;  // the oldest the trainer reads
 
 struct ManifestFile {
   uint64_t bytes = 0;
-  uint64_t fnv1a64 = 0;  // StableHash64 of the whole file (shard.h)
+  std::string sha256;    // lower-case hex; "" in versions 1 and 2
+  uint64_t fnv1a64 = 0;  // StableHash64 of the whole file (shard.h); versions 1 and 2 only
+};
+
+// A file's bytes, streamed in, into the entry a manifest lists for them.
+class FileHasher {
+ public:
+  void Update(const char* data, size_t n);
+  ManifestFile Entry();  // once, after the last Update
+
+ private:
+  Sha256 sha_;
+  uint64_t fnv_ = StableHash64(nullptr, 0);
+  uint64_t bytes_ = 0;
 };
 
 struct CheckpointManifest {
@@ -63,9 +81,10 @@ std::string ParseManifest(const std::string& text, CheckpointManifest* out);
 // Reads and parses <step_dir>/manifest.json; "" or what is wrong, naming the file.
 std::string ReadManifest(const std::string& step_dir, CheckpointManifest* out);
 
-// Whether a file of `bytes` bytes hashing to `fnv1a64` is `want`: "" or "<name> is
-// truncated (N of M bytes)" / "<name> does not match its checksum".
-std::string VerifyFile(const std::string& name, uint64_t bytes, uint64_t fnv1a64, const ManifestFile& want);
+// Whether a file whose FileHasher gave `got` is `want` (by SHA-256 when `want` has one,
+// else FNV-1a 64): "" or "<name> is truncated (N of M bytes)" / "<name> does not match
+// its checksum".
+std::string VerifyFile(const std::string& name, const ManifestFile& got, const ManifestFile& want);
 
 // Reads every file `m` lists from `step_dir` and verifies it: "" or the first that is
 // missing or does not match, naming its path.

@@ -63,18 +63,60 @@ void Sha256::Update(std::string_view bytes) {
   pending_size_ = n;
 }
 
-std::string Sha256::HexDigest() {
+std::array<unsigned char, 32> Sha256::Digest() {
   // Padding: 0x80, zeros up to 56 mod 64, the message length in bits (big-endian).
   const uint64_t bits = total_bytes_ * 8;
   unsigned char tail[72] = {0x80};
   const size_t zeros = (pending_size_ < 56 ? 56 : 120) - pending_size_;
   for (int i = 0; i < 8; ++i) tail[zeros + i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
   Update(std::string_view(reinterpret_cast<const char*>(tail), zeros + 8));
+  std::array<unsigned char, 32> digest;
+  for (int i = 0; i < 32; ++i) digest[i] = static_cast<unsigned char>(state_[i / 4] >> (24 - 8 * (i % 4)));
+  return digest;
+}
+
+namespace {
+std::string Hex(const std::array<unsigned char, 32>& bytes) {
   static const char kHex[] = "0123456789abcdef";
   std::string hex;
-  for (uint32_t word : state_)
-    for (int shift = 28; shift >= 0; shift -= 4) hex += kHex[(word >> shift) & 15];
+  for (unsigned char b : bytes) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
   return hex;
+}
+}  // namespace
+
+std::string Sha256::HexDigest() { return Hex(Digest()); }
+
+std::string HmacSha256Hex(std::string_view key, std::string_view message) {
+  constexpr size_t kBlock = 64;
+  std::string k(key);
+  if (k.size() > kBlock) {
+    auto d = [&] { Sha256 h; h.Update(k); return h.Digest(); }();
+    k.assign(reinterpret_cast<const char*>(d.data()), d.size());
+  }
+  k.resize(kBlock, '\0');
+  std::string inner_pad(kBlock, '\0'), outer_pad(kBlock, '\0');
+  for (size_t i = 0; i < kBlock; ++i) {
+    inner_pad[i] = static_cast<char>(k[i] ^ 0x36);
+    outer_pad[i] = static_cast<char>(k[i] ^ 0x5c);
+  }
+  Sha256 inner;
+  inner.Update(inner_pad);
+  inner.Update(message);
+  const auto inner_digest = inner.Digest();
+  Sha256 outer;
+  outer.Update(outer_pad);
+  outer.Update(std::string_view(reinterpret_cast<const char*>(inner_digest.data()), inner_digest.size()));
+  return Hex(outer.Digest());
+}
+
+bool ConstantTimeEqual(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 std::string Sha256Hex(std::string_view bytes) {

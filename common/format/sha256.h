@@ -20,7 +20,8 @@ class Sha256 {
  public:
   Sha256();
   void Update(std::string_view bytes);
-  std::string HexDigest();  // lower-case hex, 64 digits
+  std::array<unsigned char, 32> Digest();  // the 32 bytes; call once
+  std::string HexDigest();  // lower-case hex, 64 digits; instead of Digest
 
  private:
   void Block(const unsigned char* block);  // one 64-byte block into state_
@@ -32,6 +33,14 @@ class Sha256 {
 
 // SHA-256 of `bytes`, lower-case hex.
 std::string Sha256Hex(std::string_view bytes);
+
+// HMAC-SHA256 (RFC 2104) of `message` under `key`, lower-case hex: the capabilities the
+// coordinator hands out for a worker's file service (worker/file_service.h).
+std::string HmacSha256Hex(std::string_view key, std::string_view message);
+
+// Whether two strings are equal, in a time that does not depend on where they differ
+// (for comparing secrets).
+bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
 // SHA-256 of the file at `path` (read in 1 MiB pieces) into *hex; returns "" or a message
 // naming the file.

@@ -18,7 +18,7 @@ const std::vector<SpecField>& SpecFields() {
       L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed, L::kBatchSize,
       L::kMaxTokens, L::kPrefetch, L::kPrecision, L::kGradClip, L::kActivationCheckpointing, L::kMaxSteps,
       L::kThreads,
-      L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice,
+      L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb,
       L::kEverySteps, L::kEverySeconds, L::kKeepLast,
       L::kMaxRestarts, L::kHangSeconds, L::kPriority};
   return kFields;
@@ -241,7 +241,7 @@ std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = Model(v)) return e;
   if (Error e = Data(v)) return e;
   if (Error e = Train(v)) return e;
-  if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb}, v)) return e;
+  if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb}, v)) return e;
   if (Error e = Resolve({L::kEverySteps, L::kEverySeconds, L::kKeepLast}, v)) return e;
   return Resolve({L::kMaxRestarts, L::kHangSeconds, L::kPriority}, v);
 }

@@ -12,7 +12,8 @@
 #   SPEC               another job spec (its data is yours to provide; no download, no
 #                      classification of the demo's mails)
 # Environment: NIGHTSHIFT_RUN_DIR (default run/quickstart-DATE), NIGHTSHIFT_BUILD_DIR
-# (default build). Each step's output goes to a log in the run folder; a step that fails
+# (default build), NIGHTSHIFT_DATA_ROOT (the worker's --data-root, default data/: jobs
+# read only under it). Each step's output goes to a log in the run folder; a step that fails
 # ends the script with a non-zero exit code and a line naming the step and its logs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -136,7 +137,7 @@ export NIGHTSHIFT_COORDINATOR=127.0.0.1:$(cat "$RUN/coordinator.port")
 WORKER_LOG=$RUN/worker-local-1.log
 echo "quickstart: start the worker (log: $WORKER_LOG)"
 "$BIN/nightshift-worker" --coordinator "$NIGHTSHIFT_COORDINATOR" --name local-1 --cpu-slots 1 \
-  --work-dir "$RUN/worker-local-1" --metrics-listen 127.0.0.1:0 --metrics-port-file "$RUN/worker.metrics-port" \
+  --work-dir "$RUN/worker-local-1" --data-root "${NIGHTSHIFT_DATA_ROOT:-$ROOT/data}" --metrics-listen 127.0.0.1:0 --metrics-port-file "$RUN/worker.metrics-port" \
   2>"$WORKER_LOG" &
 WORKER_PID=$!
 await_port_file "start the worker" "$WORKER_PID" "$RUN/worker.metrics-port" "$WORKER_LOG"

@@ -288,6 +288,7 @@ class FakeAdminService final : public v1::AdminService::Service {
   std::vector<v1::EvictCacheRequest> evictions;
   std::vector<v1::CordonWorkerRequest> cordons;
   std::vector<v1::DrainWorkerRequest> drains;
+  std::vector<v1::RemoveWorkerRequest> removals;
 
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*, v1::ListWorkersResponse* out) override {
     std::lock_guard<std::mutex> l(mu);
@@ -330,6 +331,18 @@ class FakeAdminService final : public v1::AdminService::Service {
     w->set_draining(true);
     *out->mutable_worker() = *w;
     return grpc::Status::OK;
+  }
+
+  grpc::Status RemoveWorker(grpc::ServerContext*, const v1::RemoveWorkerRequest* req, v1::RemoveWorkerResponse*) override {
+    std::lock_guard<std::mutex> l(mu);
+    removals.push_back(*req);
+    if (!fail.ok()) return fail;
+    for (auto it = workers.begin(); it != workers.end(); ++it)
+      if (it->name() == req->name()) {
+        workers.erase(it);
+        return grpc::Status::OK;
+      }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no worker " + req->name());
   }
 
  private:

@@ -71,7 +71,7 @@ class PartsTest : public testing::Test {
     w.set_slots(slots);
     w.set_log_address(name + ":7000");
     for (int i = 0; i < gpus; ++i) w.add_gpus();
-    workers_->Register(w);
+    EXPECT_TRUE(workers_->Register(w, RegistrationSource{}, "key-" + name).ok());
   }
   // A heartbeat that lists no task; `held`: job id -> newest checkpoint on its disk.
   HeartbeatReply Beat(const std::string& name, const std::map<std::string, int64_t>& held = {}) {

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "common/client.h"
+#include "common/file_access.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 #include "tests/common/test_model_folder.h"
@@ -32,7 +33,9 @@ class CoordinatorServiceTest : public testing::Test {
       std::ofstream tokens(dir_ + "/tokens");
       tokens << Sha256Hex("alice-secret") << " user alice\n"
              << Sha256Hex("bob-secret") << " user bob\n"
-             << Sha256Hex("worker-secret") << " worker node1\n";
+             << Sha256Hex("worker-secret") << " worker node1\n"
+             << Sha256Hex("worker2-secret") << " worker node2\n"
+             << Sha256Hex("admin-secret") << " admin root\n";
     }
     auto auth = Authenticator::Open(dir_ + "/tokens");
     ASSERT_TRUE(auth.ok()) << auth.status().ToString();
@@ -234,7 +237,8 @@ TEST_F(CoordinatorServiceTest, GetArtifactsFromTheWorkerOrTheSharedRoot) {
   EXPECT_NE(s.error_message().find("QUEUED"), std::string::npos) << s.error_message();
 
   // The worker's log service, serving its checkpoint root.
-  FileServiceImpl logs(dir_ + "/worker", [](const std::string&) { return false; }, dir_ + "/worker-ckpt");
+  FileServiceAuth file_auth;
+  FileServiceImpl logs(&file_auth, dir_ + "/worker", [](const std::string&) { return false; }, dir_ + "/worker-ckpt");
   int log_port = 0;
   grpc::ServerBuilder b;
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &log_port);
@@ -251,6 +255,8 @@ TEST_F(CoordinatorServiceTest, GetArtifactsFromTheWorkerOrTheSharedRoot) {
   reg.set_log_address("127.0.0.1:" + std::to_string(log_port));
   v1::RegisterResponse registered;
   ASSERT_TRUE(worker->Register(Ctx().get(), reg, &registered).ok());
+  ASSERT_EQ(registered.file_service_key().size(), 64u);
+  file_auth.SetKey(registered.file_service_key());  // what the worker's agent does
   c_->Tick();
   v1::HeartbeatRequest hb;
   hb.set_name("node1");
@@ -273,6 +279,26 @@ TEST_F(CoordinatorServiceTest, GetArtifactsFromTheWorkerOrTheSharedRoot) {
   EXPECT_EQ(got, files);
   EXPECT_EQ(first.step(), 40);
   EXPECT_EQ(first.checksums_json(), testing_model::ReadFile(dir_ + "/worker-ckpt/" + job.id() + "/model/checksums.json"));
+  // Straight to the worker's file service, as anyone on its network could: refused
+  // without the key the coordinator holds, with a made-up one, and with a capability.
+  auto direct = v1::WorkerFileService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(log_port), grpc::InsecureChannelCredentials()));
+  for (const std::string& credentials : {std::string(), std::string("Bearer guess"),
+                                         "Bearer cap:" + ReadCheckpointCapability(registered.file_service_key(), job.id())}) {
+    grpc::ClientContext ctx;
+    if (!credentials.empty()) ctx.AddMetadata("authorization", credentials);
+    v1::ReadModelRequest read;
+    read.set_job_id(job.id());
+    auto reader = direct->ReadModel(&ctx, read);
+    v1::ArtifactChunk chunk;
+    int chunks = 0;
+    while (reader->Read(&chunk)) ++chunks;
+    const grpc::Status refused = reader->Finish();
+    EXPECT_EQ(chunks, 0) << credentials;
+    EXPECT_TRUE(refused.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                refused.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+        << credentials << ": " << refused.error_message();
+  }
 
   // The worker goes silent past its lease.
   log_server->Shutdown();
@@ -296,12 +322,101 @@ TEST_F(CoordinatorServiceTest, GetArtifactsFromTheWorkerOrTheSharedRoot) {
   EXPECT_EQ(bob->GetJobMetrics(Ctx().get(), mreq, &metrics).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// A worker token names its worker: with node1's token one cannot register, heartbeat
+// (every attempt on node2 would fail) or report (a forged SUCCEEDED) as node2.
+TEST_F(CoordinatorServiceTest, AWorkerTokenActsAsItsOwnWorkerOnly) {
+  const v1::Job job = Submit("alice-secret");
+  auto node2 = v1::WorkerService::NewStub(As("worker2-secret"));
+  v1::RegisterRequest reg;
+  reg.set_name("node2");
+  reg.set_slots(1);
+  reg.set_log_address("127.0.0.1:1");
+  v1::RegisterResponse registered;
+  ASSERT_TRUE(node2->Register(Ctx().get(), reg, &registered).ok());
+  c_->Tick();
+  ASSERT_EQ(Get("alice-secret", job.id()).state(), v1::SCHEDULED);
+
+  auto node1 = v1::WorkerService::NewStub(As("worker-secret"));
+  grpc::Status s = node1->Register(Ctx().get(), reg, &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("may not act as worker node2"), std::string::npos) << s.error_message();
+  v1::HeartbeatRequest hb;
+  hb.set_name("node2");
+  v1::HeartbeatResponse orders;
+  EXPECT_EQ(node1->Heartbeat(Ctx().get(), hb, &orders).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::ReportTaskRequest report;
+  report.set_name("node2");
+  report.mutable_status()->mutable_task()->set_job_id(job.id());
+  report.mutable_status()->set_state(v1::TASK_SUCCEEDED);
+  v1::ReportTaskResponse ack;
+  EXPECT_EQ(node1->ReportTask(Ctx().get(), report, &ack).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // As itself, node1 holds no part of the job: its report changes nothing.
+  report.set_name("node1");
+  reg.set_name("node1");
+  ASSERT_TRUE(node1->Register(Ctx().get(), reg, &registered).ok());
+  ASSERT_TRUE(node1->ReportTask(Ctx().get(), report, &ack).ok());
+  EXPECT_EQ(Get("alice-secret", job.id()).state(), v1::SCHEDULED);
+  // An admin may act as any worker (operators' tools, insecure mode).
+  auto admin = v1::WorkerService::NewStub(As("admin-secret"));
+  hb.set_name("node2");
+  EXPECT_TRUE(admin->Heartbeat(Ctx().get(), hb, &orders).ok());
+}
+
+// A TorchScript module is the user's code, run on the workers as the worker's user: a
+// user may submit one only where the admin enabled it, for everyone or for them.
+TEST_F(CoordinatorServiceTest, TorchScriptNeedsTheAdminsConsent) {
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml("model: {arch: torchscript, path: /data/module.pt}\ndata: {path: /data}\n");
+  v1::Job job;
+  grpc::Status s = v1::JobService::NewStub(As("alice-secret"))->SubmitJob(Ctx().get(), req, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--allow-torchscript"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(v1::JobService::NewStub(As("admin-secret"))->SubmitJob(Ctx().get(), req, &job).ok());
+
+  SubmitPolicy policy;
+  policy.torchscript_users = {"bob"};
+  JobServiceImpl enabled(c_.get(), nullptr, auth_.get(), "", {}, policy);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&enabled);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server != nullptr && port != 0);
+  EXPECT_TRUE(v1::JobService::NewStub(As("bob-secret", port))->SubmitJob(Ctx().get(), req, &job).ok());
+  EXPECT_EQ(v1::JobService::NewStub(As("alice-secret", port))->SubmitJob(Ctx().get(), req, &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+// The log address a worker token registers is where the coordinator fetches that
+// worker's logs, models and checkpoints from: it must be on the caller's own host.
+TEST_F(CoordinatorServiceTest, AWorkerTokensLogAddressMustBeOnTheHostItCallsFrom) {
+  auto node1 = v1::WorkerService::NewStub(As("worker-secret"));
+  v1::RegisterRequest reg;
+  reg.set_name("node1");
+  reg.set_slots(1);
+  reg.set_log_address("198.18.0.66:7000");  // never contacted: refused before
+  v1::RegisterResponse registered;
+  grpc::Status s = node1->Register(Ctx().get(), reg, &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("log_address"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("127.0.0.1"), std::string::npos) << s.error_message();
+  reg.set_log_address("127.0.0.1:7000");
+  EXPECT_TRUE(node1->Register(Ctx().get(), reg, &registered).ok());
+  reg.set_log_address("localhost:7000");  // a name that resolves to the caller
+  EXPECT_TRUE(node1->Register(Ctx().get(), reg, &registered).ok());
+  reg.set_log_address("198.18.0.66:7000");
+  EXPECT_TRUE(v1::WorkerService::NewStub(As("admin-secret"))->Register(Ctx().get(), reg, &registered).ok());
+}
+
 // The worker serves only the job's own model folder: ids that climb out are refused.
 TEST(LogServiceModelTest, ServesOnlyTheJobsModelFolder) {
   const std::string root = testing::TempDir() + "/logsvc-model." + std::to_string(::getpid());
   std::filesystem::remove_all(root);
   testing_model::WriteModelFolder(root + "/ckpt/j-000001/model");
-  FileServiceImpl logs(root, [](const std::string&) { return false; }, root + "/ckpt");
+  FileServiceAuth file_auth;
+  file_auth.SetKey("the-key");
+  FileServiceImpl logs(&file_auth, root, [](const std::string&) { return false; }, root + "/ckpt");
   int port = 0;
   grpc::ServerBuilder b;
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -311,6 +426,7 @@ TEST(LogServiceModelTest, ServesOnlyTheJobsModelFolder) {
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   auto read = [&](const std::string& id) {
     grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer the-key");
     v1::ReadModelRequest req;
     req.set_job_id(id);
     auto reader = stub->ReadModel(&ctx, req);

@@ -191,5 +191,67 @@ TEST_F(WorkerRegistryTest, ARegistrationNeedsANameAndSlotsInRange) {
   EXPECT_TRUE(WorkerRegistry::CheckRegistration(w).ok());
 }
 
+// Identities: a live worker's name cannot be taken over from another host (its jobs'
+// logs, models and checkpoints would be fetched from there) until its lease ends or an
+// admin removes it; a worker token's log address must be on the host it calls from.
+TEST_F(WorkerRegistryTest, ALiveWorkerCannotBeReRegisteredFromAnotherHost) {
+  v1::WorkerInfo w;
+  w.set_name("w1");
+  w.set_slots(1);
+  w.set_log_address("10.0.0.1:7000");
+  const RegistrationSource home{"10.0.0.1", /*admin=*/false};
+  ASSERT_TRUE(workers_->Register(w, home, "k1").ok());
+  // The attacker, with w1's token, from 10.0.0.66, its own log address.
+  v1::WorkerInfo impostor = w;
+  impostor.set_log_address("10.0.0.66:7000");
+  const RegistrationSource elsewhere{"10.0.0.66", /*admin=*/false};
+  Status s = workers_->Register(impostor, elsewhere, "k2");
+  EXPECT_EQ(s.code(), Status::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("nightshift worker remove w1"), std::string::npos) << s.ToString();
+  EXPECT_EQ(workers_->Find("w1")->info.log_address(), "10.0.0.1:7000");
+  EXPECT_EQ(workers_->Find("w1")->file_key, "k1");
+  // From its own host (a restart), it may.
+  ASSERT_TRUE(workers_->Register(w, home, "k3").ok());
+  EXPECT_EQ(workers_->Find("w1")->file_key, "k3");
+  // A log address on another host than the caller's is refused for a worker token...
+  s = workers_->Register(impostor, home, "k4");
+  EXPECT_EQ(s.code(), Status::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("log_address"), std::string::npos) << s.ToString();
+  // ...and an admin may set it.
+  EXPECT_TRUE(workers_->Register(impostor, RegistrationSource{"10.0.0.1", /*admin=*/true}, "k5").ok());
+  ASSERT_TRUE(workers_->Register(w, home, "k6").ok());
+  // After its lease ends, the name may register from elsewhere.
+  clock_.Advance(11s);
+  Expire();
+  ASSERT_EQ(StateOf("w1"), v1::WORKER_LOST);
+  EXPECT_TRUE(workers_->Register(impostor, elsewhere, "k7").ok());
+  // An admin's removal ends a live registration at once.
+  EXPECT_TRUE(workers_->Remove("w1").ok());
+  EXPECT_EQ(workers_->Find("w1"), nullptr);
+  EXPECT_EQ(workers_->Remove("w1").code(), Status::kNotFound);
+  EXPECT_TRUE(workers_->Register(w, home, "k8").ok());
+}
+
+TEST_F(WorkerRegistryTest, AWorkerLostForTheForgetTimeIsForgotten) {
+  options_.forget_workers_after_seconds = 3600;
+  Build();
+  Register("w1");
+  Register("w2");
+  clock_.Advance(11s);
+  Beat("w2");
+  Expire();
+  ASSERT_EQ(StateOf("w1"), v1::WORKER_LOST);
+  clock_.Advance(3589s);  // 3600 s since its last heartbeat: not yet
+  Beat("w2");
+  Expire();
+  EXPECT_NE(workers_->Find("w1"), nullptr);
+  clock_.Advance(1s);
+  Beat("w2");
+  Expire();
+  EXPECT_EQ(workers_->Find("w1"), nullptr);
+  EXPECT_NE(workers_->Find("w2"), nullptr);
+  EXPECT_TRUE(workers_->Gone("w1", clock_.Now()));
+}
+
 }  // namespace
 }  // namespace nightshift

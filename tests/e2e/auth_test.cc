@@ -380,7 +380,7 @@ TEST_F(TlsTest, ServesTlsAndRefusesPlaintext) {
 TEST_F(TlsTest, MutualTlsWithTokensForWorkersAndUsers) {
   {
     std::ofstream out(cluster_.dir() + "/tokens");
-    out << Sha256Hex("admin-secret") << " admin root\n" << Sha256Hex("worker-secret") << " worker w\n";
+    out << Sha256Hex("admin-secret") << " admin root\n" << Sha256Hex("worker-secret") << " worker node1\n";
   }
   cluster_.StartCoordinator({"--tls-cert", certs_ + "/server.crt", "--tls-key", certs_ + "/server.key",
                              "--tls-client-ca", certs_ + "/ca.crt", "--token-file", cluster_.dir() + "/tokens"});
@@ -421,6 +421,26 @@ TEST(PathConfinementTest, DataOutsideTheRootsFailsTheJobWithoutRetries) {
     EXPECT_NE(job.error().find("'" + path + "'"), std::string::npos) << job.error();
     EXPECT_NE(job.error().find("outside this worker's data roots (" + fs::canonical(allowed).string() + ")"),
               std::string::npos) << job.error();
+  }
+}
+
+// A worker started with no --data-root (the default) reads no path a job names: a job
+// pointing at the worker's own files (its work dir, where caches and configs live) fails
+// at once naming --data-root, where before it would have read them and handed them back
+// inside the model.
+TEST(PathConfinementTest, ADefaultWorkerRefusesEveryPathAJobNames) {
+  Cluster cluster("confine-default");
+  const std::string data = cluster.MakeData(3, "mine");
+  cluster.StartCoordinator();
+  cluster.StartWorker("node1", 1, {}, {"--no-data-root"});
+  for (const std::string& path : {data, cluster.dir() + "/node1"}) {
+    v1::Job job;
+    ASSERT_TRUE(cluster.Submit("model: {arch: transformer_classifier}\ndata: {path: '" + path +
+                                   "'}\nrestart: {max_restarts: 3}\n", &job).ok());
+    job = cluster.WaitForEnd(job.id(), 60);
+    EXPECT_EQ(job.state(), v1::FAILED) << path;
+    EXPECT_EQ(job.restarts(), 0) << path;
+    EXPECT_NE(job.error().find("has no --data-root"), std::string::npos) << job.error();
   }
 }
 

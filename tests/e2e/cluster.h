@@ -147,6 +147,10 @@ class Cluster {
       argv.insert(argv.end(), {"--advertise-host", address, "--log-listen", address + ":0"});
     }
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    // Test data lies in temporary folders and data/: anywhere, unless the test confines.
+    const auto has = [&](const char* flag) { return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end(); };
+    if (!has("--data-root") && !has("--no-data-root")) argv.push_back("--allow-any-path");
+    argv.erase(std::remove(argv.begin(), argv.end(), std::string("--no-data-root")), argv.end());
     if (host >= 0) argv = hosts_->InHost(host, argv);
     workers_.emplace_back(argv, dir() + "/" + name + ".log", env);
     return workers_.size() - 1;

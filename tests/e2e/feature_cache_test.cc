@@ -119,5 +119,41 @@ TEST(FeatureCacheE2E, WorkerKilledDuringABuildRebuildsAfterRestart) {
     EXPECT_EQ(d.path().filename().string().find(".building-"), std::string::npos) << d.path();
 }
 
+// model.init_from: the cache key names the tokenizer the data was tokenized with. A folder
+// whose checksums.json claims another folder's tokenizer digest (so that its own
+// tokenizer's features would be cached, and served, under the other folder's key) fails
+// at once, naming the mismatch; the real folder then misses nothing of its own.
+TEST(FeatureCacheE2E, AFolderClaimingAnotherTokenizersDigestCannotPoisonTheCache) {
+  Cluster cluster("cache-poison");
+  const std::string data = cluster.MakeData(40);
+  cluster.StartCoordinator();
+  cluster.StartWorker("w1", 1);
+  const v1::Job source = RunToEnd(cluster, Spec(data));
+  const std::string model = cluster.dir() + "/checkpoints/" + source.id() + "/model";
+  ASSERT_TRUE(fs::exists(model + "/tokenizer.model")) << model;
+  const std::string legit = cluster.dir() + "/legit", poisoned = cluster.dir() + "/poisoned";
+  fs::copy(model, legit);
+  fs::copy(model, poisoned);
+  {
+    std::fstream f(poisoned + "/tokenizer.model", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('Z');  // another tokenizer; checksums.json still names the legit one's digest
+  }
+  const std::string init = "model: {arch: transformer_classifier, init_from: ";
+  v1::Job job;
+  std::string spec = Spec(data, 64, /*max_restarts=*/2);
+  spec.replace(spec.find("model: {arch: transformer_classifier"), std::string("model: {arch: transformer_classifier").size(),
+               init + poisoned);
+  ASSERT_TRUE(cluster.Submit(spec, &job).ok());
+  job = cluster.WaitForEnd(job.id(), 180);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.error().find("tokenizer.model does not match its sha256 in checksums.json"), std::string::npos)
+      << job.error();
+  spec.replace(spec.find(poisoned), poisoned.size(), legit);
+  const v1::Job good = RunToEnd(cluster, spec);
+  EXPECT_FALSE(good.data_cache().hit());  // nothing was cached under its key by the poisoned folder
+}
+
 }  // namespace
 }  // namespace nightshift::testing_e2e

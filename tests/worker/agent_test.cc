@@ -37,6 +37,7 @@ class AgentTest : public testing::Test {
     options_.work_dir = dir_;
     options_.cpu_slots = 2;
     options_.log_address = "127.0.0.1:7000";
+    options_.data_roots = {"/"};  // what --allow-any-path gives: the test's data is in a temporary folder
     options_.stop_grace_seconds = 5;
   }
   void TearDown() override { fs::remove_all(dir_); }

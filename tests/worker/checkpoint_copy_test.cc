@@ -16,6 +16,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/file_access.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/format/checkpoint_manifest.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
@@ -56,7 +57,8 @@ class CheckpointCopyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testdirs::FreshTestDir("ckpt_copy");
-    logs_ = std::make_unique<FileServiceImpl>(dir_ + "/holder", [](const std::string&) { return true; },
+    holder_auth_.SetKey(kHolderKey);  // as at the holder's registration
+    logs_ = std::make_unique<FileServiceImpl>(&holder_auth_, dir_ + "/holder", [](const std::string&) { return true; },
                                              dir_ + "/holder/checkpoints");
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
@@ -66,19 +68,26 @@ class CheckpointCopyTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
+  // The order the coordinator gives: the holder's capability for the job, and the
+  // manifest's SHA-256 as the holder reported it (NewestCheckpoints).
   v1::CheckpointCopy Order(int64_t step) const {
     v1::CheckpointCopy c;
     c.set_job_id("j-000007");
     c.set_step(step);
     c.set_source_worker("holder");
     c.set_source_address("127.0.0.1:" + std::to_string(port_));
+    c.set_capability(ReadCheckpointCapability(kHolderKey, c.job_id()));
+    const fs::path manifest = fs::path(holder_job()) / format::StepDirName(step) / format::kCheckpointManifest;
+    if (fs::exists(manifest)) c.set_manifest_sha256(format::Sha256Hex(Read(manifest)));
     return c;
   }
   std::string holder_job() const { return dir_ + "/holder/checkpoints/j-000007"; }
   std::string copier_job() const { return dir_ + "/copier/checkpoints/j-000007"; }
 
+  static constexpr char kHolderKey[] = "holder-key";
   std::string dir_;
   int port_ = 0;
+  FileServiceAuth holder_auth_;
   std::unique_ptr<FileServiceImpl> logs_;
   std::unique_ptr<grpc::Server> server_;
   bool runs_here_ = false;
@@ -139,6 +148,67 @@ TEST_F(CheckpointCopyTest, ADamagedFileIsRefusedNamingItAndLeavesNothing) {
   EXPECT_TRUE(!fs::exists(copier_job()) || fs::is_empty(copier_job()));
 }
 
+// The attacker controls what the holder's service sends (or sits between): other weights
+// with a manifest made to match them. The manifest's SHA-256 the holder reported through
+// its own authenticated heartbeat does not match: refused, nothing left.
+TEST_F(CheckpointCopyTest, AForgedCheckpointWithAManifestMadeToMatchIsRefused) {
+  WriteCheckpoint(holder_job(), 40);
+  const v1::CheckpointCopy order = Order(40);  // the reported manifest
+  const fs::path step_dir = fs::path(holder_job()) / format::StepDirName(40);
+  format::CheckpointManifest forged;
+  ASSERT_EQ(format::ReadManifest(step_dir.string(), &forged), "");
+  std::ofstream(step_dir / "model.pt", std::ios::binary | std::ios::trunc) << "backdoored weights";
+  forged.files["model.pt"] = format::FileEntry("backdoored weights");
+  std::ofstream(step_dir / format::kCheckpointManifest, std::ios::trunc) << format::ManifestText(forged);
+  CheckpointCopier copier(Options());
+  const Status s = copier.Copy(order);
+  EXPECT_EQ(s.code(), Status::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("not the one the holder reported"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(format::CompleteSteps(copier_job()).empty());
+  // A manifest with FNV-1a sums only (easy to collide) is refused for a copy even when
+  // its own SHA-256 is the one reported.
+  format::CheckpointManifest old;
+  old.files["model.pt"] = {18, "", format::StableHash64(std::string("backdoored weights"))};
+  const std::string old_text = format::ManifestText(old);
+  std::ofstream(step_dir / format::kCheckpointManifest, std::ios::trunc) << old_text;
+  v1::CheckpointCopy fnv_order = order;
+  fnv_order.set_manifest_sha256(format::Sha256Hex(old_text));
+  const Status fnv = copier.Copy(fnv_order);
+  EXPECT_EQ(fnv.code(), Status::kDataLoss) << fnv.ToString();
+  EXPECT_NE(fnv.message().find("no SHA-256 for model.pt"), std::string::npos) << fnv.ToString();
+  EXPECT_EQ(copier.copies(), 0);
+}
+
+// The holder's files open to the coordinator's key, or to a capability for the one job
+// being copied; nothing else (no credentials, a guess, another job's capability).
+TEST_F(CheckpointCopyTest, TheHoldersCheckpointsOpenOnlyToACapabilityForThatJob) {
+  WriteCheckpoint(holder_job(), 40);
+  CheckpointCopier copier(Options());
+  v1::CheckpointCopy order = Order(40);
+  for (const std::string& capability : {std::string(), std::string("guess"),
+                                        ReadCheckpointCapability(kHolderKey, "j-000008"),
+                                        ReadCheckpointCapability("an-old-key", "j-000007")}) {
+    order.set_capability(capability);
+    const Status s = copier.Copy(order);
+    EXPECT_TRUE(s.code() == Status::kUnauthenticated || s.code() == Status::kPermissionDenied)
+        << capability << ": " << s.ToString();
+    EXPECT_TRUE(format::CompleteSteps(copier_job()).empty());
+  }
+  // A capability opens ReadCheckpoint only: not the job's logs or models.
+  auto stub = v1::WorkerFileService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer cap:" + ReadCheckpointCapability(kHolderKey, "j-000007"));
+  v1::ReadLogRequest read;
+  read.set_job_id("j-000007");
+  auto reader = stub->ReadLog(&ctx, read);
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(copier.Copy(Order(40)).ok());
+}
+
 TEST_F(CheckpointCopyTest, NothingIsCopiedIntoTheFolderOfAJobRunningHere) {
   WriteCheckpoint(holder_job(), 40);
   runs_here_ = true;
@@ -162,13 +232,16 @@ TEST_F(CheckpointCopyTest, ARequestIsCopiedInTheBackground) {
 class SilentHolder final : public v1::WorkerFileService::Service {
  public:
   std::atomic<bool> sent_manifest{false};
-  grpc::Status ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
-                              grpc::ServerWriter<v1::ArtifactChunk>* writer) override {
+  static std::string Manifest() {
     format::CheckpointManifest m;
     m.files["model.pt"] = format::FileEntry("weights");
+    return format::ManifestText(m);
+  }
+  grpc::Status ReadCheckpoint(grpc::ServerContext* ctx, const v1::ReadCheckpointRequest* req,
+                              grpc::ServerWriter<v1::ArtifactChunk>* writer) override {
     v1::ArtifactChunk chunk;
     chunk.set_file(format::kCheckpointManifest);
-    chunk.set_data(format::ManifestText(m));
+    chunk.set_data(Manifest());
     chunk.set_step(req->step());
     writer->Write(chunk);
     sent_manifest = true;
@@ -192,6 +265,7 @@ TEST_F(CheckpointCopyTest, AHolderThatStopsSendingIsCutOffAfterTheStallOnTheCopi
   CheckpointCopier copier(options);
   v1::CheckpointCopy order = Order(40);
   order.set_source_address("127.0.0.1:" + std::to_string(port));
+  order.set_manifest_sha256(format::Sha256Hex(SilentHolder::Manifest()));
 
   std::atomic<bool> advanced{false};
   std::thread time_passes([&] {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/format/atomic_file.h"
+#include "common/format/checkpoint_manifest.h"
 #include "common/format/safetensors.h"
 #include "common/format/sha256.h"
 #include "worker/trainer/checkpoint.h"
@@ -240,10 +241,13 @@ std::string VerifyModelFolder(const std::string& dir) {
     if (algorithm != format::kChecksumAlgorithm && algorithm != "sha1")
       return dir + "/checksums.json: algorithm \"" + algorithm + "\" is neither \"sha256\" nor \"sha1\"";
     for (const auto& [name, f] : sums.at("files").items()) {
+      // A name is a file in this folder: "../../../../dev/zero" would read without end.
+      if (!format::IsPlainFileName(name) || name == "checksums.json")
+        return dir + "/checksums.json lists '" + name + "', which is not a plain file name in the folder";
       const std::string path = dir + "/" + name;
-      std::error_code ec;
-      if (!fs::exists(path, ec)) return path + " is missing";
-      const std::string bytes = ReadFile(path);
+      std::string bytes;
+      if (std::string err = format::ReadRegularFile(path, f.at("bytes").get<uint64_t>(), &bytes); !err.empty())
+        return err;
       if (bytes.size() != f.at("bytes").get<size_t>())
         return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
       if (DigestHex(algorithm, bytes) != f.at(algorithm).get<std::string>())

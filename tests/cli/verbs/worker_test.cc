@@ -46,6 +46,18 @@ TEST(WorkerVerbsTest, CordonUncordonAndDrainSayWhatTheWorkerIsNow) {
   EXPECT_NE(r.out.find("\"name\": \"w2\""), std::string::npos) << r.out;
 }
 
+TEST(WorkerVerbsTest, RemoveAsksTheCoordinatorToForgetTheWorker) {
+  FakeCoordinator fake;
+  auto r = RunCli({"worker", "remove", "w3"}, fake.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "worker w3 removed\n");
+  ASSERT_EQ(fake.admin.removals.size(), 1u);
+  EXPECT_EQ(fake.admin.removals[0].name(), "w3");
+  r = RunCli({"worker", "remove", "w3"}, fake.Channel());
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "error: NOT_FOUND: no worker w3\n");
+}
+
 TEST(WorkerVerbsTest, AnUnknownWorkerOrARefusalExits3) {
   FakeCoordinator fake;
   auto r = RunCli({"worker", "cordon", "nope"}, fake.Channel());

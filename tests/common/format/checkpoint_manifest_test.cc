@@ -22,7 +22,7 @@ CheckpointManifest Example() {
   m.fingerprint = "seed=1;batch_size=32";
   m.attempt = 3;
   m.files["model.pt"] = FileEntry("weights");
-  m.files["optimizer.pt"] = {12, 0xfedcba9876543210ULL};  // past 2^53: kept as a decimal string
+  m.files["optimizer.pt"] = {12, "", 0xfedcba9876543210ULL};  // version 2's FNV-1a, past 2^53: a decimal string
   return m;
 }
 
@@ -35,7 +35,9 @@ TEST(CheckpointManifestTest, WhatIsWrittenReadsBackTheSame) {
   EXPECT_EQ(back.attempt, 3);
   ASSERT_EQ(back.files.size(), 2u);
   EXPECT_EQ(back.files["model.pt"].bytes, 7u);
-  EXPECT_EQ(back.files["model.pt"].fnv1a64, StableHash64(std::string("weights")));
+  // SHA-256 of "weights" (what we write); an entry with FNV-1a only (versions 1 and 2) too.
+  EXPECT_EQ(back.files["model.pt"].sha256, Sha256Hex("weights"));
+  EXPECT_EQ(back.files["optimizer.pt"].sha256, "");
   EXPECT_EQ(back.files["optimizer.pt"].fnv1a64, 0xfedcba9876543210ULL);
 
   CheckpointManifest no_attempt = Example();
@@ -61,13 +63,13 @@ TEST(CheckpointManifestTest, AVersionOneDocumentParsesWithItsPositionAtTheTop) {
 
 TEST(CheckpointManifestTest, ALaterVersionParsesWithItsVersionAndAttemptWhateverElseChanged) {
   CheckpointManifest m;
-  ASSERT_EQ(ParseManifest(R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4,
+  ASSERT_EQ(ParseManifest(R"({"magic": "nightshift-checkpoint", "version": 4, "attempt": 4,
                               "fingerprint": {"new": "shape"}, "files": ["model.pt"]})", &m), "");
-  EXPECT_EQ(m.version, 3);
+  EXPECT_EQ(m.version, 4);
   EXPECT_EQ(m.attempt, 4);
   EXPECT_TRUE(m.files.empty());
   // The same fields in a version this code writes are damage.
-  EXPECT_NE(ParseManifest(R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": 4,
+  EXPECT_NE(ParseManifest(R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4,
                               "fingerprint": {"new": "shape"}, "files": ["model.pt"]})", &m), "");
 }
 
@@ -85,11 +87,13 @@ TEST(CheckpointManifestTest, DamageAndNamesOutsideTheFolderAreRefusedNamingWhatI
       {R"({"magic": "nightshift-checkpoint", "version": 2, "files": {"manifest.json": {"bytes": 1, "fnv1a64": "1"}}})",
        "lists a file named \"manifest.json\""},
       {R"({"magic": "nightshift-checkpoint", "version": 2, "files": {"model.pt": {"bytes": 1}}})",
-       "model.pt has no bytes and fnv1a64"},
+       "model.pt has no sha256 (or fnv1a64)"},
       {R"({"magic": "nightshift-checkpoint", "version": 2, "files": {"model.pt": {"bytes": 1, "fnv1a64": "-5"}}})",
-       "model.pt has no bytes and fnv1a64"},
+       "model.pt has no sha256 (or fnv1a64)"},
       {R"({"magic": "nightshift-checkpoint", "version": 2, "files": {"model.pt": {"bytes": -1, "fnv1a64": "5"}}})",
-       "model.pt has no bytes and fnv1a64"},
+       "model.pt has no bytes"},
+      {R"({"magic": "nightshift-checkpoint", "version": 3, "files": {"model.pt": {"bytes": 1, "sha256": "ABC"}}})",
+       "model.pt's sha256 is not 64 lower-case hex digits"},
   };
   for (const auto& [text, want] : cases) {
     CheckpointManifest m = Example();

@@ -143,6 +143,35 @@ TEST(ExportTest, VerifyNamesTheFileThatChanged) {
   EXPECT_NE(VerifyModelFolder(dir + "/model").find("config.json is missing"), std::string::npos);
 }
 
+// model.init_from names a user's folder: its checksums.json and its files are the
+// attacker's. A name that climbs out ("../../../../dev/zero" would be read without end),
+// a listed file swapped for a symbolic link to a file outside, and a file larger than
+// checksums.json says are refused before anything is read past the stated size.
+TEST(ExportTest, VerifyReadsOnlyPlainRegularFilesOfTheFolder) {
+  const std::string dir = FreshDir("export-verify-attack");
+  const TrainConfig c = ConfigFor("transformer_classifier", dir);
+  std::ofstream(dir + "/tokenizer.model") << "tokenizer";
+  ExportModel(dir + "/model", c, *Model(c, 4), ExportInfo{"j-1", 1, {}, dir + "/tokenizer.model"});
+  ASSERT_EQ(VerifyModelFolder(dir + "/model"), "");
+  const std::string sums = ReadAll(dir + "/model/checksums.json");
+  json climbing = json::parse(sums);
+  climbing["files"]["../../../../dev/zero"] = {{"bytes", 1LL << 40}, {"sha256", std::string(64, '0')}};
+  std::ofstream(dir + "/model/checksums.json", std::ios::trunc) << climbing.dump();
+  EXPECT_NE(VerifyModelFolder(dir + "/model").find("'../../../../dev/zero', which is not a plain file name"),
+            std::string::npos) << VerifyModelFolder(dir + "/model");
+  std::ofstream(dir + "/model/checksums.json", std::ios::trunc) << sums;
+
+  std::ofstream(dir + "/outside") << "tokenizer";  // the same bytes, outside the folder
+  fs::remove(dir + "/model/tokenizer.model");
+  fs::create_symlink(dir + "/outside", dir + "/model/tokenizer.model");
+  EXPECT_NE(VerifyModelFolder(dir + "/model").find("tokenizer.model is a symbolic link (not followed)"),
+            std::string::npos) << VerifyModelFolder(dir + "/model");
+  fs::remove(dir + "/model/tokenizer.model");
+  std::ofstream(dir + "/model/tokenizer.model") << "tokenizer and then some";
+  EXPECT_NE(VerifyModelFolder(dir + "/model").find("more than the 9 allowed"), std::string::npos)
+      << VerifyModelFolder(dir + "/model");
+}
+
 // A finished run leaves checkpoint_dir/model: whole, with the labels, the final metrics
 // (those of the done event) and the tokenizer beside the shards; pruning keeps it.
 TEST(ExportTest, AFinishedRunExportsItsModel) {

@@ -1,0 +1,88 @@
+// Reading files a user named (common/format/atomic_file.h): only regular files, no
+// further than their size limit, and never through a symbolic link that appeared after
+// the path was checked.
+#include "common/format/atomic_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace nightshift::format {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Fresh(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/atomic-file." + std::to_string(::getpid()) + "." + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return fs::canonical(dir).string();
+}
+
+TEST(ReadRegularFileTest, ReadsAPlainFileAndRefusesLinksDevicesAndOversize) {
+  const std::string dir = Fresh("regular");
+  std::ofstream(dir + "/a") << "hello";
+  std::string out;
+  EXPECT_EQ(ReadRegularFile(dir + "/a", 5, &out), "");
+  EXPECT_EQ(out, "hello");
+  EXPECT_NE(ReadRegularFile(dir + "/a", 4, &out).find("more than the 4 allowed"), std::string::npos);
+  fs::create_symlink(dir + "/a", dir + "/link");
+  EXPECT_NE(ReadRegularFile(dir + "/link", 5, &out).find("is a symbolic link"), std::string::npos);
+  EXPECT_NE(ReadRegularFile("/dev/zero", 1 << 20, &out).find("not a regular file"), std::string::npos);
+  EXPECT_NE(ReadRegularFile(dir + "/none", 5, &out).find("is missing"), std::string::npos);
+}
+
+// The attack: a folder inside the root passes the worker's check (realpath under the
+// root), then the user swaps a folder on the way, or the file itself, for a link to
+// what lies outside. Opened beneath the root, the read is refused where a path-based
+// open would follow the link; links that stay inside the root still work.
+TEST(ReadFileBeneathTest, ALinkSwappedInAfterTheCheckIsNotFollowed) {
+  const std::string root = Fresh("beneath") + "/root";
+  const std::string outside = fs::path(root).parent_path().string() + "/outside";
+  fs::create_directories(root + "/model");
+  fs::create_directories(outside);
+  std::ofstream(root + "/model/tokenizer.model") << "mine";
+  std::ofstream(outside + "/tokenizer.model") << "secret";
+  std::string out;
+  ASSERT_EQ(ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out), "");
+  EXPECT_EQ(out, "mine");
+
+  // The folder swapped for a link.
+  fs::rename(root + "/model", root + "/model.old");
+  fs::create_directory_symlink(outside, root + "/model");
+  std::string err = ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out);
+  EXPECT_NE(err.find("leads out of the data roots"), std::string::npos) << err;
+  std::ifstream followed(root + "/model/tokenizer.model");
+  std::string what_a_path_open_reads;
+  followed >> what_a_path_open_reads;
+  EXPECT_EQ(what_a_path_open_reads, "secret");  // what the check alone would let through
+
+  // The file swapped for a link.
+  fs::remove(root + "/model");
+  fs::rename(root + "/model.old", root + "/model");
+  fs::remove(root + "/model/tokenizer.model");
+  fs::create_symlink(outside + "/tokenizer.model", root + "/model/tokenizer.model");
+  err = ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out);
+  EXPECT_NE(err.find("leads out of the data roots"), std::string::npos) << err;
+
+  // A link inside the root (a Hugging Face cache: snapshots/<rev>/x -> ../../blobs/<sha>).
+  fs::create_directories(root + "/blobs");
+  std::ofstream(root + "/blobs/b1") << "blob";
+  fs::remove(root + "/model/tokenizer.model");
+  fs::create_symlink("../blobs/b1", root + "/model/tokenizer.model");
+  ASSERT_EQ(ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out), "");
+  EXPECT_EQ(out, "blob");
+
+  // Paths outside every root, or climbing out, are refused without opening anything.
+  EXPECT_NE(ReadFileBeneath({root}, outside + "/tokenizer.model", 100, &out).find("not a normalized path under"),
+            std::string::npos);
+  EXPECT_NE(ReadFileBeneath({root}, root + "/../outside/tokenizer.model", 100, &out).find("not a normalized path"),
+            std::string::npos);
+  EXPECT_EQ(ReadFileBeneath({"/"}, outside + "/tokenizer.model", 100, &out), "");  // --allow-any-path
+  EXPECT_EQ(out, "secret");
+}
+
+}  // namespace
+}  // namespace nightshift::format
