@@ -71,7 +71,7 @@ Status ResolveToken(ClientOptions* o) {
   return Status::OK();
 }
 
-StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(const ClientOptions& o) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (o.tls_ca.empty()) {
     if (!o.tls_cert.empty() || !o.tls_key.empty())
@@ -94,6 +94,13 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
     }
     creds = grpc::SslCredentials(ssl);
   }
+  return creds;
+}
+
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
+  auto credentials = ChannelCredentialsFor(o);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<grpc::ChannelCredentials> creds = credentials.value();
   // gRPC's reconnect backoff grows to 120 s: after a long outage (a cut link, a restarted
   // coordinator) a worker would stay away for up to two minutes after the coordinator is
   // back. Try again at most every 5 s instead (a connect attempt is cheap).

@@ -5,6 +5,7 @@
 #define NIGHTSHIFT_COMMON_CLIENT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <memory>
 #include <string>
@@ -28,6 +29,10 @@ Status ResolveToken(ClientOptions* options);
 
 // The longest a channel waits between two connect attempts (gRPC's default is 120 s).
 inline constexpr int kMaxReconnectBackoffMs = 5000;
+
+// The transport credentials of `options` (tls_ca, tls_cert, tls_key; plaintext without
+// tls_ca). Files that cannot be read are errors naming them.
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(const ClientOptions& options);
 
 // A channel to options.address with the credentials above (after ResolveToken), trying
 // to reconnect at most kMaxReconnectBackoffMs apart.

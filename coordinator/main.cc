@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/client.h"
 #include "common/log.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
@@ -29,6 +30,7 @@ struct Flags {
   std::string checkpoint_root;  // the workers' shared --checkpoint-root, if this host mounts it
   TlsServerOptions tls;
   SubmitPolicy policy;
+  std::string worker_tls_ca;  // PEM CA of the workers' file service certificates
 };
 
 void AddFlags(CLI::App* app, Flags* f) {
@@ -52,6 +54,8 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--tls-cert", f->tls.cert, "PEM certificate chain: serve TLS (with --tls-key)");
   app->add_option("--tls-key", f->tls.key, "PEM private key of --tls-cert");
   app->add_option("--tls-client-ca", f->tls.client_ca, "PEM CA: require client certificates signed by it (mutual TLS)");
+  app->add_option("--worker-tls-ca", f->worker_tls_ca,
+                  "PEM CA of the workers' file service certificates: relay logs and models from them over TLS");
   app->add_flag("--allow-torchscript", f->policy.allow_torchscript,
                 "let every user submit model.arch torchscript (their module's code runs on the workers)");
   app->add_option("--torchscript-user", f->policy.torchscript_users,
@@ -138,7 +142,14 @@ int main(int argc, char** argv) {
 
   auto faults = FaultsFromEnv();
   if (!faults.ok()) return Fail(faults.status());
-  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value(), flags.policy);
+  ClientOptions to_workers;
+  to_workers.tls_ca = flags.worker_tls_ca;
+  auto worker_credentials = ChannelCredentialsFor(to_workers);
+  if (!worker_credentials.ok()) return Fail(worker_credentials.status());
+  if (flags.worker_tls_ca.empty() && !flags.tls.cert.empty())
+    NS_WARN("coordinator: serving TLS, but the workers' file services are reached in plaintext (give --worker-tls-ca)");
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value(), flags.policy,
+                      worker_credentials.value());
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -61,12 +61,14 @@ std::string PeerHost(const std::string& peer) {
   return host;
 }
 
-// A stub for a worker's file service, and the call's context carrying the key the
-// coordinator gave that worker at registration.
+// A stub for a worker's file service (over `credentials`, plaintext when null), and the
+// call's context carrying the key the coordinator gave that worker at registration.
 std::unique_ptr<v1::WorkerFileService::Stub> WorkerFiles(const std::string& address, const std::string& key,
+                                                         const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                                          grpc::ClientContext* ctx) {
   ctx->AddMetadata("authorization", "Bearer " + key);
-  return v1::WorkerFileService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return v1::WorkerFileService::NewStub(
+      grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()));
 }
 
 // A ListJobs request as a query: page_size 0 means 100; the page token is the last
@@ -181,7 +183,7 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
   if (!files.ok()) return timer.Done(ToGrpc(files.status()));
   // Relay from the worker; the worker's stream ends when the caller goes away.
   grpc::ClientContext worker_ctx;
-  auto stub = WorkerFiles(files->address, files->key, &worker_ctx);
+  auto stub = WorkerFiles(files->address, files->key, worker_credentials_, &worker_ctx);
   v1::ReadLogRequest read;
   read.set_job_id(req->id());
   read.set_rank(req->rank());
@@ -221,7 +223,7 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   if (!where->worker_error.ok()) return timer.Done(ToGrpc(where->worker_error));
   // Relay from the worker that holds it.
   grpc::ClientContext worker_ctx;
-  auto stub = WorkerFiles(where->worker_address, where->worker_key, &worker_ctx);
+  auto stub = WorkerFiles(where->worker_address, where->worker_key, worker_credentials_, &worker_ctx);
   v1::ReadModelRequest read;
   read.set_job_id(req->id());
   read.set_step(req->step());

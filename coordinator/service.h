@@ -39,10 +39,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   // `auth` null: every call is allowed (insecure mode). `checkpoint_root`: the workers'
   // shared checkpoint root as this host sees it (GetArtifacts reads
   // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
+  // `worker_credentials`: how to reach the workers' file services to relay logs and
+  // models (TLS with the cluster's CA); null: plaintext.
   JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr,
-                 std::string checkpoint_root = "", JobServiceFaults faults = {}, SubmitPolicy policy = {})
+                 std::string checkpoint_root = "", JobServiceFaults faults = {}, SubmitPolicy policy = {},
+                 std::shared_ptr<grpc::ChannelCredentials> worker_credentials = nullptr)
       : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)), faults_(faults),
-        policy_(std::move(policy)) {}
+        policy_(std::move(policy)), worker_credentials_(std::move(worker_credentials)) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -62,6 +65,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   const std::string checkpoint_root_;
   const JobServiceFaults faults_;
   const SubmitPolicy policy_;
+  const std::shared_ptr<grpc::ChannelCredentials> worker_credentials_;  // may be null
   std::mutex fault_mu_;
   std::mt19937_64 fault_rng_{std::random_device{}()};  // GUARDED_BY(fault_mu_)
   // Whether to drop this reply (faults_.drop_submit_reply).

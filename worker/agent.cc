@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/format/step_metrics.h"
+#include "common/client.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -18,9 +19,15 @@ Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<
       gpu_allocator_(options.gpus) {
   // Without a shared checkpoint root, this worker's disk holds its jobs' checkpoints, and
   // copies of others' (checkpoint_copy.h).
-  if (options.checkpoint_root.empty())
-    copier_ = std::make_unique<CheckpointCopier>(
-        CheckpointCopier::Options{CheckpointRoot(options), [this](const std::string& job) { return IsRunning(job); }});
+  if (options.checkpoint_root.empty()) {
+    CheckpointCopier::Options copies{CheckpointRoot(options), [this](const std::string& job) { return IsRunning(job); }};
+    // Peers' file services serve TLS when the cluster does, with certificates of its CA.
+    ClientOptions to_peers;
+    to_peers.tls_ca = options.tls_ca;
+    auto credentials = ChannelCredentialsFor(to_peers);
+    if (credentials.ok()) copies.credentials = credentials.value();
+    copier_ = std::make_unique<CheckpointCopier>(std::move(copies));
+  }
 }
 
 Agent::~Agent() { StopAll(); }

@@ -38,6 +38,10 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--tls-ca", o.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
   app->add_option("--tls-cert", o.tls_cert, "PEM certificate of this worker (mutual TLS)");
   app->add_option("--tls-key", o.tls_key, "PEM key of --tls-cert");
+  app->add_option("--file-service-tls-cert", o.file_service_cert,
+                  "PEM certificate of this worker's file service (for its --advertise-host; signed by the CA that "
+                  "--tls-ca names): required with --tls-ca");
+  app->add_option("--file-service-tls-key", o.file_service_key, "PEM key of --file-service-tls-cert");
   app->add_option("--data-root", o.data_roots,
                   "jobs may read data and model folders only under this folder (repeatable; symlinks are "
                   "resolved). None given: jobs may read nothing, unless --allow-any-path");
@@ -84,9 +88,24 @@ Status CheckOptions(WorkerOptions* o) {
 // Serves the rank logs to the coordinator (which relays them to `nightshift job logs`);
 // sets options->log_address to where it listens.
 StatusOr<std::unique_ptr<grpc::Server>> ServeFiles(FileServiceImpl* logs, WorkerOptions* options) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options->tls_ca.empty() || !options->file_service_cert.empty()) {
+    // The cluster uses TLS: so do the workers' files (checkpoints, models, logs).
+    if (options->file_service_cert.empty() || options->file_service_key.empty())
+      return Status::InvalidArgument(
+          "--tls-ca: the cluster uses TLS, so this worker's file service does too: give it "
+          "--file-service-tls-cert and --file-service-tls-key");
+    auto cert = ReadSmallFile(options->file_service_cert, "--file-service-tls-cert");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadSmallFile(options->file_service_key, "--file-service-tls-key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key.value(), cert.value()});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options->log_listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options->log_listen, credentials, &port);
   builder.RegisterService(logs);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Status::Unavailable("cannot serve logs on --log-listen " + options->log_listen);

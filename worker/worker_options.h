@@ -18,7 +18,9 @@ struct WorkerOptions {
   std::string token_file;        // or a file holding it (else env NIGHTSHIFT_TOKEN)
   std::string tls_ca;            // PEM CA of the coordinator's certificate; empty: plaintext
   std::string tls_cert, tls_key; // this worker's certificate and key (mutual TLS); optional
-  // Data (data.path, model.path) must resolve inside one of these real paths; empty: anywhere.
+  // The file service's own certificate and key (TLS; required when tls_ca is set: a
+  // cluster on TLS serves workers' files over TLS too). Peers are verified with tls_ca.
+  std::string file_service_cert, file_service_key;
   // Where jobs may read data and model folders (resolved). Empty: nowhere, unless
   // allow_any_path (then anywhere this process can read; a warning at start).
   std::vector<std::string> data_roots;

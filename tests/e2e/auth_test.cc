@@ -383,21 +383,68 @@ TEST_F(TlsTest, MutualTlsWithTokensForWorkersAndUsers) {
     out << Sha256Hex("admin-secret") << " admin root\n" << Sha256Hex("worker-secret") << " worker node1\n";
   }
   cluster_.StartCoordinator({"--tls-cert", certs_ + "/server.crt", "--tls-key", certs_ + "/server.key",
-                             "--tls-client-ca", certs_ + "/ca.crt", "--token-file", cluster_.dir() + "/tokens"});
+                             "--tls-client-ca", certs_ + "/ca.crt", "--token-file", cluster_.dir() + "/tokens",
+                             "--worker-tls-ca", certs_ + "/ca.crt"});
   Caller no_cert({cluster_.address(), "admin-secret", "", certs_ + "/ca.crt", "", ""});
   v1::ListWorkersResponse workers;
   EXPECT_FALSE(no_cert.ListWorkers(&workers).ok());
   Caller admin({cluster_.address(), "admin-secret", "", certs_ + "/ca.crt", certs_ + "/client.crt",
                 certs_ + "/client.key"});
   EXPECT_TRUE(admin.ListWorkers(&workers).ok());
+  // Without a certificate for its file service, a worker of a TLS cluster does not start.
+  cluster_.StartWorker("node0", 1, {}, {"--token", "worker-secret", "--tls-ca", certs_ + "/ca.crt"});
   cluster_.StartWorker("node1", 1, {}, {"--token", "worker-secret", "--tls-ca", certs_ + "/ca.crt", "--tls-cert",
-                                        certs_ + "/client.crt", "--tls-key", certs_ + "/client.key"});
+                                        certs_ + "/client.crt", "--tls-key", certs_ + "/client.key",
+                                        "--file-service-tls-cert", certs_ + "/server.crt",
+                                        "--file-service-tls-key", certs_ + "/server.key"});
   for (int i = 0; i < 100 && workers.workers_size() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_TRUE(admin.ListWorkers(&workers).ok());
   }
   ASSERT_EQ(workers.workers_size(), 1);
+  EXPECT_EQ(workers.workers(0).name(), "node1");
   EXPECT_EQ(workers.workers(0).state(), v1::WORKER_READY);
+  std::string node0_log;
+  for (int i = 0; i < 100 && node0_log.find("--file-service-tls-cert") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    node0_log = ReadAll(cluster_.dir() + "/node0.log");
+  }
+  EXPECT_NE(node0_log.find("--file-service-tls-cert"), std::string::npos) << node0_log;
+
+  // The worker's files: TLS only, and the coordinator's key on top.
+  const std::string files_at = workers.workers(0).log_address();
+  v1::ReadLogRequest read;
+  read.set_job_id("j-000001");
+  for (const bool tls : {false, true}) {
+    ClientOptions o;
+    o.address = files_at;
+    if (tls) o.tls_ca = certs_ + "/ca.crt";
+    auto channel = MakeChannel(o);
+    ASSERT_TRUE(channel.ok());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto reader = v1::WorkerFileService::NewStub(channel.value())->ReadLog(&ctx, read);
+    v1::LogChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), tls ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::UNAVAILABLE);
+  }
+  // The coordinator relays a job's log over TLS (--worker-tls-ca).
+  const std::string data = cluster_.MakeData(4);
+  v1::Job job;
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("model: {arch: transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 32}\n"
+                       "data: {path: " + data + ", tokenizer: {vocab_size: 64}}\ntrain: {epochs: 1, threads: 1}\n");
+  ASSERT_TRUE(admin.jobs->SubmitJob(Caller::Ctx().get(), submit, &job).ok());
+  for (int i = 0; i < 1200 && !IsTerminal(job.state()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    admin.Get(job.id(), &job);
+  }
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.error();
+  std::string out;
+  EXPECT_EQ(Cluster::Shell(cluster_.Bin("nightshift") + " --coordinator " + cluster_.address() + " --token admin-secret" +
+                               " --tls-ca " + certs_ + "/ca.crt --tls-cert " + certs_ + "/client.crt --tls-key " +
+                               certs_ + "/client.key job logs " + job.id(), &out), 0) << out;
+  EXPECT_NE(out.find("trainer"), std::string::npos) << out;
 }
 
 // --data-root on the worker: a job whose data lies outside the roots fails at once (a
