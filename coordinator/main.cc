@@ -28,6 +28,7 @@ struct Flags {
   std::string port_file, metrics_listen, metrics_port_file, token_file;
   std::string checkpoint_root;  // the workers' shared --checkpoint-root, if this host mounts it
   TlsServerOptions tls;
+  StreamLimitOptions streams;   // open WatchJob, StreamLogs and GetArtifacts streams
 };
 
 void AddFlags(CLI::App* app, Flags* f) {
@@ -53,6 +54,23 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--tls-client-ca", f->tls.client_ca, "PEM CA: require client certificates signed by it (mutual TLS)");
   app->add_option("--max-jobs-per-user", f->options.max_jobs_per_user, "unfinished jobs one user may have")
       ->check(CLI::Range(1, 1000000));
+  app->add_option("--max-user-priority", f->options.max_user_priority,
+                  "the highest job priority a user may submit; admins may go above (default 100)")
+      ->check(CLI::Range(-1000000, 1000000));
+  app->add_option("--preemptible-below", f->options.preemptible_below,
+                  "another user's job is preemptible only below this priority (the best-effort class); a user's "
+                  "priority preempts that user's own jobs only (default 0: negative priorities are best-effort)")
+      ->check(CLI::Range(-1000000, 1000001));
+  app->add_option("--max-streams-per-user", f->streams.per_user,
+                  "open watch, logs and artifacts streams one user may hold at once (default 64)")
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--max-streams", f->streams.total,
+                  "open watch, logs and artifacts streams of all users together (default 1024)")
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--retain-finished-days", f->options.retain_finished_days,
+                  "finished jobs are removed, with their history, this many days after they finished "
+                  "(default 30; 0: kept until `nightshift job delete`)")
+      ->check(CLI::Range(0.0, 36500.0));
 }
 
 // Serves /metrics when --metrics-listen is set (null otherwise).
@@ -133,7 +151,7 @@ int main(int argc, char** argv) {
 
   auto faults = FaultsFromEnv();
   if (!faults.ok()) return Fail(faults.status());
-  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value());
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value(), flags.streams);
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -8,6 +8,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/stream_limits.h"
 #include "nightshift/v1/admin.grpc.pb.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
@@ -29,13 +30,21 @@ class JobServiceImpl final : public v1::JobService::Service {
   // `auth` null: every call is allowed (insecure mode). `checkpoint_root`: the workers'
   // shared checkpoint root as this host sees it (GetArtifacts reads
   // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
+  // `streams`: the caps on open WatchJob, StreamLogs and GetArtifacts streams
+  // (RESOURCE_EXHAUSTED beyond them).
   JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr,
-                 std::string checkpoint_root = "", JobServiceFaults faults = {})
-      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)), faults_(faults) {}
+                 std::string checkpoint_root = "", JobServiceFaults faults = {}, StreamLimitOptions streams = {})
+      : c_(c),
+        metrics_(metrics),
+        auth_(auth),
+        checkpoint_root_(std::move(checkpoint_root)),
+        faults_(faults),
+        streams_(streams) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest*, v1::DeleteJobResponse*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::Job>*) override;
   grpc::Status StreamLogs(grpc::ServerContext*, const v1::StreamLogsRequest*,
@@ -50,6 +59,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   Authenticator* const auth_;  // not owned; may be null
   const std::string checkpoint_root_;
   const JobServiceFaults faults_;
+  StreamLimits streams_;  // thread-safe
   std::mutex fault_mu_;
   std::mt19937_64 fault_rng_{std::random_device{}()};  // GUARDED_BY(fault_mu_)
   // Whether to drop this reply (faults_.drop_submit_reply).
