@@ -27,6 +27,8 @@ const std::vector<Verb>& Verbs() {
       {"job", "watch", "follow a job's progress to its end", JobWatch},
       {"job", "logs", "print a rank's log (relayed by the coordinator from its worker)", JobLogs},
       {"job", "cancel", "cancel a job", JobCancel},
+      {"job", "delete", "remove a finished job and its history now (else it goes after the retention period)",
+       JobDelete},
       {"job", "artifacts", "download a job's exported model into DIR (checksums verified)", JobArtifacts},
       {"job", "metrics", "a job's evaluations per epoch and its loss curve (-o json|csv)", JobMetrics},
       {"worker", "list", "list workers", WorkerList},

@@ -2,22 +2,35 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/log.h"
 
 namespace nightshift {
 namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kMetricsPrefix[] = "metrics/";
+constexpr char kCorruptPrefix[] = "corrupt/";         // + the key of a record that did not parse
+constexpr char kDeletedSeqKey[] = "meta/deleted_seq";  // decimal: the highest submit_seq deleted
 
 class RocksJobStore : public JobStore {
  public:
   explicit RocksJobStore(rocksdb::DB* db) : db_(db) {}
   Status Put(const v1::Job& job, bool sync) override;
-  Status LoadAll(std::vector<v1::Job>* jobs) const override;
+  Status LoadAll(StoredJobs* out) override;
+  Status Delete(const v1::Job& job, bool sync) override;
   Status PutMetrics(const v1::JobMetrics& metrics, bool sync) override;
-  Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) const override;
+  Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) override;
 
  private:
+  // Moves `key`'s `value` to corrupt/<key>, in one synced write, and says so in the log.
+  Status MoveAside(const std::string& key, const std::string& value);
+  StatusOr<uint64_t> DeletedSeq() const;
+
   std::unique_ptr<rocksdb::DB> db_;
 };
 
@@ -43,17 +56,62 @@ Status RocksJobStore::Put(const v1::Job& job, bool sync) {
   return Status::OK();
 }
 
-Status RocksJobStore::LoadAll(std::vector<v1::Job>* jobs) const {
-  jobs->clear();
+Status RocksJobStore::LoadAll(StoredJobs* out) {
+  *out = StoredJobs();
+  std::vector<std::pair<std::string, std::string>> corrupt;  // (key, value)
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   const std::string prefix = kJobPrefix;
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     v1::Job job;
-    if (!job.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())))
-      return Status::Corruption("job record " + it->key().ToString() + " does not parse");
-    jobs->push_back(std::move(job));
+    if (job.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())))
+      out->jobs.push_back(std::move(job));
+    else
+      corrupt.emplace_back(it->key().ToString(), it->value().ToString());
   }
   if (!it->status().ok()) return Status::IOError("cannot read job store: " + it->status().ToString());
+  it.reset();
+  for (const auto& [key, value] : corrupt) {
+    NS_RETURN_IF_ERROR(MoveAside(key, value));
+    out->moved_aside.push_back(key.substr(prefix.size()));
+  }
+  auto deleted = DeletedSeq();
+  if (!deleted.ok()) return deleted.status();
+  out->deleted_seq = deleted.value();
+  return Status::OK();
+}
+
+Status RocksJobStore::MoveAside(const std::string& key, const std::string& value) {
+  rocksdb::WriteBatch batch;
+  batch.Put(kCorruptPrefix + key, value);
+  batch.Delete(key);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db_->Write(wo, &batch);
+  if (!s.ok()) return Status::IOError("cannot move the record " + key + " that does not parse aside: " + s.ToString());
+  NS_ERROR("job store: the record " << key << " (" << value.size() << " bytes) does not parse; moved aside to "
+                                    << kCorruptPrefix << key << ", and the coordinator goes on without it");
+  return Status::OK();
+}
+
+StatusOr<uint64_t> RocksJobStore::DeletedSeq() const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kDeletedSeqKey, &value);
+  if (s.IsNotFound()) return uint64_t{0};
+  if (!s.ok()) return Status::IOError(std::string("cannot read ") + kDeletedSeqKey + ": " + s.ToString());
+  return static_cast<uint64_t>(std::strtoull(value.c_str(), nullptr, 10));  // unparsable: 0, ids of loaded jobs still count
+}
+
+Status RocksJobStore::Delete(const v1::Job& job, bool sync) {
+  auto deleted = DeletedSeq();
+  if (!deleted.ok()) return deleted.status();
+  rocksdb::WriteBatch batch;
+  batch.Delete(kJobPrefix + job.id());
+  batch.Delete(kMetricsPrefix + job.id());
+  batch.Put(kDeletedSeqKey, std::to_string(std::max(deleted.value(), job.submit_seq())));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  rocksdb::Status s = db_->Write(wo, &batch);
+  if (!s.ok()) return Status::IOError("cannot delete job " + job.id() + ": " + s.ToString());
   return Status::OK();
 }
 
@@ -68,13 +126,15 @@ Status RocksJobStore::PutMetrics(const v1::JobMetrics& metrics, bool sync) {
   return Status::OK();
 }
 
-Status RocksJobStore::GetMetrics(const std::string& id, v1::JobMetrics* metrics) const {
+Status RocksJobStore::GetMetrics(const std::string& id, v1::JobMetrics* metrics) {
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kMetricsPrefix + id, &value);
+  const std::string key = kMetricsPrefix + id;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &value);
   if (s.IsNotFound()) return Status::NotFound("no metrics of job " + id);
   if (!s.ok()) return Status::IOError("cannot read the metrics of job " + id + ": " + s.ToString());
-  if (!metrics->ParseFromString(value)) return Status::Corruption("the metrics of job " + id + " do not parse");
-  return Status::OK();
+  if (metrics->ParseFromString(value)) return Status::OK();
+  NS_RETURN_IF_ERROR(MoveAside(key, value));
+  return Status::Corruption("the record " + key + " does not parse; moved aside to " + kCorruptPrefix + key);
 }
 
 }  // namespace nightshift

@@ -32,6 +32,7 @@ const char* MethodName(Method m) {
     case Method::kStreamLogs: return "StreamLogs";
     case Method::kGetArtifacts: return "GetArtifacts";
     case Method::kGetJobMetrics: return "GetJobMetrics";
+    case Method::kDeleteJob: return "DeleteJob";
     case Method::kRegister: return "Register";
     case Method::kHeartbeat: return "Heartbeat";
     case Method::kReportTask: return "ReportTask";
@@ -96,6 +97,7 @@ Status Permit(const Principal& who, Method method, const std::string* owner) {
     case Method::kStreamLogs:
     case Method::kGetArtifacts:
     case Method::kGetJobMetrics:
+    case Method::kDeleteJob:
       if (who.role != Role::kUser) return denied("JobService is for users and admins");
       if (owner != nullptr && *owner != who.user) return denied("the job belongs to another user");
       return Status::OK();
@@ -113,6 +115,12 @@ Status Permit(const Principal& who, Method method, const std::string* owner) {
       return denied("AdminService is for admins");
   }
   return denied("unknown method");
+}
+
+Status PermitPriority(const Principal& who, int priority, int ceiling) {
+  if (who.role == Role::kAdmin || priority <= ceiling) return Status::OK();
+  return Status::PermissionDenied("priority: " + std::to_string(priority) + " is above " + std::to_string(ceiling) +
+                                  ", the highest a user may submit (--max-user-priority); ask an admin");
 }
 
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsServerOptions& o) {

@@ -37,7 +37,7 @@ const char* RoleName(Role role);
 // Every RPC the coordinator serves.
 enum class Method {
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kStreamLogs,  // JobService
-  kGetArtifacts, kGetJobMetrics,
+  kGetArtifacts, kGetJobMetrics, kDeleteJob,
   kRegister, kHeartbeat, kReportTask,                                  // WorkerService
   kListWorkers, kListCache, kEvictCache, kCordonWorker, kDrainWorker,  // AdminService
   kRemoveWorker,
@@ -62,6 +62,11 @@ using format::Sha256Hex;
 // Whether `who` may call `method`. For job methods, `owner` is the job's owner (users
 // may touch their own jobs only); pass nullptr for calls not about one job. Pure.
 Status Permit(const Principal& who, Method method, const std::string* owner);
+
+// Whether `who` may submit a job at `priority`: users up to `ceiling`
+// (--max-user-priority), admins (and insecure mode) at any. PERMISSION_DENIED naming the
+// field and the ceiling. Pure.
+Status PermitPriority(const Principal& who, int priority, int ceiling);
 
 // Transport security of the coordinator's port.
 struct TlsServerOptions {

@@ -9,6 +9,7 @@
 #include "common/time_util.h"
 #include "coordinator/attempts.h"
 #include "coordinator/job_table.h"
+#include "coordinator/limits.h"
 #include "coordinator/placer.h"
 #include "coordinator/task_reports.h"
 #include "coordinator/worker_registry.h"
@@ -51,9 +52,13 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
                                                          std::unique_ptr<JobStore> store) {
   if (options.lease_seconds <= 0) return Status::InvalidArgument("--lease-seconds must be positive");
+  if (options.retain_finished_days < 0) return Status::InvalidArgument("--retain-finished-days must not be negative");
   std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
   auto loaded = c->jobs_->Load();
   if (!loaded.ok()) return loaded.status();
+  // The store logged each one, naming its key.
+  if (options.observer != nullptr)
+    for (const std::string& key : c->jobs_->moved_aside()) options.observer->RecordMovedAside(key);
   NS_INFO("coordinator: loaded " << loaded.value() << " jobs from " << options.data_dir);
   return c;
 }
@@ -86,6 +91,7 @@ StatusOr<JobPage> Coordinator::List(const JobQuery& query, const std::string* ow
 }
 
 StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& reason) {
+  NS_RETURN_IF_ERROR(CheckCancelReason(reason));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   auto found = jobs_->Get(id);
@@ -98,6 +104,20 @@ StatusOr<v1::Job> Coordinator::Cancel(const std::string& id, const std::string& 
   jobs_->SetState(&entry, v1::CANCELLED, reason.empty() ? "cancelled by user" : reason);
   NS_RETURN_IF_ERROR(jobs_->store_error());  // not written: not cancelled as far as anyone is told
   return entry.job;
+}
+
+Status Coordinator::Delete(const std::string& id) {
+  NS_RETURN_IF_ERROR(CheckJobId(id));
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto found = jobs_->Get(id);
+  if (!found.ok()) return found.status();
+  const v1::JobState state = found.value()->job.state();
+  if (!IsTerminal(state))
+    return Status::FailedPrecondition("job " + id + " is " + v1::JobState_Name(state) +
+                                      ": only a finished job can be deleted; cancel it first");
+  jobs_->Remove(found.value());
+  return jobs_->store_error();  // not written: not deleted
 }
 
 StatusOr<v1::Job> Coordinator::WaitForChange(const std::string& id, uint64_t* version,
@@ -117,9 +137,10 @@ StatusOr<Coordinator::Registered> Coordinator::Register(const v1::WorkerInfo& wo
   return registered;
 }
 
-StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const std::vector<v1::TaskStatus>& tasks,
+StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, std::vector<v1::TaskStatus> tasks,
                                                  const v1::CacheReport* cache,
                                                  const std::vector<v1::HeldCheckpoint>& checkpoints) {
+  NS_RETURN_IF_ERROR(LimitHeartbeat(name, &tasks, cache, checkpoints));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   const Clock::TimePoint now = clock_->Now();
@@ -137,7 +158,9 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, const s
   return reply;
 }
 
-Status Coordinator::ReportTask(const std::string& worker, const v1::TaskStatus& status) {
+Status Coordinator::ReportTask(const std::string& worker, v1::TaskStatus status) {
+  NS_RETURN_IF_ERROR(CheckSize("name", worker, limits::kWorkerNameBytes));
+  NS_RETURN_IF_ERROR(LimitTaskStatus("status", &status));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   HeartbeatReply ignored;  // stops are told at the next heartbeat
@@ -148,6 +171,9 @@ Status Coordinator::ReportTask(const std::string& worker, const v1::TaskStatus& 
 void Coordinator::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!jobs_->store_error().ok()) return;  // stopped (fail-stop, see store_status())
+  if (options_.retain_finished_days > 0)
+    jobs_->RemoveFinishedBefore(clock_->WallNow() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                        Seconds(options_.retain_finished_days * 86400)));
   const Clock::TimePoint now = clock_->Now();
   // After our own outage hang detection starts over: progress could not reach us.
   if (workers_->ExpireLeases(now))
@@ -159,7 +185,10 @@ void Coordinator::Tick() {
       attempts_->FailIfWorkerGone(&entry, now);
     }
   }
-  placer_->SchedulingPass(now, options_.preemption);
+  ScheduleOptions scheduling;
+  scheduling.preemption = options_.preemption;
+  scheduling.preemptible_below = options_.preemptible_below;
+  placer_->SchedulingPass(now, scheduling);
 }
 
 StatusOr<Coordinator::FileService> Coordinator::LogAddressOf(const std::string& job_id, int rank) const {
@@ -293,6 +322,7 @@ StatusOr<v1::WorkerInfo> Coordinator::Drain(const std::string& name) {
 StatusOr<int> Coordinator::EvictCache(const std::string& worker, const std::string& key, bool all) {
   if (key.empty() && !all)
     return Status::InvalidArgument("key: name an entry, or set all");
+  NS_RETURN_IF_ERROR(CheckSize("key", key, limits::kCacheKeyBytes));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   return workers_->QueueEviction(worker, key, all);

@@ -45,6 +45,9 @@ class CoordinatorObserver {
   virtual ~CoordinatorObserver() = default;
   virtual void JobScheduled(double queue_wait_seconds) = 0;
   virtual void JobRestarted(const std::string& reason) = 0;  // worker_lost, rank_failed, ...
+  // A stored record did not parse at start and was moved aside (common/job_store.h);
+  // `key`: its store key ("job/<id>", "metrics/<id>").
+  virtual void RecordMovedAside(const std::string& key) = 0;
 };
 
 // A snapshot for gauges.
@@ -98,8 +101,19 @@ struct CoordinatorOptions {
   int max_jobs_per_user = 1000;         // unfinished jobs (queued or running) one owner may have
   bool preemption = true;               // higher-priority jobs may preempt lower ones
   double forget_workers_after_seconds = 86400;  // a worker LOST this long is forgotten
+  // The highest spec.priority a user (role user) may submit; admins may go above it.
+  // Priorities are ordered within [-1000000, 1000000] (common/format/spec_rules.h).
+  int max_user_priority = 100;
+  // Another owner's running job is preemptible only below this priority (the best-effort
+  // class); a user's priority preempts that user's own lower-priority jobs only. Default
+  // 0: jobs with a negative priority are best-effort, preemptible by anyone's.
+  int preemptible_below = 0;
   double stop_timeout_seconds = 60;     // a PREEMPTED or STUCK job whose workers have not
                                         // reported its ranks gone by then is requeued anyway
+  // Finished jobs (SUCCEEDED, FAILED, CANCELLED) are removed, with their history, this
+  // many days after they finished (their last event, on the clock's time of day, which
+  // survives restarts); 0: kept until `job delete`.
+  double retain_finished_days = 30;
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
   Clock* clock = nullptr;                   // not owned; null: Clock::Real()
 };
@@ -112,7 +126,8 @@ inline Clock::Duration Seconds(double seconds) {
 class Coordinator {
  public:
   // Opens the store and loads every job. Jobs that were SCHEDULED or RUNNING keep their
-  // placements: their workers have one lease to come back and report them.
+  // placements: their workers have one lease to come back and report them. A record that
+  // does not parse does not stop it: it is moved aside, logged and told to the observer.
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options);
   // The same over a given store (tests: a store that fails); options.data_dir unused.
   static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options,
@@ -137,7 +152,11 @@ class Coordinator {
   StatusOr<v1::Job> Get(const std::string& id) const;
   // `owner` non-null: only that user's jobs.
   StatusOr<JobPage> List(const JobQuery& query, const std::string* owner = nullptr) const;
+  // `reason`: at most limits::kCancelReasonBytes (INVALID_ARGUMENT naming reason).
   StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason);
+  // Removes a finished job (record, history, request id) at once: owner or admin, checked
+  // by the caller. FAILED_PRECONDITION naming the state for a job that has not finished.
+  Status Delete(const std::string& id);
   // Returns the job once its version is above *version (and sets *version), or
   // DEADLINE_EXCEEDED after `timeout` with no change, or NOT_FOUND.
   StatusOr<v1::Job> WaitForChange(const std::string& id, uint64_t* version,
@@ -163,14 +182,18 @@ class Coordinator {
   // uncordoned worker: the one holding the job's newest copy already, else the first by
   // name. That worker is told (copy_checkpoints) in each heartbeat reply until it reports
   // the step. Nothing of it is stored: it is rebuilt from the heartbeats.
-  StatusOr<HeartbeatReply> Heartbeat(const std::string& worker, const std::vector<v1::TaskStatus>& tasks,
+  //
+  // Every string and list a worker sends is checked against coordinator/limits.h
+  // (INVALID_ARGUMENT naming the field; a long task error is truncated instead).
+  StatusOr<HeartbeatReply> Heartbeat(const std::string& worker, std::vector<v1::TaskStatus> tasks,
                                      const v1::CacheReport* cache = nullptr,
                                      const std::vector<v1::HeldCheckpoint>& checkpoints = {});
-  // Progress, or the end of a task, between heartbeats.
-  Status ReportTask(const std::string& worker, const v1::TaskStatus& status);
+  // Progress, or the end of a task, between heartbeats (limited as Heartbeat's tasks are).
+  Status ReportTask(const std::string& worker, v1::TaskStatus status);
 
   CoordinatorStats Stats() const;
   double lease_seconds() const { return options_.lease_seconds; }
+  int max_user_priority() const { return options_.max_user_priority; }
 
   // The job's metric history (every evaluation, the downsampled training curve), per
   // attempt; empty attempts before the first report.
@@ -213,7 +236,8 @@ class Coordinator {
   // the name may register again from any host (a worker token still binds it).
   Status RemoveWorker(const std::string& name);
 
-  // One pass of the control loop, at clock time Now(): expire worker leases; requeue
+  // One pass of the control loop, at clock time Now(): remove finished jobs past their
+  // retention; expire worker leases; requeue
   // stopping jobs whose ranks are gone (or late); mark hung jobs STUCK; fail attempts on
   // lost workers; then hand a snapshot to Schedule() and apply its result (preempt,
   // place, say why the others wait). Called periodically by the daemon (and by tests).

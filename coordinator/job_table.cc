@@ -9,6 +9,7 @@
 #include "common/job_state.h"
 #include "common/log.h"
 #include "common/time_util.h"
+#include "coordinator/limits.h"
 
 namespace nightshift {
 namespace {
@@ -25,6 +26,17 @@ StatusOr<v1::Job> SameSubmission(const v1::Job& job, const v1::JobSpec& spec) {
     return Status::InvalidArgument("request_id: '" + job.request_id() + "' already submitted job " + job.id() +
                                    " with a different spec; use a new request_id for a new job");
   return job;
+}
+
+// The number in an id the table made ("j-000042" -> 42); 0 for any other id.
+uint64_t SeqOfId(const std::string& id) {
+  if (id.rfind("j-", 0) != 0 || id.size() == 2) return 0;
+  uint64_t seq = 0;
+  for (size_t i = 2; i < id.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(id[i])) || seq > (UINT64_MAX - 9) / 10) return 0;
+    seq = seq * 10 + static_cast<uint64_t>(id[i] - '0');
+  }
+  return seq;
 }
 
 }  // namespace
@@ -45,9 +57,14 @@ int RanksOn(const v1::Job& job, const std::string& worker) {
 JobTable::JobTable(std::unique_ptr<JobStore> store, Clock* clock) : store_(std::move(store)), clock_(clock) {}
 
 StatusOr<size_t> JobTable::Load() {
-  std::vector<v1::Job> jobs;
-  NS_RETURN_IF_ERROR(store_->LoadAll(&jobs));
-  for (auto& job : jobs) {
+  StoredJobs stored;
+  NS_RETURN_IF_ERROR(store_->LoadAll(&stored));
+  next_seq_ = std::max(next_seq_, stored.deleted_seq + 1);
+  for (const std::string& id : stored.moved_aside) {
+    moved_aside_.push_back("job/" + id);
+    next_seq_ = std::max(next_seq_, SeqOfId(id) + 1);  // its id is not handed out again
+  }
+  for (auto& job : stored.jobs) {
     next_seq_ = std::max(next_seq_, job.submit_seq() + 1);
     by_seq_[job.submit_seq()] = job.id();
     if (!job.request_id().empty()) by_request_[{job.owner(), job.request_id()}] = job.id();
@@ -55,16 +72,27 @@ StatusOr<size_t> JobTable::Load() {
     entry.job = std::move(job);
     entry.last_step = entry.job.progress().step();
     entry.last_advance = entry.stopping_since = entry.progress_at = clock_->Now();
-    Status history = store_->GetMetrics(entry.job.id(), &entry.history);
-    if (!history.ok() && history.code() != Status::kNotFound) return history;
-    entry.history.set_job_id(entry.job.id());
+    NS_RETURN_IF_ERROR(LoadHistory(&entry));
     jobs_[entry.job.id()] = std::move(entry);
   }
-  return jobs.size();
+  return stored.jobs.size();
+}
+
+Status JobTable::LoadHistory(JobEntry* entry) {
+  Status history = store_->GetMetrics(entry->job.id(), &entry->history);
+  if (history.code() == Status::kDataLoss) {  // moved aside by the store; the reports that follow rebuild it
+    moved_aside_.push_back("metrics/" + entry->job.id());
+    entry->history.Clear();
+  } else if (!history.ok() && history.code() != Status::kNotFound) {
+    return history;
+  }
+  entry->history.set_job_id(entry->job.id());
+  return Status::OK();
 }
 
 Status JobTable::CheckRequestId(const std::string& id) {
-  if (id.size() > 128) return Status::InvalidArgument("request_id: longer than 128 characters");
+  if (id.size() > limits::kRequestIdBytes)
+    return Status::InvalidArgument("request_id: longer than " + std::to_string(limits::kRequestIdBytes) + " characters");
   for (char c : id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' && c != '-')
       return Status::InvalidArgument("request_id: only letters, digits and . _ : - are allowed");
@@ -208,6 +236,30 @@ void JobTable::CheckWrite(const Status& write) {
   store_error_ = Status::Unavailable("the coordinator stopped after a failed job store write (" + write.message() +
                                      "); restart it once the store is writable");
   NS_ERROR("coordinator: " << store_error_.message());
+}
+
+void JobTable::Remove(JobEntry* entry) {
+  if (!store_error_.ok()) return;
+  const v1::Job& job = entry->job;
+  CheckWrite(store_->Delete(job, /*sync=*/true));
+  if (!store_error_.ok()) return;
+  NS_INFO("job " << job.id() << " (" << v1::JobState_Name(job.state()) << ") removed");
+  by_seq_.erase(job.submit_seq());
+  if (!job.request_id().empty()) by_request_.erase({job.owner(), job.request_id()});
+  jobs_.erase(job.id());  // `entry` and `job` are gone from here on
+  changed_.notify_all();  // its watchers see NOT_FOUND
+}
+
+int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff) {
+  std::vector<JobEntry*> expired;
+  for (auto& [id, entry] : jobs_) {
+    const v1::Job& job = entry.job;
+    if (IsTerminal(job.state()) && job.events_size() > 0 &&
+        SecondsSince(job.events(job.events_size() - 1).time(), cutoff) > 0)
+      expired.push_back(&entry);
+  }
+  for (JobEntry* entry : expired) Remove(entry);
+  return store_error_.ok() ? static_cast<int>(expired.size()) : 0;
 }
 
 int JobTable::UsedSlots(const std::string& worker) const {

@@ -6,7 +6,11 @@
 // Lock discipline: not thread-safe, and holds no mutex of its own. Every method requires
 // the Coordinator's mutex held; WaitForChange takes that mutex's lock and releases it
 // only while it waits. The returned JobEntry pointers stay valid while the lock is held
-// (entries are never removed).
+// and until Remove or RemoveFinishedBefore (finished jobs only) is called.
+//
+// Bounded: finished jobs are removed (Remove: `job delete`; RemoveFinishedBefore: the
+// retention period), with their history and request id, from memory and the store; job
+// ids are never handed out again (JobStore::Delete keeps the highest number).
 //
 // Fail-stop: after the first failed write store_error() says why and nothing more is
 // written or notified; callers check it before acting and before answering.
@@ -21,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/job_store.h"
@@ -67,8 +72,12 @@ class JobTable {
   JobTable(std::unique_ptr<JobStore> store, Clock* clock);
 
   // Loads every job and its metric history from the store; how many jobs. Loaded jobs
-  // count as advancing (and, if stopping, as stopping) from now.
+  // count as advancing (and, if stopping, as stopping) from now. Records that do not
+  // parse are moved aside by the store and listed in moved_aside(); their job numbers
+  // stay taken. A history that does not parse is moved aside too, and starts empty.
   StatusOr<size_t> Load();
+  // The store keys of the records Load moved aside ("job/<id>", "metrics/<id>").
+  const std::vector<std::string>& moved_aside() const { return moved_aside_; }
 
   // OK, or the first failed write (UNAVAILABLE, with the store's message).
   const Status& store_error() const { return store_error_; }
@@ -111,11 +120,20 @@ class JobTable {
   // Writes the metric history, unsynced; on failure sets store_error().
   void PersistHistory(JobEntry* entry);
 
+  // Removes a finished job from memory and the store (synced), with its history and its
+  // request id; `entry` is invalid afterwards. On a failed write sets store_error() and
+  // keeps the job.
+  void Remove(JobEntry* entry);
+  // Removes every finished job that finished (its last event) before `cutoff`, a time of
+  // day: the retention period. How many.
+  int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff);
+
   // Slots on `worker` held by jobs (active or stopping).
   int UsedSlots(const std::string& worker) const;
 
  private:
   void CheckWrite(const Status& write);  // a failed write sets store_error_
+  Status LoadHistory(JobEntry* entry);   // from the store; one that does not parse starts empty
 
   const std::unique_ptr<JobStore> store_;
   Clock* const clock_;  // not owned
@@ -126,6 +144,7 @@ class JobTable {
   // (owner, request_id) -> job id, rebuilt from the job records on Load.
   std::map<std::pair<std::string, std::string>, std::string> by_request_;
   uint64_t next_seq_ = 1;
+  std::vector<std::string> moved_aside_;  // by Load
   Status store_error_;  // the first failed write
 };
 

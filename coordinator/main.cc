@@ -31,6 +31,7 @@ struct Flags {
   TlsServerOptions tls;
   SubmitPolicy policy;
   std::string worker_tls_ca;  // PEM CA of the workers' file service certificates
+  StreamLimitOptions streams;   // open WatchJob, StreamLogs and GetArtifacts streams
 };
 
 void AddFlags(CLI::App* app, Flags* f) {
@@ -62,6 +63,23 @@ void AddFlags(CLI::App* app, Flags* f) {
                   "a user who may submit model.arch torchscript (repeatable); admins always may");
   app->add_option("--max-jobs-per-user", f->options.max_jobs_per_user, "unfinished jobs one user may have")
       ->check(CLI::Range(1, 1000000));
+  app->add_option("--max-user-priority", f->options.max_user_priority,
+                  "the highest job priority a user may submit; admins may go above (default 100)")
+      ->check(CLI::Range(-1000000, 1000000));
+  app->add_option("--preemptible-below", f->options.preemptible_below,
+                  "another user's job is preemptible only below this priority (the best-effort class); a user's "
+                  "priority preempts that user's own jobs only (default 0: negative priorities are best-effort)")
+      ->check(CLI::Range(-1000000, 1000001));
+  app->add_option("--max-streams-per-user", f->streams.per_user,
+                  "open watch, logs and artifacts streams one user may hold at once (default 64)")
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--max-streams", f->streams.total,
+                  "open watch, logs and artifacts streams of all users together (default 1024)")
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--retain-finished-days", f->options.retain_finished_days,
+                  "finished jobs are removed, with their history, this many days after they finished "
+                  "(default 30; 0: kept until `nightshift job delete`)")
+      ->check(CLI::Range(0.0, 36500.0));
 }
 
 // Serves /metrics when --metrics-listen is set (null otherwise).
@@ -142,14 +160,19 @@ int main(int argc, char** argv) {
 
   auto faults = FaultsFromEnv();
   if (!faults.ok()) return Fail(faults.status());
+  JobServiceOptions job_options;
+  job_options.checkpoint_root = flags.checkpoint_root;
+  job_options.faults = faults.value();
+  job_options.policy = flags.policy;
+  job_options.streams = flags.streams;
   ClientOptions to_workers;
   to_workers.tls_ca = flags.worker_tls_ca;
   auto worker_credentials = ChannelCredentialsFor(to_workers);
   if (!worker_credentials.ok()) return Fail(worker_credentials.status());
+  job_options.worker_credentials = worker_credentials.value();
   if (flags.worker_tls_ca.empty() && !flags.tls.cert.empty())
     NS_WARN("coordinator: serving TLS, but the workers' file services are reached in plaintext (give --worker-tls-ca)");
-  JobServiceImpl jobs(c, &metrics, auth.value().get(), flags.checkpoint_root, faults.value(), flags.policy,
-                      worker_credentials.value());
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), job_options);
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -27,6 +27,11 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
   // Known reasons start at zero, so dashboards and alerts see the series before the
   // first restart.
   for (const char* reason : {"rank_failed", "worker_lost", "worker_restarted"}) restarts_->Add({{"reason", reason}});
+  moved_aside_ = &prometheus::BuildCounter()
+                      .Name("nightshift_job_store_corrupt_records_total")
+                      .Help("Stored records that did not parse at start and were moved aside (corrupt/<key>), by kind")
+                      .Register(*registry_);
+  for (const char* kind : {"job", "metrics"}) moved_aside_->Add({{"kind", kind}});
   rpcs_ = &prometheus::BuildCounter()
                .Name("nightshift_rpc_requests_total")
                .Help("gRPC calls served, by method and status code")
@@ -58,6 +63,10 @@ void CoordinatorMetrics::JobScheduled(double wait) { queue_wait_->Add({}, kWaitB
 
 void CoordinatorMetrics::JobRestarted(const std::string& reason) {
   restarts_->Add({{"reason", reason}}).Increment();
+}
+
+void CoordinatorMetrics::RecordMovedAside(const std::string& key) {
+  moved_aside_->Add({{"kind", key.substr(0, key.find('/'))}}).Increment();  // "job/<id>" -> job
 }
 
 void CoordinatorMetrics::SchedulingPass(double seconds) {

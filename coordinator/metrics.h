@@ -28,6 +28,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   // CoordinatorObserver.
   void JobScheduled(double queue_wait_seconds) override;
   void JobRestarted(const std::string& reason) override;
+  void RecordMovedAside(const std::string& key) override;
 
   void SchedulingPass(double seconds);
   void Rpc(const std::string& method, int grpc_code, double seconds);
@@ -38,6 +39,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Histogram>* scheduling_;
   prometheus::Family<prometheus::Counter>* restarts_;
+  prometheus::Family<prometheus::Counter>* moved_aside_;
   prometheus::Family<prometheus::Counter>* rpcs_;
   prometheus::Family<prometheus::Histogram>* rpc_seconds_;
 };

@@ -23,12 +23,11 @@ double ExpectedSeconds(const v1::Job& job) {
 Placer::Placer(JobTable* jobs, const WorkerRegistry* workers, Attempts* attempts)
     : jobs_(jobs), workers_(workers), attempts_(attempts) {}
 
-void Placer::SchedulingPass(Clock::TimePoint now, bool preemption) {
+void Placer::SchedulingPass(Clock::TimePoint now, ScheduleOptions options) {
   Snapshot snapshot = SnapshotForScheduler(now);
   if (snapshot.pending.empty()) return;
-  ScheduleOptions sched_options;
-  sched_options.preemption = preemption && !snapshot.any_late;
-  ApplySchedule(Schedule(std::move(snapshot.pending), std::move(snapshot.workers), snapshot.running, sched_options));
+  options.preemption = options.preemption && !snapshot.any_late;
+  ApplySchedule(Schedule(std::move(snapshot.pending), std::move(snapshot.workers), snapshot.running, options));
 }
 
 Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {

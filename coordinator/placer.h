@@ -38,8 +38,8 @@ class Placer {
   Placer(JobTable* jobs, const WorkerRegistry* workers, Attempts* attempts);
 
   // One scheduling pass at clock time `now`: the snapshot, Schedule(), its result applied.
-  // Preemption only if `preemption` and no worker is late.
-  void SchedulingPass(Clock::TimePoint now, bool preemption);
+  // Preemption only if `options.preemption` and no worker is late.
+  void SchedulingPass(Clock::TimePoint now, ScheduleOptions options);
   Snapshot SnapshotForScheduler(Clock::TimePoint now) const;
   void ApplySchedule(const ScheduleResult& result);
 

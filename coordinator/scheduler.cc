@@ -163,12 +163,20 @@ class Pass {
     if (!result_.waiting.count(job.id)) result_.waiting[job.id] = ShortOf(job);
   }
 
-  // Chooses the fewest, lowest-priority running jobs below `job`'s priority that free
-  // `need` slots, if there are enough; marks them in *ends_now.
+  // Whether `job` may stop running_[i]: a lower priority, and either the same owner or
+  // the best-effort class (ScheduleOptions::preemptible_below).
+  bool MayPreempt(const SchedJob& job, size_t i) const {
+    const SchedRunning& r = running_[i];
+    if (r.stopping || held_[i] == 0 || r.priority >= job.priority) return false;
+    return r.owner == job.owner || r.priority < options_.preemptible_below;
+  }
+
+  // Chooses the fewest, lowest-priority running jobs that `job` may preempt (MayPreempt)
+  // that free `need` slots, if there are enough; marks them in *ends_now.
   void Preempt(const SchedJob& job, int need, std::vector<bool>* ends_now) {
     std::vector<size_t> cand;
     for (size_t i = 0; i < running_.size(); ++i)
-      if (!running_[i].stopping && held_[i] > 0 && running_[i].priority < job.priority) cand.push_back(i);
+      if (MayPreempt(job, i)) cand.push_back(i);
     // Lowest priority first; among equals the biggest (fewest victims), then the youngest.
     std::sort(cand.begin(), cand.end(), [&](size_t a, size_t b) {
       const SchedRunning &x = running_[a], &y = running_[b];

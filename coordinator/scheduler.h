@@ -22,7 +22,10 @@
 // - Preemption: if the reservation holder has a higher priority than some running jobs
 //   and enough slots would free up by stopping them, the scheduler names the fewest,
 //   lowest-priority such jobs in `preempt`. It does not place the holder in the same
-//   pass: the victims must stop first (they are passed back as `stopping`).
+//   pass: the victims must stop first (they are passed back as `stopping`). Across
+//   owners, a job preempts only jobs below the best-effort class
+//   (ScheduleOptions::preemptible_below): one user's priority orders that user's own
+//   jobs, and cannot stop another user's work above that class.
 #ifndef NIGHTSHIFT_COORDINATOR_SCHEDULER_H_
 #define NIGHTSHIFT_COORDINATOR_SCHEDULER_H_
 
@@ -78,6 +81,10 @@ struct SchedRunning {
 
 struct ScheduleOptions {
   bool preemption = true;
+  // Running jobs of another owner are preemptible only when their priority is below this
+  // (the admin-set best-effort class, --preemptible-below); a job of the same owner is
+  // preemptible by any of that owner's higher-priority jobs.
+  int preemptible_below = 0;
 };
 
 struct ScheduleResult {

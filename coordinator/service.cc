@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/model_folder.h"
 #include "common/spec.h"
+#include "coordinator/limits.h"
 #include "coordinator/metrics.h"
 
 namespace nightshift {
@@ -24,11 +25,14 @@ Status Check(Authenticator* auth, const grpc::ServerContext* ctx, Method method,
 }
 
 // For calls about one job: the caller must be allowed to touch that job. The job is
-// looked up only after the caller is known, so strangers learn nothing.
+// looked up only after the caller is known, so strangers learn nothing; an id over
+// limits::kJobIdBytes is refused unread. Fills *caller (when non-null) once known.
 Status CheckJob(Authenticator* auth, Coordinator* c, const grpc::ServerContext* ctx, Method method,
-                const std::string& id) {
+                const std::string& id, Principal* caller = nullptr) {
   Principal who;
   NS_RETURN_IF_ERROR(Check(auth, ctx, method, nullptr, &who));
+  if (caller != nullptr) *caller = who;
+  NS_RETURN_IF_ERROR(CheckJobId(id));
   if (who.role == Role::kAdmin) return Status::OK();
   auto job = c->Get(id);
   if (!job.ok()) return job.status();
@@ -107,6 +111,8 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
     return timer.Done(ToGrpc(Status::PermissionDenied(
         "model.arch: torchscript runs your module's code on the workers; user " + who.user +
         " may not submit it until an admin enables it (coordinator --allow-torchscript or --torchscript-user)")));
+  Status priority = PermitPriority(who, spec.priority(), c_->max_user_priority());
+  if (!priority.ok()) return timer.Done(ToGrpc(priority));
   auto job = c_->Submit(std::move(spec), who.user, req->request_id());
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
   if (DropSubmitReply())
@@ -158,11 +164,22 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
   return timer.Done(grpc::Status::OK);
 }
 
+grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
+                                       v1::DeleteJobResponse*) {
+  RpcTimer timer(metrics_, "DeleteJob");
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kDeleteJob, req->id());
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  return timer.Done(ToGrpc(c_->Delete(req->id())));
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::Job>* writer) {
   RpcTimer timer(metrics_, "WatchJob");
-  Status allowed = CheckJob(auth_, c_, ctx, Method::kWatchJob, req->id());
+  Principal who;
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kWatchJob, req->id(), &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto slot = streams_.Open(who.user);  // held until this stream ends
+  if (!slot.ok()) return timer.Done(ToGrpc(slot.status()));
   uint64_t version = 0;
   while (!ctx->IsCancelled()) {
     auto job = c_->WaitForChange(req->id(), &version, std::chrono::milliseconds(500));
@@ -177,8 +194,11 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
                                         grpc::ServerWriter<v1::LogLines>* writer) {
   RpcTimer timer(metrics_, "StreamLogs");
-  Status allowed = CheckJob(auth_, c_, ctx, Method::kStreamLogs, req->id());
+  Principal who;
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kStreamLogs, req->id(), &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto slot = streams_.Open(who.user);  // held until this stream ends
+  if (!slot.ok()) return timer.Done(ToGrpc(slot.status()));
   auto files = c_->LogAddressOf(req->id(), req->rank());
   if (!files.ok()) return timer.Done(ToGrpc(files.status()));
   // Relay from the worker; the worker's stream ends when the caller goes away.
@@ -206,8 +226,11 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
 grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::GetArtifactsRequest* req,
                                           grpc::ServerWriter<v1::ArtifactChunk>* writer) {
   RpcTimer timer(metrics_, "GetArtifacts");
-  Status allowed = CheckJob(auth_, c_, ctx, Method::kGetArtifacts, req->id());
+  Principal who;
+  Status allowed = CheckJob(auth_, c_, ctx, Method::kGetArtifacts, req->id(), &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  auto slot = streams_.Open(who.user);  // held until this stream ends
+  if (!slot.ok()) return timer.Done(ToGrpc(slot.status()));
   auto where = c_->ModelOf(req->id(), req->step());
   if (!where.ok()) return timer.Done(ToGrpc(where.status()));
   auto write = [&](const v1::ArtifactChunk& chunk) { return !ctx->IsCancelled() && writer->Write(chunk); };
@@ -286,9 +309,9 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
   RpcTimer timer(metrics_, "Heartbeat");
   Status allowed = CheckWorker(auth_, ctx, Method::kHeartbeat, req->name());
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  const std::vector<v1::TaskStatus> tasks(req->tasks().begin(), req->tasks().end());
+  std::vector<v1::TaskStatus> tasks(req->tasks().begin(), req->tasks().end());
   const std::vector<v1::HeldCheckpoint> held(req->checkpoints().begin(), req->checkpoints().end());
-  auto reply = c_->Heartbeat(req->name(), tasks, req->has_cache() ? &req->cache() : nullptr, held);
+  auto reply = c_->Heartbeat(req->name(), std::move(tasks), req->has_cache() ? &req->cache() : nullptr, held);
   if (!reply.ok()) return timer.Done(ToGrpc(reply.status()));
   for (auto& a : reply->start) *out->add_start() = std::move(a);
   for (auto& t : reply->stop) *out->add_stop() = std::move(t);

@@ -3,6 +3,9 @@
 #ifndef NIGHTSHIFT_COORDINATOR_SERVICE_H_
 #define NIGHTSHIFT_COORDINATOR_SERVICE_H_
 
+#include <grpcpp/security/credentials.h>
+
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -10,6 +13,7 @@
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/stream_limits.h"
 #include "nightshift/v1/admin.grpc.pb.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
@@ -34,22 +38,38 @@ struct SubmitPolicy {
   std::set<std::string> torchscript_users;
 };
 
+struct JobServiceOptions {
+  // The workers' shared checkpoint root as this host sees it (GetArtifacts reads
+  // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
+  std::string checkpoint_root;
+  JobServiceFaults faults;
+  SubmitPolicy policy;
+  // How to reach the workers' file services to relay logs and models (TLS with the
+  // cluster's CA); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  // The caps on open WatchJob, StreamLogs and GetArtifacts streams (RESOURCE_EXHAUSTED
+  // beyond them).
+  StreamLimitOptions streams;
+};
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  // `auth` null: every call is allowed (insecure mode). `checkpoint_root`: the workers'
-  // shared checkpoint root as this host sees it (GetArtifacts reads
-  // <checkpoint_root>/<job id>/model there first); empty: models come from the workers.
-  // `worker_credentials`: how to reach the workers' file services to relay logs and
-  // models (TLS with the cluster's CA); null: plaintext.
+  // `auth` null: every call is allowed (insecure mode).
   JobServiceImpl(Coordinator* c, CoordinatorMetrics* metrics, Authenticator* auth = nullptr,
-                 std::string checkpoint_root = "", JobServiceFaults faults = {}, SubmitPolicy policy = {},
-                 std::shared_ptr<grpc::ChannelCredentials> worker_credentials = nullptr)
-      : c_(c), metrics_(metrics), auth_(auth), checkpoint_root_(std::move(checkpoint_root)), faults_(faults),
-        policy_(std::move(policy)), worker_credentials_(std::move(worker_credentials)) {}
+                 JobServiceOptions options = {})
+      : c_(c),
+        metrics_(metrics),
+        auth_(auth),
+        checkpoint_root_(std::move(options.checkpoint_root)),
+        faults_(options.faults),
+        policy_(std::move(options.policy)),
+        worker_credentials_(std::move(options.worker_credentials)),
+        streams_(options.streams) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::Job*) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest*, v1::DeleteJobResponse*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::Job>*) override;
   grpc::Status StreamLogs(grpc::ServerContext*, const v1::StreamLogsRequest*,
@@ -66,6 +86,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   const JobServiceFaults faults_;
   const SubmitPolicy policy_;
   const std::shared_ptr<grpc::ChannelCredentials> worker_credentials_;  // may be null
+  StreamLimits streams_;  // thread-safe
   std::mutex fault_mu_;
   std::mt19937_64 fault_rng_{std::random_device{}()};  // GUARDED_BY(fault_mu_)
   // Whether to drop this reply (faults_.drop_submit_reply).

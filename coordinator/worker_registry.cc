@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/time_util.h"
+#include "coordinator/limits.h"
 
 namespace nightshift {
 
@@ -17,6 +18,7 @@ WorkerRegistry::WorkerRegistry(const CoordinatorOptions& options, Clock* clock)
 
 Status WorkerRegistry::CheckRegistration(const v1::WorkerInfo& worker) {
   if (worker.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
+  NS_RETURN_IF_ERROR(CheckWorkerInfo(worker));
   if (worker.slots() < 0 || worker.slots() > 1024) return Status::InvalidArgument("slots: must be in [0, 1024]");
   return Status::OK();
 }

@@ -43,7 +43,8 @@ class WorkerRegistry {
   // (see Gone).
   WorkerRegistry(const CoordinatorOptions& options, Clock* clock);
 
-  // What a worker says about itself on registration, checked (INVALID_ARGUMENT).
+  // What a worker says about itself on registration, checked (INVALID_ARGUMENT), sizes
+  // against coordinator/limits.h.
   static Status CheckRegistration(const v1::WorkerInfo& worker);
   // A worker (re)introduces itself: READY, with a fresh lease and `file_key`. Cordons, the
   // cache report and queued evictions of a known name are kept. Refused:

@@ -1,4 +1,4 @@
-// nightshift job submit | list | describe | watch | logs | cancel | artifacts | metrics
+// nightshift job submit | list | describe | watch | logs | cancel | delete | artifacts | metrics
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -192,6 +192,21 @@ int Cancel(const Session& s, const std::string& id) {
   return kExitOk;
 }
 
+// Removes a finished job and its history from the coordinator (FAILED_PRECONDITION for
+// one that has not finished: cancel it first).
+int Delete(const Session& s, const std::string& id) {
+  v1::DeleteJobRequest req;
+  req.set_id(id);
+  v1::DeleteJobResponse out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(s.Deadline());
+  grpc::Status status = v1::JobService::NewStub(s.channel)->DeleteJob(&ctx, req, &out);
+  if (!status.ok()) return CallFailed(status);
+  if (s.json) std::printf("{\"id\": \"%s\", \"deleted\": true}\n", id.c_str());
+  else std::printf("%s deleted\n", id.c_str());
+  return kExitOk;
+}
+
 struct LogsFlags {
   std::string id;
   int rank = 0;
@@ -374,6 +389,7 @@ Handler JobList(CLI::App* cmd) {
 Handler JobDescribe(CLI::App* cmd) { return WithId(cmd, Get); }
 Handler JobWatch(CLI::App* cmd) { return WithId(cmd, Watch); }
 Handler JobCancel(CLI::App* cmd) { return WithId(cmd, Cancel); }
+Handler JobDelete(CLI::App* cmd) { return WithId(cmd, Delete); }
 
 Handler JobMetrics(CLI::App* cmd) { return WithId(cmd, Metrics); }
 

@@ -40,6 +40,7 @@ Handler JobDescribe(CLI::App* cmd);
 Handler JobWatch(CLI::App* cmd);
 Handler JobLogs(CLI::App* cmd);
 Handler JobCancel(CLI::App* cmd);
+Handler JobDelete(CLI::App* cmd);
 Handler JobArtifacts(CLI::App* cmd);
 Handler JobMetrics(CLI::App* cmd);
 // cli/verbs/worker.cc

@@ -190,6 +190,7 @@ class FakeJobService final : public v1::JobService::Service {
   std::vector<v1::SubmitJobRequest> submits;
   std::vector<v1::ListJobsRequest> lists;
   std::vector<v1::StreamLogsRequest> log_requests;
+  std::vector<std::string> deletes;         // ids DeleteJob was asked for
   int watches = 0;
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::Job* out) override {
@@ -212,6 +213,13 @@ class FakeJobService final : public v1::JobService::Service {
     grpc::Status s = Find(req->id(), out);
     out->set_state(v1::CANCELLED);
     return s;
+  }
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req, v1::DeleteJobResponse*) override {
+    std::lock_guard<std::mutex> l(mu);
+    deletes.push_back(req->id());
+    if (!fail.ok()) return fail;
+    v1::Job found;
+    return Find(req->id(), &found);
   }
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* out) override {
     std::lock_guard<std::mutex> l(mu);

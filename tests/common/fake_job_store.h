@@ -4,6 +4,7 @@
 #ifndef NIGHTSHIFT_TESTS_COMMON_FAKE_JOB_STORE_H_
 #define NIGHTSHIFT_TESTS_COMMON_FAKE_JOB_STORE_H_
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@ class FakeJobStore : public JobStore {
     std::mutex mu;
     std::map<std::string, v1::Job> jobs;  // GUARDED_BY(mu), by id
     std::map<std::string, v1::JobMetrics> metrics;  // GUARDED_BY(mu), by job id
+    uint64_t deleted_seq = 0;             // GUARDED_BY(mu), as meta/deleted_seq
     bool fail_writes = false;             // GUARDED_BY(mu)
     int failed_writes = 0;                // GUARDED_BY(mu)
   };
@@ -34,10 +36,22 @@ class FakeJobStore : public JobStore {
     disk_->jobs[job.id()] = job;
     return Status::OK();
   }
-  Status LoadAll(std::vector<v1::Job>* jobs) const override {
+  Status LoadAll(StoredJobs* out) override {
     std::lock_guard<std::mutex> lock(disk_->mu);
-    jobs->clear();
-    for (const auto& [id, job] : disk_->jobs) jobs->push_back(job);
+    *out = StoredJobs();
+    for (const auto& [id, job] : disk_->jobs) out->jobs.push_back(job);
+    out->deleted_seq = disk_->deleted_seq;
+    return Status::OK();
+  }
+  Status Delete(const v1::Job& job, bool /*sync*/) override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    if (disk_->fail_writes) {
+      ++disk_->failed_writes;
+      return Status::IOError("cannot delete job " + job.id() + ": No space left on device");
+    }
+    disk_->jobs.erase(job.id());
+    disk_->metrics.erase(job.id());
+    disk_->deleted_seq = std::max(disk_->deleted_seq, job.submit_seq());
     return Status::OK();
   }
 
@@ -50,7 +64,7 @@ class FakeJobStore : public JobStore {
     disk_->metrics[metrics.job_id()] = metrics;
     return Status::OK();
   }
-  Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) const override {
+  Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) override {
     std::lock_guard<std::mutex> lock(disk_->mu);
     auto it = disk_->metrics.find(id);
     if (it == disk_->metrics.end()) return Status::NotFound("no metrics of job " + id);

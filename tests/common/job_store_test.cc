@@ -1,6 +1,7 @@
 #include "common/job_store.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -32,8 +33,9 @@ TEST(JobStoreTest, CloseAndReopenGivesBackEveryJob) {
   }
   auto store = JobStore::Open(dir);
   ASSERT_TRUE(store.ok());
-  std::vector<v1::Job> jobs;
-  ASSERT_TRUE((*store)->LoadAll(&jobs).ok());
+  StoredJobs stored;
+  ASSERT_TRUE((*store)->LoadAll(&stored).ok());
+  const std::vector<v1::Job>& jobs = stored.jobs;
   ASSERT_EQ(jobs.size(), 50u);
   for (const auto& job : jobs) {
     int i = static_cast<int>(job.submit_seq());
@@ -74,8 +76,9 @@ TEST(JobStoreTest, MetricsLiveApartFromJobsAndSurviveReopen) {
   }
   auto store = JobStore::Open(dir);
   ASSERT_TRUE(store.ok());
-  std::vector<v1::Job> jobs;
-  ASSERT_TRUE((*store)->LoadAll(&jobs).ok());
+  StoredJobs stored;
+  ASSERT_TRUE((*store)->LoadAll(&stored).ok());
+  const std::vector<v1::Job>& jobs = stored.jobs;
   EXPECT_EQ(jobs.size(), 1u);  // the history is not a job
   v1::JobMetrics m;
   ASSERT_TRUE((*store)->GetMetrics("j-000001", &m).ok());
@@ -83,6 +86,91 @@ TEST(JobStoreTest, MetricsLiveApartFromJobsAndSurviveReopen) {
   EXPECT_EQ(m.attempts(0).train_size(), 300);
   EXPECT_EQ(m.attempts(0).train(299).step(), 598);
   EXPECT_DOUBLE_EQ(m.attempts(0).evals(0).metrics().at("val_accuracy"), 0.75);
+  std::filesystem::remove_all(dir);
+}
+
+// A record that does not parse (a torn write, a bad disk, a hand edit) is moved aside
+// with its bytes kept, and every other record loads.
+TEST(JobStoreTest, ARecordThatDoesNotParseIsMovedAsideAndTheRestLoad) {
+  const std::string dir = testing::TempDir() + "/jobstore-corrupt." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string garbage = "\x0a\xff\xff\xff\xff\xff not a job";
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (const char* id : {"j-000001", "j-000003"}) {
+      v1::Job job;
+      job.set_id(id);
+      ASSERT_TRUE((*store)->Put(job, true).ok());
+    }
+  }
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "job/j-000002", garbage).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "metrics/j-000001", garbage).ok());
+  }
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok());
+    StoredJobs stored;
+    ASSERT_TRUE((*store)->LoadAll(&stored).ok());
+    ASSERT_EQ(stored.jobs.size(), 2u);
+    EXPECT_EQ(stored.jobs[1].id(), "j-000003");
+    EXPECT_EQ(stored.moved_aside, std::vector<std::string>{"j-000002"});
+    v1::JobMetrics m;
+    Status history = (*store)->GetMetrics("j-000001", &m);
+    EXPECT_EQ(history.code(), Status::kDataLoss);
+    EXPECT_NE(history.message().find("metrics/j-000001"), std::string::npos) << history.message();
+    // Moved, not loaded again: the next start finds nothing to move.
+    ASSERT_TRUE((*store)->LoadAll(&stored).ok());
+    EXPECT_TRUE(stored.moved_aside.empty());
+    EXPECT_EQ((*store)->GetMetrics("j-000001", &m).code(), Status::kNotFound);
+  }
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "corrupt/job/j-000002", &value).ok());
+  EXPECT_EQ(value, garbage);  // kept for a person to look at
+  EXPECT_TRUE(db->Get(rocksdb::ReadOptions(), "job/j-000002", &value).IsNotFound());
+  EXPECT_TRUE(db->Get(rocksdb::ReadOptions(), "corrupt/metrics/j-000001", &value).ok());
+  db.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A deleted job leaves neither its record nor its history, and its number stays taken.
+TEST(JobStoreTest, DeleteRemovesTheRecordAndHistoryAndKeepsTheHighestNumber) {
+  const std::string dir = testing::TempDir() + "/jobstore-delete." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok());
+    for (int seq : {1, 2}) {
+      v1::Job job;
+      job.set_id("j-00000" + std::to_string(seq));
+      job.set_submit_seq(seq);
+      ASSERT_TRUE((*store)->Put(job, true).ok());
+      v1::JobMetrics m;
+      m.set_job_id(job.id());
+      ASSERT_TRUE((*store)->PutMetrics(m, true).ok());
+    }
+    v1::Job second;
+    second.set_id("j-000002");
+    second.set_submit_seq(2);
+    ASSERT_TRUE((*store)->Delete(second, true).ok());
+  }
+  auto store = JobStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  StoredJobs stored;
+  ASSERT_TRUE((*store)->LoadAll(&stored).ok());
+  ASSERT_EQ(stored.jobs.size(), 1u);
+  EXPECT_EQ(stored.jobs[0].id(), "j-000001");
+  EXPECT_EQ(stored.deleted_seq, 2u);
+  v1::JobMetrics m;
+  EXPECT_EQ((*store)->GetMetrics("j-000002", &m).code(), Status::kNotFound);
+  EXPECT_TRUE((*store)->GetMetrics("j-000001", &m).ok());
   std::filesystem::remove_all(dir);
 }
 

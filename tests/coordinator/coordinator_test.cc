@@ -2,12 +2,16 @@
 #include "coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "common/spec.h"
 #include "common/time_util.h"
+#include "coordinator/limits.h"
+#include "coordinator/metrics.h"
 #include "coordinator/metric_history.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
@@ -557,6 +561,156 @@ TEST_F(CoordinatorTest, InvalidSpecIsRefusedAndNothingStored) {
   auto job = c_->Submit(spec);
   EXPECT_EQ(job.status().code(), Status::kInvalidArgument);
   EXPECT_EQ(c_->List(JobQuery())->jobs.size(), 0u);
+}
+
+// What `curl` gets from http://127.0.0.1:<port>/metrics.
+std::string Scrape(int port) {
+  std::string out;
+  FILE* curl = ::popen(("curl -sf http://127.0.0.1:" + std::to_string(port) + "/metrics").c_str(), "r");
+  if (curl == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), curl)) > 0;) out.append(buf, n);
+  ::pclose(curl);
+  return out;
+}
+
+// One job record in RocksDB that does not parse must not keep the coordinator down: it
+// starts with the others, the record is moved aside and counted, and ids go on after it.
+TEST_F(CoordinatorTest, ACorruptJobRecordIsMovedAsideAndTheCoordinatorStarts) {
+  const std::string kept = c_->Submit(Spec())->id();
+  const std::string torn = c_->Submit(Spec())->id();
+  c_.reset();
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "job/" + torn, std::string("\x0a\xff\xff\xff\xff\xff", 6)).ok());
+  }
+  CoordinatorMetrics metrics;
+  options_.observer = &metrics;
+  Reopen();
+  ASSERT_NE(c_, nullptr);
+  EXPECT_EQ(StateOf(kept), v1::QUEUED);
+  EXPECT_EQ(c_->Get(torn).status().code(), Status::kNotFound);
+  EXPECT_EQ(c_->Submit(Spec())->id(), "j-000003");
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  metrics.Serve(server.value().get(), c_.get());
+  const std::string scraped = Scrape(server.value()->port());
+  EXPECT_NE(scraped.find("nightshift_job_store_corrupt_records_total{kind=\"job\"} 1"), std::string::npos) << scraped;
+  c_.reset();  // before the metrics it reports to
+  options_.observer = nullptr;
+}
+
+// Finished jobs are kept for retain_finished_days on the coordinator's clock, then
+// removed from memory and the store; unfinished ones stay however old.
+TEST_F(CoordinatorTest, FinishedJobsAreRemovedAfterTheRetentionPeriod) {
+  const std::string done = c_->Submit(Spec())->id();
+  ASSERT_TRUE(c_->Cancel(done, "").ok());
+  const std::string queued = c_->Submit(Spec())->id();
+  clock_.Advance(std::chrono::hours(24 * 30 - 1));
+  c_->Tick();
+  EXPECT_TRUE(c_->Get(done).ok());
+  clock_.Advance(std::chrono::hours(2));
+  c_->Tick();
+  EXPECT_EQ(c_->Get(done).status().code(), Status::kNotFound);
+  EXPECT_EQ(StateOf(queued), v1::QUEUED);
+  Reopen();  // gone from the store too
+  EXPECT_EQ(c_->Get(done).status().code(), Status::kNotFound);
+  EXPECT_EQ(c_->List(JobQuery())->jobs.size(), 1u);
+}
+
+// `job delete`: a finished job goes at once; one that has not finished is refused.
+TEST_F(CoordinatorTest, DeleteRemovesAFinishedJobAndRefusesAnUnfinishedOne) {
+  const std::string id = RunningJobOnW1();
+  nightshift::Status running = c_->Delete(id);
+  EXPECT_EQ(running.code(), Status::kFailedPrecondition);
+  EXPECT_NE(running.message().find("RUNNING"), std::string::npos) << running.message();
+  EXPECT_EQ(StateOf(id), v1::RUNNING);
+  ASSERT_TRUE(c_->Cancel(id, "").ok());
+  ASSERT_TRUE(c_->Delete(id).ok());
+  EXPECT_EQ(c_->Get(id).status().code(), Status::kNotFound);
+  EXPECT_EQ(c_->Delete(id).code(), Status::kNotFound);
+  Reopen();
+  EXPECT_EQ(c_->Get(id).status().code(), Status::kNotFound);
+}
+
+// A client cannot grow a job's record with a cancel reason: 3 MiB is refused, naming the
+// field, and the job is not cancelled.
+TEST_F(CoordinatorTest, AThreeMiBCancelReasonIsRefusedAndCancelsNothing) {
+  const std::string id = c_->Submit(Spec())->id();
+  auto cancelled = c_->Cancel(id, std::string(3 << 20, 'x'));
+  ASSERT_EQ(cancelled.status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(cancelled.status().message().rfind("reason: ", 0), 0u) << cancelled.status().message();
+  EXPECT_EQ(StateOf(id), v1::QUEUED);
+  EXPECT_TRUE(c_->Cancel(id, std::string(limits::kCancelReasonBytes, 'x')).ok());
+}
+
+// A worker cannot grow the store through its reports: a 3 MiB error is kept truncated
+// (with a marker; the failure itself is taken), a 3 MiB checkpoint path is refused and
+// changes nothing, and so is a 3 MiB log address at registration.
+TEST_F(CoordinatorTest, AWorkersHugeReportIsTruncatedOrRefusedNotStored) {
+  const std::string id = RunningJobOnW1();
+  auto huge_path = Status(id, 0, v1::TASK_RUNNING);
+  huge_path.set_checkpoint_step(10);
+  huge_path.set_checkpoint_path(std::string(3 << 20, 'p'));
+  nightshift::Status refused = c_->ReportTask("w1", huge_path);
+  EXPECT_EQ(refused.code(), Status::kInvalidArgument);
+  EXPECT_EQ(refused.message().rfind("status.checkpoint_path: ", 0), 0u) << refused.message();
+  EXPECT_EQ(c_->Heartbeat("w1", {huge_path}).status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(c_->Get(id)->checkpoint_step(), 0);
+
+  auto failed = Status(id, 0, v1::TASK_FAILED);
+  failed.set_user_error(true);
+  failed.set_error("Traceback: " + std::string(3 << 20, 'e'));
+  Report("w1", failed);
+  const v1::Job job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_LE(job.error().size(), limits::kTaskErrorBytes);
+  EXPECT_EQ(job.error().rfind("Traceback: eee", 0), 0u);
+  EXPECT_NE(job.error().find(limits::kTruncatedMarker), std::string::npos);
+  EXPECT_LT(job.ByteSizeLong(), 4 * limits::kTaskErrorBytes);  // the whole record stays small
+
+  v1::WorkerInfo phantom;
+  phantom.set_name("w2");
+  phantom.set_slots(1);
+  phantom.set_log_address(std::string(3 << 20, 'a'));
+  nightshift::Status registered = c_->Register(phantom).status();
+  EXPECT_EQ(registered.code(), Status::kInvalidArgument);
+  EXPECT_EQ(registered.message().rfind("log_address: ", 0), 0u) << registered.message();
+  EXPECT_EQ(c_->ListWorkers().size(), 1u);
+}
+
+// Bob's priority is his own business: his urgent job waits behind alice's running one
+// at priority 0, and preempts his own instead once he has one running.
+TEST_F(CoordinatorTest, AUsersHighPriorityPreemptsTheirOwnJobsNotAnotherUsers) {
+  RegisterWorker("w1", 1);
+  RegisterWorker("w2", 1);
+  const std::string alices = c_->Submit(Spec(), "alice")->id();
+  c_->Tick();
+  Heartbeat("w1");
+  Report("w1", Status(alices, 0, v1::TASK_RUNNING));
+  const std::string bobs = c_->Submit(Spec(), "bob")->id();
+  c_->Tick();
+  Heartbeat("w2");
+  Report("w2", Status(bobs, 0, v1::TASK_RUNNING));
+  ASSERT_EQ(StateOf(alices), v1::RUNNING);
+  ASSERT_EQ(StateOf(bobs), v1::RUNNING);
+  v1::JobSpec urgent = Spec(2);
+  urgent.set_priority(100);
+  const std::string bobs_urgent = c_->Submit(urgent, "bob")->id();
+  c_->Tick();
+  EXPECT_EQ(StateOf(alices), v1::RUNNING);
+  EXPECT_EQ(StateOf(bobs), v1::RUNNING);  // one slot would not do: nobody is preempted
+  EXPECT_EQ(StateOf(bobs_urgent), v1::QUEUED);
+  v1::JobSpec urgent_one = Spec(1);
+  urgent_one.set_priority(100);
+  const std::string bobs_small = c_->Submit(urgent_one, "bob")->id();
+  c_->Cancel(bobs_urgent, "too big");
+  c_->Tick();
+  EXPECT_EQ(StateOf(alices), v1::RUNNING);
+  EXPECT_EQ(StateOf(bobs), v1::PREEMPTED);
+  EXPECT_NE(c_->Get(bobs)->reason().find("preempted by " + bobs_small), std::string::npos);
 }
 
 TEST_F(CoordinatorTest, HigherPriorityPreemptsAndTheVictimResumesWithoutARestart) {

@@ -4,6 +4,7 @@
 #include "coordinator/job_table.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -82,6 +83,39 @@ TEST_F(JobTableTest, RecordsAndHistorySurviveAReopenOfTheRocksDbStore) {
   EXPECT_EQ(loaded->job.spec().resources().world_size(), 2);
   EXPECT_EQ(loaded->history.attempts_size(), 1);
   EXPECT_EQ(jobs_->Submit(Spec(2), "alice", "req-1", 1000)->id(), id);
+  jobs_.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// The attacker (or a torn write): a job record in RocksDB that does not parse. The table
+// loads without it, the store has moved it aside, and its number is not handed out again.
+TEST_F(JobTableTest, AJobRecordThatDoesNotParseIsMovedAsideAndTheRestLoad) {
+  const std::string dir = testing::TempDir() + "/job_table_corrupt." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const auto open = [&] {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    jobs_ = std::make_unique<JobTable>(std::move(store.value()), &clock_);
+    auto loaded = jobs_->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  };
+  open();
+  for (int i = 0; i < 3; ++i) jobs_->Submit(Spec(), "alice", "", 1000);
+  jobs_.reset();
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "job/j-000003", "\x0a\xff\xff\xff\xff\xff torn").ok());
+  }
+  open();
+  EXPECT_EQ(jobs_->moved_aside(), std::vector<std::string>{"job/j-000003"});
+  EXPECT_EQ(jobs_->entries().size(), 2u);
+  EXPECT_EQ(jobs_->Submit(Spec(), "alice", "", 1000)->id(), "j-000004");
+  jobs_.reset();
+  open();
+  EXPECT_TRUE(jobs_->moved_aside().empty());  // moved once, not met again
+  EXPECT_EQ(jobs_->entries().size(), 3u);
   jobs_.reset();
   std::filesystem::remove_all(dir);
 }
@@ -190,6 +224,34 @@ TEST_F(JobTableTest, EventsCarryTheClocksTimeOfDayAndRunningRestartsHangDetectio
   EXPECT_EQ(ev.step(), 5);
   EXPECT_EQ(entry->job.updated().seconds(), 1767225600 + 90);
   EXPECT_EQ(entry->last_advance, clock_.Now());
+}
+
+// Retention: a finished job goes, with its history and its request id, once it finished
+// before the cutoff; an unfinished one stays however old it is. Its number is not handed
+// out again, also after a restart.
+TEST_F(JobTableTest, FinishedJobsBeforeTheCutoffAreRemovedWithTheirHistoryAndRequestId) {
+  JobEntry* done = jobs_->Find(jobs_->Submit(Spec(), "alice", "req-1", 1000)->id());
+  jobs_->SetState(done, v1::SUCCEEDED, "all ranks finished");
+  done->history.add_attempts()->add_evals()->set_step(3);
+  jobs_->PersistHistory(done);
+  JobEntry* queued = Submit(Spec(), "alice");
+  clock_.Advance(std::chrono::hours(24));
+  const auto cutoff = clock_.WallNow() - std::chrono::hours(25);  // finished after it: kept
+  EXPECT_EQ(jobs_->RemoveFinishedBefore(cutoff), 0);
+  EXPECT_EQ(jobs_->RemoveFinishedBefore(clock_.WallNow()), 1);
+  EXPECT_EQ(jobs_->Find("j-000001"), nullptr);
+  ASSERT_NE(jobs_->Find(queued->job.id()), nullptr);
+  EXPECT_EQ(disk_->jobs.count("j-000001"), 0u);
+  EXPECT_EQ(disk_->metrics.count("j-000001"), 0u);
+  EXPECT_EQ(jobs_->List(JobQuery{}, nullptr).jobs.size(), 1u);
+  // The request id went with it: the same id makes a new job now.
+  EXPECT_EQ(jobs_->Submit(Spec(2), "alice", "req-1", 1000)->id(), "j-000003");
+  JobEntry* newest = jobs_->Find("j-000003");
+  jobs_->SetState(newest, v1::CANCELLED, "cancelled by user");
+  jobs_->Remove(newest);  // the newest: its number stays taken too
+  Reopen();
+  EXPECT_EQ(jobs_->entries().size(), 1u);
+  EXPECT_EQ(jobs_->Submit(Spec(), "alice", "", 1000)->id(), "j-000004");
 }
 
 TEST_F(JobTableTest, UsedSlotsCountUnfinishedPartsOfJobsThatHoldSlots) {

@@ -25,8 +25,10 @@ class RecordingObserver : public CoordinatorObserver {
  public:
   void JobScheduled(double queue_wait_seconds) override { waits.push_back(queue_wait_seconds); }
   void JobRestarted(const std::string& reason) override { restarts.push_back(reason); }
+  void RecordMovedAside(const std::string& key) override { moved_aside.push_back(key); }
   std::vector<double> waits;
   std::vector<std::string> restarts;
+  std::vector<std::string> moved_aside;
 };
 
 class PartsTest : public testing::Test {

@@ -155,12 +155,12 @@ TEST_F(PlacerTest, ASchedulingPassPlacesAndSaysWhyTheOthersWait) {
   Register("w1", 2);
   JobEntry* fits = Submit(Spec(2));
   JobEntry* too_big = Submit(Spec(3));
-  placer_->SchedulingPass(clock_.Now(), /*preemption=*/true);
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{});
   EXPECT_EQ(fits->job.state(), v1::SCHEDULED);
   EXPECT_EQ(too_big->job.state(), v1::QUEUED);
   EXPECT_NE(too_big->job.reason(), "accepted");
   const uint64_t version = too_big->version;
-  placer_->SchedulingPass(clock_.Now(), true);
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{});
   EXPECT_EQ(too_big->version, version);  // the same reason is not written again
 }
 
@@ -171,9 +171,9 @@ TEST_F(PlacerTest, AHigherPriorityJobPreemptsAndIsPlacedOnceTheVictimStopped) {
   v1::JobSpec urgent = Spec(1);
   urgent.set_priority(5);
   JobEntry* high = Submit(urgent);
-  placer_->SchedulingPass(clock_.Now(), /*preemption=*/false);
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{/*preemption=*/false});
   EXPECT_EQ(low->job.state(), v1::RUNNING);
-  placer_->SchedulingPass(clock_.Now(), /*preemption=*/true);
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{});
   EXPECT_EQ(low->job.state(), v1::PREEMPTED);
   EXPECT_EQ(low->job.reason(), "preempted by " + high->job.id() + " (priority 5 > 0)");
   EXPECT_EQ(high->job.state(), v1::QUEUED);

@@ -216,6 +216,30 @@ TEST(SchedulerTest, NeverPreemptsEqualOrHigherPriority) {
   EXPECT_TRUE(r.preempt.empty());
 }
 
+// The attacker: bob submits at a high priority to take the cluster from alice. His
+// priority orders his own jobs only; alice's job at priority 0 keeps running, and only
+// the best-effort class (below preemptible_below) is open to anyone.
+TEST(SchedulerTest, AUsersPriorityPreemptsOnlyTheirOwnJobsOrTheBestEffortClass) {
+  SchedJob bobs_urgent{"urgent", 2, 100, 9};
+  bobs_urgent.owner = "bob";
+  std::vector<SchedRunning> running = {{"alices", 0, 1, "alice", {{"w1", 0, 2}}}};
+  auto r = Schedule({bobs_urgent}, {{"w1", 2, 0}}, running);
+  EXPECT_TRUE(r.preempt.empty());
+  EXPECT_EQ(r.waiting.at("urgent"), "waiting for 2 free slots (0 free now)");
+  // His own job at priority 0 is his to preempt.
+  running.push_back({"bobs", 0, 2, "bob", {{"w2", 0, 2}}});
+  r = Schedule({bobs_urgent}, {{"w1", 2, 0}, {"w2", 2, 0}}, running);
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"bobs"});
+  // Alice's best-effort job (priority -1, below the default class floor 0) is anyone's.
+  running = {{"alices", 0, 1, "alice", {{"w1", 0, 2}}}, {"alices_spare", -1, 2, "alice", {{"w2", 0, 2}}}};
+  r = Schedule({bobs_urgent}, {{"w1", 2, 0}, {"w2", 2, 0}}, running);
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"alices_spare"});
+  // An admin-set floor of 1 opens priority 0 to everyone's higher priorities too.
+  running.pop_back();
+  r = Schedule({bobs_urgent}, {{"w1", 2, 0}}, running, ScheduleOptions{true, /*preemptible_below=*/1});
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"alices"});
+}
+
 TEST(SchedulerTest, PreemptionNotNeededWhenOnlyCapacityIsMissing) {
   // Not enough even with every lower-priority job stopped: no victims.
   std::vector<SchedRunning> running = {{"low", 0, 1, "", {{"w1", 0, 1}}}};

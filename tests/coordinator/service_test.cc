@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/client.h"
 #include "common/file_access.h"
@@ -45,7 +46,7 @@ class CoordinatorServiceTest : public testing::Test {
     auto c = Coordinator::Open(options, std::make_unique<FakeJobStore>(std::make_shared<FakeJobStore::Disk>()));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     c_ = std::move(c.value());
-    jobs_ = std::make_unique<JobServiceImpl>(c_.get(), nullptr, auth_.get(), dir_ + "/shared");
+    jobs_ = std::make_unique<JobServiceImpl>(c_.get(), nullptr, auth_.get(), JobServiceOptions{dir_ + "/shared"});
     workers_ = std::make_unique<WorkerServiceImpl>(c_.get(), nullptr, auth_.get());
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
@@ -102,7 +103,9 @@ class CoordinatorServiceTest : public testing::Test {
 // A SubmitJob whose reply is lost after the job was stored (the injected fault answers
 // UNAVAILABLE) and is then retried with the same request_id gets that job, not a second.
 TEST_F(CoordinatorServiceTest, ALostSubmitReplyRetriedWithItsRequestIdGivesTheSameJob) {
-  JobServiceImpl dropping(c_.get(), nullptr, auth_.get(), "", JobServiceFaults{/*drop_submit_reply=*/1.0});
+  JobServiceOptions dropping_options;
+  dropping_options.faults.drop_submit_reply = 1.0;
+  JobServiceImpl dropping(c_.get(), nullptr, auth_.get(), dropping_options);
   int drop_port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &drop_port);
@@ -138,6 +141,152 @@ TEST_F(CoordinatorServiceTest, ALostSubmitReplyRetriedWithItsRequestIdGivesTheSa
   v1::Job bobs;
   ASSERT_TRUE(v1::JobService::NewStub(As("bob-secret"))->SubmitJob(Ctx().get(), req, &bobs).ok());
   EXPECT_NE(bobs.id(), job.id());
+}
+
+// A user cannot jump every queue: priority 1000000 is refused naming the ceiling; an
+// admin may go above it.
+TEST_F(CoordinatorServiceTest, AUserAtPriorityOneMillionIsRefusedAnAdminIsNot) {
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(std::string(kSpec) + "priority: 1000000\n");
+  v1::Job job;
+  grpc::Status s = v1::JobService::NewStub(As("alice-secret"))->SubmitJob(Ctx().get(), req, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(s.error_message().rfind("priority: 1000000 is above 100", 0), 0u) << s.error_message();
+  EXPECT_NE(s.error_message().find("--max-user-priority"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(c_->List(JobQuery())->jobs.empty());
+  ASSERT_TRUE(v1::JobService::NewStub(As("admin-secret"))->SubmitJob(Ctx().get(), req, &job).ok());
+  EXPECT_EQ(job.spec().priority(), 1000000);
+  req.set_spec_yaml(std::string(kSpec) + "priority: 100\n");  // at the ceiling: allowed
+  EXPECT_TRUE(v1::JobService::NewStub(As("alice-secret"))->SubmitJob(Ctx().get(), req, &job).ok());
+}
+
+// A 3 MiB cancel reason (under gRPC's 4 MiB) is refused naming the field.
+TEST_F(CoordinatorServiceTest, AThreeMiBCancelReasonIsRefused) {
+  const v1::Job job = Submit("alice-secret");
+  v1::CancelJobRequest req;
+  req.set_id(job.id());
+  req.set_reason(std::string(3 << 20, 'x'));
+  v1::Job out;
+  grpc::Status s = v1::JobService::NewStub(As("alice-secret"))->CancelJob(Ctx().get(), req, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(s.error_message().rfind("reason: ", 0), 0u) << s.error_message();
+  EXPECT_EQ(Get("alice-secret", job.id()).state(), v1::QUEUED);
+}
+
+// DeleteJob: owner or admin, finished jobs only.
+TEST_F(CoordinatorServiceTest, DeleteJobIsTheOwnersAndOnlyForFinishedJobs) {
+  const v1::Job job = Submit("alice-secret");
+  v1::DeleteJobRequest req;
+  req.set_id(job.id());
+  v1::DeleteJobResponse out;
+  auto alice = v1::JobService::NewStub(As("alice-secret"));
+  grpc::Status s = alice->DeleteJob(Ctx().get(), req, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  ASSERT_TRUE(c_->Cancel(job.id(), "").ok());
+  s = v1::JobService::NewStub(As("bob-secret"))->DeleteJob(Ctx().get(), req, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  ASSERT_TRUE(alice->DeleteJob(Ctx().get(), req, &out).ok());
+  EXPECT_EQ(c_->Get(job.id()).status().code(), Status::kNotFound);
+}
+
+// Open WatchJob streams of one job: each one answered with the job (accepted), or ended
+// at once with the refusal.
+class Watches {
+ public:
+  explicit Watches(std::shared_ptr<grpc::Channel> channel) : stub_(v1::JobService::NewStub(std::move(channel))) {}
+  ~Watches() {
+    for (auto& ctx : contexts_) ctx->TryCancel();
+    for (auto& r : readers_) r->Finish();
+  }
+  // Opens one more; OK while it stays open, else the call's status.
+  grpc::Status Open(const std::string& id) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    v1::WatchJobRequest req;
+    req.set_id(id);
+    auto reader = stub_->WatchJob(ctx.get(), req);
+    v1::Job job;
+    if (!reader->Read(&job)) return reader->Finish();
+    contexts_.push_back(std::move(ctx));
+    readers_.push_back(std::move(reader));
+    return grpc::Status::OK;
+  }
+  // Closes the oldest open one.
+  void CloseOne() {
+    contexts_.front()->TryCancel();
+    readers_.front()->Finish();
+    contexts_.erase(contexts_.begin());
+    readers_.erase(readers_.begin());
+  }
+  // Opens one, retrying for up to 5 s while the server has not yet seen a closed one end.
+  grpc::Status OpenWithin5s(const std::string& id) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    grpc::Status s;
+    do {
+      s = Open(id);
+      if (s.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<v1::JobService::Stub> stub_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::Job>>> readers_;
+};
+
+// The attacker opens streams until refused: with the defaults (64 per user) the 65th of
+// one user is RESOURCE_EXHAUSTED naming the limit, not all of them are served; closing
+// one lets the next one in.
+TEST_F(CoordinatorServiceTest, AUsersOpenStreamsAreCappedAtTheDefaultOf64) {
+  const v1::Job job = Submit("alice-secret");
+  Watches watches(As("alice-secret"));
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(watches.Open(job.id()).ok()) << "stream " << i;
+  grpc::Status refused = watches.Open(job.id());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("--max-streams-per-user 64"), std::string::npos) << refused.error_message();
+  watches.CloseOne();
+  EXPECT_TRUE(watches.OpenWithin5s(job.id()).ok());
+}
+
+// Per user and in all, for every kind of stream: with 2 per user and 3 in all, alice's
+// third is refused, bob gets one, then the total is full for him too; a stream that ends
+// gives its slot back.
+TEST_F(CoordinatorServiceTest, StreamsAreCappedPerUserAndInAll) {
+  JobServiceOptions capped_options;
+  capped_options.streams = StreamLimitOptions{2, 3};
+  JobServiceImpl capped(c_.get(), nullptr, auth_.get(), capped_options);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&capped);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server != nullptr && port != 0);
+  const v1::Job alices = Submit("alice-secret");
+  const v1::Job bobs = Submit("bob-secret");
+  {
+    Watches alice(As("alice-secret", port)), bob(As("bob-secret", port));
+    ASSERT_TRUE(alice.Open(alices.id()).ok());
+    ASSERT_TRUE(alice.Open(alices.id()).ok());
+    grpc::Status s = alice.Open(alices.id());
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(s.error_message().find("--max-streams-per-user 2"), std::string::npos) << s.error_message();
+    ASSERT_TRUE(bob.Open(bobs.id()).ok());
+    s = bob.Open(bobs.id());
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(s.error_message().find("--max-streams 3"), std::string::npos) << s.error_message();
+    // Logs count too.
+    v1::StreamLogsRequest logs;
+    logs.set_id(bobs.id());
+    grpc::ClientContext ctx;
+    auto reader = v1::JobService::NewStub(As("bob-secret", port))->StreamLogs(&ctx, logs);
+    v1::LogLines lines;
+    EXPECT_FALSE(reader->Read(&lines));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    alice.CloseOne();
+    EXPECT_TRUE(bob.OpenWithin5s(bobs.id()).ok());
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 // Per-user fair share end to end: each user's token makes them the owner of what they
@@ -375,7 +524,9 @@ TEST_F(CoordinatorServiceTest, TorchScriptNeedsTheAdminsConsent) {
 
   SubmitPolicy policy;
   policy.torchscript_users = {"bob"};
-  JobServiceImpl enabled(c_.get(), nullptr, auth_.get(), "", {}, policy);
+  JobServiceOptions enabled_options;
+  enabled_options.policy = policy;
+  JobServiceImpl enabled(c_.get(), nullptr, auth_.get(), enabled_options);
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

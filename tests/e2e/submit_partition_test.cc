@@ -124,8 +124,10 @@ TEST_F(SubmitPartitionTest, EverySubmitIsStoredExactlyOnce) {
 
   auto store = JobStore::Open(cluster.dir() + "/coordinator-db");
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  std::vector<v1::Job> jobs;
-  ASSERT_TRUE(store.value()->LoadAll(&jobs).ok());
+  StoredJobs stored;
+  ASSERT_TRUE(store.value()->LoadAll(&stored).ok());
+  EXPECT_TRUE(stored.moved_aside.empty());
+  const std::vector<v1::Job>& jobs = stored.jobs;
   std::map<std::string, std::vector<std::string>> ids_by_name;
   for (const auto& job : jobs) ids_by_name[job.spec().name()].push_back(job.id());
   EXPECT_EQ(jobs.size(), static_cast<size_t>(kSubmits));

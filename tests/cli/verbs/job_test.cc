@@ -221,6 +221,24 @@ TEST_F(JobVerbsTest, CancelPrintsTheNewState) {
   EXPECT_EQ(r.out, "j3 CANCELLED\n");
 }
 
+TEST_F(JobVerbsTest, DeleteRemovesAFinishedJobAndSaysSo) {
+  auto r = RunCli({"job", "delete", "j2"}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "j2 deleted\n");
+  EXPECT_EQ(fake_.jobs.deletes, std::vector<std::string>{"j2"});
+  r = RunCli({"job", "delete", "j2", "-o", "json"}, fake_.Channel());
+  EXPECT_EQ(r.out, "{\"id\": \"j2\", \"deleted\": true}\n");
+}
+
+TEST_F(JobVerbsTest, DeleteOfAJobThatHasNotFinishedIsRefused) {
+  fake_.jobs.fail = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "job j1 is RUNNING: only a finished job can be deleted; cancel it first");
+  auto r = RunCli({"job", "delete", "j1"}, fake_.Channel());
+  EXPECT_EQ(r.code, kExitRefused);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("cancel it first"), std::string::npos) << r.err;
+}
+
 TEST_F(JobVerbsTest, WatchReconnectsWhenTheStreamEndsEarly) {
   auto jobs = SampleJobs();
   // The coordinator restarts after sending RUNNING: the second stream ends the job.
