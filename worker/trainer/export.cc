@@ -247,7 +247,7 @@ std::string VerifyModelFolder(const std::string& dir) {
       const std::string path = dir + "/" + name;
       std::string bytes;
       if (std::string err = format::ReadRegularFile(path, f.at("bytes").get<uint64_t>(), &bytes); !err.empty())
-        return err;
+        return err + " (by checksums.json)";
       if (bytes.size() != f.at("bytes").get<size_t>())
         return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
       if (DigestHex(algorithm, bytes) != f.at(algorithm).get<std::string>())

@@ -338,7 +338,7 @@ TEST(CheckpointManagerTest, Version1ManifestStillResumes) {
 // A manifest version this trainer does not read is refused naming it, not skipped for an
 // older checkpoint (that would silently drop the newer one's steps).
 TEST(CheckpointManagerTest, UnknownManifestVersionIsRefusedNamingIt) {
-  const std::string dir = FreshDir("v3");
+  const std::string dir = FreshDir("v4");
   torch::nn::Linear model(3, 2);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
   CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
@@ -349,7 +349,7 @@ TEST(CheckpointManagerTest, UnknownManifestVersionIsRefusedNamingIt) {
   pos.step = 2;
   const SavedCheckpoint newest = manager.Save(pos, *model, optimizer);
   nlohmann::json m = nlohmann::json::parse(std::ifstream(newest.path + "/manifest.json"));
-  m["version"] = 3;
+  m["version"] = 4;
   m["files"] = nlohmann::json::array({"model.pt"});  // a later version may change any field's shape
   std::ofstream(newest.path + "/manifest.json", std::ios::trunc) << m.dump(2);
 
@@ -361,10 +361,10 @@ TEST(CheckpointManagerTest, UnknownManifestVersionIsRefusedNamingIt) {
       } else {
         manager.LoadLatest(*model, optimizer, &loaded);
       }
-      FAIL() << "resumed past a version 3 checkpoint (step " << loaded.step << ")";
+      FAIL() << "resumed past a version 4 checkpoint (step " << loaded.step << ")";
     } catch (const CheckpointVersionError& e) {
-      EXPECT_NE(std::string(e.what()).find("step-00000002 has manifest version 3"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("versions 1 to 2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("step-00000002 has manifest version 4"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("versions 1 to 3"), std::string::npos) << e.what();
     }
   }
 }
