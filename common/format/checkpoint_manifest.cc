@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -48,6 +49,12 @@ bool ParseDecimal(const std::string& s, uint64_t* out) {
   return true;
 }
 
+// Whether the JSON integer `v` is in [min, INT_MAX] (get<int> would cut it otherwise).
+bool FitsInt(const json& v, int64_t min) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max());
+  return v.get<int64_t>() >= min && v.get<int64_t>() <= std::numeric_limits<int>::max();
+}
+
 std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* out) {
   if (!files.is_object()) return "manifest.json: \"files\" is not an object";
   for (const auto& [name, f] : files.items()) {
@@ -72,9 +79,15 @@ std::string ParseManifest(const std::string& text, CheckpointManifest* out) {
   CheckpointManifest m;
   const json& version = doc.contains("version") ? doc["version"] : json(0);  // 0: refused by every reader
   if (!version.is_number_integer()) return "manifest.json: version is not an integer";
+  if (!FitsInt(version, 0)) return "manifest.json: version " + version.dump() + " is not a version number";
   m.version = version.get<int>();
   const json& attempt = doc.contains("attempt") ? doc["attempt"] : json(-1);
-  if (attempt.is_number_integer()) m.attempt = attempt.get<int>();
+  if (doc.contains("attempt") && attempt.is_number_integer()) {
+    // Cut to an int, a huge attempt would wrap to a small or a negative (absent) one and
+    // slip past the fence that refuses older attempts.
+    if (!FitsInt(attempt, 0)) return "manifest.json: attempt " + attempt.dump() + " is not an attempt number";
+    m.attempt = attempt.get<int>();
+  }
   // A later version may have changed every other field: its version (and attempt, for
   // fencing) is all a reader needs to refuse it, never to mistake it for damage.
   if (m.version > kCheckpointVersion) {

@@ -90,6 +90,16 @@ TEST(CheckpointManifestTest, DamageAndNamesOutsideTheFolderAreRefusedNamingWhatI
        "model.pt has no bytes and fnv1a64"},
       {R"({"magic": "nightshift-checkpoint", "version": 2, "files": {"model.pt": {"bytes": -1, "fnv1a64": "5"}}})",
        "model.pt has no bytes and fnv1a64"},
+      // Numbers past an int (manifest_fuzz found the version): cut to one, a version would
+      // read as another, an attempt as an older or an absent one and pass the fence.
+      {R"({"magic": "nightshift-checkpoint", "version": 8888888888888881})",
+       "version 8888888888888881 is not a version number"},
+      {R"({"magic": "nightshift-checkpoint", "version": -4294967294})", "version -4294967294 is not a version number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": 4294967297})",
+       "attempt 4294967297 is not an attempt number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4294967297})",
+       "attempt 4294967297 is not an attempt number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": -2})", "attempt -2 is not an attempt number"},
   };
   for (const auto& [text, want] : cases) {
     CheckpointManifest m = Example();
