@@ -1,10 +1,13 @@
 #include "worker/trainer/hf_config.h"
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "common/format/shard.h"
 #include "worker/trainer/errors.h"
 
 namespace nightshift::trainer {
@@ -44,6 +47,9 @@ std::vector<std::string> Labels(const json& c, const std::string& path) {
   if (c.contains("id2label") && !c["id2label"].is_null()) {
     const json& m = c["id2label"];
     if (!m.is_object() || m.empty()) throw PermanentError(path + ": id2label is not a non-empty object");
+    if (m.size() > format::kMaxClasses)
+      throw PermanentError(path + ": id2label has " + std::to_string(m.size()) + " labels, more than the " +
+                           std::to_string(format::kMaxClasses) + " a classifier may have");
     labels.resize(m.size());
     for (const auto& [key, name] : m.items()) {
       size_t used = 0;
@@ -58,6 +64,10 @@ std::vector<std::string> Labels(const json& c, const std::string& path) {
   }
   const int64_t n = Get<int64_t>(c, path, "num_labels", 2);
   if (n < 1) throw PermanentError(path + ": num_labels " + std::to_string(n) + " is not a count of labels");
+  // Each label gets a name here and a row in the head: 10^11 of them is no model's.
+  if (n > static_cast<int64_t>(format::kMaxClasses))
+    throw PermanentError(path + ": num_labels " + std::to_string(n) + " is more than the " +
+                         std::to_string(format::kMaxClasses) + " labels a classifier may have");
   for (int64_t i = 0; i < n; ++i) labels.push_back("LABEL_" + std::to_string(i));
   return labels;
 }
@@ -116,8 +126,10 @@ HfConfig Parse(const json& c, const std::string& path) {
       {"vocab_size", h.vocab_size}, {"hidden size", h.hidden_size}, {"layers", h.num_hidden_layers},
       {"attention heads", h.num_attention_heads}, {"feed-forward size", h.intermediate_size},
       {"max_position_embeddings", h.max_position_embeddings}};
+  // The trainer takes each as an int (model.layers, model.d_model, ...): one past it would wrap.
   for (const auto& [key, value] : sizes)
-    if (value < 1) throw PermanentError(path + ": " + key + " " + std::to_string(value) + " is not a size");
+    if (value < 1 || value > std::numeric_limits<int32_t>::max())
+      throw PermanentError(path + ": " + key + " " + std::to_string(value) + " is not a size");
   if (h.hidden_size % h.num_attention_heads != 0)
     throw PermanentError(path + ": hidden size " + std::to_string(h.hidden_size) + " is not a multiple of the " +
                          std::to_string(h.num_attention_heads) + " attention heads");

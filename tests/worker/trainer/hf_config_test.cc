@@ -63,5 +63,24 @@ TEST(HfConfigTest, WhatCannotBeBuiltIsAnErrorNamingTheFileTheKeyAndTheValue) {
             "dir/config.json: hidden size 768 is not a multiple of the 5 attention heads");
 }
 
+// A number in config.json must not cost more than the file: num_labels 10^11 (what
+// hf_config_fuzz found) made 10^11 label names before anything else was checked, and a
+// size past an int wrapped when the trainer took it as model.d_model and the like.
+TEST(HfConfigTest, NumbersBeyondWhatAModelCanHaveAreErrors) {
+  EXPECT_EQ(Error(R"({"model_type":"bert","num_labels":100000000000})"),
+            "dir/config.json: num_labels 100000000000 is more than the 10000 labels a classifier may have");
+  HfConfig c;
+  EXPECT_EQ(ParseHfConfig(R"({"model_type":"bert","num_labels":10000})", "dir/config.json", &c), "");
+  EXPECT_EQ(c.labels.size(), 10000u);
+  std::string id2label = R"({"model_type":"bert","id2label":{)";
+  for (int i = 0; i <= 10000; ++i) id2label += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"l\"";
+  EXPECT_EQ(Error(id2label + "}}"),
+            "dir/config.json: id2label has 10001 labels, more than the 10000 a classifier may have");
+  EXPECT_EQ(Error(R"({"model_type":"bert","hidden_size":4294967296,"num_attention_heads":1})"),
+            "dir/config.json: hidden size 4294967296 is not a size");
+  EXPECT_EQ(Error(R"({"model_type":"distilbert","n_layers":2147483648})"),
+            "dir/config.json: layers 2147483648 is not a size");
+}
+
 }  // namespace
 }  // namespace nightshift::trainer
