@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/format/checkpoint_layout.h"
+#include "common/format/json_depth.h"
 #include "common/format/shard.h"
 
 namespace nightshift::format {
@@ -73,6 +74,7 @@ std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* o
 }  // namespace
 
 std::string ParseManifest(const std::string& text, CheckpointManifest* out) {
+  if (!JsonDepthWithin(text)) return "manifest.json nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
   const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return "manifest.json is not a JSON object";
   if (doc.value("magic", json()) != kCheckpointMagic) return "manifest.json is not a nightshift-checkpoint";

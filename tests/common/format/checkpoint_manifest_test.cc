@@ -100,6 +100,10 @@ TEST(CheckpointManifestTest, DamageAndNamesOutsideTheFolderAreRefusedNamingWhatI
       {R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4294967297})",
        "attempt 4294967297 is not an attempt number"},
       {R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": -2})", "attempt -2 is not an attempt number"},
+      // 200,000 deep, a magic overflowed the stack where it was copied to be compared
+      // (manifest_fuzz, run on that input).
+      {R"({"magic": )" + std::string(200000, '[') + std::string(200000, ']') + "}",
+       "manifest.json nests deeper than 128 levels"},
   };
   for (const auto& [text, want] : cases) {
     CheckpointManifest m = Example();
