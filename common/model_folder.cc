@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/format/atomic_file.h"
+#include "common/format/json_depth.h"
 #include "common/format/sha256.h"
 
 namespace fs = std::filesystem;
@@ -76,6 +77,9 @@ bool IsDigest(const std::string& hex, const std::string& algorithm) {
 
 StatusOr<ModelChecksums> ParseChecksums(const std::string& text) {
   using nlohmann::json;
+  if (!format::JsonDepthWithin(text))
+    return Status::Corruption(std::string(kChecksumsFile) + " nests deeper than " +
+                              std::to_string(format::kMaxJsonDepth) + " levels");
   json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption(std::string(kChecksumsFile) + " is not a JSON object");
   // j.value() would throw on an algorithm that is not a string.

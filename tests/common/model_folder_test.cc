@@ -68,6 +68,9 @@ TEST(ModelFolderTest, AChecksumsJsonOfTheWrongShapeIsCorruptionNamingWhatIsWrong
       {R"({"algorithm": "sha1", "files": {"a": {"bytes": 1, "sha1": ")" + sha + R"("}}})", "is not 40 lower-case"},
       {R"({"algorithm": "sha256", "files": {"a": {"bytes": 1, "sha256": ")" + std::string(64, 'A') + R"("}}})",
        "is not 64 lower-case hex digits"},
+      // Dumped into the message, an algorithm nested 200,000 deep overflowed the stack.
+      {R"({"algorithm": )" + std::string(200000, '[') + std::string(200000, ']') + "}",
+       "checksums.json nests deeper than 128 levels"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<ModelChecksums> sums = Status::Internal("not parsed");
