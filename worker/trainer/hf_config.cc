@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/format/json_depth.h"
 #include "common/format/shard.h"
 #include "worker/trainer/errors.h"
 
@@ -141,6 +142,8 @@ HfConfig Parse(const json& c, const std::string& path) {
 }  // namespace
 
 std::string ParseHfConfig(const std::string& text, const std::string& path, HfConfig* out) {
+  if (!format::JsonDepthWithin(text))
+    return path + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
   const json c = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!c.is_object()) return path + ": not a JSON object";
   try {

@@ -82,5 +82,12 @@ TEST(HfConfigTest, NumbersBeyondWhatAModelCanHaveAreErrors) {
             "dir/config.json: layers 2147483648 is not a size");
 }
 
+// A value nested 200,000 deep overflowed the stack where the message dumped it
+// (hf_config_fuzz, run on {"model_type":"bert","hidden_act":[[[...]]]}).
+TEST(HfConfigTest, AValueNestedBeyondSerdeJsonsDepthIsAnErrorNotACrash) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(Error(R"({"model_type":"bert","hidden_act":)" + deep + "}"), "dir/config.json: nests deeper than 128 levels");
+}
+
 }  // namespace
 }  // namespace nightshift::trainer
