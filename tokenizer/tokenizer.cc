@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/format/json_depth.h"
 #include "tokenizer/unicode.h"
 
 namespace nightshift::tokenizer {
@@ -133,6 +134,8 @@ Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vecto
 }  // namespace
 
 Error Tokenizer::FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out) {
+  if (!format::JsonDepthWithin(json_text))
+    return "nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
   const Json doc = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return "not a JSON object";
   auto t = std::unique_ptr<Tokenizer>(new Tokenizer());

@@ -106,5 +106,14 @@ TEST(TokenizerTest, AnAddedTokenOfTheWrongShapeIsAnErrorNotAnException) {
   }
 }
 
+// Nested 200,000 deep, an added token overflowed the stack where the message dumped it
+// (tokenizer_fuzz, run on that input); `tokenizers` refuses past serde_json's 128 levels.
+TEST(TokenizerTest, AFileNestedBeyondSerdeJsonsDepthIsAnErrorNotACrash) {
+  std::unique_ptr<Tokenizer> t;
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(Tokenizer::FromJson(R"({"added_tokens": [{"id": "x", "content": )" + deep + "}]}", &t),
+            "nests deeper than 128 levels");
+}
+
 }  // namespace
 }  // namespace nightshift::tokenizer
