@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/format/atomic_file.h"
+#include "common/format/json_depth.h"
 #include "common/format/shard.h"
 #include "common/format/text.h"
 #include "common/log.h"
@@ -121,6 +122,8 @@ Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels
                                      " bytes, the longest line this worker reads");
     NS_RETURN_IF_ERROR(budget->Take(line.size() + 1, where));
     if (line.empty()) continue;
+    if (!format::JsonDepthWithin(line))
+      return Status::InvalidArgument(where + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels");
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return Status::InvalidArgument(where + ": not a JSON object");
     if (!j.contains(data.text_field) || !j[data.text_field].is_string())

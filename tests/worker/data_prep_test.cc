@@ -138,6 +138,18 @@ TEST_F(DataPrepLimitsTest, OneHundredThousandLabelsAreRefusedAtTheLineThatPasses
                              "may have (data.label_field)");
 }
 
+// A label nested 200,000 deep overflowed the stack where it was dumped to a string.
+TEST_F(DataPrepLimitsTest, ALineNestedBeyondSerdeJsonsDepthIsRefusedNamingItsLine) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    f << R"({"text": "a", "label": "ham"})" << "\n";
+    f << R"({"text": "b", "label": )" << std::string(200000, '[') << std::string(200000, ']') << "}\n";
+  }
+  const Status s = Prepare();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(), options_.path + " line 2: nests deeper than 128 levels");
+}
+
 TEST_F(DataPrepLimitsTest, TextDirFoldersBeyondTheLabelLimitAreRefusedNamingTheFolder) {
   const std::string data = dir_ + "/folders";
   for (uint32_t i = 0; i <= format::kMaxClasses; ++i) {
