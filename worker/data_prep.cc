@@ -307,7 +307,12 @@ Status LoadPretrainedTokenizer(const PrepOptions& data, PretrainedTokenizer* out
   const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return Status::InvalidArgument("model.pretrained: " + files[1] + " is not a JSON object");
   const auto pad = config.find("pad_token_id");
-  const bool roberta = config.value("model_type", "") == "roberta";  // transformers' defaults
+  const auto type = config.find("model_type");  // (json::value would throw on a non-string)
+  const bool roberta = type != config.end() && *type == "roberta";  // transformers' defaults
+  if (pad != config.end() && pad->is_number_integer() &&
+      (!pad->is_number_unsigned() || pad->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)))
+    return Status::InvalidArgument("model.pretrained: " + files[1] + ": pad_token_id " + pad->dump() +
+                                   " is not a token id");
   out->pad_id = pad != config.end() && pad->is_number_integer() ? pad->get<int>() : roberta ? 1 : 0;
   const std::vector<int32_t> specials = out->tokenizer->Encode("");
   out->bos_id = specials.empty() ? out->pad_id : specials.front();

@@ -150,6 +150,28 @@ TEST_F(DataPrepLimitsTest, ALineNestedBeyondSerdeJsonsDepthIsRefusedNamingItsLin
   EXPECT_EQ(s.message(), options_.path + " line 2: nests deeper than 128 levels");
 }
 
+// model.pretrained's config.json is read for the padding id: a model_type that is not a
+// string threw out of PrepareData (json::value), and a pad_token_id past an int32 was cut
+// to one.
+TEST_F(DataPrepLimitsTest, APretrainedConfigOfTheWrongShapeIsAnErrorNotAnException) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    for (int i = 0; i < 20; ++i) f << R"({"text": "a b", "label": ")" << (i % 2 ? "x" : "y") << "\"}\n";
+  }
+  const std::string folder = dir_ + "/bert";
+  fs::create_directories(folder);
+  std::ofstream(folder + "/tokenizer.json") << R"({"model": {"type": "WordPiece", "unk_token": "[UNK]",
+      "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "b": 2}}})";
+  options_.pretrained = folder;
+  std::ofstream(folder + "/config.json") << R"({"model_type": ["roberta"], "pad_token_id": 2})";
+  Status s;
+  ASSERT_NO_THROW(s = Prepare());
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::ofstream(folder + "/config.json") << R"({"model_type": "bert", "pad_token_id": 4294967296})";
+  ASSERT_NO_THROW(s = Prepare());
+  EXPECT_EQ(s.message(), "model.pretrained: " + folder + "/config.json: pad_token_id 4294967296 is not a token id");
+}
+
 TEST_F(DataPrepLimitsTest, TextDirFoldersBeyondTheLabelLimitAreRefusedNamingTheFolder) {
   const std::string data = dir_ + "/folders";
   for (uint32_t i = 0; i <= format::kMaxClasses; ++i) {
