@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/format/atomic_file.h"
+#include "common/format/json_depth.h"
 #include "common/format/sha256.h"
 
 namespace fs = std::filesystem;
@@ -61,15 +63,31 @@ StatusOr<std::string> DigestOfFile(const std::string& path, const std::string& a
   return hex;
 }
 
+size_t DigestHexLength(const std::string& algorithm) { return algorithm == "sha1" ? 40 : 64; }
+
+// What Sha1OfFile and format::Sha256OfFile give: the digest in lower-case hex.
+bool IsDigest(const std::string& hex, const std::string& algorithm) {
+  if (hex.size() != DigestHexLength(algorithm)) return false;
+  for (char c : hex)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 }  // namespace
 
 StatusOr<ModelChecksums> ParseChecksums(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  using nlohmann::json;
+  if (!format::JsonDepthWithin(text))
+    return Status::Corruption(std::string(kChecksumsFile) + " nests deeper than " +
+                              std::to_string(format::kMaxJsonDepth) + " levels");
+  json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption(std::string(kChecksumsFile) + " is not a JSON object");
-  const std::string algorithm = j.value("algorithm", "");
+  // j.value() would throw on an algorithm that is not a string.
+  const auto algo = j.find("algorithm");
+  const std::string algorithm = algo != j.end() && algo->is_string() ? algo->get<std::string>() : "";
   if (algorithm != kChecksumAlgorithm && algorithm != "sha1")
-    return Status::Corruption(std::string(kChecksumsFile) + ": algorithm \"" + algorithm +
-                              "\" is neither \"sha256\" nor \"sha1\"");
+    return Status::Corruption(std::string(kChecksumsFile) + ": algorithm " + (algo != j.end() ? algo->dump() : "(none)") +
+                              " is neither \"sha256\" nor \"sha1\"");
   if (!j.contains("files") || !j["files"].is_object())
     return Status::Corruption(std::string(kChecksumsFile) + ": \"files\" must be an object");
   ModelChecksums out;
@@ -80,7 +98,16 @@ StatusOr<ModelChecksums> ParseChecksums(const std::string& text) {
         !f[algorithm].is_string())
       return Status::Corruption(std::string(kChecksumsFile) + ": " + name + " needs \"bytes\" and \"" + algorithm +
                                 "\"");
-    out[name] = {f["bytes"].get<int64_t>(), algorithm, f[algorithm].get<std::string>()};
+    // A size below 0 (or past 2^63, which int64 would wrap to one) is no file's.
+    const json& bytes = f["bytes"];
+    if (!bytes.is_number_unsigned() || bytes.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return Status::Corruption(std::string(kChecksumsFile) + ": " + name + ": bytes " + bytes.dump() +
+                                " is not a file size");
+    const std::string hex = f[algorithm].get<std::string>();
+    if (!IsDigest(hex, algorithm))
+      return Status::Corruption(std::string(kChecksumsFile) + ": " + name + ": " + algorithm + " \"" + hex +
+                                "\" is not " + std::to_string(DigestHexLength(algorithm)) + " lower-case hex digits");
+    out[name] = {static_cast<int64_t>(bytes.get<uint64_t>()), algorithm, hex};
   }
   return out;
 }

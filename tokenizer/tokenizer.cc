@@ -2,9 +2,11 @@
 
 #include <unicode/uchar.h>
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
+#include "common/format/json_depth.h"
 #include "tokenizer/unicode.h"
 
 namespace nightshift::tokenizer {
@@ -94,22 +96,35 @@ bool IsWordChar(char32_t c) {
 
 bool IsSpace(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
 
+// An added token's flag `key`: `fallback` when absent. (Json::value would throw on a
+// value that is not a boolean.)
+Error ReadFlag(const Json& t, const char* key, bool fallback, bool* out) {
+  const auto it = t.find(key);
+  if (it == t.end()) {
+    *out = fallback;
+    return "";
+  }
+  if (!it->is_boolean()) return std::string("added_tokens: \"") + key + "\" is not true or false: " + t.dump();
+  *out = it->get<bool>();
+  return "";
+}
+
 Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vector<AddedToken>* out) {
   if (list.is_null()) return "";
   if (!list.is_array()) return "added_tokens: not a list";
   for (const Json& t : list) {
-    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() ||
+        t["id"].get<uint64_t>() > static_cast<uint64_t>(INT32_MAX) || !t.contains("content") ||
         !t["content"].is_string())
-      return "added_tokens: an entry without an integer id and a content: " + t.dump();
+      return "added_tokens: an entry without an id (0 to 2^31-1) and a content: " + t.dump();
     AddedToken a;
-    a.id = t["id"].get<int32_t>();
+    a.id = static_cast<int32_t>(t["id"].get<uint64_t>());
     a.content = t["content"].get<std::string>();
     a.match = DecodeUtf8(a.content);
-    a.single_word = t.value("single_word", false);
-    a.lstrip = t.value("lstrip", false);
-    a.rstrip = t.value("rstrip", false);
-    a.normalized = t.value("normalized", !t.value("special", false));
-    a.special = t.value("special", false);
+    for (Error e : {ReadFlag(t, "single_word", false, &a.single_word), ReadFlag(t, "lstrip", false, &a.lstrip),
+                    ReadFlag(t, "rstrip", false, &a.rstrip), ReadFlag(t, "special", false, &a.special)})
+      if (!e.empty()) return e;
+    if (Error e = ReadFlag(t, "normalized", !a.special, &a.normalized); !e.empty()) return e;
     if (a.normalized && normalizer != nullptr) normalizer->Normalize(&a.match);
     if (!a.content.empty()) out->push_back(std::move(a));  // the reference ignores empty ones
   }
@@ -119,6 +134,8 @@ Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vecto
 }  // namespace
 
 Error Tokenizer::FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out) {
+  if (!format::JsonDepthWithin(json_text))
+    return "nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
   const Json doc = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return "not a JSON object";
   auto t = std::unique_ptr<Tokenizer>(new Tokenizer());

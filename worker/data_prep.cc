@@ -5,17 +5,22 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/format/atomic_file.h"
+#include "common/format/json_depth.h"
 #include "common/format/shard.h"
 #include "common/format/text.h"
 #include "common/log.h"
@@ -42,17 +47,84 @@ StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   return s;
 }
 
-Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels,
+// The bytes a job reads from data.path, against options.max_input_bytes; shared by the
+// threads that read.
+class ReadBudget {
+ public:
+  explicit ReadBudget(const PrepOptions& data) : data_(data) {}
+  // Counts `bytes` just read at `where` (a file, or a file and line): past the limit, an
+  // error naming it.
+  Status Take(uint64_t bytes, const std::string& where) {
+    const uint64_t limit = static_cast<uint64_t>(data_.max_input_bytes);
+    if (used_.fetch_add(bytes) + bytes <= limit) return Status::OK();
+    return Status::InvalidArgument(where + ": data.path " + data_.path + " holds more than the " +
+                                   std::to_string(limit) + " bytes this worker reads for one job (its --max-prep-bytes)");
+  }
+
+ private:
+  const PrepOptions& data_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// The lines of a file one at a time, none held beyond `max_bytes`: a longer line is
+// reported as soon as that many bytes of it are read, not once it is read whole.
+class LineReader {
+ public:
+  enum Result { kLine, kEnd, kTooLong, kError };
+  LineReader(std::FILE* file, size_t max_bytes) : file_(file), max_bytes_(max_bytes), buf_(1 << 20) {}
+  // The next line, without its '\n', into *line.
+  Result Next(std::string* line) {
+    line->clear();
+    bool any = false;  // a last line without '\n' is a line
+    while (true) {
+      if (pos_ == end_) {
+        pos_ = 0;
+        end_ = std::fread(buf_.data(), 1, buf_.size(), file_);
+        if (end_ == 0) return std::ferror(file_) ? kError : any ? kLine : kEnd;
+      }
+      any = true;
+      const char* start = buf_.data() + pos_;
+      const char* newline = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
+      const size_t n = newline != nullptr ? static_cast<size_t>(newline - start) : end_ - pos_;
+      if (line->size() + n > max_bytes_) return kTooLong;
+      line->append(start, n);
+      pos_ += n;
+      if (newline != nullptr) {
+        ++pos_;
+        return kLine;
+      }
+    }
+  }
+
+ private:
+  std::FILE* file_;
+  const size_t max_bytes_;
+  std::vector<char> buf_;
+  size_t pos_ = 0, end_ = 0;  // the unread part of buf_
+};
+
+Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels, ReadBudget* budget,
                  std::vector<RawSample>* samples) {
-  std::ifstream in(file);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"), &std::fclose);
   if (!in) return Status::NotFound("cannot read " + file.string());
+  LineReader lines(in.get(), static_cast<size_t>(data.max_line_bytes));
+  std::set<std::string> labels;
   std::string line;
   int64_t n = 0;
-  while (std::getline(in, line)) {
+  while (true) {
+    const LineReader::Result r = lines.Next(&line);
+    if (r == LineReader::kEnd) break;
     ++n;
-    if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string where = file.string() + " line " + std::to_string(n);
+    if (r == LineReader::kError) return Status::IOError(where + ": cannot be read");
+    if (r == LineReader::kTooLong)
+      return Status::InvalidArgument(where + " is longer than " + std::to_string(data.max_line_bytes) +
+                                     " bytes, the longest line this worker reads");
+    NS_RETURN_IF_ERROR(budget->Take(line.size() + 1, where));
+    if (line.empty()) continue;
+    if (!format::JsonDepthWithin(line))
+      return Status::InvalidArgument(where + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels");
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return Status::InvalidArgument(where + ": not a JSON object");
     if (!j.contains(data.text_field) || !j[data.text_field].is_string())
       return Status::InvalidArgument(where + ": no string field '" + data.text_field + "' (data.text_field)");
@@ -64,6 +136,10 @@ Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels
         return Status::InvalidArgument(where + ": no field '" + data.label_field + "' (data.label_field)");
       const auto& l = j[data.label_field];
       s.label = l.is_string() ? l.get<std::string>() : l.dump();
+      if (labels.insert(s.label).second && labels.size() > format::kMaxClasses)
+        return Status::InvalidArgument(where + ": label '" + s.label.substr(0, 64) + "' is one more than the " +
+                                       std::to_string(format::kMaxClasses) +
+                                       " distinct labels a classifier may have (data.label_field)");
     }
     samples->push_back(std::move(s));
   }
@@ -98,13 +174,20 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
 
 // The samples of data.path (sorted by input id); with max_samples, a subset that does
 // not depend on file order: the smallest id hashes.
-Status ReadSamples(const PrepOptions& data, std::vector<RawSample>* samples) {
+Status ReadSamples(const PrepOptions& data, ReadBudget* budget, std::vector<RawSample>* samples) {
   std::vector<InputFile> inputs;
   NS_RETURN_IF_ERROR(ListInputs(data, &inputs));
   if (data.format == "text_dir") {
-    for (const auto& f : inputs) samples->push_back({f.id, f.label, f.path, ""});
+    std::set<std::string> labels;  // the sub-folders
+    for (const auto& f : inputs) {
+      if (data.classifier && labels.insert(f.label).second && labels.size() > format::kMaxClasses)
+        return Status::InvalidArgument(fs::path(f.path).parent_path().string() + ": one more label (sub-folder) than the " +
+                                       std::to_string(format::kMaxClasses) + " a classifier may have");
+      samples->push_back({f.id, f.label, f.path, ""});
+    }
   } else {
-    NS_RETURN_IF_ERROR(ReadJsonl(inputs[0].path, data, data.classifier && !data.label_field.empty(), samples));
+    NS_RETURN_IF_ERROR(
+        ReadJsonl(inputs[0].path, data, data.classifier && !data.label_field.empty(), budget, samples));
   }
   if (samples->empty()) return Status::InvalidArgument("data.path " + data.path + " holds no samples");
   if (data.max_samples > 0 && static_cast<int64_t>(samples->size()) > data.max_samples) {
@@ -136,13 +219,14 @@ Status NumberLabels(const PrepOptions& data, const std::vector<RawSample>& sampl
 // Each sample's text: at most max_bytes of it; `clean`: valid UTF-8, on one line
 // (format::CleanText), else as it is (a Hugging Face tokenizer reads the raw text).
 Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, bool clean, int threads,
-                 std::vector<std::string>* texts) {
+                 ReadBudget* budget, std::vector<std::string>* texts) {
   texts->assign(samples.size(), "");
   return ParallelFor(samples.size(), threads, [&](size_t i) -> Status {
     std::string raw;
     if (!samples[i].path.empty()) {
       auto r = ReadFile(samples[i].path, max_bytes);
       if (!r.ok()) return r.status();
+      NS_RETURN_IF_ERROR(budget->Take(r->size(), samples[i].path));
       raw = std::move(r.value());
     } else {
       raw = samples[i].text.substr(0, max_bytes);
@@ -223,7 +307,12 @@ Status LoadPretrainedTokenizer(const PrepOptions& data, PretrainedTokenizer* out
   const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return Status::InvalidArgument("model.pretrained: " + files[1] + " is not a JSON object");
   const auto pad = config.find("pad_token_id");
-  const bool roberta = config.value("model_type", "") == "roberta";  // transformers' defaults
+  const auto type = config.find("model_type");  // (json::value would throw on a non-string)
+  const bool roberta = type != config.end() && *type == "roberta";  // transformers' defaults
+  if (pad != config.end() && pad->is_number_integer() &&
+      (!pad->is_number_unsigned() || pad->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)))
+    return Status::InvalidArgument("model.pretrained: " + files[1] + ": pad_token_id " + pad->dump() +
+                                   " is not a token id");
   out->pad_id = pad != config.end() && pad->is_number_integer() ? pad->get<int>() : roberta ? 1 : 0;
   const std::vector<int32_t> specials = out->tokenizer->Encode("");
   out->bos_id = specials.empty() ? out->pad_id : specials.front();
@@ -288,8 +377,12 @@ Status WriteMeta(const PreparedData& out, int pad_id, int bos_id, int eos_id, co
 StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& output_dir, int threads) {
   const auto t0 = std::chrono::steady_clock::now();
   PreparedData out;
+  if (data.max_line_bytes < 1 || data.max_input_bytes < 1)
+    return Status::InvalidArgument("max_line_bytes " + std::to_string(data.max_line_bytes) + " and max_input_bytes " +
+                                   std::to_string(data.max_input_bytes) + " must be at least 1");
+  ReadBudget budget(data);
   std::vector<RawSample> samples;
-  NS_RETURN_IF_ERROR(ReadSamples(data, &samples));
+  NS_RETURN_IF_ERROR(ReadSamples(data, &budget, &samples));
   std::map<std::string, int> label_ids;
   NS_RETURN_IF_ERROR(NumberLabels(data, samples, &label_ids, &out.class_names));
   std::error_code ec;
@@ -304,7 +397,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
   const size_t max_bytes =
       static_cast<size_t>(data.max_len) * (pretrained ? format::kRawBytesPerToken : format::kCleanBytesPerToken);
   std::vector<std::string> texts;
-  NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, /*clean=*/!pretrained, threads, &texts));
+  NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, /*clean=*/!pretrained, threads, &budget, &texts));
   std::vector<bool> is_val(samples.size());
   for (size_t i = 0; i < samples.size(); ++i)
     is_val[i] = format::InValidationSplit(samples[i].id, data.seed, data.validation_fraction);

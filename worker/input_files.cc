@@ -39,6 +39,8 @@ const Field kFields[] = {
     {"tokenizer_model", &PrepOptions::tokenizer_model, Field::kNo, "a tokenizer to use as it is (model.init_from)"},
     {"tokenizer_sha1", &PrepOptions::tokenizer_sha1, Field::kWhenSet, "its sha1"},
     {"pretrained", &PrepOptions::pretrained, Field::kNo, "model.pretrained: its tokenizer.json tokenizes"},
+    {"max_line_bytes", &PrepOptions::max_line_bytes, Field::kNo, "the longest jsonl line read, in bytes"},
+    {"max_input_bytes", &PrepOptions::max_input_bytes, Field::kNo, "the most bytes read from data.path, in all"},
 };
 
 std::string Flag(const char* name) {

@@ -46,6 +46,12 @@ struct PrepOptions {
   // Where data may be read from (the worker's --data-root flags, resolved); empty: anywhere.
   // Not part of the fingerprint: it decides whether, not what, to prepare.
   std::vector<std::string> roots;
+  // Limits on what preparation reads, set by the worker's operator (nightshift-worker
+  // --max-prep-bytes); like roots, they decide whether, not what, to prepare. Past one,
+  // preparation fails naming the file and line (a user error).
+  int64_t max_line_bytes = int64_t{16} << 20;   // bytes of one jsonl line, its '\n' aside
+  int64_t max_input_bytes = int64_t{64} << 30;  // bytes read from data.path in all
+  // Distinct labels are at most format::kMaxClasses (shard.h), which the trainer relies on.
 };
 
 // The files of options.pretrained that preparation reads (tokenizer.json, config.json):

@@ -56,6 +56,9 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--advertise-host", o.advertise_host, "address other workers reach our ranks on");
   app->add_option("--trainer", o.trainer_path, "path of nightshift-trainer (default: beside this binary)");
   app->add_option("--prep-threads", o.prep_threads, "threads for data preparation")->check(CLI::Range(1, 256));
+  app->add_option("--max-prep-bytes", o.max_prep_bytes,
+                  "the most bytes data preparation reads from one job's data (past it the job fails as a user error)")
+      ->check(CLI::PositiveNumber);
   app->add_option("--cache-max-bytes", o.cache_max_bytes,
                   "budget of the feature cache in bytes (least recently used entries are evicted); 0: none")
       ->check(CLI::NonNegativeNumber);

@@ -236,6 +236,7 @@ std::string CopyPretrainedInputs(const std::vector<std::string>& roots, const st
 
 std::string Task::Prepare(const std::string& job_dir, nlohmann::json* data, bool* user_error) {
   PrepOptions o = PrepOptionsFor(assignment_.spec(), options_.data_roots);
+  o.max_input_bytes = options_.max_prep_bytes;
   if (std::string err = UseExportedTokenizer(assignment_.spec().model().init_from(), options_.data_roots, job_dir, &o);
       !err.empty()) {
     *user_error = true;

@@ -33,6 +33,8 @@ struct WorkerOptions {
   int cpu_slots = 1;             // ranks this worker runs at once (no GPUs)
   std::vector<v1::GpuInfo> gpus; // found at start (NVML); one slot each when present
   int prep_threads = 2;          // threads for tokenization
+  int64_t max_prep_bytes = int64_t{64} << 30;  // bytes data preparation reads for one job
+                                               // (PrepOptions::max_input_bytes); 64 GiB
   int64_t cache_max_bytes = 0;   // feature cache budget; 0: none
   double stop_grace_seconds = 10;  // SIGTERM, then SIGKILL after this long
   int64_t log_max_bytes = 64 << 20;  // a rank log rotates past this size

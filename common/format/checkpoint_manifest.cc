@@ -3,10 +3,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
 #include "common/format/checkpoint_layout.h"
+#include "common/format/json_depth.h"
 #include "common/format/shard.h"
 
 namespace nightshift::format {
@@ -68,6 +70,12 @@ bool IsSha256Hex(const std::string& s) {
   return true;
 }
 
+// Whether the JSON integer `v` is in [min, INT_MAX] (get<int> would cut it otherwise).
+bool FitsInt(const json& v, int64_t min) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max());
+  return v.get<int64_t>() >= min && v.get<int64_t>() <= std::numeric_limits<int>::max();
+}
+
 std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* out) {
   if (!files.is_object()) return "manifest.json: \"files\" is not an object";
   for (const auto& [name, f] : files.items()) {
@@ -93,15 +101,22 @@ std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* o
 }  // namespace
 
 std::string ParseManifest(const std::string& text, CheckpointManifest* out) {
+  if (!JsonDepthWithin(text)) return "manifest.json nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
   const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return "manifest.json is not a JSON object";
   if (doc.value("magic", json()) != kCheckpointMagic) return "manifest.json is not a nightshift-checkpoint";
   CheckpointManifest m;
   const json& version = doc.contains("version") ? doc["version"] : json(0);  // 0: refused by every reader
   if (!version.is_number_integer()) return "manifest.json: version is not an integer";
+  if (!FitsInt(version, 0)) return "manifest.json: version " + version.dump() + " is not a version number";
   m.version = version.get<int>();
   const json& attempt = doc.contains("attempt") ? doc["attempt"] : json(-1);
-  if (attempt.is_number_integer()) m.attempt = attempt.get<int>();
+  if (doc.contains("attempt") && attempt.is_number_integer()) {
+    // Cut to an int, a huge attempt would wrap to a small or a negative (absent) one and
+    // slip past the fence that refuses older attempts.
+    if (!FitsInt(attempt, 0)) return "manifest.json: attempt " + attempt.dump() + " is not an attempt number";
+    m.attempt = attempt.get<int>();
+  }
   // A later version may have changed every other field: its version (and attempt, for
   // fencing) is all a reader needs to refuse it, never to mistake it for damage.
   if (m.version > kCheckpointVersion) {

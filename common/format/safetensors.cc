@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "common/format/json_depth.h"
 
 namespace nightshift::format {
 namespace {
@@ -88,6 +91,8 @@ std::string ParseSafetensorsHeader(std::string_view head, uint64_t file_size, Sa
   const uint64_t n = HeaderLength(head);
   if (!HeaderFits(n, file_size)) return "header length " + std::to_string(n) + " is beyond the file";
   if (head.size() < 8 + n) return "header cut short";
+  if (!JsonDepthWithin(head.substr(8, n)))
+    return "header nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
   const json doc = json::parse(head.substr(8, n), nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return "header is not a JSON object";
   SafetensorsHeader h;
@@ -163,7 +168,10 @@ std::string SafetensorsHeaderBytes(std::vector<SafetensorsTensor>* tensors,
 std::string ReadSafetensorsIndex(const std::string& path, std::map<std::string, std::string>* weight_map) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return path + ": cannot be read";
-  const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!JsonDepthWithin(text.str())) return path + ": nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+  const json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object())
     return path + ": no weight_map object";
   std::map<std::string, std::string> map;

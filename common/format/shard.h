@@ -36,6 +36,10 @@ struct ShardHeader {
 };
 static_assert(sizeof(ShardHeader) == 64, "shard header is 64 bytes on disk");
 
+// The most classes a classifier may have: data preparation refuses data with more
+// distinct labels, the trainer a pretrained config.json with more.
+inline constexpr uint32_t kMaxClasses = 10000;
+
 // Accumulates samples in memory and writes them atomically (temporary file, fsync,
 // rename, fsync of the directory).
 class ShardWriter {

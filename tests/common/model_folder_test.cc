@@ -51,5 +51,38 @@ TEST(ModelFolderTest, Sha1FoldersStillVerify) {
       << "the per-file key is the algorithm's";
 }
 
+// What a folder's checksums.json may hold comes from whoever made the folder: a value of
+// the wrong type is Corruption naming it, never an exception out of the daemon (the
+// first input below is what checksums_fuzz found: json::value threw on it).
+TEST(ModelFolderTest, AChecksumsJsonOfTheWrongShapeIsCorruptionNamingWhatIsWrong) {
+  const std::string sha = std::string(64, 'a');
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"algorithm": {"model.safetensors": {"bytes": 1234, "sha1": "73130a"}}})", "algorithm {"},
+      {R"({"algorithm": 256, "files": {}})", "algorithm 256 is neither"},
+      {R"({"files": {}})", "algorithm (none) is neither"},
+      {R"({"algorithm": "sha256", "files": {"a": {"bytes": -1, "sha256": ")" + sha + R"("}}})", "a: bytes -1 is not"},
+      {R"({"algorithm": "sha256", "files": {"a": {"bytes": 18446744073709551615, "sha256": ")" + sha + R"("}}})",
+       "a: bytes 18446744073709551615 is not a file size"},
+      {R"({"algorithm": "sha256", "files": {"a": {"bytes": 1, "sha256": "../x"}}})",
+       "a: sha256 \"../x\" is not 64 lower-case hex digits"},
+      {R"({"algorithm": "sha1", "files": {"a": {"bytes": 1, "sha1": ")" + sha + R"("}}})", "is not 40 lower-case"},
+      {R"({"algorithm": "sha256", "files": {"a": {"bytes": 1, "sha256": ")" + std::string(64, 'A') + R"("}}})",
+       "is not 64 lower-case hex digits"},
+      // Dumped into the message, an algorithm nested 200,000 deep overflowed the stack.
+      {R"({"algorithm": )" + std::string(200000, '[') + std::string(200000, ']') + "}",
+       "checksums.json nests deeper than 128 levels"},
+  };
+  for (const auto& [text, want] : cases) {
+    StatusOr<ModelChecksums> sums = Status::Internal("not parsed");
+    ASSERT_NO_THROW(sums = ParseChecksums(text)) << text;
+    ASSERT_FALSE(sums.ok()) << text;
+    EXPECT_EQ(sums.status().code(), Status::kDataLoss) << text;
+    EXPECT_NE(sums.status().message().find(want), std::string::npos) << sums.status().message();
+  }
+  auto ok = ParseChecksums(R"({"algorithm": "sha256", "files": {"a": {"bytes": 0, "sha256": ")" + sha + R"("}}})");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->at("a").bytes, 0);
+}
+
 }  // namespace
 }  // namespace nightshift

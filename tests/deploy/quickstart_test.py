@@ -38,7 +38,8 @@ class QuickstartFailureTest(unittest.TestCase):
         """Runs the quickstart (at most 120 s), calling meanwhile() once it started;
         returns (exit code, stdout + stderr)."""
         env = dict(os.environ, NIGHTSHIFT_RUN_DIR=self.run_dir,
-                   NIGHTSHIFT_BUILD_DIR=build_dir or os.path.dirname(BIN_DIR))
+                   NIGHTSHIFT_BUILD_DIR=build_dir or os.path.dirname(BIN_DIR),
+                   NIGHTSHIFT_DATA_ROOT=self.tmp.name)  # the worker reads the tests' data here
         env.pop("NIGHTSHIFT_COORDINATOR", None)
         proc = subprocess.Popen([os.path.join(SOURCE_DIR, "deploy/local/quickstart.sh"), "--skip-build", *args],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -51,5 +51,39 @@ TEST(PostProcessorsTest, WhatIsNotImplementedIsNamed) {
             R"(post_processor.single: '{"SpecialToken":{"id":"X"}}' names no entry of special_tokens)");
 }
 
+// Values of the wrong type ({"Sequence": "A"} threw from Json::value and ended the
+// process) and ids that are negative or past an int32 (they would reach the shards as
+// token ids) are errors naming what is wrong.
+TEST(PostProcessorsTest, ValuesOfTheWrongTypeAreErrorsNotExceptions) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type": "TemplateProcessing", "single": [{"Sequence": "A"}], "special_tokens": {}})",
+       "post_processor.single: only one sequence, A, is implemented"},
+      {R"({"type": "TemplateProcessing", "single": [{"SpecialToken": 7}, {"Sequence": {"id": "A"}}]})",
+       "post_processor.single: '{\"SpecialToken\":7}' names no entry"},
+      {R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "X"}}, {"Sequence": {"id": "A"}}],
+           "special_tokens": {"X": {"ids": ["2"]}}})",
+       "post_processor.special_tokens: 'X' has the id \"2\", not one from 0 to 2^31-1"},
+      {R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "X"}}, {"Sequence": {"id": "A"}}],
+           "special_tokens": {"X": {"ids": [-3]}}})",
+       "post_processor.special_tokens: 'X' has the id -3"},
+      {R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "X"}}, {"Sequence": {"id": "A"}}],
+           "special_tokens": {"X": 5}})",
+       "names no entry of special_tokens"},
+      {R"({"type": "TemplateProcessing", "single": [3]})", "post_processor.single: '3' names no entry"},
+      {R"({"type": 5})", "post_processor.type: '' is not implemented"},
+      {R"({"type": "Sequence", "processors": [1]})", "post_processor: not an object: 1"},
+      {R"({"type": "BertProcessing", "cls": ["[CLS]", -101], "sep": ["[SEP]", 102]})",
+       "post_processor.cls: expected [token, id]"},
+      {R"({"type": "BertProcessing", "cls": ["[CLS]", 4294967397], "sep": ["[SEP]", 102]})",
+       "post_processor.cls: expected [token, id]"},
+  };
+  for (const auto& [text, want] : cases) {
+    std::unique_ptr<PostProcessor> p;
+    Error e;
+    ASSERT_NO_THROW(e = NewPostProcessor(Json::parse(text), &p)) << text;
+    EXPECT_NE(e.find(want), std::string::npos) << text << " -> " << e;
+  }
+}
+
 }  // namespace
 }  // namespace nightshift::tokenizer

@@ -81,5 +81,39 @@ TEST(TokenizerTest, WhatIsNotImplementedIsNamed) {
   EXPECT_EQ(Tokenizer::Load("/nonexistent/tokenizer.json", &t), "/nonexistent/tokenizer.json: cannot be read");
 }
 
+// tokenizer.json comes from a user's model.pretrained folder: an added token whose flag
+// is not a boolean (what tokenizer_fuzz found: "normalized": 4 threw out of FromJson and
+// ended the process) or whose id is negative or past an int32 is an error naming it.
+TEST(TokenizerTest, AnAddedTokenOfTheWrongShapeIsAnErrorNotAnException) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("normalized": false, "special": true},)", R"("normalized": 4, "special": true},)"},
+      {R"("lstrip": true, "rstrip": false)", R"("lstrip": 1, "rstrip": false)"},
+      {R"("single_word": true)", R"("single_word": "yes")"},
+      {R"("normalized": true, "special": false)", R"("normalized": null, "special": false)"},
+      {R"("normalized": true, "special": false)", R"("normalized": true, "special": [])"},
+      {R"({"id": 13, "content": "Hello")", R"({"id": -1, "content": "Hello")"},
+      {R"({"id": 13, "content": "Hello")", R"({"id": 4294967309, "content": "Hello")"},
+  };
+  for (const auto& [from, to] : cases) {
+    std::string text = kTokenizerJson;
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+    std::unique_ptr<Tokenizer> t;
+    Error e;
+    ASSERT_NO_THROW(e = Tokenizer::FromJson(text, &t)) << to;
+    EXPECT_EQ(e.rfind("added_tokens: ", 0), 0u) << to << " -> " << e;
+    EXPECT_EQ(t, nullptr);
+  }
+}
+
+// Nested 200,000 deep, an added token overflowed the stack where the message dumped it
+// (tokenizer_fuzz, run on that input); `tokenizers` refuses past serde_json's 128 levels.
+TEST(TokenizerTest, AFileNestedBeyondSerdeJsonsDepthIsAnErrorNotACrash) {
+  std::unique_ptr<Tokenizer> t;
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(Tokenizer::FromJson(R"({"added_tokens": [{"id": "x", "content": )" + deep + "}]}", &t),
+            "nests deeper than 128 levels");
+}
+
 }  // namespace
 }  // namespace nightshift::tokenizer

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -70,6 +71,145 @@ TEST(DataPrepTest, MissingPathIsNotFoundNamingThePath) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::kNotFound);
   EXPECT_NE(r.status().message().find("/no/such/dir"), std::string::npos);
+}
+
+// Limits on what preparation reads (a user's data is not trusted to be small): each is
+// an INVALID_ARGUMENT (a user error) naming the file and the line, found before the data
+// is read whole.
+class DataPrepLimitsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/prep-limits." + std::to_string(::getpid()) + "." +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    options_.path = dir_ + "/data.jsonl";
+    options_.format = "jsonl";
+    options_.label_field = "label";
+    options_.max_len = 16;
+    options_.vocab_size = 40;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  Status Prepare() {
+    auto r = PrepareData(options_, dir_ + "/out", 2);
+    return r.ok() ? Status::OK() : r.status();
+  }
+  std::string dir_;
+  PrepOptions options_;
+};
+
+TEST_F(DataPrepLimitsTest, AJsonlLineOfOneGibIsRefusedAfterTheLimitNamingItsLine) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    f << R"({"text": "a short one", "label": "ham"})" << "\n";
+  }
+  // Line 2: 1 GiB of zero bytes and no newline, as a sparse file (nothing written to disk).
+  const auto size = fs::file_size(options_.path);
+  fs::resize_file(options_.path, size + (uint64_t{1} << 30));
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = Prepare();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(), options_.path + " line 2 is longer than 16777216 bytes, the longest line this worker reads");
+  EXPECT_LT(seconds, 5) << "read on past the limit";
+}
+
+TEST_F(DataPrepLimitsTest, ALineAtTheLimitIsReadAndOneByteMoreIsNot) {
+  const std::string line = R"({"text": "a", "label": "ham"})";  // 29 bytes
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    for (int i = 0; i < 40; ++i) f << (i % 2 ? R"({"text": "b", "label": "eggs"})" : line) << "\n";
+  }
+  options_.max_line_bytes = 30;
+  EXPECT_TRUE(Prepare().ok()) << Prepare().ToString();
+  options_.max_line_bytes = 29;
+  EXPECT_EQ(Prepare().message(), options_.path + " line 2 is longer than 29 bytes, the longest line this worker reads");
+}
+
+TEST_F(DataPrepLimitsTest, OneHundredThousandLabelsAreRefusedAtTheLineThatPassesTheLimit) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    for (int i = 0; i < 100000; ++i) f << R"({"text": "t", "label": "l)" << i << "\"}\n";
+  }
+  const Status s = Prepare();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(), options_.path +
+                             " line 10001: label 'l10000' is one more than the 10000 distinct labels a classifier "
+                             "may have (data.label_field)");
+}
+
+// A label nested 200,000 deep overflowed the stack where it was dumped to a string.
+TEST_F(DataPrepLimitsTest, ALineNestedBeyondSerdeJsonsDepthIsRefusedNamingItsLine) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    f << R"({"text": "a", "label": "ham"})" << "\n";
+    f << R"({"text": "b", "label": )" << std::string(200000, '[') << std::string(200000, ']') << "}\n";
+  }
+  const Status s = Prepare();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(), options_.path + " line 2: nests deeper than 128 levels");
+}
+
+// model.pretrained's config.json is read for the padding id: a model_type that is not a
+// string threw out of PrepareData (json::value), and a pad_token_id past an int32 was cut
+// to one.
+TEST_F(DataPrepLimitsTest, APretrainedConfigOfTheWrongShapeIsAnErrorNotAnException) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    for (int i = 0; i < 20; ++i) f << R"({"text": "a b", "label": ")" << (i % 2 ? "x" : "y") << "\"}\n";
+  }
+  const std::string folder = dir_ + "/bert";
+  fs::create_directories(folder);
+  std::ofstream(folder + "/tokenizer.json") << R"({"model": {"type": "WordPiece", "unk_token": "[UNK]",
+      "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "b": 2}}})";
+  options_.pretrained = folder;
+  std::ofstream(folder + "/config.json") << R"({"model_type": ["roberta"], "pad_token_id": 2})";
+  Status s;
+  ASSERT_NO_THROW(s = Prepare());
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::ofstream(folder + "/config.json") << R"({"model_type": "bert", "pad_token_id": 4294967296})";
+  ASSERT_NO_THROW(s = Prepare());
+  EXPECT_EQ(s.message(), "model.pretrained: " + folder + "/config.json: pad_token_id 4294967296 is not a token id");
+}
+
+TEST_F(DataPrepLimitsTest, TextDirFoldersBeyondTheLabelLimitAreRefusedNamingTheFolder) {
+  const std::string data = dir_ + "/folders";
+  for (uint32_t i = 0; i <= format::kMaxClasses; ++i) {
+    const std::string label = data + "/" + std::to_string(100000 + i);
+    fs::create_directories(label);
+    std::ofstream(label + "/a.txt") << "x";
+  }
+  options_.path = data;
+  options_.format = "text_dir";
+  const Status s = Prepare();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(), data + "/110000: one more label (sub-folder) than the 10000 a classifier may have");
+}
+
+TEST_F(DataPrepLimitsTest, TheBytesReadInAllAreBoundedByTheWorkersLimit) {
+  {
+    std::ofstream f(options_.path, std::ios::binary);
+    for (int i = 0; i < 100; ++i) f << R"({"text": "some text", "label": ")" << (i % 2 ? "a" : "b") << "\"}\n";
+  }
+  // 36 bytes a line, its newline included: line 28 passes 1000 bytes.
+  options_.max_input_bytes = 1000;
+  Status s = Prepare();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.message(), options_.path + " line 28: data.path " + options_.path +
+                             " holds more than the 1000 bytes this worker reads for one job (its --max-prep-bytes)");
+  options_.max_input_bytes = 3700;
+  EXPECT_TRUE(Prepare().ok()) << Prepare().ToString();
+
+  // text_dir: every file's bytes count.
+  MakeTextDir(dir_ + "/text", 30);
+  options_.path = dir_ + "/text";
+  options_.format = "text_dir";
+  options_.max_input_bytes = 500;
+  s = Prepare();
+  EXPECT_EQ(s.code(), Status::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("holds more than the 500 bytes this worker reads for one job"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().rfind(dir_ + "/text/", 0), 0u) << "names the file: " << s.message();
 }
 
 }  // namespace

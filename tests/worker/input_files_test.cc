@@ -105,6 +105,8 @@ TEST(PrepareCommandTest, ArgsRoundTripThroughTheFlags) {
   c.options.max_len = 77;
   c.options.classifier = false;
   c.options.roots = {"/srv/a", "/srv/b c"};
+  c.options.max_line_bytes = 4096;
+  c.options.max_input_bytes = int64_t{1} << 40;
   c.output_dir = "/tmp/out dir";
   c.threads = 7;
   for (const PrepareCommand& sent : {c, PrepareCommand{}}) {  // the defaults: empty strings, true
@@ -120,6 +122,8 @@ TEST(PrepareCommandTest, ArgsRoundTripThroughTheFlags) {
     EXPECT_EQ(back.options.max_len, sent.options.max_len);
     EXPECT_EQ(back.options.classifier, sent.options.classifier);
     EXPECT_EQ(back.options.roots, sent.options.roots);
+    EXPECT_EQ(back.options.max_line_bytes, sent.options.max_line_bytes);
+    EXPECT_EQ(back.options.max_input_bytes, sent.options.max_input_bytes);
     EXPECT_EQ(back.output_dir, sent.output_dir);
     EXPECT_EQ(back.threads, sent.threads);
     EXPECT_EQ(PrepareArgs(back), PrepareArgs(sent));
@@ -143,7 +147,9 @@ TEST(PrepareCommandTest, FingerprintTellsCloseFractionsApart) {
   PrepOptions c = a;
   c.path = "/elsewhere";
   c.roots = {"/srv"};
-  EXPECT_EQ(OptionsFingerprint(a), OptionsFingerprint(c));  // where, not what
+  c.max_line_bytes = 1;
+  c.max_input_bytes = 1;
+  EXPECT_EQ(OptionsFingerprint(a), OptionsFingerprint(c));  // where and whether, not what
 }
 
 }  // namespace

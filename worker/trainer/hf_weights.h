@@ -21,33 +21,11 @@
 #include <vector>
 
 #include "common/format/safetensors.h"
+#include "worker/trainer/hf_config.h"
 
 namespace nightshift::trainer {
 
-// config.json, as transformers' config classes read it (their defaults for absent keys).
-// DistilBERT's own names (dim, n_layers, n_heads, hidden_dim, activation, dropout,
-// attention_dropout, seq_classif_dropout) land in the BERT-named fields.
-struct HfConfig {
-  std::string model_type;  // "bert" | "roberta" | "distilbert"
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;              // d_model (DistilBERT: dim)
-  int64_t num_hidden_layers = 0;        // DistilBERT: n_layers
-  int64_t num_attention_heads = 0;      // DistilBERT: n_heads
-  int64_t intermediate_size = 0;        // feed-forward width (DistilBERT: hidden_dim)
-  int64_t max_position_embeddings = 0;  // rows of the position table
-  int64_t type_vocab_size = 0;          // rows of the token-type table (DistilBERT: none, 0)
-  double layer_norm_eps = 1e-12;        // DistilBERT: always 1e-12
-  std::optional<int64_t> pad_token_id;  // the embeddings' padding_idx (no gradient on its row)
-  double hidden_dropout = 0.1;          // hidden_dropout_prob (DistilBERT: dropout)
-  double attention_dropout = 0.1;       // attention_probs_dropout_prob (DistilBERT: attention_dropout)
-  double classifier_dropout = 0.1;      // classifier_dropout, else hidden_dropout (DistilBERT: seq_classif_dropout)
-  double initializer_range = 0.02;      // std of a new head's weights
-  std::vector<std::string> labels;      // id2label in index order ("LABEL_i" when absent; 2 by default)
-};
-
-// Reads dir/config.json. An unsupported model_type or a value we do not implement
-// (hidden_act / activation other than gelu, position_embedding_type other than absolute,
-// is_decoder, ...) is an error naming the key and the value.
+// Reads dir/config.json (ParseHfConfig, hf_config.h); what is wrong is a PermanentError.
 HfConfig ReadHfConfig(const std::string& dir);
 
 // The weights of a folder, mapped. Tensor names are the checkpoint's.

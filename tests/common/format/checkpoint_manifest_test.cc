@@ -94,6 +94,20 @@ TEST(CheckpointManifestTest, DamageAndNamesOutsideTheFolderAreRefusedNamingWhatI
        "model.pt has no bytes"},
       {R"({"magic": "nightshift-checkpoint", "version": 3, "files": {"model.pt": {"bytes": 1, "sha256": "ABC"}}})",
        "model.pt's sha256 is not 64 lower-case hex digits"},
+      // Numbers past an int (manifest_fuzz found the version): cut to one, a version would
+      // read as another, an attempt as an older or an absent one and pass the fence.
+      {R"({"magic": "nightshift-checkpoint", "version": 8888888888888881})",
+       "version 8888888888888881 is not a version number"},
+      {R"({"magic": "nightshift-checkpoint", "version": -4294967294})", "version -4294967294 is not a version number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": 4294967297})",
+       "attempt 4294967297 is not an attempt number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4294967297})",
+       "attempt 4294967297 is not an attempt number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": -2})", "attempt -2 is not an attempt number"},
+      // 200,000 deep, a magic overflowed the stack where it was copied to be compared
+      // (manifest_fuzz, run on that input).
+      {R"({"magic": )" + std::string(200000, '[') + std::string(200000, ']') + "}",
+       "manifest.json nests deeper than 128 levels"},
   };
   for (const auto& [text, want] : cases) {
     CheckpointManifest m = Example();

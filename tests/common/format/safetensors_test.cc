@@ -87,5 +87,22 @@ TEST(SafetensorsTest, FilesAndTheIndexOfAShardedFolder) {
             dir + "/bad.json: weight_map.a.weight names '../../etc/passwd', not a file beside the index");
 }
 
+// A header may be 100 MB: nested 200,000 deep (400 KB of brackets) it overflowed the stack
+// where the parsed value was copied (safetensors_fuzz, run on that input). Refused at
+// serde_json's depth, as the reference refuses it; the index too.
+TEST(SafetensorsTest, AHeaderNestedBeyondTheReferencesDepthIsRefusedNotACrash) {
+  const int deep = 200000;
+  const std::string shape = std::string(deep, '[') + std::string(deep, ']');
+  EXPECT_EQ(Parse(FileWith(R"({"t": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})", 0)),
+            "header nests deeper than 128 levels");
+  const std::string at_limit = std::string(126, '[') + std::string(126, ']');  // 128 with the two objects
+  EXPECT_EQ(Parse(FileWith(R"({"t": {"dtype": "F32", "shape": )" + at_limit + R"(, "data_offsets": [0, 0]}})", 0)),
+            "t: shape " + at_limit + " is not a list of sizes");
+  const std::string dir = testing::TempDir();
+  std::ofstream(dir + "/deep-index.json") << R"({"weight_map": {"a": )" + shape + "}}";
+  std::map<std::string, std::string> map;
+  EXPECT_EQ(ReadSafetensorsIndex(dir + "/deep-index.json", &map), dir + "/deep-index.json: nests deeper than 128 levels");
+}
+
 }  // namespace
 }  // namespace nightshift::format
