@@ -76,6 +76,9 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--max-streams", f->streams.total,
                   "open watch, logs and artifacts streams of all users together (default 1024)")
       ->check(CLI::Range(1, 1000000));
+  app->add_option("--forget-workers-after", f->options.forget_workers_after_seconds,
+                  "seconds after which a lost worker is forgotten (default 86400)")
+      ->check(CLI::PositiveNumber);
   app->add_option("--retain-finished-days", f->options.retain_finished_days,
                   "finished jobs are removed, with their history, this many days after they finished "
                   "(default 30; 0: kept until `nightshift job delete`)")

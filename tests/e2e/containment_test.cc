@@ -25,6 +25,14 @@ TEST(ContainmentE2E, AJobOverItsMemoryLimitFailsNamingItWithoutRetries) {
   EXPECT_EQ(job.state(), v1::FAILED) << job.error();
   EXPECT_EQ(job.restarts(), 0) << job.error();
   EXPECT_NE(job.error().find("exceeded its memory limit, resources.memory_gb = 1"), std::string::npos) << job.error();
+  EXPECT_NE(job.error().find("can't allocate memory"), std::string::npos) << job.error();
+  // The same limit leaves room for a small model: the limit is what failed the first.
+  ASSERT_TRUE(cluster.Submit("model: {arch: transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 32}\n"
+                             "data: {path: " + data + ", tokenizer: {vocab_size: 64}}\n"
+                             "train: {epochs: 1, batching: {batch_size: 4}, threads: 1}\n"
+                             "resources: {memory_gb: 1}\n", &job).ok());
+  job = cluster.WaitForEnd(job.id(), 240);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.error();
 }
 
 // The worker got its token through NIGHTSHIFT_TOKEN (as a container would): a rank does
