@@ -14,8 +14,8 @@
 //
 // A copy is verified before it exists: the manifest's SHA-256 must be the one the holder
 // reported in its heartbeat (CheckpointCopy.manifest_sha256), every file's size and
-// SHA-256 must match the manifest, written atomically, the directory renamed into place and COMPLETE written
-// last, as the trainer writes one. It is a checkpoint like any other there: a restart
+// SHA-256 must match the manifest, written atomically, the directory renamed into place
+// and COMPLETE written last, as the trainer writes one. It is a checkpoint like any other there: a restart
 // placed on that worker resumes from it.
 #ifndef NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_
 #define NIGHTSHIFT_WORKER_CHECKPOINT_COPY_H_
