@@ -113,4 +113,27 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
   return grpc::experimental::CreateCustomChannelWithInterceptors(o.address, creds, args, std::move(interceptors));
 }
 
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsServerOptions& o) {
+  const std::string cert_flag = o.flag + "-cert", key_flag = o.flag + "-key";
+  if (o.cert.empty()) {
+    if (!o.key.empty() || !o.client_ca.empty())
+      return Status::InvalidArgument(key_flag + " and --tls-client-ca need " + cert_flag);
+    return grpc::InsecureServerCredentials();
+  }
+  if (o.key.empty()) return Status::InvalidArgument(cert_flag + " needs " + key_flag);
+  auto cert = ReadSmallFile(o.cert, cert_flag);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadSmallFile(o.key, key_flag);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({key.value(), cert.value()});
+  if (!o.client_ca.empty()) {
+    auto ca = ReadSmallFile(o.client_ca, "--tls-client-ca");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = ca.value();
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
 }  // namespace nightshift

@@ -1,11 +1,13 @@
 // How the CLI and the worker reach the coordinator: the channel's transport security
 // (plaintext, or TLS with a CA to trust and, for mutual TLS, our own certificate) and the
-// bearer token sent with every call.
+// bearer token sent with every call; and the transport security of our own servers (the
+// coordinator's port, a worker's file service).
 #ifndef NIGHTSHIFT_COMMON_CLIENT_H_
 #define NIGHTSHIFT_COMMON_CLIENT_H_
 
 #include <grpcpp/channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
 
 #include <memory>
 #include <string>
@@ -37,6 +39,16 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(const 
 // A channel to options.address with the credentials above (after ResolveToken), trying
 // to reconnect at most kMaxReconnectBackoffMs apart.
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+
+// Transport security of a server's port.
+struct TlsServerOptions {
+  std::string cert;       // PEM certificate chain of the server; empty: plaintext
+  std::string key;        // its PEM private key
+  std::string client_ca;  // PEM CA; when set, clients must present a certificate it signed
+  std::string flag = "--tls";  // the flags' prefix, for messages: <flag>-cert, <flag>-key
+};
+// Plaintext when options.cert is empty; files that cannot be read are errors naming them.
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsServerOptions& options);
 
 // Reads a whole (small) file, or an error naming it and `what` it is for.
 StatusOr<std::string> ReadSmallFile(const std::string& path, const std::string& what);

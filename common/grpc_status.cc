@@ -27,4 +27,15 @@ Status FromGrpc(const grpc::Status& s) {
   }
 }
 
+StatusOr<std::string> BearerToken(const grpc::ServerContext& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return Status::Unauthenticated("no credentials: send `authorization: Bearer <token>`");
+  const std::string value(it->second.data(), it->second.size());
+  static const std::string kBearer = "Bearer ";
+  if (value.compare(0, kBearer.size(), kBearer) != 0 || value.size() == kBearer.size())
+    return Status::Unauthenticated("authorization metadata must be `Bearer <token>`");
+  return value.substr(kBearer.size());
+}
+
 }  // namespace nightshift

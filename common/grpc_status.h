@@ -1,8 +1,12 @@
-// Conversion between our Status and grpc::Status (the codes are the same numbers).
+// Conversion between our Status and grpc::Status (the codes are the same numbers), and
+// the bearer token a call carries.
 #ifndef NIGHTSHIFT_COMMON_GRPC_STATUS_H_
 #define NIGHTSHIFT_COMMON_GRPC_STATUS_H_
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
+
+#include <string>
 
 #include "common/status.h"
 
@@ -20,6 +24,10 @@ Status FromGrpc(const grpc::Status& s);
 
 // For clients: "CODE: message".
 std::string GrpcErrorString(const grpc::Status& s);
+
+// For servers: the token of the call's `authorization: Bearer <token>` metadata, or
+// UNAUTHENTICATED saying it is missing or not of that form.
+StatusOr<std::string> BearerToken(const grpc::ServerContext& ctx);
 
 }  // namespace nightshift
 

@@ -46,13 +46,7 @@ StatusOr<std::string> Sha1OfFile(const std::string& path) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(ctx.get(), md, &n);
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i) {
-    hex += kHex[md[i] >> 4];
-    hex += kHex[md[i] & 15];
-  }
-  return hex;
+  return format::ToHex(md, n);
 }
 
 // The file's digest by checksums.json's algorithm (ParseChecksums admits sha256 and sha1).
@@ -67,10 +61,7 @@ size_t DigestHexLength(const std::string& algorithm) { return algorithm == "sha1
 
 // What Sha1OfFile and format::Sha256OfFile give: the digest in lower-case hex.
 bool IsDigest(const std::string& hex, const std::string& algorithm) {
-  if (hex.size() != DigestHexLength(algorithm)) return false;
-  for (char c : hex)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
+  return format::IsLowerHex(hex, DigestHexLength(algorithm));
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "coordinator/auth.h"
 
-#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_context.h>
 #include <sys/stat.h>
 
@@ -9,6 +8,7 @@
 #include <sstream>
 
 #include "common/client.h"
+#include "common/grpc_status.h"
 #include "common/log.h"
 
 namespace nightshift {
@@ -123,28 +123,6 @@ Status PermitPriority(const Principal& who, int priority, int ceiling) {
                                   ", the highest a user may submit (--max-user-priority); ask an admin");
 }
 
-StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsServerOptions& o) {
-  if (o.cert.empty()) {
-    if (!o.key.empty() || !o.client_ca.empty())
-      return Status::InvalidArgument("--tls-key and --tls-client-ca need --tls-cert");
-    return grpc::InsecureServerCredentials();
-  }
-  if (o.key.empty()) return Status::InvalidArgument("--tls-cert needs --tls-key");
-  auto cert = ReadSmallFile(o.cert, "--tls-cert");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadSmallFile(o.key, "--tls-key");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({key.value(), cert.value()});
-  if (!o.client_ca.empty()) {
-    auto ca = ReadSmallFile(o.client_ca, "--tls-client-ca");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = ca.value();
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(ssl);
-}
-
 StatusOr<std::unique_ptr<Authenticator>> Authenticator::Open(const std::string& token_file) {
   std::unique_ptr<Authenticator> auth(new Authenticator(token_file));
   if (!token_file.empty()) NS_RETURN_IF_ERROR(auth->ReloadIfChanged());
@@ -185,15 +163,9 @@ StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContext& ctx) 
       NS_ERROR("coordinator: token file not reloaded, keeping the previous tokens: " << reload.message());
     last_reload_error_ = reload.message();
   }
-  const auto& md = ctx.client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end())
-    return Status::Unauthenticated("no credentials: send `authorization: Bearer <token>` (nightshift --token)");
-  const std::string value(it->second.data(), it->second.size());
-  static const std::string kBearer = "Bearer ";
-  if (value.compare(0, kBearer.size(), kBearer) != 0 || value.size() == kBearer.size())
-    return Status::Unauthenticated("authorization metadata must be `Bearer <token>`");
-  const std::string hash = Sha256Hex(value.substr(kBearer.size()));
+  auto token = BearerToken(ctx);
+  if (!token.ok()) return Status::Unauthenticated(token.status().message() + " (nightshift --token)");
+  const std::string hash = Sha256Hex(token.value());
   std::lock_guard<std::mutex> lock(mu_);
   auto t = tokens_.find(hash);
   if (t == tokens_.end()) return Status::Unauthenticated("unknown or revoked token");

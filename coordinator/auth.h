@@ -26,7 +26,6 @@
 
 namespace grpc {
 class ServerContext;
-class ServerCredentials;
 }
 
 namespace nightshift {
@@ -67,15 +66,6 @@ Status Permit(const Principal& who, Method method, const std::string* owner);
 // (--max-user-priority), admins (and insecure mode) at any. PERMISSION_DENIED naming the
 // field and the ceiling. Pure.
 Status PermitPriority(const Principal& who, int priority, int ceiling);
-
-// Transport security of the coordinator's port.
-struct TlsServerOptions {
-  std::string cert;       // PEM certificate chain of the coordinator; empty: plaintext
-  std::string key;        // its PEM private key
-  std::string client_ca;  // PEM CA; when set, clients must present a certificate it signed
-};
-// Plaintext when options.cert is empty; files that cannot be read are errors naming them.
-StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsServerOptions& options);
 
 class Authenticator {
  public:

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/spec.h"
 #include "common/time_util.h"
+#include "common/format/sha256.h"
 #include "coordinator/attempts.h"
 #include "coordinator/job_table.h"
 #include "coordinator/limits.h"
@@ -20,13 +21,9 @@ namespace {
 // 32 random bytes from the OS, as 64 hex digits.
 std::string RandomKey() {
   std::random_device os;  // /dev/urandom on Linux
-  static const char kHex[] = "0123456789abcdef";
-  std::string key;
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t word = os();
-    for (int shift = 28; shift >= 0; shift -= 4) key += kHex[(word >> shift) & 15];
-  }
-  return key;
+  unsigned char bytes[32];
+  for (unsigned char& b : bytes) b = static_cast<unsigned char>(os());
+  return format::ToHex(bytes, sizeof(bytes));
 }
 
 }  // namespace

@@ -372,14 +372,19 @@ Status WriteMeta(const PreparedData& out, int pad_id, int bos_id, int eos_id, co
   return err.empty() ? Status::OK() : Status::IOError(err);
 }
 
+// The limits on what is read (PrepOptions::max_line_bytes, max_input_bytes) must be positive.
+Status CheckReadLimits(const PrepOptions& data) {
+  if (data.max_line_bytes >= 1 && data.max_input_bytes >= 1) return Status::OK();
+  return Status::InvalidArgument("max_line_bytes " + std::to_string(data.max_line_bytes) + " and max_input_bytes " +
+                                 std::to_string(data.max_input_bytes) + " must be at least 1");
+}
+
 }  // namespace
 
 StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& output_dir, int threads) {
   const auto t0 = std::chrono::steady_clock::now();
   PreparedData out;
-  if (data.max_line_bytes < 1 || data.max_input_bytes < 1)
-    return Status::InvalidArgument("max_line_bytes " + std::to_string(data.max_line_bytes) + " and max_input_bytes " +
-                                   std::to_string(data.max_input_bytes) + " must be at least 1");
+  NS_RETURN_IF_ERROR(CheckReadLimits(data));
   ReadBudget budget(data);
   std::vector<RawSample> samples;
   NS_RETURN_IF_ERROR(ReadSamples(data, &budget, &samples));

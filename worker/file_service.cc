@@ -24,13 +24,11 @@ void FileServiceAuth::SetKey(std::string key) {
 }
 
 Status FileServiceAuth::Check(const grpc::ServerContext& ctx, const std::string& checkpoint_job) const {
-  const auto& md = ctx.client_metadata();
-  auto it = md.find("authorization");
-  static const std::string kBearer = "Bearer ";
-  const std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-  if (value.compare(0, kBearer.size(), kBearer) != 0)
-    return Status::Unauthenticated("this worker's files are for the coordinator and its peers: no credentials");
-  const std::string presented = value.substr(kBearer.size());
+  auto token = BearerToken(ctx);
+  if (!token.ok())
+    return Status::Unauthenticated("this worker's files are for the coordinator and its peers: " +
+                                   token.status().message());
+  const std::string& presented = token.value();
   std::lock_guard<std::mutex> lock(mu_);
   if (key_.empty()) return Status::Unauthenticated("this worker has not registered with a coordinator yet");
   if (format::ConstantTimeEqual(presented, key_)) return Status::OK();

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <variant>
 
+#include "common/format/atomic_file.h"
+
 namespace fs = std::filesystem;
 
 namespace nightshift {
@@ -124,10 +126,8 @@ Status ConfinePath(const std::string& what, const std::string& path, const std::
   if (resolved != nullptr) *resolved = real.string();
   if (roots.empty()) return Status::OK();
   const std::string p = real.string();
-  for (const std::string& r : roots) {
-    if (p == r || r == "/" || (p.size() > r.size() && p.compare(0, r.size(), r) == 0 && p[r.size()] == '/'))
-      return Status::OK();
-  }
+  for (const std::string& r : roots)
+    if (format::PathWithin(r, p)) return Status::OK();
   std::string list;
   for (const std::string& r : roots) list += (list.empty() ? "" : ", ") + r;
   return Status::InvalidArgument(what + " '" + path + "' resolves to " + p + ", outside this worker's data roots (" +

@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -38,10 +37,51 @@ bool PassedToChildren(const std::string& name) {
 }
 
 namespace {
+
 std::vector<std::string>& Hidden() {
   static std::vector<std::string> paths;  // absolute; set before any child starts
   return paths;
 }
+
+// "K=V" for each variable of ours that PassedToChildren, then extra_env over them, and
+// the progress pipe's fd.
+std::vector<std::string> ChildEnvironment(const std::map<std::string, std::string>& extra_env) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos && PassedToChildren(kv.substr(0, eq))) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  env["NIGHTSHIFT_PROGRESS_FD"] = "3";
+  std::vector<std::string> strings;
+  for (const auto& [k, v] : env) strings.push_back(k + "=" + v);
+  return strings;
+}
+
+// In the child, between fork and exec (system calls only, no allocation): its rlimits.
+void ApplyLimits(const ProcessLimits& limits) {
+  if (limits.data_bytes > 0) {
+    const struct rlimit data = {limits.data_bytes, limits.data_bytes};
+    ::setrlimit(RLIMIT_DATA, &data);
+  }
+  if (limits.processes > 0) {
+    const struct rlimit procs = {limits.processes, limits.processes};
+    ::setrlimit(RLIMIT_NPROC, &procs);
+  }
+}
+
+// In the child, between fork and exec: a private view of the mounts in which /dev/null
+// covers each Hidden() path, seen by this child only. False if that failed (the child
+// must not start then); true at once when nothing is hidden.
+bool HideInPrivateMounts() {
+  if (Hidden().empty()) return true;
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
+  for (const std::string& p : Hidden())
+    if (::mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr) != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 bool HideFromChildren(const std::string& path) {
@@ -70,16 +110,7 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
     return Status::IOError("cannot open log " + log_path + ": " + std::strerror(errno));
   }
   // Everything the child needs is built before fork (no allocation after it).
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos && PassedToChildren(kv.substr(0, eq))) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : extra_env) env[k] = v;
-  env["NIGHTSHIFT_PROGRESS_FD"] = "3";
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<std::string> env_strings = ChildEnvironment(extra_env);
   std::vector<char*> envp, args;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -105,26 +136,11 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
     ::dup2(log_fd, 2);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
-    if (limits.data_bytes > 0) {
-      const struct rlimit data = {limits.data_bytes, limits.data_bytes};
-      ::setrlimit(RLIMIT_DATA, &data);
-    }
-    if (limits.processes > 0) {
-      const struct rlimit procs = {limits.processes, limits.processes};
-      ::setrlimit(RLIMIT_NPROC, &procs);
-    }
-    if (!Hidden().empty()) {
-      // A private view of the mounts: what is bound here is seen by this child only.
-      const bool hidden = ::unshare(CLONE_NEWNS) == 0 &&
-                          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
-                          std::all_of(Hidden().begin(), Hidden().end(), [](const std::string& p) {
-                            return ::mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr) == 0;
-                          });
-      if (!hidden) {
-        const char msg[] = "nightshift-worker: cannot hide the worker's token file from the job; not started\n";
-        (void)!::write(2, msg, sizeof(msg) - 1);
-        ::_exit(126);
-      }
+    ApplyLimits(limits);
+    if (!HideInPrivateMounts()) {
+      const char msg[] = "nightshift-worker: cannot hide the worker's token file from the job; not started\n";
+      (void)!::write(2, msg, sizeof(msg) - 1);
+      ::_exit(126);
     }
     ::execve(args[0], args.data(), envp.data());
     const char msg[] = "nightshift-worker: exec of the trainer failed\n";

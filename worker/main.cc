@@ -91,24 +91,17 @@ Status CheckOptions(WorkerOptions* o) {
 // Serves the rank logs to the coordinator (which relays them to `nightshift job logs`);
 // sets options->log_address to where it listens.
 StatusOr<std::unique_ptr<grpc::Server>> ServeFiles(FileServiceImpl* logs, WorkerOptions* options) {
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-  if (!options->tls_ca.empty() || !options->file_service_cert.empty()) {
-    // The cluster uses TLS: so do the workers' files (checkpoints, models, logs).
-    if (options->file_service_cert.empty() || options->file_service_key.empty())
-      return Status::InvalidArgument(
-          "--tls-ca: the cluster uses TLS, so this worker's file service does too: give it "
-          "--file-service-tls-cert and --file-service-tls-key");
-    auto cert = ReadSmallFile(options->file_service_cert, "--file-service-tls-cert");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadSmallFile(options->file_service_key, "--file-service-tls-key");
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({key.value(), cert.value()});
-    credentials = grpc::SslServerCredentials(ssl);
-  }
+  // The cluster uses TLS: so do the workers' files (checkpoints, models, logs).
+  if (!options->tls_ca.empty() && options->file_service_cert.empty())
+    return Status::InvalidArgument(
+        "--tls-ca: the cluster uses TLS, so this worker's file service does too: give it "
+        "--file-service-tls-cert and --file-service-tls-key");
+  auto credentials =
+      MakeServerCredentials({options->file_service_cert, options->file_service_key, "", "--file-service-tls"});
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options->log_listen, credentials, &port);
+  builder.AddListeningPort(options->log_listen, credentials.value(), &port);
   builder.RegisterService(logs);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Status::Unavailable("cannot serve logs on --log-listen " + options->log_listen);

@@ -64,9 +64,9 @@ constexpr int kPrepareId = -1;
 // exempt): enough for LibTorch's thread pools, NCCL and Gloo, not a fork bomb.
 constexpr uint64_t kRankProcessLimit = 16384;
 
-// The largest tokenizer.json or config.json of a pretrained folder read (Llama 3's
-// tokenizer.json is 9 MB).
-constexpr uint64_t kMaxPretrainedInput = 64 << 20;
+// The largest tokenizer or config file of a user's model folder the worker reads (Llama
+// 3's tokenizer.json is 9 MB).
+constexpr uint64_t kMaxModelInput = 64 << 20;
 
 }  // namespace
 
@@ -184,6 +184,15 @@ bool RanOutOfMemory(const std::string& words) {
   return false;
 }
 
+// Reads the user's file `from` once, beneath the data roots (format::ReadFileBeneath: a
+// link swapped in after the check is not followed out of them), into *bytes, and writes
+// the private copy `to` that nightshift-prepare reads instead. "" or what is wrong.
+std::string CopyBeneath(const std::vector<std::string>& roots, const std::string& from, const std::string& to,
+                        std::string* bytes) {
+  if (std::string err = format::ReadFileBeneath(roots, from, kMaxModelInput, bytes); !err.empty()) return err;
+  return format::WriteFileAtomically(to, *bytes);
+}
+
 // model.init_from: data preparation uses the folder's tokenizer as it is. It is read once,
 // here, without following links below the data roots (format::ReadFileBeneath), checked
 // against the folder's checksums.json, and handed to nightshift-prepare as a private copy
@@ -202,13 +211,12 @@ std::string UseExportedTokenizer(const std::string& folder, const std::vector<st
   if (!sums.ok()) return "model.init_from: " + folder + "/" + sums.status().message();
   const auto claimed = sums->find("tokenizer.model");
   if (claimed == sums->end()) return "model.init_from: " + folder + "/checksums.json lists no tokenizer.model";
-  if (std::string err = format::ReadFileBeneath(roots, real + "/tokenizer.model", 64 << 20, &tokenizer); !err.empty())
+  o->tokenizer_model = job_dir + "/init-tokenizer.model";
+  if (std::string err = CopyBeneath(roots, real + "/tokenizer.model", o->tokenizer_model, &tokenizer); !err.empty())
     return "model.init_from: " + err;
   const std::string sha256 = format::Sha256Hex(tokenizer);
   if (claimed->second.algorithm == format::kChecksumAlgorithm && sha256 != claimed->second.hex)
     return "model.init_from: " + folder + "/tokenizer.model does not match its sha256 in checksums.json";
-  o->tokenizer_model = job_dir + "/init-tokenizer.model";
-  if (std::string err = format::WriteFileAtomically(o->tokenizer_model, tokenizer); !err.empty()) return err;
   o->tokenizer_sha1 = sha256;
   return "";
 }
@@ -224,9 +232,8 @@ std::string CopyPretrainedInputs(const std::vector<std::string>& roots, const st
   fs::create_directories(copy, ec);
   for (const char* name : {"tokenizer.json", "config.json"}) {
     std::string bytes;
-    if (std::string err = format::ReadFileBeneath(roots, real + "/" + name, kMaxPretrainedInput, &bytes); !err.empty())
+    if (std::string err = CopyBeneath(roots, real + "/" + name, copy + "/" + name, &bytes); !err.empty())
       return "model.pretrained: " + err;
-    if (std::string err = format::WriteFileAtomically(copy + "/" + name, bytes); !err.empty()) return err;
   }
   o->pretrained = copy;
   return "";

@@ -97,6 +97,11 @@ std::string OpenError(const std::string& path, int error) {
 
 }  // namespace
 
+bool PathWithin(const std::string& root, const std::string& path) {
+  return path == root || root == "/" ||
+         (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
+}
+
 std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return OpenError(path, errno);
@@ -107,8 +112,7 @@ std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::st
                             std::string* out) {
   const std::string* root = nullptr;
   for (const std::string& r : roots) {
-    const bool under = r == "/" || (path.size() > r.size() && path.compare(0, r.size(), r) == 0 && path[r.size()] == '/');
-    if (under && (root == nullptr || r.size() > root->size())) root = &r;
+    if (path != r && PathWithin(r, path) && (root == nullptr || r.size() > root->size())) root = &r;
   }
   if (root == nullptr || path.find("/../") != std::string::npos || path.find("/./") != std::string::npos)
     return path + " is not a normalized path under the data roots";

@@ -21,6 +21,9 @@ std::string SyncDirectory(const std::string& dir);
 // and only if it holds at most `max_bytes`. Returns "" or what is wrong, naming the path.
 std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string* out);
 
+// Whether the absolute, resolved `path` is `root` or lies inside it ("/" holds all).
+bool PathWithin(const std::string& root, const std::string& path);
+
 // As ReadRegularFile, for an absolute, normalized `path` under one of `roots` (absolute,
 // resolved), opened relative to that root with openat2(2) RESOLVE_BENEATH: symbolic links
 // that stay inside the root are followed (a Hugging Face cache's snapshot folders link

@@ -63,13 +63,6 @@ bool ParseDecimal(const std::string& s, uint64_t* out) {
   return true;
 }
 
-bool IsSha256Hex(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
 // Whether the JSON integer `v` is in [min, INT_MAX] (get<int> would cut it otherwise).
 bool FitsInt(const json& v, int64_t min) {
   if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max());
@@ -86,7 +79,7 @@ std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* o
       return "manifest.json: " + name + " has no bytes";
     entry.bytes = f["bytes"].get<uint64_t>();
     if (f.contains("sha256")) {
-      if (!f["sha256"].is_string() || !IsSha256Hex(f["sha256"].get<std::string>()))
+      if (!f["sha256"].is_string() || !IsLowerHex(f["sha256"].get<std::string>(), 64))
         return "manifest.json: " + name + "'s sha256 is not 64 lower-case hex digits";
       entry.sha256 = f["sha256"].get<std::string>();
     } else if (!f.contains("fnv1a64") || !f["fnv1a64"].is_string() ||

@@ -75,19 +75,28 @@ std::array<unsigned char, 32> Sha256::Digest() {
   return digest;
 }
 
-namespace {
-std::string Hex(const std::array<unsigned char, 32>& bytes) {
+std::string ToHex(const unsigned char* bytes, size_t n) {
   static const char kHex[] = "0123456789abcdef";
   std::string hex;
-  for (unsigned char b : bytes) {
-    hex += kHex[b >> 4];
-    hex += kHex[b & 15];
+  hex.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    hex += kHex[bytes[i] >> 4];
+    hex += kHex[bytes[i] & 15];
   }
   return hex;
 }
-}  // namespace
 
-std::string Sha256::HexDigest() { return Hex(Digest()); }
+bool IsLowerHex(std::string_view s, size_t digits) {
+  if (s.size() != digits) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+std::string Sha256::HexDigest() {
+  const auto digest = Digest();
+  return ToHex(digest.data(), digest.size());
+}
 
 std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   constexpr size_t kBlock = 64;
@@ -109,7 +118,8 @@ std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   Sha256 outer;
   outer.Update(outer_pad);
   outer.Update(std::string_view(reinterpret_cast<const char*>(inner_digest.data()), inner_digest.size()));
-  return Hex(outer.Digest());
+  const auto digest = outer.Digest();
+  return ToHex(digest.data(), digest.size());
 }
 
 bool ConstantTimeEqual(std::string_view a, std::string_view b) {

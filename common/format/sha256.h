@@ -34,6 +34,12 @@ class Sha256 {
 // SHA-256 of `bytes`, lower-case hex.
 std::string Sha256Hex(std::string_view bytes);
 
+// `n` bytes as 2n lower-case hex digits (how every digest and key here is written).
+std::string ToHex(const unsigned char* bytes, size_t n);
+
+// Whether `s` is exactly `digits` lower-case hex digits (a digest as ToHex writes it).
+bool IsLowerHex(std::string_view s, size_t digits);
+
 // HMAC-SHA256 (RFC 2104) of `message` under `key`, lower-case hex: the capabilities the
 // coordinator hands out for a worker's file service (worker/file_service.h).
 std::string HmacSha256Hex(std::string_view key, std::string_view message);
