@@ -25,7 +25,8 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
 }
 
 nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::json& data,
-                             const std::string& checkpoint_dir, bool checkpoint_dir_shared) {
+                             const std::string& checkpoint_dir, bool checkpoint_dir_shared,
+                             const std::vector<std::string>& data_roots) {
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -38,6 +39,7 @@ nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::j
   config["data"] = data;
   config["checkpoint_dir"] = checkpoint_dir;
   config["checkpoint_dir_shared"] = checkpoint_dir_shared;
+  config["data_roots"] = data_roots;
   return config;
 }
 

@@ -21,9 +21,11 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
 // The trainer's config file (worker/trainer/config.h reads it): job_id, attempt, the
 // spec as protobuf JSON (field names as in the .proto, defaults written out), `data`
 // (what preparation resolved: meta.json plus the shard paths), checkpoint_dir and
-// checkpoint_dir_shared (whether every worker sees that folder: a --checkpoint-root).
+// checkpoint_dir_shared (whether every worker sees that folder: a --checkpoint-root), and
+// data_roots (the worker's, beneath which the trainer opens the user's model folders).
 nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::json& data,
-                             const std::string& checkpoint_dir, bool checkpoint_dir_shared);
+                             const std::string& checkpoint_dir, bool checkpoint_dir_shared,
+                             const std::vector<std::string>& data_roots = {});
 
 // The torchrun-style environment of local rank `local_rank` (0-based on this worker):
 // RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (from

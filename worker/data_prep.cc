@@ -3,9 +3,11 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -38,12 +40,23 @@ struct RawSample {
   std::string text;    // jsonl: the text itself
 };
 
-StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path);
+// At most max_bytes of the file at `path`, opened once beneath the data roots
+// (format::OpenFileBeneath: a link swapped in after ListInputs checked it is not
+// followed out of them).
+StatusOr<std::string> ReadFile(const std::vector<std::string>& roots, const std::string& path, size_t max_bytes) {
+  std::string error;
+  const int fd = format::OpenFileBeneath(roots, path, &error);
+  if (fd < 0) return Status::NotFound("cannot read " + error);
   std::string s(max_bytes, '\0');
-  in.read(&s[0], static_cast<std::streamsize>(max_bytes));
-  s.resize(static_cast<size_t>(in.gcount()));
+  size_t at = 0;
+  while (at < s.size()) {
+    const ssize_t n = ::read(fd, &s[at], s.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    at += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  s.resize(at);
   return s;
 }
 
@@ -105,8 +118,11 @@ class LineReader {
 
 Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels, ReadBudget* budget,
                  std::vector<RawSample>* samples) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"), &std::fclose);
-  if (!in) return Status::NotFound("cannot read " + file.string());
+  std::string error;
+  const int fd = format::OpenFileBeneath(data.roots, file.string(), &error);  // as ReadFile
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(fd < 0 ? nullptr : ::fdopen(fd, "rb"), &std::fclose);
+  if (fd >= 0 && !in) ::close(fd);
+  if (!in) return Status::NotFound("cannot read " + (error.empty() ? file.string() : error));
   LineReader lines(in.get(), static_cast<size_t>(data.max_line_bytes));
   std::set<std::string> labels;
   std::string line;
@@ -218,13 +234,13 @@ Status NumberLabels(const PrepOptions& data, const std::vector<RawSample>& sampl
 
 // Each sample's text: at most max_bytes of it; `clean`: valid UTF-8, on one line
 // (format::CleanText), else as it is (a Hugging Face tokenizer reads the raw text).
-Status ReadTexts(const std::vector<RawSample>& samples, size_t max_bytes, bool clean, int threads,
-                 ReadBudget* budget, std::vector<std::string>* texts) {
+Status ReadTexts(const std::vector<std::string>& roots, const std::vector<RawSample>& samples, size_t max_bytes,
+                 bool clean, int threads, ReadBudget* budget, std::vector<std::string>* texts) {
   texts->assign(samples.size(), "");
   return ParallelFor(samples.size(), threads, [&](size_t i) -> Status {
     std::string raw;
     if (!samples[i].path.empty()) {
-      auto r = ReadFile(samples[i].path, max_bytes);
+      auto r = ReadFile(roots, samples[i].path, max_bytes);
       if (!r.ok()) return r.status();
       NS_RETURN_IF_ERROR(budget->Take(r->size(), samples[i].path));
       raw = std::move(r.value());
@@ -402,7 +418,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
   const size_t max_bytes =
       static_cast<size_t>(data.max_len) * (pretrained ? format::kRawBytesPerToken : format::kCleanBytesPerToken);
   std::vector<std::string> texts;
-  NS_RETURN_IF_ERROR(ReadTexts(samples, max_bytes, /*clean=*/!pretrained, threads, &budget, &texts));
+  NS_RETURN_IF_ERROR(ReadTexts(data.roots, samples, max_bytes, /*clean=*/!pretrained, threads, &budget, &texts));
   std::vector<bool> is_val(samples.size());
   for (size_t i = 0; i < samples.size(); ++i)
     is_val[i] = format::InValidationSplit(samples[i].id, data.seed, data.validation_fraction);

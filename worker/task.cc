@@ -143,6 +143,23 @@ std::string Task::Refusal() const {
   return "";
 }
 
+namespace {
+
+// The assignment with model.pretrained and model.init_from as Refusal() resolved them
+// (absolute, every link followed): the trainer opens their files beneath the data roots
+// (ModelConfig::data_roots), so a link swapped in since leads nowhere outside them.
+v1::Assignment WithResolvedModelFolders(v1::Assignment a) {
+  v1::ModelSpec* m = a.mutable_spec()->mutable_model();
+  std::error_code ec;
+  if (!m->pretrained().empty())
+    if (fs::path real = fs::canonical(m->pretrained(), ec); !ec) m->set_pretrained(real.string());
+  if (!m->init_from().empty())
+    if (fs::path real = fs::canonical(m->init_from(), ec); !ec) m->set_init_from(real.string());
+  return a;
+}
+
+}  // namespace
+
 void Task::Run() {
   const std::string& job_id = assignment_.task().job_id();
   const std::string refusal = Refusal();
@@ -166,8 +183,9 @@ void Task::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     status_.set_master_addr(options_.advertise_host + ":" + std::to_string(port));
   }
-  const nlohmann::json config = TrainerConfig(assignment_, data, CheckpointRoot(options_) + "/" + job_id,
-                                              /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty());
+  const nlohmann::json config =
+      TrainerConfig(WithResolvedModelFolders(assignment_), data, CheckpointRoot(options_) + "/" + job_id,
+                    /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty(), options_.data_roots);
   const std::string config_path = job_dir + "/trainer-config.json";
   std::string err = format::WriteFileAtomically(config_path, config.dump(2));
   if (!err.empty()) return Finish(v1::TASK_FAILED, err, false);

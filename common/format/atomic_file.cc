@@ -108,16 +108,25 @@ std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::st
   return ReadOpenFile(fd, path, max_bytes, out);
 }
 
-std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
-                            std::string* out) {
+int OpenFileBeneath(const std::vector<std::string>& roots, const std::string& path, std::string* error) {
+  if (roots.empty()) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) *error = OpenError(path, errno);
+    return fd;
+  }
   const std::string* root = nullptr;
   for (const std::string& r : roots) {
     if (path != r && PathWithin(r, path) && (root == nullptr || r.size() > root->size())) root = &r;
   }
-  if (root == nullptr || path.find("/../") != std::string::npos || path.find("/./") != std::string::npos)
-    return path + " is not a normalized path under the data roots";
+  if (root == nullptr || path.find("/../") != std::string::npos || path.find("/./") != std::string::npos) {
+    *error = path + " is not a normalized path under the data roots";
+    return -1;
+  }
   const int dir = ::open(root->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return OpenError(*root, errno);
+  if (dir < 0) {
+    *error = OpenError(*root, errno);
+    return -1;
+  }
   const std::string relative = path.substr(*root == "/" ? 1 : root->size() + 1);
   // openat2(2), RESOLVE_BENEATH: every component, links included, resolved by the kernel
   // at this open, and refused (EXDEV) where it would leave the root.
@@ -125,10 +134,18 @@ std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::st
   how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   const int fd = static_cast<int>(::syscall(SYS_openat2, dir, relative.c_str(), &how, sizeof(how)));
-  const int error = errno;
+  const int open_errno = errno;
   ::close(dir);
-  if (fd < 0 && error == EXDEV) return path + " leads out of the data roots (through a symbolic link)";
-  if (fd < 0) return OpenError(path, error);
+  if (fd < 0)
+    *error = open_errno == EXDEV ? path + " leads out of the data roots (through a symbolic link)" : OpenError(path, open_errno);
+  return fd;
+}
+
+std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
+                            std::string* out) {
+  std::string error;
+  const int fd = OpenFileBeneath(roots, path, &error);
+  if (fd < 0) return error;
   return ReadOpenFile(fd, path, max_bytes, out);
 }
 

@@ -24,12 +24,18 @@ std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::st
 // Whether the absolute, resolved `path` is `root` or lies inside it ("/" holds all).
 bool PathWithin(const std::string& root, const std::string& path);
 
-// As ReadRegularFile, for an absolute, normalized `path` under one of `roots` (absolute,
-// resolved), opened relative to that root with openat2(2) RESOLVE_BENEATH: symbolic links
-// that stay inside the root are followed (a Hugging Face cache's snapshot folders link
-// to its blobs), any that lead out are refused at this open. So a path checked once and
-// then swapped for a link to a file outside the roots is not read. Linux 5.6 or later.
-// Returns "" or what is wrong, naming the path.
+// Opens the file at the absolute, normalized `path` under one of `roots` (absolute,
+// resolved) for reading, relative to that root with openat2(2) RESOLVE_BENEATH: symbolic
+// links that stay inside the root are followed (a Hugging Face cache's snapshot folders
+// link to its blobs), any that lead out are refused at this open. So a path checked once
+// and then swapped for a link to a file outside the roots is not read: whoever opens a
+// user's file opens it here, once, and reads or maps that descriptor. Empty `roots`: no
+// confinement (a tool run by hand), a plain open. Linux 5.6 or later. Returns the
+// descriptor (O_CLOEXEC; the caller closes it), or -1 with *error naming the path.
+int OpenFileBeneath(const std::vector<std::string>& roots, const std::string& path, std::string* error);
+
+// As ReadRegularFile, for a file opened with OpenFileBeneath. Returns "" or what is
+// wrong, naming the path.
 std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
                             std::string* out);
 

@@ -1,6 +1,11 @@
 #include "common/format/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -124,20 +129,36 @@ std::string ParseSafetensorsHeader(std::string_view head, uint64_t file_size, Sa
   return "";
 }
 
-std::string ReadSafetensorsHeader(const std::string& path, SafetensorsHeader* out) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return path + ": cannot be read";
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+std::string ReadSafetensorsHeader(int fd, const std::string& path, SafetensorsHeader* out) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return path + ": not a regular file";
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto read_at = [fd](char* to, uint64_t n, uint64_t at) {
+    for (uint64_t done = 0; done < n;) {
+      const ssize_t got = ::pread(fd, to + done, n - done, static_cast<off_t>(at + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      done += static_cast<uint64_t>(got);
+    }
+    return true;
+  };
   std::string head(8, '\0');
-  if (!in.read(head.data(), 8)) return path + ": shorter than a safetensors header (8 bytes)";
+  if (!read_at(head.data(), 8, 0)) return path + ": shorter than a safetensors header (8 bytes)";
   const uint64_t n = HeaderLength(head);
   if (HeaderFits(n, size)) {  // else ParseSafetensorsHeader says why
     head.resize(8 + n);
-    if (!in.read(head.data() + 8, static_cast<std::streamsize>(n))) return path + ": cannot be read";
+    if (!read_at(head.data() + 8, n, 8)) return path + ": cannot be read";
   }
   std::string e = ParseSafetensorsHeader(head, size, out);
   return e.empty() ? "" : path + ": " + e;
+}
+
+std::string ReadSafetensorsHeader(const std::string& path, SafetensorsHeader* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return path + ": cannot be read";
+  std::string e = ReadSafetensorsHeader(fd, path, out);
+  ::close(fd);
+  return e;
 }
 
 std::string SafetensorsHeaderBytes(std::vector<SafetensorsTensor>* tensors,
@@ -165,13 +186,10 @@ std::string SafetensorsHeaderBytes(std::vector<SafetensorsTensor>* tensors,
   return out;
 }
 
-std::string ReadSafetensorsIndex(const std::string& path, std::map<std::string, std::string>* weight_map) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return path + ": cannot be read";
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!JsonDepthWithin(text.str())) return path + ": nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
-  const json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+std::string ParseSafetensorsIndex(const std::string& text, const std::string& path,
+                                  std::map<std::string, std::string>* weight_map) {
+  if (!JsonDepthWithin(text)) return path + ": nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object())
     return path + ": no weight_map object";
   std::map<std::string, std::string> map;
@@ -184,6 +202,14 @@ std::string ReadSafetensorsIndex(const std::string& path, std::map<std::string, 
   }
   *weight_map = std::move(map);
   return "";
+}
+
+std::string ReadSafetensorsIndex(const std::string& path, std::map<std::string, std::string>* weight_map) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return path + ": cannot be read";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseSafetensorsIndex(text.str(), path, weight_map);
 }
 
 }  // namespace nightshift::format

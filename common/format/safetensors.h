@@ -41,7 +41,10 @@ struct SafetensorsHeader {
 // The header of a file of `file_size` bytes that starts with `head` (at least its first
 // 8 + N bytes). "" or what is wrong, naming the tensor or the key.
 std::string ParseSafetensorsHeader(std::string_view head, uint64_t file_size, SafetensorsHeader* out);
-// The same read from `path` (its header only); messages start with the path.
+// The same read from the open file `fd` (its header only; the descriptor stays open and
+// its offset is not used), `path` naming it in messages, which start with the path.
+std::string ReadSafetensorsHeader(int fd, const std::string& path, SafetensorsHeader* out);
+// The same read from `path`.
 std::string ReadSafetensorsHeader(const std::string& path, SafetensorsHeader* out);
 
 // The bytes before the data of a file holding `tensors` (their begin/end are set here, in
@@ -50,7 +53,11 @@ std::string SafetensorsHeaderBytes(std::vector<SafetensorsTensor>* tensors,
                                    const std::map<std::string, std::string>& metadata);
 
 // model.safetensors.index.json: its weight_map, tensor name -> shard file (a plain file
-// name, in the index's folder). Messages start with the path.
+// name, in the index's folder), from the index's `text` read from `path`. Messages start
+// with the path.
+std::string ParseSafetensorsIndex(const std::string& text, const std::string& path,
+                                  std::map<std::string, std::string>* weight_map);
+// The same read from `path`.
 std::string ReadSafetensorsIndex(const std::string& path, std::map<std::string, std::string>* weight_map);
 
 }  // namespace nightshift::format

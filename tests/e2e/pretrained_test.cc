@@ -133,6 +133,12 @@ TEST_F(PretrainedE2eTest, ABadFolderFailsTheJobAtOnceNamingTheCause) {
   };
   const std::string outside = cluster.dir() + "/outside";
   fs::copy(Models() + "/bert", outside);
+  // Inside the root, its weights a link to another folder's outside it: the folder passes
+  // the worker's check, the trainer's open beneath the roots refuses the link.
+  const std::string linked = broken("linked-weights", [&](const std::string& d) {
+    fs::remove(d + "/model.safetensors");
+    fs::create_symlink(outside + "/model.safetensors", d + "/model.safetensors");
+  });
   const std::pair<std::string, std::string> cases[] = {
       {broken("gpt-neo", [&](const std::string& d) { replace(d + "/config.json", "\"distilbert\"", "\"gpt_neo\""); }),
        "model_type \"gpt_neo\" is not supported"},
@@ -146,6 +152,7 @@ TEST_F(PretrainedE2eTest, ABadFolderFailsTheJobAtOnceNamingTheCause) {
               }),
        "model.safetensors"},
       {outside, "model.pretrained"},
+      {linked, "model.safetensors leads out of the data roots"},
   };
   for (const auto& [folder, expected] : cases) {
     SCOPED_TRACE(folder);

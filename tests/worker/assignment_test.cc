@@ -87,12 +87,13 @@ TEST(RankEnvironmentTest, TorchrunVariablesAndOneGpuPerRank) {
 
 TEST(TrainerConfigTest, SpecWithProtoNamesAndDefaultsPlusWhatTheWorkerResolved) {
   const nlohmann::json data = {{"vocab_size", 100}, {"train_shard", "/cache/k/train.shard"}};
-  const nlohmann::json config = TrainerConfig(TwoOfFourRanks(), data, "/ckpt/job-7", false);
+  const nlohmann::json config = TrainerConfig(TwoOfFourRanks(), data, "/ckpt/job-7", false, {"/data"});
   EXPECT_EQ(config["job_id"], "job-7");
   EXPECT_EQ(config["attempt"], 3);
   EXPECT_EQ(config["data"], data);
   EXPECT_EQ(config["checkpoint_dir"], "/ckpt/job-7");
   EXPECT_EQ(config["checkpoint_dir_shared"], false);
+  EXPECT_EQ(config["data_roots"], nlohmann::json::array({"/data"}));
   EXPECT_EQ(config["spec"]["model"]["arch"], "gpt_lm");
   EXPECT_EQ(config["spec"]["model"]["max_len"], 0);  // written out although 0: the trainer applies its default
 }

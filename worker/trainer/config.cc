@@ -99,6 +99,16 @@ struct Section {
     if (!v->is_string()) throw ConfigError(Name(key) + ": must be a string, got " + v->dump());
     *out = v->get<std::string>();
   }
+  void Strings(const std::string& key, std::vector<std::string>* out) const {
+    const json* v = Find(key);
+    if (v == nullptr) return;
+    if (!v->is_array()) throw ConfigError(Name(key) + ": must be a list of strings, got " + v->dump());
+    out->clear();
+    for (const json& s : *v) {
+      if (!s.is_string()) throw ConfigError(Name(key) + ": must be a list of strings, got " + v->dump());
+      out->push_back(s.get<std::string>());
+    }
+  }
 };
 
 namespace L = format::limits;
@@ -239,6 +249,7 @@ void Parse(const json& root, TrainConfig* c) {
   top.String("checkpoint_dir", &c->checkpoint_dir);
   if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
   top.Bool("checkpoint_dir_shared", &c->checkpoint_dir_shared);
+  top.Strings("data_roots", &c->model.data_roots);
   const json* spec = top.Find("spec");
   if (spec == nullptr) throw ConfigError("config.spec is required");
   if (!spec->is_object()) throw ConfigError("config.spec must be an object");

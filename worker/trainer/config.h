@@ -38,6 +38,11 @@ struct ModelConfig {
   double attention_dropout = 0.0;  // in [0, 1): attention probabilities; 0 takes the fused
                                    // attention kernel (model.h)
   int max_len = Default(L::kMaxLen);  // tokens per sample (longer ones are truncated)
+  // The worker's data roots (config.data_roots: absolute, resolved; "/" under
+  // --allow-any-path): the files of path, init_from and pretrained are opened beneath
+  // them (format::OpenFileBeneath), whatever links appeared since the worker checked the
+  // paths. Empty: anywhere (the trainer run by hand, tests).
+  std::vector<std::string> data_roots;
 };
 
 struct TrainSection {

@@ -27,12 +27,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// The file at `path`, opened beneath `roots` (format::OpenFileBeneath; empty: anywhere).
+std::string ReadFile(const std::string& path, const std::vector<std::string>& roots = {}) {
+  std::string bytes;
+  if (std::string e = format::ReadFileBeneath(roots, path, uint64_t{1} << 34, &bytes); !e.empty())
+    throw std::runtime_error(e);
+  return bytes;
 }
 
 bool StartsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
@@ -93,9 +93,9 @@ json ConfigJson(const TrainConfig& c, const ExportInfo& info) {
   return j;
 }
 
-json ReadJsonFile(const std::string& path) {
+json ReadJsonFile(const std::string& path, const std::vector<std::string>& roots = {}) {
   try {
-    return json::parse(ReadFile(path));
+    return json::parse(ReadFile(path, roots));
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": " + e.what());
   }
@@ -117,7 +117,7 @@ void SetDropout(const ModelConfig& m, const std::string& model_type, json* j) {
 // our keys beside for our readers (transformers keeps keys it does not know as attributes).
 json PretrainedConfigJson(const TrainConfig& c, const ExportInfo& info) {
   const std::string source = c.model.pretrained + "/config.json";
-  json j = ReadJsonFile(source);
+  json j = ReadJsonFile(source, c.model.data_roots);
   if (!j.is_object()) throw std::runtime_error("export: " + source + " is not a JSON object");
   j["architectures"] = json::array({hf::ClassifierClassName(j.value("model_type", ""))});
   json id2label = json::object(), label2id = json::object();
@@ -149,7 +149,8 @@ void WriteChecked(const fs::path& path, const std::string& bytes, json* files) {
 
 // arch pretrained: the tokenizer files of the source folder that are there, so that
 // AutoTokenizer.from_pretrained(export) is the job's tokenizer; tokenizer.json must be.
-void CopyTokenizerFiles(const std::string& source, const fs::path& dir, json* files) {
+void CopyTokenizerFiles(const std::string& source, const std::vector<std::string>& roots, const fs::path& dir,
+                        json* files) {
   static const char* kFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                  "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt"};
   for (const char* name : kFiles) {
@@ -159,7 +160,7 @@ void CopyTokenizerFiles(const std::string& source, const fs::path& dir, json* fi
       if (std::string(name) == "tokenizer.json") throw std::runtime_error("export: " + from.string() + " is missing");
       continue;
     }
-    WriteChecked(dir / name, ReadFile(from.string()), files);
+    WriteChecked(dir / name, ReadFile(from.string(), roots), files);
   }
 }
 
@@ -226,17 +227,17 @@ std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors
   return out;
 }
 
-std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path) {
-  const HfWeights weights = HfWeights::OpenFile(path);  // one reader of safetensors: hf_weights.h
+std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path, const std::vector<std::string>& roots) {
+  const HfWeights weights = HfWeights::OpenFile(path, roots);  // one reader of safetensors: hf_weights.h
   std::map<std::string, torch::Tensor> out;
   for (const std::string& name : weights.names()) out[name] = weights.Float(name);
   return out;
 }
 
-std::string VerifyModelFolder(const std::string& dir) {
+std::string VerifyModelFolder(const std::string& dir, const std::vector<std::string>& roots) {
   json sums;
   try {
-    sums = json::parse(ReadFile(dir + "/checksums.json"));
+    sums = json::parse(ReadFile(dir + "/checksums.json", roots));
     const std::string algorithm = sums.value("algorithm", "");
     if (algorithm != format::kChecksumAlgorithm && algorithm != "sha1")
       return dir + "/checksums.json: algorithm \"" + algorithm + "\" is neither \"sha256\" nor \"sha1\"";
@@ -246,7 +247,10 @@ std::string VerifyModelFolder(const std::string& dir) {
         return dir + "/checksums.json lists '" + name + "', which is not a plain file name in the folder";
       const std::string path = dir + "/" + name;
       std::string bytes;
-      if (std::string err = format::ReadRegularFile(path, f.at("bytes").get<uint64_t>(), &bytes); !err.empty())
+      const uint64_t size = f.at("bytes").get<uint64_t>();
+      if (std::string err = roots.empty() ? format::ReadRegularFile(path, size, &bytes)
+                                          : format::ReadFileBeneath(roots, path, size, &bytes);
+          !err.empty())
         return err + " (by checksums.json)";
       if (bytes.size() != f.at("bytes").get<size_t>())
         return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
@@ -261,8 +265,9 @@ std::string VerifyModelFolder(const std::string& dir) {
 
 void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model) {
   const std::string what = "model.init_from " + dir;
-  if (std::string err = VerifyModelFolder(dir); !err.empty()) throw PermanentError(what + ": " + err);
-  const json c = ReadJsonFile(dir + "/config.json");
+  const std::vector<std::string>& roots = config.model.data_roots;
+  if (std::string err = VerifyModelFolder(dir, roots); !err.empty()) throw PermanentError(what + ": " + err);
+  const json c = ReadJsonFile(dir + "/config.json", roots);
   if (c.value("format", "") != kModelFormat || c.value("version", 0) != kModelFormatVersion)
     throw PermanentError(what + ": config.json is not a nightshift-model version " +
                              std::to_string(kModelFormatVersion));
@@ -286,7 +291,7 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
       throw PermanentError(what + ": spec." + field + " is " + std::to_string(ours) +
                                " but the exported model's " + key + " is " + c.at(key).dump());
   }
-  const std::map<std::string, torch::Tensor> tensors = ReadSafetensors(dir + "/model.safetensors");
+  const std::map<std::string, torch::Tensor> tensors = ReadSafetensors(dir + "/model.safetensors", roots);
   if (!trunk_only) return LoadExportTensors(source, tensors, model);
   torch::NoGradGuard no_grad;  // the classifier's trunk from GPT-2's names; its head stays new
   for (auto& p : model.named_parameters()) {
@@ -308,7 +313,7 @@ void ExportModel(const std::string& dir, const TrainConfig& config, SequenceMode
   const json config_json = pretrained ? PretrainedConfigJson(config, info) : ConfigJson(config, info);
   WriteChecked(tmp / "config.json", config_json.dump(2) + "\n", &files);
   if (pretrained) {
-    CopyTokenizerFiles(config.model.pretrained, tmp, &files);
+    CopyTokenizerFiles(config.model.pretrained, config.model.data_roots, tmp, &files);
   } else if (!info.tokenizer_model.empty()) {
     WriteChecked(tmp / "tokenizer.model", ReadFile(info.tokenizer_model), &files);
   }

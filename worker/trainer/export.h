@@ -83,14 +83,17 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
                        SequenceModel& model);
 
 // safetensors: F32 bytes (what we write), and any file back as float32 tensors (F32, F16,
-// BF16; hf_weights.h reads it). ReadSafetensors throws naming the file and what is wrong.
+// BF16; hf_weights.h reads it, beneath `roots`). ReadSafetensors throws naming the file
+// and what is wrong.
 std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors);
-std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path);
+std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path,
+                                                     const std::vector<std::string>& roots = {});
 
 // model.init_from: verifies the folder and loads its weights into `model` (built from
 // `config`). An arch pretrained export is refused (model.pretrained reads it). Its config.json sizes must equal the spec's (a mismatch names the spec field);
 // the architecture must be the same, or a transformer_classifier may start from a gpt_lm's
-// trunk (its head stays as initialised). Throws std::runtime_error with the reason.
+// trunk (its head stays as initialised). Its files are opened beneath config.model.data_roots.
+// Throws std::runtime_error with the reason.
 void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model);
 
 // `nightshift job artifacts --step N`: exports the complete checkpoint at `step` of the run
@@ -99,8 +102,9 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
 // Throws naming the step (and the steps kept) when there is no such checkpoint.
 void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step);
 
-// Verifies dir/checksums.json against the files; returns "" or what does not match.
-std::string VerifyModelFolder(const std::string& dir);
+// Verifies dir/checksums.json against the files, opened beneath `roots` (empty: anywhere,
+// but not through a link in the folder); returns "" or what does not match.
+std::string VerifyModelFolder(const std::string& dir, const std::vector<std::string>& roots = {});
 
 }  // namespace nightshift::trainer
 

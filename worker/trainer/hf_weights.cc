@@ -9,10 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "common/format/atomic_file.h"
 #include "worker/trainer/errors.h"
 
 namespace nightshift::trainer {
@@ -20,16 +19,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr uint64_t kMaxJsonBytes = uint64_t{64} << 20;  // config.json, the shard index
+
+std::string ReadJson(const std::string& path, const std::vector<std::string>& roots, const std::string& hint = "") {
+  std::string text;
+  if (std::string e = format::ReadFileBeneath(roots, path, kMaxJsonBytes, &text); !e.empty())
+    throw PermanentError(e + hint);
+  return text;
+}
+
 }  // namespace
 
-HfConfig ReadHfConfig(const std::string& dir) {
+HfConfig ReadHfConfig(const std::string& dir, const std::vector<std::string>& roots) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw PermanentError(path + ": cannot be read (a Hugging Face model folder has a config.json)");
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text = ReadJson(path, roots, " (a Hugging Face model folder has a config.json)");
   HfConfig h;
-  if (std::string e = ParseHfConfig(text.str(), path, &h); !e.empty()) throw PermanentError(e);
+  if (std::string e = ParseHfConfig(text, path, &h); !e.empty()) throw PermanentError(e);
   return h;
 }
 
@@ -43,16 +48,22 @@ struct HfWeights::Mapping {
   }
 };
 
-void HfWeights::AddFile(const std::string& path, const std::map<std::string, std::string>* shard_of) {
+void HfWeights::AddFile(const std::string& path, const std::vector<std::string>& roots,
+                        const std::map<std::string, std::string>* shard_of) {
+  std::string error;
+  const int fd = format::OpenFileBeneath(roots, path, &error);
+  if (fd < 0) throw PermanentError(error);
   format::SafetensorsHeader header;
-  if (std::string e = format::ReadSafetensorsHeader(path, &header); !e.empty()) throw PermanentError(e);
+  if (std::string e = format::ReadSafetensorsHeader(fd, path, &header); !e.empty()) {
+    ::close(fd);
+    throw PermanentError(e);
+  }
   auto file = std::make_shared<Mapping>();
   file->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0) {
+  if (::fstat(fd, &st) != 0) {
     const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+    ::close(fd);
     throw PermanentError(path + ": cannot be opened: " + why);
   }
   // The header was checked against the file's size: the tensors end where the file does.
@@ -82,14 +93,14 @@ void HfWeights::AddFile(const std::string& path, const std::map<std::string, std
   }
 }
 
-HfWeights HfWeights::Open(const std::string& dir) {
+HfWeights HfWeights::Open(const std::string& dir, const std::vector<std::string>& roots) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::error_code ec;
   HfWeights w;
   w.dir_ = dir;
   if (fs::exists(single, ec)) {
-    w.AddFile(single.string(), nullptr);
+    w.AddFile(single.string(), roots, nullptr);
     return w;
   }
   if (!fs::exists(index, ec))
@@ -97,20 +108,22 @@ HfWeights HfWeights::Open(const std::string& dir) {
                          "(only safetensors weights are read: save a pytorch_model.bin folder again with "
                          "save_pretrained(DIR, safe_serialization=True))");
   std::map<std::string, std::string> shard_of;
-  if (std::string e = format::ReadSafetensorsIndex(index.string(), &shard_of); !e.empty()) throw PermanentError(e);
+  if (std::string e = format::ParseSafetensorsIndex(ReadJson(index.string(), roots), index.string(), &shard_of);
+      !e.empty())
+    throw PermanentError(e);
   std::set<std::string> shards;
   for (const auto& [name, shard] : shard_of) shards.insert(shard);
-  for (const std::string& shard : shards) w.AddFile((fs::path(dir) / shard).string(), &shard_of);
+  for (const std::string& shard : shards) w.AddFile((fs::path(dir) / shard).string(), roots, &shard_of);
   for (const auto& [name, shard] : shard_of)
     if (!w.contains(name))
       throw PermanentError(index.string() + ": tensor " + name + " is not in its shard " + shard);
   return w;
 }
 
-HfWeights HfWeights::OpenFile(const std::string& path) {
+HfWeights HfWeights::OpenFile(const std::string& path, const std::vector<std::string>& roots) {
   HfWeights w;
   w.dir_ = fs::path(path).parent_path().string();
-  w.AddFile(path, nullptr);
+  w.AddFile(path, roots, nullptr);
   return w;
 }
 

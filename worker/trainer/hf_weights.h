@@ -26,7 +26,9 @@
 namespace nightshift::trainer {
 
 // Reads dir/config.json (ParseHfConfig, hf_config.h); what is wrong is a PermanentError.
-HfConfig ReadHfConfig(const std::string& dir);
+// Every file of the folder (here and in HfWeights) is opened beneath `roots`
+// (format::OpenFileBeneath; ModelConfig::data_roots), once; empty: anywhere.
+HfConfig ReadHfConfig(const std::string& dir, const std::vector<std::string>& roots = {});
 
 // The weights of a folder, mapped. Tensor names are the checkpoint's.
 class HfWeights {
@@ -34,9 +36,9 @@ class HfWeights {
   // model.safetensors, else model.safetensors.index.json and its shards. Every header is
   // checked (format::ReadSafetensorsHeader) and every name must appear once (in the shard
   // the index names) before any data is touched.
-  static HfWeights Open(const std::string& dir);
+  static HfWeights Open(const std::string& dir, const std::vector<std::string>& roots = {});
   // One safetensors file (our exports' model.safetensors), checked the same way.
-  static HfWeights OpenFile(const std::string& path);
+  static HfWeights OpenFile(const std::string& path, const std::vector<std::string>& roots = {});
 
   const std::string& dir() const { return dir_; }
   std::vector<std::string> names() const;  // sorted
@@ -52,9 +54,11 @@ class HfWeights {
   struct Mapping;  // one mapped file (hf_weights.cc)
 
  private:
-  // Maps `path` and adds its tensors; `shard_of` (a sharded folder's index): each must be
-  // named there, with this file.
-  void AddFile(const std::string& path, const std::map<std::string, std::string>* shard_of);
+  // Maps `path` (opened beneath `roots`; its header read from that descriptor) and adds
+  // its tensors; `shard_of` (a sharded folder's index): each must be named there, with
+  // this file.
+  void AddFile(const std::string& path, const std::vector<std::string>& roots,
+               const std::map<std::string, std::string>* shard_of);
   struct Entry {
     std::shared_ptr<Mapping> file;
     format::SafetensorsTensor tensor;

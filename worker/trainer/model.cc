@@ -2,11 +2,13 @@
 
 #include <torch/script.h>
 
+#include "common/format/atomic_file.h"
 #include "worker/trainer/activation_checkpoint.h"
 #include "worker/trainer/dropout.h"
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 
 namespace nightshift::trainer {
@@ -42,9 +44,14 @@ torch::Tensor KeyPaddingBias(const torch::Tensor& pad_mask, const torch::TensorO
 // A TorchScript module as a SequenceModel (shares its parameter and buffer tensors).
 class TorchScriptModel : public SequenceModel {
  public:
-  explicit TorchScriptModel(const std::string& path) {
+  // The file at `path`, read once beneath `roots` (ModelConfig::data_roots).
+  TorchScriptModel(const std::string& path, const std::vector<std::string>& roots) {
+    std::string bytes;
+    if (std::string e = format::ReadFileBeneath(roots, path, uint64_t{1} << 36, &bytes); !e.empty())
+      throw std::runtime_error("model.path: " + e);
     try {
-      module_ = torch::jit::load(path);
+      std::istringstream in(bytes);
+      module_ = torch::jit::load(in);
     } catch (const c10::Error& e) {
       throw std::runtime_error("model.path " + path + ": cannot load a TorchScript module: " +
                                e.what_without_backtrace());
@@ -222,7 +229,7 @@ std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int6
   if (model.arch == "gpt_lm") return GptLM(model, vocab_size, pad_id).ptr();
   if (model.arch == "torchscript") {
     if (model.path.empty()) throw std::runtime_error("model.arch torchscript needs model.path");
-    return std::make_shared<TorchScriptModel>(model.path);
+    return std::make_shared<TorchScriptModel>(model.path, model.data_roots);
   }
   throw std::runtime_error("model.arch " + model.arch +
                            " is not supported (use transformer_classifier, gpt_lm or torchscript)");

@@ -74,6 +74,9 @@ TEST(ReadFileBeneathTest, ALinkSwappedInAfterTheCheckIsNotFollowed) {
   fs::create_symlink("../blobs/b1", root + "/model/tokenizer.model");
   ASSERT_EQ(ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out), "");
   EXPECT_EQ(out, "blob");
+  out.clear();
+  ASSERT_EQ(ReadFileBeneath({}, root + "/model/tokenizer.model", 100, &out), "");  // no roots: a plain open
+  EXPECT_EQ(out, "blob");
 
   // Paths outside every root, or climbing out, are refused without opening anything.
   EXPECT_NE(ReadFileBeneath({root}, outside + "/tokenizer.model", 100, &out).find("not a normalized path under"),

@@ -20,7 +20,8 @@ const char* kConfig = R"({
   },
   "data": {"train_shard": "/d/train.shard", "val_shard": "/d/val.shard", "vocab_size": 8000,
            "num_classes": 2, "pad_id": 0, "bos_id": 2, "eos_id": 3, "class_names": ["ham", "spam"]},
-  "checkpoint_dir": "/d/ckpt"
+  "checkpoint_dir": "/d/ckpt",
+  "data_roots": ["/data", "/models"]
 })";
 
 TEST(ConfigTest, ParsesTheWorkerJson) {
@@ -41,6 +42,7 @@ TEST(ConfigTest, ParsesTheWorkerJson) {
   EXPECT_EQ(c.data.class_names, (std::vector<std::string>{"ham", "spam"}));
   EXPECT_EQ(c.checkpoint_dir, "/d/ckpt");
   EXPECT_TRUE(c.checkpoint_dir_shared);  // absent: rank 0 alone writes, as before the field
+  EXPECT_EQ(c.model.data_roots, (std::vector<std::string>{"/data", "/models"}));
 }
 
 std::string ErrorFor(const std::string& from, const std::string& to) {
@@ -53,6 +55,8 @@ std::string ErrorFor(const std::string& from, const std::string& to) {
 }
 
 TEST(ConfigTest, ErrorsNameTheField) {
+  EXPECT_EQ(ErrorFor(R"(["/data", "/models"])", R"("/data")"),
+            "config: config.data_roots: must be a list of strings, got \"/data\"");
   EXPECT_EQ(ErrorFor(R"("heads": 4)", R"("heads": 5)"),
             "config: spec.model.heads: must be positive and divide model.d_model (64)");
   EXPECT_EQ(ErrorFor(R"("seed": "99")", R"("seed": "x9")"),

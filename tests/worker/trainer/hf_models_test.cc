@@ -166,6 +166,41 @@ TEST_F(HfModelsTest, AMissingFileIsNamed) {
   EXPECT_NE(ErrorOf([&] { LoadClassifier(sharded); }).find("model-00003-of-00005.safetensors"), std::string::npos);
 }
 
+// With the worker's data roots (TrainConfig::data_roots), every file of the folder is
+// opened beneath them: a link inside the roots is followed (a Hugging Face cache's
+// snapshot links to its blobs), one that leads out is refused, whether it is a weight
+// file, a shard, the shard index or config.json.
+TEST_F(HfModelsTest, AFolderInsideTheRootsCannotLinkOutOfThem) {
+  const std::string root = testing::FreshDir("hf_root");
+  const std::string blobs = root + "/blobs", snapshot = root + "/snapshots/abc";
+  fs::create_directories(blobs);
+  fs::create_directories(snapshot);
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    fs::copy_file(Folder("bert") + "/" + name, blobs + "/" + name);
+    fs::create_symlink("../../blobs/" + std::string(name), snapshot + "/" + name);
+  }
+  HfConfig config;
+  ASSERT_NE(LoadClassifier(snapshot, {}, &config, {root}), nullptr);
+  EXPECT_EQ(config.model_type, "bert");
+
+  // (the file linked, the reference folder it is in, outside the root)
+  const std::pair<std::string, std::string> out_of_root[] = {{"model.safetensors", "bert"},
+                                                             {"config.json", "bert"},
+                                                             {"model.safetensors.index.json", "bert_sharded"},
+                                                             {"model-00002-of-00005.safetensors", "bert_sharded"}};
+  for (const auto& [name, source] : out_of_root) {
+    SCOPED_TRACE(name);
+    const std::string dir = root + "/linked";
+    fs::remove_all(dir);
+    fs::copy(Folder(source), dir);
+    fs::remove(dir + "/" + name);
+    fs::create_symlink(Folder(source) + "/" + name, dir + "/" + name);
+    ASSERT_NE(LoadClassifier(dir), nullptr) << "without roots, the link is followed";
+    const std::string error = ErrorOf([&] { LoadClassifier(dir, {}, nullptr, {root}); });
+    EXPECT_NE(error.find(dir + "/" + name + " leads out of the data roots"), std::string::npos) << error;
+  }
+}
+
 // config.json values we do not implement: the key and the value are named.
 TEST_F(HfModelsTest, AnUnsupportedConfigNamesTheKeyAndValue) {
   const json base = json::parse(ReadAll(Folder("bert") + "/config.json"));

@@ -49,10 +49,10 @@ std::shared_ptr<SequenceModel> BuildClassifier(const HfConfig& c) {
 }
 
 std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, const ClassifierOptions& options,
-                                              HfConfig* config) {
+                                              HfConfig* config, const std::vector<std::string>& roots) {
   bool new_head = false;
-  const HfConfig c = WithOptions(ReadHfConfig(dir), options, &new_head);
-  const HfWeights weights = HfWeights::Open(dir);  // every header checked before the model is built
+  const HfConfig c = WithOptions(ReadHfConfig(dir, roots), options, &new_head);
+  const HfWeights weights = HfWeights::Open(dir, roots);  // every header checked before the model is built
   HfNameRules rules = NameRules(c);
   if (new_head) rules.ignored.insert(rules.ignored.end(), rules.head.begin(), rules.head.end());
   std::shared_ptr<SequenceModel> model = BuildClassifier(c);
@@ -71,7 +71,7 @@ std::string ResolvePretrained(TrainConfig* config) {
   if (m.arch != "pretrained") return "";
   HfConfig c;
   try {
-    c = ReadHfConfig(m.pretrained);
+    c = ReadHfConfig(m.pretrained, m.data_roots);
   } catch (const PermanentError& e) {
     return std::string("model.pretrained: ") + e.what();
   }
@@ -103,9 +103,10 @@ std::string ResolvePretrained(TrainConfig* config) {
 }
 
 std::shared_ptr<SequenceModel> JobClassifier(const TrainConfig& config, bool load_weights) {
-  if (load_weights) return LoadClassifier(config.model.pretrained, JobOptions(config));
+  const ModelConfig& m = config.model;
+  if (load_weights) return LoadClassifier(m.pretrained, JobOptions(config), nullptr, m.data_roots);
   bool new_head = false;
-  return BuildClassifier(WithOptions(ReadHfConfig(config.model.pretrained), JobOptions(config), &new_head));
+  return BuildClassifier(WithOptions(ReadHfConfig(m.pretrained, m.data_roots), JobOptions(config), &new_head));
 }
 
 }  // namespace nightshift::trainer::hf

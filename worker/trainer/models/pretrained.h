@@ -32,10 +32,10 @@ struct ClassifierOptions {
 // dir/config.json's model with dir's weights (hf_weights.h: mapped, converted to float32
 // per tensor; a missing or replaced classification head is initialised as transformers
 // initialises one). On the CPU, in training mode. *config (when set) is the config the
-// model was built from, options applied. Throws PermanentError naming the file, key or
-// tensor.
+// model was built from, options applied. The folder's files are opened beneath `roots`
+// (hf_weights.h; empty: anywhere). Throws PermanentError naming the file, key or tensor.
 std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, const ClassifierOptions& options = {},
-                                              HfConfig* config = nullptr);
+                                              HfConfig* config = nullptr, const std::vector<std::string>& roots = {});
 
 // The longest row (tokens) the folder's position table takes: max_position_embeddings,
 // less RoBERTa's offset (its positions start after pad_token_id).
