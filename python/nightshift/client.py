@@ -312,6 +312,8 @@ class Job:
                     raise TimeoutError(f"job {self.id} is still {self.state} after {timeout} s") from None
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise from_rpc_error(e, self.id) from None
+            finally:
+                stream.cancel()  # also when the caller stops iterating early
             if self.done:
                 return
             time.sleep(1)
@@ -332,7 +334,7 @@ class Job:
                     bar = tqdm(total=max(p.total_steps, 1), desc=job.id, unit="step")
                 if bar is not None:
                     bar.total = max(p.total_steps, bar.total or 1)
-                    bar.n = p.step if not job.done or job.state != "SUCCEEDED" else bar.total
+                    bar.n = bar.total if job.state == "SUCCEEDED" else min(p.step, bar.total)
                     bar.set_postfix_str(f"{job.state} loss {p.loss:.4f}" if p.step else job.state, refresh=False)
                     bar.refresh()
         finally:
@@ -401,6 +403,11 @@ class Job:
         with nightshift.load for prediction."""
         import nightshift
 
-        if dir is None:
-            dir = os.path.join(tempfile.mkdtemp(prefix=f"nightshift-{self.id}-"), "model")
-        return nightshift.load(self.artifacts(dir), device=device)
+        if dir is not None:
+            return nightshift.load(self.artifacts(dir), device=device)
+        parent = tempfile.mkdtemp(prefix=f"nightshift-{self.id}-")
+        try:
+            return nightshift.load(self.artifacts(os.path.join(parent, "model")), device=device)
+        except BaseException:
+            shutil.rmtree(parent, ignore_errors=True)
+            raise

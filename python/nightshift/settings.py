@@ -30,7 +30,7 @@ class Settings:
     """The resolved connection settings (the token read, files not yet)."""
 
     coordinator: str = DEFAULT_COORDINATOR  # HOST:PORT
-    token: str = ""  # sent as `authorization: Bearer <token>`; empty: none
+    token: str = dataclasses.field(default="", repr=False)  # sent as `authorization: Bearer <token>`; empty: none
     tls_ca: str = ""  # PEM CA of the coordinator's certificate; empty: plaintext
     tls_cert: str = ""  # PEM client certificate (mutual TLS)
     tls_key: str = ""  # its PEM key
