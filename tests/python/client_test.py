@@ -222,5 +222,71 @@ class ClientTest(unittest.TestCase):
                 nightshift.Client()
 
 
+class DownloadTest(unittest.TestCase):
+    """nightshift.download on streams made here: what `job artifacts` refuses, refused."""
+
+    def chunks(self, files, order=None):
+        import hashlib
+        import json
+        from nightshift.v1 import jobs_pb2
+        sums = {"algorithm": "sha256", "files": {n: {"bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                                                 for n, d in files.items()}}
+        out = [jobs_pb2.ArtifactChunk(checksums_json=json.dumps(sums), step=7)]
+        for name, data in files.items():
+            out += [jobs_pb2.ArtifactChunk(file=name, offset=o, data=data[o:o + 3]) for o in range(0, len(data), 3)]
+        return out
+
+    def receive(self, chunks):
+        from nightshift import download
+        folder = tempfile.mkdtemp(dir=TMP.name)
+        checksums_json, step = download.receive(chunks, folder)
+        with open(os.path.join(folder, "checksums.json"), "w") as f:
+            f.write(checksums_json)
+        download.verify(folder)
+        return folder, step
+
+    def test_a_whole_stream_verifies(self):
+        folder, step = self.receive(self.chunks({"a.bin": b"0123456789", "empty": b""}))
+        self.assertEqual(step, 7)
+        with open(os.path.join(folder, "a.bin"), "rb") as f:
+            self.assertEqual(f.read(), b"0123456789")
+        self.assertEqual(os.path.getsize(os.path.join(folder, "empty")), 0)
+
+    def test_what_does_not_match_is_refused(self):
+        chunks = self.chunks({"a.bin": b"0123456789"})
+        chunks[2].data = b"XYZ"
+        with self.assertRaisesRegex(errors.DownloadCorrupt, "a.bin: sha256 .*, checksums.json says"):
+            self.receive(chunks)
+        chunks = self.chunks({"a.bin": b"0123456789"})
+        with self.assertRaisesRegex(errors.DownloadCorrupt, "a.bin: a chunk out of order"):
+            self.receive([chunks[0], chunks[2], chunks[1]])
+        with self.assertRaisesRegex(errors.DownloadCorrupt, "a.bin: missing|a.bin: 0 bytes"):
+            self.receive(chunks[:1])
+        chunks[1].file = "../evil"
+        with self.assertRaisesRegex(errors.DownloadCorrupt, "sent '../evil', not in checksums.json"):
+            self.receive(chunks)
+        chunks[0].checksums_json = '{"algorithm": "md5", "files": {}}'
+        with self.assertRaisesRegex(errors.DownloadCorrupt, 'algorithm "md5" is neither'):
+            self.receive(chunks)
+
+
+class MetricsTest(unittest.TestCase):
+    def test_each_evaluation_gets_the_training_loss_at_its_step(self):
+        from nightshift.v1 import jobs_pb2
+        proto = jobs_pb2.JobMetrics(job_id="j-1", attempts=[jobs_pb2.AttemptMetrics(
+            attempt=0, stride=1,
+            train=[jobs_pb2.TrainPoint(step=s, epoch=1 + (s > 2), loss=1.0 / s) for s in (1, 2, 3, 4)],
+            evals=[jobs_pb2.EvalPoint(step=2, epoch=1, metrics={"val_accuracy": 0.5, "val_loss": 0.9}),
+                   jobs_pb2.EvalPoint(step=4, epoch=2, metrics={"val_accuracy": 0.75, "val_loss": 0.6})])])
+        m = nightshift.Metrics(proto)
+        self.assertEqual([(e.epoch, e.step, e.loss) for e in m.evaluations], [(1, 2, 0.5), (2, 4, 0.25)])
+        self.assertEqual(m.final, {"val_accuracy": 0.75, "val_loss": 0.6})
+        self.assertEqual(list(m.to_dataframe().columns), ["attempt", "epoch", "step", "loss", "val_accuracy", "val_loss"])
+        self.assertEqual(len(m.train_dataframe()), 4)
+        self.assertEqual(str(m).splitlines()[1].split(), ["1", "2", "0.5000", "0.5000", "0.9000"])
+        self.assertEqual(str(nightshift.Metrics(jobs_pb2.JobMetrics())),
+                         "no metrics yet: the job has not reported a step")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
