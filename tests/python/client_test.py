@@ -74,9 +74,13 @@ class ClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = LocalCluster(BIN_DIR, SOURCE_DIR, os.path.join(TMP.name, "data")).__enter__()
-        cls.alice = cls.cluster.client("alice")
-        cls.job = cls.alice.submit(spec("trained"))
-        cls.done = cls.job.wait(progress=True, timeout=300)
+        try:  # unittest skips tearDownClass when this raises
+            cls.alice = cls.cluster.client("alice")
+            cls.job = cls.alice.submit(spec("trained"))
+            cls.done = cls.job.wait(progress=True, timeout=200)
+        except BaseException:
+            cls.cluster.stop()
+            raise
 
     @classmethod
     def tearDownClass(cls):
