@@ -40,6 +40,7 @@ class NotebookTest(unittest.TestCase):
         self.assertTrue(os.path.isdir(os.path.join(CORPUS, "ham")), f"no corpus in {CORPUS}: scripts/fetch-data.sh")
         with tempfile.TemporaryDirectory(prefix="nightshift-notebook-test-") as tmp:
             site = build_package(SOURCE_DIR, tmp)
+            sys.path.insert(0, site)  # this process's client, as the kernel's (PYTHONPATH)
             with LocalCluster(BIN_DIR, SOURCE_DIR, os.path.join(SOURCE_DIR, "data")) as cluster:
                 env = dict(cluster.env("alice"), PYTHONPATH=site, NIGHTSHIFT_EXAMPLE_QUICK="1",
                            NIGHTSHIFT_EXAMPLE_DATA=CORPUS, MPLBACKEND="module://matplotlib_inline.backend_inline")
