@@ -1,8 +1,13 @@
-"""Nightshift's exported models in plain PyTorch.
+"""Nightshift from Python: the client of the service, and its exported models in plain PyTorch.
 
     import nightshift
-    m = nightshift.load("model")      # a folder from `nightshift job artifacts ID`
+    client = nightshift.Client()      # the CLI's settings: NIGHTSHIFT_*, ~/.config/nightshift
+    job = client.submit("job.yaml").wait()
+    m = job.model()                   # or nightshift.load("model"), a folder from `nightshift job artifacts ID`
     print(m.predict(["some text"]))   # [{'label': ..., 'probabilities': {...}}]
+
+The client (nightshift.Client, nightshift.Job; errors in nightshift.errors) is imported on
+first use, so loading a model needs neither gRPC nor the generated stubs.
 
 The folder's layout is worker/trainer/export.h's: model.safetensors, config.json,
 tokenizer.model and checksums.json (SHA-256 of every other file, or SHA-1 in folders
@@ -18,14 +23,14 @@ import hashlib
 import json
 import math
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from nightshift.modules import build_module
 from nightshift.text import Text, Tokenizer
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 MODEL_FORMAT, MODEL_FORMAT_VERSION = "nightshift-model", 1
 
 
@@ -79,7 +84,7 @@ def plan_eval(lengths: Sequence[int], max_tokens: int) -> List[List[int]]:
     return plan
 
 
-def collate(rows: Sequence[Sequence[int]], max_len: int, pad_id: int):
+def collate(rows: Sequence[Sequence[int]], max_len: int, pad_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Padded tokens [B, L] (int64) and pad_mask [B, L] (true at padding), as Collate does."""
     l = max([1] + [min(len(r), max_len) for r in rows])
     tokens = torch.full((len(rows), l), pad_id, dtype=torch.long)
@@ -96,7 +101,7 @@ class Model:
     """A loaded model folder: `config` (config.json), `module` (torch.nn.Module, eval mode),
     `tokenizer`, `labels` (class names in index order; classifiers)."""
 
-    def __init__(self, path: str, config: Dict, module: torch.nn.Module, tokenizer: Optional[Tokenizer],
+    def __init__(self, path: str, config: Dict[str, Any], module: torch.nn.Module, tokenizer: Optional[Tokenizer],
                  device: torch.device):
         self.path, self.config, self.module, self.tokenizer, self.device = path, config, module, tokenizer, device
         self.arch = config["arch"]
@@ -109,6 +114,7 @@ class Model:
 
     # -- token ids -----------------------------------------------------------------------
     def encode(self, texts: Sequence[Text]) -> List[List[int]]:
+        """Each text's token ids, as the job's data preparation makes them."""
         if self.tokenizer is None:
             raise ModelFolderError(f"{self.path} has no tokenizer.model: pass token ids to logits_from_ids")
         return [self.tokenizer.encode(t) for t in texts]
@@ -132,7 +138,7 @@ class Model:
         return torch.stack(self.logits_from_ids(self.encode(texts), max_tokens)) if texts else torch.empty(0)
 
     # -- classifiers ---------------------------------------------------------------------
-    def predict(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[Dict]:
+    def predict(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[Dict[str, Any]]:
         """One {'label': name, 'probabilities': {name: p}} per text, in input order."""
         if isinstance(texts, (str, bytes)):
             texts = [texts]
@@ -183,11 +189,11 @@ class Model:
             ids.append(nxt)
         return self.tokenizer.decode(ids[1:])  # type: ignore[union-attr]
 
-    def _need_classifier(self):
+    def _need_classifier(self) -> None:
         if self.arch != "transformer_classifier":
             raise ValueError(f"{self.path} is a {self.arch}, not a classifier: use perplexity or generate")
 
-    def _need_lm(self):
+    def _need_lm(self) -> None:
         if self.arch != "gpt_lm" or self.tokenizer is None:
             raise ValueError(f"{self.path} is a {self.arch}, not a gpt_lm with a tokenizer")
 
@@ -198,7 +204,7 @@ class HfModel:
     (id2label in index order), `max_len` (nightshift-predict's: our export's max_len, else
     the position table's rows or tokenizer_config.json's model_max_length when fewer)."""
 
-    def __init__(self, path: str, config: Dict, device: torch.device):
+    def __init__(self, path: str, config: Dict[str, Any], device: torch.device):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         self.path, self.config, self.device = path, config, device
         self.arch = "pretrained"
@@ -229,7 +235,7 @@ class HfModel:
                 out[i] = logits.logits[row].float().cpu()
         return torch.stack(out) if out else torch.empty(0)  # type: ignore[arg-type]
 
-    def predict(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[Dict]:
+    def predict(self, texts: Sequence[Text], max_tokens: int = 8192) -> List[Dict[str, Any]]:
         """One {'label': name, 'probabilities': {name: p}} per text, in input order."""
         if isinstance(texts, (str, bytes)):
             texts = [texts]
@@ -238,7 +244,7 @@ class HfModel:
                 for row in (self.logits(texts, max_tokens).softmax(-1) if texts else [])]
 
 
-def _position_rows(config: Dict) -> int:
+def _position_rows(config: Dict[str, Any]) -> int:
     """Tokens the position table takes (RoBERTa's positions start after its padding id)."""
     rows = int(config["max_position_embeddings"])
     if config.get("model_type") == "roberta":
@@ -251,7 +257,7 @@ def _raw_text(text: Text, max_bytes: int) -> str:
     return raw[:max_bytes].decode("utf-8", errors="replace")
 
 
-def load(path: str, device: str = "cpu", verify: bool = True):
+def load(path: Union[str, "os.PathLike[str]"], device: str = "cpu", verify: bool = True) -> Union[Model, HfModel]:
     """Loads a model folder: ours (a Model) or a Hugging Face classifier folder (an HfModel,
     through transformers). checksums.json is verified unless verify=False: always there in
     our native folders, checked in a Hugging Face folder when it has one."""
@@ -266,7 +272,7 @@ def load(path: str, device: str = "cpu", verify: bool = True):
     return _load_native(path, config, torch.device(device))
 
 
-def _load_native(path: str, config: Dict, dev: torch.device) -> Model:
+def _load_native(path: str, config: Dict[str, Any], dev: torch.device) -> Model:
     from safetensors.torch import load_file
 
     if int(config.get("version", 0)) > MODEL_FORMAT_VERSION:
@@ -282,4 +288,25 @@ def _load_native(path: str, config: Dict, dev: torch.device) -> Model:
     return Model(path, config, module, tokenizer, dev)
 
 
-__all__ = ["load", "Model", "HfModel", "ModelFolderError", "verify_folder", "plan_eval", "collate"]
+if TYPE_CHECKING:
+    from nightshift.client import Client, Event, Job, RetryPolicy, Worker
+    from nightshift.errors import (DownloadCorrupt, FailedPrecondition, NightshiftError, NotFound, PermissionDenied,
+                                   SettingsError, SpecRefused, Unauthenticated, Unavailable)
+    from nightshift.metrics import Metrics
+
+_LAZY = {"Client": "client", "Job": "client", "RetryPolicy": "client", "Event": "client", "Worker": "client",
+         "Metrics": "metrics", "NightshiftError": "errors", "SpecRefused": "errors", "NotFound": "errors",
+         "PermissionDenied": "errors", "Unauthenticated": "errors", "FailedPrecondition": "errors",
+         "Unavailable": "errors", "SettingsError": "errors", "DownloadCorrupt": "errors"}
+
+
+def __getattr__(name: str) -> Any:
+    """The client's names, imported on first use (PEP 562)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"nightshift.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'nightshift' has no attribute {name!r}")
+
+
+__all__ = ["load", "Model", "HfModel", "ModelFolderError", "verify_folder", "plan_eval", "collate"] + list(_LAZY)

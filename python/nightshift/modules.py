@@ -14,7 +14,7 @@ loads with load_state_dict as it is), the same arithmetic, evaluation only (no d
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -42,17 +42,20 @@ class TransformerBlock(nn.Module):
         self.fc1 = nn.Linear(d_model, ffn)
         self.fc2 = nn.Linear(ffn, d_model)
 
-    def _attention(self, q, k, v, bias):
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   bias: Optional[torch.Tensor]) -> torch.Tensor:
         if self.causal:  # padding is at the end: a real query never reaches a padded key
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
-    def _residuals(self, x, y):
+    def _residuals(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         b, lq, d = x.shape
-        h = x + self.proj(y.transpose(1, 2).reshape(b, lq, d))
-        return h + self.fc2(F.gelu(self.fc1(self.ln2(h)), approximate=self.gelu))
+        h: torch.Tensor = x + self.proj(y.transpose(1, 2).reshape(b, lq, d))
+        out: torch.Tensor = h + self.fc2(F.gelu(self.fc1(self.ln2(h)), approximate=self.gelu))
+        return out
 
     def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """The block on x [B, L, D]; bias: the additive key-padding mask (None: none, or causal)."""
         b, l, d = x.shape
         qkv = self.qkv(self.ln1(x)).view(b, l, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         return self._residuals(x, self._attention(qkv[0], qkv[1], qkv[2], bias))
@@ -69,7 +72,7 @@ class TransformerBlock(nn.Module):
 
 
 class _Trunk(nn.Module):
-    def __init__(self, cfg: Dict, causal: bool, gelu: str):
+    def __init__(self, cfg: Dict[str, Any], causal: bool, gelu: str):
         super().__init__()
         d = int(cfg["d_model"])
         self.max_len = int(cfg["max_len"])
@@ -85,43 +88,49 @@ class _Trunk(nn.Module):
         if tokens.shape[1] > self.max_len:
             raise ValueError(f"batch length {tokens.shape[1]} exceeds max_len {self.max_len}")
         pos = torch.arange(tokens.shape[1], device=tokens.device)
-        return self.tok_emb(tokens) + self.pos_emb(pos).unsqueeze(0)
+        x: torch.Tensor = self.tok_emb(tokens) + self.pos_emb(pos).unsqueeze(0)
+        return x
 
 
 class TransformerClassifier(_Trunk):
     """model.arch transformer_classifier: logits [B, C] from tokens [B, L] and pad_mask [B, L]."""
 
-    def __init__(self, cfg: Dict):
+    def __init__(self, cfg: Dict[str, Any]):
         super().__init__(cfg, causal=False, gelu=_gelu_kind(cfg, "gelu"))
         self.head = nn.Linear(int(cfg["d_model"]), int(cfg["num_classes"]))
         self.mean_pooling = cfg.get("pooling", "cls") == "mean"  # older folders: cls
 
     def forward(self, tokens: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
+        """Logits [B, C] of tokens [B, L] (pad_mask: true at padding)."""
         x = self.embed(tokens)
         bias = key_padding_bias(pad_mask, x.dtype)
         last = len(self.blocks) - 1
-        for i, block in enumerate(self.blocks):
+        for i, module in enumerate(self.blocks):
+            block = cast(TransformerBlock, module)
             x = block.forward_first(x, bias) if i == last and not self.mean_pooling else block(x, bias)
         if not self.mean_pooling:
-            return self.head(self.ln_f(x[:, 0]))
+            logits: torch.Tensor = self.head(self.ln_f(x[:, 0]))
+            return logits
         real = (~pad_mask).unsqueeze(-1).to(x.dtype)  # the mean over each row's real tokens
-        return self.head((self.ln_f(x) * real).sum(1) / real.sum(1).clamp_min(1))
+        logits = self.head((self.ln_f(x) * real).sum(1) / real.sum(1).clamp_min(1))
+        return logits
 
 
 class GptLM(_Trunk):
     """model.arch gpt_lm: logits [B, L, V]; position t predicts token t + 1."""
 
-    def __init__(self, cfg: Dict):
+    def __init__(self, cfg: Dict[str, Any]):
         super().__init__(cfg, causal=True, gelu=_gelu_kind(cfg, "gelu_new"))
 
     def forward(self, tokens: torch.Tensor, pad_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits [B, L, V] of tokens [B, L] (padding is at the end and never attended to by real tokens)."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, None)
         return F.linear(self.ln_f(x), self.tok_emb.weight)  # the head is tied to tok_emb
 
 
-def _gelu_kind(cfg: Dict, default: str) -> str:
+def _gelu_kind(cfg: Dict[str, Any], default: str) -> str:
     """config.json's activation_function -> F.gelu's approximate argument."""
     name = cfg.get("activation_function", default)
     if name in ("gelu_new", "gelu_pytorch_tanh", "tanh"):
@@ -147,7 +156,7 @@ def gpt2_to_nightshift(tensors: Dict[str, torch.Tensor], layers: int) -> Dict[st
     return out
 
 
-def build_module(cfg: Dict, tensors: Dict[str, torch.Tensor]) -> nn.Module:
+def build_module(cfg: Dict[str, Any], tensors: Dict[str, torch.Tensor]) -> nn.Module:
     """The module for config.json `cfg` with the weights of model.safetensors loaded (strict)."""
     arch = cfg.get("arch")
     if arch == "transformer_classifier":

@@ -39,6 +39,7 @@ _WHITESPACE = bytes.maketrans(b"\n\r\t", b"   ")
 
 
 def clean_text(text: Text, max_len: int) -> bytes:
+    """The bytes data_prep tokenizes: at most max_len * 16 bytes of the text, made valid UTF-8 as data_prep does."""
     raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
     return sanitize_utf8(raw[: max_len * 16])
 
@@ -54,13 +55,15 @@ class Tokenizer:
         self.bos_id, self.eos_id, self.max_len, self.classifier = bos_id, eos_id, max_len, classifier
 
     def pieces(self, text: Text) -> List[int]:
+        """The sentencepiece ids of the cleaned text, without special ids."""
         clean = clean_text(text, self.max_len)
         try:
-            return self.sp.EncodeAsIds(clean.decode("utf-8"))
+            return list(self.sp.EncodeAsIds(clean.decode("utf-8")))
         except UnicodeDecodeError:  # overlong forms pass data_prep's check but not Python's
-            return self.sp.EncodeAsIds(clean)
+            return list(self.sp.EncodeAsIds(clean))
 
     def encode(self, text: Text) -> List[int]:
+        """The ids the trainer sees: bos, the pieces cut to max_len (and eos for a language model)."""
         limit = self.max_len if self.classifier else self.max_len + 1
         ids = [self.bos_id] + self.pieces(text)[: limit - 1]
         if not self.classifier and len(ids) <= self.max_len:
@@ -68,4 +71,5 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: List[int]) -> str:
-        return self.sp.DecodeIds([int(i) for i in ids])
+        """The text of sentencepiece ids."""
+        return str(self.sp.DecodeIds([int(i) for i in ids]))
