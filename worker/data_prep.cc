@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -44,19 +43,9 @@ struct RawSample {
 // (format::OpenFileBeneath: a link swapped in after ListInputs checked it is not
 // followed out of them).
 StatusOr<std::string> ReadFile(const std::vector<std::string>& roots, const std::string& path, size_t max_bytes) {
-  std::string error;
-  const int fd = format::OpenFileBeneath(roots, path, &error);
-  if (fd < 0) return Status::NotFound("cannot read " + error);
-  std::string s(max_bytes, '\0');
-  size_t at = 0;
-  while (at < s.size()) {
-    const ssize_t n = ::read(fd, &s[at], s.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    at += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  s.resize(at);
+  std::string s;
+  if (std::string error = format::ReadFilePrefixBeneath(roots, path, max_bytes, &s); !error.empty())
+    return Status::NotFound("cannot read " + error);
   return s;
 }
 

@@ -65,6 +65,18 @@ std::string WriteFileAtomically(const std::string& path, const std::string& byte
 
 namespace {
 
+// Reads from `fd` into `to` until `n` bytes or the end of the file; returns how many.
+size_t ReadUpTo(int fd, char* to, size_t n) {
+  size_t at = 0;
+  while (at < n) {
+    const ssize_t got = ::read(fd, to + at, n - at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    at += static_cast<size_t>(got);
+  }
+  return at;
+}
+
 // Reads the open file `fd` (closed here) into *out if it is a regular file of at most
 // `max_bytes`; "" or what is wrong with `path`.
 std::string ReadOpenFile(int fd, const std::string& path, uint64_t max_bytes, std::string* out) {
@@ -76,14 +88,7 @@ std::string ReadOpenFile(int fd, const std::string& path, uint64_t max_bytes, st
     err = path + " holds " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " allowed";
   if (err.empty()) {
     out->resize(static_cast<size_t>(st.st_size));
-    size_t at = 0;
-    while (at < out->size()) {
-      const ssize_t n = ::read(fd, &(*out)[at], out->size() - at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      at += static_cast<size_t>(n);
-    }
-    if (at != out->size()) err = "cannot read " + path + " whole";
+    if (ReadUpTo(fd, out->data(), out->size()) != out->size()) err = "cannot read " + path + " whole";
   }
   ::close(fd);
   return err;
@@ -147,6 +152,17 @@ std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::st
   const int fd = OpenFileBeneath(roots, path, &error);
   if (fd < 0) return error;
   return ReadOpenFile(fd, path, max_bytes, out);
+}
+
+std::string ReadFilePrefixBeneath(const std::vector<std::string>& roots, const std::string& path,
+                                  uint64_t max_bytes, std::string* out) {
+  std::string error;
+  const int fd = OpenFileBeneath(roots, path, &error);
+  if (fd < 0) return error;
+  out->resize(static_cast<size_t>(max_bytes));
+  out->resize(ReadUpTo(fd, out->data(), out->size()));
+  ::close(fd);
+  return "";
 }
 
 }  // namespace nightshift::format

@@ -39,6 +39,11 @@ int OpenFileBeneath(const std::vector<std::string>& roots, const std::string& pa
 std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
                             std::string* out);
 
+// As ReadFileBeneath, but a file longer than `max_bytes` is not an error: *out is its
+// first `max_bytes` (a data sample's text). Returns "" or what is wrong, naming the path.
+std::string ReadFilePrefixBeneath(const std::vector<std::string>& roots, const std::string& path,
+                                  uint64_t max_bytes, std::string* out);
+
 }  // namespace nightshift::format
 
 #endif  // NIGHTSHIFT_COMMON_FORMAT_ATOMIC_FILE_H_

@@ -66,6 +66,8 @@ TEST(ReadFileBeneathTest, ALinkSwappedInAfterTheCheckIsNotFollowed) {
   fs::create_symlink(outside + "/tokenizer.model", root + "/model/tokenizer.model");
   err = ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out);
   EXPECT_NE(err.find("leads out of the data roots"), std::string::npos) << err;
+  err = ReadFilePrefixBeneath({root}, root + "/model/tokenizer.model", 100, &out);
+  EXPECT_NE(err.find("leads out of the data roots"), std::string::npos) << err;
 
   // A link inside the root (a Hugging Face cache: snapshots/<rev>/x -> ../../blobs/<sha>).
   fs::create_directories(root + "/blobs");
@@ -77,6 +79,8 @@ TEST(ReadFileBeneathTest, ALinkSwappedInAfterTheCheckIsNotFollowed) {
   out.clear();
   ASSERT_EQ(ReadFileBeneath({}, root + "/model/tokenizer.model", 100, &out), "");  // no roots: a plain open
   EXPECT_EQ(out, "blob");
+  ASSERT_EQ(ReadFilePrefixBeneath({root}, root + "/model/tokenizer.model", 2, &out), "");  // a longer file: its start
+  EXPECT_EQ(out, "bl");
 
   // Paths outside every root, or climbing out, are refused without opening anything.
   EXPECT_NE(ReadFileBeneath({root}, outside + "/tokenizer.model", 100, &out).find("not a normalized path under"),
