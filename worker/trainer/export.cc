@@ -252,7 +252,7 @@ std::string VerifyModelFolder(const std::string& dir, const std::vector<std::str
                                           : format::ReadFileBeneath(roots, path, size, &bytes);
           !err.empty())
         return err + " (by checksums.json)";
-      if (bytes.size() != f.at("bytes").get<size_t>())
+      if (bytes.size() != size)
         return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
       if (DigestHex(algorithm, bytes) != f.at(algorithm).get<std::string>())
         return path + " does not match its " + algorithm + " in checksums.json";
