@@ -42,6 +42,16 @@ class ModelFolderError(ValueError):
 DIGESTS = {"sha256": hashlib.sha256, "sha1": hashlib.sha1}
 
 
+def file_digest(path: str, algorithm: str) -> Tuple[int, str]:
+    """(bytes, hex digest under `algorithm`, a key of DIGESTS) of the file at `path`."""
+    h, size = DIGESTS[algorithm](), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
 def verify_folder(path: str) -> None:
     """Checks path/checksums.json against the files; raises ModelFolderError naming a mismatch."""
     sums_path = os.path.join(path, "checksums.json")
@@ -55,16 +65,12 @@ def verify_folder(path: str) -> None:
         raise ModelFolderError(f"{sums_path}: expected {{'algorithm': 'sha256' (or 'sha1'), 'files': {{...}}}}")
     for name, want in sums["files"].items():
         file = os.path.join(path, name)
-        h, size = DIGESTS[algorithm](), 0
         try:
-            with open(file, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-                    size += len(chunk)
+            size, digest = file_digest(file, algorithm)
         except OSError as e:
             raise ModelFolderError(f"{file}: listed in checksums.json but cannot be read ({e})") from e
-        if size != int(want.get("bytes", -1)) or h.hexdigest() != want.get(algorithm):
-            raise ModelFolderError(f"{file}: does not match checksums.json ({size} bytes, {algorithm} {h.hexdigest()}; "
+        if size != int(want.get("bytes", -1)) or digest != want.get(algorithm):
+            raise ModelFolderError(f"{file}: does not match checksums.json ({size} bytes, {algorithm} {digest}; "
                                    f"expected {want.get('bytes')} bytes, {algorithm} {want.get(algorithm)}): "
                                    "download it again")
 

@@ -5,18 +5,17 @@ file's size and digest checked and no other file there, then renamed into place;
 failure nothing is left behind."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
 from typing import Dict, Iterable, Tuple
 
+from nightshift import DIGESTS, file_digest
 from nightshift.errors import DownloadCorrupt, SettingsError
 from nightshift.v1 import jobs_pb2
 
 CHECKSUMS_FILE = "checksums.json"
-_DIGESTS = {"sha256": (hashlib.sha256, 64), "sha1": (hashlib.sha1, 40)}
 
 
 def parse_checksums(text: str) -> Tuple[str, Dict[str, Tuple[int, str]]]:
@@ -28,7 +27,7 @@ def parse_checksums(text: str) -> Tuple[str, Dict[str, Tuple[int, str]]]:
     if not isinstance(j, dict):
         raise DownloadCorrupt(f"{CHECKSUMS_FILE} is not a JSON object")
     algorithm = j.get("algorithm")
-    if algorithm not in _DIGESTS:
+    if algorithm not in DIGESTS:
         raise DownloadCorrupt(f'{CHECKSUMS_FILE}: algorithm {json.dumps(algorithm)} is neither "sha256" nor "sha1"')
     files = j.get("files")
     if not isinstance(files, dict):
@@ -40,7 +39,7 @@ def parse_checksums(text: str) -> Tuple[str, Dict[str, Tuple[int, str]]]:
         size, digest = (f.get("bytes"), f.get(algorithm)) if isinstance(f, dict) else (None, None)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(digest, str):
             raise DownloadCorrupt(f'{CHECKSUMS_FILE}: {name} needs "bytes" and "{algorithm}"')
-        if not re.fullmatch(f"[0-9a-f]{{{_DIGESTS[algorithm][1]}}}", digest):
+        if not re.fullmatch(f"[0-9a-f]{{{2 * DIGESTS[algorithm]().digest_size}}}", digest):
             raise DownloadCorrupt(f"{CHECKSUMS_FILE}: {name}: {algorithm} \"{digest}\" is not lower-case hex")
         out[name] = (size, digest)
     return algorithm, out
@@ -59,12 +58,9 @@ def verify(folder: str) -> None:
             raise DownloadCorrupt(f"{name}: missing")
         if os.path.getsize(path) != size:
             raise DownloadCorrupt(f"{name}: {os.path.getsize(path)} bytes, {CHECKSUMS_FILE} says {size}")
-        h = _DIGESTS[algorithm][0]()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        if h.hexdigest() != digest:
-            raise DownloadCorrupt(f"{name}: {algorithm} {h.hexdigest()}, {CHECKSUMS_FILE} says {digest}")
+        _, got = file_digest(path, algorithm)
+        if got != digest:
+            raise DownloadCorrupt(f"{name}: {algorithm} {got}, {CHECKSUMS_FILE} says {digest}")
     for name in os.listdir(folder):
         if name != CHECKSUMS_FILE and name not in sums:
             raise DownloadCorrupt(f"{name}: not in {CHECKSUMS_FILE}")
