@@ -100,6 +100,13 @@ torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& 
   if (!torch::GradMode::is_enabled()) return block(x, attn_bias);
   // Without an input that requires grad no graph node is built (see the header).
   const torch::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_(true);
+  if (!attn_bias.defined()) {  // Function::apply takes defined tensors only: an empty stand-in
+    BlockForward unbiased = [block = std::move(block)](const torch::Tensor& in, const torch::Tensor&) {
+      return block(in, torch::Tensor());
+    };
+    return CheckpointFunction::apply(input, torch::empty({0}, x.options()),
+                                     c10::make_intrusive<BlockHolder>(std::move(unbiased)));
+  }
   return CheckpointFunction::apply(input, attn_bias,
                                    c10::make_intrusive<BlockHolder>(std::move(block)));
 }

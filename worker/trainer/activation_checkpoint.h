@@ -30,7 +30,8 @@ namespace nightshift::trainer {
 // One block's forward: x [B, L, D], attn_bias (broadcastable to [B, H, L, L]) -> [B, L, D].
 using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& attn_bias)>;
 
-// Runs `block` with activation checkpointing (see above).
+// Runs `block` with activation checkpointing (see above). attn_bias may be undefined (a
+// causal block without padding); the block then gets it undefined.
 torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
                                        const torch::Tensor& attn_bias);
 

@@ -25,9 +25,10 @@ struct ModelConfig {
   std::string path;       // torchscript: the module file (forward(tokens, pad_mask) -> logits)
   std::string init_from;  // an exported model folder (export.h) whose weights start the run
   // arch pretrained: a Hugging Face model folder (models/pretrained.h) and its task
-  // (classification). The sizes below are then 0 where config.json gives them, and
+  // (classification, or causal_lm for a decoder). The sizes below are then 0 where config.json gives them, and
   // dropout -1 / attention_dropout 0 keep config.json's.
   std::string pretrained, task;
+  bool pretrained_decoder = false;  // set by hf::ResolvePretrained: config.json's model is a decoder
   std::string pooling = L::kPooling.text_default;  // transformer_classifier: cls | mean
   int layers = Default(L::kLayers);    // transformer blocks
   int d_model = Default(L::kDModel);   // hidden width; divisible by heads

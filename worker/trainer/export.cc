@@ -101,7 +101,7 @@ json ReadJsonFile(const std::string& path, const std::vector<std::string>& roots
   }
 }
 
-// The spec's dropout (hf::JobClassifier applies it) under the model type's config.json keys,
+// The spec's dropout (hf::JobModel applies it) under the model type's config.json keys,
 // so that training on in transformers uses what the job used.
 void SetDropout(const ModelConfig& m, const std::string& model_type, json* j) {
   const bool distil = model_type == "distilbert";
@@ -119,7 +119,7 @@ json PretrainedConfigJson(const TrainConfig& c, const ExportInfo& info) {
   const std::string source = c.model.pretrained + "/config.json";
   json j = ReadJsonFile(source, c.model.data_roots);
   if (!j.is_object()) throw std::runtime_error("export: " + source + " is not a JSON object");
-  j["architectures"] = json::array({hf::ClassifierClassName(j.value("model_type", ""))});
+  j["architectures"] = json::array({hf::PretrainedClassName(j.value("model_type", ""))});
   json id2label = json::object(), label2id = json::object();
   for (size_t i = 0; i < c.data.class_names.size(); ++i) {
     id2label[std::to_string(i)] = c.data.class_names[i];
@@ -341,7 +341,7 @@ std::string TokenizerOf(const TrainConfig& config) {
 
 void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step) {
   auto model = config.model.arch == "pretrained"
-                   ? hf::JobClassifier(config, /*load_weights=*/false)
+                   ? hf::JobModel(config, /*load_weights=*/false)
                    : BuildSequenceModel(config.model, config.data.vocab_size, config.data.num_classes, config.data.pad_id);
   CheckpointManager(CheckpointOptions{config.checkpoint_dir}).LoadModelAt(step, *model);
   ExportInfo info;

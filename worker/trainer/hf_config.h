@@ -13,9 +13,11 @@ namespace nightshift::trainer {
 
 // config.json, as transformers' config classes read it (their defaults for absent keys).
 // DistilBERT's own names (dim, n_layers, n_heads, hidden_dim, activation, dropout,
-// attention_dropout, seq_classif_dropout) land in the BERT-named fields.
+// attention_dropout, seq_classif_dropout) land in the BERT-named fields, and so do GPT-2's
+// (n_embd, n_layer, n_head, n_inner, n_positions, layer_norm_epsilon, resid_pdrop,
+// attn_pdrop) and the Llama family's (rms_norm_eps).
 struct HfConfig {
-  std::string model_type;  // "bert" | "roberta" | "distilbert"
+  std::string model_type;  // encoders: bert | roberta | distilbert; decoders: gpt2 | llama | mistral | qwen2
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;              // d_model (DistilBERT: dim)
   int64_t num_hidden_layers = 0;        // DistilBERT: n_layers
@@ -30,12 +32,29 @@ struct HfConfig {
   double classifier_dropout = 0.1;      // classifier_dropout, else hidden_dropout (DistilBERT: seq_classif_dropout)
   double initializer_range = 0.02;      // std of a new head's weights
   std::vector<std::string> labels;      // id2label in index order ("LABEL_i" when absent; 2 by default)
+
+  // Decoders only.
+  double embedding_dropout = 0;          // GPT-2's embd_pdrop (after the embeddings)
+  int64_t num_key_value_heads = 0;       // grouped-query attention: heads of keys and values
+  int64_t head_dim = 0;                  // width of one head (Llama family's head_dim; else hidden / heads)
+  double rope_theta = 10000;             // rotary position base (rope_parameters.rope_theta or rope_theta)
+  bool tie_word_embeddings = false;      // the LM head is the token embedding (GPT-2: always)
+  bool qkv_bias = false, o_bias = false;  // attention projections' biases (Qwen2: q, k, v; attention_bias: all)
+  bool mlp_bias = false;                 // the feed-forward projections' biases (Llama's mlp_bias)
+  std::optional<int64_t> sliding_window;  // Mistral / Qwen2: keys further back are not seen
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;    // eos_token_id: one id or a list (generation stops at any)
+
+  bool decoder() const { return model_type == "gpt2" || IsLlamaFamily(); }
+  bool IsLlamaFamily() const { return model_type == "llama" || model_type == "mistral" || model_type == "qwen2"; }
 };
 
 // config.json's text -> *out. "" or what is wrong, starting with `path` (the file, for
 // the message) and naming the key and the value: not a JSON object, an unsupported
 // model_type or a value we do not implement (hidden_act / activation other than gelu,
-// position_embedding_type other than absolute, is_decoder, ...), a size that is not one.
+// position_embedding_type other than absolute, is_decoder, a rope_scaling / rope_type
+// other than default, GPT-2's activation_function other than the tanh GELU, ...), a size
+// that is not one.
 std::string ParseHfConfig(const std::string& text, const std::string& path, HfConfig* out);
 
 }  // namespace nightshift::trainer

@@ -224,7 +224,10 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
   std::map<std::string, std::string> source;  // parameter name -> checkpoint name
   for (const std::string& n : names) {
     const std::string p = ParameterName(n, rules, bare);
-    if (!StartsWithAny(n, rules.ignored) && !StartsWithAny(p, rules.ignored)) source[p] = n;
+    const bool dropped = std::any_of(rules.ignored_suffixes.begin(), rules.ignored_suffixes.end(), [&](const std::string& s) {
+      return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    });
+    if (!dropped && !StartsWithAny(n, rules.ignored) && !StartsWithAny(p, rules.ignored)) source[p] = n;
   }
   std::vector<std::string> missing, head_missing;
   std::vector<torch::Tensor> head_new;

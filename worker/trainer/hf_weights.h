@@ -81,6 +81,8 @@ struct HfNameRules {
   // RoBERTa's "lm_head."), and buffers older versions saved (position_ids): dropped.
   std::vector<std::string> ignored;
   double initializer_range = 0.02;
+  // Checkpoint-name suffixes dropped too (GPT-2's saved causal-mask buffers, h.N.attn.bias).
+  std::vector<std::string> ignored_suffixes;
 };
 
 // Loads `weights` into `model`'s parameters by name; LayerNorm.gamma/beta of old

@@ -241,7 +241,8 @@ double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m,
   const double d = m.d_model, attention = 12.0 * d * seq_len;  // per token and block
   // The Hugging Face encoders' layers have our block's parameters, and their heads too
   // read position 0 alone.
-  const bool first_only = m.arch == "pretrained" || (m.arch == "transformer_classifier" && m.pooling != "mean");
+  const bool first_only = (m.arch == "pretrained" && !m.pretrained_decoder) ||
+                          (m.arch == "transformer_classifier" && m.pooling != "mean");
   if (!first_only) return 6.0 * p + m.layers * attention;
   const double block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + 2.0 * d * m.ffn + m.ffn + d;  // 2 LN, qkv, proj, ffn
   const double kv = 2 * d * d + 2 * d;  // the last block's key and value projections

@@ -140,7 +140,7 @@ std::shared_ptr<SequenceModel> BuildSequenceModel(const ModelConfig& model, int6
 // PaLM count them: 6 x non-embedding parameters (2 FLOPs per weight forward, 4 backward)
 // + 12 x layers x d_model x seq_len (attention scores and their product with V, forward
 // and backward), where seq_len is the length a token attends over (a batch's row length).
-// The classifier's last block (pooling cls; every arch pretrained model, whose layers have
+// The classifier's last block (pooling cls; every arch pretrained encoder, whose layers have
 // the same parameters) runs only keys and values per token; the rest
 // of it, the final norm and the head run once per row (forward_first), so they count
 // 1/seq_len.

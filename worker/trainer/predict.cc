@@ -145,7 +145,7 @@ std::string Predictor::OpenHf(const std::string& dir, const nlohmann::json& c) {
   if (tokenizer::Error e = tokenizer::Tokenizer::Load(dir + "/tokenizer.json", &hf_tokenizer_); !e.empty()) return e;
   HfConfig config;
   try {
-    model_ = hf::LoadClassifier(dir, {}, &config);  // names config.json's key, or the weights' file and tensor
+    model_ = hf::LoadPretrained(dir, {}, &config);  // names config.json's key, or the weights' file and tensor
   } catch (const std::exception& e) {
     return e.what();
   }

@@ -10,7 +10,7 @@
 //   max_len x 64 bytes, as data preparation reads it for such a job) goes through the
 //   folder's tokenizer.json (tokenizer/tokenizer.h: the ids of transformers'
 //   tokenizer(text, truncation=True, max_length=max_len)), and the model is
-//   hf::LoadClassifier's (models/pretrained.h), labelled by config.json's id2label.
+//   hf::LoadPretrained's (models/pretrained.h), labelled by config.json's id2label.
 //
 // Either way batches are planned like evaluation (batching.h PlanEval: length order, a
 // padded-token budget) and the model runs in evaluation mode.

@@ -106,19 +106,27 @@ void BuildModel(Run& run) {
   torch::manual_seed(cfg.train.seed);
   SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
   run.model = cfg.model.arch == "pretrained"
-                  ? hf::JobClassifier(cfg, /*load_weights=*/true)
+                  ? hf::JobModel(cfg, /*load_weights=*/true)
                   : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
   run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
   run.model->to(run.device);
   for (const auto& p : run.model->named_parameters()) {
     run.num_parameters += p.value().numel();
+    auto ends_with = [&](const char* suffix) {
+      const std::string& k = p.key();
+      return k.size() >= std::strlen(suffix) && k.compare(k.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+    };
     const bool embedding = p.key() == "tok_emb.weight" || p.key() == "pos_emb.weight" ||  // ours; Hugging Face's:
-                           p.key().find("_embeddings.weight") != std::string::npos;
+                           p.key().find("_embeddings.weight") != std::string::npos ||
+                           ends_with(".wte.weight") || ends_with(".wpe.weight") || ends_with(".embed_tokens.weight");
     if (!embedding) run.non_embedding_parameters += p.value().numel();
   }
-  // gpt_lm's head is tok_emb's weight (tied): its matmul is model FLOPs all the same.
-  if (cfg.model.arch == "gpt_lm") run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
+  // gpt_lm's head and a tied Hugging Face LM head are the token embedding: their matmul is
+  // model FLOPs all the same.
+  const bool tied_head = cfg.model.arch == "gpt_lm" || (cfg.model.task == "causal_lm" &&
+                                                         !run.model->named_parameters().contains("lm_head.weight"));
+  if (tied_head) run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
   run.optimizer = std::make_unique<torch::optim::AdamW>(
       run.model->parameters(),
       torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));

@@ -321,7 +321,7 @@ TrainConfig PretrainedJob(const std::string& source) {
 // The job's model as training leaves it: every parameter moved from where it started.
 std::shared_ptr<SequenceModel> TrainedClassifier(const TrainConfig& c) {
   torch::manual_seed(5);
-  std::shared_ptr<SequenceModel> model = hf::JobClassifier(c, /*load_weights=*/true);
+  std::shared_ptr<SequenceModel> model = hf::JobModel(c, /*load_weights=*/true);
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.1);
   return model;

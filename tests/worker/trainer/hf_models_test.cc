@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/format/safetensors.h"
+#include "tests/worker/trainer/reference_util.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/hf_weights.h"
@@ -31,29 +32,13 @@ using nlohmann::json;
 
 const char* const kCases[] = {"bert", "bert_fp16", "bert_sharded", "roberta", "distilbert", "distilbert_bf16"};
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
 }
 
-torch::Tensor FromJson(const json& j, torch::ScalarType type) {
-  std::vector<int64_t> shape;
-  std::vector<double> flat;
-  std::function<void(const json&, size_t)> walk = [&](const json& v, size_t depth) {
-    if (!v.is_array()) return flat.push_back(v.get<double>());
-    if (shape.size() == depth) shape.push_back(static_cast<int64_t>(v.size()));
-    for (const json& e : v) walk(e, depth + 1);
-  };
-  walk(j, 0);
-  return torch::tensor(flat, torch::kFloat64).view(shape).to(type);
-}
+using testing::FromJson;
+using testing::ReadAll;
 
 // The reference folders and numbers, made once per test program.
 class HfModelsTest : public ::testing::Test {
@@ -102,7 +87,7 @@ std::string ErrorOf(F f) {
 TEST_F(HfModelsTest, LogitsEqualTransformersInEvaluation) {
   for (const std::string name : kCases) {
     const json& ref = Case(name);
-    std::shared_ptr<SequenceModel> model = LoadClassifier(Folder(name));
+    std::shared_ptr<SequenceModel> model = LoadPretrained(Folder(name));
     model->eval();
     auto [tokens, pad_mask] = Inputs(ref["arch"].get<std::string>());
     torch::NoGradGuard no_grad;
@@ -119,7 +104,7 @@ TEST_F(HfModelsTest, FirstStepGradientsEqualTransformers) {
   for (const std::string name : kCases) {
     for (int checkpoint_every : {0, 1}) {  // activation checkpointing changes nothing
       const json& ref = Case(name);
-      std::shared_ptr<SequenceModel> model = LoadClassifier(Folder(name));
+      std::shared_ptr<SequenceModel> model = LoadPretrained(Folder(name));
       model->train();
       model->set_activation_checkpointing(checkpoint_every);
       auto [tokens, pad_mask] = Inputs(ref["arch"].get<std::string>());
@@ -143,7 +128,7 @@ TEST_F(HfModelsTest, FirstStepGradientsEqualTransformers) {
 // A bare BertModel's folder (names without "bert.", no head): the encoder as saved, a new
 // head initialised as transformers does (normal(0, initializer_range), zero bias).
 TEST_F(HfModelsTest, ABareEncoderGetsANewHead) {
-  std::shared_ptr<SequenceModel> model = LoadClassifier(Folder("bert_bare"));
+  std::shared_ptr<SequenceModel> model = LoadPretrained(Folder("bert_bare"));
   const HfWeights weights = HfWeights::Open(Folder("bert_bare"));
   auto params = model->named_parameters();
   EXPECT_TRUE(torch::equal(params["bert.pooler.dense.weight"], weights.Float("pooler.dense.weight")));
@@ -157,13 +142,13 @@ TEST_F(HfModelsTest, ABareEncoderGetsANewHead) {
 
 TEST_F(HfModelsTest, AMissingFileIsNamed) {
   const std::string empty = testing::FreshDir("hf_empty");
-  EXPECT_NE(ErrorOf([&] { LoadClassifier(empty); }).find(empty + "/config.json"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { LoadPretrained(empty); }).find(empty + "/config.json"), std::string::npos);
   const std::string dir = CopyOf("bert", "no_weights");
   fs::remove(dir + "/model.safetensors");
-  EXPECT_NE(ErrorOf([&] { LoadClassifier(dir); }).find("model.safetensors"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { LoadPretrained(dir); }).find("model.safetensors"), std::string::npos);
   const std::string sharded = CopyOf("bert_sharded", "lost_shard");
   fs::remove(sharded + "/model-00003-of-00005.safetensors");
-  EXPECT_NE(ErrorOf([&] { LoadClassifier(sharded); }).find("model-00003-of-00005.safetensors"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { LoadPretrained(sharded); }).find("model-00003-of-00005.safetensors"), std::string::npos);
 }
 
 // With the worker's data roots (TrainConfig::data_roots), every file of the folder is
@@ -180,7 +165,7 @@ TEST_F(HfModelsTest, AFolderInsideTheRootsCannotLinkOutOfThem) {
     fs::create_symlink("../../blobs/" + std::string(name), snapshot + "/" + name);
   }
   HfConfig config;
-  ASSERT_NE(LoadClassifier(snapshot, {}, &config, {root}), nullptr);
+  ASSERT_NE(LoadPretrained(snapshot, {}, &config, {root}), nullptr);
   EXPECT_EQ(config.model_type, "bert");
 
   // (the file linked, the reference folder it is in, outside the root)
@@ -195,8 +180,8 @@ TEST_F(HfModelsTest, AFolderInsideTheRootsCannotLinkOutOfThem) {
     fs::copy(Folder(source), dir);
     fs::remove(dir + "/" + name);
     fs::create_symlink(Folder(source) + "/" + name, dir + "/" + name);
-    ASSERT_NE(LoadClassifier(dir), nullptr) << "without roots, the link is followed";
-    const std::string error = ErrorOf([&] { LoadClassifier(dir, {}, nullptr, {root}); });
+    ASSERT_NE(LoadPretrained(dir), nullptr) << "without roots, the link is followed";
+    const std::string error = ErrorOf([&] { LoadPretrained(dir, {}, nullptr, {root}); });
     EXPECT_NE(error.find(dir + "/" + name + " leads out of the data roots"), std::string::npos) << error;
   }
 }
@@ -212,7 +197,7 @@ TEST_F(HfModelsTest, AnUnsupportedConfigNamesTheKeyAndValue) {
     json c = base;
     c[key] = value;
     WriteAll(dir + "/config.json", c.dump());
-    const std::string e = ErrorOf([&] { LoadClassifier(dir); });
+    const std::string e = ErrorOf([&] { LoadPretrained(dir); });
     EXPECT_NE(e.find(dir + "/config.json: " + key), std::string::npos) << e;
     EXPECT_NE(e.find(value.is_string() ? value.get<std::string>() : value.dump()), std::string::npos) << e;
   }
@@ -232,11 +217,11 @@ TEST_F(HfModelsTest, ALyingSafetensorsHeaderIsAnError) {
   ASSERT_LE(text.size(), n);
   text.append(n - text.size(), ' ');
   WriteAll(path, bytes.substr(0, 8) + text + bytes.substr(8 + n));
-  std::string e = ErrorOf([&] { LoadClassifier(dir); });
+  std::string e = ErrorOf([&] { LoadPretrained(dir); });
   EXPECT_NE(e.find(path + ": classifier.bias"), std::string::npos) << e;
 
   WriteAll(path, bytes.substr(0, bytes.size() - 4));
-  e = ErrorOf([&] { LoadClassifier(dir); });
+  e = ErrorOf([&] { LoadPretrained(dir); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
 }
 
@@ -260,14 +245,14 @@ TEST_F(HfModelsTest, ALeftOverOrMissingTensorIsListed) {
   extra["bert.encoder.layer.9.output.dense.weight"] = torch::zeros({32, 48});
   extra.erase("bert.pooler.dense.weight");
   WriteWeights(dir, extra);
-  std::string e = ErrorOf([&] { LoadClassifier(dir); });
+  std::string e = ErrorOf([&] { LoadPretrained(dir); });
   EXPECT_NE(e.find("missing bert.pooler.dense.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("not used bert.encoder.layer.9.output.dense.weight"), std::string::npos) << e;
 
   auto half_head = tensors;  // a head is new or whole, never half
   half_head.erase("classifier.bias");
   WriteWeights(dir, half_head);
-  e = ErrorOf([&] { LoadClassifier(dir); });
+  e = ErrorOf([&] { LoadPretrained(dir); });
   EXPECT_NE(e.find("missing classifier.bias"), std::string::npos) << e;
 
   // A head of other labels: its shape is named.
@@ -275,7 +260,7 @@ TEST_F(HfModelsTest, ALeftOverOrMissingTensorIsListed) {
   json c = json::parse(ReadAll(dir + "/config.json"));
   c["id2label"] = {{"0", "no"}, {"1", "yes"}};
   WriteAll(dir + "/config.json", c.dump());
-  e = ErrorOf([&] { LoadClassifier(dir); });
+  e = ErrorOf([&] { LoadPretrained(dir); });
   EXPECT_NE(e.find("classifier.weight has shape [3, 32]"), std::string::npos) << e;
 }
 
@@ -287,7 +272,7 @@ TEST_F(HfModelsTest, AShardIndexThatLiesIsAnError) {
   index["weight_map"][moved] = was == "model-00002-of-00005.safetensors" ? "model-00003-of-00005.safetensors"
                                                                           : "model-00002-of-00005.safetensors";
   WriteAll(dir + "/model.safetensors.index.json", index.dump());
-  const std::string e = ErrorOf([&] { LoadClassifier(dir); });
+  const std::string e = ErrorOf([&] { LoadPretrained(dir); });
   EXPECT_NE(e.find(moved), std::string::npos) << e;
 }
 
@@ -310,7 +295,7 @@ TEST(HfWeightsMemory, LoadingCostsAboutTheWeightsSize) {
     if (entry.path().extension() == ".safetensors") disk += entry.file_size();
   const int64_t before_kb = StatusKb("VmRSS");
   WriteAll("/proc/self/clear_refs", "5");  // the peak (VmHWM) starts again from here
-  std::shared_ptr<SequenceModel> model = LoadClassifier(dir);
+  std::shared_ptr<SequenceModel> model = LoadPretrained(dir);
   const int64_t peak_kb = StatusKb("VmHWM");
   const double ratio = double(peak_kb - before_kb) * 1024 / double(disk);
   std::printf("%s: %.1f MB of weights, peak resident set +%.1f MB (%.2fx)\n", dir, disk / 1e6,

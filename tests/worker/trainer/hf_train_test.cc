@@ -122,10 +122,10 @@ double MaxRelativeDifference(const std::map<std::string, torch::Tensor>& a,
 TEST_F(HfTrainTest, ActivationCheckpointingIsRngExactWithDropoutOn) {
   for (const char* arch : kArchs) {
     SCOPED_TRACE(arch);
-    hf::ClassifierOptions options;
+    hf::PretrainedOptions options;
     options.labels = kLabels;
     options.dropout = options.attention_dropout = 0.1;
-    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder(arch), options);
+    std::shared_ptr<SequenceModel> model = hf::LoadPretrained(Folder(arch), options);
     model->train();
     const auto plain = Gradients(*model, 0, 7);
     std::string where;
@@ -145,9 +145,9 @@ TEST_F(HfTrainTest, TheExplicitAttentionPathEqualsSdpa) {
   const auto [tokens, pad] = Rows();
   for (const char* arch : kArchs) {
     SCOPED_TRACE(arch);
-    hf::ClassifierOptions options;
+    hf::PretrainedOptions options;
     options.attention_dropout = 1e-9;
-    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder(arch), options);
+    std::shared_ptr<SequenceModel> model = hf::LoadPretrained(Folder(arch), options);
     model->eval();
     const torch::Tensor sdpa = model->forward(tokens, pad);
     model->train();  // every other dropout of these folders is 0
@@ -161,7 +161,7 @@ TEST_F(HfTrainTest, Bf16AutocastStaysCloseToFp32) {
   const auto [tokens, pad] = Rows();
   for (const char* arch : kArchs) {
     SCOPED_TRACE(arch);
-    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder(arch));
+    std::shared_ptr<SequenceModel> model = hf::LoadPretrained(Folder(arch));
     model->eval();
     torch::Tensor fp32 = model->forward(tokens, pad);
     torch::Tensor bf16;
@@ -184,7 +184,7 @@ TEST_F(HfTrainTest, Bf16AutocastStaysCloseToFp32) {
 // `faults` runs it out of memory); the parameters after it.
 std::vector<torch::Tensor> OneStep(const std::string& folder, MicroBatchRunner& runner, const FaultInjector& faults,
                                    MicroBatchResult* result) {
-  std::shared_ptr<SequenceModel> model = hf::LoadClassifier(folder);
+  std::shared_ptr<SequenceModel> model = hf::LoadPretrained(folder);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
   const auto [tokens, pad] = Rows();
   Batch batch;
@@ -232,7 +232,7 @@ TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
   const int port = testing::FreePort();
   std::vector<std::vector<torch::Tensor>> after(2);
   testing::RunRanks(2, [&](int r) {
-    std::shared_ptr<SequenceModel> model = hf::LoadClassifier(Folder("roberta"));
+    std::shared_ptr<SequenceModel> model = hf::LoadPretrained(Folder("roberta"));
     GradientSync sync(ProcessGroup::Create(testing::Options(r, 2, port)), model->parameters(), GradientSyncOptions{});
     sync.Broadcast(model->parameters());
     torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
@@ -242,7 +242,7 @@ TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
     opt.step();
     for (const auto& p : model->parameters()) after[r].push_back(p.detach().clone());
   });
-  std::shared_ptr<SequenceModel> ref = hf::LoadClassifier(Folder("roberta"));
+  std::shared_ptr<SequenceModel> ref = hf::LoadPretrained(Folder("roberta"));
   torch::optim::SGD opt(ref->parameters(), torch::optim::SGDOptions(0.5));
   F::cross_entropy(ref->forward(tokens, pad), Targets()).backward();
   opt.step();
@@ -254,7 +254,7 @@ TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
 }
 
 std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
-  std::shared_ptr<SequenceModel> model = hf::JobClassifier(c, /*load_weights=*/false);
+  std::shared_ptr<SequenceModel> model = hf::JobModel(c, /*load_weights=*/false);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
   RunPosition position;
   EXPECT_TRUE(CheckpointManager(CheckpointOptions{c.checkpoint_dir, 0, 0, 10}).LoadLatest(*model, optimizer, &position));
@@ -296,7 +296,7 @@ TEST_F(HfTrainTest, RunsWithATokenBudgetEndInACheckpoint) {
     EXPECT_EQ(progress.records.front().Number("max_tokens"), 48);
     EXPECT_EQ(progress.records.back().event, "done");
     EXPECT_GT(progress.records.back().Number("val_accuracy"), 0);
-    EXPECT_EQ(FinalParameters(c).size(), hf::JobClassifier(c, false)->parameters().size());
+    EXPECT_EQ(FinalParameters(c).size(), hf::JobModel(c, false)->parameters().size());
   }
 }
 

@@ -3,12 +3,18 @@
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/bert.h"
 #include "worker/trainer/models/distilbert.h"
+#include "worker/trainer/models/gpt2.h"
+#include "worker/trainer/models/llama.h"
 #include "worker/trainer/models/roberta.h"
 
 namespace nightshift::trainer::hf {
 namespace {
 
-HfNameRules NameRules(const HfConfig& c) {
+// The base model's name in the checkpoint (decoders).
+std::string DecoderBase(const HfConfig& c) { return c.model_type == "gpt2" ? "transformer" : "model"; }
+
+HfNameRules NameRules(const HfConfig& c, const std::string& task) {
+  if (c.decoder()) return DecoderModelImpl::NameRules(c, task, DecoderBase(c));
   if (c.model_type == "bert") return BertForSequenceClassificationImpl::NameRules(c);
   if (c.model_type == "roberta") return RobertaForSequenceClassificationImpl::NameRules(c);
   return DistilBertForSequenceClassificationImpl::NameRules(c);
@@ -16,16 +22,17 @@ HfNameRules NameRules(const HfConfig& c) {
 
 // The folder's config with the job's options applied; *new_head: the labels differ, so
 // the folder's head does not fit them.
-HfConfig WithOptions(HfConfig c, const ClassifierOptions& options, bool* new_head) {
-  *new_head = !options.labels.empty() && options.labels != c.labels;
+HfConfig WithOptions(HfConfig c, const PretrainedOptions& options, bool* new_head) {
+  *new_head = options.task == "classification" && !options.labels.empty() && options.labels != c.labels;
   if (*new_head) c.labels = options.labels;
-  if (options.dropout >= 0) c.hidden_dropout = c.classifier_dropout = options.dropout;
+  if (options.dropout >= 0) c.hidden_dropout = c.classifier_dropout = c.embedding_dropout = options.dropout;
   if (options.attention_dropout >= 0) c.attention_dropout = options.attention_dropout;
   return c;
 }
 
-ClassifierOptions JobOptions(const TrainConfig& config) {
-  ClassifierOptions options;
+PretrainedOptions JobOptions(const TrainConfig& config) {
+  PretrainedOptions options;
+  options.task = config.model.task.empty() ? "classification" : config.model.task;
   options.labels = config.data.class_names;
   options.dropout = config.model.dropout;  // -1: the folder's
   if (config.model.attention_dropout > 0) options.attention_dropout = config.model.attention_dropout;
@@ -34,28 +41,39 @@ ClassifierOptions JobOptions(const TrainConfig& config) {
 
 }  // namespace
 
-std::string ClassifierClassName(const std::string& model_type) {
-  if (model_type == "bert") return "BertForSequenceClassification";
-  if (model_type == "roberta") return "RobertaForSequenceClassification";
-  if (model_type == "distilbert") return "DistilBertForSequenceClassification";
-  throw PermanentError("model_type \"" + model_type + "\" is not supported (bert, roberta, distilbert)");
+std::string PretrainedClassName(const std::string& model_type, const std::string& task) {
+  // model_type -> transformers' prefix of its classes
+  static const std::map<std::string, std::string> kPrefix = {
+      {"bert", "Bert"}, {"roberta", "Roberta"}, {"distilbert", "DistilBert"}, {"gpt2", "GPT2"},
+      {"llama", "Llama"}, {"mistral", "Mistral"}, {"qwen2", "Qwen2"}};
+  const auto it = kPrefix.find(model_type);
+  if (it == kPrefix.end())
+    throw PermanentError("model_type \"" + model_type + "\" is not supported (bert, roberta, distilbert, gpt2, llama, mistral, qwen2)");
+  if (task == "classification") return it->second + "ForSequenceClassification";
+  const bool decoder = model_type == "gpt2" || model_type == "llama" || model_type == "mistral" || model_type == "qwen2";
+  if (task != "causal_lm" || !decoder)
+    throw PermanentError("model.task " + task + " is not available for model_type \"" + model_type +
+                         "\" (" + (decoder ? "classification or causal_lm" : "classification only: an encoder") + ")");
+  return model_type == "gpt2" ? "GPT2LMHeadModel" : it->second + "ForCausalLM";
 }
 
-std::shared_ptr<SequenceModel> BuildClassifier(const HfConfig& c) {
+std::shared_ptr<SequenceModel> BuildPretrained(const HfConfig& c, const std::string& task) {
+  PretrainedClassName(c.model_type, task);  // throws for what we do not build
+  if (c.model_type == "gpt2") return DecoderModel(c, task, DecoderBase(c), Gpt2Model(c).ptr()).ptr();
+  if (c.IsLlamaFamily()) return DecoderModel(c, task, DecoderBase(c), LlamaModel(c).ptr()).ptr();
   if (c.model_type == "bert") return BertForSequenceClassification(c).ptr();
   if (c.model_type == "roberta") return RobertaForSequenceClassification(c).ptr();
-  if (c.model_type == "distilbert") return DistilBertForSequenceClassification(c).ptr();
-  throw PermanentError("model_type \"" + c.model_type + "\" is not supported (bert, roberta, distilbert)");
+  return DistilBertForSequenceClassification(c).ptr();
 }
 
-std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, const ClassifierOptions& options,
+std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const PretrainedOptions& options,
                                               HfConfig* config, const std::vector<std::string>& roots) {
   bool new_head = false;
   const HfConfig c = WithOptions(ReadHfConfig(dir, roots), options, &new_head);
   const HfWeights weights = HfWeights::Open(dir, roots);  // every header checked before the model is built
-  HfNameRules rules = NameRules(c);
+  HfNameRules rules = NameRules(c, options.task);
   if (new_head) rules.ignored.insert(rules.ignored.end(), rules.head.begin(), rules.head.end());
-  std::shared_ptr<SequenceModel> model = BuildClassifier(c);
+  std::shared_ptr<SequenceModel> model = BuildPretrained(c, options.task);
   LoadHfWeights(weights, rules, *model);
   if (config != nullptr) *config = c;
   return model;
@@ -63,6 +81,7 @@ std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, const Clas
 
 int64_t MaxRowLength(const HfConfig& c) {
   if (c.model_type == "roberta") return c.max_position_embeddings - c.pad_token_id.value_or(0) - 1;
+  if (c.sliding_window) return std::min(c.max_position_embeddings, *c.sliding_window);
   return c.max_position_embeddings;
 }
 
@@ -76,37 +95,51 @@ std::string ResolvePretrained(TrainConfig* config) {
     return std::string("model.pretrained: ") + e.what();
   }
   const std::string file = m.pretrained + "/config.json";
-  const bool distil = c.model_type == "distilbert";
+  try {
+    PretrainedClassName(c.model_type, m.task.empty() ? "classification" : m.task);
+  } catch (const PermanentError& e) {
+    return std::string("model.task: ") + e.what();
+  }
+  if (c.IsLlamaFamily() && m.dropout > 0)
+    return "model.dropout: " + c.model_type + " has no dropout but on the attention probabilities: leave it out, "
+           "and set model.attention_dropout for that";
+  const bool distil = c.model_type == "distilbert", gpt2 = c.model_type == "gpt2";
+  m.pretrained_decoder = c.decoder();
   struct Size {
     const char* field;
     int* spec;
     int64_t value;
     const char* key;
   };
-  const Size sizes[] = {{"model.layers", &m.layers, c.num_hidden_layers, distil ? "n_layers" : "num_hidden_layers"},
-                        {"model.d_model", &m.d_model, c.hidden_size, distil ? "dim" : "hidden_size"},
-                        {"model.heads", &m.heads, c.num_attention_heads, distil ? "n_heads" : "num_attention_heads"},
-                        {"model.ffn", &m.ffn, c.intermediate_size, distil ? "hidden_dim" : "intermediate_size"}};
+  const Size sizes[] = {
+      {"model.layers", &m.layers, c.num_hidden_layers, distil ? "n_layers" : gpt2 ? "n_layer" : "num_hidden_layers"},
+      {"model.d_model", &m.d_model, c.hidden_size, distil ? "dim" : gpt2 ? "n_embd" : "hidden_size"},
+      {"model.heads", &m.heads, c.num_attention_heads, distil ? "n_heads" : gpt2 ? "n_head" : "num_attention_heads"},
+      {"model.ffn", &m.ffn, c.intermediate_size, distil ? "hidden_dim" : gpt2 ? "n_inner" : "intermediate_size"}};
   for (const Size& s : sizes) {
     if (*s.spec != 0 && *s.spec != s.value)
       return std::string(s.field) + ": " + std::to_string(*s.spec) + " differs from " + file + "'s " + s.key + " " +
              std::to_string(s.value) + " (leave it out to take the folder's)";
     *s.spec = static_cast<int>(s.value);
   }
+  const bool window = c.sliding_window && *c.sliding_window < c.max_position_embeddings;
   if (m.max_len > MaxRowLength(c))
-    return "model.max_len: " + std::to_string(m.max_len) + " is longer than " + file + "'s max_position_embeddings " +
-           std::to_string(c.max_position_embeddings) + " allows (" + std::to_string(MaxRowLength(c)) + " tokens)";
+    return "model.max_len: " + std::to_string(m.max_len) + " is longer than " + file + "'s " +
+           (window ? "sliding_window " + std::to_string(*c.sliding_window)
+                   : (gpt2 ? "n_positions " : "max_position_embeddings ") + std::to_string(c.max_position_embeddings)) +
+           " allows (" + std::to_string(MaxRowLength(c)) + " tokens)";
   if (config->data.vocab_size > c.vocab_size)
     return "model.pretrained: the tokenizer has " + std::to_string(config->data.vocab_size) + " tokens but " + file +
            "'s vocab_size is " + std::to_string(c.vocab_size);
   return "";
 }
 
-std::shared_ptr<SequenceModel> JobClassifier(const TrainConfig& config, bool load_weights) {
+std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights) {
   const ModelConfig& m = config.model;
-  if (load_weights) return LoadClassifier(m.pretrained, JobOptions(config), nullptr, m.data_roots);
+  if (load_weights) return LoadPretrained(m.pretrained, JobOptions(config), nullptr, m.data_roots);
   bool new_head = false;
-  return BuildClassifier(WithOptions(ReadHfConfig(m.pretrained, m.data_roots), JobOptions(config), &new_head));
+  const PretrainedOptions options = JobOptions(config);
+  return BuildPretrained(WithOptions(ReadHfConfig(m.pretrained, m.data_roots), options, &new_head), options.task);
 }
 
 }  // namespace nightshift::trainer::hf

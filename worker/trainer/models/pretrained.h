@@ -1,5 +1,7 @@
-// A Hugging Face model folder as a classifier: the architecture its config.json names
-// (bert.h, roberta.h, distilbert.h), built from its config and loaded with its weights.
+// A Hugging Face model folder as a classifier or a language model: the architecture its
+// config.json names (encoders: bert.h, roberta.h, distilbert.h, classification only;
+// decoders: gpt2.h, llama.h with decoder.h's heads, classification or causal_lm), built
+// from its config and loaded with its weights.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_PRETRAINED_H_
 #define NIGHTSHIFT_WORKER_TRAINER_MODELS_PRETRAINED_H_
 
@@ -12,15 +14,18 @@
 
 namespace nightshift::trainer::hf {
 
+// model.task: "classification" (...ForSequenceClassification) or "causal_lm"
+// (...ForCausalLM, GPT2LMHeadModel; decoders only).
 // transformers' name of that class (config.json "architectures"); throws PermanentError
-// for a model_type we do not build.
-std::string ClassifierClassName(const std::string& model_type);
+// for a model_type (or a task of it) we do not build.
+std::string PretrainedClassName(const std::string& model_type, const std::string& task = "classification");
 
-// The ...ForSequenceClassification model of `config.model_type`, freshly initialised.
-std::shared_ptr<SequenceModel> BuildClassifier(const HfConfig& config);
+// The model of `config.model_type` for `task`, freshly initialised.
+std::shared_ptr<SequenceModel> BuildPretrained(const HfConfig& config, const std::string& task = "classification");
 
 // What a job changes in the folder's model, as from_pretrained(dir, **overrides) would.
-struct ClassifierOptions {
+struct PretrainedOptions {
+  std::string task = "classification";  // or causal_lm
   // The data's label names (id order). The folder's head is kept when its id2label names
   // these labels in this order; otherwise the whole head is new, for these labels. Empty:
   // the folder's labels and head.
@@ -29,16 +34,16 @@ struct ClassifierOptions {
   double attention_dropout = -1;  // >= 0: replaces the attention probabilities' dropout
 };
 
-// dir/config.json's model with dir's weights (hf_weights.h: mapped, converted to float32
+// dir/config.json's model for options.task with dir's weights (hf_weights.h: mapped, converted to float32
 // per tensor; a missing or replaced classification head is initialised as transformers
 // initialises one). On the CPU, in training mode. *config (when set) is the config the
 // model was built from, options applied. The folder's files are opened beneath `roots`
 // (hf_weights.h; empty: anywhere). Throws PermanentError naming the file, key or tensor.
-std::shared_ptr<SequenceModel> LoadClassifier(const std::string& dir, const ClassifierOptions& options = {},
+std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const PretrainedOptions& options = {},
                                               HfConfig* config = nullptr, const std::vector<std::string>& roots = {});
 
-// The longest row (tokens) the folder's position table takes: max_position_embeddings,
-// less RoBERTa's offset (its positions start after pad_token_id).
+// The longest row (tokens) the folder's model takes: max_position_embeddings, less
+// RoBERTa's offset (its positions start after pad_token_id); at most a sliding window.
 int64_t MaxRowLength(const HfConfig& config);
 
 // model.arch pretrained: reads model.pretrained's config.json, checks the spec against it
@@ -50,9 +55,9 @@ int64_t MaxRowLength(const HfConfig& config);
 std::string ResolvePretrained(TrainConfig* config);
 
 // The job's model of a resolved config (arch pretrained): the folder's weights, the data's
-// labels (class_names) and the spec's dropout (ClassifierOptions); load_weights false: as
+// labels (class_names) and the spec's dropout (PretrainedOptions); load_weights false: as
 // initialised only, for a checkpoint to fill.
-std::shared_ptr<SequenceModel> JobClassifier(const TrainConfig& config, bool load_weights);
+std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights);
 
 }  // namespace nightshift::trainer::hf
 

@@ -1,0 +1,137 @@
+#include "worker/trainer/models/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "worker/trainer/dropout.h"
+
+namespace nightshift::trainer::hf {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Each of the Hkv heads of k [B, Hkv, L, Dh] repeated for its H / Hkv query heads, in
+// transformers' order (repeat_kv): [B, H, L, Dh].
+torch::Tensor RepeatKv(const torch::Tensor& k, int64_t heads) {
+  const int64_t b = k.size(0), hkv = k.size(1), l = k.size(2), dh = k.size(3);
+  if (hkv == heads) return k;
+  return k.unsqueeze(2).expand({b, hkv, heads / hkv, l, dh}).reshape({b, heads, l, dh});
+}
+
+// The causal mask of the last lq of l positions: query i sees keys <= l - lq + i. [Lq, L].
+torch::Tensor CausalBias(int64_t lq, int64_t l, const torch::TensorOptions& options) {
+  return torch::full({lq, l}, kNegInf, options).triu(l - lq + 1);
+}
+
+}  // namespace
+
+torch::Tensor Segments::Mask(const torch::TensorOptions& options) const {
+  const int64_t l = ids.size(1);
+  auto allowed = ids.unsqueeze(2).eq(ids.unsqueeze(1)).logical_and_(
+      torch::ones({l, l}, ids.options().dtype(torch::kBool)).tril());  // [B, L, L]
+  return torch::zeros(allowed.sizes(), options).masked_fill_(allowed.logical_not(), kNegInf).unsqueeze(1);
+}
+
+torch::Tensor CausalAttention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
+                              double p, bool training) {
+  const int64_t b = q.size(0), heads = q.size(1), lq = q.size(2), dh = q.size(3), l = k.size(2);
+  k = RepeatKv(k, heads);
+  v = RepeatKv(v, heads);
+  torch::Tensor y;
+  if (training && p > 0 && q.device().is_cpu()) {  // our dropout (common.h's Attention says why)
+    auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(dh)));
+    if (mask.defined()) scores = scores + mask;
+    else if (lq > 1) scores = scores + CausalBias(lq, l, scores.options());
+    y = torch::matmul(Dropout(torch::softmax(scores, -1), p, true), v);
+  } else {
+    const double drop = training ? p : 0.0;
+    if (mask.defined()) y = at::scaled_dot_product_attention(q, k, v, mask, drop);
+    else if (lq == l) y = at::scaled_dot_product_attention(q, k, v, std::nullopt, drop, /*is_causal=*/true);
+    else if (lq == 1) y = at::scaled_dot_product_attention(q, k, v, std::nullopt, drop);
+    else y = at::scaled_dot_product_attention(q, k, v, CausalBias(lq, l, q.options()), drop);
+  }
+  return y.transpose(1, 2).reshape({b, lq, heads * dh});
+}
+
+std::pair<torch::Tensor, torch::Tensor> CacheKv(KvCache* cache, size_t layer, const torch::Tensor& k,
+                                                const torch::Tensor& v) {
+  if (cache == nullptr) return {k, v};
+  if (cache->keys.size() <= layer) {
+    cache->keys.push_back(k);
+    cache->values.push_back(v);
+  } else {
+    cache->keys[layer] = torch::cat({cache->keys[layer], k}, 2);
+    cache->values[layer] = torch::cat({cache->values[layer], v}, 2);
+  }
+  return {cache->keys[layer], cache->values[layer]};
+}
+
+DecoderModelImpl::DecoderModelImpl(const HfConfig& c, const std::string& task, const std::string& base,
+                                   std::shared_ptr<DecoderTrunk> trunk)
+    : config_(c), causal_lm_(task == "causal_lm"), trunk_(register_module(base, std::move(trunk))) {
+  const int64_t d = c.hidden_size;
+  if (!causal_lm_)
+    head_ = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(d, int64_t(c.labels.size())).bias(false)));
+  else if (!c.tie_word_embeddings)
+    head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(d, c.vocab_size).bias(false)));
+}
+
+torch::Tensor DecoderModelImpl::Head(const torch::Tensor& h) {
+  return head_ ? head_(h) : torch::nn::functional::linear(h, trunk_->token_embedding());
+}
+
+torch::Tensor DecoderModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {
+  const torch::Tensor h = trunk_->forward(tokens, Segments{}, nullptr);  // [B, L, D]
+  if (causal_lm_) return Head(h);
+  torch::Tensor last;  // [B]
+  if (config_.pad_token_id) {  // the rightmost token that is not the padding id (transformers)
+    auto positions = torch::arange(tokens.size(1), tokens.options());
+    last = (positions * tokens.ne(*config_.pad_token_id)).argmax(-1);
+  } else {
+    last = pad_mask.logical_not().sum(1).sub(1).clamp_min(0);
+  }
+  return Head(h.index({torch::arange(tokens.size(0), tokens.options()), last}));  // [B, C]
+}
+
+torch::Tensor DecoderModelImpl::forward_packed(const torch::Tensor& tokens, const Segments& segments) {
+  return Head(trunk_->forward(tokens, segments, nullptr));
+}
+
+torch::Tensor DecoderModelImpl::forward_cached(const torch::Tensor& tokens, KvCache* cache) {
+  return Head(trunk_->forward(tokens, Segments{}, cache));
+}
+
+HfNameRules DecoderModelImpl::NameRules(const HfConfig& c, const std::string& task, const std::string& base) {
+  HfNameRules rules{base + ".", {}, {}, c.initializer_range};
+  if (task == "causal_lm") {
+    if (c.tie_word_embeddings) rules.ignored.push_back("lm_head.");  // some files hold the tied copy too
+    else rules.head.push_back("lm_head.");
+    rules.ignored.push_back("score.");
+  } else {
+    rules.head.push_back("score.");
+    rules.ignored.push_back("lm_head.");
+  }
+  // GPT-2 files of transformers 3/4 hold the causal-mask buffers.
+  if (c.model_type == "gpt2") rules.ignored_suffixes = {".attn.bias", ".attn.masked_bias"};
+  return rules;
+}
+
+std::vector<int64_t> GreedyGenerate(DecoderModelImpl& model, const std::vector<int64_t>& prompt,
+                                    int64_t max_new_tokens, const std::vector<int64_t>& stop, bool use_cache) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> sequence = prompt, generated;
+  auto row = [](const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kLong).view({1, -1}); };
+  KvCache cache;
+  torch::Tensor logits = model.forward_cached(row(prompt), use_cache ? &cache : nullptr);
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    const int64_t next = logits[0][-1].argmax().item<int64_t>();
+    generated.push_back(next);
+    sequence.push_back(next);
+    if (std::find(stop.begin(), stop.end(), next) != stop.end() || i + 1 == max_new_tokens) break;
+    logits = use_cache ? model.forward_cached(row({next}), &cache) : model.forward_cached(row(sequence), nullptr);
+  }
+  return generated;
+}
+
+}  // namespace nightshift::trainer::hf
