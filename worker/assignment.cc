@@ -11,12 +11,13 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
   o.format = d.format();
   o.text_field = d.text_field();
   o.label_field = d.label_field();
+  o.completion_field = d.completion_field();
   o.max_samples = d.max_samples();
   o.validation_fraction = d.validation_fraction();
   o.seed = spec.train().seed();
   o.vocab_size = d.tokenizer().vocab_size();
   o.max_len = spec.model().max_len();
-  o.classifier = spec.model().arch() != "gpt_lm";
+  o.classifier = spec.model().arch() != "gpt_lm" && spec.model().task() != "causal_lm";
   // model.init_from: its tokenizer as it is (the task adds its digest from checksums.json)
   if (!spec.model().init_from().empty()) o.tokenizer_model = spec.model().init_from() + "/tokenizer.model";
   o.pretrained = spec.model().pretrained();

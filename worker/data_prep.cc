@@ -36,7 +36,8 @@ struct RawSample {
   std::string id;      // stable: "<label>/<file name>" or "<file>:<line>"
   std::string label;   // empty for language models
   std::string path;    // text_dir: the file to read
-  std::string text;    // jsonl: the text itself
+  std::string text;    // jsonl: the text itself (with data.completion_field: prompt + completion)
+  size_t prompt_bytes = 0;  // data.completion_field: the prompt's bytes at the start of text
 };
 
 // At most max_bytes of the file at `path`, opened once beneath the data roots
@@ -136,6 +137,13 @@ Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels
     RawSample s;
     s.id = file.filename().string() + ":" + std::to_string(n);
     s.text = j[data.text_field].get<std::string>();
+    if (!data.completion_field.empty()) {
+      if (!j.contains(data.completion_field) || !j[data.completion_field].is_string())
+        return Status::InvalidArgument(where + ": no string field '" + data.completion_field +
+                                       "' (data.completion_field)");
+      s.prompt_bytes = s.text.size();
+      s.text += j[data.completion_field].get<std::string>();
+    }
     if (with_labels) {
       if (!j.contains(data.label_field))
         return Status::InvalidArgument(where + ": no field '" + data.label_field + "' (data.label_field)");
@@ -325,25 +333,38 @@ Status LoadPretrainedTokenizer(const PrepOptions& data, PretrainedTokenizer* out
   return Status::OK();
 }
 
-// The ids tokenizer(text, truncation=True, max_length=max_len) gives (classifiers only).
+// The ids tokenizer(text, truncation=True, max_length=max_len) gives. A language model's
+// sample (model.task causal_lm) ends with eos when there is room, as TRL's SFT trainer
+// adds it; with a prompt (the first prompt_bytes of its text), (*prompt_tokens)[i] is the
+// length of tokenizer(prompt): the ids the loss does not count (written as the sample's
+// label in the shard).
 Status TokenizePretrained(const tokenizer::Tokenizer& tok, const std::vector<std::string>& texts,
-                          const PrepOptions& data, int threads, std::vector<std::vector<int32_t>>* ids) {
-  if (!data.classifier) return Status::InvalidArgument("model.pretrained: only classification is supported");
+                          const std::vector<RawSample>& samples, const PrepOptions& data, int eos_id, int threads,
+                          std::vector<std::vector<int32_t>>* ids, std::vector<int32_t>* prompt_tokens) {
   ids->assign(texts.size(), {});
+  prompt_tokens->assign(texts.size(), 0);
   return ParallelFor(texts.size(), threads, [&](size_t i) -> Status {
-    (*ids)[i] = tok.Encode(texts[i], static_cast<size_t>(data.max_len));
+    std::vector<int32_t>& v = (*ids)[i] = tok.Encode(texts[i], static_cast<size_t>(data.max_len));
+    if (data.classifier) return Status::OK();
+    if (static_cast<int>(v.size()) < data.max_len && (v.empty() || v.back() != eos_id)) v.push_back(eos_id);
+    if (samples[i].prompt_bytes > 0) {
+      const size_t prompt = tok.Encode(std::string_view(texts[i]).substr(0, samples[i].prompt_bytes)).size();
+      (*prompt_tokens)[i] = static_cast<int32_t>(std::min(prompt, v.size()));
+    }
     return Status::OK();
   });
 }
 
 // The train and val shards, and the counts in *out.
+// A language model's label is its prompt's length in tokens (prompt_tokens; empty: -1).
 Status WriteShards(const PrepOptions& data, const std::vector<RawSample>& samples,
                    const std::map<std::string, int>& label_ids, const std::vector<bool>& is_val,
-                   const std::vector<std::vector<int32_t>>& ids, const std::string& output_dir, PreparedData* out) {
+                   const std::vector<std::vector<int32_t>>& ids, const std::vector<int32_t>& prompt_tokens,
+                   const std::string& output_dir, PreparedData* out) {
   const uint32_t num_classes = static_cast<uint32_t>(out->class_names.size());
   format::ShardWriter train(out->vocab_size, num_classes), val(out->vocab_size, num_classes);
   for (size_t i = 0; i < samples.size(); ++i) {
-    int32_t label = data.classifier ? label_ids.at(samples[i].label) : -1;
+    int32_t label = data.classifier ? label_ids.at(samples[i].label) : prompt_tokens.empty() ? -1 : prompt_tokens[i];
     (is_val[i] ? val : train).Add(format::StableHash64(samples[i].id), label, ids[i]);
   }
   if (train.num_samples() == 0) return Status::InvalidArgument("data.validation_fraction leaves no training samples");
@@ -414,6 +435,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
   out.read_seconds = Since(phase);
 
   std::vector<std::vector<int32_t>> ids;
+  std::vector<int32_t> prompt_tokens;  // language models with data.completion_field
   int pad_id = kPadId, bos_id = kBosId, eos_id = kEosId;
   if (pretrained) {
     phase = std::chrono::steady_clock::now();
@@ -423,7 +445,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
     pad_id = tok.pad_id, bos_id = tok.bos_id, eos_id = tok.eos_id;
     out.tokenizer_seconds = Since(phase);
     phase = std::chrono::steady_clock::now();
-    NS_RETURN_IF_ERROR(TokenizePretrained(*tok.tokenizer, texts, data, threads, &ids));
+    NS_RETURN_IF_ERROR(TokenizePretrained(*tok.tokenizer, texts, samples, data, eos_id, threads, &ids, &prompt_tokens));
     out.tokenize_seconds = Since(phase);
   } else {
     phase = std::chrono::steady_clock::now();
@@ -447,7 +469,7 @@ StatusOr<PreparedData> PrepareData(const PrepOptions& data, const std::string& o
     out.tokenize_seconds = Since(phase);
   }
 
-  NS_RETURN_IF_ERROR(WriteShards(data, samples, label_ids, is_val, ids, output_dir, &out));
+  NS_RETURN_IF_ERROR(WriteShards(data, samples, label_ids, is_val, ids, prompt_tokens, output_dir, &out));
   for (const auto& t : texts) out.input_bytes += t.size();
   NS_RETURN_IF_ERROR(WriteMeta(out, pad_id, bos_id, eos_id, output_dir));
   out.seconds = Since(t0);

@@ -32,6 +32,7 @@ const Field kFields[] = {
     {"format", &PrepOptions::format, Field::kYes, "data.format: text_dir or jsonl"},
     {"text_field", &PrepOptions::text_field, Field::kYes, "data.text_field (jsonl)"},
     {"label_field", &PrepOptions::label_field, Field::kYes, "data.label_field (jsonl)"},
+    {"completion_field", &PrepOptions::completion_field, Field::kWhenSet, "data.completion_field (jsonl, causal_lm)"},
     {"max_samples", &PrepOptions::max_samples, Field::kYes, "data.max_samples; 0: all"},
     {"validation_fraction", &PrepOptions::validation_fraction, Field::kYes, "data.validation_fraction"},
     {"seed", &PrepOptions::seed, Field::kYes, "train.seed: picks the validation split"},

@@ -28,6 +28,7 @@ struct PrepOptions {
   std::string format = "text_dir";  // text_dir | jsonl
   std::string text_field = "text";  // jsonl
   std::string label_field;          // jsonl; empty for language models
+  std::string completion_field;     // jsonl language models: the completion (text_field: the prompt)
   int64_t max_samples = 0;          // 0: all
   double validation_fraction = 0.2;
   uint64_t seed = 1234;             // picks the validation split

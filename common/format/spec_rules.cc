@@ -14,9 +14,9 @@ const std::vector<SpecField>& SpecFields() {
       L::kArch, L::kLayers, L::kDModel, L::kHeads, L::kFfn, L::kDropout, L::kMaxLen, L::kPath,
       L::kAttentionDropout, L::kInitFrom, L::kPretrained, L::kTask, L::kPooling,
       L::kFormat, L::kDataPath, L::kValidationFraction, L::kTokenizerType, L::kVocabSize, L::kTextField,
-      L::kLabelField, L::kMaxSamples,
+      L::kLabelField, L::kCompletionField, L::kMaxSamples,
       L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed, L::kBatchSize,
-      L::kMaxTokens, L::kPrefetch, L::kPrecision, L::kGradClip, L::kActivationCheckpointing, L::kMaxSteps,
+      L::kMaxTokens, L::kPrefetch, L::kRows, L::kPrecision, L::kGradClip, L::kActivationCheckpointing, L::kMaxSteps,
       L::kThreads,
       L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb,
       L::kEverySteps, L::kEverySeconds, L::kKeepLast,
@@ -186,14 +186,22 @@ Error Model(SpecValues* v) {
   return Resolve({L::kFfn, L::kDropout, L::kAttentionDropout, L::kMaxLen}, v);
 }
 
-// A gpt_lm has no labels, so a jsonl file's label_field gets no default for it.
+// Language models (gpt_lm, model.task causal_lm) have no labels, so a jsonl file's
+// label_field gets no default for them; prompt / completion pairs are theirs alone.
 Error Data(SpecValues* v) {
   if (v->Text(L::kDataPath).empty())
     return Invalid(L::kDataPath, "missing: the folder or file with the training data");
   if (Error e = Resolve({L::kFormat}, v)) return e;
+  const bool lm = v->Text(L::kArch) == "gpt_lm" || v->Text(L::kTask) == "causal_lm";
   if (v->Text(L::kFormat) == "jsonl") {
     if (v->Text(L::kTextField).empty()) v->Set(L::kTextField, std::string("text"));
-    if (v->Text(L::kLabelField).empty() && v->Text(L::kArch) != "gpt_lm") v->Set(L::kLabelField, std::string("label"));
+    if (v->Text(L::kLabelField).empty() && !lm) v->Set(L::kLabelField, std::string("label"));
+  }
+  if (!v->Text(L::kCompletionField).empty()) {
+    if (v->Text(L::kTask) != "causal_lm") return Invalid(L::kCompletionField, "only with model.task causal_lm");
+    if (v->Text(L::kFormat) != "jsonl") return Invalid(L::kCompletionField, "only with data.format jsonl");
+    if (v->Text(L::kCompletionField) == v->Text(L::kTextField))
+      return Invalid(L::kCompletionField, "must differ from data.text_field (the prompt)");
   }
   // A pretrained model's tokenizer is its folder's tokenizer.json; the others train one.
   const bool pretrained = v->Text(L::kArch) == "pretrained";
@@ -202,8 +210,8 @@ Error Data(SpecValues* v) {
   if (pretrained && tokenizer == "sentencepiece")
     return Invalid(L::kTokenizerType, "must be absent or pretrained with model.pretrained (its folder's tokenizer.json)");
   if (!pretrained && tokenizer == "pretrained") return Invalid(L::kTokenizerType, "pretrained needs model.pretrained");
-  return Resolve({L::kValidationFraction, L::kMaxSamples, L::kTextField, L::kLabelField, L::kTokenizerType,
-                  L::kVocabSize},
+  return Resolve({L::kValidationFraction, L::kMaxSamples, L::kTextField, L::kLabelField, L::kCompletionField,
+                  L::kTokenizerType, L::kVocabSize},
                  v);
 }
 
@@ -218,6 +226,11 @@ Error Batching(SpecValues* v) {
   const int64_t max_len = v->Int(L::kMaxLen);
   if (max_tokens > 0 && max_tokens < max_len)
     return Invalid(L::kMaxTokens, "must be at least model.max_len (" + std::to_string(max_len) + ") so every sample fits");
+  const bool causal_lm = v->Text(L::kTask) == "causal_lm";
+  if (v->Text(L::kRows).empty()) v->Set(L::kRows, std::string(causal_lm ? "packed" : "padded"));
+  if (Error e = Resolve({L::kRows}, v)) return e;
+  if (v->Text(L::kRows) == "packed" && !causal_lm)
+    return Invalid(L::kRows, "packed only with model.task causal_lm (a classifier reads one sample per row)");
   return std::nullopt;
 }
 

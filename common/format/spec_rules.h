@@ -76,7 +76,7 @@ inline constexpr SpecField kPath = Text("model.path", "");  // required for torc
 inline constexpr SpecField kAttentionDropout = Real("model.attention_dropout", Absent::kZero, 0, 0, 1, true);
 inline constexpr SpecField kInitFrom = Text("model.init_from", "");
 inline constexpr SpecField kPretrained = Text("model.pretrained", "");  // required for arch pretrained
-inline constexpr SpecField kTask = Text("model.task", "", "classification", "task");  // pretrained only
+inline constexpr SpecField kTask = Text("model.task", "", "classification|causal_lm", "task");  // pretrained only
 inline constexpr SpecField kPooling = Text("model.pooling", "cls", "cls|mean", "pooling");  // transformer_classifier only
 // data
 inline constexpr SpecField kFormat = Text("data.format", "text_dir", "text_dir|jsonl", "format");
@@ -87,6 +87,9 @@ inline constexpr SpecField kTokenizerType = Text("data.tokenizer.type", "", "sen
 inline constexpr SpecField kVocabSize = Int("data.tokenizer.vocab_size", Absent::kFallback, 8000, 16, 1000000);
 inline constexpr SpecField kTextField = Text("data.text_field", "", "", "", 256);    // jsonl: "text"
 inline constexpr SpecField kLabelField = Text("data.label_field", "", "", "", 256);  // jsonl classifiers: "label"
+// jsonl, model.task causal_lm: the completion's field; text_field is then the prompt, and
+// only the completion's tokens count in the loss.
+inline constexpr SpecField kCompletionField = Text("data.completion_field", "", "", "", 256);
 inline constexpr SpecField kMaxSamples = Int("data.max_samples", Absent::kZero, 0, 0, kTwo40, " (0: all)");
 // train
 inline constexpr SpecField kEpochs = Int("train.epochs", Absent::kFallback, 1, 1, 100000);
@@ -98,6 +101,9 @@ inline constexpr SpecField kSeed = {"train.seed", FieldType::kUint, Absent::kFal
 inline constexpr SpecField kBatchSize = Int("train.batching.batch_size", Absent::kFallback, 32, 1, 1 << 20);
 inline constexpr SpecField kMaxTokens = Text("train.batching.max_tokens", "");  // "", "auto" or [max_len, 2^40]
 inline constexpr SpecField kPrefetch = Int("train.batching.prefetch", Absent::kFallback, 2, 1, 64);
+// packed: samples fill rows of model.max_len (model.task causal_lm, its default); padded:
+// one sample per row (every other model's only layout).
+inline constexpr SpecField kRows = Text("train.batching.rows", "", "packed|padded", "rows layout");
 inline constexpr SpecField kPrecision = Text("train.precision", "fp32", "fp32|bf16|fp16", "precision");
 inline constexpr SpecField kGradClip = Real("train.grad_clip", Absent::kDefault, 1.0, 0, 1e6, false, " (0 disables clipping)");
 inline constexpr SpecField kActivationCheckpointing = Text("train.activation_checkpointing", "none");  // none|full|every_N

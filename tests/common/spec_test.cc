@@ -124,6 +124,38 @@ TEST(SpecTest, AbsentMeansTheDefaultAndZeroMeansZero) {
                 "must be in [1, 64], got 65");
 }
 
+// model.task causal_lm: packed rows by default, no label field; prompt / completion pairs
+// and packed rows are for it alone.
+TEST(SpecTest, CausalLmPacksByDefaultAndTakesPromptCompletionPairs) {
+  const std::string lm = "model: {pretrained: /m/llama, task: causal_lm}\ndata: {format: jsonl, path: /d.jsonl}\n";
+  auto spec = LoadJobSpec(lm);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->model().arch(), "pretrained");
+  EXPECT_EQ(spec->train().batching().rows(), "packed");
+  EXPECT_EQ(spec->data().label_field(), "");
+  EXPECT_EQ(spec->data().text_field(), "text");
+  auto pairs = LoadJobSpec(Replace(lm, "path: /d.jsonl", "path: /d.jsonl, text_field: prompt, completion_field: completion"));
+  ASSERT_TRUE(pairs.ok()) << pairs.status().ToString();
+  EXPECT_EQ(pairs->data().completion_field(), "completion");
+  auto padded = LoadJobSpec(lm + "train: {batching: {rows: padded}}\n");
+  ASSERT_TRUE(padded.ok()) << padded.status().ToString();
+  EXPECT_EQ(padded->train().batching().rows(), "padded");
+
+  auto classifier = LoadJobSpec("model: {pretrained: /m/llama}\ndata: {path: /d}\n");
+  ASSERT_TRUE(classifier.ok()) << classifier.status().ToString();
+  EXPECT_EQ(classifier->model().task(), "classification");
+  EXPECT_EQ(classifier->train().batching().rows(), "padded");
+  ExpectInvalid("model: {pretrained: /m/llama}\ndata: {path: /d}\ntrain: {batching: {rows: packed}}\n",
+                "packed only with model.task causal_lm");
+  ExpectInvalid(lm + "train: {batching: {rows: tight}}\n", "train.batching.rows");
+  ExpectInvalid("model: {pretrained: /m/bert}\ndata: {format: jsonl, path: /d, completion_field: c}\n",
+                "only with model.task causal_lm");
+  ExpectInvalid("model: {pretrained: /m/llama, task: causal_lm}\ndata: {path: /d, completion_field: c}\n",
+                "only with data.format jsonl");
+  ExpectInvalid("model: {pretrained: /m/llama, task: summarize}\ndata: {path: /d}\n", "model.task");
+  ExpectInvalid("model: {arch: gpt_lm, task: causal_lm}\ndata: {path: /d}\n", "only with model.pretrained");
+}
+
 TEST(SpecTest, DeviceDefaultsToAutoAndMustBeKnown) {
   auto spec = LoadJobSpec(kGood);
   ASSERT_TRUE(spec.ok()) << spec.status().message();

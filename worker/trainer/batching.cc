@@ -44,6 +44,24 @@ void SortByLength(std::vector<uint32_t>* v, const std::vector<uint32_t>& lengths
                    [&](uint32_t a, uint32_t b) { return lengths[a] < lengths[b]; });
 }
 
+// Next-fit: the rows (lists of samples, in order) that samples of these lengths fill, each
+// at most row_len tokens (a sample is at most row_len long: it was truncated).
+std::vector<std::vector<uint32_t>> PackRows(const std::vector<uint32_t>& order, const std::vector<uint32_t>& lengths,
+                                            int64_t row_len) {
+  std::vector<std::vector<uint32_t>> rows;
+  int64_t used = row_len;  // no row open
+  for (uint32_t i : order) {
+    const int64_t n = std::min<int64_t>(std::max<uint32_t>(lengths[i], 1), row_len);
+    if (used + n > row_len) {
+      rows.emplace_back();
+      used = 0;
+    }
+    rows.back().push_back(i);
+    used += n;
+  }
+  return rows;
+}
+
 }  // namespace
 
 BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
@@ -54,7 +72,15 @@ BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions
   Shuffle(&order, &rng);
 
   BatchPlan all;
-  if (options.max_tokens <= 0) {
+  if (options.pack_len > 0) {
+    const auto rows = PackRows(order, lengths, options.pack_len);
+    const size_t per_batch = static_cast<size_t>(std::max<int64_t>(
+        1, options.max_tokens > 0 ? options.max_tokens / options.pack_len : options.batch_size));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (r % per_batch == 0) all.emplace_back();
+      all.back().insert(all.back().end(), rows[r].begin(), rows[r].end());
+    }
+  } else if (options.max_tokens <= 0) {
     const size_t bs = static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
     for (size_t i = 0; i < order.size(); i += bs)
       all.emplace_back(order.begin() + i, order.begin() + std::min(order.size(), i + bs));
@@ -112,31 +138,58 @@ BatchPlan PlanEval(const std::vector<uint32_t>& lengths, const BatchPlanOptions&
 }
 
 Batch Collate(const format::ShardReader& shard, const std::vector<uint32_t>& indices,
-              int64_t max_len, int64_t pad_id) {
-  const int64_t b = static_cast<int64_t>(indices.size());
+              int64_t max_len, int64_t pad_id, bool packed) {
+  std::vector<uint32_t> lengths_of(indices.size());
+  std::vector<std::vector<uint32_t>> rows;  // positions in `indices`
+  std::vector<uint32_t> order(indices.size());
+  std::iota(order.begin(), order.end(), 0u);
+  for (size_t k = 0; k < indices.size(); ++k)
+    lengths_of[k] = static_cast<uint32_t>(std::min<uint64_t>(shard.length(indices[k]), max_len));
+  if (packed) rows = PackRows(order, lengths_of, max_len);
+  else for (uint32_t k : order) rows.push_back({k});
+  const bool lm = shard.header().num_classes == 0;
+  const int64_t b = static_cast<int64_t>(rows.size());
   int64_t l = 1;
-  for (uint32_t i : indices) l = std::max<int64_t>(l, std::min<int64_t>(shard.length(i), max_len));
+  for (const auto& row : rows) {
+    int64_t n = 0;
+    for (uint32_t k : row) n += lengths_of[k];
+    l = std::max(l, n);
+  }
   Batch batch;
   batch.tokens = torch::full({b, l}, pad_id, torch::kLong);
   batch.pad_mask = torch::ones({b, l}, torch::kBool);
   batch.labels = torch::empty({b}, torch::kLong);
+  if (lm) batch.target_mask = torch::zeros({b, l}, torch::kBool);
+  if (packed) {
+    batch.segments = torch::full({b, l}, int64_t{-1}, torch::kLong);  // padding: a segment of its own
+    batch.positions = torch::zeros({b, l}, torch::kLong);
+  }
   int64_t* tok = batch.tokens.data_ptr<int64_t>();
   bool* pad = batch.pad_mask.data_ptr<bool>();
   int64_t* lab = batch.labels.data_ptr<int64_t>();
+  bool* target = lm ? batch.target_mask.data_ptr<bool>() : nullptr;
+  int64_t* seg = packed ? batch.segments.data_ptr<int64_t>() : nullptr;
+  int64_t* pos = packed ? batch.positions.data_ptr<int64_t>() : nullptr;
   for (int64_t r = 0; r < b; ++r) {
-    const uint32_t i = indices[r];
-    const int64_t n = std::min<int64_t>(shard.length(i), max_len);
-    const int32_t* src = shard.tokens(i);
-    for (int64_t c = 0; c < n; ++c) {
-      tok[r * l + c] = src[c];
-      pad[r * l + c] = false;
+    int64_t c = r * l;
+    for (size_t s = 0; s < rows[r].size(); ++s) {
+      const uint32_t i = indices[rows[r][s]];
+      const int64_t n = lengths_of[rows[r][s]];
+      const int64_t prompt = std::max<int32_t>(shard.label(i), 1);  // LM: tokens not predicted
+      const int32_t* src = shard.tokens(i);
+      for (int64_t t = 0; t < n; ++t, ++c) {
+        tok[c] = src[t];
+        pad[c] = false;
+        if (target) target[c] = t >= prompt;
+        if (seg) seg[c] = static_cast<int64_t>(s), pos[c] = t;
+      }
+      batch.real_tokens += n;
     }
     pad[r * l] = false;  // never mask a whole row (an empty sample would give NaN)
-    lab[r] = shard.label(i);
-    batch.real_tokens += n;
+    lab[r] = shard.label(indices[rows[r][0]]);
   }
   batch.padded_tokens = b * l;
-  batch.samples = b;
+  batch.samples = static_cast<int64_t>(indices.size());
   return batch;
 }
 

@@ -17,13 +17,19 @@ struct BatchPlanOptions {
   int64_t max_tokens = 0;     // padded tokens (batch size x longest sample) per batch; 0: off
   int64_t pool_batches = 100; // token budget: samples are length-sorted within pools of
                               // about this many batches' worth of tokens
+  // > 0: packed rows (language models): samples, shuffled, fill rows of this many tokens in
+  // order (next-fit: a sample that does not fit starts the next row), and a batch takes
+  // max(1, max_tokens / pack_len) rows (batch_size rows without a budget). Collate with
+  // packed = true rebuilds the same rows from a batch's samples.
+  int64_t pack_len = 0;
 };
 
 using BatchPlan = std::vector<std::vector<uint32_t>>;  // batches of sample indices
 
 // The batches of one epoch for one rank. Pure function of its arguments: the order
 // depends only on (seed, epoch). `lengths` are the (truncated) sample lengths in tokens.
-// Fixed batch_size: shuffle, chunk (world 1 keeps the last partial batch). Token budget:
+// Fixed batch_size: shuffle, chunk (world 1 keeps the last partial batch). Packed rows:
+// see pack_len. Token budget:
 // shuffle, sort pools by length, cut greedily to the budget (a sample longer than the
 // budget is a batch alone), shuffle the batches. Ranks get batches round-robin, and
 // every rank the same count: the largest batches are halved until the count divides by
@@ -36,17 +42,27 @@ BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions
 BatchPlan PlanEval(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options);
 
 struct Batch {
-  torch::Tensor tokens;    // int64 [B, L], padded with pad_id to the longest sample
+  torch::Tensor tokens;    // int64 [B, L], padded with pad_id to the longest sample (row)
   torch::Tensor pad_mask;  // bool [B, L], true at padding positions
-  torch::Tensor labels;    // int64 [B]
+  torch::Tensor labels;    // int64 [B] (packed rows: each row's first sample's)
+  // Language-model data (a shard without classes): true where the token is a prediction
+  // target that counts in the loss: not padding, not a sample's first token, not in its
+  // prompt (the shard's label of such a sample is its prompt's length). Undefined for
+  // classifier data.
+  torch::Tensor target_mask;
+  // Packed rows only (else undefined): each position's sample within its row (0, 1, ...;
+  // padding has its own) and its position within that sample. int64 [B, L].
+  torch::Tensor segments, positions;
   int64_t real_tokens = 0;    // non-pad tokens
   int64_t padded_tokens = 0;  // B x L
-  int64_t samples = 0;        // B
+  int64_t samples = 0;        // samples (B, unless rows are packed)
+  int64_t rows() const { return tokens.size(0); }  // B
 };
 
-// Builds the tensors of one batch; samples longer than max_len are truncated.
+// Builds the tensors of one batch; samples longer than max_len are truncated. packed: the
+// samples fill rows of max_len tokens in order (BatchPlanOptions::pack_len).
 Batch Collate(const format::ShardReader& shard, const std::vector<uint32_t>& indices,
-              int64_t max_len, int64_t pad_id);
+              int64_t max_len, int64_t pad_id, bool packed = false);
 
 }  // namespace nightshift::trainer
 

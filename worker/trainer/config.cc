@@ -198,6 +198,7 @@ void TakeSpec(const format::SpecValues& v, TrainConfig* c) {
   t.max_tokens_auto = max_tokens == -1;
   t.max_tokens = std::max<int64_t>(max_tokens, 0);
   t.prefetch = static_cast<int>(v.Int(L::kPrefetch));
+  t.rows = v.Text(L::kRows);
   t.precision = v.Text(L::kPrecision);
   t.grad_clip = v.Real(L::kGradClip);
   t.activation_checkpointing = v.Text(L::kActivationCheckpointing);

@@ -57,6 +57,7 @@ struct TrainSection {
   int64_t max_tokens = 0;       // padded tokens per batch; 0: fixed batch_size
   bool max_tokens_auto = false; // "auto" in the spec (falls back to a fixed budget)
   int prefetch = Default(L::kPrefetch);              // batches prepared ahead
+  std::string rows = "padded";  // packed: samples fill rows of max_len (causal_lm); padded: one per row
   std::string precision = L::kPrecision.text_default;
   double grad_clip = Default(L::kGradClip);            // max global gradient norm; 0 disables
   std::string activation_checkpointing = L::kActivationCheckpointing.text_default;  // none | full | every_N

@@ -7,8 +7,8 @@ namespace nightshift::trainer {
 
 BatchPrefetcher::BatchPrefetcher(const format::ShardReader& shard, const BatchPlan& plan,
                                  size_t first, int64_t max_len, int64_t pad_id, int depth,
-                                 std::function<Batch(Batch)> stage)
-    : shard_(shard), plan_(plan), max_len_(max_len), pad_id_(pad_id),
+                                 std::function<Batch(Batch)> stage, bool packed)
+    : shard_(shard), plan_(plan), max_len_(max_len), pad_id_(pad_id), packed_(packed),
       depth_(static_cast<size_t>(std::max(depth, 1))), stage_(std::move(stage)), next_(first) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -36,7 +36,7 @@ void BatchPrefetcher::Run() {
       index = next_++;
     }
     try {
-      Batch batch = Collate(shard_, plan_[index], max_len_, pad_id_);
+      Batch batch = Collate(shard_, plan_[index], max_len_, pad_id_, packed_);
       if (stage_) batch = stage_(std::move(batch));
       std::lock_guard<std::mutex> lock(mu_);
       ready_.push_back(std::move(batch));

@@ -23,7 +23,7 @@ class BatchPrefetcher {
   // the batch stays on the host). `shard` and `plan` must outlive the prefetcher.
   BatchPrefetcher(const format::ShardReader& shard, const BatchPlan& plan, size_t first,
                   int64_t max_len, int64_t pad_id, int depth,
-                  std::function<Batch(Batch)> stage = nullptr);
+                  std::function<Batch(Batch)> stage = nullptr, bool packed = false);
   ~BatchPrefetcher();  // stops and joins the thread
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
@@ -39,6 +39,7 @@ class BatchPrefetcher {
   const format::ShardReader& shard_;
   const BatchPlan& plan_;
   const int64_t max_len_, pad_id_;
+  const bool packed_;  // Collate's packed rows
   const size_t depth_;
   const std::function<Batch(Batch)> stage_;
 

@@ -35,6 +35,8 @@ Batch CopyToCuda(Batch batch, const torch::Device& device) {
   batch.tokens = batch.tokens.pin_memory().to(device, /*non_blocking=*/true);
   batch.pad_mask = batch.pad_mask.pin_memory().to(device, /*non_blocking=*/true);
   batch.labels = batch.labels.pin_memory().to(device, /*non_blocking=*/true);
+  for (torch::Tensor* t : {&batch.target_mask, &batch.segments, &batch.positions})
+    if (t->defined()) *t = t->pin_memory().to(device, /*non_blocking=*/true);
   return batch;
 }
 #endif
@@ -90,6 +92,8 @@ BatchStager NewBatchStager(const torch::Device& device) {
       batch.tokens.record_stream(training);
       batch.pad_mask.record_stream(training);
       batch.labels.record_stream(training);
+      for (torch::Tensor* t : {&batch.target_mask, &batch.segments, &batch.positions})
+        if (t->defined()) t->record_stream(training);
       return batch;
     };
   }

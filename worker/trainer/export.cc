@@ -105,6 +105,15 @@ json ReadJsonFile(const std::string& path, const std::vector<std::string>& roots
 // so that training on in transformers uses what the job used.
 void SetDropout(const ModelConfig& m, const std::string& model_type, json* j) {
   const bool distil = model_type == "distilbert";
+  if (model_type == "gpt2") {
+    if (m.dropout >= 0) (*j)["resid_pdrop"] = (*j)["embd_pdrop"] = m.dropout;
+    if (m.attention_dropout > 0) (*j)["attn_pdrop"] = m.attention_dropout;
+    return;
+  }
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
+    if (m.attention_dropout > 0) (*j)["attention_dropout"] = m.attention_dropout;
+    return;
+  }
   if (m.dropout >= 0) {
     (*j)[distil ? "dropout" : "hidden_dropout_prob"] = m.dropout;
     (*j)[distil ? "seq_classif_dropout" : "classifier_dropout"] = m.dropout;
@@ -113,21 +122,25 @@ void SetDropout(const ModelConfig& m, const std::string& model_type, json* j) {
 }
 
 // arch pretrained: the source folder's config.json as transformers saves a fine-tuned
-// model's (its ...ForSequenceClassification, the data's labels, float32 weights), with
-// our keys beside for our readers (transformers keeps keys it does not know as attributes).
+// model's (its ...ForSequenceClassification with the data's labels, or its ...ForCausalLM;
+// float32 weights), with our keys beside for our readers (transformers keeps keys it does
+// not know as attributes).
 json PretrainedConfigJson(const TrainConfig& c, const ExportInfo& info) {
   const std::string source = c.model.pretrained + "/config.json";
   json j = ReadJsonFile(source, c.model.data_roots);
   if (!j.is_object()) throw std::runtime_error("export: " + source + " is not a JSON object");
-  j["architectures"] = json::array({hf::PretrainedClassName(j.value("model_type", ""))});
-  json id2label = json::object(), label2id = json::object();
-  for (size_t i = 0; i < c.data.class_names.size(); ++i) {
-    id2label[std::to_string(i)] = c.data.class_names[i];
-    label2id[c.data.class_names[i]] = i;
+  const std::string task = c.model.task.empty() ? "classification" : c.model.task;
+  j["architectures"] = json::array({hf::PretrainedClassName(j.value("model_type", ""), task)});
+  if (task == "classification") {
+    json id2label = json::object(), label2id = json::object();
+    for (size_t i = 0; i < c.data.class_names.size(); ++i) {
+      id2label[std::to_string(i)] = c.data.class_names[i];
+      label2id[c.data.class_names[i]] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+    j.erase("num_labels");  // transformers derives it from id2label
   }
-  j["id2label"] = id2label;
-  j["label2id"] = label2id;
-  j.erase("num_labels");  // transformers derives it from id2label
   for (const char* key : {"torch_dtype", "dtype"}) j.erase(key);
   j["dtype"] = "float32";
   SetDropout(c.model, j.value("model_type", ""), &j);
@@ -136,6 +149,7 @@ json PretrainedConfigJson(const TrainConfig& c, const ExportInfo& info) {
     if (std::isfinite(v)) metrics[k] = v;
   j.update({{"format", kModelFormat}, {"version", kModelFormatVersion}, {"arch", c.model.arch},
             {"max_len", c.model.max_len}, {"labels", c.data.class_names}, {"num_classes", c.data.num_classes},
+            {"task", task},
             {"job_id", info.job_id}, {"step", info.step}, {"metrics", metrics}});
   return j;
 }
@@ -147,21 +161,23 @@ void WriteChecked(const fs::path& path, const std::string& bytes, json* files) {
   (*files)[path.filename().string()] = {{"bytes", bytes.size()}, {format::kChecksumAlgorithm, digest}};
 }
 
-// arch pretrained: the tokenizer files of the source folder that are there, so that
-// AutoTokenizer.from_pretrained(export) is the job's tokenizer; tokenizer.json must be.
+// arch pretrained: the tokenizer files of the source folder that are there (and its
+// generation settings), so that AutoTokenizer.from_pretrained(export) is the job's tokenizer
+// and generate() stops where the folder's did; tokenizer.json or tokenizer.model must be.
 void CopyTokenizerFiles(const std::string& source, const std::vector<std::string>& roots, const fs::path& dir,
                         json* files) {
-  static const char* kFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                 "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt"};
+  static const char* kFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                                 "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
+                                 "merges.txt", "generation_config.json"};
+  bool tokenizer = false;
   for (const char* name : kFiles) {
     const fs::path from = fs::path(source) / name;
     std::error_code ec;
-    if (!fs::is_regular_file(from, ec)) {
-      if (std::string(name) == "tokenizer.json") throw std::runtime_error("export: " + from.string() + " is missing");
-      continue;
-    }
+    if (!fs::is_regular_file(from, ec)) continue;
     WriteChecked(dir / name, ReadFile(from.string(), roots), files);
+    tokenizer |= std::string(name) == "tokenizer.json" || std::string(name) == "tokenizer.model";
   }
+  if (!tokenizer) throw std::runtime_error("export: " + source + " has neither tokenizer.json nor tokenizer.model");
 }
 
 // Copies tensors[name] (stored [in, out] when transposed) into `param`, checking its shape.

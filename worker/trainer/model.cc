@@ -259,14 +259,25 @@ LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool nex
   if (l < 2) return {logits.sum().to(torch::kFloat) * 0, 0};
   auto pred = logits.narrow(1, 0, l - 1).reshape({-1, v}).to(torch::kFloat);
   auto target = batch.tokens.narrow(1, 1, l - 1).reshape({-1})
-                    .masked_fill(batch.pad_mask.narrow(1, 1, l - 1).reshape({-1}), -100);
+                    .masked_fill(NextTokenTargets(batch).logical_not().reshape({-1}), -100);
   return {F::cross_entropy(pred, target, sum.ignore_index(-100)), LossCount(batch, true)};
+}
+
+torch::Tensor NextTokenTargets(const Batch& batch) {
+  const int64_t l = batch.tokens.size(1);
+  if (batch.target_mask.defined()) return batch.target_mask.narrow(1, 1, l - 1);
+  return batch.pad_mask.narrow(1, 1, l - 1).logical_not();
 }
 
 int64_t LossCount(const Batch& batch, bool next_token) {
   if (!next_token) return batch.samples;
   if (batch.tokens.size(1) < 2) return 0;
-  return batch.pad_mask.narrow(1, 1, batch.tokens.size(1) - 1).logical_not().sum().item<int64_t>();
+  return NextTokenTargets(batch).sum().item<int64_t>();
+}
+
+torch::Tensor Logits(SequenceModel& model, const Batch& batch) {
+  if (batch.segments.defined()) return model.forward_packed(batch.tokens, batch.positions, batch.segments);
+  return model.forward(batch.tokens, batch.pad_mask);
 }
 
 }  // namespace nightshift::trainer

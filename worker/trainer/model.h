@@ -14,6 +14,8 @@
 
 #include <torch/torch.h>
 
+#include <stdexcept>
+
 #include "worker/trainer/batching.h"
 #include "worker/trainer/config.h"
 
@@ -65,6 +67,14 @@ class SequenceModel : public torch::nn::Module {
  public:
   // tokens: int64 [B, L]; pad_mask: bool [B, L], true at padding (at the end of a row).
   virtual torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) = 0;
+  // Packed rows (batching.h Batch::segments): positions and segments int64 [B, L];
+  // attention stays inside a segment. Only the Hugging Face decoders (models/decoder.h)
+  // take them; the others throw.
+  virtual torch::Tensor forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                       const torch::Tensor& segments) {
+    (void)tokens, (void)positions, (void)segments;
+    throw std::runtime_error("this model does not take packed rows (train.batching.rows: padded)");
+  }
   // Checkpoint every N-th block's activations (activation_checkpoint.h); 0: none.
   // Models without built-in blocks (torchscript) ignore it.
   virtual void set_activation_checkpointing(int every_n_blocks) { (void)every_n_blocks; }
@@ -149,13 +159,19 @@ double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& mo
 
 // The objective. Classification: logits [B, C] against batch.labels, one term per
 // sample. Next-token (language models): logits [B, L, V]; position t predicts token
-// t + 1; positions whose target is padding count nothing.
+// t + 1; only targets NextTokenTargets marks count.
 struct LossSum {
   torch::Tensor sum;  // float scalar: the sum of the per-term cross-entropies
   int64_t count = 0;  // terms (samples or predicted tokens): the mean is sum / count
 };
 LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token);
 int64_t LossCount(const Batch& batch, bool next_token);
+// bool [B, L - 1]: whether token t + 1 is a target that counts (batch.target_mask; without
+// one, every token that is not padding).
+torch::Tensor NextTokenTargets(const Batch& batch);
+
+// The model's logits for a batch: forward_packed for packed rows, else forward.
+torch::Tensor Logits(SequenceModel& model, const Batch& batch);
 
 }  // namespace nightshift::trainer
 

@@ -1,5 +1,7 @@
 #include "worker/trainer/predict.h"
 
+#include <cstring>
+
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "worker/trainer/batching.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/export.h"
+#include "worker/trainer/models/decoder.h"
 #include "worker/trainer/models/pretrained.h"
 
 namespace nightshift::trainer {
@@ -144,12 +147,23 @@ std::string Predictor::OpenNative(const std::string& dir, const nlohmann::json& 
 std::string Predictor::OpenHf(const std::string& dir, const nlohmann::json& c) {
   if (tokenizer::Error e = tokenizer::Tokenizer::Load(dir + "/tokenizer.json", &hf_tokenizer_); !e.empty()) return e;
   HfConfig config;
+  hf::PretrainedOptions options;
+  const auto architectures = c.find("architectures");  // GPT2LMHeadModel, LlamaForCausalLM, ...
+  if (architectures != c.end() && architectures->is_array() && !architectures->empty() &&
+      (*architectures)[0].is_string()) {
+    const std::string name = (*architectures)[0].get<std::string>();
+    for (const char* suffix : {"ForCausalLM", "LMHeadModel"})
+      if (name.size() > std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+        options.task = "causal_lm";
+  }
   try {
-    model_ = hf::LoadPretrained(dir, {}, &config);  // names config.json's key, or the weights' file and tensor
+    model_ = hf::LoadPretrained(dir, options, &config);  // names config.json's key, or the weights' file and tensor
   } catch (const std::exception& e) {
     return e.what();
   }
   model_config_.arch = "pretrained";
+  model_config_.task = options.task;
+  stop_ids_ = config.eos_token_ids;
   model_config_.max_len = static_cast<int>(Get<int64_t>(c, "max_len", HfMaxLen(dir, config)));
   labels_ = config.labels;
   num_classes_ = static_cast<int64_t>(labels_.size());
@@ -226,33 +240,42 @@ std::vector<double> Predictor::Perplexity(const std::vector<std::vector<int32_t>
   return out;
 }
 
-std::string Predictor::Generate(const std::string& clean_prompt, int new_tokens, double temperature, int top_k,
-                                std::optional<uint64_t> seed) {
+Predictor::Generation Predictor::Generate(const std::string& raw_prompt, int new_tokens, double temperature,
+                                          int top_k, std::optional<uint64_t> seed) {
   c10::InferenceMode guard;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed.value_or(std::random_device{}()));
-  std::vector<int32_t> ids{static_cast<int32_t>(bos_id_)};
-  for (int32_t piece : Pieces(clean_prompt)) ids.push_back(piece);
+  hf::TokenPicker pick = [&](const torch::Tensor& last) -> int64_t {  // last: float [V] on the CPU
+    if (temperature <= 0) return last.argmax().item<int64_t>();
+    auto logits = last / temperature;
+    if (top_k > 0 && top_k < logits.numel()) {
+      auto kth = std::get<0>(logits.topk(top_k)).select(0, top_k - 1);
+      logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+    }
+    return torch::multinomial(logits.softmax(-1), 1, false, gen).item<int64_t>();
+  };
+  Generation out;
+  if (auto* decoder = dynamic_cast<hf::DecoderModelImpl*>(model_.get())) {
+    out.prompt_ids = EncodeText(raw_prompt);
+    const auto ids = hf::Generate(*decoder, {out.prompt_ids.begin(), out.prompt_ids.end()}, new_tokens, stop_ids_,
+                                  /*use_cache=*/true, pick);
+    out.new_ids.assign(ids.begin(), ids.end());
+    return out;
+  }
+  out.prompt_ids = {static_cast<int32_t>(bos_id_)};
+  for (int32_t piece : Pieces(format::CleanText(raw_prompt, max_bytes()))) out.prompt_ids.push_back(piece);
+  std::vector<int32_t> ids = out.prompt_ids;
   for (int step = 0; step < new_tokens; ++step) {
     const size_t from = ids.size() > static_cast<size_t>(max_len()) ? ids.size() - max_len() : 0;
     auto window = torch::tensor(std::vector<int64_t>(ids.begin() + from, ids.end()), torch::kLong).unsqueeze(0);
     auto pad = torch::zeros(window.sizes(), torch::kBool);
-    auto logits = model_->forward(window.to(device_), pad.to(device_)).select(0, 0).select(0, -1)
-                      .to(torch::kCPU, torch::kFloat);
-    int64_t next;
-    if (temperature <= 0) {
-      next = logits.argmax().item<int64_t>();
-    } else {
-      logits = logits / temperature;
-      if (top_k > 0 && top_k < logits.numel()) {
-        auto kth = std::get<0>(logits.topk(top_k)).select(0, top_k - 1);
-        logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
-      }
-      next = torch::multinomial(logits.softmax(-1), 1, false, gen).item<int64_t>();
-    }
+    const int64_t next = pick(model_->forward(window.to(device_), pad.to(device_)).select(0, 0).select(0, -1)
+                                  .to(torch::kCPU, torch::kFloat));
     if (next == eos_id_) break;
     ids.push_back(static_cast<int32_t>(next));
+    out.new_ids.push_back(static_cast<int32_t>(next));
   }
-  return Decode(std::vector<int32_t>(ids.begin() + 1, ids.end()));  // one decode: pieces keep their spaces
+  out.text = Decode(std::vector<int32_t>(ids.begin() + 1, ids.end()));  // one decode: pieces keep their spaces
+  return out;
 }
 
 }  // namespace nightshift::trainer

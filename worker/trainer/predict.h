@@ -5,7 +5,8 @@
 //   preparation (worker/data_prep.cc: at most max_len x 16 bytes, invalid UTF-8 to '?',
 //   newlines and tabs to spaces, bos + sentencepiece pieces, cut to max_len) and the model
 //   is the trainer's own module (model.h) with the folder's weights.
-// - A Hugging Face classifier folder (config.json model_type bert, roberta or distilbert,
+// - A Hugging Face folder (config.json model_type bert, roberta, distilbert: a classifier;
+//   gpt2, llama, mistral, qwen2: a classifier or a causal LM, as its "architectures" says;
 //   tokenizer.json), trained by us (arch "pretrained") or not: the raw text (at most
 //   max_len x 64 bytes, as data preparation reads it for such a job) goes through the
 //   folder's tokenizer.json (tokenizer/tokenizer.h: the ids of transformers'
@@ -61,8 +62,10 @@ class Predictor {
                           std::unique_ptr<Predictor>* out);
   ~Predictor();
 
-  // transformer_classifier | gpt_lm | pretrained (a Hugging Face classifier folder).
+  // transformer_classifier | gpt_lm | pretrained (a Hugging Face folder).
   const std::string& arch() const { return model_config_.arch; }
+  // A language model (gpt_lm, or a Hugging Face ...ForCausalLM): --score and --generate.
+  bool causal_lm() const { return arch() == "gpt_lm" || model_config_.task == "causal_lm"; }
   const std::vector<std::string>& labels() const { return labels_; }
   // Tokens per row. A Hugging Face folder: our export's max_len, else the shorter of its
   // position table (hf::MaxRowLength) and tokenizer_config.json's model_max_length.
@@ -90,11 +93,18 @@ class Predictor {
   // Language models: exp(mean next-token cross-entropy) of the row (cut to max_len);
   // NaN for rows shorter than 2 tokens.
   std::vector<double> Perplexity(const std::vector<std::vector<int32_t>>& rows);
-  // Continues bos + pieces(prompt) by up to `new_tokens` tokens (stops at eos); greedy for
-  // temperature <= 0, else sampling from softmax(logits / temperature), top_k > 0 keeps
-  // the k likeliest. Returns the text of prompt and continuation, decoded as one.
-  std::string Generate(const std::string& clean_prompt, int new_tokens, double temperature, int top_k,
-                       std::optional<uint64_t> seed);
+  // Continues the prompt's row (gpt_lm: bos + pieces(cleaned prompt); a Hugging Face
+  // folder: EncodeText(prompt), its special tokens included) by up to `new_tokens` tokens,
+  // stopping at eos (config.json's eos_token_id for a Hugging Face folder, included in
+  // new_ids); greedy for temperature <= 0 (model.generate(do_sample=False)), else sampling
+  // from softmax(logits / temperature), top_k > 0 keeping the k likeliest. A Hugging Face
+  // decoder runs the prompt once and each new token over its key/value cache (decoder.h).
+  struct Generation {
+    std::vector<int32_t> prompt_ids, new_ids;
+    std::string text;  // prompt and continuation decoded as one (gpt_lm), or the continuation alone
+  };
+  Generation Generate(const std::string& raw_prompt, int new_tokens, double temperature, int top_k,
+                      std::optional<uint64_t> seed);
 
  private:
   Predictor();
@@ -102,6 +112,7 @@ class Predictor {
   ModelConfig model_config_;
   int64_t vocab_size_ = 0, num_classes_ = 0, pad_id_ = format::kPadId, bos_id_ = format::kBosId, eos_id_ = format::kEosId;
   std::vector<std::string> labels_;
+  std::vector<int64_t> stop_ids_;  // a Hugging Face decoder's eos_token_id(s)
   torch::Device device_;
   std::shared_ptr<SequenceModel> model_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // null: the folder has no tokenizer.model

@@ -86,15 +86,15 @@ struct Args {
   std::vector<std::string> files;
   bool jsonl = false, score = false, with_logits = false, no_verify = false, tokens = false;
   int generate = 0, top_k = 0;
-  double temperature = 1.0;
+  double temperature = 0.0;  // greedy, as model.generate's default
   int64_t max_tokens = 8192;
   std::optional<uint64_t> seed;
 };
 
 // Parses the command line into *a; returns -1 to go on, else the exit code (help: 0).
 int ParseArgs(int argc, char** argv, Args* a) {
-  CLI::App app{"Run an exported Nightshift model or a Hugging Face BERT, RoBERTa or DistilBERT classifier folder: "
-               "classify texts, score or generate them"};
+  CLI::App app{"Run an exported Nightshift model or a Hugging Face folder (BERT, RoBERTa, DistilBERT classifiers; "
+               "GPT-2, Llama, Mistral, Qwen2 classifiers or language models): classify texts, score or generate them"};
   app.add_option("--model", a->dir,
                  "the model folder (nightshift job artifacts, or a Hugging Face folder with config.json, "
                  "model.safetensors and tokenizer.json)")
@@ -107,10 +107,10 @@ int ParseArgs(int argc, char** argv, Args* a) {
   app.add_flag("--logits", a->with_logits, "-o json: add the raw logits");
   app.add_flag("--tokens", a->tokens,
                "print each input's token ids instead, one JSON line each: {\"input\": NAME, \"ids\": [...]}");
-  app.add_flag("--score", a->score, "gpt_lm: print each input's perplexity");
-  app.add_option("--generate", a->generate, "gpt_lm: continue --prompt by N tokens");
-  app.add_option("--prompt", a->prompt, "gpt_lm: the text --generate continues");
-  app.add_option("--temperature", a->temperature, "--generate: 0 is greedy");
+  app.add_flag("--score", a->score, "language models: print each input's perplexity");
+  app.add_option("--generate", a->generate, "language models: continue --prompt by N tokens");
+  app.add_option("--prompt", a->prompt, "language models: the text --generate continues");
+  app.add_option("--temperature", a->temperature, "--generate: 0 (default) is greedy; above 0 samples");
   app.add_option("--top-k", a->top_k, "--generate: sample among the K likeliest tokens (0: all)");
   app.add_option("--seed", a->seed, "--generate: the sampling seed");
   app.add_option("--max-tokens", a->max_tokens, "padded tokens per batch")->check(CLI::PositiveNumber);
@@ -180,23 +180,24 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());
     return 1;
   }
-  const bool lm = p->arch() == "gpt_lm";
+  const bool lm = p->causal_lm();
   if (!lm && (a.score || a.generate > 0)) {
-    std::fprintf(stderr, "nightshift-predict: %s is a %s: --score and --generate are for gpt_lm models\n",
-                 a.dir.c_str(), p->arch().c_str());
+    std::fprintf(stderr, "nightshift-predict: %s is a classifier: --score and --generate are for language models\n",
+                 a.dir.c_str());
     return 2;
   }
   if (lm && !a.score && a.generate <= 0 && !a.tokens) {
-    std::fprintf(stderr, "nightshift-predict: %s is a gpt_lm: pass --generate N --prompt TEXT or --score\n",
+    std::fprintf(stderr, "nightshift-predict: %s is a language model: pass --generate N --prompt TEXT or --score\n",
                  a.dir.c_str());
     return 2;
   }
   if (a.generate > 0) {
-    auto text = p->Generate(nightshift::format::CleanText(a.prompt, p->max_bytes()), a.generate, a.temperature, a.top_k, a.seed);
+    const auto g = p->Generate(a.prompt, a.generate, a.temperature, a.top_k, a.seed);
     if (a.output == "json")
-      std::cout << nlohmann::json{{"prompt", a.prompt}, {"text", text}}.dump() << "\n";
+      std::cout << nlohmann::json{{"prompt", a.prompt}, {"text", g.text}, {"prompt_ids", g.prompt_ids},
+                                  {"new_ids", g.new_ids}}.dump() << "\n";
     else
-      std::cout << text << "\n";
+      std::cout << (g.text.empty() ? nlohmann::json(g.new_ids).dump() : g.text) << "\n";
     return 0;
   }
   std::vector<Input> inputs;

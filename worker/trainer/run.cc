@@ -97,6 +97,7 @@ void OpenData(Run& run) {
   run.val_lengths = Lengths(run.val_shard, cfg.model.max_len);
   run.plan_options.batch_size = cfg.train.batch_size;
   run.plan_options.max_tokens = cfg.train.max_tokens;
+  run.plan_options.pack_len = cfg.train.rows == "packed" ? cfg.model.max_len : 0;
 }
 
 // The model on its device (before the optimizer sees its parameters), the optimizer, the
@@ -380,7 +381,8 @@ void Run::OpenEpoch() {
   loader_.reset();  // it reads epoch_plan_
   epoch_plan_ = PlanEpoch(train_lengths, plan_options, cfg.train.seed, position.epoch, rank.rank, rank.world_size);
   loader_ = std::make_unique<BatchPrefetcher>(train_shard, epoch_plan_, static_cast<size_t>(position.batch_in_epoch),
-                                              cfg.model.max_len, cfg.data.pad_id, cfg.train.prefetch, stage_batch);
+                                              cfg.model.max_len, cfg.data.pad_id, cfg.train.prefetch, stage_batch,
+                                              plan_options.pack_len > 0);
 }
 
 bool Run::WritesCheckpoints() const {
@@ -400,7 +402,7 @@ StepIntent Run::Intent() const {
 
 torch::Tensor Run::BatchLossSum(const Batch& b) {
   AutocastRegion autocast(cfg.train.precision, device);
-  return ComputeLossSum(model->forward(b.tokens, b.pad_mask), b, next_token).sum;
+  return ComputeLossSum(Logits(*model, b), b, next_token).sum;
 }
 
 MicroBatchResult Run::ForwardBackward(const Batch& batch) {

@@ -138,7 +138,7 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
   const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
   for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride) {
     Batch batch = ToDevice(Collate(shard, plan[b], max_len, pad_id), device);
-    torch::Tensor logits = model.forward(batch.tokens, batch.pad_mask);
+    torch::Tensor logits = Logits(model, batch);
     const LossSum loss = ComputeLossSum(logits, batch, next_token);
     loss_sum += loss.sum.item<double>();
     terms += loss.count;
@@ -147,7 +147,7 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
       const int64_t l = batch.tokens.size(1);
       if (l < 2) continue;
       torch::Tensor pred = logits.narrow(1, 0, l - 1).argmax(-1);
-      torch::Tensor valid = batch.pad_mask.narrow(1, 1, l - 1).logical_not();
+      torch::Tensor valid = NextTokenTargets(batch);
       correct += (pred.eq(batch.tokens.narrow(1, 1, l - 1)) & valid).sum().item<int64_t>();
       continue;
     }

@@ -190,7 +190,7 @@ TEST(SpecRulesTest, APretrainedFolderLeavesItsSizesToConfigJson) {
   EXPECT_EQ(Apply(w)->field, "data.tokenizer.type");
   w = v;
   w.Set(L::kTask, std::string("generation"));
-  EXPECT_EQ(Apply(w)->Text(), "model.task: unknown task 'generation' (expected classification)");
+  EXPECT_EQ(Apply(w)->Text(), "model.task: unknown task 'generation' (expected classification or causal_lm)");
 
   SpecValues n = Minimal();
   ASSERT_FALSE(ApplySpecRules(&n));

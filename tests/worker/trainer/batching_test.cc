@@ -124,5 +124,62 @@ TEST(CollateTest, PadsTruncatesAndCounts) {
   EXPECT_EQ(b.samples, 2);
 }
 
+// Language-model samples packed into rows of max_len in order (next-fit): positions restart
+// and segments count up inside a row; the targets skip each sample's first token and its
+// prompt (the shard's label), and padding.
+TEST(CollateTest, PackedRowsKeepSamplesApartAndSkipPrompts) {
+  const std::string path = ::testing::TempDir() + "/collate_lm_" + std::to_string(::getpid()) + ".shard";
+  format::ShardWriter writer(32, 0);
+  writer.Add(1, -1, {2, 5, 6});          // plain text
+  writer.Add(2, 2, {2, 7, 8, 9});        // prompt of 2 tokens
+  writer.Add(3, -1, {2, 10, 11, 12, 13, 14});
+  ASSERT_EQ(writer.WriteFile(path), "");
+  format::ShardReader shard;
+  ASSERT_EQ(shard.Open(path, true), "");
+  const Batch b = Collate(shard, {0, 1, 2}, /*max_len=*/8, /*pad_id=*/0, /*packed=*/true);
+  EXPECT_EQ(b.rows(), 2);  // 3 + 4 tokens, then 6
+  EXPECT_EQ(b.samples, 3);
+  EXPECT_TRUE(torch::equal(b.tokens, torch::tensor({2, 5, 6, 2, 7, 8, 9, 0, 2, 10, 11, 12, 13, 14, 0, 0}, torch::kLong)
+                                         .view({2, 8})));
+  EXPECT_TRUE(torch::equal(b.positions, torch::tensor({0, 1, 2, 0, 1, 2, 3, 0, 0, 1, 2, 3, 4, 5, 0, 0}, torch::kLong)
+                                            .view({2, 8})));
+  EXPECT_TRUE(torch::equal(b.segments.narrow(1, 0, 7), torch::tensor({0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, -1},
+                                                                     torch::kLong).view({2, 7})));
+  const auto targets = torch::tensor({0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0}, torch::kBool).view({2, 8});
+  EXPECT_TRUE(torch::equal(b.target_mask, targets));
+  EXPECT_EQ(b.real_tokens, 13);
+  EXPECT_EQ(b.padded_tokens, 16);
+
+  // One sample per row: the same targets, row by row.
+  const Batch padded = Collate(shard, {0, 1, 2}, 8, 0);
+  EXPECT_FALSE(padded.segments.defined());
+  EXPECT_EQ(padded.target_mask.sum().item<int64_t>(), targets.sum().item<int64_t>());
+}
+
+// Packed plans: every sample once, each batch's rows (rebuilt by next-fit) within max_len,
+// and as many rows per batch as the budget holds.
+TEST(PlanEpochTest, PackedBatchesHoldTheBudgetsRows) {
+  std::vector<uint32_t> lengths = RandomLengths(500, 9);
+  for (auto& l : lengths) l = std::min<uint32_t>(l, 64);
+  BatchPlanOptions options;
+  options.pack_len = 64;
+  options.max_tokens = 4 * 64;
+  const BatchPlan plan = PlanEpoch(lengths, options, 1, 0, 0, 1);
+  ExpectEachSampleOnce(plan, lengths.size());
+  int64_t tokens = 0, rows_total = 0;
+  for (size_t b = 0; b < plan.size(); ++b) {
+    int64_t rows = 0, used = 64;
+    for (uint32_t i : plan[b]) {
+      if (used + lengths[i] > 64) ++rows, used = 0;
+      used += lengths[i];
+      tokens += lengths[i];
+    }
+    rows_total += rows;
+    if (b + 1 < plan.size()) EXPECT_EQ(rows, 4) << "batch " << b;
+    EXPECT_LE(rows, 4);
+  }
+  EXPECT_GT(double(tokens) / double(rows_total * 64), 0.7) << "rows are mostly full";
+}
+
 }  // namespace
 }  // namespace nightshift::trainer

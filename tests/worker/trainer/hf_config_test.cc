@@ -51,10 +51,60 @@ TEST(HfConfigTest, DistilBertNamesLandInTheBertFields) {
   EXPECT_EQ(c.labels, (std::vector<std::string>{"LABEL_0", "LABEL_1", "LABEL_2"}));
 }
 
+// Decoders: GPT-2's own names and defaults (tied head, three dropouts), the Llama family's
+// grouped heads, rotary base (transformers 5's rope_parameters or the older rope_theta),
+// biases, sliding window and eos list.
+TEST(HfConfigTest, DecoderConfigsReadAsTransformersReadsThem) {
+  HfConfig g;
+  ASSERT_EQ(ParseHfConfig(R"({"model_type":"gpt2","n_embd":64,"n_layer":3,"n_head":4,"resid_pdrop":0.2})", "c", &g), "");
+  EXPECT_EQ(g.hidden_size, 64);
+  EXPECT_EQ(g.num_hidden_layers, 3);
+  EXPECT_EQ(g.intermediate_size, 256);  // n_inner absent: 4 x n_embd
+  EXPECT_EQ(g.max_position_embeddings, 1024);
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(g.hidden_dropout, 0.2);
+  EXPECT_DOUBLE_EQ(g.embedding_dropout, 0.1);
+  EXPECT_FALSE(g.pad_token_id.has_value());
+  EXPECT_TRUE(g.decoder());
+  HfConfig l;
+  ASSERT_EQ(ParseHfConfig(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":8,"num_key_value_heads":2,
+                              "rope_parameters":{"rope_type":"default","rope_theta":500000.0},"eos_token_id":[7,9],
+                              "attention_bias":true})",
+                          "c", &l),
+            "");
+  EXPECT_EQ(l.head_dim, 8);
+  EXPECT_EQ(l.num_key_value_heads, 2);
+  EXPECT_DOUBLE_EQ(l.rope_theta, 500000.0);
+  EXPECT_EQ(l.eos_token_ids, (std::vector<int64_t>{7, 9}));
+  EXPECT_TRUE(l.qkv_bias && l.o_bias);
+  EXPECT_FALSE(l.tie_word_embeddings);
+  HfConfig q;
+  ASSERT_EQ(ParseHfConfig(R"({"model_type":"qwen2","hidden_size":64,"num_attention_heads":4,"rope_theta":1000000.0})",
+                          "c", &q),
+            "");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.o_bias);
+  EXPECT_DOUBLE_EQ(q.rope_theta, 1e6);
+  EXPECT_FALSE(q.sliding_window.has_value());
+  HfConfig m;
+  ASSERT_EQ(ParseHfConfig(R"({"model_type":"mistral","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2})",
+                          "c", &m),
+            "");
+  EXPECT_EQ(m.sliding_window, 4096);
+}
+
 TEST(HfConfigTest, WhatCannotBeBuiltIsAnErrorNamingTheFileTheKeyAndTheValue) {
   EXPECT_EQ(Error("[1, 2]"), "dir/config.json: not a JSON object");
-  EXPECT_EQ(Error(R"({"model_type":"gpt2"})"),
-            "dir/config.json: model_type \"gpt2\" is not supported (bert, roberta, distilbert)");
+  EXPECT_EQ(Error(R"({"model_type":"gpt_neo"})"),
+            "dir/config.json: model_type \"gpt_neo\" is not supported (bert, roberta, distilbert, gpt2, llama, "
+            "mistral, qwen2)");
+  EXPECT_EQ(Error(R"({"model_type":"gpt2","activation_function":"relu"})"),
+            "dir/config.json: activation_function \"relu\" is not supported: only the tanh GELU (gelu_new, "
+            "gelu_pytorch_tanh)");
+  EXPECT_EQ(Error(R"({"model_type":"llama","rope_scaling":{"rope_type":"yarn","factor":4}})"),
+            "dir/config.json: rope_scaling.rope_type \"yarn\" is not supported (only \"default\": no scaling)");
+  EXPECT_EQ(Error(R"({"model_type":"mistral","num_key_value_heads":5})"),
+            "dir/config.json: num_attention_heads 32 is not a multiple of num_key_value_heads 5");
   EXPECT_EQ(Error(R"({"model_type":"bert","hidden_act":"relu"})"),
             "dir/config.json: hidden_act \"relu\" is not supported (only \"gelu\")");
   EXPECT_EQ(Error(R"({"model_type":"bert","hidden_size":"big"})"),

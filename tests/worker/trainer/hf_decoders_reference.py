@@ -120,6 +120,17 @@ def reference(folder, case, task, ids, mask):
     return result
 
 
+def save_tokenizer(folder):
+    """A word-level tokenizer of the folders' ids ("w3" is id 3), which a job's export copies
+    (the trainer tests' shards are ids already)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<pad>": PAD, "<s>": BOS, "</s>": EOS, **{f"w{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>").save_pretrained(folder)
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
@@ -135,6 +146,7 @@ def main():
             randomize(model, 10 * seed + (task == "cls"))
             folder = os.path.join(out_dir, f"{case}_{task}")
             model.save_pretrained(folder, **({"max_shard_size": "20KB"} if case == "llama" and task == "lm" else {}))
+            save_tokenizer(folder)
             cases[f"{case}_{task}"] = reference(folder, case, task, ids, mask)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump({"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "labels": TARGETS, "prompt": PROMPT,

@@ -3,17 +3,29 @@
 // NIGHTSHIFT_PYTHON) saves tiny random ...ForCausalLM and ...ForSequenceClassification
 // folders and writes transformers' logits, first-step gradients and greedy continuations;
 // ours must equal them (1e-4 absolute for logits, 1e-4 relative for gradients, the same
-// tokens). Then packed rows against separate ones, and what a bad config gives.
+// tokens). Then packed rows against separate ones, what a bad config gives, and the
+// trainer's techniques on decoders (packed rows with prompts, the out-of-memory split, data
+// parallelism, bf16 autocast, dropout with activation checkpointing, whole runs resumed).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <functional>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
+#include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/reference_util.h"
 #include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/amp.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/ddp.h"
 #include "worker/trainer/errors.h"
+#include "worker/trainer/fault_injection.h"
+#include "worker/trainer/oom.h"
+#include "worker/trainer/train.h"
 #include "worker/trainer/model.h"
 #include "worker/trainer/models/decoder.h"
 #include "worker/trainer/models/pretrained.h"
@@ -34,12 +46,24 @@ const char* const kArchs[] = {"gpt2", "llama", "llama_tied", "mistral", "qwen2"}
 
 class HfDecodersTest : public ::testing::Test {
  protected:
+  // The reference folders are made once per version of the script and shared, read-only,
+  // by the processes ctest starts (one per test): into a private folder renamed into place.
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::FreshDir("hf_decoders"));
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_decoders_reference.py").string();
-    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + *dir_ + " > " + *dir_ + "/log 2>&1";
-    const int rc = std::system(command.c_str());
-    ASSERT_EQ(rc, 0) << command << ":\n" << ReadAll(*dir_ + "/log");
+    dir_ = new std::string((fs::path(::testing::TempDir()) /
+                            ("nightshift_hf_decoders_" + std::to_string(std::hash<std::string>{}(ReadAll(script)))))
+                               .string());
+    if (!fs::exists(*dir_ + "/reference.json")) {
+      const std::string tmp = *dir_ + ".tmp" + std::to_string(::getpid());
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+      const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + tmp + " > " + tmp + "/log 2>&1";
+      const int rc = std::system(command.c_str());
+      ASSERT_EQ(rc, 0) << command << ":\n" << ReadAll(tmp + "/log");
+      std::error_code ec;
+      fs::rename(tmp, *dir_, ec);  // another process may have been first: then its folder stays
+      if (ec) fs::remove_all(tmp);
+    }
     reference_ = new json(json::parse(ReadAll(*dir_ + "/reference.json")));
   }
   void SetUp() override { ASSERT_NE(reference_, nullptr) << "hf_decoders_reference.py failed"; }
@@ -139,9 +163,9 @@ TEST_F(HfDecodersTest, GreedyContinuationEqualsTransformersGenerate) {
     model->eval();
     const auto expected = Case(arch + "_lm")["generated"].get<std::vector<int64_t>>();
     const std::vector<int64_t> stop = {Ref()["eos"].get<int64_t>()};
-    EXPECT_EQ(GreedyGenerate(*model, prompt, Ref()["new_tokens"].get<int64_t>(), stop, /*use_cache=*/true), expected)
+    EXPECT_EQ(Generate(*model, prompt, Ref()["new_tokens"].get<int64_t>(), stop, /*use_cache=*/true), expected)
         << arch;
-    EXPECT_EQ(GreedyGenerate(*model, prompt, Ref()["new_tokens"].get<int64_t>(), stop, /*use_cache=*/false), expected)
+    EXPECT_EQ(Generate(*model, prompt, Ref()["new_tokens"].get<int64_t>(), stop, /*use_cache=*/false), expected)
         << arch;
   }
 }
@@ -154,10 +178,9 @@ TEST_F(HfDecodersTest, APackedRowEqualsItsSamplesRunAlone) {
     model->eval();
     torch::NoGradGuard no_grad;
     const torch::Tensor a = torch::tensor({1, 17, 42, 5, 77}, torch::kLong), c = torch::tensor({1, 9, 30}, torch::kLong);
-    Segments segments;
-    segments.positions = torch::cat({torch::arange(5), torch::arange(3)}).view({1, -1});
-    segments.ids = torch::cat({torch::zeros({5}), torch::ones({3})}).to(torch::kLong).view({1, -1});
-    const torch::Tensor packed = model->forward_packed(torch::cat({a, c}).view({1, -1}), segments);
+    const torch::Tensor positions = torch::cat({torch::arange(5), torch::arange(3)}).view({1, -1});
+    const torch::Tensor segments = torch::cat({torch::zeros({5}), torch::ones({3})}).to(torch::kLong).view({1, -1});
+    const torch::Tensor packed = model->forward_packed(torch::cat({a, c}).view({1, -1}), positions, segments);
     const torch::Tensor alone = torch::cat({model->forward_cached(a.view({1, -1}), nullptr),
                                             model->forward_cached(c.view({1, -1}), nullptr)}, 1);
     EXPECT_LT((packed - alone).abs().max().item<double>(), 1e-5) << arch;
@@ -171,9 +194,9 @@ TEST_F(HfDecodersTest, AnUnsupportedConfigNamesTheKeyAndValue) {
       {R"("hidden_act": "gelu")", "hidden_act \"gelu\" is not supported"},
       {R"("num_key_value_heads": 3)", "num_attention_heads 4 is not a multiple of num_key_value_heads 3"}};
   for (const auto& [entry, message] : cases) {
-    const std::string dir = Folder("bad_config");
+    const std::string dir = testing::FreshDir("hf_decoders_bad_config");
     fs::remove_all(dir);
-    fs::copy(Folder("llama_cls"), dir);
+    fs::copy(Folder("llama_cls"), dir, fs::copy_options::recursive);
     json c = json::parse(ReadAll(dir + "/config.json"));
     const json changes = json::parse("{" + entry + "}");
     for (const auto& [k, v] : changes.items()) c[k] = v;
@@ -204,6 +227,208 @@ TEST_F(HfDecodersTest, TheOtherTasksFolderGivesTheBaseAndANewHead) {
   auto from_lm = LoadPretrained(Folder("qwen2_lm"), three_labels)->named_parameters();
   EXPECT_EQ(from_lm["score.weight"].size(0), 3);
   EXPECT_FALSE(from_lm.contains("lm_head.weight"));
+}
+
+// --- The trainer's techniques on decoders (llama_lm, gpt2_lm: the reference folders). ---
+
+constexpr int kVocab = 96, kMaxLen = 16;
+
+std::string LmShard() {
+  static const std::string path = testing::FreshDir("hf_decoders_lm") + "/lm.shard";
+  return path;
+}
+
+// A batch of LM samples with prompts (test_util.h), packed or one per row.
+Batch LmBatch(const std::string& shard_path, bool packed) {
+  static format::ShardReader* shard = nullptr;
+  if (shard == nullptr) {
+    testing::WriteSyntheticLmShard(shard_path, 12, 5, kVocab, kMaxLen, /*with_prompts=*/true);
+    shard = new format::ShardReader();
+    EXPECT_EQ(shard->Open(shard_path, true), "");
+  }
+  std::vector<uint32_t> all(shard->num_samples());
+  std::iota(all.begin(), all.end(), 0u);
+  return Collate(*shard, all, kMaxLen, /*pad_id=*/0, packed);
+}
+
+std::map<std::string, torch::Tensor> StepGradients(SequenceModel& model, const Batch& b, LossSum* loss) {
+  model.zero_grad();
+  *loss = ComputeLossSum(Logits(model, b), b, /*next_token=*/true);
+  loss->sum.backward();
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& p : model.named_parameters()) grads[p.key()] = p.value().grad().clone();
+  return grads;
+}
+
+double WorstRelative(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+  double worst = 0;
+  for (const auto& [name, g] : a)
+    worst = std::max(worst, (g - b.at(name)).abs().max().item<double>() / std::max(b.at(name).abs().max().item<double>(), 1e-12));
+  return worst;
+}
+
+// Packed rows (attention and positions kept inside each sample) take the step that one
+// sample per padded row takes: the same loss over the same targets (prompts excluded),
+// the same gradients; in fewer, fuller rows.
+TEST_F(HfDecodersTest, PackedRowsTakeTheStepOfPaddedRows) {
+  const Batch padded = LmBatch(LmShard(), false), packed = LmBatch(LmShard(), true);
+  EXPECT_LT(packed.rows(), padded.rows());
+  EXPECT_EQ(packed.samples, padded.samples);
+  EXPECT_EQ(packed.real_tokens, padded.real_tokens);
+  EXPECT_LT(LossCount(padded, true), padded.real_tokens - padded.samples) << "some samples have prompts";
+  for (const std::string arch : {"llama", "gpt2"}) {
+    auto model = Load(arch, "lm");
+    model->train();
+    LossSum a, b;
+    const auto ga = StepGradients(*model, padded, &a), gb = StepGradients(*model, packed, &b);
+    EXPECT_EQ(a.count, b.count) << arch;
+    EXPECT_NEAR(a.sum.item<double>(), b.sum.item<double>(), 1e-4 * a.sum.item<double>()) << arch;
+    EXPECT_LT(WorstRelative(gb, ga), 1e-4) << arch;
+  }
+}
+
+// A packed batch that runs out of memory is split by rows into micro-batches: the same step.
+TEST_F(HfDecodersTest, OutOfMemorySplitOfPackedRowsTakesTheSameStep) {
+  const Batch packed = LmBatch(LmShard(), true);
+  auto run = [&](const FaultInjector& faults, MicroBatchResult* result) {
+    auto model = Load("llama", "lm");
+    model->train();
+    const double count = double(LossCount(packed, true));
+    MicroBatchRunner runner{OomOptions{}};
+    *result = runner.Run(
+        packed,
+        [&](const Batch& micro, bool) {
+          faults.BeforeMicroBatch(micro.padded_tokens);
+          torch::Tensor loss = ComputeLossSum(Logits(*model, micro), micro, true).sum / count;
+          loss.backward();
+          return loss.item<double>();
+        },
+        [&] { model->zero_grad(); });
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().clone();
+    return grads;
+  };
+  MicroBatchResult whole, split;
+  const auto expected = run(FaultInjector(), &whole);
+  const auto got = run(FaultInjector(FaultPlan{.oom_above_tokens = 2 * kMaxLen}), &split);
+  EXPECT_EQ(whole.micro_batches, 1);
+  EXPECT_GE(split.micro_batches, 2);
+  EXPECT_LT(WorstRelative(got, expected), 1e-5);
+}
+
+// Two ranks with half the packed rows each take the step of one rank with all of them.
+TEST_F(HfDecodersTest, TwoRanksOnPackedRowsTakeTheStepOfOne) {
+  const Batch packed = LmBatch(LmShard(), true);
+  const int64_t half = packed.rows() / 2;
+  const double count = double(LossCount(packed, true));
+  const int port = testing::FreePort();
+  std::vector<std::vector<torch::Tensor>> after(2);
+  testing::RunRanks(2, [&](int r) {
+    auto model = Load("qwen2", "lm");
+    GradientSync sync(ProcessGroup::Create(testing::Options(r, 2, port)), model->parameters(), GradientSyncOptions{});
+    sync.Broadcast(model->parameters());
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+    const Batch mine = SliceBatch(packed, r == 0 ? 0 : half, r == 0 ? half : packed.rows());
+    // GradientSync averages over ranks: each rank's share of the whole batch's mean, x2.
+    (ComputeLossSum(Logits(*model, mine), mine, true).sum * (2.0 / count)).backward();
+    sync.Finish();
+    opt.step();
+    for (const auto& p : model->parameters()) after[r].push_back(p.detach().clone());
+  });
+  auto ref = Load("qwen2", "lm");
+  torch::optim::SGD opt(ref->parameters(), torch::optim::SGDOptions(0.5));
+  (ComputeLossSum(Logits(*ref, packed), packed, true).sum / count).backward();
+  opt.step();
+  const auto ref_params = ref->parameters();
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
+                1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
+}
+
+// Dropout on (GPT-2's embedding, attention and residual dropout): the explicit attention
+// path, checkpointed layers recompute the same masks; at a probability too small to drop
+// anything the explicit path gives SDPA's logits; bf16 autocast stays close to fp32.
+TEST_F(HfDecodersTest, DropoutCheckpointingAndAutocastOnDecoders) {
+  const Batch b = LmBatch(LmShard(), true);
+  PretrainedOptions options;
+  options.task = "causal_lm";
+  options.dropout = options.attention_dropout = 0.1;
+  auto model = LoadPretrained(Folder("gpt2_lm"), options);
+  model->train();
+  auto grads = [&](int every, uint64_t seed) {
+    model->set_activation_checkpointing(every);
+    torch::manual_seed(seed);
+    LossSum loss;
+    return StepGradients(*model, b, &loss);
+  };
+  const auto plain = grads(0, 7);
+  EXPECT_GT(WorstRelative(grads(0, 8), plain), 1e-3) << "dropout is off";
+  EXPECT_LT(WorstRelative(grads(1, 7), plain), 1e-6);
+
+  options.dropout = 0;
+  options.attention_dropout = 1e-9;
+  for (const char* folder : {"gpt2_lm", "mistral_lm"}) {
+    auto tiny = LoadPretrained(Folder(folder), options);
+    torch::NoGradGuard no_grad;
+    tiny->eval();
+    const torch::Tensor sdpa = Logits(*tiny, b);
+    tiny->train();
+    EXPECT_LE((Logits(*tiny, b) - sdpa).abs().max().item<double>(), 1e-5) << folder;
+    tiny->eval();
+    AutocastRegion autocast("bf16", torch::kCPU);
+    const torch::Tensor bf16 = Logits(*tiny, b).to(torch::kFloat);
+    EXPECT_LE((bf16 - sdpa).abs().max().item<double>(), 0.05 * std::max(1.0, sdpa.abs().max().item<double>())) << folder;
+  }
+}
+
+// A causal-LM job on packed rows with prompts, a token budget and a checkpoint every 3
+// steps, killed after step 5 and resumed: the same parameters, bit for bit, as a run never
+// interrupted; both report validation perplexity.
+TEST_F(HfDecodersTest, ACausalLmJobResumesBitIdentical) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto config = [&](const std::string& name) {
+    TrainConfig c = testing::TinyConfig(testing::FreshDir(name));
+    testing::WriteSyntheticLmShard(c.data.train_shard, 40, 1, kVocab, kMaxLen, true);
+    testing::WriteSyntheticLmShard(c.data.val_shard, 12, 2, kVocab, kMaxLen, true);
+    c.model.arch = "pretrained";
+    c.model.task = "causal_lm";
+    c.model.pretrained = Folder("llama_lm");
+    c.model.layers = c.model.d_model = c.model.heads = c.model.ffn = 0;
+    c.model.dropout = -1;
+    c.model.max_len = kMaxLen;
+    c.data.vocab_size = kVocab;
+    c.data.num_classes = 0;
+    c.train.rows = "packed";
+    c.train.max_tokens = 2 * kMaxLen;
+    EXPECT_EQ(ResolvePretrained(&c), "");
+    return c;
+  };
+  auto final_parameters = [](const TrainConfig& c) {
+    std::shared_ptr<SequenceModel> model = JobModel(c, /*load_weights=*/false);
+    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    RunPosition position;
+    EXPECT_TRUE(CheckpointManager(CheckpointOptions{c.checkpoint_dir, 0, 0, 10}).LoadLatest(*model, optimizer, &position));
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+    return params;
+  };
+  const TrainConfig c = config("hf_lm_resume");
+  EXPECT_DEATH(testing::RunUntilAbort(c, 5), "fault injection: aborting at step 5");
+  ASSERT_TRUE(fs::exists(c.checkpoint_dir + "/step-00000003/COMPLETE"));
+  MemoryProgressSink resumed;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, resumed), kExitOk) << resumed.records.back().String("message");
+  EXPECT_EQ(resumed.records.front().Number("resumed_step"), 3);
+  const TrainConfig whole = config("hf_lm_whole");
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(whole, RankInfo{}, progress), kExitOk) << progress.records.back().String("message");
+  EXPECT_EQ(progress.records.back().event, "done");
+  const double ppl = progress.records.back().Number("val_perplexity");
+  EXPECT_GT(ppl, 1);
+  EXPECT_LT(ppl, 2 * kVocab);
+  const auto a = final_parameters(c), b = final_parameters(whole);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }
 
 }  // namespace

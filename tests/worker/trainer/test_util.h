@@ -52,6 +52,23 @@ inline void WriteSyntheticShard(const std::string& path, int n, uint64_t seed, i
   ASSERT_EQ(writer.WriteFile(path), "");
 }
 
+// Language-model samples (a shard without classes) of ids in [6, vocab): bos, then 3 to
+// max_len - 1 tokens. with_prompts: about half have a prompt (label = its length in
+// tokens, 1 to half the sample), the rest -1 (plain text). Deterministic in `seed`.
+inline void WriteSyntheticLmShard(const std::string& path, int n, uint64_t seed, int vocab, int max_len,
+                                  bool with_prompts) {
+  std::mt19937_64 rng(seed);
+  format::ShardWriter writer(static_cast<uint32_t>(vocab), 0);
+  for (int i = 0; i < n; ++i) {
+    const int len = 4 + static_cast<int>(rng() % static_cast<uint64_t>(max_len - 3));
+    std::vector<int32_t> tokens{kBos};
+    for (int k = 1; k < len; ++k) tokens.push_back(6 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 6)));
+    const int prompt = with_prompts && rng() % 2 == 0 ? 1 + static_cast<int>(rng() % static_cast<uint64_t>(len / 2)) : -1;
+    writer.Add(seed * 100000 + i, prompt, tokens);
+  }
+  ASSERT_EQ(writer.WriteFile(path), "");
+}
+
 // A small classifier run over fresh shards in `dir`: n_train samples, batch 8, 2 epochs.
 inline TrainConfig TinyConfig(const std::string& dir, int n_train = 40, int n_val = 16) {
   TrainConfig c;

@@ -94,8 +94,10 @@ torch::Tensor DecoderModelImpl::forward(const torch::Tensor& tokens, const torch
   return Head(h.index({torch::arange(tokens.size(0), tokens.options()), last}));  // [B, C]
 }
 
-torch::Tensor DecoderModelImpl::forward_packed(const torch::Tensor& tokens, const Segments& segments) {
-  return Head(trunk_->forward(tokens, segments, nullptr));
+torch::Tensor DecoderModelImpl::forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                               const torch::Tensor& segments) {
+  if (!causal_lm_) throw std::runtime_error("packed rows are for model.task causal_lm");
+  return Head(trunk_->forward(tokens, Segments{positions, segments}, nullptr));
 }
 
 torch::Tensor DecoderModelImpl::forward_cached(const torch::Tensor& tokens, KvCache* cache) {
@@ -117,15 +119,17 @@ HfNameRules DecoderModelImpl::NameRules(const HfConfig& c, const std::string& ta
   return rules;
 }
 
-std::vector<int64_t> GreedyGenerate(DecoderModelImpl& model, const std::vector<int64_t>& prompt,
-                                    int64_t max_new_tokens, const std::vector<int64_t>& stop, bool use_cache) {
+std::vector<int64_t> Generate(DecoderModelImpl& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                              const std::vector<int64_t>& stop, bool use_cache, TokenPicker pick) {
   torch::NoGradGuard no_grad;
+  if (!pick) pick = [](const torch::Tensor& logits) { return logits.argmax().item<int64_t>(); };
   std::vector<int64_t> sequence = prompt, generated;
-  auto row = [](const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kLong).view({1, -1}); };
+  const torch::Device device = model.parameters().front().device();
+  auto row = [&](const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kLong).view({1, -1}).to(device); };
   KvCache cache;
   torch::Tensor logits = model.forward_cached(row(prompt), use_cache ? &cache : nullptr);
   for (int64_t i = 0; i < max_new_tokens; ++i) {
-    const int64_t next = logits[0][-1].argmax().item<int64_t>();
+    const int64_t next = pick(logits[0][-1].to(torch::kCPU, torch::kFloat));
     generated.push_back(next);
     sequence.push_back(next);
     if (std::find(stop.begin(), stop.end(), next) != stop.end() || i + 1 == max_new_tokens) break;

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,7 +73,8 @@ class DecoderModelImpl : public SequenceModel {
   // no pad_token_id, the last token pad_mask leaves).
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
   // Causal LM on packed rows: as forward, attention and positions kept inside segments.
-  torch::Tensor forward_packed(const torch::Tensor& tokens, const Segments& segments);
+  torch::Tensor forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                               const torch::Tensor& segments) override;
   // Causal LM: the logits [B, L, V] of `tokens` continuing `cache` (which grows by L).
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache* cache);
   void set_activation_checkpointing(int every_n_blocks) override { trunk_->checkpoint_every = every_n_blocks; }
@@ -91,12 +93,16 @@ class DecoderModelImpl : public SequenceModel {
 };
 TORCH_MODULE(DecoderModel);
 
-// Greedy continuation of `prompt` by `max_new_tokens` tokens (fewer when one of `stop` is
-// produced; it is included), as model.generate(do_sample=False): the prompt runs once, then
-// each new token alone over the key/value cache. use_cache false recomputes the whole
-// sequence for every token (the benchmark's baseline; the same tokens).
-std::vector<int64_t> GreedyGenerate(DecoderModelImpl& model, const std::vector<int64_t>& prompt,
-                                    int64_t max_new_tokens, const std::vector<int64_t>& stop, bool use_cache = true);
+// Picks the next token from the last position's logits [V] (float): argmax (greedy) by default.
+using TokenPicker = std::function<int64_t(const torch::Tensor& logits)>;
+
+// Continuation of `prompt` by `max_new_tokens` tokens (fewer when one of `stop` is produced;
+// it is included), as model.generate: the prompt runs once, then each new token alone over
+// the key/value cache. With the default picker, greedy: model.generate(do_sample=False).
+// use_cache false recomputes the whole sequence for every token (the benchmark's baseline;
+// the same tokens). The model should be in evaluation mode.
+std::vector<int64_t> Generate(DecoderModelImpl& model, const std::vector<int64_t>& prompt, int64_t max_new_tokens,
+                              const std::vector<int64_t>& stop, bool use_cache = true, TokenPicker pick = nullptr);
 
 }  // namespace nightshift::trainer::hf
 

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Hugging Face decoder folders (GPT-2, Llama, Qwen2 layouts; ...ForCausalLM and
+...ForSequenceClassification) through nightshift-predict, against transformers.
+
+  hf_decoder_check.py make OUT_DIR CORPUS_DIR [--kinds gpt2,llama3,qwen2]
+      writes OUT_DIR/<kind>: a tiny random ...ForCausalLM saved by transformers, with a
+      tokenizer of that kind trained here on the corpus (tests/hf_folders.py; no download).
+  hf_decoder_check.py check PREDICT_BIN CORPUS_DIR DIR...
+      for each folder, loaded by transformers with AutoTokenizer and the class its
+      config.json's "architectures" names: a causal LM's greedy continuation of mail
+      prompts (nightshift-predict --generate) is model.generate(do_sample=False)'s, token
+      for token, and its --score perplexities are exp(loss) of transformers within 1e-4
+      relative; a classifier's logits equal transformers' within 1e-4 (the same labels).
+      Exit 1 naming what differs; prints "ok DIR: ..." per folder.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+NEW_TOKENS = 16
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def mails(corpus, n):
+    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(corpus) for f in files)
+    return [open(p, "rb").read().decode("utf-8", errors="replace") for p in paths[:: max(1, len(paths) // n)][:n]]
+
+
+def predict(bin_path, args):
+    p = subprocess.run([bin_path, "--device", "cpu", *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        fail(f"nightshift-predict {' '.join(args[:3])}: exit {p.returncode}: {p.stderr}")
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def max_len_of(folder, tok):
+    config = json.load(open(os.path.join(folder, "config.json")))
+    if "max_len" in config:
+        return config["max_len"]
+    positions = config.get("n_positions") or config.get("max_position_embeddings")
+    return min(positions, tok.model_max_length)
+
+
+def check_lm(bin_path, folder, texts, tmp):
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    eos = model.generation_config.eos_token_id
+    for text in texts[:6]:
+        prompt = text[:120]
+        ours = predict(bin_path, ["--model", folder, "--generate", str(NEW_TOKENS), "--prompt", prompt, "-o", "json"])[0]
+        enc = tok(prompt, return_tensors="pt")
+        if enc["input_ids"][0].tolist() != ours["prompt_ids"]:
+            fail(f"{folder}: prompt ids differ on {prompt!r}: {enc['input_ids'][0].tolist()} vs {ours['prompt_ids']}")
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=eos)
+        theirs = out[0, enc["input_ids"].shape[1]:].tolist()
+        if theirs != ours["new_ids"]:
+            fail(f"{folder}: greedy continuation of {prompt!r} differs: transformers {theirs}, ours {ours['new_ids']}")
+    path = os.path.join(tmp, "inputs.jsonl")
+    with open(path, "w") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}) + "\n")
+    rows = predict(bin_path, ["--model", folder, "--jsonl", path, "--score", "-o", "json"])
+    max_len = max_len_of(folder, tok)
+    worst = 0.0
+    for text, row in zip(texts, rows):
+        enc = tok(text, truncation=True, max_length=max_len, return_tensors="pt")
+        if enc["input_ids"].shape[1] < 2:
+            continue
+        with torch.no_grad():
+            ppl = torch.exp(model(**enc, labels=enc["input_ids"]).loss).item()
+        rel = abs(ppl - row["perplexity"]) / ppl
+        worst = max(worst, rel)
+        if rel > 1e-4:
+            fail(f"{folder}: perplexity {row['perplexity']} vs transformers' {ppl} on {text[:60]!r}")
+    print(f"ok {folder}: {NEW_TOKENS}-token greedy continuations equal, {len(texts)} perplexities within {worst:.2g}")
+
+
+def check_classifier(bin_path, folder, texts, tmp):
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    path = os.path.join(tmp, "inputs.jsonl")
+    with open(path, "w") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}) + "\n")
+    rows = predict(bin_path, ["--model", folder, "--jsonl", path, "-o", "json", "--logits"])
+    max_len = max_len_of(folder, tok)
+    worst = 0.0
+    for text, row in zip(texts, rows):
+        enc = tok(text, truncation=True, max_length=max_len, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**enc).logits[0]
+        diff = (logits - torch.tensor(row["logits"])).abs().max().item()
+        worst = max(worst, diff)
+        if diff > 1e-4:
+            fail(f"{folder}: logits differ by {diff:.3g} on {text[:60]!r}")
+        if labels[int(logits.argmax())] != row["label"]:
+            fail(f"{folder}: transformers says {labels[int(logits.argmax())]}, nightshift predict {row['label']}")
+    print(f"ok {folder}: {len(texts)} mails, logits within {worst:.2g}, labels {labels}")
+
+
+def check(bin_path, corpus, folders):
+    texts = mails(corpus, 16)
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder in folders:
+            arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
+            if arch.endswith("ForCausalLM") or arch.endswith("LMHeadModel"):
+                check_lm(bin_path, folder, texts, tmp)
+            else:
+                check_classifier(bin_path, folder, texts, tmp)
+
+
+def make(out_dir, corpus, kinds):
+    import hf_folders
+    hf_folders.make_decoders(out_dir, corpus, kinds)
+
+
+def main():
+    if sys.argv[1] == "make":
+        kinds = sys.argv[sys.argv.index("--kinds") + 1].split(",") if "--kinds" in sys.argv else ["gpt2", "llama3", "qwen2"]
+        return make(sys.argv[2], sys.argv[3], kinds)
+    if sys.argv[1] == "check":
+        return check(sys.argv[2], sys.argv[3], sys.argv[4:])
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
