@@ -68,6 +68,7 @@ Error BuildPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out) 
   if (type == "BertPreTokenizer" || type == "Whitespace" || type == "WhitespaceSplit")
     return NewBertPreTokenizer(config, out);
   if (type == "ByteLevel") return NewByteLevelPreTokenizer(config, out);
+  if (type == "Split") return NewSplitPreTokenizer(config, out);
   if (type != "Sequence") return "pre_tokenizer.type: '" + type + "' is not implemented";
   std::vector<std::unique_ptr<PreTokenizer>> parts;
   for (const Json& part : config.value("pretokenizers", Json::array())) {
@@ -232,6 +233,14 @@ int32_t Tokenizer::TokenToId(const std::string& token) const {
   for (const AddedToken& t : added_)
     if (t.content == token) return t.id;
   return model_->TokenToId(token);
+}
+
+std::vector<int32_t> Tokenizer::IdsBefore() const {
+  return post_processor_ == nullptr ? std::vector<int32_t>{} : post_processor_->Before();
+}
+
+std::vector<int32_t> Tokenizer::IdsAfter() const {
+  return post_processor_ == nullptr ? std::vector<int32_t>{} : post_processor_->After();
 }
 
 size_t Tokenizer::VocabSize() const {

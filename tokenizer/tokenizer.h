@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tokenizer/components.h"
+#include "tokenizer/folder.h"
 
 namespace nightshift::tokenizer {
 
@@ -32,7 +33,7 @@ struct AddedToken {
   bool special = false;
 };
 
-class Tokenizer {
+class Tokenizer : public TextTokenizer {
  public:
   // From the text of a tokenizer.json; "" or a message naming the key (and value) that is
   // missing or not implemented.
@@ -43,12 +44,15 @@ class Tokenizer {
   // The ids of `text` (UTF-8; ill-formed bytes read as U+FFFD), special tokens included,
   // at most `max_len` of them (0: no limit): the text's own ids are cut at the end to
   // leave room for the special tokens. Thread-safe.
-  std::vector<int32_t> Encode(std::string_view text, size_t max_len = 0) const;
+  std::vector<int32_t> Encode(std::string_view text, size_t max_len = 0) const override;
 
   // The id of `token`, an added token's or the model's; -1 when neither has it.
-  int32_t TokenToId(const std::string& token) const;
+  int32_t TokenToId(const std::string& token) const override;
   // The model's vocabulary and the added tokens beyond it: one past the largest id.
-  size_t VocabSize() const;
+  size_t VocabSize() const override;
+  // The post-processor's special ids (none without one).
+  std::vector<int32_t> IdsBefore() const override;
+  std::vector<int32_t> IdsAfter() const override;
 
  private:
   // A stretch of the text, or an added token already found in it (id >= 0).
