@@ -27,12 +27,15 @@
 // model are matched whole by sentencepiece, while 5.24 merges them as ordinary BPE pieces;
 // added tokens of tokenizer_config.json with lstrip/rstrip/single_word are matched
 // without those flags; a model whose BPE merges tie in score may order them differently
-// from the merges 5.24 derives. Unigram models (T5, XLNet, ALBERT) are run by sentencepiece
-// as they are, which is not what their 5.24 classes do around them (not checked).
+// from the merges 5.24 derives. Unigram models (T5, XLNet, ALBERT) would be run by sentencepiece
+// as they are, which is not what their 5.24 classes do around them: a tokenizer_config.json
+// naming a tokenizer_class other than LlamaTokenizer(Fast) is refused.
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -243,6 +246,14 @@ Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<Te
   if (std::ifstream cin(config_path); cin) {
     config = Json::parse(cin, nullptr, /*allow_exceptions=*/false);
     if (!config.is_object()) return config_path + ": not a JSON object";
+  }
+  // Only LlamaTokenizer's behaviour is implemented: other classes (T5, ALBERT, Gemma, ...)
+  // put other things around sentencepiece, so their folders are refused, not run wrongly.
+  if (const auto it = config.find("tokenizer_class"); it != config.end() && !it->is_null()) {
+    static const char* const kLlama[] = {"LlamaTokenizer", "LlamaTokenizerFast"};
+    if (!it->is_string() || std::find(std::begin(kLlama), std::end(kLlama), it->get<std::string>()) == std::end(kLlama))
+      return config_path + ": tokenizer_class " + it->dump() + " is not implemented for " + model_path +
+             " (LlamaTokenizer, LlamaTokenizerFast)";
   }
   bool add_bos = true, add_eos = false, legacy = false, add_prefix_space = true;
   for (Error e : {Flag(config, "add_bos_token", true, &add_bos), Flag(config, "add_eos_token", false, &add_eos),
