@@ -7,7 +7,9 @@
 //   model -> truncation -> post-processor (the special tokens)
 //
 // as `tokenizer(text, truncation=True, max_length=max_len)` in transformers. Single
-// texts only (no pairs), ids only (no offsets, no decoding).
+// texts only (no pairs), ids only (no offsets, no decoding). One of the two kinds of
+// TextTokenizer (folder.h; the other is a sentencepiece tokenizer.model): callers that take
+// a whole Hugging Face folder use LoadFolder rather than this class.
 #ifndef NIGHTSHIFT_TOKENIZER_TOKENIZER_H_
 #define NIGHTSHIFT_TOKENIZER_TOKENIZER_H_
 
