@@ -31,6 +31,12 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   // Appends the words of `text` to *words, in order (a word may be empty: it is dropped).
   virtual void Split(const std::u32string& text, std::vector<std::u32string>* words) const = 0;
+  // As Split, for a stretch of the text that starts it (at_start) or that follows an added
+  // token: only Metaspace's prepend_scheme "first" tells them apart.
+  virtual void SplitPiece(const std::u32string& text, bool at_start, std::vector<std::u32string>* words) const {
+    (void)at_start;
+    Split(text, words);
+  }
 };
 
 class Model {
@@ -72,6 +78,8 @@ Error NewSplitPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* ou
 // An Oniguruma expression (as tokenizer.json holds it) written for ICU: \s and \S as the
 // White_Space property; escapes that mean something else in ICU are an error.
 Error OnigurumaToIcu(const std::string& pattern, std::string* out);
+// metaspace.cc: Metaspace (replacement, prepend_scheme always / first / never, split).
+Error NewMetaspacePreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out);
 // wordpiece.cc
 Error NewWordPiece(const Json& config, std::unique_ptr<Model>* out);
 // bpe.cc

@@ -9,7 +9,9 @@ BPE, with its <mask> taking the space on its left as roberta-base's does); GPT-2
 Qwen2 (byte-level BPE, each with its own pre-tokenizer expression and special tokens) and
 Llama 2 and Mistral (a sentencepiece tokenizer.model, read by nightshift-tokenize with the
 sentencepiece library: Llama 2's with tokenizer.json beside it, legacy false; Mistral's
-without, legacy true), built by tests/hf_folders.py decoder_tokenizer. Then every mail of
+without, legacy true), built by tests/hf_folders.py decoder_tokenizer, and the Llama 2 one
+as transformers 5.24 saves it (tokenizer.json only: Metaspace, BPE with byte_fallback,
+read by our own pipeline). Then every mail of
 the corpus and every hard text below goes through AutoTokenizer(text, truncation=...,
 max_length=...) and through bin/nightshift-tokenize, without a limit (every mail) and at
 max_len 64 (every tenth mail, every hard text); any
@@ -106,6 +108,9 @@ def build_decoder_folders(tmp, texts):
         tok = hf_folders.decoder_tokenizer(kind, texts, 3000, os.path.join(tmp, "vocab-" + kind))
         hf_folders.save_decoder_tokenizer(tok, folder, tokenizer_json=kind != "mistral")
         folders[kind] = folder
+        if kind == "llama2":  # as transformers 5.24 saves it: tokenizer.json (Metaspace) only
+            tok.save_pretrained(os.path.join(tmp, "llama2-json"))
+            folders["llama2-json"] = os.path.join(tmp, "llama2-json")
     return folders
 
 
