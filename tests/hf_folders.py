@@ -10,6 +10,11 @@ for roberta) and a randomly initialised ...ForSequenceClassification of tiny siz
 
 writes OUT_DIR/<kind>/ (config.json, model.safetensors, tokenizer.json, ...). CORPUS_DIR is
 read like data.path text_dir (every file under it); the tokenizer trains on a tenth of it.
+
+For decoder-only models, decoder_tokenizer(kind, texts, vocab, tmp) builds the tokenizer of
+gpt2, llama3, qwen2, llama2 or mistral (the last two from a sentencepiece tokenizer.model) as
+transformers 5.24 does, and save_decoder_tokenizer(tok, folder) writes it into a folder as
+the Hub's are (tests/tokenizer/equality_test.py checks our ids on these).
 """
 import argparse
 import json
