@@ -1,7 +1,8 @@
 // The tokenizer of a Hugging Face model folder, whichever kind it is:
 //
 // - tokenizer.json (tokenizer.h): BERT, DistilBERT (WordPiece), RoBERTa, GPT-2, Llama 3,
-//   Qwen2 (byte-level BPE), and any other file built from the components we implement;
+//   Qwen2 (byte-level BPE), Llama 2 / Mistral as transformers 5.24 saves them (Metaspace,
+//   BPE with byte_fallback), and any other file built from the components we implement;
 // - tokenizer.model (sentencepiece_tokenizer.cc): Llama 2, Mistral and other folders whose
 //   tokenizer_config.json names LlamaTokenizer(Fast), read with the sentencepiece library
 //   and run as transformers 5.24's LlamaTokenizer runs it (see there for the settings read
