@@ -44,6 +44,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/format/json_depth.h"
 #include "tokenizer/components.h"
 #include "tokenizer/folder.h"
 #include "tokenizer/unicode.h"
@@ -243,8 +244,12 @@ Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<Te
   }
 
   Json config = Json::object();
-  if (std::ifstream cin(config_path); cin) {
-    config = Json::parse(cin, nullptr, /*allow_exceptions=*/false);
+  if (std::ifstream cin(config_path, std::ios::binary); cin) {
+    std::ostringstream text;
+    text << cin.rdbuf();
+    if (!format::JsonDepthWithin(text.str()))
+      return config_path + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
+    config = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (!config.is_object()) return config_path + ": not a JSON object";
   }
   // Only LlamaTokenizer's behaviour is implemented: other classes (T5, ALBERT, Gemma, ...)
@@ -298,7 +303,11 @@ Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<Te
   // read), else from those two settings. Its added tokens are matched as the specials.
   const std::string json_path = folder + "/tokenizer.json";
   if (std::ifstream jin(json_path, std::ios::binary); jin) {
-    const Json doc = Json::parse(jin, nullptr, /*allow_exceptions=*/false);
+    std::ostringstream text;
+    text << jin.rdbuf();
+    if (!format::JsonDepthWithin(text.str()))
+      return json_path + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
+    const Json doc = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (!doc.is_object()) return json_path + ": not a JSON object";
     if (const auto it = doc.find("added_tokens"); it != doc.end() && it->is_array())
       for (const Json& a : *it)

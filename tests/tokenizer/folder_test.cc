@@ -167,6 +167,28 @@ TEST_F(FolderTest, TokenizerJsonPostProcessorWins) {
   EXPECT_EQ(t->Encode("hello"), Cat(Pieces("hello"), {2}));
 }
 
+// A LlamaTokenizer's tokenizer.json without tokenizer.model (as 5.24 saves it): the
+// prepend scheme comes from tokenizer_config.json's legacy, not from the file, and the
+// BPE gets byte_fallback (LlamaTokenizer.__init__ rebuilds both).
+TEST_F(FolderTest, LlamaTokenizerJsonIsRebuiltAs524Does) {
+  const std::string json = R"({"added_tokens": [{"id": 1, "content": "<s>", "special": true}],
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": false},
+    "model": {"type": "BPE", "vocab": {"<unk>": 0, "<s>": 1, "▁": 2, "a": 3, "▁a": 4, "<0x62>": 5},
+              "merges": [["▁", "a"]]}})";
+  const std::string plain = *dir_ + "/json-plain", llama = *dir_ + "/json-llama", legacy = *dir_ + "/json-legacy";
+  for (const std::string& folder : {plain, llama, legacy}) {
+    fs::create_directories(folder);
+    Write(folder + "/tokenizer.json", json);
+  }
+  Write(llama + "/tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer"})");
+  Write(legacy + "/tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizerFast", "legacy": true})");
+  EXPECT_EQ(Load(plain)->Encode("<s>a"), (Ids{1, 4}));
+  EXPECT_EQ(Load(legacy)->Encode("<s>a"), (Ids{1, 4}));
+  EXPECT_EQ(Load(llama)->Encode("<s>a"), (Ids{1, 3}));
+  EXPECT_EQ(Load(plain)->Encode("ab"), (Ids{4}));  // no byte_fallback in the file: b is dropped
+  EXPECT_EQ(Load(llama)->Encode("ab"), (Ids{4, 5}));
+}
+
 // Ill-formed UTF-8 reads as U+FFFD, as in the other tokenizers.
 TEST_F(FolderTest, IllFormedUtf8IsReplacementCharacters) {
   const auto t = Load(Folder(""));
