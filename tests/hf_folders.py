@@ -10,12 +10,20 @@ for roberta) and a randomly initialised ...ForSequenceClassification of tiny siz
 
 writes OUT_DIR/<kind>/ (config.json, model.safetensors, tokenizer.json, ...). CORPUS_DIR is
 read like data.path text_dir (every file under it); the tokenizer trains on a tenth of it.
+
+For decoder-only models, decoder_tokenizer(kind, texts, vocab, tmp) builds the tokenizer of
+gpt2, llama3, qwen2, llama2 or mistral (the last two from a sentencepiece tokenizer.model) as
+transformers 5.24 does, and save_decoder_tokenizer(tok, folder) writes it into a folder as
+the Hub's are (tests/tokenizer/equality_test.py checks our ids on these).
 """
 import argparse
+import json
 import os
+import shutil
 
 import torch
-from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
+from tokenizers import (BertWordPieceTokenizer, ByteLevelBPETokenizer, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, processors, trainers)
 from transformers import (AutoModelForSequenceClassification, BertConfig, BertTokenizerFast, DistilBertConfig,
                           DistilBertTokenizerFast, RobertaConfig, RobertaTokenizerFast)
 
@@ -37,6 +45,121 @@ def tokenizer(kind, texts, vocab, tmp):
     wp.save_model(tmp)
     cls = DistilBertTokenizerFast if kind == "distilbert" else BertTokenizerFast
     return cls(vocab=os.path.join(tmp, "vocab.txt"))
+
+
+# The pre-tokenizer expressions of Llama 3 (tiktoken's cl100k, digits in threes) and Qwen2
+# (digits one by one), as their tokenizer.json files hold them.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _byte_level_bpe(texts, vocab, pattern, normalizer=None, ignore_merges=False):
+    """A byte-level BPE trained on `texts` with `pattern` split before a ByteLevel without
+    regex (Llama 3's and Qwen2's pipeline); its special tokens are added after, above the
+    trained vocabulary, as in the real files."""
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                       show_progress=False))
+    return tok
+
+
+def _sentencepiece(texts, vocab, tmp, **flags):
+    """A sentencepiece BPE model with Llama 2's training flags (byte_fallback, digits split,
+    no normalization, <unk> <s> </s> at 0 1 2), trained on `texts`: tmp/tokenizer.model."""
+    import sentencepiece as spm  # only this kind needs it
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=os.path.join(tmp, "tokenizer"), vocab_size=vocab, model_type="bpe",
+        byte_fallback=True, split_digits=True, allow_whitespace_only_pieces=True, remove_extra_whitespaces=False,
+        normalization_rule_name="identity", add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        max_sentence_length=1 << 20, minloglevel=2, num_threads=1, **flags)
+    return os.path.join(tmp, "tokenizer.model")
+
+
+def decoder_tokenizer(kind, texts, vocab, tmp):
+    """The tokenizer of a decoder-only model, trained on `texts` (a vocabulary of about
+    `vocab`), as transformers 5.24 builds it for such a folder:
+
+      gpt2    GPT2TokenizerFast: byte-level BPE, GPT-2's ByteLevel regex, <|endoftext|>, no
+              special token added to a text
+      llama3  PreTrainedTokenizerFast around Llama 3's tokenizer.json: Split(Llama 3's
+              expression) + ByteLevel(use_regex false), BPE ignore_merges, <|begin_of_text|>
+              put in front by a TemplateProcessing, Llama 3's special tokens
+      qwen2   Qwen2Tokenizer: NFC, Split(Qwen2's expression) + ByteLevel, <|endoftext|>
+              (unk, eos, pad), <|im_start|>, <|im_end|>, nothing added
+      llama2  LlamaTokenizer from a sentencepiece model (tokenizer.model, kept in the
+              folder as the Hub's Llama 2 folders keep it): <s> in front, legacy false
+      mistral as llama2, legacy true (a space before the text after each special token)
+
+    Returns the tokenizer object; its save_pretrained(folder) writes the folder (for
+    llama2 and mistral, also copy tok.nightshift_model there: see save_decoder_tokenizer)."""
+    from transformers import GPT2TokenizerFast, LlamaTokenizer, PreTrainedTokenizerFast, Qwen2Tokenizer
+    os.makedirs(tmp, exist_ok=True)
+    if kind == "gpt2":
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(texts, vocab_size=vocab, special_tokens=["<|endoftext|>"], show_progress=False)
+        bpe.save_model(tmp)
+        return GPT2TokenizerFast(vocab=os.path.join(tmp, "vocab.json"), merges=os.path.join(tmp, "merges.txt"))
+    if kind == "llama3":
+        tok = _byte_level_bpe(texts, vocab, LLAMA3_PATTERN, ignore_merges=True)
+        tok.add_special_tokens(LLAMA3_SPECIALS)
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
+        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>",
+                                       model_input_names=["input_ids", "attention_mask"], model_max_length=131072)
+    if kind == "qwen2":
+        tok = _byte_level_bpe(texts, vocab, QWEN2_PATTERN, normalizer=normalizers.NFC())
+        model = json.loads(tok.to_str())["model"]
+        vocab_map = dict(model["vocab"])
+        for special in QWEN2_SPECIALS:  # above the trained vocabulary
+            vocab_map.setdefault(special, len(vocab_map))
+        merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+        return Qwen2Tokenizer(vocab=vocab_map, merges=merges, additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    if kind in ("llama2", "mistral"):
+        model = _sentencepiece(texts, vocab, tmp)
+        # As the Hub's folders: tokenizer.model and a tokenizer_config.json naming the class.
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                       "legacy": kind == "mistral", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                       "clean_up_tokenization_spaces": False, "model_max_length": 4096}, f)
+        tok = LlamaTokenizer.from_pretrained(tmp)
+        tok.nightshift_model = model
+        return tok
+    raise ValueError(f"unknown decoder tokenizer kind {kind!r}")
+
+
+def save_decoder_tokenizer(tok, folder, tokenizer_json=True):
+    """tok.save_pretrained(folder); for a sentencepiece kind also its tokenizer.model and
+    the settings the Hub's Llama 2 and Mistral tokenizer_config.json files hold (legacy,
+    add_bos_token, add_eos_token), which 5.24 saves in tokenizer.json only. transformers
+    5.24 reads legacy from tokenizer_config.json, and the ids around a text from
+    tokenizer.json when there is one (tokenizer_json=False deletes it: then from
+    add_bos_token / add_eos_token)."""
+    tok.save_pretrained(folder)
+    model = getattr(tok, "nightshift_model", None)
+    if model:
+        shutil.copy(model, os.path.join(folder, "tokenizer.model"))
+        path = os.path.join(folder, "tokenizer_config.json")
+        with open(path) as f:
+            config = json.load(f)
+        with open(os.path.join(os.path.dirname(model), "tokenizer_config.json")) as f:
+            hub = json.load(f)
+        config.update({k: hub[k] for k in ("legacy", "add_bos_token", "add_eos_token")})
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
+        if not tokenizer_json:
+            os.remove(os.path.join(folder, "tokenizer.json"))
 
 
 def config(kind, tok, args, labels):

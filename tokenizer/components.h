@@ -31,6 +31,12 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   // Appends the words of `text` to *words, in order (a word may be empty: it is dropped).
   virtual void Split(const std::u32string& text, std::vector<std::u32string>* words) const = 0;
+  // As Split, for a stretch of the text that starts it (at_start) or that follows an added
+  // token: only Metaspace's prepend_scheme "first" tells them apart.
+  virtual void SplitPiece(const std::u32string& text, bool at_start, std::vector<std::u32string>* words) const {
+    (void)at_start;
+    Split(text, words);
+  }
 };
 
 class Model {
@@ -50,6 +56,9 @@ class PostProcessor {
   // How many ids Process adds (truncation leaves room for them).
   virtual size_t AddedCount() const = 0;
   virtual std::vector<int32_t> Process(const std::vector<int32_t>& ids) const = 0;
+  // The ids Process puts before and after the sequence.
+  virtual std::vector<int32_t> Before() const = 0;
+  virtual std::vector<int32_t> After() const = 0;
 };
 
 using Json = nlohmann::json;
@@ -63,6 +72,14 @@ Error NewBertPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out
 // byte_level.cc: ByteLevel (GPT-2's regular expression when use_regex, the byte-to-
 // character map, add_prefix_space).
 Error NewByteLevelPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out);
+// split.cc: Split (a Regex or String pattern, the five behaviors, invert), as Llama 3 and
+// Qwen2 put before a ByteLevel without regex.
+Error NewSplitPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out);
+// An Oniguruma expression (as tokenizer.json holds it) written for ICU: \s and \S as the
+// White_Space property; escapes that mean something else in ICU are an error.
+Error OnigurumaToIcu(const std::string& pattern, std::string* out);
+// metaspace.cc: Metaspace (replacement, prepend_scheme always / first / never, split).
+Error NewMetaspacePreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out);
 // wordpiece.cc
 Error NewWordPiece(const Json& config, std::unique_ptr<Model>* out);
 // bpe.cc

@@ -20,6 +20,8 @@ class SpecialsAround : public PostProcessor {
     out.insert(out.end(), after_.begin(), after_.end());
     return out;
   }
+  std::vector<int32_t> Before() const override { return before_; }
+  std::vector<int32_t> After() const override { return after_; }
   // This one applied after `inner`.
   void Wrap(const SpecialsAround& inner) {
     before_.insert(before_.end(), inner.before_.begin(), inner.before_.end());

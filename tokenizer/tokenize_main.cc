@@ -1,8 +1,11 @@
-// nightshift-tokenize TOKENIZER_JSON [--max-len N]: one text per line on stdin, as the hex
-// of its bytes (so that ill-formed UTF-8 survives the pipe); its ids per line on stdout, as
-// a JSON list. What tests/tokenizer/equality_test.py compares with `tokenizers`.
+// nightshift-tokenize TOKENIZER [--max-len N]: one text per line on stdin, as the hex of its
+// bytes (so that ill-formed UTF-8 survives the pipe); its ids per line on stdout, as a JSON
+// list. TOKENIZER is a tokenizer.json file, or a Hugging Face folder (folder.h LoadFolder:
+// its tokenizer.model, else its tokenizer.json). What tests/tokenizer/equality_test.py
+// compares with `tokenizers` / transformers.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -27,12 +30,22 @@ bool FromHex(const std::string& hex, std::string* out) {
 
 int main(int argc, char** argv) {
   if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--max-len")) {
-    std::fprintf(stderr, "usage: nightshift-tokenize TOKENIZER_JSON [--max-len N] < hex-lines\n");
+    std::fprintf(stderr, "usage: nightshift-tokenize TOKENIZER_JSON|FOLDER [--max-len N] < hex-lines\n");
     return 2;
   }
   const size_t max_len = argc == 4 ? std::strtoul(argv[3], nullptr, 10) : 0;
-  std::unique_ptr<nightshift::tokenizer::Tokenizer> tokenizer;
-  if (auto e = nightshift::tokenizer::Tokenizer::Load(argv[1], &tokenizer); !e.empty()) {
+  namespace tok = nightshift::tokenizer;
+  std::unique_ptr<tok::TextTokenizer> tokenizer;
+  std::error_code ec;
+  tok::Error e;
+  if (std::filesystem::is_directory(argv[1], ec)) {
+    e = tok::LoadFolder(argv[1], &tokenizer);
+  } else {
+    std::unique_ptr<tok::Tokenizer> json;
+    e = tok::Tokenizer::Load(argv[1], &json);
+    tokenizer = std::move(json);
+  }
+  if (!e.empty()) {
     std::fprintf(stderr, "nightshift-tokenize: %s\n", e.c_str());
     return 1;
   }

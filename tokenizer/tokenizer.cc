@@ -28,11 +28,17 @@ class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void Split(const std::u32string& text, std::vector<std::u32string>* words) const override {
+    SplitPiece(text, /*at_start=*/true, words);
+  }
+
+  // The first word of each step starts where the text does (an approximation when a step
+  // drops the text's start: a Split that removes it).
+  void SplitPiece(const std::u32string& text, bool at_start, std::vector<std::u32string>* words) const override {
     std::vector<std::u32string> current = {text}, next;
     for (const auto& part : parts_) {
       next.clear();
-      for (const std::u32string& word : current)
-        if (!word.empty()) part->Split(word, &next);
+      for (size_t i = 0; i < current.size(); ++i)
+        if (!current[i].empty()) part->SplitPiece(current[i], at_start && i == 0, &next);
       current.swap(next);
     }
     for (std::u32string& word : current)
@@ -68,6 +74,8 @@ Error BuildPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out) 
   if (type == "BertPreTokenizer" || type == "Whitespace" || type == "WhitespaceSplit")
     return NewBertPreTokenizer(config, out);
   if (type == "ByteLevel") return NewByteLevelPreTokenizer(config, out);
+  if (type == "Split") return NewSplitPreTokenizer(config, out);
+  if (type == "Metaspace") return NewMetaspacePreTokenizer(config, out);
   if (type != "Sequence") return "pre_tokenizer.type: '" + type + "' is not implemented";
   std::vector<std::unique_ptr<PreTokenizer>> parts;
   for (const Json& part : config.value("pretokenizers", Json::array())) {
@@ -208,13 +216,14 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, size_t max_len) co
   SplitOnAddedTokens(/*normalized=*/true, &pieces);
   std::vector<int32_t> ids;
   std::vector<std::u32string> words;
-  for (const Piece& p : pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
     if (p.id >= 0) {
       ids.push_back(p.id);
       continue;
     }
     words.clear();
-    if (pre_tokenizer_ != nullptr) pre_tokenizer_->Split(p.text, &words);
+    if (pre_tokenizer_ != nullptr) pre_tokenizer_->SplitPiece(p.text, /*at_start=*/i == 0, &words);
     else words.push_back(p.text);
     for (const std::u32string& word : words)
       if (!word.empty()) model_->Tokenize(word, &ids);
@@ -232,6 +241,14 @@ int32_t Tokenizer::TokenToId(const std::string& token) const {
   for (const AddedToken& t : added_)
     if (t.content == token) return t.id;
   return model_->TokenToId(token);
+}
+
+std::vector<int32_t> Tokenizer::IdsBefore() const {
+  return post_processor_ == nullptr ? std::vector<int32_t>{} : post_processor_->Before();
+}
+
+std::vector<int32_t> Tokenizer::IdsAfter() const {
+  return post_processor_ == nullptr ? std::vector<int32_t>{} : post_processor_->After();
 }
 
 size_t Tokenizer::VocabSize() const {

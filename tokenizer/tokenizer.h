@@ -7,7 +7,9 @@
 //   model -> truncation -> post-processor (the special tokens)
 //
 // as `tokenizer(text, truncation=True, max_length=max_len)` in transformers. Single
-// texts only (no pairs), ids only (no offsets, no decoding).
+// texts only (no pairs), ids only (no offsets, no decoding). One of the two kinds of
+// TextTokenizer (folder.h; the other is a sentencepiece tokenizer.model): callers that take
+// a whole Hugging Face folder use LoadFolder rather than this class.
 #ifndef NIGHTSHIFT_TOKENIZER_TOKENIZER_H_
 #define NIGHTSHIFT_TOKENIZER_TOKENIZER_H_
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "tokenizer/components.h"
+#include "tokenizer/folder.h"
 
 namespace nightshift::tokenizer {
 
@@ -32,7 +35,7 @@ struct AddedToken {
   bool special = false;
 };
 
-class Tokenizer {
+class Tokenizer : public TextTokenizer {
  public:
   // From the text of a tokenizer.json; "" or a message naming the key (and value) that is
   // missing or not implemented.
@@ -43,12 +46,15 @@ class Tokenizer {
   // The ids of `text` (UTF-8; ill-formed bytes read as U+FFFD), special tokens included,
   // at most `max_len` of them (0: no limit): the text's own ids are cut at the end to
   // leave room for the special tokens. Thread-safe.
-  std::vector<int32_t> Encode(std::string_view text, size_t max_len = 0) const;
+  std::vector<int32_t> Encode(std::string_view text, size_t max_len = 0) const override;
 
   // The id of `token`, an added token's or the model's; -1 when neither has it.
-  int32_t TokenToId(const std::string& token) const;
+  int32_t TokenToId(const std::string& token) const override;
   // The model's vocabulary and the added tokens beyond it: one past the largest id.
-  size_t VocabSize() const;
+  size_t VocabSize() const override;
+  // The post-processor's special ids (none without one).
+  std::vector<int32_t> IdsBefore() const override;
+  std::vector<int32_t> IdsAfter() const override;
 
  private:
   // A stretch of the text, or an added token already found in it (id >= 0).

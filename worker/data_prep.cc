@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -25,7 +26,7 @@
 #include "common/format/shard.h"
 #include "common/format/text.h"
 #include "common/log.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/folder.h"
 
 namespace fs = std::filesystem;
 
@@ -304,32 +305,46 @@ Status Tokenize(const sentencepiece::SentencePieceProcessor& sp, const std::vect
   });
 }
 
-// model.pretrained: the folder's tokenizer (its tokenizer.json) and the special ids of its
-// config.json (the padding id) and of its post-processor (the first and last ids of an
-// empty text: [CLS]/[SEP], <s>/</s>).
+// model.pretrained: the folder's tokenizer (tokenizer/folder.h: its tokenizer.model, else
+// its tokenizer.json) and its special ids: the padding id from config.json's pad_token_id
+// (else 1 for roberta, 0 otherwise); bos and eos are the ids the tokenizer puts before and
+// after a text ([CLS]/[SEP], <s>/</s>, <|begin_of_text|>), else config.json's bos_token_id /
+// eos_token_id (an id or a list of ids: the first), else the padding id.
 struct PretrainedTokenizer {
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::TextTokenizer> tokenizer;
   int pad_id = 0, bos_id = 0, eos_id = 0;
 };
 
 Status LoadPretrainedTokenizer(const PrepOptions& data, PretrainedTokenizer* out) {
-  const std::vector<std::string> files = PretrainedInputs(data);  // tokenizer.json, config.json
-  if (tokenizer::Error e = tokenizer::Tokenizer::Load(files[0], &out->tokenizer); !e.empty())
+  const std::vector<std::string> files = PretrainedInputs(data);  // the tokenizer's file, config.json, ...
+  if (tokenizer::Error e = tokenizer::LoadFolder(data.pretrained, &out->tokenizer); !e.empty())
     return Status::InvalidArgument("model.pretrained: " + e);
   std::ifstream in(files[1]);
   const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return Status::InvalidArgument("model.pretrained: " + files[1] + " is not a JSON object");
-  const auto pad = config.find("pad_token_id");
+  // config.json's `key`: an id, or a list of ids (the first); a negative or too large
+  // integer is an error, anything else (absent, null, a string) is no id.
+  const auto config_id = [&](const char* key, std::optional<int>* id) -> Status {
+    const auto it = config.find(key);
+    if (it == config.end() || (it->is_array() && it->empty())) return Status::OK();
+    const nlohmann::json& v = it->is_array() ? it->front() : *it;
+    if (!v.is_number_integer()) return Status::OK();
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX))
+      return Status::InvalidArgument("model.pretrained: " + files[1] + ": " + key + " " + it->dump() +
+                                     " is not a token id");
+    *id = static_cast<int>(v.get<uint64_t>());
+    return Status::OK();
+  };
+  std::optional<int> pad, bos, eos;
+  NS_RETURN_IF_ERROR(config_id("pad_token_id", &pad));
+  NS_RETURN_IF_ERROR(config_id("bos_token_id", &bos));
+  NS_RETURN_IF_ERROR(config_id("eos_token_id", &eos));
   const auto type = config.find("model_type");  // (json::value would throw on a non-string)
   const bool roberta = type != config.end() && *type == "roberta";  // transformers' defaults
-  if (pad != config.end() && pad->is_number_integer() &&
-      (!pad->is_number_unsigned() || pad->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)))
-    return Status::InvalidArgument("model.pretrained: " + files[1] + ": pad_token_id " + pad->dump() +
-                                   " is not a token id");
-  out->pad_id = pad != config.end() && pad->is_number_integer() ? pad->get<int>() : roberta ? 1 : 0;
-  const std::vector<int32_t> specials = out->tokenizer->Encode("");
-  out->bos_id = specials.empty() ? out->pad_id : specials.front();
-  out->eos_id = specials.empty() ? out->pad_id : specials.back();
+  out->pad_id = pad.value_or(roberta ? 1 : 0);
+  const std::vector<int32_t> before = out->tokenizer->IdsBefore(), after = out->tokenizer->IdsAfter();
+  out->bos_id = !before.empty() ? before.front() : bos.value_or(out->pad_id);
+  out->eos_id = !after.empty() ? after.back() : eos.value_or(out->pad_id);
   return Status::OK();
 }
 
@@ -338,7 +353,7 @@ Status LoadPretrainedTokenizer(const PrepOptions& data, PretrainedTokenizer* out
 // adds it; with a prompt (the first prompt_bytes of its text), (*prompt_tokens)[i] is the
 // length of tokenizer(prompt): the ids the loss does not count (written as the sample's
 // label in the shard).
-Status TokenizePretrained(const tokenizer::Tokenizer& tok, const std::vector<std::string>& texts,
+Status TokenizePretrained(const tokenizer::TextTokenizer& tok, const std::vector<std::string>& texts,
                           const std::vector<RawSample>& samples, const PrepOptions& data, int eos_id, int threads,
                           std::vector<std::vector<int32_t>>* ids, std::vector<int32_t>* prompt_tokens) {
   ids->assign(texts.size(), {});
@@ -348,7 +363,9 @@ Status TokenizePretrained(const tokenizer::Tokenizer& tok, const std::vector<std
     if (data.classifier) return Status::OK();
     if (static_cast<int>(v.size()) < data.max_len && (v.empty() || v.back() != eos_id)) v.push_back(eos_id);
     if (samples[i].prompt_bytes > 0) {
-      const size_t prompt = tok.Encode(std::string_view(texts[i]).substr(0, samples[i].prompt_bytes)).size();
+      // The prompt's own ids and the specials before them (Llama's bos), not those after.
+      const size_t prompt = tok.Encode(std::string_view(texts[i]).substr(0, samples[i].prompt_bytes)).size() -
+                            tok.IdsAfter().size();
       (*prompt_tokens)[i] = static_cast<int32_t>(std::min(prompt, v.size()));
     }
     return Status::OK();

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "common/format/atomic_file.h"
+#include "tokenizer/folder.h"
 
 namespace fs = std::filesystem;
 
@@ -76,7 +77,10 @@ std::string FieldText(const PrepOptions& o, const Field& f) {
 
 std::vector<std::string> PretrainedInputs(const PrepOptions& o) {
   if (o.pretrained.empty()) return {};
-  return {o.pretrained + "/tokenizer.json", o.pretrained + "/config.json"};
+  // The tokenizer's file first, config.json second, then the tokenizer's other files.
+  std::vector<std::string> files = tokenizer::FolderTokenizerInputs(o.pretrained);
+  files.insert(files.begin() + 1, o.pretrained + "/config.json");
+  return files;
 }
 
 std::string OptionsFingerprint(const PrepOptions& o) {

@@ -40,7 +40,8 @@ struct PrepOptions {
   std::string tokenizer_sha1;       // its digest in the folder's checksums.json (sha256, or sha1
                                     // in older folders); in the fingerprint only when set, so
                                     // older keys stay the same
-  // model.pretrained: the Hugging Face folder whose tokenizer.json tokenizes the data (and
+  // model.pretrained: the Hugging Face folder whose tokenizer (tokenizer.model, else
+  // tokenizer.json) tokenizes the data (and
   // whose config.json gives the padding id); "": sentencepiece as above. Its files' contents
   // are in the cache key (FeatureCache::KeyFor), its path is not.
   std::string pretrained;
@@ -55,8 +56,10 @@ struct PrepOptions {
   // Distinct labels are at most format::kMaxClasses (shard.h), which the trainer relies on.
 };
 
-// The files of options.pretrained that preparation reads (tokenizer.json, config.json):
-// their contents are part of the cache key. Empty without model.pretrained.
+// The files of options.pretrained that preparation reads: the tokenizer's file (its
+// tokenizer.model when it has one, else its tokenizer.json: tokenizer/folder.h), config.json,
+// and a sentencepiece folder's tokenizer_config.json and tokenizer.json when present, in
+// that order: their contents are part of the cache key. Empty without model.pretrained.
 std::vector<std::string> PretrainedInputs(const PrepOptions& options);
 
 // Everything in PrepOptions except the path and roots, plus the preprocessor version, as text.

@@ -20,6 +20,7 @@
 #include "common/format/sha256.h"
 #include "common/log.h"
 #include "common/model_folder.h"
+#include "tokenizer/folder.h"
 #include "worker/assignment.h"
 #include "worker/data_prep.h"
 #include "worker/launcher.h"
@@ -239,7 +240,7 @@ std::string UseExportedTokenizer(const std::string& folder, const std::vector<st
   return "";
 }
 
-// model.pretrained: the folder's tokenizer.json and config.json, read once here without
+// model.pretrained: the folder's tokenizer files and config.json, read once here without
 // following links below the data roots, go to nightshift-prepare as private copies in the
 // job's folder (the cache key hashes the same bytes). The trainer reads the weights.
 std::string CopyPretrainedInputs(const std::vector<std::string>& roots, const std::string& job_dir, PrepOptions* o) {
@@ -248,7 +249,10 @@ std::string CopyPretrainedInputs(const std::vector<std::string>& roots, const st
   const std::string real = fs::canonical(o->pretrained, ec).string();  // confined by Refusal()
   const std::string copy = job_dir + "/pretrained";
   fs::create_directories(copy, ec);
-  for (const char* name : {"tokenizer.json", "config.json"}) {
+  std::vector<std::string> names = {"config.json"};  // and the tokenizer's files (PretrainedInputs)
+  for (const std::string& path : tokenizer::FolderTokenizerInputs(real))
+    names.push_back(fs::path(path).filename().string());
+  for (const std::string& name : names) {
     std::string bytes;
     if (std::string err = CopyBeneath(roots, real + "/" + name, copy + "/" + name, &bytes); !err.empty())
       return "model.pretrained: " + err;

@@ -5,7 +5,13 @@ usage: equality_test.py BIN_DIR CORPUS_DIR
 
 Builds tokenizer folders as transformers saves them (no download: vocabularies are trained
 here on the corpus): BERT uncased and cased and DistilBERT (WordPiece) and RoBERTa (byte-level
-BPE, with its <mask> taking the space on its left as roberta-base's does). Then every mail of
+BPE, with its <mask> taking the space on its left as roberta-base's does); GPT-2, Llama 3 and
+Qwen2 (byte-level BPE, each with its own pre-tokenizer expression and special tokens) and
+Llama 2 and Mistral (a sentencepiece tokenizer.model, read by nightshift-tokenize with the
+sentencepiece library: Llama 2's with tokenizer.json beside it, legacy false; Mistral's
+without, legacy true), built by tests/hf_folders.py decoder_tokenizer, and the Llama 2 one
+as transformers 5.24 saves it (tokenizer.json only: Metaspace, BPE with byte_fallback,
+read by our own pipeline). Then every mail of
 the corpus and every hard text below goes through AutoTokenizer(text, truncation=...,
 max_length=...) and through bin/nightshift-tokenize, without a limit (every mail) and at
 max_len 64 (every tenth mail, every hard text); any
@@ -18,9 +24,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
 from transformers import AutoTokenizer, BertTokenizerFast, DistilBertTokenizerFast, RobertaTokenizerFast
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import hf_folders  # noqa: E402  (tests/hf_folders.py)
 
 HARD = [
     b"", b" ", b"\n\n\n", b"   leading and trailing   ", b"runs   of\t\tspaces\n\n\nand\r\nnewlines",
@@ -41,6 +51,9 @@ HARD = [
     b"urls https://example.com/a?b=c&d=e#f mailto:foo.bar+baz@example.org",
     b"[CLS] literal [SEP] specials [MASK] in [PAD] text [UNK]",
     b"<s> roberta <mask> specials</s><pad> <unk>  <mask>  x<mask>y",
+    "<|begin_of_text|>llama<|end_of_text|> <|eot_id|>x <|endoftext|>qwen<|im_start|>user\n<|im_end|>".encode(),
+    b" leading space", b"  two leading", "\u2581 literal metaspace \u2581x\u2581\u2581y <s>x</s> <unk>".encode(),
+    b"digits 1 12 123 1234 12345 1234567890 3.14e-10", b"I'M 'S 'll 'LL we'RE \r\n\r\n  \n\t\n x",
     "mixed \u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u05e2\u05d1\u05e8\u05d9\u05ea \u0e44\u0e17\u0e22 \u0939\u093f\u0928\u094d\u0926\u0940".encode(),
 ]
 
@@ -83,10 +96,28 @@ def build_folders(tmp, texts):
     return folders
 
 
+# Decoder tokenizers: smaller vocabularies trained on fewer texts (the comparison still
+# covers every text), to keep the test fast.
+DECODERS = ("gpt2", "llama3", "qwen2", "llama2", "mistral")
+
+
+def build_decoder_folders(tmp, texts):
+    folders = {}
+    for kind in DECODERS:
+        folder = os.path.join(tmp, kind)
+        tok = hf_folders.decoder_tokenizer(kind, texts, 3000, os.path.join(tmp, "vocab-" + kind))
+        hf_folders.save_decoder_tokenizer(tok, folder, tokenizer_json=kind != "mistral")
+        folders[kind] = folder
+        if kind == "llama2":  # as transformers 5.24 saves it: tokenizer.json (Metaspace) only
+            tok.save_pretrained(os.path.join(tmp, "llama2-json"))
+            folders["llama2-json"] = os.path.join(tmp, "llama2-json")
+    return folders
+
+
 def start_ours(bin_dir, folder, hex_path, max_len, out_path):
     """nightshift-tokenize over the texts, started now and awaited later (it runs beside the
     reference, on the other core)."""
-    cmd = [os.path.join(bin_dir, "nightshift-tokenize"), os.path.join(folder, "tokenizer.json")]
+    cmd = [os.path.join(bin_dir, "nightshift-tokenize"), folder]
     if max_len:
         cmd += ["--max-len", str(max_len)]
     return subprocess.Popen(cmd, stdin=open(hex_path), stdout=open(out_path, "w"))
@@ -112,7 +143,10 @@ def main():
     all_texts = mails(corpus) + HARD
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
+        start = time.time()
         folders = build_folders(tmp, [t.decode("utf-8", errors="replace") for t in all_texts[::3]])
+        folders.update(build_decoder_folders(tmp, [t.decode("utf-8", errors="replace") for t in all_texts[::10]]))
+        print(f"folders built in {time.time() - start:.1f} s")
         # Truncation is checked on every tenth mail and every hard text; the rest of the
         # pipeline on everything.
         for max_len, texts in ((0, all_texts), (64, all_texts[::10] + HARD)):
@@ -120,13 +154,15 @@ def main():
             with open(hex_path, "w") as f:
                 f.writelines(t.hex() + "\n" for t in texts)
             for name, folder in folders.items():
+                start = time.time()
                 out_path = os.path.join(tmp, f"{name}-{max_len}.ids")
                 process = start_ours(bin_dir, folder, hex_path, max_len, out_path)
                 want = reference(folder, texts, max_len)
                 got = ours(process, out_path)
                 assert len(got) == len(texts), f"{name}: {len(got)} results for {len(texts)} texts"
                 bad = [i for i in range(len(texts)) if want[i] != got[i]]
-                print(f"{name} max_len={max_len}: {len(texts) - len(bad)}/{len(texts)} texts equal")
+                print(f"{name} max_len={max_len}: {len(texts) - len(bad)}/{len(texts)} texts equal "
+                      f"({time.time() - start:.1f} s)")
                 for i in bad[:5]:
                     at = next((k for k, (a, b) in enumerate(zip(want[i], got[i])) if a != b), min(len(want[i]), len(got[i])))
                     print(f"  text {i} ({texts[i][:80]!r}...): first difference at {at}: "

@@ -72,8 +72,8 @@ TEST(TokenizerTest, VocabularyAndTokenIds) {
 TEST(TokenizerTest, WhatIsNotImplementedIsNamed) {
   std::unique_ptr<Tokenizer> t;
   std::string text = kTokenizerJson;
-  text.replace(text.find("WhitespaceSplit"), 15, "Metaspace");
-  EXPECT_EQ(Tokenizer::FromJson(text, &t), "pre_tokenizer.type: 'Metaspace' is not implemented");
+  text.replace(text.find("WhitespaceSplit"), 15, "UnicodeScripts");
+  EXPECT_EQ(Tokenizer::FromJson(text, &t), "pre_tokenizer.type: 'UnicodeScripts' is not implemented");
   text = kTokenizerJson;
   text.replace(text.find(R"("type": "WordPiece")"), 19, R"("type": "Unigram")");
   EXPECT_EQ(Tokenizer::FromJson(text, &t), "model.type: 'Unigram' is not implemented (WordPiece, BPE)");

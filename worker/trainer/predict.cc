@@ -16,7 +16,7 @@
 #include <stdexcept>
 
 #include "common/format/text.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/folder.h"
 #include "worker/trainer/batching.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/export.h"
@@ -145,7 +145,7 @@ std::string Predictor::OpenNative(const std::string& dir, const nlohmann::json& 
 }
 
 std::string Predictor::OpenHf(const std::string& dir, const nlohmann::json& c) {
-  if (tokenizer::Error e = tokenizer::Tokenizer::Load(dir + "/tokenizer.json", &hf_tokenizer_); !e.empty()) return e;
+  if (tokenizer::Error e = tokenizer::LoadFolder(dir, &hf_tokenizer_); !e.empty()) return e;
   HfConfig config;
   hf::PretrainedOptions options;
   const auto architectures = c.find("architectures");  // GPT2LMHeadModel, LlamaForCausalLM, ...

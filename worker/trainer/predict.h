@@ -9,8 +9,9 @@
 //   gpt2, llama, mistral, qwen2: a classifier or a causal LM, as its "architectures" says;
 //   tokenizer.json), trained by us (arch "pretrained") or not: the raw text (at most
 //   max_len x 64 bytes, as data preparation reads it for such a job) goes through the
-//   folder's tokenizer.json (tokenizer/tokenizer.h: the ids of transformers'
-//   tokenizer(text, truncation=True, max_length=max_len)), and the model is
+//   folder's tokenizer (tokenizer/folder.h LoadFolder: its tokenizer.model, else its
+//   tokenizer.json; the ids of transformers' tokenizer(text, truncation=True,
+//   max_length=max_len)), and the model is
 //   hf::LoadPretrained's (models/pretrained.h), labelled by config.json's id2label.
 //
 // Either way batches are planned like evaluation (batching.h PlanEval: length order, a
@@ -41,7 +42,7 @@ namespace sentencepiece {
 class SentencePieceProcessor;
 }
 namespace nightshift::tokenizer {
-class Tokenizer;
+class TextTokenizer;
 }
 
 namespace nightshift::trainer {
@@ -116,7 +117,7 @@ class Predictor {
   torch::Device device_;
   std::shared_ptr<SequenceModel> model_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // null: the folder has no tokenizer.model
-  std::unique_ptr<tokenizer::Tokenizer> hf_tokenizer_;          // a Hugging Face folder's tokenizer.json
+  std::unique_ptr<tokenizer::TextTokenizer> hf_tokenizer_;      // a Hugging Face folder's (tokenizer/folder.h)
 
   // The two kinds of folder (see the top): fill the fields above from dir/config.json `c`.
   std::string OpenNative(const std::string& dir, const nlohmann::json& c);
