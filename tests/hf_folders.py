@@ -5,6 +5,10 @@ for roberta) and a randomly initialised ...ForSequenceClassification of tiny siz
 
   hf_folders.py OUT_DIR CORPUS_DIR [--kinds bert,roberta,distilbert] [--vocab 1000]
                 [--hidden 32] [--layers 2] [--heads 4] [--ffn 2*hidden] [--labels a,b]
+                [--kv-heads N]
+
+Decoder kinds (gpt2, llama3, qwen2, llama2, mistral) are ...ForCausalLM folders with
+decoder_tokenizer's tokenizer (see there).
 
 --vocab is the tokenizer's target size and the model's vocab_size (at least the tokenizer's).
 
@@ -174,6 +178,43 @@ def config(kind, tok, args, labels):
                intermediate_size=args.ffn, max_position_embeddings=positions, **ids)
 
 
+DECODER_KINDS = ("gpt2", "llama3", "qwen2", "llama2", "mistral")
+
+
+def decoder_config(kind, tok, args):
+    """A tiny ...ForCausalLM config of `kind` for tokenizer `tok` (its special ids)."""
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+    ids = dict(vocab_size=max(len(tok), args.vocab), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+               pad_token_id=tok.pad_token_id)
+    if kind == "gpt2":
+        return GPT2Config(n_embd=args.hidden, n_layer=args.layers, n_head=args.heads, n_inner=args.ffn, n_positions=512,
+                          **ids)
+    sizes = dict(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                 num_key_value_heads=args.kv_heads or args.heads, intermediate_size=args.ffn,
+                 max_position_embeddings=1024, **ids)
+    if kind == "qwen2":
+        return Qwen2Config(tie_word_embeddings=True, rope_theta=1000000.0, **sizes)
+    if kind == "mistral":
+        return MistralConfig(sliding_window=4096, **sizes)
+    return LlamaConfig(rope_theta=500000.0 if kind == "llama3" else 10000.0, **sizes)
+
+
+def make_decoders(out, corpus, kinds, args=None):
+    """OUT/<kind>/ for each decoder kind: its tokenizer trained on the corpus and a randomly
+    initialised ...ForCausalLM (a job fine-tunes it as a causal LM, or as a classifier with
+    a new score head)."""
+    from transformers import AutoModelForCausalLM
+    args = args or argparse.Namespace(vocab=1000, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64)
+    texts = texts_of(corpus)
+    torch.manual_seed(0)
+    for kind in kinds:
+        folder = os.path.join(out, kind)
+        tok = decoder_tokenizer(kind, texts, args.vocab, os.path.join(out, "vocab-" + kind))
+        AutoModelForCausalLM.from_config(decoder_config(kind, tok, args)).save_pretrained(folder)
+        save_decoder_tokenizer(tok, folder)
+        print(folder)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -183,13 +224,18 @@ def main():
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=0, help="decoders: key/value heads (0: --heads)")
     p.add_argument("--ffn", type=int, default=0, help="feed-forward width (0: 2 x hidden)")
     p.add_argument("--labels", default="LABEL_0,LABEL_1")
     args = p.parse_args()
     args.ffn = args.ffn or 2 * args.hidden
+    kinds = args.kinds.split(",")
+    decoders = [k for k in kinds if k in DECODER_KINDS]
+    if decoders:
+        make_decoders(args.out, args.corpus, decoders, args)
     texts = texts_of(args.corpus)
     torch.manual_seed(0)
-    for kind in args.kinds.split(","):
+    for kind in (k for k in kinds if k not in DECODER_KINDS):
         folder = os.path.join(args.out, kind)
         tok = tokenizer(kind, texts, args.vocab, os.path.join(args.out, "vocab-" + kind))
         model = AutoModelForSequenceClassification.from_config(config(kind, tok, args, args.labels.split(",")))

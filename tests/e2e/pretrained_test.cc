@@ -4,8 +4,10 @@
 // as the data. Each job SUCCEEDS and its model downloads with `nightshift job artifacts`;
 // pretrained_check.py then loads it in transformers and compares its predictions with
 // `nightshift predict`'s. A bad folder fails the job at once (a user error: no restart),
-// naming the key or file; the feature cache keys on the tokenizer's files.
+// naming the key or file; the feature cache keys on the tokenizer's files. Issue 30: GPT-2,
+// Llama 3 and Qwen2 folders as classifiers and causal LMs, the same way.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/model_folder.h"
 #include "tests/e2e/cluster.h"
@@ -81,6 +83,91 @@ TEST_F(PretrainedE2eTest, EachEncoderFineTunesAndComesBackInItsOwnLayout) {
   EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
   for (const char* folder : {"bert", "roberta", "distilbert", "bert-step"})
     EXPECT_NE(out.find("ok " + dl + "/" + folder + ": 24 mails"), std::string::npos) << out;
+}
+
+// The decoder folders (tests/hf_folders.py make_decoders: GPT-2, Llama 3 and Qwen2 layouts,
+// tokenizers trained on the corpus), made once.
+const std::string& Decoders() {
+  static const std::string dir = [] {
+    const std::string d = Models() + "/decoders";
+    std::string out;
+    const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/hf_folders.py " + d + " " +
+                            kCorpus + " --kinds gpt2,llama3,qwen2 --kv-heads 2 --ffn 64";
+    EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
+    return d;
+  }();
+  return dir;
+}
+
+// SpamAssassin as prompt / completion pairs: each mail's Subject line, then its body.
+std::string SubjectBodyPairs(const std::string& path, size_t n) {
+  std::ofstream out(path, std::ios::trunc);
+  size_t written = 0;
+  for (const auto& e : fs::recursive_directory_iterator(kCorpus)) {
+    if (written == n) break;
+    if (!e.is_regular_file()) continue;
+    const std::string mail = ReadAll(e.path().string());
+    const size_t subject = mail.find("\nSubject:"), body = mail.find("\n\n");
+    if (subject == std::string::npos || body == std::string::npos || subject > body) continue;
+    const size_t end = mail.find('\n', subject + 1);
+    std::string prompt = mail.substr(subject + 1, end - subject - 1) + "\n";
+    // Valid UTF-8 for JSON: bytes above 0x7f become '?' (these mails are mostly ASCII).
+    std::string completion = mail.substr(body + 2, 2000);
+    for (std::string* t : {&prompt, &completion})
+      for (char& c : *t)
+        if (static_cast<unsigned char>(c) > 0x7f) c = '?';
+    out << nlohmann::json{{"prompt", prompt}, {"completion", completion}}.dump() << "\n";
+    ++written;
+  }
+  return path;
+}
+
+// GPT-2, Llama 3 and Qwen2 layouts, each fine-tuned as a classifier (a new score head for
+// ham/spam) and as a causal LM (plain mails, packed; Llama's on subject/body pairs), through
+// the service: every job SUCCEEDS, its export downloads, and hf_decoder_check.py loads it in
+// transformers: the classifiers' logits, the language models' greedy continuations and
+// perplexities equal nightshift predict's.
+TEST_F(PretrainedE2eTest, EachDecoderFineTunesAsAClassifierAndAsALanguageModel) {
+  Cluster cluster("pretrained-decoders");
+  Start(cluster);
+  const std::string dl = cluster.dir() + "/downloads";
+  const std::string pairs = SubjectBodyPairs(Decoders() + "/pairs.jsonl", 120);
+  std::vector<std::string> exports;
+  for (const char* kind : {"gpt2", "llama3", "qwen2"}) {
+    for (const std::string task : {"classification", "causal_lm"}) {
+      SCOPED_TRACE(std::string(kind) + " " + task);
+      const std::string folder = Decoders() + "/" + kind;
+      const bool with_pairs = task == "causal_lm" && std::string(kind) == "llama3";
+      const std::string spec =
+          "name: decoder-e2e\n"
+          "model: {pretrained: " + folder + ", task: " + task + ", max_len: 64}\n" +
+          (with_pairs ? "data: {format: jsonl, path: " + pairs + ", text_field: prompt, completion_field: completion}\n"
+                      : "data: {path: " + kCorpus + ", max_samples: 160}\n") +
+          "train: {epochs: 1, lr: 0.001, warmup_steps: 2, batching: {max_tokens: 512}, threads: 1}\n"
+          "restart: {max_restarts: 2}\n";
+      v1::Job job;
+      ASSERT_TRUE(cluster.Submit(spec, &job).ok());
+      job = cluster.WaitForEnd(job.id(), 300);
+      ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+      EXPECT_EQ(job.spec().train().batching().rows(), task == "causal_lm" ? "packed" : "padded");
+      if (task == "causal_lm") {
+        EXPECT_GT(job.metrics().at("val_perplexity"), 1.0);
+      } else {
+        EXPECT_GT(job.metrics().at("val_accuracy"), 0.5);
+      }
+      const std::string out_dir = dl + "/" + kind + "-" + task;
+      std::string out;
+      ASSERT_EQ(cluster.Cli({"job", "artifacts", job.id(), "--output", out_dir}, &out), 0) << out;
+      EXPECT_TRUE(VerifyModelFolder(out_dir).ok());
+      exports.push_back(out_dir);
+    }
+  }
+  std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/predict/hf_decoder_check.py check " +
+                    NIGHTSHIFT_BIN_DIR + "/nightshift-predict " + kCorpus;
+  for (const std::string& e : exports) cmd += " " + e;
+  std::string out;
+  EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
+  for (const std::string& e : exports) EXPECT_NE(out.find("ok " + e + ":"), std::string::npos) << out;
 }
 
 // Same folder, same data: a cache hit; another tokenizer.json: a miss.

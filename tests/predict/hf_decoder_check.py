@@ -5,6 +5,9 @@
   hf_decoder_check.py make OUT_DIR CORPUS_DIR [--kinds gpt2,llama3,qwen2]
       writes OUT_DIR/<kind>: a tiny random ...ForCausalLM saved by transformers, with a
       tokenizer of that kind trained here on the corpus (tests/hf_folders.py; no download).
+  hf_decoder_check.py PREDICT_BIN CORPUS_DIR
+      both: folders of every kind (gpt2, llama3, qwen2, llama2, mistral) made in a temporary
+      folder, then checked (the ctest predict_hf_decoders).
   hf_decoder_check.py check PREDICT_BIN CORPUS_DIR DIR...
       for each folder, loaded by transformers with AutoTokenizer and the class its
       config.json's "architectures" names: a causal LM's greedy continuation of mail
@@ -57,10 +60,11 @@ def check_lm(bin_path, folder, texts, tmp):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(folder)
     eos = model.generation_config.eos_token_id
-    for text in texts[:6]:
+    max_len = max_len_of(folder, tok)
+    for text in [t for t in texts if t.strip()][:6]:
         prompt = text[:120]
         ours = predict(bin_path, ["--model", folder, "--generate", str(NEW_TOKENS), "--prompt", prompt, "-o", "json"])[0]
-        enc = tok(prompt, return_tensors="pt")
+        enc = tok(prompt, truncation=True, max_length=max_len, return_tensors="pt")  # as our rows
         if enc["input_ids"][0].tolist() != ours["prompt_ids"]:
             fail(f"{folder}: prompt ids differ on {prompt!r}: {enc['input_ids'][0].tolist()} vs {ours['prompt_ids']}")
         with torch.no_grad():
@@ -73,7 +77,6 @@ def check_lm(bin_path, folder, texts, tmp):
         for t in texts:
             f.write(json.dumps({"text": t}) + "\n")
     rows = predict(bin_path, ["--model", folder, "--jsonl", path, "--score", "-o", "json"])
-    max_len = max_len_of(folder, tok)
     worst = 0.0
     for text, row in zip(texts, rows):
         enc = tok(text, truncation=True, max_length=max_len, return_tensors="pt")
@@ -113,7 +116,7 @@ def check_classifier(bin_path, folder, texts, tmp):
 
 
 def check(bin_path, corpus, folders):
-    texts = mails(corpus, 16)
+    texts = [t for t in mails(corpus, 17) if t.strip()]  # a text of no tokens is no input for transformers
     with tempfile.TemporaryDirectory() as tmp:
         for folder in folders:
             arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
@@ -128,9 +131,16 @@ def make(out_dir, corpus, kinds):
     hf_folders.make_decoders(out_dir, corpus, kinds)
 
 
+KINDS = ["gpt2", "llama3", "qwen2", "llama2", "mistral"]
+
+
 def main():
+    if len(sys.argv) == 3:
+        with tempfile.TemporaryDirectory() as tmp:
+            make(tmp, sys.argv[2], KINDS)
+            return check(sys.argv[1], sys.argv[2], [os.path.join(tmp, k) for k in KINDS])
     if sys.argv[1] == "make":
-        kinds = sys.argv[sys.argv.index("--kinds") + 1].split(",") if "--kinds" in sys.argv else ["gpt2", "llama3", "qwen2"]
+        kinds = sys.argv[sys.argv.index("--kinds") + 1].split(",") if "--kinds" in sys.argv else KINDS
         return make(sys.argv[2], sys.argv[3], kinds)
     if sys.argv[1] == "check":
         return check(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -241,7 +241,7 @@ std::vector<double> Predictor::Perplexity(const std::vector<std::vector<int32_t>
 }
 
 Predictor::Generation Predictor::Generate(const std::string& raw_prompt, int new_tokens, double temperature,
-                                          int top_k, std::optional<uint64_t> seed) {
+                                          int top_k, std::optional<uint64_t> seed, bool use_cache) {
   c10::InferenceMode guard;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed.value_or(std::random_device{}()));
   hf::TokenPicker pick = [&](const torch::Tensor& last) -> int64_t {  // last: float [V] on the CPU
@@ -256,8 +256,10 @@ Predictor::Generation Predictor::Generate(const std::string& raw_prompt, int new
   Generation out;
   if (auto* decoder = dynamic_cast<hf::DecoderModelImpl*>(model_.get())) {
     out.prompt_ids = EncodeText(raw_prompt);
+    if (out.prompt_ids.empty())
+      throw std::runtime_error("--prompt gives no tokens with this folder's tokenizer (it adds no bos): give some text");
     const auto ids = hf::Generate(*decoder, {out.prompt_ids.begin(), out.prompt_ids.end()}, new_tokens, stop_ids_,
-                                  /*use_cache=*/true, pick);
+                                  use_cache, pick);
     out.new_ids.assign(ids.begin(), ids.end());
     return out;
   }

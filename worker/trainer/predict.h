@@ -104,8 +104,10 @@ class Predictor {
     std::vector<int32_t> prompt_ids, new_ids;
     std::string text;  // prompt and continuation decoded as one (gpt_lm), or the continuation alone
   };
+  // use_cache false (benchmarks): a Hugging Face decoder recomputes the whole sequence for
+  // every new token instead; the same tokens.
   Generation Generate(const std::string& raw_prompt, int new_tokens, double temperature, int top_k,
-                      std::optional<uint64_t> seed);
+                      std::optional<uint64_t> seed, bool use_cache = true);
 
  private:
   Predictor();

@@ -14,6 +14,7 @@
 //
 // Exit: 0 done, 1 error (the message on stderr), 2 usage.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -84,7 +85,7 @@ std::string ReadInputs(const std::vector<std::string>& files, bool jsonl, const 
 struct Args {
   std::string dir, output = "text", text_field = "text", prompt, device = "auto";
   std::vector<std::string> files;
-  bool jsonl = false, score = false, with_logits = false, no_verify = false, tokens = false;
+  bool jsonl = false, score = false, with_logits = false, no_verify = false, tokens = false, no_kv_cache = false;
   int generate = 0, top_k = 0;
   double temperature = 0.0;  // greedy, as model.generate's default
   int64_t max_tokens = 8192;
@@ -113,6 +114,8 @@ int ParseArgs(int argc, char** argv, Args* a) {
   app.add_option("--temperature", a->temperature, "--generate: 0 (default) is greedy; above 0 samples");
   app.add_option("--top-k", a->top_k, "--generate: sample among the K likeliest tokens (0: all)");
   app.add_option("--seed", a->seed, "--generate: the sampling seed");
+  app.add_flag("--no-kv-cache", a->no_kv_cache,
+               "--generate (Hugging Face decoders): recompute the sequence for every token (benchmarks)");
   app.add_option("--max-tokens", a->max_tokens, "padded tokens per batch")->check(CLI::PositiveNumber);
   app.add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--no-verify", a->no_verify, "skip checksums.json");
@@ -192,10 +195,12 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (a.generate > 0) {
-    const auto g = p->Generate(a.prompt, a.generate, a.temperature, a.top_k, a.seed);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto g = p->Generate(a.prompt, a.generate, a.temperature, a.top_k, a.seed, !a.no_kv_cache);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (a.output == "json")
       std::cout << nlohmann::json{{"prompt", a.prompt}, {"text", g.text}, {"prompt_ids", g.prompt_ids},
-                                  {"new_ids", g.new_ids}}.dump() << "\n";
+                                  {"new_ids", g.new_ids}, {"seconds", seconds}}.dump() << "\n";
     else
       std::cout << (g.text.empty() ? nlohmann::json(g.new_ids).dump() : g.text) << "\n";
     return 0;
