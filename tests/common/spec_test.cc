@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <functional>
 #include <set>
 
@@ -154,6 +157,20 @@ TEST(SpecTest, CausalLmPacksByDefaultAndTakesPromptCompletionPairs) {
                 "only with data.format jsonl");
   ExpectInvalid("model: {pretrained: /m/llama, task: summarize}\ndata: {path: /d}\n", "model.task");
   ExpectInvalid("model: {arch: gpt_lm, task: causal_lm}\ndata: {path: /d}\n", "only with model.pretrained");
+}
+
+// The README's examples (deploy/examples/*.yaml) are specs the coordinator takes.
+TEST(SpecTest, TheDeployExamplesLoad) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(NIGHTSHIFT_SOURCE_DIR) + "/deploy/examples")) {
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    auto spec = LoadJobSpec(text.str());
+    EXPECT_TRUE(spec.ok()) << e.path() << ": " << spec.status().ToString();
+    ++n;
+  }
+  EXPECT_GE(n, 3);
 }
 
 TEST(SpecTest, DeviceDefaultsToAutoAndMustBeKnown) {

@@ -13,7 +13,8 @@
       config.json's "architectures" names: a causal LM's greedy continuation of mail
       prompts (nightshift-predict --generate) is model.generate(do_sample=False)'s, token
       for token, and its --score perplexities are exp(loss) of transformers within 1e-4
-      relative; a classifier's logits equal transformers' within 1e-4 (the same labels).
+      relative; a classifier's labels are ham/spam and its logits equal transformers' within
+      1e-4 (tests/e2e/pretrained_check.py).
       Exit 1 naming what differs; prints "ok DIR: ..." per folder.
 """
 import json
@@ -23,7 +24,7 @@ import sys
 import tempfile
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -92,27 +93,10 @@ def check_lm(bin_path, folder, texts, tmp):
 
 
 def check_classifier(bin_path, folder, texts, tmp):
-    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32).eval()
-    tok = AutoTokenizer.from_pretrained(folder)
-    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    path = os.path.join(tmp, "inputs.jsonl")
-    with open(path, "w") as f:
-        for t in texts:
-            f.write(json.dumps({"text": t}) + "\n")
-    rows = predict(bin_path, ["--model", folder, "--jsonl", path, "-o", "json", "--logits"])
-    max_len = max_len_of(folder, tok)
-    worst = 0.0
-    for text, row in zip(texts, rows):
-        enc = tok(text, truncation=True, max_length=max_len, return_tensors="pt")
-        with torch.no_grad():
-            logits = model(**enc).logits[0]
-        diff = (logits - torch.tensor(row["logits"])).abs().max().item()
-        worst = max(worst, diff)
-        if diff > 1e-4:
-            fail(f"{folder}: logits differ by {diff:.3g} on {text[:60]!r}")
-        if labels[int(logits.argmax())] != row["label"]:
-            fail(f"{folder}: transformers says {labels[int(logits.argmax())]}, nightshift predict {row['label']}")
-    print(f"ok {folder}: {len(texts)} mails, logits within {worst:.2g}, labels {labels}")
+    """pretrained_check.py's check: transformers' logits and labels (ham, spam) against ours."""
+    sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+    import pretrained_check
+    pretrained_check.check(os.path.dirname(bin_path), folder, texts, tmp)
 
 
 def check(bin_path, corpus, folders):
