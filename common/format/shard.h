@@ -5,7 +5,8 @@
 //   ShardHeader                 (64 bytes)
 //   offsets  uint64[num_samples + 1]   token offset of each sample; offsets[0] == 0,
 //                                      offsets[num_samples] == num_tokens, non-decreasing
-//   labels   int32[num_samples]        class id (classifiers) or -1 (language models)
+//   labels   int32[num_samples]        class id (classifiers); language models: the tokens of the
+//                                      sample's prompt, not predicted (0 or -1: none; data.completion_field)
 //   ids      uint64[num_samples]       StableHash64 of the sample's id (its file name)
 //   tokens   int32[num_tokens]         token ids, each in [0, vocab_size)
 // payload_checksum is StableHash64 over every byte after the header.

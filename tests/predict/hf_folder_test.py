@@ -209,14 +209,14 @@ class HfFolderTest(unittest.TestCase):
         self.assertIn("tokenizer.json", self.error_of(folder))
 
     def test_unsupported_model_type_is_named(self):
-        folder = self.folder("bert", "bert-as-gpt2")
+        folder = self.folder("bert", "bert-as-gpt-neo")
         path = os.path.join(folder, "config.json")
         config = read_json(path)
-        config["model_type"] = "gpt2"
+        config["model_type"] = "gpt_neo"
         write_json(path, config)
         err = self.error_of(folder)
         self.assertIn("model_type", err)
-        self.assertIn("gpt2", err)
+        self.assertIn("gpt_neo", err)
 
 
 def main():

@@ -18,6 +18,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   d->set_max_samples(99);
   d->set_validation_fraction(0.3);
   d->mutable_tokenizer()->set_vocab_size(500);
+  d->set_completion_field("answer");
   spec.mutable_train()->set_seed(7);
   spec.mutable_model()->set_max_len(64);
   spec.mutable_model()->set_arch("gpt_lm");
@@ -28,6 +29,7 @@ TEST(PrepOptionsForTest, EveryFieldComesFromTheSpec) {
   EXPECT_EQ(o.format, "jsonl");
   EXPECT_EQ(o.text_field, "body");
   EXPECT_EQ(o.label_field, "category");
+  EXPECT_EQ(o.completion_field, "answer");
   EXPECT_EQ(o.max_samples, 99);
   EXPECT_EQ(o.validation_fraction, 0.3);
   EXPECT_EQ(o.seed, 7u);

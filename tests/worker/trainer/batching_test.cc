@@ -139,16 +139,17 @@ TEST(CollateTest, PackedRowsKeepSamplesApartAndSkipPrompts) {
   const Batch b = Collate(shard, {0, 1, 2}, /*max_len=*/8, /*pad_id=*/0, /*packed=*/true);
   EXPECT_EQ(b.rows(), 2);  // 3 + 4 tokens, then 6
   EXPECT_EQ(b.samples, 3);
-  EXPECT_TRUE(torch::equal(b.tokens, torch::tensor({2, 5, 6, 2, 7, 8, 9, 0, 2, 10, 11, 12, 13, 14, 0, 0}, torch::kLong)
-                                         .view({2, 8})));
-  EXPECT_TRUE(torch::equal(b.positions, torch::tensor({0, 1, 2, 0, 1, 2, 3, 0, 0, 1, 2, 3, 4, 5, 0, 0}, torch::kLong)
-                                            .view({2, 8})));
+  // Rows are as long as the longest (7 tokens), padding at the end.
+  EXPECT_TRUE(torch::equal(b.tokens, torch::tensor({2, 5, 6, 2, 7, 8, 9, 2, 10, 11, 12, 13, 14, 0}, torch::kLong)
+                                         .view({2, 7})));
+  EXPECT_TRUE(torch::equal(b.positions, torch::tensor({0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0}, torch::kLong)
+                                            .view({2, 7})));
   EXPECT_TRUE(torch::equal(b.segments.narrow(1, 0, 7), torch::tensor({0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, -1},
                                                                      torch::kLong).view({2, 7})));
-  const auto targets = torch::tensor({0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0}, torch::kBool).view({2, 8});
+  const auto targets = torch::tensor({0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0}, torch::kBool).view({2, 7});
   EXPECT_TRUE(torch::equal(b.target_mask, targets));
   EXPECT_EQ(b.real_tokens, 13);
-  EXPECT_EQ(b.padded_tokens, 16);
+  EXPECT_EQ(b.padded_tokens, 14);
 
   // One sample per row: the same targets, row by row.
   const Batch padded = Collate(shard, {0, 1, 2}, 8, 0);
