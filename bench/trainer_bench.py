@@ -35,9 +35,10 @@ def prepare(build, out_dir, max_len, vocab=8000, max_samples=0, path=None, extra
 def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_size=32, max_tokens="",
                 max_steps=0, epochs=1, precision="fp32", ac="none", threads=2, d_model=128, heads=4, ffn=512,
                 progress=True, val_dir=None, warmup=100, seed=1234, lr=1e-3, attention_dropout=0.0, trainer=None,
-                model=None, skip_steps=0):
+                model=None, skip_steps=0, rows=""):
     """model: the spec's model section instead of a transformer_classifier of these sizes;
-    skip_steps: the first steps are left out of the throughput (warm-up)."""
+    skip_steps: the first steps are left out of the throughput (warm-up); rows: the spec's
+    train.batching.rows (packed or padded; empty: the default)."""
     spec = {"name": name,
             "model": model or {"arch": "transformer_classifier", "layers": layers, "d_model": d_model, "heads": heads,
                                "ffn": ffn, "dropout": 0.1, "attention_dropout": attention_dropout,
@@ -49,6 +50,8 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
             "data": {"path": data_dir},
             "resources": {"world_size": 1},
             "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
+    if rows:
+        spec["train"]["batching"]["rows"] = rows
     data = dict(meta)
     data["train_shard"] = os.path.join(data_dir, "train.shard")
     data["val_shard"] = os.path.join(val_dir or data_dir, "val.shard")  # val_dir: a small one, for timing runs
@@ -97,7 +100,8 @@ def run_trainer(build, data_dir, meta, tmp, name, *, max_len, layers=2, batch_si
             "tokens_per_second": round(tokens / seconds, 1), "padding_efficiency": round(pad_real / pad_all, 4),
             "peak_rss_bytes": int(peak), "val_accuracy": done.get("val_accuracy"), "wall_seconds": round(wall, 1),
             "device": device, "precision": precision, "progress": True, "mfu": round(flops / seconds, 4),
-            "peak_gflops": round(peak_flops / 1e9, 1), "done_train_seconds": done.get("train_seconds")}
+            "peak_gflops": round(peak_flops / 1e9, 1), "done_train_seconds": done.get("train_seconds"),
+            "loss": last_step.get("loss")}
 
 
 def run_python(data_dir, name, *, max_len, layers=2, batching="fixed", max_tokens=16384, max_steps=0, epochs=1,
