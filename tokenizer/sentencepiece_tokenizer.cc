@@ -194,8 +194,7 @@ class SentencePieceTokenizer : public TextTokenizer {
   int32_t TokenToId(const std::string& token) const override {
     for (const Special& s : specials_)
       if (s.text == token) return s.id;
-    const int id = with_prefix_.PieceToId(token);
-    return id == with_prefix_.unk_id() && with_prefix_.IdToPiece(id) != token ? -1 : id;
+    return PieceId(token);
   }
 
   size_t VocabSize() const override {
@@ -209,6 +208,26 @@ class SentencePieceTokenizer : public TextTokenizer {
   static Error Load(const std::string& folder, std::unique_ptr<TextTokenizer>* out);
 
  private:
+  // The steps of Load.
+  Error LoadModels(const std::string& model_bytes, const std::string& model_path);
+  // The specials of tokenizer_config.json (added_tokens_decoder, then unk, bos, eos); *bos,
+  // *eos: their ids (-1: not pieces of the model).
+  Error ReadSpecials(const Json& config, const std::string& config_path, int32_t* bos, int32_t* eos);
+  // tokenizer.json's added tokens (as specials) and the ids its post-processor puts around a text.
+  Error ReadTokenizerJson(const Json& doc, const std::string& json_path);
+  // The model's id of `piece`; -1 when it has none (not the unknown piece's id).
+  int32_t PieceId(const std::string& piece) const {
+    const int id = with_prefix_.PieceToId(piece);
+    return id == with_prefix_.unk_id() && with_prefix_.IdToPiece(id) != piece ? -1 : id;
+  }
+  // Adds a special token unless its text is one already (the first id stays).
+  void AddSpecial(const std::string& text, int32_t id) {
+    if (text.empty() || id < 0) return;
+    for (const Special& s : specials_)
+      if (s.text == text) return;
+    specials_.push_back({text, id});
+  }
+
   // A stretch of text between special tokens, as Metaspace and the BPE model see it.
   void EncodeStretch(std::string_view stretch, bool first, std::vector<int32_t>* ids) const {
     if (stretch.empty()) return;
@@ -227,6 +246,71 @@ class SentencePieceTokenizer : public TextTokenizer {
   std::vector<int32_t> before_, after_;  // bos / eos when added
 };
 
+// The JSON object in `path` into *out; a file that is not there leaves *out and *present
+// false. Errors start with the path.
+Error ReadJsonIfPresent(const std::string& path, Json* out, bool* present) {
+  std::ifstream in(path, std::ios::binary);
+  *present = static_cast<bool>(in);
+  if (!in) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!format::JsonDepthWithin(text.str()))
+    return path + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
+  *out = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!out->is_object()) return path + ": not a JSON object";
+  return "";
+}
+
+Error SentencePieceTokenizer::LoadModels(const std::string& model_bytes, const std::string& model_path) {
+  for (bool dummy_prefix : {true, false}) {
+    std::string proto;
+    if (Error e = WithPlainNormalizer(model_bytes, dummy_prefix, &proto); !e.empty()) return model_path + ": " + e;
+    auto& sp = dummy_prefix ? with_prefix_ : without_prefix_;
+    if (const auto st = sp.LoadFromSerializedProto(proto); !st.ok())
+      return model_path + ": not a sentencepiece model: " + st.ToString();
+  }
+  return "";
+}
+
+Error SentencePieceTokenizer::ReadSpecials(const Json& config, const std::string& config_path, int32_t* bos,
+                                           int32_t* eos) {
+  // added_tokens_decoder: {"32000": {"content": "<pad>", ...}, ...}.
+  if (const auto it = config.find("added_tokens_decoder"); it != config.end() && it->is_object())
+    for (const auto& [key, token] : it->items()) {
+      char* end = nullptr;
+      const long id = std::strtol(key.c_str(), &end, 10);
+      if (*end != '\0' || id < 0 || id > INT32_MAX || !token.is_object() || !token.contains("content") ||
+          !token["content"].is_string())
+        return config_path + ": added_tokens_decoder[\"" + key + "\"] is not an id with a content";
+      AddSpecial(token["content"].get<std::string>(), static_cast<int32_t>(id));
+    }
+  const auto special = [&](const char* key, const char* fallback) {
+    const std::string text = TokenText(config, key, fallback);
+    const int32_t id = PieceId(text);
+    AddSpecial(text, id);
+    return id;
+  };
+  special("unk_token", "<unk>");
+  *bos = special("bos_token", "<s>");
+  *eos = special("eos_token", "</s>");
+  return "";
+}
+
+Error SentencePieceTokenizer::ReadTokenizerJson(const Json& doc, const std::string& json_path) {
+  if (const auto it = doc.find("added_tokens"); it != doc.end() && it->is_array())
+    for (const Json& a : *it)
+      if (a.is_object() && a.contains("content") && a["content"].is_string() && a.contains("id") &&
+          a["id"].is_number_unsigned() && a["id"].get<uint64_t>() <= INT32_MAX)
+        AddSpecial(a["content"].get<std::string>(), static_cast<int32_t>(a["id"].get<uint64_t>()));
+  if (const auto it = doc.find("post_processor"); it != doc.end() && !it->is_null()) {
+    std::unique_ptr<PostProcessor> post;
+    if (Error e = NewPostProcessor(*it, &post); !e.empty()) return json_path + ": " + e;
+    before_ = post->Before();
+    after_ = post->After();
+  }
+  return "";
+}
+
 Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<TextTokenizer>* out) {
   const std::string model_path = folder + "/tokenizer.model";
   const std::string config_path = folder + "/tokenizer_config.json";
@@ -235,23 +319,11 @@ Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<Te
   std::ostringstream bytes;
   bytes << in.rdbuf();
   auto t = std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer());
-  for (bool dummy_prefix : {true, false}) {
-    std::string proto;
-    if (Error e = WithPlainNormalizer(bytes.str(), dummy_prefix, &proto); !e.empty()) return model_path + ": " + e;
-    auto& sp = dummy_prefix ? t->with_prefix_ : t->without_prefix_;
-    if (const auto st = sp.LoadFromSerializedProto(proto); !st.ok())
-      return model_path + ": not a sentencepiece model: " + st.ToString();
-  }
+  if (Error e = t->LoadModels(bytes.str(), model_path); !e.empty()) return e;
 
   Json config = Json::object();
-  if (std::ifstream cin(config_path, std::ios::binary); cin) {
-    std::ostringstream text;
-    text << cin.rdbuf();
-    if (!format::JsonDepthWithin(text.str()))
-      return config_path + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
-    config = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    if (!config.is_object()) return config_path + ": not a JSON object";
-  }
+  bool present = false;
+  if (Error e = ReadJsonIfPresent(config_path, &config, &present); !e.empty()) return e;
   // Only LlamaTokenizer's behaviour is implemented: other classes (T5, ALBERT, Gemma, ...)
   // put other things around sentencepiece, so their folders are refused, not run wrongly.
   if (const auto it = config.find("tokenizer_class"); it != config.end() && !it->is_null()) {
@@ -265,61 +337,17 @@ Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<Te
                   Flag(config, "legacy", false, &legacy), Flag(config, "add_prefix_space", true, &add_prefix_space)})
     if (!e.empty()) return config_path + ": " + e;
   t->prepend_ = !add_prefix_space ? Prepend::kNever : legacy ? Prepend::kAlways : Prepend::kFirst;
-
-  const sentencepiece::SentencePieceProcessor& sp = t->with_prefix_;
-  const auto piece_id = [&](const std::string& piece) -> int32_t {
-    const int id = sp.PieceToId(piece);
-    return id == sp.unk_id() && sp.IdToPiece(id) != piece ? -1 : id;
-  };
-  const auto add_special = [&](const std::string& text, int32_t id) {
-    if (text.empty() || id < 0) return;
-    for (const Special& s : t->specials_)
-      if (s.text == text) return;
-    t->specials_.push_back({text, id});
-  };
-  // added_tokens_decoder: {"32000": {"content": "<pad>", ...}, ...}.
-  if (const auto it = config.find("added_tokens_decoder"); it != config.end() && it->is_object())
-    for (const auto& [key, token] : it->items()) {
-      char* end = nullptr;
-      const long id = std::strtol(key.c_str(), &end, 10);
-      if (*end != '\0' || id < 0 || id > INT32_MAX || !token.is_object() || !token.contains("content") ||
-          !token["content"].is_string())
-        return config_path + ": added_tokens_decoder[\"" + key + "\"] is not an id with a content";
-      add_special(token["content"].get<std::string>(), static_cast<int32_t>(id));
-    }
-  const auto special = [&](const char* key, const char* fallback, int32_t* id) -> Error {
-    const std::string text = TokenText(config, key, fallback);
-    *id = piece_id(text);
-    add_special(text, *id);
-    return "";
-  };
-  int32_t unk = -1, bos = -1, eos = -1;
-  special("unk_token", "<unk>", &unk);
-  special("bos_token", "<s>", &bos);
-  special("eos_token", "</s>", &eos);
+  int32_t bos = -1, eos = -1;
+  if (Error e = t->ReadSpecials(config, config_path, &bos, &eos); !e.empty()) return e;
 
   // The ids around a text: 5.24 takes them from tokenizer.json's post-processor when the
   // folder has one (tokenizer_config.json's add_bos_token / add_eos_token are then not
   // read), else from those two settings. Its added tokens are matched as the specials.
   const std::string json_path = folder + "/tokenizer.json";
-  if (std::ifstream jin(json_path, std::ios::binary); jin) {
-    std::ostringstream text;
-    text << jin.rdbuf();
-    if (!format::JsonDepthWithin(text.str()))
-      return json_path + ": nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
-    const Json doc = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    if (!doc.is_object()) return json_path + ": not a JSON object";
-    if (const auto it = doc.find("added_tokens"); it != doc.end() && it->is_array())
-      for (const Json& a : *it)
-        if (a.is_object() && a.contains("content") && a["content"].is_string() && a.contains("id") &&
-            a["id"].is_number_unsigned() && a["id"].get<uint64_t>() <= INT32_MAX)
-          add_special(a["content"].get<std::string>(), static_cast<int32_t>(a["id"].get<uint64_t>()));
-    if (const auto it = doc.find("post_processor"); it != doc.end() && !it->is_null()) {
-      std::unique_ptr<PostProcessor> post;
-      if (Error e = NewPostProcessor(*it, &post); !e.empty()) return json_path + ": " + e;
-      t->before_ = post->Before();
-      t->after_ = post->After();
-    }
+  Json doc;
+  if (Error e = ReadJsonIfPresent(json_path, &doc, &present); !e.empty()) return e;
+  if (present) {
+    if (Error e = t->ReadTokenizerJson(doc, json_path); !e.empty()) return e;
     *out = std::move(t);
     return "";
   }

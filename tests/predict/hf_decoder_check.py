@@ -28,18 +28,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+
+import pretrained_check  # noqa: E402  (the classifier check, fail, mails)
+from pretrained_check import fail, mails  # noqa: E402
 
 NEW_TOKENS = 16
-
-
-def fail(msg):
-    print("FAIL: " + msg)
-    sys.exit(1)
-
-
-def mails(corpus, n):
-    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(corpus) for f in files)
-    return [open(p, "rb").read().decode("utf-8", errors="replace") for p in paths[:: max(1, len(paths) // n)][:n]]
 
 
 def predict(bin_path, args):
@@ -94,8 +88,6 @@ def check_lm(bin_path, folder, texts, tmp):
 
 def check_classifier(bin_path, folder, texts, tmp):
     """pretrained_check.py's check: transformers' logits and labels (ham, spam) against ours."""
-    sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-    import pretrained_check
     pretrained_check.check(os.path.dirname(bin_path), folder, texts, tmp)
 
 

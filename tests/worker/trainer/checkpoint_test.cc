@@ -24,13 +24,7 @@ using testing::TinyConfig;
 // The parameters of the newest complete checkpoint in config.checkpoint_dir.
 std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
   TransformerClassifier model = BuildModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
-  CheckpointManager manager(CheckpointOptions{c.checkpoint_dir, 0, 0, 3});
-  RunPosition pos;
-  EXPECT_TRUE(manager.LoadLatest(*model, optimizer, &pos));
-  std::vector<torch::Tensor> params;
-  for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
-  return params;
+  return testing::LatestCheckpointParameters(*model, c.checkpoint_dir);
 }
 
 void ExpectBitIdentical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {

@@ -405,13 +405,7 @@ TEST_F(HfDecodersTest, ACausalLmJobResumesBitIdentical) {
     return c;
   };
   auto final_parameters = [](const TrainConfig& c) {
-    std::shared_ptr<SequenceModel> model = JobModel(c, /*load_weights=*/false);
-    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
-    RunPosition position;
-    EXPECT_TRUE(CheckpointManager(CheckpointOptions{c.checkpoint_dir, 0, 0, 10}).LoadLatest(*model, optimizer, &position));
-    std::vector<torch::Tensor> params;
-    for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
-    return params;
+    return testing::LatestCheckpointParameters(*JobModel(c, /*load_weights=*/false), c.checkpoint_dir);
   };
   const TrainConfig c = config("hf_lm_resume");
   EXPECT_DEATH(testing::RunUntilAbort(c, 5), "fault injection: aborting at step 5");

@@ -254,13 +254,7 @@ TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
 }
 
 std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
-  std::shared_ptr<SequenceModel> model = hf::JobModel(c, /*load_weights=*/false);
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
-  RunPosition position;
-  EXPECT_TRUE(CheckpointManager(CheckpointOptions{c.checkpoint_dir, 0, 0, 10}).LoadLatest(*model, optimizer, &position));
-  std::vector<torch::Tensor> params;
-  for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
-  return params;
+  return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/false), c.checkpoint_dir);
 }
 
 // Killed after the checkpoint of step 3 and resumed, with dropout on (the generator is

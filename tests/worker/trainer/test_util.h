@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "common/format/shard.h"
+#include "worker/trainer/checkpoint.h"
 #include "worker/trainer/config.h"
+#include "worker/trainer/model.h"
 #include "worker/trainer/progress_sink.h"
 #include "worker/trainer/train.h"
 
@@ -97,6 +99,17 @@ inline TrainConfig TinyConfig(const std::string& dir, int n_train = 40, int n_va
   WriteSyntheticShard(c.data.train_shard, n_train, 1);
   WriteSyntheticShard(c.data.val_shard, n_val, 2);
   return c;
+}
+
+// The parameters of the newest complete checkpoint in `checkpoint_dir`, loaded into `model`
+// (built as the run built it).
+inline std::vector<torch::Tensor> LatestCheckpointParameters(torch::nn::Module& model, const std::string& checkpoint_dir) {
+  torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-3));
+  RunPosition position;
+  EXPECT_TRUE(CheckpointManager(CheckpointOptions{checkpoint_dir, 0, 0, 10}).LoadLatest(model, optimizer, &position));
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model.parameters()) params.push_back(p.detach().clone());
+  return params;
 }
 
 // Trains `c` with NIGHTSHIFT_FAULT_ABORT_AT_STEP's effect: never returns (abort(), no core
