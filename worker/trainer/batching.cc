@@ -1,6 +1,7 @@
 #include "worker/trainer/batching.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -44,6 +45,10 @@ void SortByLength(std::vector<uint32_t>* v, const std::vector<uint32_t>& lengths
                    [&](uint32_t a, uint32_t b) { return lengths[a] < lengths[b]; });
 }
 
+int64_t PackedLength(uint32_t length, int64_t row_len) {
+  return std::min<int64_t>(std::max<uint32_t>(length, 1), row_len);
+}
+
 // Next-fit: the rows (lists of samples, in order) that samples of these lengths fill, each
 // at most row_len tokens (a sample is at most row_len long: it was truncated).
 std::vector<std::vector<uint32_t>> PackRows(const std::vector<uint32_t>& order, const std::vector<uint32_t>& lengths,
@@ -51,13 +56,46 @@ std::vector<std::vector<uint32_t>> PackRows(const std::vector<uint32_t>& order, 
   std::vector<std::vector<uint32_t>> rows;
   int64_t used = row_len;  // no row open
   for (uint32_t i : order) {
-    const int64_t n = std::min<int64_t>(std::max<uint32_t>(lengths[i], 1), row_len);
+    const int64_t n = PackedLength(lengths[i], row_len);
     if (used + n > row_len) {
       rows.emplace_back();
       used = 0;
     }
     rows.back().push_back(i);
     used += n;
+  }
+  return rows;
+}
+
+// Best-fit decreasing: samples, longest first (ties in `order`'s order), each go to the
+// row whose free space fits them most tightly, or start a new row. Rows come back in the
+// order they were started, their samples in the order they were placed; then next-fit
+// (PackRows) over a run of consecutive rows rebuilds exactly those rows, because a row's
+// first sample started it only when it fitted in no earlier row's free space, which only
+// shrank afterwards. Collate relies on this.
+std::vector<std::vector<uint32_t>> PackRowsBestFit(std::vector<uint32_t> order, const std::vector<uint32_t>& lengths,
+                                                   int64_t row_len) {
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return PackedLength(lengths[a], row_len) > PackedLength(lengths[b], row_len);
+  });
+  std::vector<std::vector<uint32_t>> rows;
+  std::multimap<int64_t, size_t> free_space;  // free tokens -> row (ties: the earlier row)
+  for (uint32_t i : order) {
+    const int64_t n = PackedLength(lengths[i], row_len);
+    auto fit = free_space.lower_bound(n);
+    size_t row;
+    int64_t left;
+    if (fit == free_space.end()) {
+      row = rows.size();
+      rows.emplace_back();
+      left = row_len - n;
+    } else {
+      row = fit->second;
+      left = fit->first - n;
+      free_space.erase(fit);
+    }
+    rows[row].push_back(i);
+    if (left > 0) free_space.emplace(left, row);
   }
   return rows;
 }
@@ -73,13 +111,14 @@ BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions
 
   BatchPlan all;
   if (options.pack_len > 0) {
-    const auto rows = PackRows(order, lengths, options.pack_len);
+    const auto rows = PackRowsBestFit(order, lengths, options.pack_len);
     const size_t per_batch = static_cast<size_t>(std::max<int64_t>(
         1, options.max_tokens > 0 ? options.max_tokens / options.pack_len : options.batch_size));
     for (size_t r = 0; r < rows.size(); ++r) {
       if (r % per_batch == 0) all.emplace_back();
       all.back().insert(all.back().end(), rows[r].begin(), rows[r].end());
     }
+    Shuffle(&all, &rng);  // rows stay in their order within a batch (see PackRowsBestFit)
   } else if (options.max_tokens <= 0) {
     const size_t bs = static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
     for (size_t i = 0; i < order.size(); i += bs)

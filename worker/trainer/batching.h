@@ -17,10 +17,11 @@ struct BatchPlanOptions {
   int64_t max_tokens = 0;     // padded tokens (batch size x longest sample) per batch; 0: off
   int64_t pool_batches = 100; // token budget: samples are length-sorted within pools of
                               // about this many batches' worth of tokens
-  // > 0: packed rows (language models): samples, shuffled, fill rows of this many tokens in
-  // order (next-fit: a sample that does not fit starts the next row), and a batch takes
-  // max(1, max_tokens / pack_len) rows (batch_size rows without a budget). Collate with
-  // packed = true rebuilds the same rows from a batch's samples.
+  // > 0: packed rows (language models): samples fill rows of this many tokens by best-fit
+  // decreasing (longest first, each into the row it fits most tightly; ties between equal
+  // lengths in shuffled order), a batch takes max(1, max_tokens / pack_len) consecutive
+  // rows (batch_size rows without a budget), and the batches are shuffled. Collate with
+  // packed = true rebuilds the same rows from a batch's samples (next-fit, in order).
   int64_t pack_len = 0;
 };
 

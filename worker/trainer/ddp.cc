@@ -17,6 +17,7 @@
 
 #include "worker/trainer/compat.h"
 #include "worker/trainer/errors.h"
+#include "worker/trainer/hf_weights.h"
 
 namespace nightshift::trainer {
 namespace {
@@ -243,7 +244,9 @@ GradientSync::GradientSync(std::shared_ptr<ProcessGroup> group, std::vector<torc
     if (!open) return;
     int64_t numel = open->offsets.empty() ? 0 : open->offsets.back() + params_[open->params.back()].numel();
     const torch::Tensor& first = params_[open->params.front()];
-    open->flat = torch::zeros({numel}, first.options().requires_grad(false));
+    // Unwritten until Launch writes every slice (a gradient or zeros) before reducing it:
+    // its pages are not resident before training starts.
+    open->flat = torch::empty({numel}, first.options().requires_grad(false));
     open->ready_mark.assign(open->params.size(), false);
     buckets_.push_back(std::move(open));
     open_bytes = 0;
@@ -459,7 +462,21 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   sync_options.bucket_bytes = int64_t{config.data_parallel.bucket_mb} << 20;
   auto sync = std::make_unique<GradientSync>(ProcessGroup::Create(options), parameters, sync_options);
 
-  std::vector<torch::Tensor> state = parameters;
+  // Rank 0's parameters and buffers to every rank, but for the views of a mapped weight
+  // file (hf_weights.h) that every rank maps with the same bytes at the same place: writing
+  // those would give each rank a private copy of the pages the ranks share. The set skipped
+  // is rank 0's, so every rank broadcasts the same tensors; any rank that differs on one of
+  // them has everything broadcast.
+  torch::Tensor theirs = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt64);
+  for (size_t i = 0; i < parameters.size(); ++i)
+    theirs[static_cast<int64_t>(i)] = static_cast<int64_t>(MappedWeightFingerprint(parameters[i]).value_or(0));
+  const torch::Tensor mine = theirs.clone();
+  sync->group().Broadcast(theirs, 0);
+  const bool differs = !torch::equal(mine.masked_select(theirs.ne(0)), theirs.masked_select(theirs.ne(0)));
+  const bool skip = !sync->AnyRank(differs);
+  std::vector<torch::Tensor> state;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (!skip || theirs[static_cast<int64_t>(i)].item<int64_t>() == 0) state.push_back(parameters[i]);
   for (const auto& b : model.buffers()) state.push_back(b);
   sync->Broadcast(state);
 

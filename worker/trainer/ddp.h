@@ -181,7 +181,8 @@ class NoSync {
 // The trainer's data-parallel setup. One rank: returns null. Several (RANK/WORLD_SIZE
 // from the environment rule; a spec world_size above 1 must match WORLD_SIZE): joins the
 // group with the spec's timeout and bucket size and copies rank 0's parameters and
-// buffers to every rank.
+// buffers to every rank (but views of a weight file mapped alike on every rank, which are
+// equal already: hf_weights.h's MappedWeightFingerprint).
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
                                                 torch::nn::Module& model);
 

@@ -2,14 +2,19 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14 (older headers)
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <string_view>
 
 #include "common/format/atomic_file.h"
 #include "worker/trainer/errors.h"
@@ -38,15 +43,40 @@ HfConfig ReadHfConfig(const std::string& dir, const std::vector<std::string>& ro
   return h;
 }
 
-// One weight file mapped read-only for the life of the tensors that refer to it.
+// One weight file mapped copy-on-write for the life of the tensors that refer to it: the
+// HfWeights, and the parameters that are views of it (through `storage`).
 struct HfWeights::Mapping {
   std::string path;
   const char* data = nullptr;
   size_t size = 0;
+  uint64_t fingerprint = 0;  // of the file (MappedWeightFingerprint)
+  // Made by the first view (ShareOrCopyTo): the whole file as one CPU storage whose
+  // context keeps this mapping alive. Once there are views, no pages are dropped (CopyTo):
+  // a page a view has written is this process's only copy of it.
+  mutable c10::Storage storage;
   ~Mapping() {
     if (data != nullptr) ::munmap(const_cast<char*>(data), size);
   }
 };
+
+namespace {
+
+// The deleter of a Mapping's storage: its context is a heap shared_ptr to the mapping.
+void ReleaseMapping(void* context) { delete static_cast<std::shared_ptr<const HfWeights::Mapping>*>(context); }
+
+// (device, inode, size, mtime) and a hash of the first and last MiB: a file's identity
+// across processes on one machine, and its content's where the path is shared storage.
+uint64_t FileFingerprint(const struct stat& st, const char* data, size_t size) {
+  const size_t edge = std::min<size_t>(size, size_t{1} << 20);
+  const std::string identity = std::to_string(st.st_dev) + "/" + std::to_string(st.st_ino) + "/" +
+                               std::to_string(st.st_size) + "/" + std::to_string(st.st_mtim.tv_sec) + "." +
+                               std::to_string(st.st_mtim.tv_nsec) + "/" +
+                               std::to_string(std::hash<std::string_view>{}(std::string_view(data, edge))) + "/" +
+                               std::to_string(std::hash<std::string_view>{}(std::string_view(data + size - edge, edge)));
+  return std::hash<std::string>{}(identity);
+}
+
+}  // namespace
 
 void HfWeights::AddFile(const std::string& path, const std::vector<std::string>& roots,
                         const std::map<std::string, std::string>* shard_of) {
@@ -73,11 +103,13 @@ void HfWeights::AddFile(const std::string& path, const std::vector<std::string>&
     ::close(fd);
     throw PermanentError(path + ": changed while it was being read");
   }
-  void* data = ::mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // Writable but private: a view's parameter written by training gets its own page.
+  void* data = ::mmap(nullptr, file->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file
   if (data == MAP_FAILED) throw PermanentError(path + ": cannot be mapped: " + std::strerror(map_errno));
   file->data = static_cast<const char*>(data);
+  file->fingerprint = FileFingerprint(st, file->data, file->size);
   const std::string file_name = fs::path(path).filename().string();
   for (format::SafetensorsTensor& t : header.tensors) {
     if (shard_of != nullptr) {
@@ -177,10 +209,55 @@ void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
     const int64_t len = std::min(per_chunk, count - at);
     const char* from = bytes + at * static_cast<int64_t>(element);
     flat.narrow(0, at, len).copy_(torch::from_blob(const_cast<char*>(from), {len}, torch::TensorOptions().dtype(type)));
+    if (file.storage) continue;  // views of this file exist (Mapping)
     const uintptr_t begin = reinterpret_cast<uintptr_t>(from) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + len * element + page - 1) / page * page;
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   }
+}
+
+bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) const {
+  static const bool copy_all = [] {
+    const char* v = std::getenv("NIGHTSHIFT_COPY_WEIGHTS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw PermanentError("the weights have no tensor " + name);
+  const std::shared_ptr<Mapping>& file = it->second.file;
+  const format::SafetensorsTensor& t = it->second.tensor;
+  if (copy_all || t.dtype != format::DType::kF32 || t.begin % sizeof(float) != 0 || !param.device().is_cpu() ||
+      param.scalar_type() != torch::kFloat32 || !param.is_contiguous() || param.sizes() != c10::IntArrayRef(t.shape)) {
+    CopyTo(name, param);
+    return false;
+  }
+  if (!file->storage) {
+    c10::DataPtr bytes(const_cast<char*>(file->data), new std::shared_ptr<const Mapping>(file), &ReleaseMapping,
+                       c10::Device(c10::kCPU));
+    file->storage = c10::Storage(c10::Storage::use_byte_size_t(), file->size, std::move(bytes), nullptr, false);
+  }
+  // Faulted in now, read-only (the page cache's pages, still shared: a write fault would
+  // copy them): an I/O error shows here rather than in the first step, and the resident
+  // set tells what the job holds. Reading a byte of each page where the kernel lacks
+  // MADV_POPULATE_READ (Linux < 5.14) does the same.
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(file->data + t.begin) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(file->data + t.end);
+  if (end > begin && ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) != 0) {
+    volatile char sink = 0;
+    for (uintptr_t at = begin; at < end; at += page) sink = sink + *reinterpret_cast<const volatile char*>(at);
+  }
+  torch::NoGradGuard no_grad;
+  torch::Tensor view = torch::empty({0}, torch::kFloat32);
+  view.set_(file->storage, static_cast<int64_t>(t.begin / sizeof(float)), t.shape);
+  param.set_data(view);
+  return true;
+}
+
+std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t) {
+  if (!t.defined() || !t.has_storage() || t.storage().data_ptr().get_deleter() != &ReleaseMapping) return std::nullopt;
+  const auto* file = static_cast<const std::shared_ptr<const HfWeights::Mapping>*>(t.storage().data_ptr().get_context());
+  return std::hash<std::string>{}(std::to_string((*file)->fingerprint) + "@" + std::to_string(t.storage_offset()) +
+                                  "+" + std::to_string(t.numel()));
 }
 
 torch::Tensor HfWeights::Float(const std::string& name) const {
@@ -235,7 +312,7 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
   for (auto& p : params) {
     auto it = source.find(p.key());
     if (it != source.end()) {
-      weights.CopyTo(it->second, p.value());
+      weights.ShareOrCopyTo(it->second, p.value());
       source.erase(it);
     } else if (StartsWithAny(p.key(), rules.head)) {
       head_missing.push_back(p.key());

@@ -1,11 +1,19 @@
 // A Hugging Face model folder in: its config.json (the fields our architectures read)
 // and its weights (model.safetensors, or the shards model.safetensors.index.json names).
 //
-// Memory: every weight file is mapped read-only, never read into a buffer; a tensor's
-// bytes are converted (F16, BF16 or F32 -> float32) straight into the model's parameter,
-// in 16 MiB chunks whose mapped pages are dropped from this process once copied (the page
-// cache keeps them), so loading a model of N bytes costs about N of resident memory (the
-// parameters; 2N for an F16/BF16 file, whose float32 parameters are twice its size).
+// Memory: every weight file is mapped (private: copy-on-write), never read into a buffer.
+// An F32 tensor at a 4-byte-aligned offset becomes its float32 CPU parameter as a view of
+// the mapping (LoadHfWeights): its pages are the page cache's, shared by every process
+// that maps the file (the ranks of a job on one machine), until training writes them;
+// each written page then becomes the writer's own (the file never changes). Any other
+// tensor (F16, BF16, unaligned) is converted into the parameter, in 16 MiB chunks whose
+// mapped pages are dropped from this process once copied. So N ranks loading an F32
+// folder of S bytes hold about S between them before training starts, not N x S (with
+// the models' DeferInit, models/common.h, which leaves the parameters unwritten until
+// loaded); an F16/BF16 folder costs each rank 2S (its float32 parameters).
+// NIGHTSHIFT_COPY_WEIGHTS=1 in the environment copies F32 tensors too (the baseline of
+// bench/shared_weights_bench.py). A file rewritten in place while a job runs changes the
+// parameters' unwritten pages, as with any mapping: replace files by renaming new ones in.
 //
 // Every error is a PermanentError (errors.h: a restart would meet it again) whose message
 // names the file and the key or tensor.
@@ -50,6 +58,10 @@ class HfWeights {
   void CopyTo(const std::string& name, torch::Tensor& dst) const;
   // Tensor `name` as a new float32 tensor (tests, small tensors).
   torch::Tensor Float(const std::string& name) const;
+  // Makes `param` a view of tensor `name`'s mapped bytes when it can (see the top: an F32
+  // tensor, aligned, of param's shape; param a contiguous float32 CPU tensor), else
+  // CopyTo. Returns whether it is a view.
+  bool ShareOrCopyTo(const std::string& name, torch::Tensor& param) const;
 
   struct Mapping;  // one mapped file (hf_weights.cc)
 
@@ -85,7 +97,15 @@ struct HfNameRules {
   std::vector<std::string> ignored_suffixes;
 };
 
-// Loads `weights` into `model`'s parameters by name; LayerNorm.gamma/beta of old
+// Where tensor `t` is a view of a mapped weight file (ShareOrCopyTo): a fingerprint of the
+// file's identity and content (device, inode, size, modification time, a hash of its
+// first and last MiB) and of the view's place in it, equal across processes exactly when
+// they see the same bytes there (up to hash collisions); nullopt for any other tensor.
+// Data parallelism's start (ddp.h) skips broadcasting views the ranks agree on, which
+// would write, and so copy, every page of them.
+std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t);
+
+// Loads `weights` into `model`'s parameters by name (ShareOrCopyTo); LayerNorm.gamma/beta of old
 // checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
 // parameter missing (outside the head) is an error listing all of them; a shape that
 // differs is an error naming the tensor and both shapes.

@@ -157,8 +157,9 @@ TEST(CollateTest, PackedRowsKeepSamplesApartAndSkipPrompts) {
   EXPECT_EQ(padded.target_mask.sum().item<int64_t>(), targets.sum().item<int64_t>());
 }
 
-// Packed plans: every sample once, each batch's rows (rebuilt by next-fit) within max_len,
-// and as many rows per batch as the budget holds.
+// Packed plans: every sample once, each batch's rows (rebuilt by next-fit, as Collate does)
+// within max_len, as many rows per batch as the budget holds (but one batch), and the rows
+// full: best-fit decreasing, and next-fit rebuilds its rows rather than cutting new ones.
 TEST(PlanEpochTest, PackedBatchesHoldTheBudgetsRows) {
   std::vector<uint32_t> lengths = RandomLengths(500, 9);
   for (auto& l : lengths) l = std::min<uint32_t>(l, 64);
@@ -167,7 +168,7 @@ TEST(PlanEpochTest, PackedBatchesHoldTheBudgetsRows) {
   options.max_tokens = 4 * 64;
   const BatchPlan plan = PlanEpoch(lengths, options, 1, 0, 0, 1);
   ExpectEachSampleOnce(plan, lengths.size());
-  int64_t tokens = 0, rows_total = 0;
+  int64_t tokens = 0, rows_total = 0, short_batches = 0;
   for (size_t b = 0; b < plan.size(); ++b) {
     int64_t rows = 0, used = 64;
     for (uint32_t i : plan[b]) {
@@ -176,10 +177,12 @@ TEST(PlanEpochTest, PackedBatchesHoldTheBudgetsRows) {
       tokens += lengths[i];
     }
     rows_total += rows;
-    if (b + 1 < plan.size()) EXPECT_EQ(rows, 4) << "batch " << b;
+    short_batches += rows < 4;
     EXPECT_LE(rows, 4);
   }
-  EXPECT_GT(double(tokens) / double(rows_total * 64), 0.7) << "rows are mostly full";
+  EXPECT_LE(short_batches, 1);
+  // (next-fit in shuffled order fills about 88% here)
+  EXPECT_GT(double(tokens) / double(rows_total * 64), 0.98) << tokens << " tokens in " << rows_total << " rows";
 }
 
 }  // namespace

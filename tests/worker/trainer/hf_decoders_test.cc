@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "common/format/safetensors.h"
 #include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/reference_util.h"
 #include "tests/worker/trainer/test_util.h"
@@ -24,6 +26,7 @@
 #include "worker/trainer/ddp.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/fault_injection.h"
+#include "worker/trainer/hf_weights.h"
 #include "worker/trainer/oom.h"
 #include "worker/trainer/train.h"
 #include "worker/trainer/model.h"
@@ -46,24 +49,14 @@ const char* const kArchs[] = {"gpt2", "llama", "llama_tied", "mistral", "qwen2"}
 
 class HfDecodersTest : public ::testing::Test {
  protected:
-  // The reference folders are made once per version of the script and shared, read-only,
-  // by the processes ctest starts (one per test): into a private folder renamed into place.
+  // The reference folders, made once per version of the script and shared by the test
+  // processes (testing::SharedFolder).
   static void SetUpTestSuite() {
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_decoders_reference.py").string();
-    dir_ = new std::string((fs::path(::testing::TempDir()) /
-                            ("nightshift_hf_decoders_" + std::to_string(std::hash<std::string>{}(ReadAll(script)))))
-                               .string());
-    if (!fs::exists(*dir_ + "/reference.json")) {
-      const std::string tmp = *dir_ + ".tmp" + std::to_string(::getpid());
-      fs::remove_all(tmp);
-      fs::create_directories(tmp);
-      const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + tmp + " > " + tmp + "/log 2>&1";
-      const int rc = std::system(command.c_str());
-      ASSERT_EQ(rc, 0) << command << ":\n" << ReadAll(tmp + "/log");
-      std::error_code ec;
-      fs::rename(tmp, *dir_, ec);  // another process may have been first: then its folder stays
-      if (ec) fs::remove_all(tmp);
-    }
+    std::string error;
+    dir_ = new std::string(
+        testing::SharedFolder("nightshift_hf_decoders", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir}", {script}, &error));
+    ASSERT_FALSE(dir_->empty()) << error;
     reference_ = new json(json::parse(ReadAll(*dir_ + "/reference.json")));
   }
   void SetUp() override { ASSERT_NE(reference_, nullptr) << "hf_decoders_reference.py failed"; }
@@ -344,6 +337,105 @@ TEST_F(HfDecodersTest, TwoRanksOnPackedRowsTakeTheStepOfOne) {
     for (size_t i = 0; i < ref_params.size(); ++i)
       EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
                 1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
+}
+
+// --- Weights shared through the folder's mapping (hf_weights.h). ---
+
+// kB of the "Anonymous:" line of /proc/self/smaps for the mapping that holds `address`:
+// the pages of a file mapping this process has written (its private copies); -1: none.
+int64_t WrittenKbOfMappingAt(const void* address) {
+  std::ifstream in("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    const std::string first = line.substr(0, line.find(' '));
+    if (first.find('-') != std::string::npos && first.find(':') == std::string::npos) {  // a mapping's first line
+      const uintptr_t begin = std::stoull(first.substr(0, first.find('-')), nullptr, 16);
+      const uintptr_t end = std::stoull(first.substr(first.find('-') + 1), nullptr, 16);
+      inside = at >= begin && at < end;
+    } else if (inside && first == "Anonymous:") {
+      return std::stoll(line.substr(first.size()));
+    }
+  }
+  return -1;
+}
+
+// An F32 folder's parameters are views of its mapped file: no private copy while loading,
+// the loaded numbers (the logits tests), a new head of the job's own; training writes its
+// own pages and never the file, which loads again unchanged.
+// The bytes of each weight file of `dir` (llama_lm is sharded), by name.
+std::map<std::string, std::string> WeightFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") files[e.path().string()] = ReadAll(e.path().string());
+  return files;
+}
+
+TEST_F(HfDecodersTest, F32WeightsAreViewsOfTheFileThatTrainingNeverWrites) {
+  const auto files = WeightFiles(Folder("llama_lm"));
+  ASSERT_EQ(files.size(), 5u);
+  auto model = Load("llama", "lm");
+  std::vector<torch::Tensor> loaded;
+  for (const auto& p : model->named_parameters()) {
+    EXPECT_TRUE(MappedWeightFingerprint(p.value()).has_value()) << p.key();
+    loaded.push_back(p.value().detach().clone());
+  }
+  const void* first = model->parameters().front().data_ptr();
+  EXPECT_EQ(WrittenKbOfMappingAt(first), 0);
+
+  const Batch b = LmBatch(LmShard(), true);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+  ComputeLossSum(Logits(*model, b), b, true).sum.backward();
+  opt.step();
+  EXPECT_GT(WrittenKbOfMappingAt(first), 0) << "the step wrote this process's own pages";
+  EXPECT_FALSE(torch::equal(model->parameters().front(), loaded.front()));
+  EXPECT_TRUE(WeightFiles(Folder("llama_lm")) == files) << "the files are never written";
+  auto again = Load("llama", "lm");
+  const auto params = again->parameters();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], loaded[i])) << i;
+
+  PretrainedOptions options;  // classification with other labels: a new head, not a view
+  options.labels = {"a", "b", "c"};
+  auto classifier = LoadPretrained(Folder("llama_lm"), options);
+  for (const auto& p : classifier->named_parameters())
+    EXPECT_EQ(MappedWeightFingerprint(p.value()).has_value(), p.key().rfind("score.", 0) != 0) << p.key();
+}
+
+// Two ranks that map the same folder start data parallelism without writing a page of it
+// (rank 0's copy is theirs already); a rank whose folder differs gets rank 0's weights.
+TEST_F(HfDecodersTest, RanksMappingOneFolderStartWithoutCopyingIt) {
+  const std::string other = testing::FreshDir("hf_decoders_other_copy");
+  fs::copy(Folder("llama_lm"), other, fs::copy_options::recursive);
+  int zeroed = 0;  // the other copy's final norm is zeros
+  for (auto [path, bytes] : WeightFiles(other)) {
+    format::SafetensorsHeader h;
+    ASSERT_EQ(format::ReadSafetensorsHeader(path, &h), "");
+    for (const auto& t : h.tensors)
+      if (t.name == "model.norm.weight") std::memset(&bytes[t.begin], 0, t.end - t.begin), ++zeroed;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  ASSERT_EQ(zeroed, 1);
+  for (const bool same : {true, false}) {
+    SCOPED_TRACE(same ? "same folder" : "rank 1's folder differs");
+    const int port = testing::FreePort();
+    std::vector<std::vector<torch::Tensor>> params(2);
+    std::vector<int64_t> written(2, -1);
+    testing::RunRanks(2, [&](int r) {
+      PretrainedOptions options;
+      options.task = "causal_lm";
+      auto model = LoadPretrained(r == 1 && !same ? other : Folder("llama_lm"), options);
+      TrainConfig cfg;
+      cfg.data_parallel.world_size = 2;
+      cfg.data_parallel.timeout_seconds = 20;
+      auto sync = StartDataParallel(cfg, testing::LoopbackRank(r, 2, port), *model);
+      written[r] = WrittenKbOfMappingAt(model->parameters().front().data_ptr());
+      for (const auto& p : model->parameters()) params[r].push_back(p.detach().clone());
+      sync->group().Barrier();
+    });
+    if (same) EXPECT_EQ(written, (std::vector<int64_t>{0, 0}));
+    else EXPECT_GT(written[1], 0) << "rank 1 took rank 0's weights";
+    for (size_t i = 0; i < params[0].size(); ++i) EXPECT_TRUE(torch::equal(params[0][i], params[1][i])) << i;
+  }
 }
 
 // Dropout on (GPT-2's embedding, attention and residual dropout): the explicit attention

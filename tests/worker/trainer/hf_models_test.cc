@@ -40,15 +40,16 @@ void WriteAll(const std::string& path, const std::string& bytes) {
 using testing::FromJson;
 using testing::ReadAll;
 
-// The reference folders and numbers, made once per test program.
+// The reference folders and numbers, made once per version of the script and shared by the
+// test processes (testing::SharedFolder).
 class HfModelsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::FreshDir("hf_models"));
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_models_reference.py").string();
-    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + *dir_ + " > " + *dir_ + "/log 2>&1";
-    const int rc = std::system(command.c_str());
-    ASSERT_EQ(rc, 0) << command << ":\n" << ReadAll(*dir_ + "/log");
+    std::string error;
+    dir_ = new std::string(
+        testing::SharedFolder("nightshift_hf_models", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir}", {script}, &error));
+    ASSERT_FALSE(dir_->empty()) << error;
     reference_ = new json(json::parse(ReadAll(*dir_ + "/reference.json")));
   }
   void SetUp() override { ASSERT_NE(reference_, nullptr) << "hf_models_reference.py failed"; }
@@ -60,10 +61,9 @@ class HfModelsTest : public ::testing::Test {
     return {FromJson(in["input_ids"], torch::kLong), FromJson(in["attention_mask"], torch::kLong).eq(0)};
   }
   static torch::Tensor Targets() { return FromJson((*reference_)["labels"], torch::kLong); }
-  // A copy of reference folder `from` named `to`, to break.
+  // A copy of reference folder `from` named `to` (of this process), to break.
   static std::string CopyOf(const std::string& from, const std::string& to) {
-    const std::string dst = Folder(to);
-    fs::remove_all(dst);
+    const std::string dst = testing::FreshDir(to);
     fs::copy(Folder(from), dst);
     return dst;
   }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tests/worker/trainer/ranks_util.h"
+#include "tests/worker/trainer/reference_util.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/amp.h"
 #include "worker/trainer/checkpoint.h"
@@ -39,12 +40,10 @@ const std::vector<std::string> kLabels = {"no", "yes"};
 class HfTrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(FreshDir("hf_train"));
+    // The reference folders with a WordPiece tokenizer of their 100 ids, which a job's
+    // export copies (the synthetic shards here are ids already); made once per version and
+    // shared by the test processes (testing::SharedFolder).
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_models_reference.py").string();
-    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " " + *dir_ + " > " + *dir_ + "/log 2>&1";
-    ok_ = std::system(command.c_str()) == 0;
-    // A WordPiece tokenizer of the folders' 100 ids, which a job's export copies (the
-    // synthetic shards here are ids already).
     const std::string tokenizers = std::string(NIGHTSHIFT_PYTHON) + " -c '\n"
         "import os, sys\n"
         "from transformers import BertTokenizerFast\n"
@@ -53,11 +52,13 @@ class HfTrainTest : public ::testing::Test {
         "[\"w%d\" % i for i in range(5, 100)]))\n"
         "for arch in (\"bert\", \"roberta\", \"distilbert\"):\n"
         "    BertTokenizerFast(vocab=d + \"/vocab.txt\").save_pretrained(os.path.join(d, arch))\n"
-        "' " + *dir_ + " >> " + *dir_ + "/log 2>&1";
-    ok_ = ok_ && std::system(tokenizers.c_str()) == 0;
+        "' {dir}";
+    dir_ = new std::string(testing::SharedFolder(
+        "nightshift_hf_train", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir} && " + tokenizers, {script}, &error_));
+    ok_ = !dir_->empty();
   }
   void SetUp() override {
-    ASSERT_TRUE(ok_) << "hf_models_reference.py failed: see " << *dir_ << "/log";
+    ASSERT_TRUE(ok_) << error_;
     torch::set_num_threads(1);
   }
   static std::string Folder(const std::string& arch) { return *dir_ + "/" + arch; }
@@ -76,9 +77,11 @@ class HfTrainTest : public ::testing::Test {
   }
   static std::string* dir_;
   static bool ok_;
+  static std::string error_;
 };
 std::string* HfTrainTest::dir_ = nullptr;
 bool HfTrainTest::ok_ = false;
+std::string HfTrainTest::error_;
 
 // Rows of ids in [3, 100) of lengths 10, 7, 4 and 10, padding (id 0) at the end.
 std::pair<torch::Tensor, torch::Tensor> Rows() {

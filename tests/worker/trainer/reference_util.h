@@ -5,8 +5,12 @@
 
 #include <torch/torch.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -33,6 +37,35 @@ inline torch::Tensor FromJson(const nlohmann::json& j, torch::ScalarType type) {
   };
   walk(j, 0);
   return torch::tensor(flat, torch::kFloat64).view(shape).to(type);
+}
+
+// A folder that shell `command` (with {dir} for the folder) fills, made once per text of
+// the command and of the files it reads (`inputs`), and shared read-only by the processes
+// ctest starts (one per test): filled under a private name, then renamed into place (a
+// process that comes second keeps the first one's). Returns the folder, or "" with the
+// command and its log in `*error`. Tests copy what they break into folders of their own.
+inline std::string SharedFolder(const std::string& prefix, const std::string& command,
+                                const std::vector<std::string>& inputs, std::string* error) {
+  namespace fs = std::filesystem;
+  std::string key = command;
+  for (const std::string& input : inputs) key += ReadAll(input);
+  const std::string dir =
+      (fs::path(::testing::TempDir()) / (prefix + "_" + std::to_string(std::hash<std::string>{}(key)))).string();
+  if (fs::exists(dir + "/done")) return dir;
+  const std::string tmp = dir + ".tmp" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  std::string filled = command;
+  for (size_t at; (at = filled.find("{dir}")) != std::string::npos;) filled.replace(at, 5, tmp);
+  filled = "( " + filled + " ) > " + tmp + "/log 2>&1 && touch " + tmp + "/done";
+  if (std::system(filled.c_str()) != 0) {
+    *error = filled + ":\n" + ReadAll(tmp + "/log");
+    return "";
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir, ec);
+  if (ec) fs::remove_all(tmp);
+  return dir;
 }
 
 }  // namespace nightshift::trainer::testing

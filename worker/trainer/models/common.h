@@ -25,8 +25,42 @@ inline std::shared_ptr<torch::nn::Module> Holder(torch::nn::Module& parent, cons
   return parent.register_module(name, std::make_shared<torch::nn::Module>(name));
 }
 
+// While one is alive on this thread, NewLinear, AddEmbedding and the decoders' own large
+// parameters are allocated but not written (torch::empty: their pages are not resident
+// until written), for LoadPretrained, which then fills every parameter (a view of the
+// folder's mapping, a copy, or a new head's initialisation; hf_weights.h) or fails. So
+// ranks that share a folder's mapping never hold a private copy of the model while they
+// build it. Outside one, LibTorch's initialisation (a model from scratch, a resume).
+class DeferInit {
+ public:
+  DeferInit() : previous_(active_) { active_ = true; }
+  ~DeferInit() { active_ = previous_; }
+  DeferInit(const DeferInit&) = delete;
+  DeferInit& operator=(const DeferInit&) = delete;
+  static bool active() { return active_; }
+
+ private:
+  static inline thread_local bool active_ = false;
+  bool previous_;
+};
+
+// `t` (a parameter) reallocated unwritten with `shape`.
+inline void Unwritten(torch::Tensor& t, c10::IntArrayRef shape) {
+  torch::NoGradGuard no_grad;
+  t.set_data(torch::empty(shape, t.options()));
+}
+
+inline torch::nn::Linear NewLinear(int64_t in, int64_t out, bool bias = true) {
+  if (!DeferInit::active()) return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  torch::nn::Linear linear(torch::nn::LinearOptions(1, 1).bias(bias));
+  linear->options.in_features(in).out_features(out);
+  Unwritten(linear->weight, {out, in});
+  if (bias) Unwritten(linear->bias, {out});
+  return linear;
+}
+
 inline torch::nn::Linear AddLinear(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out) {
-  return parent.register_module(name, torch::nn::Linear(in, out));
+  return parent.register_module(name, NewLinear(in, out));
 }
 
 inline torch::nn::LayerNorm AddLayerNorm(torch::nn::Module& parent, const std::string& name, int64_t d, double eps) {
@@ -37,7 +71,11 @@ inline torch::nn::Embedding AddEmbedding(torch::nn::Module& parent, const std::s
                                          int64_t d, std::optional<int64_t> padding_idx) {
   auto options = torch::nn::EmbeddingOptions(rows, d);
   if (padding_idx) options.padding_idx(*padding_idx);  // no gradient reaches that row, as in torch
-  return parent.register_module(name, torch::nn::Embedding(options));
+  if (!DeferInit::active()) return parent.register_module(name, torch::nn::Embedding(options));
+  torch::nn::Embedding embedding(torch::nn::EmbeddingOptions(1, d));
+  embedding->options = options;
+  Unwritten(embedding->weight, {rows, d});
+  return parent.register_module(name, embedding);
 }
 
 // Additive key-padding bias [B, 1, 1, L] from pad_mask [B, L] (true at padding): 0 for

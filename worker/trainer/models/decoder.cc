@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "worker/trainer/dropout.h"
+#include "worker/trainer/models/common.h"
 
 namespace nightshift::trainer::hf {
 namespace {
@@ -72,9 +73,9 @@ DecoderModelImpl::DecoderModelImpl(const HfConfig& c, const std::string& task, c
     : config_(c), causal_lm_(task == "causal_lm"), trunk_(register_module(base, std::move(trunk))) {
   const int64_t d = c.hidden_size;
   if (!causal_lm_)
-    head_ = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(d, int64_t(c.labels.size())).bias(false)));
+    head_ = register_module("score", NewLinear(d, int64_t(c.labels.size()), /*bias=*/false));
   else if (!c.tie_word_embeddings)
-    head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(d, c.vocab_size).bias(false)));
+    head_ = register_module("lm_head", NewLinear(d, c.vocab_size, /*bias=*/false));
 }
 
 torch::Tensor DecoderModelImpl::Head(const torch::Tensor& h) {

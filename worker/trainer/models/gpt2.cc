@@ -7,7 +7,8 @@
 namespace nightshift::trainer::hf {
 
 Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
-  weight = register_parameter("weight", torch::empty({in, out}).normal_(0.0, 0.02));
+  weight = register_parameter("weight", torch::empty({in, out}));
+  if (!DeferInit::active()) weight.data().normal_(0.0, 0.02);
   bias = register_parameter("bias", torch::zeros({out}));
 }
 

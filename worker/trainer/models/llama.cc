@@ -8,7 +8,7 @@ namespace nightshift::trainer::hf {
 namespace {
 
 torch::nn::Linear AddProjection(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out, bool bias) {
-  return parent.register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
+  return parent.register_module(name, NewLinear(in, out, bias));
 }
 
 // x [B, H, L, Dh] rotated: x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1).

@@ -2,6 +2,7 @@
 
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/bert.h"
+#include "worker/trainer/models/common.h"
 #include "worker/trainer/models/distilbert.h"
 #include "worker/trainer/models/gpt2.h"
 #include "worker/trainer/models/llama.h"
@@ -73,7 +74,11 @@ std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const Pret
   const HfWeights weights = HfWeights::Open(dir, roots);  // every header checked before the model is built
   HfNameRules rules = NameRules(c, options.task);
   if (new_head) rules.ignored.insert(rules.ignored.end(), rules.head.begin(), rules.head.end());
-  std::shared_ptr<SequenceModel> model = BuildPretrained(c, options.task);
+  std::shared_ptr<SequenceModel> model;
+  {
+    DeferInit unwritten;  // LoadHfWeights writes every parameter, or throws
+    model = BuildPretrained(c, options.task);
+  }
   LoadHfWeights(weights, rules, *model);
   if (config != nullptr) *config = c;
   return model;
