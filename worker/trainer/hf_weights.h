@@ -3,8 +3,9 @@
 //
 // Memory: every weight file is mapped (private: copy-on-write), never read into a buffer.
 // An F32 tensor at a 4-byte-aligned offset becomes its float32 CPU parameter as a view of
-// the mapping (LoadHfWeights): its pages are the page cache's, shared by every process
-// that maps the file (the ranks of a job on one machine), until training writes them;
+// the mapping (LoadHfWeights), its pages faulted in read-only at once: they are the page
+// cache's, shared by every process that maps the file (the ranks of a job on one
+// machine), until training writes them;
 // each written page then becomes the writer's own (the file never changes). Any other
 // tensor (F16, BF16, unaligned) is converted into the parameter, in 16 MiB chunks whose
 // mapped pages are dropped from this process once copied. So N ranks loading an F32

@@ -5,6 +5,7 @@
 #include "common/format/atomic_file.h"
 #include "worker/trainer/activation_checkpoint.h"
 #include "worker/trainer/dropout.h"
+#include "worker/trainer/lm_loss.h"
 
 #include <cmath>
 #include <limits>
@@ -251,6 +252,16 @@ double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m,
   return per_token + (6.0 * per_row_params + attention) / std::max(seq_len, 1.0);
 }
 
+namespace {
+
+// Next-token targets [B * (L - 1)]: token t + 1 where it counts (NextTokenTargets), else -100.
+torch::Tensor FlatNextTokenTargets(const Batch& batch) {
+  const int64_t l = batch.tokens.size(1);
+  return batch.tokens.narrow(1, 1, l - 1).reshape({-1}).masked_fill(NextTokenTargets(batch).logical_not().reshape({-1}), -100);
+}
+
+}  // namespace
+
 LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token) {
   auto sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);
   if (!next_token) return {F::cross_entropy(logits.to(torch::kFloat), batch.labels, sum), batch.samples};
@@ -258,9 +269,7 @@ LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool nex
   TORCH_CHECK(l == batch.tokens.size(1), "language-model logits must be [B, L, V]");
   if (l < 2) return {logits.sum().to(torch::kFloat) * 0, 0};
   auto pred = logits.narrow(1, 0, l - 1).reshape({-1, v}).to(torch::kFloat);
-  auto target = batch.tokens.narrow(1, 1, l - 1).reshape({-1})
-                    .masked_fill(NextTokenTargets(batch).logical_not().reshape({-1}), -100);
-  return {F::cross_entropy(pred, target, sum.ignore_index(-100)), LossCount(batch, true)};
+  return {F::cross_entropy(pred, FlatNextTokenTargets(batch), sum.ignore_index(-100)), LossCount(batch, true)};
 }
 
 torch::Tensor NextTokenTargets(const Batch& batch) {
@@ -273,6 +282,15 @@ int64_t LossCount(const Batch& batch, bool next_token) {
   if (!next_token) return batch.samples;
   if (batch.tokens.size(1) < 2) return 0;
   return NextTokenTargets(batch).sum().item<int64_t>();
+}
+
+LossSum NextTokenLossSum(SequenceModel& model, const Batch& batch) {
+  auto [hidden, head] = model.HiddenAndHead(batch.tokens, batch.pad_mask, batch.positions, batch.segments);
+  if (!hidden.defined()) return ComputeLossSum(Logits(model, batch), batch, true);
+  const int64_t l = hidden.size(1);
+  if (l < 2) return {hidden.sum().to(torch::kFloat) * 0, 0};
+  torch::Tensor h = hidden.narrow(1, 0, l - 1).reshape({-1, hidden.size(2)});
+  return {LinearCrossEntropySum(h, head, FlatNextTokenTargets(batch)), LossCount(batch, true)};
 }
 
 torch::Tensor Logits(SequenceModel& model, const Batch& batch) {

@@ -75,6 +75,16 @@ class SequenceModel : public torch::nn::Module {
     (void)tokens, (void)positions, (void)segments;
     throw std::runtime_error("this model does not take packed rows (train.batching.rows: padded)");
   }
+  // A language model whose head is a plain vocabulary projection: the final hidden states
+  // [B, L, D] (of packed rows when segments is defined) and the head's weight [V, D], for
+  // NextTokenLossSum's chunked loss. Others: undefined tensors (the loss takes the logits).
+  virtual std::pair<torch::Tensor, torch::Tensor> HiddenAndHead(const torch::Tensor& tokens,
+                                                                const torch::Tensor& pad_mask,
+                                                                const torch::Tensor& positions,
+                                                                const torch::Tensor& segments) {
+    (void)tokens, (void)pad_mask, (void)positions, (void)segments;
+    return {};
+  }
   // Checkpoint every N-th block's activations (activation_checkpoint.h); 0: none.
   // Models without built-in blocks (torchscript) ignore it.
   virtual void set_activation_checkpointing(int every_n_blocks) { (void)every_n_blocks; }
@@ -172,6 +182,11 @@ torch::Tensor NextTokenTargets(const Batch& batch);
 
 // The model's logits for a batch: forward_packed for packed rows, else forward.
 torch::Tensor Logits(SequenceModel& model, const Batch& batch);
+
+// Training's next-token loss: ComputeLossSum(Logits(model, batch), batch, true), but where
+// the model gives HiddenAndHead (the Hugging Face decoders), the head and loss run a chunk
+// of tokens at a time and the logits are never whole (lm_loss.h).
+LossSum NextTokenLossSum(SequenceModel& model, const Batch& batch);
 
 }  // namespace nightshift::trainer
 

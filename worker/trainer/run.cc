@@ -402,7 +402,7 @@ StepIntent Run::Intent() const {
 
 torch::Tensor Run::BatchLossSum(const Batch& b) {
   AutocastRegion autocast(cfg.train.precision, device);
-  return ComputeLossSum(Logits(*model, b), b, next_token).sum;
+  return next_token ? NextTokenLossSum(*model, b).sum : ComputeLossSum(Logits(*model, b), b, false).sum;
 }
 
 MicroBatchResult Run::ForwardBackward(const Batch& batch) {

@@ -244,9 +244,12 @@ Batch LmBatch(const std::string& shard_path, bool packed) {
   return Collate(*shard, all, kMaxLen, /*pad_id=*/0, packed);
 }
 
-std::map<std::string, torch::Tensor> StepGradients(SequenceModel& model, const Batch& b, LossSum* loss) {
+// chunked: training's loss (NextTokenLossSum: the head and loss a chunk at a time);
+// otherwise the logits' (ComputeLossSum).
+std::map<std::string, torch::Tensor> StepGradients(SequenceModel& model, const Batch& b, LossSum* loss,
+                                                   bool chunked = false) {
   model.zero_grad();
-  *loss = ComputeLossSum(Logits(model, b), b, /*next_token=*/true);
+  *loss = chunked ? NextTokenLossSum(model, b) : ComputeLossSum(Logits(model, b), b, /*next_token=*/true);
   loss->sum.backward();
   std::map<std::string, torch::Tensor> grads;
   for (const auto& p : model.named_parameters()) grads[p.key()] = p.value().grad().clone();
@@ -277,6 +280,23 @@ TEST_F(HfDecodersTest, PackedRowsTakeTheStepOfPaddedRows) {
     EXPECT_EQ(a.count, b.count) << arch;
     EXPECT_NEAR(a.sum.item<double>(), b.sum.item<double>(), 1e-4 * a.sum.item<double>()) << arch;
     EXPECT_LT(WorstRelative(gb, ga), 1e-4) << arch;
+  }
+}
+
+// Training's chunked head and loss (lm_loss.h) take the step the whole logits take, on
+// padded and packed rows, untied (Llama) and tied (GPT-2) heads.
+TEST_F(HfDecodersTest, TheChunkedLossTakesTheStepOfTheWholeLogits) {
+  for (const bool packed : {false, true}) {
+    const Batch b = LmBatch(LmShard(), packed);
+    for (const std::string arch : {"llama", "gpt2"}) {
+      SCOPED_TRACE(arch + (packed ? " packed" : " padded"));
+      auto model = Load(arch, "lm");
+      LossSum whole, chunked;
+      const auto gw = StepGradients(*model, b, &whole), gc = StepGradients(*model, b, &chunked, true);
+      EXPECT_EQ(whole.count, chunked.count);
+      EXPECT_NEAR(chunked.sum.item<double>(), whole.sum.item<double>(), 1e-6 * whole.sum.item<double>());
+      EXPECT_LT(WorstRelative(gc, gw), 1e-5);
+    }
   }
 }
 

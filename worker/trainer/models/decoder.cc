@@ -101,6 +101,16 @@ torch::Tensor DecoderModelImpl::forward_packed(const torch::Tensor& tokens, cons
   return Head(trunk_->forward(tokens, Segments{positions, segments}, nullptr));
 }
 
+std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::HiddenAndHead(const torch::Tensor& tokens,
+                                                                        const torch::Tensor& pad_mask,
+                                                                        const torch::Tensor& positions,
+                                                                        const torch::Tensor& segments) {
+  (void)pad_mask;  // causal: padding at the ends of rows is never attended to by real tokens
+  if (!causal_lm_) return {};
+  const Segments packed = segments.defined() ? Segments{positions, segments} : Segments{};
+  return {trunk_->forward(tokens, packed, nullptr), head_ ? head_->weight : trunk_->token_embedding()};
+}
+
 torch::Tensor DecoderModelImpl::forward_cached(const torch::Tensor& tokens, KvCache* cache) {
   return Head(trunk_->forward(tokens, Segments{}, cache));
 }

@@ -75,6 +75,11 @@ class DecoderModelImpl : public SequenceModel {
   // Causal LM on packed rows: as forward, attention and positions kept inside segments.
   torch::Tensor forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
                                const torch::Tensor& segments) override;
+  // Causal LM: the trunk's hidden states and the head's weight (lm_head, or the tied
+  // embedding), for the chunked loss (model.h); classification: undefined.
+  std::pair<torch::Tensor, torch::Tensor> HiddenAndHead(const torch::Tensor& tokens, const torch::Tensor& pad_mask,
+                                                        const torch::Tensor& positions,
+                                                        const torch::Tensor& segments) override;
   // Causal LM: the logits [B, L, V] of `tokens` continuing `cache` (which grows by L).
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache* cache);
   void set_activation_checkpointing(int every_n_blocks) override { trunk_->checkpoint_every = every_n_blocks; }
