@@ -94,7 +94,9 @@ struct Candidate {
 class Bpe : public Model {
  public:
   Bpe(Vocab vocab, MergeRules merges, BpeOptions options)
-      : vocab_(std::move(vocab)), merges_(std::move(merges)), options_(std::move(options)) {}
+      : vocab_(std::move(vocab)), merges_(std::move(merges)), options_(std::move(options)) {
+    for (const auto& [token, id] : vocab_) tokens_.emplace(id, &token);
+  }
 
   void Tokenize(const std::u32string& word, std::vector<int32_t>* ids) const override {
     if (word.empty()) return;
@@ -117,6 +119,11 @@ class Bpe : public Model {
   int32_t TokenToId(const std::string& token) const override {
     const auto it = vocab_.find(token);
     return it == vocab_.end() ? -1 : it->second;
+  }
+
+  const std::string* IdToToken(int32_t id) const override {
+    const auto it = tokens_.find(id);
+    return it == tokens_.end() ? nullptr : it->second;
   }
 
   size_t VocabSize() const override { return vocab_.size(); }
@@ -213,6 +220,7 @@ class Bpe : public Model {
   const Vocab vocab_;
   const MergeRules merges_;
   const BpeOptions options_;
+  std::unordered_map<int32_t, const std::string*> tokens_;  // id -> its token in vocab_
 
   mutable WordCache cache_;  // thread-safe on its own
 };

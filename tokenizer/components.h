@@ -1,5 +1,6 @@
 // The parts of a Hugging Face `tokenizers` pipeline, as tokenizer.json configures them:
-// normalizer -> pre-tokenizer -> model -> post-processor. Each is a small class built
+// normalizer -> pre-tokenizer -> model -> post-processor, and back from ids to text the
+// decoder. Each is a small class built
 // from its JSON object; tokenizer.h strings them together. Text is handled as Unicode
 // code points (std::u32string); nothing here needs offsets, only ids, so the alignment
 // bookkeeping of `tokenizers`' NormalizedString is not kept.
@@ -46,6 +47,8 @@ class Model {
   virtual void Tokenize(const std::u32string& word, std::vector<int32_t>* ids) const = 0;
   // The id of a token of the vocabulary (UTF-8); -1 when it has none.
   virtual int32_t TokenToId(const std::string& token) const = 0;
+  // The token of `id` (UTF-8, as the vocabulary writes it); null when no token has it.
+  virtual const std::string* IdToToken(int32_t id) const = 0;
   virtual size_t VocabSize() const = 0;
 };
 
@@ -59,6 +62,15 @@ class PostProcessor {
   // The ids Process puts before and after the sequence.
   virtual std::vector<int32_t> Before() const = 0;
   virtual std::vector<int32_t> After() const = 0;
+};
+
+// One step of turning tokens back into text (`tokenizers`' Decoder::decode_chain): the
+// tokens of the ids (UTF-8, as the vocabulary writes them) in, a new list out; the text
+// is the concatenation of what the last step gives.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
 };
 
 using Json = nlohmann::json;
@@ -84,6 +96,20 @@ Error NewMetaspacePreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>
 Error NewWordPiece(const Json& config, std::unique_ptr<Model>* out);
 // bpe.cc
 Error NewBpe(const Json& config, std::unique_ptr<Model>* out);
+// decoders.cc: ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, WordPiece,
+// BPEDecoder and Sequence (dispatched there: a decoder `type` we lack is an error naming it).
+Error NewDecoder(const Json& config, std::unique_ptr<Decoder>* out);
+// transformers 5.24's clean_up_tokenization on a decoded text (" ." -> ".", " n't" ->
+// "n't", ...: WordPiece's cleanup without " do not"). Not a decoder of tokenizer.json:
+// tokenizer_config.json's clean_up_tokenization_spaces turns it on (tokenizer.h).
+void CleanUpTokenizationSpaces(std::string* text);
+// The byte that GPT-2's byte table writes as `c` (byte_level.cc); -1 for any other character.
+int GptCharToByte(char32_t c);
+// folder.cc: the decoder transformers 5.24's LlamaTokenizer puts on its pipeline, for the
+// tokenizer.json and the tokenizer.model of a Llama folder alike.
+Json LlamaDecoderJson(bool add_prefix_space);
+// tokenizer_config.json's boolean `key`; `fallback` when absent, null or not a boolean.
+bool ConfigFlag(const Json& config, const char* key, bool fallback);
 // post_processors.cc: BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel
 // (a no-op for ids), Sequence.
 Error NewPostProcessor(const Json& config, std::unique_ptr<PostProcessor>* out);

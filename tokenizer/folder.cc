@@ -24,18 +24,19 @@ std::string ReadAll(std::ifstream& in) {
 // rebuilds the pipeline around the file's vocabulary and merges (LlamaTokenizer.__init__):
 // no normalizer, a Metaspace whose prepend scheme comes from tokenizer_config.json
 // (legacy true: "always"; else "first"; add_prefix_space false: "never"), BPE with
-// byte_fallback and fuse_unk. So a file saved with legacy true (whose tokenizer_config.json
-// 5.24 writes without `legacy`) reloads as "first". The same rebuild, on the JSON.
+// byte_fallback and fuse_unk, and the decoder Replace(U+2581 -> " "), ByteFallback, Fuse,
+// then Strip(one leading space) unless add_prefix_space is false. So a file saved with
+// legacy true (whose tokenizer_config.json 5.24 writes without `legacy`) reloads as
+// "first". The same rebuild, on the JSON.
 void AsLlamaTokenizer(const Json& config, Json* doc) {
-  const auto flag = [&](const char* key, bool fallback) {
-    const auto it = config.find(key);
-    return it != config.end() && it->is_boolean() ? it->get<bool>() : fallback;
-  };
-  const std::string scheme = !flag("add_prefix_space", true) ? "never" : flag("legacy", false) ? "always" : "first";
+  const std::string scheme = !ConfigFlag(config, "add_prefix_space", true) ? "never"
+                             : ConfigFlag(config, "legacy", false)        ? "always"
+                                                                           : "first";
   if (!doc->is_object() || !doc->contains("model") || !(*doc)["model"].is_object()) return;  // FromJson says
   (*doc)["normalizer"] = nullptr;
   (*doc)["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme},
                              {"split", false}};
+  (*doc)["decoder"] = LlamaDecoderJson(ConfigFlag(config, "add_prefix_space", true));
   Json& model = (*doc)["model"];
   model["type"] = "BPE";
   model["fuse_unk"] = true;
@@ -48,12 +49,27 @@ void AsLlamaTokenizer(const Json& config, Json* doc) {
 
 }  // namespace
 
+Json LlamaDecoderJson(bool add_prefix_space) {
+  Json steps = Json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                            {{"type", "ByteFallback"}},
+                            {{"type", "Fuse"}}});
+  if (add_prefix_space) steps.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  return {{"type", "Sequence"}, {"decoders", steps}};
+}
+
+bool ConfigFlag(const Json& config, const char* key, bool fallback) {
+  const auto it = config.find(key);
+  return it != config.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
 Error LoadFolder(const std::string& folder, std::unique_ptr<TextTokenizer>* out) {
   const std::string file = FolderTokenizerFile(folder);
   if (file == folder + "/tokenizer.model") return LoadSentencePieceFolder(folder, out);
   std::ifstream in(file, std::ios::binary);
   if (!in) return file + ": cannot be read";
   std::string text = ReadAll(in);
+  TokenizerOptions options;
+  options.source = file;
   if (std::ifstream cin(folder + "/tokenizer_config.json"); cin) {
     const std::string config_text = ReadAll(cin);
     const Json config = format::JsonDepthWithin(config_text)
@@ -68,9 +84,11 @@ Error LoadFolder(const std::string& folder, std::unique_ptr<TextTokenizer>* out)
         if (doc.is_object()) text = doc.dump();
       }
     }
+    if (config.is_object())
+      options.clean_up_tokenization_spaces = ConfigFlag(config, "clean_up_tokenization_spaces", false);
   }
   std::unique_ptr<Tokenizer> t;
-  if (Error e = Tokenizer::FromJson(text, &t); !e.empty()) return file + ": " + e;
+  if (Error e = Tokenizer::FromJson(text, &t, options); !e.empty()) return file + ": " + e;
   *out = std::move(t);
   return "";
 }

@@ -10,8 +10,9 @@
 //
 // LoadFolder reads tokenizer.model when the folder has one, else tokenizer.json. Either
 // way Encode gives the ids of transformers' AutoTokenizer(folder)(text, truncation=True,
-// max_length=max_len) (tests/tokenizer/equality_test.py checks it on every SpamAssassin
-// mail and a file of hard texts).
+// max_length=max_len), and Decode the text of its tok.decode(ids, skip_special_tokens=...)
+// (tests/tokenizer/equality_test.py checks both on SpamAssassin mails, a file of hard texts
+// and ids that no text gives).
 #ifndef NIGHTSHIFT_TOKENIZER_FOLDER_H_
 #define NIGHTSHIFT_TOKENIZER_FOLDER_H_
 
@@ -26,7 +27,8 @@ namespace nightshift::tokenizer {
 
 using Error = std::string;  // "" or what is wrong (as components.h)
 
-// What a tokenizer does for its callers (data preparation, nightshift-predict): ids only.
+// What a tokenizer does for its callers (data preparation, nightshift-predict): text to
+// ids, and ids back to text.
 class TextTokenizer {
  public:
   virtual ~TextTokenizer() = default;
@@ -43,6 +45,21 @@ class TextTokenizer {
   // Llama 2 (</s> too with add_eos_token), none / none for GPT-2 and Qwen2.
   virtual std::vector<int32_t> IdsBefore() const = 0;
   virtual std::vector<int32_t> IdsAfter() const = 0;
+
+  // The text of `ids` (UTF-8), as transformers 5.24's AutoTokenizer(folder).decode(ids,
+  // skip_special_tokens=...) gives it for this folder: each id's token (an added token's
+  // content, else the model's), special tokens left out when `skip_special_tokens`, then
+  // the folder's decoder (and clean_up_tokenization_spaces where transformers applies it).
+  // Ids that no token has (negative, >= VocabSize(), a hole in the vocabulary) are
+  // skipped, as `tokenizers` skips them: generated ids can be anything, and one bad id
+  // should not cost the text. Bytes that do not form UTF-8 (a character split across the
+  // end of `ids`, byte tokens alone) come out as U+FFFD, as in the reference.
+  // Precondition: CanDecode() is "" (checked once after loading); otherwise Decode throws
+  // std::logic_error with CanDecode()'s message. Thread-safe.
+  virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const = 0;
+  // "" when Decode works, else why not (a tokenizer.json whose decoder type we do not
+  // implement: encoding still works, so loading such a folder succeeds).
+  virtual Error CanDecode() const = 0;
 };
 
 // The tokenizer file LoadFolder reads: <folder>/tokenizer.model when it exists, else

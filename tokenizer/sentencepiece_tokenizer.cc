@@ -22,6 +22,12 @@
 //   prepend scheme comes from tokenizer_config.json's legacy either way (5.24 ignores
 //   tokenizer.json's Metaspace settings), and tokenizer.json's added tokens are matched
 //   as the special tokens are.
+// - Decode: as 5.24's LlamaTokenizer, whose `tokenizers` pipeline decodes, not
+//   sentencepiece (whose DecodeIds drops control pieces whether asked or not and writes
+//   <unk> as " \u2047 "): each id's piece (a special token's content first), special
+//   tokens left out when asked, then the decoder
+//   LlamaTokenizer sets (folder.cc LlamaDecoderJson: U+2581 -> " ", <0xHH> pieces to
+//   bytes, one leading space stripped unless add_prefix_space is false).
 //
 // What differs from 5.24 (not covered by equality_test.py): user_defined pieces of the
 // model are matched whole by sentencepiece, while 5.24 merges them as ordinary BPE pieces;
@@ -155,6 +161,7 @@ enum class Prepend { kAlways, kFirst, kNever };
 struct Special {
   std::string text;  // matched in the raw text
   int32_t id;
+  bool special;  // left out by Decode(ids, skip_special_tokens=true)
 };
 
 class SentencePieceTokenizer : public TextTokenizer {
@@ -205,6 +212,31 @@ class SentencePieceTokenizer : public TextTokenizer {
   std::vector<int32_t> IdsBefore() const override { return before_; }
   std::vector<int32_t> IdsAfter() const override { return after_; }
 
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+      const Special* added = nullptr;
+      for (const Special& s : specials_)
+        if (s.id == id) added = &s;  // the last of an id, as `tokenizers`' map keeps it
+      std::string token;
+      if (added != nullptr) token = added->text;
+      else if (id >= 0 && id < with_prefix_.GetPieceSize()) token = with_prefix_.IdToPiece(id);
+      else continue;  // no token has this id: skipped, as `tokenizers` does
+      // Special is a property of the token's text (a piece equal to a special token's
+      // content is left out too), as in `tokenizers`.
+      if (skip_special_tokens && std::any_of(specials_.begin(), specials_.end(),
+                                             [&](const Special& s) { return s.special && s.text == token; }))
+        continue;
+      tokens.push_back(std::move(token));
+    }
+    decoder_->DecodeChain(&tokens);
+    std::string text;
+    for (const std::string& t : tokens) text += t;
+    return text;
+  }
+  Error CanDecode() const override { return ""; }
+
   static Error Load(const std::string& folder, std::unique_ptr<TextTokenizer>* out);
 
  private:
@@ -221,11 +253,11 @@ class SentencePieceTokenizer : public TextTokenizer {
     return id == with_prefix_.unk_id() && with_prefix_.IdToPiece(id) != piece ? -1 : id;
   }
   // Adds a special token unless its text is one already (the first id stays).
-  void AddSpecial(const std::string& text, int32_t id) {
+  void AddSpecial(const std::string& text, int32_t id, bool special) {
     if (text.empty() || id < 0) return;
     for (const Special& s : specials_)
       if (s.text == text) return;
-    specials_.push_back({text, id});
+    specials_.push_back({text, id, special});
   }
 
   // A stretch of text between special tokens, as Metaspace and the BPE model see it.
@@ -244,6 +276,7 @@ class SentencePieceTokenizer : public TextTokenizer {
   Prepend prepend_ = Prepend::kFirst;
   std::vector<Special> specials_;
   std::vector<int32_t> before_, after_;  // bos / eos when added
+  std::unique_ptr<Decoder> decoder_;     // LlamaTokenizer's (never null after Load)
 };
 
 // The JSON object in `path` into *out; a file that is not there leaves *out and *present
@@ -282,12 +315,12 @@ Error SentencePieceTokenizer::ReadSpecials(const Json& config, const std::string
       if (*end != '\0' || id < 0 || id > INT32_MAX || !token.is_object() || !token.contains("content") ||
           !token["content"].is_string())
         return config_path + ": added_tokens_decoder[\"" + key + "\"] is not an id with a content";
-      AddSpecial(token["content"].get<std::string>(), static_cast<int32_t>(id));
+      AddSpecial(token["content"].get<std::string>(), static_cast<int32_t>(id), ConfigFlag(token, "special", false));
     }
   const auto special = [&](const char* key, const char* fallback) {
     const std::string text = TokenText(config, key, fallback);
     const int32_t id = PieceId(text);
-    AddSpecial(text, id);
+    AddSpecial(text, id, /*special=*/true);
     return id;
   };
   special("unk_token", "<unk>");
@@ -301,7 +334,8 @@ Error SentencePieceTokenizer::ReadTokenizerJson(const Json& doc, const std::stri
     for (const Json& a : *it)
       if (a.is_object() && a.contains("content") && a["content"].is_string() && a.contains("id") &&
           a["id"].is_number_unsigned() && a["id"].get<uint64_t>() <= INT32_MAX)
-        AddSpecial(a["content"].get<std::string>(), static_cast<int32_t>(a["id"].get<uint64_t>()));
+        AddSpecial(a["content"].get<std::string>(), static_cast<int32_t>(a["id"].get<uint64_t>()),
+                   ConfigFlag(a, "special", false));
   if (const auto it = doc.find("post_processor"); it != doc.end() && !it->is_null()) {
     std::unique_ptr<PostProcessor> post;
     if (Error e = NewPostProcessor(*it, &post); !e.empty()) return json_path + ": " + e;
@@ -337,6 +371,8 @@ Error SentencePieceTokenizer::Load(const std::string& folder, std::unique_ptr<Te
                   Flag(config, "legacy", false, &legacy), Flag(config, "add_prefix_space", true, &add_prefix_space)})
     if (!e.empty()) return config_path + ": " + e;
   t->prepend_ = !add_prefix_space ? Prepend::kNever : legacy ? Prepend::kAlways : Prepend::kFirst;
+  if (Error e = NewDecoder(LlamaDecoderJson(add_prefix_space), &t->decoder_); !e.empty())
+    return model_path + ": " + e;  // not expected: the JSON is ours
   int32_t bos = -1, eos = -1;
   if (Error e = t->ReadSpecials(config, config_path, &bos, &eos); !e.empty()) return e;
 

@@ -2,9 +2,11 @@
 
 #include <unicode/uchar.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/format/json_depth.h"
 #include "tokenizer/unicode.h"
@@ -87,11 +89,16 @@ Error BuildPreTokenizer(const Json& config, std::unique_ptr<PreTokenizer>* out) 
   return "";
 }
 
+bool IsBpe(const Json& model) {
+  const std::string type = TypeOf(model);
+  return type == "BPE" || (type.empty() && model.contains("merges"));
+}
+
 Error BuildModel(const Json& config, std::unique_ptr<Model>* out) {
   if (!config.is_object()) return "model: missing";
   const std::string type = TypeOf(config);
   if (type == "WordPiece") return NewWordPiece(config, out);
-  if (type == "BPE" || (type.empty() && config.contains("merges"))) return NewBpe(config, out);
+  if (IsBpe(config)) return NewBpe(config, out);
   return "model.type: '" + type + "' is not implemented (WordPiece, BPE)";
 }
 
@@ -134,6 +141,7 @@ Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vecto
       if (!e.empty()) return e;
     if (Error e = ReadFlag(t, "normalized", !a.special, &a.normalized); !e.empty()) return e;
     if (a.normalized && normalizer != nullptr) normalizer->Normalize(&a.match);
+    a.decoded = EncodeUtf8(a.match);
     if (!a.content.empty()) out->push_back(std::move(a));  // the reference ignores empty ones
   }
   return "";
@@ -141,7 +149,8 @@ Error ReadAddedTokens(const Json& list, const Normalizer* normalizer, std::vecto
 
 }  // namespace
 
-Error Tokenizer::FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out) {
+Error Tokenizer::FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out,
+                         const TokenizerOptions& options) {
   if (!format::JsonDepthWithin(json_text))
     return "nests deeper than " + std::to_string(format::kMaxJsonDepth) + " levels";
   const Json doc = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -155,6 +164,17 @@ Error Tokenizer::FromJson(const std::string& json_text, std::unique_ptr<Tokenize
     if (Error e = NewPostProcessor(post, &t->post_processor_); !e.empty()) return e;
   if (Error e = ReadAddedTokens(doc.value("added_tokens", Json()), t->normalizer_.get(), &t->added_); !e.empty())
     return e;
+  for (size_t i = 0; i < t->added_.size(); ++i) {
+    t->added_by_id_[t->added_[i].id] = i;  // the last of an id wins, as in `tokenizers`' map
+    if (t->added_[i].special) t->special_.insert(t->added_[i].content);
+  }
+  // A decoder we lack leaves encoding as it is: the folder loads, Decode says why not.
+  if (const Json decoder = doc.value("decoder", Json()); !decoder.is_null())
+    if (Error e = NewDecoder(decoder, &t->decoder_); !e.empty()) {
+      t->decoder_.reset();
+      t->decoder_error_ = options.source + ": cannot decode: " + e;
+    }
+  t->clean_up_ = options.clean_up_tokenization_spaces && !IsBpe(doc.value("model", Json()));
   *out = std::move(t);
   return "";
 }
@@ -164,7 +184,9 @@ Error Tokenizer::Load(const std::string& path, std::unique_ptr<Tokenizer>* out) 
   if (!in) return path + ": cannot be read";
   std::ostringstream text;
   text << in.rdbuf();
-  Error e = FromJson(text.str(), out);
+  TokenizerOptions options;
+  options.source = path;
+  Error e = FromJson(text.str(), out, options);
   return e.empty() ? "" : path + ": " + e;
 }
 
@@ -241,6 +263,31 @@ int32_t Tokenizer::TokenToId(const std::string& token) const {
   for (const AddedToken& t : added_)
     if (t.content == token) return t.id;
   return model_->TokenToId(token);
+}
+
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  if (!decoder_error_.empty()) throw std::logic_error(decoder_error_);
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    // As `tokenizers`: the added token of the id (normalized when it is matched so), else
+    // the model's; special is a property of the token's text (a model token equal to a
+    // special one is left out too).
+    const auto added = added_by_id_.find(id);
+    const std::string* token = added != added_by_id_.end() ? &added_[added->second].decoded : model_->IdToToken(id);
+    if (token == nullptr) continue;  // no token has this id: skipped
+    if (skip_special_tokens && special_.count(*token) > 0) continue;
+    tokens.push_back(*token);
+  }
+  std::string text;
+  if (decoder_ == nullptr) {
+    for (size_t i = 0; i < tokens.size(); ++i) text += (i > 0 ? " " : "") + tokens[i];
+  } else {
+    decoder_->DecodeChain(&tokens);
+    for (const std::string& t : tokens) text += t;
+  }
+  if (clean_up_) CleanUpTokenizationSpaces(&text);
+  return text;
 }
 
 std::vector<int32_t> Tokenizer::IdsBefore() const {

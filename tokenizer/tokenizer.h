@@ -7,7 +7,12 @@
 //   model -> truncation -> post-processor (the special tokens)
 //
 // as `tokenizer(text, truncation=True, max_length=max_len)` in transformers. Single
-// texts only (no pairs), ids only (no offsets, no decoding). One of the two kinds of
+// texts only (no pairs), ids only (no offsets). And back (Decode):
+//
+//   ids -> tokens (an added token's content, else the model's; special ones left out when
+//   asked; unknown ids skipped) -> decoder (decoders.cc) -> clean_up_tokenization_spaces
+//
+// as `tokenizer.decode(ids, skip_special_tokens=...)`. One of the two kinds of
 // TextTokenizer (folder.h; the other is a sentencepiece tokenizer.model): callers that take
 // a whole Hugging Face folder use LoadFolder rather than this class.
 #ifndef NIGHTSHIFT_TOKENIZER_TOKENIZER_H_
@@ -17,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "tokenizer/components.h"
@@ -29,17 +36,30 @@ struct AddedToken {
   int32_t id = 0;
   std::string content;     // as written (UTF-8): what TokenToId answers to
   std::u32string match;    // what is matched in the text: `content`, normalized when `normalized`
+  std::string decoded;     // what Decode gives for it: `match` in UTF-8 (so `tokenizers` 0.23's id_to_token)
   bool single_word = false;  // only where no word character touches it
   bool lstrip = false, rstrip = false;  // takes the whitespace on its left / right
   bool normalized = false;
   bool special = false;
 };
 
+// What tokenizer_config.json and the caller add to tokenizer.json (LoadFolder fills it).
+struct TokenizerOptions {
+  // transformers' clean_up_tokenization_spaces: after decoding, " ." -> "." and the like.
+  // transformers 5.24 applies it only when the model is not BPE (a WordPiece folder whose
+  // tokenizer_config.json says true); false is its default, and ours.
+  bool clean_up_tokenization_spaces = false;
+  // Named at the start of CanDecode()'s message (the tokenizer.json file).
+  std::string source = "tokenizer.json";
+};
+
 class Tokenizer : public TextTokenizer {
  public:
   // From the text of a tokenizer.json; "" or a message naming the key (and value) that is
-  // missing or not implemented.
-  static Error FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out);
+  // missing or not implemented. A decoder we do not implement is not an error here (the
+  // ids still are right): CanDecode() says it.
+  static Error FromJson(const std::string& json_text, std::unique_ptr<Tokenizer>* out,
+                        const TokenizerOptions& options = {});
   // From a file; messages start with its path.
   static Error Load(const std::string& path, std::unique_ptr<Tokenizer>* out);
 
@@ -56,6 +76,11 @@ class Tokenizer : public TextTokenizer {
   std::vector<int32_t> IdsBefore() const override;
   std::vector<int32_t> IdsAfter() const override;
 
+  // folder.h. Without a decoder in tokenizer.json the tokens are joined with spaces, as
+  // `tokenizers` joins them.
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const override;
+  Error CanDecode() const override { return decoder_error_; }
+
  private:
   // A stretch of the text, or an added token already found in it (id >= 0).
   struct Piece {
@@ -71,6 +96,11 @@ class Tokenizer : public TextTokenizer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<PostProcessor> post_processor_;  // may be null: no special tokens
   std::vector<AddedToken> added_;
+  std::unordered_map<int32_t, size_t> added_by_id_;  // id -> index in added_
+  std::unordered_set<std::string> special_;          // the contents of the special added tokens
+  std::unique_ptr<Decoder> decoder_;  // may be null: tokens joined with spaces
+  Error decoder_error_;               // "" or why Decode cannot run (decoder_ is then null)
+  bool clean_up_ = false;             // clean_up_tokenization_spaces, and the model is not BPE
 };
 
 }  // namespace nightshift::tokenizer

@@ -21,6 +21,7 @@ class WordPiece : public Model {
             const std::string& prefix, size_t max_chars)
       : vocab_(std::move(vocab)), unk_id_(unk_id), max_chars_(max_chars) {
     BuildPieces(prefix);
+    for (const auto& [token, id] : vocab_) tokens_.emplace(id, &token);
   }
 
   void Tokenize(const std::u32string& word, std::vector<int32_t>* ids) const override {
@@ -54,6 +55,11 @@ class WordPiece : public Model {
   int32_t TokenToId(const std::string& token) const override {
     const auto it = vocab_.find(token);
     return it == vocab_.end() ? -1 : it->second;
+  }
+
+  const std::string* IdToToken(int32_t id) const override {
+    const auto it = tokens_.find(id);
+    return it == tokens_.end() ? nullptr : it->second;
   }
 
   size_t VocabSize() const override { return vocab_.size(); }
@@ -90,6 +96,7 @@ class WordPiece : public Model {
   const std::unordered_map<std::string, int32_t> vocab_;
   const int32_t unk_id_;
   const size_t max_chars_;  // longer words (in code points) are unknown
+  std::unordered_map<int32_t, const std::string*> tokens_;  // id -> its token in vocab_
   std::u32string text_;     // every token, decoded, end to end
   Pieces first_pieces_;     // token -> id
   Pieces next_pieces_;      // token less the prefix -> id, for tokens with the prefix

@@ -19,9 +19,24 @@ pipelines differ from BERT uncased's and RoBERTa's only in special tokens); any
 difference fails the test, naming the folder, the text and the first differing position.
 A mail is read as transformers' user reads a file: bytes decoded as UTF-8 with U+FFFD for
 ill-formed sequences; nightshift-tokenize gets the raw bytes and must do the same.
+
+Decoding: for every folder, the reference ids of the max_len 64 pass (every tenth mail,
+every hard text), the whole ids of every thirtieth mail (every tenth would cost ~12 s more
+of CI's CPU), and id lists that no text gives (generated ids can be anything: random ids
+of the vocabulary, specials among them; every prefix and suffix of the ids of multi-byte
+characters, which cuts a character; byte tokens alone and in runs; special tokens inside
+a text; ids no token has) go through nightshift-tokenize --decode and AutoTokenizer's
+tok.decode(ids, skip_special_tokens=True), and the non-text lists also with
+skip_special_tokens=False (--keep-special). Three folders are checked for decoding only,
+for settings the others lack: BERT uncased with clean_up_tokenization_spaces true, and
+Llama 2 (tokenizer.json only) and Mistral (tokenizer.model only) with add_prefix_space
+false (no leading space stripped). Any difference fails the test, naming the folder, the
+ids and the first differing character.
 """
 import json
 import os
+import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +130,83 @@ def build_decoder_folders(tmp, texts):
     return folders
 
 
+def with_config(tmp, folders, base, name, **settings):
+    """A copy of folder `base` whose tokenizer_config.json has `settings` (decoding only)."""
+    folder = os.path.join(tmp, name)
+    shutil.copytree(folders[base], folder)
+    path = os.path.join(folder, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update(settings)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return folder
+
+
+# Decoding only: settings none of the folders above has (see the docstring).
+DECODE_ONLY = {"bert-cleanup": ("bert-uncased", {"clean_up_tokenization_spaces": True}),
+               "llama2-json-noprefix": ("llama2-json", {"add_prefix_space": False}),
+               "mistral-noprefix": ("mistral", {"add_prefix_space": False})}
+
+# Texts whose ids hold multi-byte characters (several byte tokens, or byte-fallback ones).
+CUT_TEXTS = ["\u4e2d\u6587 \U0001f600\U0001f44d\U0001f3fd caf\u00e9 \u05e2\u05d1", "\U0002a6d6\U0010ffff \ufffd"]
+
+
+def odd_id_lists(tok, rng):
+    """Id lists no text gives, as a model may generate them (see the docstring)."""
+    size = len(tok)  # the vocabulary and the added tokens
+    lists = [[rng.randrange(size) for _ in range(rng.randrange(1, 48))] for _ in range(200)]
+    for text in CUT_TEXTS:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        lists += [ids[:k] for k in range(1, len(ids))] + [ids[k:] for k in range(1, len(ids))]
+    vocab = tok.get_vocab()
+    # Byte tokens: byte-fallback <0xHH> and GPT-2's byte characters, alone and in runs that
+    # are and are not UTF-8 (E5 8F AB is one character; C3 alone, FF, 80 never are).
+    for spell in (lambda b: f"<0x{b:02X}>", lambda b: gpt2_byte_char(b)):
+        for run in ([0xE5, 0x8F, 0xAB], [0xE5, 0x8F], [0xC3], [0xFF], [0x80, 0x41], [0x41, 0xE5, 0x8F, 0xAB, 0x8F],
+                    [0x0A], [0x20, 0x20]):
+            ids = [vocab.get(spell(b)) for b in run]
+            if None not in ids:
+                lists.append(ids)
+    specials = tok.all_special_ids
+    words = tok("x. y , don't", add_special_tokens=False)["input_ids"]
+    lists += [[s] + words + [s] + words for s in specials] + [specials + words + specials]
+    lists += [[size, size + 1000] + words + [size + 7]]  # ids no token has: skipped
+    return lists
+
+
+def gpt2_byte_char(b):
+    """The character GPT-2's byte table writes for byte `b` (bytes_to_unicode)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + [c for c in range(256) if c not in printable].index(b))
+
+
+def check_decoding(bin_dir, tmp, name, folder, tok, id_lists, keep_special):
+    """nightshift-tokenize --decode against tok.decode on `id_lists`; the number of
+    differences (each printed: folder, ids, first differing character)."""
+    in_path = os.path.join(tmp, f"{name}-{keep_special}.idlists")
+    out_path = in_path + ".out"
+    with open(in_path, "w") as f:
+        f.writelines(json.dumps(ids) + "\n" for ids in id_lists)
+    cmd = [os.path.join(bin_dir, "nightshift-tokenize"), folder, "--decode"] + (["--keep-special"] if keep_special else [])
+    process = subprocess.Popen(cmd, stdin=open(in_path), stdout=open(out_path, "w"))
+    want = [tok.decode(ids, skip_special_tokens=not keep_special) for ids in id_lists]
+    if process.wait() != 0:
+        sys.exit(f"equality_test: nightshift-tokenize --decode exited with {process.returncode} on {name}")
+    with open(out_path, encoding="utf-8", newline="") as f:
+        got = [json.loads(line) for line in f.read().split("\n")[:-1]]  # not splitlines: U+2028 is text
+    assert len(got) == len(id_lists), f"{name}: {len(got)} decoded for {len(id_lists)} id lists"
+    bad = [i for i in range(len(id_lists)) if want[i] != got[i]]
+    for i in bad[:5]:
+        at = next((k for k, (a, b) in enumerate(zip(want[i], got[i])) if a != b), min(len(want[i]), len(got[i])))
+        print(f"  {name} decode(skip_special_tokens={not keep_special}) of {id_lists[i]}: first difference at "
+              f"character {at}: want {want[i][at:at + 20]!r} got {got[i][at:at + 20]!r} "
+              f"(lengths {len(want[i])}, {len(got[i])})")
+    return len(bad)
+
+
 def start_ours(bin_dir, folder, hex_path, max_len, out_path):
     """nightshift-tokenize over the texts, started now and awaited later (it runs beside the
     reference, on the other core)."""
@@ -143,6 +235,7 @@ def main():
     bin_dir, corpus = sys.argv[1], sys.argv[2]
     all_texts = mails(corpus) + HARD
     failures = 0
+    decode_ids = {}  # folder name -> reference ids to decode
     with tempfile.TemporaryDirectory() as tmp:
         start = time.time()
         folders = build_folders(tmp, [t.decode("utf-8", errors="replace") for t in all_texts[::3]])
@@ -173,7 +266,32 @@ def main():
                     print(f"  text {i} ({texts[i][:80]!r}...): first difference at {at}: "
                           f"want {want[i][at:at + 8]} got {got[i][at:at + 8]} (lengths {len(want[i])}, {len(got[i])})")
                 failures += len(bad)
+                # Decoded below: the ids of the max_len 64 pass, and every thirtieth mail's whole.
+                decode_ids.setdefault(name, []).extend(want if max_len else want[:-len(HARD):30])
+        failures += check_all_decoding(bin_dir, tmp, folders, decode_ids)
     sys.exit(1 if failures else 0)
+
+
+def check_all_decoding(bin_dir, tmp, folders, decode_ids):
+    """Decoding (see the docstring), for every folder and the DECODE_ONLY ones; the number
+    of differences."""
+    start = time.time()
+    failures = 0
+    rng = random.Random(20261203)
+    all_folders = dict(folders)
+    for name, (base, settings) in DECODE_ONLY.items():
+        all_folders[name] = with_config(tmp, folders, base, name, **settings)
+        decode_ids[name] = decode_ids[base]  # the same vocabulary
+    for name, folder in all_folders.items():
+        tok = AutoTokenizer.from_pretrained(folder)
+        odd = odd_id_lists(tok, rng)
+        bad = check_decoding(bin_dir, tmp, name, folder, tok, decode_ids[name] + odd, keep_special=False)
+        bad += check_decoding(bin_dir, tmp, name, folder, tok, odd, keep_special=True)
+        print(f"{name} decode: {len(decode_ids[name]) + 2 * len(odd) - bad}/{len(decode_ids[name]) + 2 * len(odd)} "
+              "id lists equal")
+        failures += bad
+    print(f"decoding checked in {time.time() - start:.1f} s")
+    return failures
 
 
 if __name__ == "__main__":

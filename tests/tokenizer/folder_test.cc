@@ -187,6 +187,37 @@ TEST_F(FolderTest, LlamaTokenizerJsonIsRebuiltAs524Does) {
   EXPECT_EQ(Load(llama)->Encode("<s>a"), (Ids{1, 3}));
   EXPECT_EQ(Load(plain)->Encode("ab"), (Ids{4}));  // no byte_fallback in the file: b is dropped
   EXPECT_EQ(Load(llama)->Encode("ab"), (Ids{4, 5}));
+  // And the decoder: Replace, ByteFallback, Fuse, Strip (the file has none: tokens joined).
+  EXPECT_EQ(Load(llama)->Decode({1, 4, 5}), "ab");
+  EXPECT_EQ(Load(llama)->Decode({1, 4, 5}, /*skip_special_tokens=*/false), "<s> ab");
+  EXPECT_EQ(Load(plain)->Decode({1, 4, 5}), "▁a <0x62>");
+}
+
+// Decoding a sentencepiece folder as 5.24's LlamaTokenizer (its `tokenizers` decoder, not
+// sentencepiece's): special tokens left out when asked, U+2581 as spaces, byte pieces as
+// bytes (U+FFFD per piece when they are not UTF-8), one leading space stripped unless
+// add_prefix_space is false, ids of no piece skipped. equality_test.py checks the texts
+// against transformers; here the rules.
+TEST_F(FolderTest, DecodeIsLlamaTokenizers) {
+  const auto t = Load(Folder(""));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->CanDecode(), "");
+  EXPECT_EQ(t->Decode(t->Encode("hello world")), "hello world");
+  EXPECT_EQ(t->Decode(t->Encode("hello world"), /*skip_special_tokens=*/false), "<s> hello world");
+  EXPECT_EQ(t->Decode(t->Encode(" hello")), "hello");  // the text's own space is the prefix's
+  EXPECT_EQ(t->Decode(Cat(Pieces("hello"), {2, 0})), "hello");
+  EXPECT_EQ(t->Decode(Cat(Pieces("hello"), {2, 0}), false), "hello</s><unk>");
+  // The euro sign is not in the corpus: three byte pieces, E2 82 AC.
+  const Ids euro = t->Encode("a \u20ac");
+  ASSERT_GE(euro.size(), 4u);
+  EXPECT_EQ(Piece(euro.back()), "<0xAC>");
+  EXPECT_EQ(t->Decode(euro), "a \u20ac");
+  EXPECT_EQ(t->Decode(Ids(euro.begin(), euro.end() - 1)), "a \xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(t->Decode({euro.back()}), "\xEF\xBF\xBD");
+  EXPECT_EQ(t->Decode({-3, 320, 100000}), "");
+  const auto no_prefix = Load(Folder(R"({"add_prefix_space": false})"));
+  ASSERT_NE(no_prefix, nullptr);
+  EXPECT_EQ(no_prefix->Decode(Pieces("hello")), " hello");
 }
 
 // Ill-formed UTF-8 reads as U+FFFD, as in the other tokenizers.

@@ -2,8 +2,11 @@
 // normalized text (lstrip, rstrip, single_word), truncation that leaves room for the
 // special tokens, the post-processor. Expected ids are what `tokenizers` 0.23.3 gives for
 // the same tokenizer.json (Tokenizer.from_file(...).encode(text).ids, with
-// enable_truncation(n) for the truncated ones).
+// enable_truncation(n) for the truncated ones). And back: ids to text.
 #include "tokenizer/tokenizer.h"
+
+#include <climits>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -104,6 +107,81 @@ TEST(TokenizerTest, AnAddedTokenOfTheWrongShapeIsAnErrorNotAnException) {
     EXPECT_EQ(e.rfind("added_tokens: ", 0), 0u) << to << " -> " << e;
     EXPECT_EQ(t, nullptr);
   }
+}
+
+// Decode: the expected texts are what `tokenizers` 0.23.3 gives (Tokenizer.from_str(...)
+// .decode(ids, skip_special_tokens=...)) for kTokenizerJson and the changes named.
+TEST(TokenizerTest, DecodeIsTheReferences) {
+  const std::unique_ptr<Tokenizer> t = Load();
+  ASSERT_EQ(t->CanDecode(), "");
+  // No decoder: the tokens joined with spaces; the added "Hello" (normalized) decodes as
+  // the normalizer wrote it; 99 and 14 are no token's: skipped.
+  const std::vector<int32_t> ids = {2, 5, 7, 9, 13, 12, 3, 99, 14};
+  EXPECT_EQ(t->Decode(ids), "a ab ##c hello hello");
+  EXPECT_EQ(t->Decode(ids, /*skip_special_tokens=*/false), "[CLS] a ab ##c hello hello [SEP]");
+  EXPECT_EQ(t->Decode({4, 10, 8, 1}), "world ##b");
+  EXPECT_EQ(t->Decode({4, 10, 8, 1}, false), "<mask> world ##b [UNK]");
+  EXPECT_EQ(t->Decode({}), "");
+  // Negative ids, which Python cannot pass to `tokenizers` (u32), are skipped as well.
+  EXPECT_EQ(t->Decode({-1, 5, INT32_MIN, INT32_MAX}), "a");
+
+  std::string text = kTokenizerJson;
+  text.replace(text.find(R"("decoder": null)"), 15, R"("decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true})");
+  const std::unique_ptr<Tokenizer> wp = Load(text);
+  EXPECT_EQ(wp->Decode(ids), "a abc hello hello");
+  EXPECT_EQ(wp->Decode(ids, false), "[CLS] a abc hello hello [SEP]");
+  EXPECT_EQ(wp->Decode({4, 10, 8, 1}), "worldb");
+  EXPECT_EQ(wp->Decode({4, 10, 8, 1}, false), "<mask> worldb [UNK]");
+}
+
+// `tokenizers` leaves out a token whose text is a special token's content: a special
+// token that is normalized decodes normalized, and so is not left out ("[cls]"), nor is a
+// model token equal to a normalized special one ("hello" for the special "Hello").
+TEST(TokenizerTest, SpecialIsATokensTextAsInTheReference) {
+  std::string text = kTokenizerJson;
+  const std::string cls = R"("content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false)";
+  text.replace(text.find(cls), cls.size(),
+               R"("content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true)");
+  const std::string hello = R"("normalized": true, "special": false})";
+  text.replace(text.find(hello), hello.size(), R"("normalized": true, "special": true})");
+  const std::unique_ptr<Tokenizer> t = Load(text);
+  EXPECT_EQ(t->Decode({2, 5, 13, 12}), "[cls] a hello hello");
+  EXPECT_EQ(t->Decode({2, 5, 13, 12}, false), "[cls] a hello hello");
+}
+
+// transformers 5.24 applies clean_up_tokenization_spaces (tokenizer_config.json) after the
+// decoder, and only when the model is not BPE.
+TEST(TokenizerTest, CleanUpTokenizationSpacesIsTransformers) {
+  std::string text = kTokenizerJson;
+  text.replace(text.find(R"("hello": 12})"), 12, R"("hello": 12, ".": 14, "'": 15, "s": 16})");
+  TokenizerOptions clean;
+  clean.clean_up_tokenization_spaces = true;
+  std::unique_ptr<Tokenizer> plain, cleaned;
+  ASSERT_EQ(Tokenizer::FromJson(text, &plain), "");
+  ASSERT_EQ(Tokenizer::FromJson(text, &cleaned, clean), "");
+  EXPECT_EQ(plain->Decode({5, 14, 15, 16, 10}), "a . ' s world");
+  EXPECT_EQ(cleaned->Decode({5, 14, 15, 16, 10}), "a.'s world");
+  // A BPE model: transformers skips the clean-up (it would eat spaces of byte-level text).
+  const char* bpe = R"({"added_tokens": [], "decoder": null,
+    "model": {"type": "BPE", "vocab": {"a": 0, ".": 1}, "merges": []}})";
+  std::unique_ptr<Tokenizer> b;
+  ASSERT_EQ(Tokenizer::FromJson(bpe, &b, clean), "");
+  EXPECT_EQ(b->Decode({0, 1}), "a .");
+}
+
+// Encoding does not need the decoder: a folder whose decoder we lack still loads (its
+// ids are right), and CanDecode names the decoder; Decode would throw.
+TEST(TokenizerTest, ADecoderWeLackFailsDecodingNotLoading) {
+  std::string text = kTokenizerJson;
+  text.replace(text.find(R"("decoder": null)"), 15, R"("decoder": {"type": "CTC", "pad_token": "<pad>"})");
+  TokenizerOptions options;
+  options.source = "/models/x/tokenizer.json";
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_EQ(Tokenizer::FromJson(text, &t, options), "");
+  EXPECT_EQ(t->Encode("ab"), (std::vector<int32_t>{2, 7, 3}));
+  EXPECT_EQ(t->CanDecode().rfind("/models/x/tokenizer.json: cannot decode: decoder.type 'CTC' is not implemented", 0), 0u)
+      << t->CanDecode();
+  EXPECT_THROW(t->Decode({5}), std::logic_error);
 }
 
 // Nested 200,000 deep, an added token overflowed the stack where the message dumped it
