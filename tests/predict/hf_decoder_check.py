@@ -12,7 +12,7 @@
       for each folder, loaded by transformers with AutoTokenizer and the class its
       config.json's "architectures" names: a causal LM's greedy continuation of mail
       prompts (nightshift-predict --generate) is model.generate(do_sample=False)'s, token
-      for token, and its --score perplexities are exp(loss) of transformers within 1e-4
+      for token, its text tok.decode(ids, skip_special_tokens=True)'s, and its --score perplexities are exp(loss) of transformers within 1e-4
       relative; a classifier's labels are ham/spam and its logits equal transformers' within
       1e-4 (tests/e2e/pretrained_check.py).
       Exit 1 naming what differs; prints "ok DIR: ..." per folder.
@@ -67,6 +67,9 @@ def check_lm(bin_path, folder, texts, tmp):
         theirs = out[0, enc["input_ids"].shape[1]:].tolist()
         if theirs != ours["new_ids"]:
             fail(f"{folder}: greedy continuation of {prompt!r} differs: transformers {theirs}, ours {ours['new_ids']}")
+        want_text = tok.decode(theirs, skip_special_tokens=True)
+        if ours["text"] != want_text:
+            fail(f"{folder}: the continuation's text differs: transformers {want_text!r}, ours {ours['text']!r}")
     path = os.path.join(tmp, "inputs.jsonl")
     with open(path, "w") as f:
         for t in texts:

@@ -261,6 +261,9 @@ Predictor::Generation Predictor::Generate(const std::string& raw_prompt, int new
     const auto ids = hf::Generate(*decoder, {out.prompt_ids.begin(), out.prompt_ids.end()}, new_tokens, stop_ids_,
                                   use_cache, pick);
     out.new_ids.assign(ids.begin(), ids.end());
+    // The continuation alone, as tok.decode(new_ids, skip_special_tokens=True); none where
+    // the folder's decoder is one we lack (the ids are still there).
+    if (hf_tokenizer_->CanDecode().empty()) out.text = hf_tokenizer_->Decode(out.new_ids);
     return out;
   }
   out.prompt_ids = {static_cast<int32_t>(bos_id_)};

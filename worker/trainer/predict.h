@@ -102,7 +102,9 @@ class Predictor {
   // decoder runs the prompt once and each new token over its key/value cache (decoder.h).
   struct Generation {
     std::vector<int32_t> prompt_ids, new_ids;
-    std::string text;  // prompt and continuation decoded as one (gpt_lm), or the continuation alone
+    // gpt_lm: prompt and continuation decoded as one; a Hugging Face folder: the
+    // continuation alone, its special tokens skipped ("" when its decoder is not one we have).
+    std::string text;
   };
   // use_cache false (benchmarks): a Hugging Face decoder recomputes the whole sequence for
   // every new token instead; the same tokens.
