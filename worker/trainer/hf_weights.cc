@@ -44,16 +44,15 @@ HfConfig ReadHfConfig(const std::string& dir, const std::vector<std::string>& ro
 }
 
 // One weight file mapped copy-on-write for the life of the tensors that refer to it: the
-// HfWeights, and the parameters that are views of it (through `storage`).
+// HfWeights, and the parameters that are views of it (through their storages).
 struct HfWeights::Mapping {
   std::string path;
   const char* data = nullptr;
   size_t size = 0;
   uint64_t fingerprint = 0;  // of the file (MappedWeightFingerprint)
-  // Made by the first view (ShareOrCopyTo): the whole file as one CPU storage whose
-  // context keeps this mapping alive. Once there are views, no pages are dropped (CopyTo):
-  // a page a view has written is this process's only copy of it.
-  mutable c10::Storage storage;
+  // Set by the first view (ShareOrCopyTo). Once there are views, no pages are dropped
+  // (CopyTo): a page a view has written is this process's only copy of it.
+  mutable bool has_views = false;
   ~Mapping() {
     if (data != nullptr) ::munmap(const_cast<char*>(data), size);
   }
@@ -209,7 +208,7 @@ void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
     const int64_t len = std::min(per_chunk, count - at);
     const char* from = bytes + at * static_cast<int64_t>(element);
     flat.narrow(0, at, len).copy_(torch::from_blob(const_cast<char*>(from), {len}, torch::TensorOptions().dtype(type)));
-    if (file.storage) continue;  // views of this file exist (Mapping)
+    if (file.has_views) continue;  // (Mapping)
     const uintptr_t begin = reinterpret_cast<uintptr_t>(from) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + len * element + page - 1) / page * page;
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
@@ -230,11 +229,7 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
     CopyTo(name, param);
     return false;
   }
-  if (!file->storage) {
-    c10::DataPtr bytes(const_cast<char*>(file->data), new std::shared_ptr<const Mapping>(file), &ReleaseMapping,
-                       c10::Device(c10::kCPU));
-    file->storage = c10::Storage(c10::Storage::use_byte_size_t(), file->size, std::move(bytes), nullptr, false);
-  }
+  file->has_views = true;
   // Faulted in now, read-only (the page cache's pages, still shared: a write fault would
   // copy them): an I/O error shows here rather than in the first step, and the resident
   // set tells what the job holds. Reading a byte of each page where the kernel lacks
@@ -246,9 +241,14 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
     volatile char sink = 0;
     for (uintptr_t at = begin; at < end; at += page) sink = sink + *reinterpret_cast<const volatile char*>(at);
   }
+  // A storage of the tensor's own bytes (a checkpoint of the parameter writes those, not
+  // the file), whose context keeps the mapping alive.
+  c10::DataPtr bytes(const_cast<char*>(file->data + t.begin), new std::shared_ptr<const Mapping>(file),
+                     &ReleaseMapping, c10::Device(c10::kCPU));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), t.end - t.begin, std::move(bytes), nullptr, false);
   torch::NoGradGuard no_grad;
   torch::Tensor view = torch::empty({0}, torch::kFloat32);
-  view.set_(file->storage, static_cast<int64_t>(t.begin / sizeof(float)), t.shape);
+  view.set_(storage, 0, t.shape);
   param.set_data(view);
   return true;
 }
@@ -256,8 +256,9 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
 std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t) {
   if (!t.defined() || !t.has_storage() || t.storage().data_ptr().get_deleter() != &ReleaseMapping) return std::nullopt;
   const auto* file = static_cast<const std::shared_ptr<const HfWeights::Mapping>*>(t.storage().data_ptr().get_context());
-  return std::hash<std::string>{}(std::to_string((*file)->fingerprint) + "@" + std::to_string(t.storage_offset()) +
-                                  "+" + std::to_string(t.numel()));
+  const auto at = static_cast<const char*>(t.data_ptr()) - (*file)->data;  // bytes into the file
+  return std::hash<std::string>{}(std::to_string((*file)->fingerprint) + "@" + std::to_string(at) + "+" +
+                                  std::to_string(t.numel()));
 }
 
 torch::Tensor HfWeights::Float(const std::string& name) const {

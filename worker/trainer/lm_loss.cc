@@ -8,69 +8,87 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Forward computes the loss and, when an input needs one, the gradients of the loss sum
+// (Liger's order: each chunk's logits are made once, turned into their gradient in place
+// and multiplied out at once, so nothing is recomputed); backward scales them by the
+// incoming gradient (a scalar).
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, int64_t chunk) {
+    const bool grads = hidden.requires_grad() || weight.requires_grad();
     const int64_t n = hidden.size(0);
-    torch::Tensor lse = torch::empty({n}, hidden.options().dtype(torch::kFloat));
     torch::Tensor sum = torch::zeros({}, hidden.options().dtype(torch::kFloat));
-    torch::ScalarType type = hidden.scalar_type();
+    torch::Tensor grad_hidden, grad_weight;
+    if (grads) {
+      grad_hidden = torch::empty(hidden.sizes(), hidden.options());
+      grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
+    }
     for (int64_t at = 0; at < n; at += chunk) {
       const int64_t len = std::min(chunk, n - at);
-      // Under an autocast region the matmul runs in its dtype: recorded for backward.
-      torch::Tensor z = torch::matmul(hidden.narrow(0, at, len), weight.t());
-      type = z.scalar_type();
+      const torch::Tensor h = hidden.narrow(0, at, len);
+      // Under an autocast region the matmul runs in its dtype; the softmax in float32.
+      torch::Tensor z = torch::matmul(h, weight.t());
+      const torch::ScalarType type = z.scalar_type();
       z = z.to(torch::kFloat);
-      torch::Tensor t = targets.narrow(0, at, len);
-      torch::Tensor counted = t.ne(-100);
-      torch::Tensor chunk_lse = z.logsumexp(-1);
-      torch::Tensor picked = z.gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1);
-      sum += ((chunk_lse - picked) * counted).sum();
-      lse.narrow(0, at, len).copy_(chunk_lse);
+      const torch::Tensor t = targets.narrow(0, at, len);
+      const torch::Tensor counted = t.ne(-100).to(torch::kFloat);
+      const torch::Tensor lse = z.logsumexp(-1);
+      const torch::Tensor index = t.clamp_min(0).unsqueeze(1);
+      sum += ((lse - z.gather(1, index).squeeze(1)) * counted).sum();
+      if (!grads) continue;
+      // d loss / d z = softmax(z) - one_hot(target) per counted token, in place.
+      z.sub_(lse.unsqueeze(1)).exp_();
+      z.scatter_add_(1, index, torch::full({len, 1}, -1.0, z.options()));
+      z.mul_(counted.unsqueeze(1));
+      const torch::Tensor dz = z.to(type);
+      grad_hidden.narrow(0, at, len).copy_(torch::matmul(dz, weight.to(type)));
+      grad_weight.add_(torch::matmul(dz.t(), h.to(type)));
     }
-    ctx->save_for_backward({hidden, weight, targets, lse});
-    ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["type"] = static_cast<int64_t>(type);
+    ctx->save_for_backward({grad_hidden, grad_weight});
+    ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
     return sum;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const auto type = static_cast<torch::ScalarType>(ctx->saved_data["type"].toInt());
-    const torch::Tensor grad = grad_outputs[0].to(torch::kFloat);  // d(loss sum)
-    const int64_t n = hidden.size(0);
-    torch::Tensor grad_hidden = torch::empty(hidden.sizes(), hidden.options());
-    torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
-    const torch::Tensor w = weight.to(type);
-    for (int64_t at = 0; at < n; at += chunk) {
-      const int64_t len = std::min(chunk, n - at);
-      torch::Tensor t = targets.narrow(0, at, len);
-      // d loss / d z = (softmax(z) - one_hot(target)) per counted token, in place.
-      const torch::Tensor h = hidden.narrow(0, at, len).to(type);
-      torch::Tensor dz = torch::matmul(h, w.t()).to(torch::kFloat);  // the chunk's logits again
-      dz.sub_(lse.narrow(0, at, len).unsqueeze(1)).exp_();
-      dz.scatter_add_(1, t.clamp_min(0).unsqueeze(1), torch::full({len, 1}, -1.0, dz.options()));
-      dz.mul_((t.ne(-100).to(torch::kFloat) * grad).unsqueeze(1));
-      const torch::Tensor dz_t = dz.to(type);
-      grad_hidden.narrow(0, at, len).copy_(torch::matmul(dz_t, w));
-      grad_weight.add_(torch::matmul(dz_t.t(), h));
-    }
-    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor()};
+    const torch::Tensor grad = grad_outputs[0];  // d(objective) / d(loss sum): a scalar
+    const auto weight_type = static_cast<torch::ScalarType>(ctx->saved_data["weight_type"].toInt());
+    torch::Tensor grad_hidden = saved[0].defined() ? saved[0] * grad.to(saved[0].scalar_type()) : torch::Tensor();
+    torch::Tensor grad_weight = saved[1].defined() ? (saved[1] * grad.to(torch::kFloat)).to(weight_type) : torch::Tensor();
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                    const torch::Tensor& targets, int64_t chunk_tokens) {
+int64_t ChunkTokens(const torch::Tensor& hidden, const torch::Tensor& weight, int64_t chunk_tokens) {
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "LinearCrossEntropySum: hidden [N, D] and weight [V, D]");
-  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens
-                                         : std::max<int64_t>(1, kChunkBytes / (weight.size(0) * int64_t{4}));
+  return chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, kChunkBytes / (weight.size(0) * int64_t{4}));
+}
+
+torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                    const torch::Tensor& targets, int64_t chunk_tokens) {
+  const int64_t chunk = ChunkTokens(hidden, weight, chunk_tokens);
   if (hidden.size(0) == 0) return (hidden.sum() * 0 + weight.sum() * 0).to(torch::kFloat);
   return LinearCrossEntropy::apply(hidden, weight, targets, chunk);
+}
+
+LmEvalSums LinearCrossEntropyEval(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                  const torch::Tensor& targets, int64_t chunk_tokens) {
+  const int64_t chunk = ChunkTokens(hidden, weight, chunk_tokens), n = hidden.size(0);
+  torch::NoGradGuard no_grad;
+  LmEvalSums sums;
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int64_t len = std::min(chunk, n - at);
+    const torch::Tensor z = torch::matmul(hidden.narrow(0, at, len), weight.t()).to(torch::kFloat);
+    const torch::Tensor t = targets.narrow(0, at, len);
+    const torch::Tensor counted = t.ne(-100);
+    const torch::Tensor loss = z.logsumexp(-1) - z.gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1);
+    sums.loss_sum += (loss * counted).sum().item<double>();
+    sums.correct += (z.argmax(-1).eq(t) & counted).sum().item<int64_t>();
+  }
+  return sums;
 }
 
 }  // namespace nightshift::trainer

@@ -1,10 +1,11 @@
 // The language-model head and its cross-entropy in one, a chunk of tokens at a time
-// (as Liger's fused linear cross-entropy and torchtune's chunked loss do): the logits
-// [tokens, V] are never whole. Forward keeps only each chunk's log-sum-exp; backward
-// recomputes a chunk's logits, turns them into their gradient (softmax - one-hot) in
-// place and multiplies it into the gradients of the hidden states and of the head. With a
-// vocabulary of 32,000 and 2,048 tokens a step, the whole logits, their log-softmax and
-// their gradient are 250 MiB each; a chunk is at most kChunkBytes.
+// (as Liger's fused linear cross-entropy does): the logits [tokens, V] are never whole.
+// Forward makes each chunk's logits once, takes its loss, turns them in place into their
+// gradient (softmax - one-hot) and multiplies that into the gradients of the hidden states
+// [N, D] and of the head [V, D], which it keeps (the loss is a training objective's last
+// operation: backward only scales them). With a vocabulary of 32,000 and 2,048 tokens a
+// step, the whole logits, their log-softmax and their gradient are 250 MiB each; a chunk
+// is at most kChunkBytes. No logits are recomputed: the FLOPs are the unchunked path's.
 //
 // Numbers: the sum of per-token cross-entropies, as F::cross_entropy(hidden @ weight^T,
 // targets, reduction sum, ignore_index -100) computes it, equal up to the order of
@@ -30,6 +31,15 @@ constexpr int64_t kChunkBytes = int64_t{32} << 20;
 // chunk_tokens: tokens per chunk (0: as many as kChunkBytes of logits hold).
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                     const torch::Tensor& targets, int64_t chunk_tokens = 0);
+
+// Evaluation (no gradients), a chunk at a time as above: the loss sum and the number of
+// counted tokens whose likeliest prediction (argmax of the logits) is their target.
+struct LmEvalSums {
+  double loss_sum = 0;
+  int64_t correct = 0;
+};
+LmEvalSums LinearCrossEntropyEval(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                  const torch::Tensor& targets, int64_t chunk_tokens = 0);
 
 }  // namespace nightshift::trainer
 

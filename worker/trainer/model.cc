@@ -252,15 +252,10 @@ double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m,
   return per_token + (6.0 * per_row_params + attention) / std::max(seq_len, 1.0);
 }
 
-namespace {
-
-// Next-token targets [B * (L - 1)]: token t + 1 where it counts (NextTokenTargets), else -100.
 torch::Tensor FlatNextTokenTargets(const Batch& batch) {
   const int64_t l = batch.tokens.size(1);
   return batch.tokens.narrow(1, 1, l - 1).reshape({-1}).masked_fill(NextTokenTargets(batch).logical_not().reshape({-1}), -100);
 }
-
-}  // namespace
 
 LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token) {
   auto sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);

@@ -187,6 +187,8 @@ torch::Tensor Logits(SequenceModel& model, const Batch& batch);
 // the model gives HiddenAndHead (the Hugging Face decoders), the head and loss run a chunk
 // of tokens at a time and the logits are never whole (lm_loss.h).
 LossSum NextTokenLossSum(SequenceModel& model, const Batch& batch);
+// Next-token targets [B * (L - 1)] (L >= 2): token t + 1 where NextTokenTargets counts it, else -100.
+torch::Tensor FlatNextTokenTargets(const Batch& batch);
 
 }  // namespace nightshift::trainer
 

@@ -17,6 +17,7 @@
 #include "worker/trainer/data_loader.h"
 #include "worker/trainer/ddp.h"
 #include "worker/trainer/device.h"
+#include "worker/trainer/lm_loss.h"
 #include "worker/trainer/run.h"
 #include "worker/trainer/step_report.h"
 
@@ -138,6 +139,19 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
   const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
   for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride) {
     Batch batch = ToDevice(Collate(shard, plan[b], max_len, pad_id), device);
+    if (next_token && batch.tokens.size(1) >= 2) {  // a decoder's head a chunk at a time (lm_loss.h)
+      auto [hidden, head] = model.HiddenAndHead(batch.tokens, batch.pad_mask, batch.positions, batch.segments);
+      if (hidden.defined()) {
+        const int64_t l = hidden.size(1);
+        const LmEvalSums sums = LinearCrossEntropyEval(hidden.narrow(1, 0, l - 1).reshape({-1, hidden.size(2)}), head,
+                                                       FlatNextTokenTargets(batch));
+        loss_sum += sums.loss_sum;
+        correct += sums.correct;
+        terms += LossCount(batch, true);
+        n += batch.samples;
+        continue;
+      }
+    }
     torch::Tensor logits = Logits(model, batch);
     const LossSum loss = ComputeLossSum(logits, batch, next_token);
     loss_sum += loss.sum.item<double>();

@@ -300,6 +300,30 @@ TEST_F(HfDecodersTest, TheChunkedLossTakesTheStepOfTheWholeLogits) {
   }
 }
 
+// Evaluation's chunked head (lm_loss.h) gives the loss and next-token accuracy of the whole
+// logits.
+TEST_F(HfDecodersTest, EvaluationOfADecoderIsTheWholeLogits) {
+  const Batch b = LmBatch(LmShard(), false);
+  for (const std::string arch : {"llama", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    auto model = Load(arch, "lm");
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const torch::Tensor logits = Logits(*model, b);
+    const LossSum whole = ComputeLossSum(logits, b, true);
+    const int64_t l = b.tokens.size(1);
+    const int64_t correct =
+        (logits.narrow(1, 0, l - 1).argmax(-1).eq(b.tokens.narrow(1, 1, l - 1)) & NextTokenTargets(b)).sum().item<int64_t>();
+    format::ShardReader shard;
+    ASSERT_EQ(shard.Open(LmShard(), true), "");
+    std::vector<uint32_t> all(shard.num_samples());
+    std::iota(all.begin(), all.end(), 0u);
+    const EvalMetrics m = Evaluate(*model, shard, {all}, kMaxLen, 0, 0, /*next_token=*/true);
+    EXPECT_NEAR(m.loss, whole.sum.item<double>() / double(whole.count), 1e-5);
+    EXPECT_DOUBLE_EQ(m.accuracy, double(correct) / double(whole.count));
+  }
+}
+
 // A packed batch that runs out of memory is split by rows into micro-batches: the same step.
 TEST_F(HfDecodersTest, OutOfMemorySplitOfPackedRowsTakesTheSameStep) {
   const Batch packed = LmBatch(LmShard(), true);

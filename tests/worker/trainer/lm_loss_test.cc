@@ -53,6 +53,25 @@ TEST(LinearCrossEntropySumTest, EqualsTheUnchunkedLossAndGradients) {
   }
 }
 
+// Evaluation's sums: the loss of the whole logits and how many counted argmaxes hit.
+TEST(LinearCrossEntropySumTest, EvalSumsAreTheWholeLogits) {
+  torch::manual_seed(3);
+  torch::Tensor hidden = torch::randn({29, 8}), weight = torch::randn({50, 8});
+  torch::Tensor targets = torch::randint(0, 50, {29}, torch::kLong);
+  torch::Tensor logits = torch::matmul(hidden, weight.t());
+  targets[0] = logits[0].argmax().item<int64_t>();  // at least one hit
+  targets[1] = -100;
+  const torch::Tensor counted = targets.ne(-100);
+  const double want_loss = F::cross_entropy(logits, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)).item<double>();
+  const int64_t want_correct = (logits.argmax(-1).eq(targets) & counted).sum().item<int64_t>();
+  for (const int64_t chunk : {int64_t{1}, int64_t{4}, int64_t{0}}) {
+    const LmEvalSums got = LinearCrossEntropyEval(hidden, weight, targets, chunk);
+    EXPECT_NEAR(got.loss_sum, want_loss, 1e-5 * want_loss) << chunk;
+    EXPECT_EQ(got.correct, want_correct) << chunk;
+    EXPECT_GE(got.correct, 1);
+  }
+}
+
 TEST(LinearCrossEntropySumTest, TokensThatDoNotCountAddNothing) {
   torch::Tensor hidden = torch::randn({4, 8}).requires_grad_(true);
   torch::Tensor weight = torch::randn({10, 8});
