@@ -439,7 +439,7 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
 }
 
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
-                                                torch::nn::Module& model) {
+                                                torch::nn::Module& model, bool weights_as_loaded) {
   if (config.data_parallel.world_size > 1 && config.data_parallel.world_size != rank.world_size)
     throw PermanentError("spec.resources.world_size is " + std::to_string(config.data_parallel.world_size) +
                              " but WORLD_SIZE is " + std::to_string(rank.world_size) + ": start " +
@@ -468,7 +468,7 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   // is rank 0's, so every rank broadcasts the same tensors; any rank that differs on one of
   // them has everything broadcast.
   torch::Tensor theirs = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt64);
-  for (size_t i = 0; i < parameters.size(); ++i)
+  for (size_t i = 0; weights_as_loaded && i < parameters.size(); ++i)
     theirs[static_cast<int64_t>(i)] = static_cast<int64_t>(MappedWeightFingerprint(parameters[i]).value_or(0));
   const torch::Tensor mine = theirs.clone();
   sync->group().Broadcast(theirs, 0);

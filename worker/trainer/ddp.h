@@ -181,10 +181,12 @@ class NoSync {
 // The trainer's data-parallel setup. One rank: returns null. Several (RANK/WORLD_SIZE
 // from the environment rule; a spec world_size above 1 must match WORLD_SIZE): joins the
 // group with the spec's timeout and bucket size and copies rank 0's parameters and
-// buffers to every rank (but views of a weight file mapped alike on every rank, which are
-// equal already: hf_weights.h's MappedWeightFingerprint).
+// buffers to every rank. weights_as_loaded (nothing has written the parameters since
+// LoadPretrained: no checkpoint, no export loaded into them): views of a weight file
+// mapped alike on every rank are equal already and are not copied (hf_weights.h's
+// MappedWeightFingerprint), which would write every page the ranks share.
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
-                                                torch::nn::Module& model);
+                                                torch::nn::Module& model, bool weights_as_loaded = false);
 
 // Checks that `must_match` (the training position after a resume, the data's size: step,
 // epoch, batch_in_epoch, total steps, samples) is the same on every rank, so mismatched

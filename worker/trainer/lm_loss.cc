@@ -40,9 +40,13 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       z.sub_(lse.unsqueeze(1)).exp_();
       z.scatter_add_(1, index, torch::full({len, 1}, -1.0, z.options()));
       z.mul_(counted.unsqueeze(1));
-      const torch::Tensor dz = z.to(type);
-      grad_hidden.narrow(0, at, len).copy_(torch::matmul(dz, weight.to(type)));
-      grad_weight.add_(torch::matmul(dz.t(), h.to(type)));
+      // The gradient matmuls in the forward's dtype, but float32 for fp16: unlike autograd's
+      // path, dz is not yet multiplied by the loss scale here, and fp16 would flush its
+      // small probabilities to zero (bf16 has float32's range).
+      const torch::ScalarType grad_type = type == torch::kHalf ? torch::kFloat : type;
+      const torch::Tensor dz = z.to(grad_type);
+      grad_hidden.narrow(0, at, len).copy_(torch::matmul(dz, weight.to(grad_type)));
+      grad_weight.add_(torch::matmul(dz.t(), h.to(grad_type)));
     }
     ctx->save_for_backward({grad_hidden, grad_weight});
     ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());

@@ -235,7 +235,8 @@ void AdoptNewestCheckpoint(Run& run, std::string* resumed_from) {
 // parameters, or from the newest checkpoint any rank holds, and must then stand where
 // rank 0 stands. Gradients are averaged in buckets during backward.
 void JoinDataParallel(Run& run, std::string* resumed_from) {
-  run.ddp = StartDataParallel(run.cfg, run.rank, *run.model);
+  const bool as_loaded = resumed_from->empty() && run.cfg.model.init_from.empty();  // nothing written into the weights
+  run.ddp = StartDataParallel(run.cfg, run.rank, *run.model, as_loaded);
   if (!run.ddp) return;
   AdoptNewestCheckpoint(run, resumed_from);
   const RunPosition& p = run.position;

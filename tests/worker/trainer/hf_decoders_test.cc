@@ -446,7 +446,8 @@ TEST_F(HfDecodersTest, F32WeightsAreViewsOfTheFileThatTrainingNeverWrites) {
 }
 
 // Two ranks that map the same folder start data parallelism without writing a page of it
-// (rank 0's copy is theirs already); a rank whose folder differs gets rank 0's weights.
+// (rank 0's copy is theirs already); a rank whose folder differs, or ranks whose weights a
+// resume wrote, get rank 0's weights.
 TEST_F(HfDecodersTest, RanksMappingOneFolderStartWithoutCopyingIt) {
   const std::string other = testing::FreshDir("hf_decoders_other_copy");
   fs::copy(Folder("llama_lm"), other, fs::copy_options::recursive);
@@ -459,8 +460,12 @@ TEST_F(HfDecodersTest, RanksMappingOneFolderStartWithoutCopyingIt) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
   ASSERT_EQ(zeroed, 1);
-  for (const bool same : {true, false}) {
-    SCOPED_TRACE(same ? "same folder" : "rank 1's folder differs");
+  struct Case {
+    bool same, as_loaded;  // rank 1 maps rank 0's folder; nothing wrote the weights since
+  };
+  for (const Case c : {Case{true, true}, Case{false, true}, Case{true, false}}) {
+    const bool same = c.same;
+    SCOPED_TRACE(std::string(same ? "same folder" : "rank 1's folder differs") + (c.as_loaded ? "" : ", resumed"));
     const int port = testing::FreePort();
     std::vector<std::vector<torch::Tensor>> params(2);
     std::vector<int64_t> written(2, -1);
@@ -471,12 +476,12 @@ TEST_F(HfDecodersTest, RanksMappingOneFolderStartWithoutCopyingIt) {
       TrainConfig cfg;
       cfg.data_parallel.world_size = 2;
       cfg.data_parallel.timeout_seconds = 20;
-      auto sync = StartDataParallel(cfg, testing::LoopbackRank(r, 2, port), *model);
+      auto sync = StartDataParallel(cfg, testing::LoopbackRank(r, 2, port), *model, c.as_loaded);
       written[r] = WrittenKbOfMappingAt(model->parameters().front().data_ptr());
       for (const auto& p : model->parameters()) params[r].push_back(p.detach().clone());
       sync->group().Barrier();
     });
-    if (same) EXPECT_EQ(written, (std::vector<int64_t>{0, 0}));
+    if (same && c.as_loaded) EXPECT_EQ(written, (std::vector<int64_t>{0, 0}));
     else EXPECT_GT(written[1], 0) << "rank 1 took rank 0's weights";
     for (size_t i = 0; i < params[0].size(); ++i) EXPECT_TRUE(torch::equal(params[0][i], params[1][i])) << i;
   }
