@@ -252,10 +252,29 @@ double TrainingFlopsPerToken(int64_t non_embedding_params, const ModelConfig& m,
   return per_token + (6.0 * per_row_params + attention) / std::max(seq_len, 1.0);
 }
 
+namespace {
+
+// Next-token targets [B * (L - 1)] (L >= 2): token t + 1 where NextTokenTargets counts it, else -100.
 torch::Tensor FlatNextTokenTargets(const Batch& batch) {
   const int64_t l = batch.tokens.size(1);
   return batch.tokens.narrow(1, 1, l - 1).reshape({-1}).masked_fill(NextTokenTargets(batch).logical_not().reshape({-1}), -100);
 }
+
+// What the chunked head and loss take (lm_loss.h): the hidden states of positions 0 .. L - 2
+// as [B * (L - 1), D], the head's weight and the targets; undefined when the model has no
+// HiddenAndHead. `*hidden_out`: the whole hidden states (for an empty result's zero).
+struct FlatNextToken {
+  torch::Tensor hidden, head, targets;
+};
+FlatNextToken FlatNextTokenInputs(SequenceModel& model, const Batch& batch, torch::Tensor* hidden_out) {
+  auto [hidden, head] = model.HiddenAndHead(batch.tokens, batch.pad_mask, batch.positions, batch.segments);
+  *hidden_out = hidden;
+  const int64_t l = batch.tokens.size(1);
+  if (!hidden.defined() || l < 2) return {};
+  return {hidden.narrow(1, 0, l - 1).reshape({-1, hidden.size(2)}), head, FlatNextTokenTargets(batch)};
+}
+
+}  // namespace
 
 LossSum ComputeLossSum(const torch::Tensor& logits, const Batch& batch, bool next_token) {
   auto sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);
@@ -280,12 +299,20 @@ int64_t LossCount(const Batch& batch, bool next_token) {
 }
 
 LossSum NextTokenLossSum(SequenceModel& model, const Batch& batch) {
-  auto [hidden, head] = model.HiddenAndHead(batch.tokens, batch.pad_mask, batch.positions, batch.segments);
+  torch::Tensor hidden;
+  const FlatNextToken in = FlatNextTokenInputs(model, batch, &hidden);
   if (!hidden.defined()) return ComputeLossSum(Logits(model, batch), batch, true);
-  const int64_t l = hidden.size(1);
-  if (l < 2) return {hidden.sum().to(torch::kFloat) * 0, 0};
-  torch::Tensor h = hidden.narrow(1, 0, l - 1).reshape({-1, hidden.size(2)});
-  return {LinearCrossEntropySum(h, head, FlatNextTokenTargets(batch)), LossCount(batch, true)};
+  if (!in.hidden.defined()) return {hidden.sum().to(torch::kFloat) * 0, 0};  // rows of one token
+  return {LinearCrossEntropySum(in.hidden, in.head, in.targets), LossCount(batch, true)};
+}
+
+bool NextTokenEvalSums(SequenceModel& model, const Batch& batch, LmEvalSums* sums) {
+  if (batch.tokens.size(1) < 2) return false;  // nothing to predict (not run twice)
+  torch::Tensor hidden;
+  const FlatNextToken in = FlatNextTokenInputs(model, batch, &hidden);
+  if (!in.hidden.defined()) return false;
+  *sums = LinearCrossEntropyEval(in.hidden, in.head, in.targets);
+  return true;
 }
 
 torch::Tensor Logits(SequenceModel& model, const Batch& batch) {

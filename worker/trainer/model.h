@@ -18,6 +18,7 @@
 
 #include "worker/trainer/batching.h"
 #include "worker/trainer/config.h"
+#include "worker/trainer/lm_loss.h"
 
 namespace nightshift::trainer {
 
@@ -187,8 +188,10 @@ torch::Tensor Logits(SequenceModel& model, const Batch& batch);
 // the model gives HiddenAndHead (the Hugging Face decoders), the head and loss run a chunk
 // of tokens at a time and the logits are never whole (lm_loss.h).
 LossSum NextTokenLossSum(SequenceModel& model, const Batch& batch);
-// Next-token targets [B * (L - 1)] (L >= 2): token t + 1 where NextTokenTargets counts it, else -100.
-torch::Tensor FlatNextTokenTargets(const Batch& batch);
+// Evaluation's counterpart (no gradients): where the model gives HiddenAndHead and rows
+// are at least 2 tokens long, fills `sums` (loss sum, correct next-token argmaxes) a chunk
+// at a time and returns true; otherwise false (the caller takes the logits).
+bool NextTokenEvalSums(SequenceModel& model, const Batch& batch, LmEvalSums* sums);
 
 }  // namespace nightshift::trainer
 

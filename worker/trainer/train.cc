@@ -17,7 +17,6 @@
 #include "worker/trainer/data_loader.h"
 #include "worker/trainer/ddp.h"
 #include "worker/trainer/device.h"
-#include "worker/trainer/lm_loss.h"
 #include "worker/trainer/run.h"
 #include "worker/trainer/step_report.h"
 
@@ -124,74 +123,82 @@ double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak) {
   return peak * std::max(0.0, double(total - step) / span);
 }
 
+namespace {
+
+// Evaluation's running sums (over this rank's batches, then over the ranks).
+struct EvalTally {
+  double loss_sum = 0;
+  int64_t n = 0, terms = 0, correct = 0, tp = 0, fp = 0, fn = 0;  // samples, loss terms, hits, F1's counts
+};
+
+// Adds one batch: a decoder's head a chunk at a time (NextTokenEvalSums), else the logits.
+void TallyBatch(SequenceModel& model, const Batch& batch, int64_t num_classes, bool next_token, EvalTally* t) {
+  t->n += batch.samples;
+  if (LmEvalSums sums; next_token && NextTokenEvalSums(model, batch, &sums)) {
+    t->loss_sum += sums.loss_sum;
+    t->correct += sums.correct;
+    t->terms += LossCount(batch, true);
+    return;
+  }
+  torch::Tensor logits = Logits(model, batch);
+  const LossSum loss = ComputeLossSum(logits, batch, next_token);
+  t->loss_sum += loss.sum.item<double>();
+  t->terms += loss.count;
+  if (next_token) {
+    const int64_t l = batch.tokens.size(1);
+    if (l < 2) return;
+    torch::Tensor pred = logits.narrow(1, 0, l - 1).argmax(-1);
+    t->correct += (pred.eq(batch.tokens.narrow(1, 1, l - 1)) & NextTokenTargets(batch)).sum().item<int64_t>();
+    return;
+  }
+  torch::Tensor pred = logits.argmax(1);
+  t->correct += pred.eq(batch.labels).sum().item<int64_t>();
+  if (num_classes == 2) {
+    t->tp += (pred.eq(1) & batch.labels.eq(1)).sum().item<int64_t>();
+    t->fp += (pred.eq(1) & batch.labels.eq(0)).sum().item<int64_t>();
+    t->fn += (pred.eq(0) & batch.labels.eq(1)).sum().item<int64_t>();
+  }
+}
+
+// The sums of every rank's share (exact: counts stay far below 2^53).
+void SumOverRanks(ProcessGroup& group, EvalTally* t) {
+  torch::Tensor sums = torch::tensor({t->loss_sum, double(t->n), double(t->terms), double(t->correct), double(t->tp),
+                                      double(t->fp), double(t->fn)}, torch::kFloat64);
+  group.AllReduceSum(sums);
+  t->loss_sum = sums[0].item<double>();
+  t->n = sums[1].item<int64_t>();
+  t->terms = sums[2].item<int64_t>();
+  t->correct = sums[3].item<int64_t>();
+  t->tp = sums[4].item<int64_t>();
+  t->fp = sums[5].item<int64_t>();
+  t->fn = sums[6].item<int64_t>();
+}
+
+}  // namespace
+
 EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
                      int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token,
                      ProcessGroup* group) {
   torch::NoGradGuard no_grad;
   model.eval();
-  double loss_sum = 0;
-  int64_t n = 0, terms = 0, correct = 0, tp = 0, fp = 0, fn = 0;
   torch::Device device = torch::kCPU;
   for (const auto& p : model.parameters()) {
     device = p.device();
     break;
   }
+  EvalTally t;
   const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
-  for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride) {
-    Batch batch = ToDevice(Collate(shard, plan[b], max_len, pad_id), device);
-    if (next_token && batch.tokens.size(1) >= 2) {  // a decoder's head a chunk at a time (lm_loss.h)
-      auto [hidden, head] = model.HiddenAndHead(batch.tokens, batch.pad_mask, batch.positions, batch.segments);
-      if (hidden.defined()) {
-        const int64_t l = hidden.size(1);
-        const LmEvalSums sums = LinearCrossEntropyEval(hidden.narrow(1, 0, l - 1).reshape({-1, hidden.size(2)}), head,
-                                                       FlatNextTokenTargets(batch));
-        loss_sum += sums.loss_sum;
-        correct += sums.correct;
-        terms += LossCount(batch, true);
-        n += batch.samples;
-        continue;
-      }
-    }
-    torch::Tensor logits = Logits(model, batch);
-    const LossSum loss = ComputeLossSum(logits, batch, next_token);
-    loss_sum += loss.sum.item<double>();
-    terms += loss.count;
-    n += batch.samples;
-    if (next_token) {
-      const int64_t l = batch.tokens.size(1);
-      if (l < 2) continue;
-      torch::Tensor pred = logits.narrow(1, 0, l - 1).argmax(-1);
-      torch::Tensor valid = NextTokenTargets(batch);
-      correct += (pred.eq(batch.tokens.narrow(1, 1, l - 1)) & valid).sum().item<int64_t>();
-      continue;
-    }
-    torch::Tensor pred = logits.argmax(1);
-    correct += pred.eq(batch.labels).sum().item<int64_t>();
-    if (num_classes == 2) {
-      tp += (pred.eq(1) & batch.labels.eq(1)).sum().item<int64_t>();
-      fp += (pred.eq(1) & batch.labels.eq(0)).sum().item<int64_t>();
-      fn += (pred.eq(0) & batch.labels.eq(1)).sum().item<int64_t>();
-    }
-  }
+  for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride)
+    TallyBatch(model, ToDevice(Collate(shard, plan[b], max_len, pad_id), device), num_classes, next_token, &t);
   model.train();
-  if (group) {  // the sums of every rank's share (exact: counts stay far below 2^53)
-    torch::Tensor sums = torch::tensor({loss_sum, double(n), double(terms), double(correct), double(tp),
-                                        double(fp), double(fn)}, torch::kFloat64);
-    group->AllReduceSum(sums);
-    loss_sum = sums[0].item<double>();
-    n = sums[1].item<int64_t>();
-    terms = sums[2].item<int64_t>();
-    correct = sums[3].item<int64_t>();
-    tp = sums[4].item<int64_t>();
-    fp = sums[5].item<int64_t>();
-    fn = sums[6].item<int64_t>();
-  }
+  if (group) SumOverRanks(*group, &t);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EvalMetrics m;
-  m.samples = n;
-  m.loss = terms > 0 ? loss_sum / terms : nan;
-  m.accuracy = terms > 0 ? double(correct) / terms : nan;
-  m.f1 = next_token || num_classes != 2 || n == 0 ? nan : (tp == 0 ? 0.0 : 2.0 * tp / double(2 * tp + fp + fn));
+  m.samples = t.n;
+  m.loss = t.terms > 0 ? t.loss_sum / t.terms : nan;
+  m.accuracy = t.terms > 0 ? double(t.correct) / t.terms : nan;
+  m.f1 = next_token || num_classes != 2 || t.n == 0 ? nan
+                                                    : (t.tp == 0 ? 0.0 : 2.0 * t.tp / double(2 * t.tp + t.fp + t.fn));
   m.perplexity = next_token ? std::exp(m.loss) : nan;
   return m;
 }
