@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <utility>
 
 namespace nightshift::format {
 namespace {
@@ -30,37 +32,59 @@ std::string SyncDirectory(const std::string& dir) {
   return rc == 0 ? "" : Errno("cannot fsync directory", dir);
 }
 
-std::string WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      std::string err = Errno("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return err;
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) error_ = Errno("cannot create", tmp_);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicFileWriter::Fail(const std::string& what) {
+  error_ = Errno(what, what == "cannot rename into place" ? path_ : tmp_);
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+}
+
+std::string AtomicFileWriter::Append(const char* data, size_t n) {
+  while (error_.empty() && n > 0) {
+    const ssize_t wrote = ::write(fd_, data, n);
+    if (wrote < 0) {
+      if (errno != EINTR) Fail("cannot write");
+      continue;
     }
-    p += n;
-    left -= static_cast<size_t>(n);
+    data += wrote;
+    n -= static_cast<size_t>(wrote);
   }
-  if (::fsync(fd) != 0) {
-    std::string err = Errno("cannot fsync", tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return err;
+  return error_;
+}
+
+std::string AtomicFileWriter::Commit() {
+  if (!error_.empty()) return error_;
+  if (::fsync(fd_) != 0) {
+    Fail("cannot fsync");
+    return error_;
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string err = Errno("cannot rename into place", path);
-    ::unlink(tmp.c_str());
-    return err;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    Fail("cannot rename into place");
+    return error_;
   }
-  return SyncDirectory(DirName(path));
+  ::close(fd_);
+  fd_ = -1;
+  error_ = SyncDirectory(DirName(path_));
+  return error_;
+}
+
+std::string WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  AtomicFileWriter writer(path);
+  if (std::string err = writer.Append(bytes.data(), bytes.size()); !err.empty()) return err;
+  return writer.Commit();
 }
 
 namespace {

@@ -13,6 +13,29 @@ namespace nightshift::format {
 // Returns "" on success, else a message naming the file and the failing call.
 std::string WriteFileAtomically(const std::string& path, const std::string& bytes);
 
+// The same durable write, streamed: a file far larger than what the writer wants to hold in
+// memory at once (a checkpoint of the optimizer's state) is appended piece by piece to
+// the temporary file, then Commit() makes it the target. Not committed (an error, an
+// exception, the writer destroyed first): the temporary file is removed and the target
+// is left as it was. The first error sticks: later calls do nothing and return it.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  std::string Append(const char* data, size_t n);  // "" or the error
+  std::string Commit();                             // fsync, rename over the target, fsync of its folder
+
+ private:
+  void Fail(const std::string& what);
+
+  const std::string path_, tmp_;
+  int fd_ = -1;
+  std::string error_;
+};
+
 // fsync of a directory, so a rename or unlink inside it is durable.
 std::string SyncDirectory(const std::string& dir);
 

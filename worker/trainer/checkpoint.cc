@@ -136,19 +136,30 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
     saved.bytes += static_cast<int64_t>(bytes.size());
     manifest.files[file] = format::FileEntry(bytes);
   };
+  // Streamed to the file as the archive is written: the optimizer's state is twice the
+  // model, and a copy of it in memory would be the trainer's peak (issue 30's RSS target).
+  auto stream = [&](const char* file, torch::serialize::OutputArchive& archive) {
+    format::AtomicFileWriter out((dir / file).string());
+    format::FileHasher hasher;
+    std::string err;
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+      if (err.empty()) err = out.Append(static_cast<const char*>(data), n);
+      hasher.Update(static_cast<const char*>(data), n);
+      return n;  // a failed write is reported by Commit's check below, naming the file
+    });
+    Check(err.empty() ? out.Commit() : err);
+    manifest.files[file] = hasher.Entry();
+    saved.bytes += static_cast<int64_t>(manifest.files[file].bytes);
+  };
   {
     torch::serialize::OutputArchive archive;
     model.save(archive);
-    std::ostringstream s;
-    archive.save_to(s);
-    write("model.pt", s.str());
+    stream("model.pt", archive);
   }
   {
     torch::serialize::OutputArchive archive;
     optimizer.save(archive);
-    std::ostringstream s;
-    archive.save_to(s);
-    write("optimizer.pt", s.str());
+    stream("optimizer.pt", archive);
   }
   manifest.position = PositionToJson(position);
   manifest.fingerprint = position.fingerprint;

@@ -228,19 +228,26 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
   }
 }
 
-std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors) {
+std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
   std::vector<format::SafetensorsTensor> entries;
   for (const auto& [name, t] : tensors) {
     if (t.scalar_type() != torch::kFloat32) throw std::runtime_error("safetensors: " + name + " is not float32");
     entries.push_back({name, format::DType::kF32, t.sizes().vec()});
   }
-  std::string out = format::SafetensorsHeaderBytes(&entries, {{"format", "pt"}});
-  out.reserve(entries.empty() ? out.size() : entries.back().end);
-  for (const auto& [name, t] : tensors) {
+  format::AtomicFileWriter out(path);
+  format::Sha256 sha;
+  auto append = [&](const char* data, size_t n) {
+    if (std::string err = out.Append(data, n); !err.empty()) throw std::runtime_error("export: " + err);
+    sha.Update(std::string_view(data, n));
+  };
+  const std::string header = format::SafetensorsHeaderBytes(&entries, {{"format", "pt"}});
+  append(header.data(), header.size());
+  for (const auto& [name, t] : tensors) {  // one tensor at a time: no copy of the model in memory
     const torch::Tensor c = t.contiguous();
-    out.append(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<size_t>(c.numel()) * sizeof(float));
+    append(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<size_t>(c.numel()) * sizeof(float));
   }
-  return out;
+  if (std::string err = out.Commit(); !err.empty()) throw std::runtime_error("export: " + err);
+  return sha.HexDigest();
 }
 
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path, const std::vector<std::string>& roots) {
@@ -325,7 +332,9 @@ void ExportModel(const std::string& dir, const TrainConfig& config, SequenceMode
   if (!fs::create_directories(tmp, ec)) throw std::runtime_error("export: cannot create " + tmp.string() + ": " + ec.message());
   json files = json::object();
   const bool pretrained = config.model.arch == "pretrained";
-  WriteChecked(tmp / "model.safetensors", SafetensorsBytes(ExportTensors(config.model.arch, model)), &files);
+  const fs::path weights = tmp / "model.safetensors";
+  const std::string digest = WriteSafetensors(weights.string(), ExportTensors(config.model.arch, model));
+  files["model.safetensors"] = {{"bytes", fs::file_size(weights)}, {format::kChecksumAlgorithm, digest}};
   const json config_json = pretrained ? PretrainedConfigJson(config, info) : ConfigJson(config, info);
   WriteChecked(tmp / "config.json", config_json.dump(2) + "\n", &files);
   if (pretrained) {

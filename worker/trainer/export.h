@@ -82,10 +82,11 @@ std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, Sequ
 void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
                        SequenceModel& model);
 
-// safetensors: F32 bytes (what we write), and any file back as float32 tensors (F32, F16,
-// BF16; hf_weights.h reads it, beneath `roots`). ReadSafetensors throws naming the file
-// and what is wrong.
-std::string SafetensorsBytes(const std::map<std::string, torch::Tensor>& tensors);
+// safetensors: F32 files (what we write), and any file back as float32 tensors (F32, F16,
+// BF16; hf_weights.h reads it, beneath `roots`). WriteSafetensors writes `path`
+// atomically, a tensor at a time (never the whole file in memory), and returns its
+// SHA-256 (hex); both throw naming the file and what is wrong.
+std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path,
                                                      const std::vector<std::string>& roots = {});
 

@@ -1,6 +1,7 @@
-// Reading files a user named (common/format/atomic_file.h): only regular files, no
-// further than their size limit, and never through a symbolic link that appeared after
-// the path was checked.
+// Durable writes and reading files a user named (common/format/atomic_file.h): a write
+// shows the old file or the whole new one; reads take only regular files, no further
+// than their size limit, and never through a symbolic link that appeared after the path
+// was checked.
 #include "common/format/atomic_file.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,38 @@ std::string Fresh(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return fs::canonical(dir).string();
+}
+
+std::string Contents(const std::string& path) {
+  std::string out;
+  EXPECT_EQ(ReadRegularFile(path, 1 << 20, &out), "");
+  return out;
+}
+
+// Streamed pieces become the file only at Commit; a writer dropped before it (a failed
+// save) leaves the old file and no temporary file behind.
+TEST(AtomicFileWriterTest, PiecesBecomeTheFileAtCommitAndAnAbandonedWriteLeavesNothing) {
+  const std::string dir = Fresh("writer");
+  ASSERT_EQ(WriteFileAtomically(dir + "/f", "old"), "");
+  {
+    AtomicFileWriter w(dir + "/f");
+    EXPECT_EQ(w.Append("new ", 4), "");
+    EXPECT_EQ(w.Append("contents", 8), "");
+    EXPECT_EQ(Contents(dir + "/f"), "old") << "not committed yet";
+  }
+  EXPECT_EQ(Contents(dir + "/f"), "old");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "the temporary file is gone";
+  AtomicFileWriter w(dir + "/f");
+  EXPECT_EQ(w.Append("new ", 4), "");
+  EXPECT_EQ(w.Append("contents", 8), "");
+  EXPECT_EQ(w.Commit(), "");
+  EXPECT_EQ(Contents(dir + "/f"), "new contents");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+
+  AtomicFileWriter missing(dir + "/no/such/folder/f");
+  const std::string err = missing.Append("x", 1);
+  EXPECT_NE(err.find("cannot create " + dir + "/no/such/folder/f.tmp."), std::string::npos) << err;
+  EXPECT_EQ(missing.Commit(), err) << "the first error sticks";
 }
 
 TEST(ReadRegularFileTest, ReadsAPlainFileAndRefusesLinksDevicesAndOversize) {

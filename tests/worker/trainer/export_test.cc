@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/format/atomic_file.h"
+#include "common/format/sha256.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/batching.h"
 #include "worker/trainer/checkpoint.h"
@@ -103,7 +105,11 @@ TEST(ExportTest, GptLmIsStoredUnderGpt2NamesWithConv1DWeights) {
 TEST(ExportTest, SafetensorsLayoutIsTheStandardOne) {
   std::map<std::string, torch::Tensor> tensors = {{"b", torch::arange(6, torch::kFloat32).view({2, 3})},
                                                   {"a", torch::tensor({1.5f})}};
-  const std::string bytes = SafetensorsBytes(tensors);
+  const std::string path = FreshDir("safetensors") + "/t.safetensors";
+  const std::string digest = WriteSafetensors(path, tensors);
+  std::string bytes;
+  ASSERT_EQ(format::ReadRegularFile(path, 1 << 20, &bytes), "");
+  EXPECT_EQ(digest, format::Sha256Hex(bytes));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   ASSERT_EQ((8 + n) % 8, 0u);
@@ -117,8 +123,6 @@ TEST(ExportTest, SafetensorsLayoutIsTheStandardOne) {
   EXPECT_EQ(v, 5.0f);
   EXPECT_EQ(bytes.size(), 8 + n + 28);
 
-  const std::string path = FreshDir("safetensors") + "/t.safetensors";
-  std::ofstream(path, std::ios::binary) << bytes;
   const auto back = ReadSafetensors(path);
   EXPECT_TRUE(torch::equal(back.at("b"), tensors["b"]));
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 4);
