@@ -16,10 +16,10 @@ tests/hf_folders.py's decoder_tokenizer: no download), 2 threads, runs alternati
   counted, + 12 x layers x width x 512 per token, over the GEMM peak nightshift-trainer
   measured).
 - packing: the corpus as prompt/completion pairs (prompt: the mail's Subject, completion:
-  its body; bench/.work/subject-body.jsonl), the same model, max_len 512, the same token
-  budget: rows packed against rows padded (token-budget batches, length-sorted pools) and
-  padded with a fixed batch of budget / max_len samples: real (non-padding) tokens per
-  second.
+  its body, or with --split paragraph the body's first paragraph; bench/.work/
+  subject-body*.jsonl), the same model, max_len 512, the same token budget: rows packed
+  against rows padded (token-budget batches, length-sorted pools) and padded with a fixed
+  batch of budget / max_len samples: real (non-padding) tokens per second.
 - generate: 128 new tokens, greedy, from a mail's opening, with nightshift-predict's
   key/value cache against --no-kv-cache (the whole sequence recomputed per token), on the
   lm folder; transformers' model.generate(max_new_tokens=128, do_sample=False) with its
@@ -67,8 +67,9 @@ def make_folder(folder):
     save_decoder_tokenizer(tok, folder)
 
 
-def subject_body_jsonl(path):
-    """{"prompt": Subject, "completion": body} per mail with a Subject and a body."""
+def subject_body_jsonl(path, split="body"):
+    """{"prompt": Subject, "completion": body} per mail with a Subject and a body; split
+    "paragraph": the completion is the body's first paragraph (up to its first blank line)."""
     if os.path.exists(path):
         return
     files = sorted(os.path.join(r, f) for r, _, fs in os.walk(CORPUS) for f in fs)
@@ -78,6 +79,8 @@ def subject_body_jsonl(path):
             subject = (email.message_from_string(raw).get("Subject") or "").strip()
             parts = re.split(r"\r?\n\r?\n", raw, maxsplit=1)
             body = parts[1].strip() if len(parts) == 2 else ""
+            if split == "paragraph":
+                body = re.split(r"\r?\n\s*\r?\n", body, maxsplit=1)[0].strip()
             if subject and body:
                 out.write(json.dumps({"prompt": "Subject: " + " ".join(subject.split()) + "\n",
                                       "completion": body}) + "\n")
@@ -115,6 +118,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--budget", type=int, default=4 * MAX_LEN, help="tokens per step (max_tokens)")
     ap.add_argument("--only", default="lm,packing,generate")
+    ap.add_argument("--split", default="body", choices=("body", "paragraph"),
+                    help="packing's completions: the mail's body, or its first paragraph (shorter samples)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--peak-gflops", type=float, default=0.0,
                     help="MFU's denominator (default: the highest GEMM peak nightshift-trainer measured in these "
@@ -185,12 +190,13 @@ def main():
                     r["mode"] = "lm"
                     emit(r)
         if "packing" in only:
-            jsonl = os.path.join(a.work, "subject-body.jsonl")
-            subject_body_jsonl(jsonl)
-            d = os.path.join(a.work, "llama-pc-512")
+            tag = "" if a.split == "body" else "-" + a.split
+            jsonl = os.path.join(a.work, f"subject-body{tag}.jsonl")
+            subject_body_jsonl(jsonl, a.split)
+            d = os.path.join(a.work, f"llama-pc{tag}-512")
             pc = ["--format", "jsonl", "--text-field", "prompt", "--completion-field", "completion"]
             meta = prepare(build, d, MAX_LEN, path=jsonl, extra=lm_extra + pc)
-            val = os.path.join(a.work, "llama-pc-512-val")
+            val = os.path.join(a.work, f"llama-pc{tag}-512-val")
             prepare(build, val, MAX_LEN, path=jsonl, max_samples=40, extra=lm_extra + pc)
             # Once: transformers' packed rows (position_ids restarting, no attention_mask)
             # against the same samples one by one, on the step whose rows hold the most samples.
@@ -202,7 +208,7 @@ def main():
                                  ("padded", {"batch_size": a.budget // MAX_LEN})):
                     label = rows + ("-budget" if "max_tokens" in kw else "-fixed")
                     r = ours(d, meta, f"pc-{label}-{rep}", rows, val, **kw)
-                    r.update(mode="packing", variant=label)
+                    r.update(mode="packing", variant=label, split=a.split)
                     emit(r)
         if "generate" in only:
             prompt = ("Hello, I am writing to let you know about the meeting next week. We will go over the "
@@ -263,15 +269,18 @@ def summarize(results, a):
             per = ", ".join(f"{r['tokens_per_second']:.0f}" for r in results if r["mode"] == "lm" and r["who"] == who)
             print(f"| {who} ({per}) | {tps:.0f} | {tps / base:.2f}x | {tps / comp:.2f}x | {tps * f / peak:.2f} "
                   f"| {m / 2**20:.0f} | {m / base_rss:.2f}x |")
-    if any(r["mode"] == "packing" for r in results):
-        print("\n| prompt/completion, max_len 512 | real tokens/s | vs padded (budget) | padding efficiency | runs |")
-        print("|---|---|---|---|---|")
-        base = mean(results, "tokens_per_second", mode="packing", variant="padded-budget")
+    for split in sorted({r.get("split", "body") for r in results if r["mode"] == "packing"}):
+        print(f"\n| prompt/completion ({split}), max_len 512 | real tokens/s | vs padded (budget) "
+              "| vs padded (fixed batch) | padding efficiency | runs |")
+        print("|---|---|---|---|---|---|")
+        of = lambda key, v: mean([r for r in results if r.get("split", "body") == split], key,  # noqa: E731
+                                 mode="packing", variant=v)
         for v in ("packed-budget", "padded-budget", "padded-fixed"):
-            tps = mean(results, "tokens_per_second", mode="packing", variant=v)
-            pe = mean(results, "padding_efficiency", mode="packing", variant=v)
-            per = ", ".join(f"{r['tokens_per_second']:.0f}" for r in results if r.get("variant") == v)
-            print(f"| {v} | {tps:.0f} | {tps / base:.2f}x | {pe:.3f} | {per} |")
+            tps = of("tokens_per_second", v)
+            per = ", ".join(f"{r['tokens_per_second']:.0f}" for r in results
+                            if r.get("variant") == v and r.get("split", "body") == split)
+            print(f"| {v} | {tps:.0f} | {tps / of('tokens_per_second', 'padded-budget'):.2f}x "
+                  f"| {tps / of('tokens_per_second', 'padded-fixed'):.2f}x | {of('padding_efficiency', v):.3f} | {per} |")
     if any(r["mode"] == "generate" for r in results):
         print(f"\n| generate {a.new_tokens} tokens, greedy | seconds | tokens/s | vs no cache | runs (s) |")
         print("|---|---|---|---|---|")

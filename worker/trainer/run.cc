@@ -11,6 +11,7 @@
 #include "worker/trainer/compat.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/export.h"
+#include "worker/trainer/fused_adamw.h"
 #include "worker/trainer/dropout.h"
 #include "worker/trainer/memory_probe.h"
 #include "worker/trainer/models/pretrained.h"
@@ -128,7 +129,7 @@ void BuildModel(Run& run) {
   const bool tied_head = cfg.model.arch == "gpt_lm" || (cfg.model.task == "causal_lm" &&
                                                          !run.model->named_parameters().contains("lm_head.weight"));
   if (tied_head) run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
-  run.optimizer = std::make_unique<torch::optim::AdamW>(
+  run.optimizer = std::make_unique<FusedAdamW>(
       run.model->parameters(),
       torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{

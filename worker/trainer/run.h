@@ -92,7 +92,7 @@ class Run {
   bool next_token = false;  // language modelling (gpt_lm, or data without classes)
   std::shared_ptr<SequenceModel> model;
   int64_t num_parameters = 0, non_embedding_parameters = 0;
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<torch::optim::AdamW> optimizer;  // a FusedAdamW (fused_adamw.h)
   std::unique_ptr<CheckpointManager> checkpoints;
   std::string fingerprint;  // RunFingerprint of this configuration
   std::unique_ptr<GradientSync> ddp;  // null: one rank
