@@ -45,8 +45,8 @@ AtomicFileWriter::~AtomicFileWriter() {
   }
 }
 
-void AtomicFileWriter::Fail(const std::string& what) {
-  error_ = Errno(what, what == "cannot rename into place" ? path_ : tmp_);
+void AtomicFileWriter::Fail(const std::string& what, const std::string& path) {
+  error_ = Errno(what, path);
   ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_.c_str());
@@ -56,7 +56,7 @@ std::string AtomicFileWriter::Append(const char* data, size_t n) {
   while (error_.empty() && n > 0) {
     const ssize_t wrote = ::write(fd_, data, n);
     if (wrote < 0) {
-      if (errno != EINTR) Fail("cannot write");
+      if (errno != EINTR) Fail("cannot write", tmp_);
       continue;
     }
     data += wrote;
@@ -68,11 +68,11 @@ std::string AtomicFileWriter::Append(const char* data, size_t n) {
 std::string AtomicFileWriter::Commit() {
   if (!error_.empty()) return error_;
   if (::fsync(fd_) != 0) {
-    Fail("cannot fsync");
+    Fail("cannot fsync", tmp_);
     return error_;
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    Fail("cannot rename into place");
+    Fail("cannot rename into place", path_);
     return error_;
   }
   ::close(fd_);

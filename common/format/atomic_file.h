@@ -29,7 +29,7 @@ class AtomicFileWriter {
   std::string Commit();                             // fsync, rename over the target, fsync of its folder
 
  private:
-  void Fail(const std::string& what);
+  void Fail(const std::string& what, const std::string& path);  // sets error_, removes the temporary file
 
   const std::string path_, tmp_;
   int fd_ = -1;

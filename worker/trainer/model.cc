@@ -312,7 +312,8 @@ LossSum NextTokenLossSum(SequenceModel& model, const Batch& batch) {
   const FlatNextToken in = FlatNextTokenInputs(model, batch, &hidden);
   if (!hidden.defined()) return ComputeLossSum(Logits(model, batch), batch, true);
   if (!in.hidden.defined()) return {hidden.sum().to(torch::kFloat) * 0, 0};  // rows of one token
-  return {LinearCrossEntropySum(in.hidden, in.head, in.targets), LossCount(batch, true)};
+  // Every position FlatNextTokenInputs keeps counts: no second pass over the batch's mask.
+  return {LinearCrossEntropySum(in.hidden, in.head, in.targets), in.targets.size(0)};
 }
 
 bool NextTokenEvalSums(SequenceModel& model, const Batch& batch, LmEvalSums* sums) {
