@@ -148,9 +148,12 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, std::ve
     reported.insert({status.task().job_id(), status.task().attempt()});
     reports_->Handle(name, status, &reply);
   }
+  const int ignored = placer_->JudgeClaims(name);  // after the reports: they record what ran here
+  if (ignored > 0 && options_.observer != nullptr) options_.observer->CheckpointClaimsIgnored(ignored);
   for (auto& [id, entry] : jobs_->entries())
     reports_->Reconcile(name, reported.count({id, entry.job.attempt()}) > 0, &entry, &reply);
   NS_RETURN_IF_ERROR(jobs_->store_error());  // a change this heartbeat caused was not written: not acknowledged
+  for (v1::Assignment& a : reply.start) placer_->AddResumeSources(&a);
   placer_->AddCheckpointCopies(name, now, &reply);
   return reply;
 }

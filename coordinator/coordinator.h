@@ -48,6 +48,8 @@ class CoordinatorObserver {
   // A stored record did not parse at start and was moved aside (common/job_store.h);
   // `key`: its store key ("job/<id>", "metrics/<id>").
   virtual void RecordMovedAside(const std::string& key) = 0;
+  // A worker claimed `n` checkpoints that no record vouches for (Placer::JudgeClaims).
+  virtual void CheckpointClaimsIgnored(int n) = 0;
 };
 
 // A snapshot for gauges.

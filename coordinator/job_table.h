@@ -64,6 +64,10 @@ struct JobEntry {
                                           // reports: its replay restarts below the old step
   Clock::TimePoint stopping_since{};   // when it became PREEMPTED or STUCK
   v1::JobMetrics history;              // stored apart (JobStore::PutMetrics)
+  // Copies of its checkpoint ordered to other workers (Placer::AddCheckpointCopies), by
+  // target: step and manifest digest. In memory only: after a restart a copy is ordered
+  // again, and the copier answers at once for a step it holds.
+  std::map<std::string, std::pair<int64_t, std::string>> copies_ordered;
 };
 
 class JobTable {

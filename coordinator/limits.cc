@@ -58,6 +58,9 @@ Status LimitTaskStatus(const std::string& field, v1::TaskStatus* s) {
   NS_RETURN_IF_ERROR(CheckSize(field + ".model_path", s->model_path(), limits::kPathBytes));
   NS_RETURN_IF_ERROR(CheckSize(field + ".master_addr", s->master_addr(), limits::kAddressBytes));
   NS_RETURN_IF_ERROR(CheckSize(field + ".cache_key", s->cache_key(), limits::kCacheKeyBytes));
+  NS_RETURN_IF_ERROR(CheckSize(field + ".checkpoint_manifest_sha256", s->checkpoint_manifest_sha256(),
+                               limits::kDigestBytes));
+  NS_RETURN_IF_ERROR(CheckSize(field + ".checkpoint_check", s->checkpoint_check(), limits::kCheckpointCheckBytes));
   NS_RETURN_IF_ERROR(CheckMetrics(field + ".metrics", s->metrics()));
   NS_RETURN_IF_ERROR(CheckCount(field + ".evals", s->evals_size(), limits::kEvalsPerReport));
   for (const auto& e : s->evals()) NS_RETURN_IF_ERROR(CheckMetrics(field + ".evals.metrics", e.metrics()));
@@ -83,7 +86,10 @@ Status LimitHeartbeat(const std::string& name, std::vector<v1::TaskStatus>* task
     NS_RETURN_IF_ERROR(LimitTaskStatus("tasks[" + std::to_string(i) + "]", &(*tasks)[i]));
   if (cache != nullptr) NS_RETURN_IF_ERROR(CheckCacheReport(*cache));
   NS_RETURN_IF_ERROR(CheckCount("checkpoints", static_cast<int>(checkpoints.size()), limits::kHeldCheckpoints));
-  for (const auto& h : checkpoints) NS_RETURN_IF_ERROR(CheckSize("checkpoints.job_id", h.job_id(), limits::kJobIdBytes));
+  for (const auto& h : checkpoints) {
+    NS_RETURN_IF_ERROR(CheckSize("checkpoints.job_id", h.job_id(), limits::kJobIdBytes));
+    NS_RETURN_IF_ERROR(CheckSize("checkpoints.manifest_sha256", h.manifest_sha256(), limits::kDigestBytes));
+  }
   return Status::OK();
 }
 

@@ -32,6 +32,12 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                       .Help("Stored records that did not parse at start and were moved aside (corrupt/<key>), by kind")
                       .Register(*registry_);
   for (const char* kind : {"job", "metrics"}) moved_aside_->Add({{"kind", kind}});
+  claims_ignored_ = &prometheus::BuildCounter()
+                        .Name("nightshift_checkpoint_claims_ignored_total")
+                        .Help("Checkpoints workers claimed to hold that no record of the coordinator vouches for "
+                              "(not used for placement or copies)")
+                        .Register(*registry_);
+  claims_ignored_->Add({});
   rpcs_ = &prometheus::BuildCounter()
                .Name("nightshift_rpc_requests_total")
                .Help("gRPC calls served, by method and status code")
@@ -68,6 +74,8 @@ void CoordinatorMetrics::JobRestarted(const std::string& reason) {
 void CoordinatorMetrics::RecordMovedAside(const std::string& key) {
   moved_aside_->Add({{"kind", key.substr(0, key.find('/'))}}).Increment();  // "job/<id>" -> job
 }
+
+void CoordinatorMetrics::CheckpointClaimsIgnored(int n) { claims_ignored_->Add({}).Increment(n); }
 
 void CoordinatorMetrics::SchedulingPass(double seconds) {
   scheduling_->Add({}, kLatencyBuckets).Observe(seconds);

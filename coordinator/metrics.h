@@ -29,6 +29,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   void JobScheduled(double queue_wait_seconds) override;
   void JobRestarted(const std::string& reason) override;
   void RecordMovedAside(const std::string& key) override;
+  void CheckpointClaimsIgnored(int n) override;
 
   void SchedulingPass(double seconds);
   void Rpc(const std::string& method, int grpc_code, double seconds);
@@ -40,6 +41,7 @@ class CoordinatorMetrics : public CoordinatorObserver {
   prometheus::Family<prometheus::Histogram>* scheduling_;
   prometheus::Family<prometheus::Counter>* restarts_;
   prometheus::Family<prometheus::Counter>* moved_aside_;
+  prometheus::Family<prometheus::Counter>* claims_ignored_;
   prometheus::Family<prometheus::Counter>* rpcs_;
   prometheus::Family<prometheus::Histogram>* rpc_seconds_;
 };

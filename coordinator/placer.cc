@@ -1,6 +1,8 @@
 #include "coordinator/placer.h"
 
 #include "common/file_access.h"
+#include "common/log.h"
+#include "coordinator/checkpoint_records.h"
 
 #include <algorithm>
 #include <chrono>
@@ -88,21 +90,92 @@ void Placer::ApplySchedule(const ScheduleResult& result) {
   }
 }
 
+int64_t Placer::VouchedStep(const v1::Job& job, const std::string& name, const WorkerEntry& w) const {
+  auto step = w.held.find(job.id());
+  auto digest = w.held_manifest.find(job.id());
+  if (step == w.held.end() || digest == w.held_manifest.end()) return 0;
+  return Vouched(job, name, step->second, digest->second) ? step->second : 0;
+}
+
 std::vector<std::string> Placer::NewestHolders(const std::string& job_id) const {
   std::vector<std::string> holders;
-  int64_t newest = 0;
+  const JobEntry* entry = jobs_->Find(job_id);
+  if (entry == nullptr) return holders;
+  int64_t newest = 1;
   for (const auto& [name, w] : workers_->entries()) {
-    auto it = w.held.find(job_id);
-    if (w.info.state() != v1::WORKER_READY || it == w.held.end() || it->second < newest) continue;
-    if (it->second > newest) holders.clear();
-    newest = it->second;
+    const int64_t step = w.info.state() == v1::WORKER_READY ? VouchedStep(entry->job, name, w) : 0;
+    if (step < newest) continue;
+    if (step > newest) holders.clear();
+    newest = step;
     holders.push_back(name);
   }
   return holders;
 }
 
-void Placer::AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply) const {
-  for (const auto& [id, entry] : jobs_->entries()) {
+int Placer::JudgeClaims(const std::string& worker) {
+  const WorkerEntry* w = workers_->Find(worker);
+  if (w == nullptr) return 0;
+  std::set<std::tuple<std::string, int64_t, std::string>> ignored;
+  for (const auto& [id, step] : w->held) {
+    const std::string digest = w->held_manifest.count(id) ? w->held_manifest.at(id) : "";
+    JobEntry* entry = jobs_->Find(id);
+    if (entry != nullptr) {
+      v1::Job& job = entry->job;
+      auto order = entry->copies_ordered.find(worker);
+      if (order != entry->copies_ordered.end() && order->second == std::make_pair(step, digest)) {
+        entry->copies_ordered.erase(order);  // the copier verified the digest: a holder now
+        if (RecordHolder(&job, worker, step, digest, /*copied=*/true)) jobs_->Persist(entry, /*sync=*/false);
+      } else if (step > NewestRecordedStep(job) && Wrote(job, worker) && RecordHolder(&job, worker, step, digest)) {
+        NS_INFO("job " << id << ": worker " << worker << ", which wrote its checkpoints, holds step " << step
+                       << ", newer than any it reported: recorded");
+        jobs_->Persist(entry, /*sync=*/false);
+      }
+      if (Vouched(job, worker, step, digest)) continue;
+      // Its own running attempt's newer step: the trainer's report may come a beat later.
+      if (HoldsSlots(job.state()) && RanksOn(job, worker) > 0 && step > NewestRecordedStep(job)) continue;
+    }
+    ignored.insert({id, step, digest});
+  }
+  int fresh = 0;
+  const auto& before = ignored_[worker];
+  for (const auto& claim : ignored) {
+    if (before.count(claim)) continue;
+    ++fresh;
+    NS_WARN("worker " << worker << " claims checkpoint step " << std::get<1>(claim) << " of job " << std::get<0>(claim)
+                      << " (manifest " << (std::get<2>(claim).empty() ? "none" : std::get<2>(claim).substr(0, 12))
+                      << "), which no record of the coordinator vouches for: ignored");
+  }
+  ignored_[worker] = std::move(ignored);
+  return fresh;
+}
+
+void Placer::AddResumeSources(v1::Assignment* a) const {
+  const JobEntry* entry = jobs_->Find(a->task().job_id());
+  if (entry == nullptr) return;
+  const v1::Job& job = entry->job;
+  for (auto& v : VerifiedCheckpoints(job)) *a->add_verified_checkpoints() = std::move(v);
+  const int64_t newest = NewestRecordedStep(job);
+  if (newest == 0 || a->first_rank() != 0) return;  // one worker fetches; the ranks share it (trainer)
+  std::vector<std::string> holders = NewestHolders(job.id());
+  if (holders.empty()) return;
+  for (const auto& p : job.placements()) {
+    const WorkerEntry* w = workers_->Find(p.worker());
+    if (w != nullptr && VouchedStep(job, p.worker(), *w) == newest) return;  // the attempt has it
+  }
+  const std::string& source = holders.front();
+  const WorkerEntry* src = workers_->Find(source);
+  if (src == nullptr || src->info.log_address().empty() || VouchedStep(job, source, *src) != newest) return;
+  v1::CheckpointCopy* fetch = a->mutable_fetch_checkpoint();
+  fetch->set_job_id(job.id());
+  fetch->set_step(newest);
+  fetch->set_source_worker(source);
+  fetch->set_source_address(src->info.log_address());
+  fetch->set_capability(ReadCheckpointCapability(src->file_key, job.id()));
+  fetch->set_manifest_sha256(src->held_manifest.at(job.id()));
+}
+
+void Placer::AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply) {
+  for (auto& [id, entry] : jobs_->entries()) {
     const v1::Job& job = entry.job;
     if (job.state() != v1::RUNNING || job.placements_size() != 1) continue;
     const std::string& source = job.placements(0).worker();
@@ -110,8 +183,8 @@ void Placer::AddCheckpointCopies(const std::string& target, Clock::TimePoint now
     if (source == target || src == nullptr || src->info.state() != v1::WORKER_READY ||
         src->info.log_address().empty())
       continue;
-    auto newest = src->held.find(id);
-    if (newest == src->held.end()) continue;
+    const int64_t newest = VouchedStep(job, source, *src);
+    if (newest == 0) continue;
     // Where the job could resume: ready, uncordoned, not late, with GPUs for a cuda job.
     const bool cuda = job.spec().resources().device() == "cuda";
     const auto could_resume = [&](const WorkerEntry& w) {
@@ -123,18 +196,18 @@ void Placer::AddCheckpointCopies(const std::string& target, Clock::TimePoint now
     int64_t chosen_step = -1;
     for (const auto& [name, w] : workers_->entries()) {
       if (name == source || !could_resume(w)) continue;
-      auto it = w.held.find(id);
-      const int64_t step = it == w.held.end() ? 0 : it->second;
+      const int64_t step = VouchedStep(job, name, w);
       if (step > chosen_step) chosen = &name, chosen_step = step;
     }
-    if (chosen == nullptr || *chosen != target || chosen_step >= newest->second) continue;
+    if (chosen == nullptr || *chosen != target || chosen_step >= newest) continue;
     v1::CheckpointCopy& copy = reply->copy_checkpoints.emplace_back();
     copy.set_job_id(id);
-    copy.set_step(newest->second);
+    copy.set_step(newest);
     copy.set_source_worker(source);
     copy.set_source_address(src->info.log_address());
     copy.set_capability(ReadCheckpointCapability(src->file_key, id));
-    copy.set_manifest_sha256(src->held_manifest.count(id) ? src->held_manifest.at(id) : "");
+    copy.set_manifest_sha256(src->held_manifest.at(id));
+    entry.copies_ordered[target] = {newest, copy.manifest_sha256()};
   }
 }
 

@@ -11,7 +11,10 @@
 #ifndef NIGHTSHIFT_COORDINATOR_PLACER_H_
 #define NIGHTSHIFT_COORDINATOR_PLACER_H_
 
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/clock.h"
@@ -43,19 +46,37 @@ class Placer {
   Snapshot SnapshotForScheduler(Clock::TimePoint now) const;
   void ApplySchedule(const ScheduleResult& result);
 
-  // The ready workers whose own disk holds the job's newest checkpoint (none reported: empty).
+  // The ready workers whose own disk holds the job's newest checkpoint among the claims
+  // the job's records vouch for (checkpoint_records.h); none: empty.
   std::vector<std::string> NewestHolders(const std::string& job_id) const;
+  // Judges the checkpoint claims `worker` made in its last heartbeat (WorkerEntry.held):
+  // a claim that matches a copy ordered to it (AddCheckpointCopies), or of a step newer
+  // than every record from a worker that wrote the job's checkpoints, becomes a record
+  // (checkpoint_records.h); a claim its job's records vouch for counts; so does, for now, a newer step of a job
+  // whose current attempt runs on it (its trainer's report of the step may follow the
+  // heartbeat's scan of the disk). Every other claim is ignored, and the number of those
+  // not ignored at its previous heartbeat already is returned (to be logged and counted).
+  int JudgeClaims(const std::string& worker);
+  // Fills what `a`'s worker needs to resume the job from a checkpoint the coordinator
+  // vouches for: every recorded digest, and where to fetch the newest recorded step from
+  // when no worker of the attempt holds it (a ready worker whose claim to it is vouched).
+  void AddResumeSources(v1::Assignment* a) const;
   // The copies `target` should make, added to reply->copy_checkpoints: of each RUNNING job
   // whose ranks all sit on one other worker, that worker's newest checkpoint, if `target`
   // is the one other worker to keep a copy (ready, uncordoned, not late, with GPUs for a
   // cuda job; the one holding the job's newest copy already, else the first by name) and
   // does not hold that step yet.
-  void AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply) const;
+  // Each copy is remembered (the job's copies_ordered) until `target` claims the step.
+  void AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply);
 
  private:
   JobTable* const jobs_;                 // not owned
   const WorkerRegistry* const workers_;  // not owned
   Attempts* const attempts_;             // not owned
+  // The step `name` holds of `job`, if the job's records vouch for its claim; else 0.
+  int64_t VouchedStep(const v1::Job& job, const std::string& name, const WorkerEntry& w) const;
+  // Per worker, the claims (job, step, digest) ignored at its last heartbeat.
+  std::map<std::string, std::set<std::tuple<std::string, int64_t, std::string>>> ignored_;
 };
 
 }  // namespace nightshift

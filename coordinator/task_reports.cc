@@ -1,14 +1,18 @@
 #include "coordinator/task_reports.h"
 
 #include "common/log.h"
+#include "coordinator/checkpoint_records.h"
 #include "coordinator/metric_history.h"
 
 namespace nightshift {
 namespace {
 
-// Takes the report's checkpoint if it is newer; whether it was.
-bool TakeCheckpoint(const v1::TaskStatus& status, v1::Job* job) {
-  if (status.checkpoint_step() <= job->checkpoint_step()) return false;
+// Takes the report's checkpoint if it is newer, and records `worker` (placed on the
+// attempt: its writer) as holding it (checkpoint_records.h); whether the job changed.
+bool TakeCheckpoint(const std::string& worker, const v1::TaskStatus& status, v1::Job* job) {
+  const bool recorded =
+      RecordHolder(job, worker, status.checkpoint_step(), status.checkpoint_manifest_sha256());
+  if (status.checkpoint_step() <= job->checkpoint_step()) return recorded;
   job->set_checkpoint_step(status.checkpoint_step());
   job->set_checkpoint_path(status.checkpoint_path());
   return true;
@@ -33,7 +37,7 @@ void TaskReports::Handle(const std::string& worker, const v1::TaskStatus& status
   if (IsStopping(entry.job.state())) {
     // Keep the checkpoint written on SIGTERM: the next attempt resumes from it.
     // (from a worker the attempt is placed on: no other may set where it resumes from)
-    if (part != nullptr && TakeCheckpoint(status, &entry.job)) jobs_->Persist(&entry, /*sync=*/false);
+    if (part != nullptr && TakeCheckpoint(worker, status, &entry.job)) jobs_->Persist(&entry, /*sync=*/false);
     if (alive) {
       reply->stop.push_back(status.task());
       if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());
@@ -93,7 +97,8 @@ void TaskReports::Reconcile(const std::string& worker, bool reported, JobEntry* 
 bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
                              JobEntry* entry) {
   v1::Job& job = entry->job;
-  bool changed = TakeCheckpoint(status, &job);
+  bool changed = TakeCheckpoint(worker, status, &job);
+  changed = TakeCheckpointCheck(worker, status, &job) || changed;
   if (part.first_rank() != 0) return changed;
   changed = TakeResumedStep(status, entry) || changed;
   if (job.master_addr().empty() && !status.master_addr().empty()) {
@@ -132,6 +137,18 @@ bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& st
     changed = true;
   }
   return changed;
+}
+
+// What `worker` did with the job's local checkpoints before starting its ranks (set
+// unvouched ones aside, fetched the newest): one event per attempt and worker.
+bool TaskReports::TakeCheckpointCheck(const std::string& worker, const v1::TaskStatus& status, v1::Job* job) {
+  if (status.checkpoint_check().empty()) return false;
+  const std::string reason = "worker " + worker + ": " + status.checkpoint_check();
+  for (const auto& ev : job->events())
+    if (ev.attempt() == job->attempt() && ev.reason() == reason) return false;  // told already
+  jobs_->AddEvent(job, reason, job->checkpoint_step());
+  NS_WARN("job " << job->id() << ": " << reason);
+  return true;
 }
 
 // The step the attempt's trainer says it resumed from is what the record shows: one event

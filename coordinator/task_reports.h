@@ -42,6 +42,7 @@ class TaskReports {
   bool TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
                   JobEntry* entry);
   bool TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry);
+  bool TakeCheckpointCheck(const std::string& worker, const v1::TaskStatus& status, v1::Job* job);
 
   Clock* const clock_;          // not owned
   JobTable* const jobs_;        // not owned

@@ -163,7 +163,9 @@ void Agent::StartTask(const v1::Assignment& a) {
       return;  // the coordinator repeats the assignment
     }
   }
-  auto task = std::make_unique<Task>(options_, a, cache_, gpus);
+  Task::FetchCheckpoint fetch;
+  if (copier_) fetch = [copier = copier_.get()](const v1::CheckpointCopy& c) { return copier->Fetch(c); };
+  auto task = std::make_unique<Task>(options_, a, cache_, gpus, std::move(fetch));
   task->Start();
   std::lock_guard<std::mutex> lock(tasks_mu_);
   tasks_[key] = std::move(task);

@@ -59,14 +59,42 @@ std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root) {
     if (!format::IsJobId(job) || !d.is_directory(ec)) continue;
     const std::vector<int64_t> steps = format::CompleteSteps(d.path().string());
     if (steps.empty()) continue;
-    auto manifest = ReadFile(d.path() / format::StepDirName(steps.back()) / format::kCheckpointManifest);
-    if (!manifest.ok()) continue;
+    const std::string digest = ManifestDigest(d.path().string(), steps.back());
+    if (digest.empty()) continue;
     v1::HeldCheckpoint& h = held.emplace_back();
     h.set_job_id(job);
     h.set_step(steps.back());
-    h.set_manifest_sha256(format::Sha256Hex(manifest.value()));
+    h.set_manifest_sha256(digest);
   }
   return held;
+}
+
+std::string ManifestDigest(const std::string& job_dir, int64_t step) {
+  auto manifest = ReadFile(fs::path(job_dir) / format::StepDirName(step) / format::kCheckpointManifest);
+  return manifest.ok() ? format::Sha256Hex(manifest.value()) : "";
+}
+
+std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified) {
+  std::vector<int64_t> moved;
+  for (const int64_t step : format::CompleteSteps(job_dir)) {
+    const std::string digest = ManifestDigest(job_dir, step);
+    const bool vouched = !digest.empty() && std::any_of(verified.begin(), verified.end(), [&](const auto& v) {
+      return v.step() == step && format::ConstantTimeEqual(v.manifest_sha256(), digest);
+    });
+    if (vouched) continue;
+    const fs::path aside = fs::path(job_dir) / "unverified" / format::StepDirName(step);
+    std::error_code ec;
+    fs::remove_all(aside, ec);
+    fs::create_directories(aside.parent_path(), ec);
+    fs::rename(fs::path(job_dir) / format::StepDirName(step), aside, ec);
+    if (ec) {  // cannot move it: remove it, so that nothing resumes from it
+      NS_WARN("cannot move " << job_dir << "/" << format::StepDirName(step) << " aside (" << ec.message() << "): removed");
+      RemoveCheckpoint(fs::path(job_dir) / format::StepDirName(step));
+    }
+    moved.push_back(step);
+  }
+  if (!moved.empty()) format::SyncDirectory(job_dir);
+  return moved;
 }
 
 Status SendCheckpoint(const std::string& step_dir, int64_t step,
@@ -114,7 +142,7 @@ CheckpointCopier::~CheckpointCopier() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    if (in_flight_ != nullptr) in_flight_->TryCancel();
+    for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
   }
   wake_.notify_all();
   thread_.join();
@@ -316,11 +344,13 @@ class StallWatchdog {
 
 }  // namespace
 
-Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
+Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) { return CopyInto(copy, /*own_task=*/false); }
+
+Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task) {
   if (!format::IsJobId(copy.job_id())) return Status::InvalidArgument("job_id: not a job id");
   const fs::path job_dir = fs::path(options_.root) / copy.job_id();
   const std::string what = CopyName(copy);
-  if (options_.runs_here && options_.runs_here(copy.job_id()))
+  if (!own_task && options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job runs on this worker");
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
   if (!held.empty() && held.back() >= copy.step()) return Status::OK();
@@ -330,7 +360,7 @@ Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) {
   IncomingCheckpoint files(incoming.value(), what, copy.step(), copy.manifest_sha256());
   Status s = Receive(copy, [&](const v1::ArtifactChunk& chunk) { return files.Add(chunk); });
   if (s.ok()) s = files.Finish();
-  if (s.ok()) s = Commit(copy, incoming.value());
+  if (s.ok()) s = Commit(copy, incoming.value(), own_task);
   std::error_code ec;
   fs::remove_all(incoming.value(), ec);  // renamed away when committed
   if (!s.ok()) return s;
@@ -354,7 +384,7 @@ Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status::Cancelled("the worker is stopping");
-    in_flight_ = &ctx;
+    in_flight_.insert(&ctx);
   }
   v1::ReadCheckpointRequest req;
   req.set_job_id(copy.job_id());
@@ -377,7 +407,7 @@ Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_ = nullptr;
+    in_flight_.erase(&ctx);
   }
   if (!bad.ok()) return bad;
   if (stalled)
@@ -396,10 +426,10 @@ Status CheckpointCopier::Receive(const v1::CheckpointCopy& copy,
   return Status::OK();
 }
 
-Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& incoming) {
+Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& incoming, bool own_task) {
   const std::string what = CopyName(copy);
   // Into place, unless the job started here meanwhile: its trainer owns the folder then.
-  if (options_.runs_here && options_.runs_here(copy.job_id()))
+  if (!own_task && options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job started on this worker");
   const fs::path job_dir = incoming.parent_path();
   const fs::path dir = job_dir / format::StepDirName(copy.step());

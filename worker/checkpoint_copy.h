@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,16 @@ namespace nightshift {
 
 // Every job folder's newest complete checkpoint under `root`, by job id.
 std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root);
+
+// Moves every complete checkpoint in `job_dir` whose (step, manifest SHA-256) is not in
+// `verified` into <job_dir>/unverified/ (replacing an older one there), where neither the
+// trainer nor NewestCheckpoints looks: the coordinator vouches only for the checkpoints a
+// worker of the job reported writing and the copies it ordered (coordinator/
+// checkpoint_records.h), and a job resumes from nothing else. The steps moved, ascending.
+std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified);
+
+// The SHA-256 (hex) of <job_dir>/step-N/manifest.json; "" when it cannot be read.
+std::string ManifestDigest(const std::string& job_dir, int64_t step);
 
 // Sends the complete checkpoint `step_dir` as chunks of at most 1 MiB: manifest.json
 // first (with `step`), then every file it lists, in name order. `write` returns false
@@ -74,23 +85,27 @@ class CheckpointCopier {
   // behind. FailedPrecondition while the job runs here; Unavailable when the holder sent
   // nothing for options.stall.
   Status Copy(const v1::CheckpointCopy& copy);
+  // The same for the job's own task, before its ranks start (Assignment.fetch_checkpoint):
+  // no FailedPrecondition for the job running here.
+  Status Fetch(const v1::CheckpointCopy& copy) { return CopyInto(copy, /*own_task=*/true); }
 
   int64_t copies() const;  // completed so far
   int64_t bytes() const;   // their bytes
 
  private:
   void Loop();
+  Status CopyInto(const v1::CheckpointCopy& copy, bool own_task);
   // Reads the holder's stream, handing each chunk to on_chunk (which stops it with an
   // error); cancellable by the destructor, cancelled after options_.stall without data.
   Status Receive(const v1::CheckpointCopy& copy, const std::function<Status(const v1::ArtifactChunk&)>& on_chunk);
   // Renames the verified `incoming` folder into place, writes COMPLETE, prunes to keep.
-  Status Commit(const v1::CheckpointCopy& copy, const std::filesystem::path& incoming);
+  Status Commit(const v1::CheckpointCopy& copy, const std::filesystem::path& incoming, bool own_task);
 
   const Options options_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::map<std::string, v1::CheckpointCopy> queue_;  // GUARDED_BY(mu_), by job id
-  grpc::ClientContext* in_flight_ = nullptr;         // GUARDED_BY(mu_)
+  std::set<grpc::ClientContext*> in_flight_;         // GUARDED_BY(mu_): the copier's and Fetch calls'
   bool stop_ = false;                                // GUARDED_BY(mu_)
   int64_t copies_ = 0, bytes_ = 0;                   // GUARDED_BY(mu_)
   std::thread thread_;  // last: starts after everything above is constructed

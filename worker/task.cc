@@ -22,6 +22,7 @@
 #include "common/model_folder.h"
 #include "tokenizer/folder.h"
 #include "worker/assignment.h"
+#include "worker/checkpoint_copy.h"
 #include "worker/data_prep.h"
 #include "worker/launcher.h"
 
@@ -72,11 +73,12 @@ constexpr uint64_t kMaxModelInput = 64 << 20;
 }  // namespace
 
 Task::Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache,
-           std::vector<int> gpus)
+           std::vector<int> gpus, FetchCheckpoint fetch)
     : options_(options),
       assignment_(assignment),
       cache_(cache),
       gpus_(std::move(gpus)),
+      fetch_(std::move(fetch)),
       supervisor_({"job " + assignment.task().job_id() + " attempt " + std::to_string(assignment.task().attempt()),
                    options.stop_grace_seconds, options.log_max_bytes, options.log_keep}),
       progress_(assignment.first_rank()) {
@@ -183,6 +185,12 @@ void Task::Run() {
     if (port == 0) return Finish(v1::TASK_FAILED, "cannot find a free port for the rendezvous", false);
     std::lock_guard<std::mutex> lock(mu_);
     status_.set_master_addr(options_.advertise_host + ":" + std::to_string(port));
+  }
+  if (options_.checkpoint_root.empty()) {
+    const std::string note = CheckLocalCheckpoints(CheckpointRoot(options_) + "/" + job_id);
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.set_checkpoint_check(note);
+    progress_dirty_ = true;
   }
   const nlohmann::json config =
       TrainerConfig(WithResolvedModelFolders(assignment_), data, CheckpointRoot(options_) + "/" + job_id,
@@ -378,6 +386,25 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
          permanent);
 }
 
+std::string Task::CheckLocalCheckpoints(const std::string& dir) {
+  const std::vector<v1::HeldCheckpoint> verified(assignment_.verified_checkpoints().begin(),
+                                                 assignment_.verified_checkpoints().end());
+  std::string note;
+  for (const int64_t step : SetAsideUnverified(dir, verified))
+    note += (note.empty() ? "set aside local checkpoint step " : ", ") + std::to_string(step);
+  if (!note.empty()) note += " (no checkpoint the coordinator recorded has its manifest)";
+  const v1::CheckpointCopy& fetch = assignment_.fetch_checkpoint();
+  std::vector<int64_t> held = format::CompleteSteps(dir);
+  if (fetch_ && fetch.step() > 0 && (held.empty() || held.back() < fetch.step())) {
+    const Status s = fetch_(fetch);
+    note += std::string(note.empty() ? "" : "; ") + (s.ok() ? "fetched" : "could not fetch") + " step " +
+            std::to_string(fetch.step()) + " from worker " + fetch.source_worker() + (s.ok() ? "" : ": " + s.message());
+    held = format::CompleteSteps(dir);
+  }
+  if (note.empty()) return "";
+  return note + "; " + (held.empty() ? "no local checkpoint left to resume from" : "the newest local checkpoint is step " + std::to_string(held.back()));
+}
+
 void Task::OnProgressLine(int rank, const std::string& line) {
   format::ProgressRecord rec;
   std::string error = format::ParseProgressLine(line, &rec);
@@ -390,7 +417,15 @@ void Task::OnProgressLine(int rank, const std::string& line) {
                    << rec.Number("step"));
     supervisor_.Signal(rank, SIGSTOP);
   }
+  // The digest of the checkpoint this worker's writer reported, read where the worker
+  // keeps it (never at a path the trainer names): the coordinator records it.
+  const bool own_checkpoint = rec.event == "checkpoint" && rank == assignment_.first_rank();
+  const std::string digest =
+      own_checkpoint ? ManifestDigest(CheckpointRoot(options_) + "/" + assignment_.task().job_id(),
+                                      static_cast<int64_t>(rec.Number("step")))
+                     : "";
   std::lock_guard<std::mutex> lock(mu_);
+  if (own_checkpoint) status_.set_checkpoint_manifest_sha256(digest);
   if (progress_.Add(rank, rec)) progress_dirty_ = true;
 }
 

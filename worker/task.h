@@ -6,6 +6,7 @@
 #define NIGHTSHIFT_WORKER_TASK_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -26,9 +27,13 @@ class Task {
  public:
   using RankRecords = ProgressAggregator::RankRecords;
 
+  // Copies a checkpoint into this worker's own checkpoint folder (CheckpointCopier::Fetch).
+  using FetchCheckpoint = std::function<Status(const v1::CheckpointCopy&)>;
+
   // `cache` outlives the task. `gpus`: one GPU index per local rank (empty on CPU).
+  // `fetch`: null with a shared checkpoint root (nothing is fetched there).
   Task(const WorkerOptions& options, const v1::Assignment& assignment, FeatureCache* cache,
-       std::vector<int> gpus = {});
+       std::vector<int> gpus = {}, FetchCheckpoint fetch = nullptr);
   const std::vector<int>& gpus() const { return gpus_; }
   ~Task();  // stops the ranks and joins the thread
   Task(const Task&) = delete;
@@ -60,6 +65,11 @@ class Task {
   // Runs nightshift-prepare into `build_dir` (see worker/data_prep.h for why a process).
   Status BuildData(const PrepOptions& options, const std::string& build_dir, const std::string& job_dir);
   void RunRanks(const std::string& config_path, const std::string& job_dir);
+  // Without a shared checkpoint root, before the ranks start: sets aside the job's local
+  // checkpoints the coordinator does not vouch for (Assignment.verified_checkpoints) and
+  // fetches the newest vouched one when told to; what it did, for the job's events ("":
+  // nothing to tell).
+  std::string CheckLocalCheckpoints(const std::string& dir);
   void OnProgressLine(int rank, const std::string& line);
   void Finish(v1::TaskState state, const std::string& error, bool user_error);
 
@@ -68,6 +78,7 @@ class Task {
   const v1::Assignment assignment_;
   FeatureCache* const cache_;
   const std::vector<int> gpus_;
+  const FetchCheckpoint fetch_;
 
   Supervisor supervisor_;              // the task's processes
   std::shared_ptr<CacheLease> lease_;  // the task's thread only: its data stays in the cache while it runs

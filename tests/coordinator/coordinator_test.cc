@@ -21,6 +21,17 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// What `curl` gets from http://127.0.0.1:<port>/metrics.
+std::string Scrape(int port) {
+  std::string out;
+  FILE* curl = ::popen(("curl -sf http://127.0.0.1:" + std::to_string(port) + "/metrics").c_str(), "r");
+  if (curl == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), curl)) > 0;) out.append(buf, n);
+  ::pclose(curl);
+  return out;
+}
+
 class CoordinatorTest : public testing::Test {
  protected:
   void SetUp() override {
@@ -448,14 +459,21 @@ TEST_F(CoordinatorTest, AOneWorkerJobsCheckpointIsCopiedToOneOtherWorkerAndItsRe
     if (held_step > 0) {
       held.emplace_back().set_job_id(id);
       held.back().set_step(held_step);
+      held.back().set_manifest_sha256("manifest-" + std::to_string(held_step));
     }
     auto reply = c_->Heartbeat(worker, tasks, nullptr, held);
     EXPECT_TRUE(reply.ok()) << reply.status().ToString();
     return reply.ok() ? reply->copy_checkpoints : std::vector<v1::CheckpointCopy>{};
   };
-  const v1::TaskStatus running = Status(id, 0, v1::TASK_RUNNING);
+  // w1's trainer reports each checkpoint it wrote: what the coordinator records.
+  const auto running = [&](int64_t step) {
+    v1::TaskStatus s = Status(id, 0, v1::TASK_RUNNING);
+    s.set_checkpoint_step(step);
+    s.set_checkpoint_manifest_sha256("manifest-" + std::to_string(step));
+    return s;
+  };
   EXPECT_TRUE(beat("w2", {}, 0).empty()) << "nothing to copy before w1 holds a checkpoint";
-  EXPECT_TRUE(beat("w1", {running}, 40).empty());
+  EXPECT_TRUE(beat("w1", {running(40)}, 40).empty());
   EXPECT_TRUE(beat("w3", {}, 0).empty()) << "one copy, on the first worker by name";
   std::vector<v1::CheckpointCopy> told = beat("w2", {}, 0);
   ASSERT_EQ(told.size(), 1u);
@@ -465,7 +483,7 @@ TEST_F(CoordinatorTest, AOneWorkerJobsCheckpointIsCopiedToOneOtherWorkerAndItsRe
   EXPECT_EQ(told[0].source_address(), "198.18.0.1:7001");
   EXPECT_EQ(beat("w2", {}, 0).size(), 1u) << "told again until it holds the step";
   EXPECT_TRUE(beat("w2", {}, 40).empty());
-  beat("w1", {running}, 50);  // the next save: the same worker copies it
+  beat("w1", {running(50)}, 50);  // the next save: the same worker copies it
   EXPECT_TRUE(beat("w3", {}, 0).empty());
   told = beat("w2", {}, 40);
   ASSERT_EQ(told.size(), 1u);
@@ -482,6 +500,60 @@ TEST_F(CoordinatorTest, AOneWorkerJobsCheckpointIsCopiedToOneOtherWorkerAndItsRe
   ASSERT_EQ(job.attempt(), 1);
   ASSERT_EQ(job.placements_size(), 1);
   EXPECT_EQ(job.placements(0).worker(), "w2");  // best fit alone would take one-slot w3
+}
+
+// Issue 40: one worker token claiming step 10^9 of another owner's queued job does not
+// attract it: the restart goes to the worker that wrote the job's checkpoint, which is
+// told the digests it may resume from; the claim is counted once in
+// nightshift_checkpoint_claims_ignored_total; the record survives a coordinator restart.
+TEST_F(CoordinatorTest, AHugeCheckpointClaimForAnotherOwnersJobDoesNotAttractItAndIsCounted) {
+  CoordinatorMetrics metrics;
+  options_.observer = &metrics;
+  Reopen();
+  RegisterWorker("w1", 1);
+  const std::string id = c_->Submit(Spec(), "alice")->id();
+  c_->Tick();
+  std::vector<v1::HeldCheckpoint> held(1);
+  held[0].set_job_id(id);
+  held[0].set_step(40);
+  held[0].set_manifest_sha256("manifest-40");
+  v1::TaskStatus running = Status(id, 0, v1::TASK_RUNNING);
+  running.set_checkpoint_step(40);
+  running.set_checkpoint_manifest_sha256("manifest-40");
+  ASSERT_TRUE(c_->Heartbeat("w1", {running}, nullptr, held).ok());
+  RegisterWorker("a-attacker", 1);  // first by name, as free as w1
+  std::vector<v1::HeldCheckpoint> claim = held;
+  claim[0].set_step(1000000000);
+  claim[0].set_manifest_sha256("forged");
+  ASSERT_TRUE(c_->Heartbeat("a-attacker", {}, nullptr, claim).ok());
+  v1::TaskStatus failed = Status(id, 0, v1::TASK_FAILED);
+  failed.set_error("rank 0 died");
+  ASSERT_TRUE(c_->Heartbeat("w1", {failed}, nullptr, held).ok());  // requeued
+  ASSERT_TRUE(c_->Heartbeat("a-attacker", {}, nullptr, claim).ok());
+  c_->Tick();
+  v1::Job job = c_->Get(id).value();
+  ASSERT_EQ(job.attempt(), 1);
+  ASSERT_EQ(job.placements_size(), 1);
+  EXPECT_EQ(job.placements(0).worker(), "w1");
+  auto reply = c_->Heartbeat("w1", {}, nullptr, held);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_EQ(reply->start.size(), 1u);
+  ASSERT_EQ(reply->start[0].verified_checkpoints_size(), 1);
+  EXPECT_EQ(reply->start[0].verified_checkpoints(0).step(), 40);
+  EXPECT_EQ(reply->start[0].verified_checkpoints(0).manifest_sha256(), "manifest-40");
+  EXPECT_FALSE(reply->start[0].has_fetch_checkpoint());  // w1 holds it
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  metrics.Serve(server.value().get(), c_.get());
+  const std::string scraped = Scrape(server.value()->port());
+  EXPECT_NE(scraped.find("nightshift_checkpoint_claims_ignored_total 1"), std::string::npos) << scraped;
+  c_.reset();  // before the metrics it reports to
+  options_.observer = nullptr;
+  Reopen();
+  job = c_->Get(id).value();
+  ASSERT_EQ(job.committed_checkpoints_size(), 1);
+  ASSERT_EQ(job.committed_checkpoints(0).holders_size(), 1);
+  EXPECT_EQ(job.committed_checkpoints(0).holders(0).worker(), "w1");
 }
 
 // Issue 18: when no worker at all reaches the coordinator (its own host cut off), none is
@@ -561,17 +633,6 @@ TEST_F(CoordinatorTest, InvalidSpecIsRefusedAndNothingStored) {
   auto job = c_->Submit(spec);
   EXPECT_EQ(job.status().code(), Status::kInvalidArgument);
   EXPECT_EQ(c_->List(JobQuery())->jobs.size(), 0u);
-}
-
-// What `curl` gets from http://127.0.0.1:<port>/metrics.
-std::string Scrape(int port) {
-  std::string out;
-  FILE* curl = ::popen(("curl -sf http://127.0.0.1:" + std::to_string(port) + "/metrics").c_str(), "r");
-  if (curl == nullptr) return out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), curl)) > 0;) out.append(buf, n);
-  ::pclose(curl);
-  return out;
 }
 
 // One job record in RocksDB that does not parse must not keep the coordinator down: it

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coordinator/attempts.h"
+#include "coordinator/checkpoint_records.h"
 #include "coordinator/job_table.h"
 #include "coordinator/placer.h"
 #include "coordinator/task_reports.h"
@@ -26,7 +27,9 @@ class RecordingObserver : public CoordinatorObserver {
   void JobScheduled(double queue_wait_seconds) override { waits.push_back(queue_wait_seconds); }
   void JobRestarted(const std::string& reason) override { restarts.push_back(reason); }
   void RecordMovedAside(const std::string& key) override { moved_aside.push_back(key); }
+  void CheckpointClaimsIgnored(int n) override { claims_ignored += n; }
   std::vector<double> waits;
+  int claims_ignored = 0;
   std::vector<std::string> restarts;
   std::vector<std::string> moved_aside;
 };
@@ -75,16 +78,30 @@ class PartsTest : public testing::Test {
     for (int i = 0; i < gpus; ++i) w.add_gpus();
     EXPECT_TRUE(workers_->Register(w, RegistrationSource{}, "key-" + name).ok());
   }
-  // A heartbeat that lists no task; `held`: job id -> newest checkpoint on its disk.
+  // The manifest digest tests give a checkpoint of `step` (any other stands for a
+  // tampered one).
+  static std::string Digest(int64_t step) { return "manifest-of-step-" + std::to_string(step); }
+  // A heartbeat that lists no task; `held`: job id -> newest checkpoint on its disk (with
+  // Digest(step)). Its claims are judged as the Coordinator judges them.
   HeartbeatReply Beat(const std::string& name, const std::map<std::string, int64_t>& held = {}) {
     std::vector<v1::HeldCheckpoint> checkpoints;
     for (const auto& [job, step] : held) {
       checkpoints.emplace_back().set_job_id(job);
       checkpoints.back().set_step(step);
+      checkpoints.back().set_manifest_sha256(Digest(step));
     }
     HeartbeatReply reply;
     EXPECT_TRUE(workers_->Heartbeat(name, clock_.Now(), {}, nullptr, checkpoints, &reply).ok());
+    observer_.CheckpointClaimsIgnored(placer_->JudgeClaims(name));
     return reply;
+  }
+  // `worker`, running the job's current attempt, reports writing checkpoint `step`.
+  void ReportCheckpoint(JobEntry* entry, const std::string& worker, int64_t step) {
+    v1::TaskStatus s = Task(entry->job.id(), entry->job.attempt(), v1::TASK_RUNNING);
+    s.set_checkpoint_step(step);
+    s.set_checkpoint_manifest_sha256(Digest(step));
+    HeartbeatReply ignored;
+    reports_->Handle(worker, s, &ignored);
   }
   static v1::TaskStatus Task(const std::string& job, int attempt, v1::TaskState state) {
     v1::TaskStatus s;

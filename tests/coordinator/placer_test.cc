@@ -1,6 +1,7 @@
 // The placer alone: the scheduler's snapshot (late, cordoned and lost workers; backoff;
-// holders of the newest checkpoint), its result applied, and the checkpoint copies
-// planned for a job whose ranks all sit on one worker.
+// holders of the newest checkpoint, among the claims the job's records vouch for), its
+// result applied, and the checkpoint copies planned for a job whose ranks all sit on one
+// worker.
 #include "coordinator/placer.h"
 
 #include <gtest/gtest.h>
@@ -14,11 +15,13 @@ using namespace std::chrono_literals;
 
 class PlacerTest : public PartsTest {
  protected:
-  // w1 runs a one-rank job and holds its checkpoint at `step`; its id.
+  // w1 runs a one-rank job, has reported writing its checkpoint at `step` and holds it;
+  // its id.
   std::string RunningOnW1WithCheckpoint(int64_t step, const v1::JobSpec& spec = Spec()) {
     Register("w1");
     JobEntry* entry = Submit(spec);
     RunOn(entry, {"w1"});
+    ReportCheckpoint(entry, "w1", step);
     Beat("w1", {{entry->job.id(), step}});
     return entry->job.id();
   }
@@ -29,21 +32,80 @@ class PlacerTest : public PartsTest {
   }
 };
 
-TEST_F(PlacerTest, TheNewestHoldersAreTheReadyWorkersWithTheHighestStep) {
+TEST_F(PlacerTest, TheNewestHoldersAreTheReadyWorkersWithTheHighestVouchedStep) {
   Register("w1");
   Register("w2");
   Register("w3");
-  EXPECT_TRUE(placer_->NewestHolders("j-1").empty());
-  Beat("w1", {{"j-1", 20}});
-  Beat("w2", {{"j-1", 40}});
-  Beat("w3", {{"j-1", 40}, {"j-2", 90}});
-  EXPECT_EQ(placer_->NewestHolders("j-1"), (std::vector<std::string>{"w2", "w3"}));
+  Register("w4");
+  JobEntry* entry = Submit();
+  const std::string id = entry->job.id();
+  EXPECT_TRUE(placer_->NewestHolders(id).empty());
+  for (const auto& [worker, step] : std::map<std::string, int64_t>{{"w1", 20}, {"w2", 40}, {"w3", 40}})
+    RecordHolder(&entry->job, worker, step, Digest(step));
+  Beat("w1", {{id, 20}});
+  Beat("w2", {{id, 40}});
+  Beat("w3", {{id, 40}});
+  Beat("w4", {{id, 90}});  // no record says so
+  EXPECT_EQ(placer_->NewestHolders(id), (std::vector<std::string>{"w2", "w3"}));
   clock_.Advance(10s);
-  Beat("w1", {{"j-1", 20}});
-  Beat("w2", {{"j-1", 40}});
+  Beat("w1", {{id, 20}});
+  Beat("w2", {{id, 40}});
+  Beat("w4", {{id, 90}});
   clock_.Advance(1ms);
   workers_->ExpireLeases(clock_.Now());  // w3 lost
-  EXPECT_EQ(placer_->NewestHolders("j-1"), std::vector<std::string>{"w2"});
+  EXPECT_EQ(placer_->NewestHolders(id), std::vector<std::string>{"w2"});
+  EXPECT_EQ(observer_.claims_ignored, 1);  // w4's claim, counted once
+}
+
+// Issue 40: a worker (any worker token) claiming a huge step of another owner's queued
+// job does not attract it: the job goes to the worker that holds what the job committed,
+// and the claim is logged and counted once, not at every heartbeat. A claim of the
+// recorded step with another manifest (a tampered checkpoint) does not count either.
+TEST_F(PlacerTest, AClaimNoRecordVouchesForAttractsNoJobAndIsCounted) {
+  Register("a-attacker", 4);
+  Register("w1", 4);
+  JobEntry* entry = Submit(Spec(), "alice");
+  const std::string id = entry->job.id();
+  RecordHolder(&entry->job, "w1", 10, Digest(10));
+  Beat("w1", {{id, 10}});
+  Beat("a-attacker", {{id, 1000000000}});
+  EXPECT_EQ(placer_->NewestHolders(id), std::vector<std::string>{"w1"});
+  EXPECT_EQ(observer_.claims_ignored, 1);
+  Beat("a-attacker", {{id, 1000000000}});
+  EXPECT_EQ(observer_.claims_ignored, 1);
+  std::vector<v1::HeldCheckpoint> tampered(1);
+  tampered[0].set_job_id(id);
+  tampered[0].set_step(10);
+  tampered[0].set_manifest_sha256("another manifest");
+  HeartbeatReply reply;
+  ASSERT_TRUE(workers_->Heartbeat("a-attacker", clock_.Now(), {}, nullptr, tampered, &reply).ok());
+  EXPECT_EQ(placer_->JudgeClaims("a-attacker"), 1);
+  EXPECT_EQ(placer_->NewestHolders(id), std::vector<std::string>{"w1"});
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{});
+  ASSERT_EQ(entry->job.placements_size(), 1);
+  EXPECT_EQ(entry->job.placements(0).worker(), "w1");
+}
+
+// A worker that wrote the job's checkpoints and died before reporting its last saves
+// (the trainer pruned the reported ones) still resumes the job from them: its claim of a
+// step newer than every record is recorded. A worker that only holds a copy, or never
+// held any of the job's checkpoints, gains nothing by such a claim.
+TEST_F(PlacerTest, TheWritersClaimOfANewerStepIsRecordedAndNoOneElses) {
+  Register("w1");
+  Register("w2");
+  Register("w3");
+  JobEntry* entry = Submit();
+  const std::string id = entry->job.id();
+  RecordHolder(&entry->job, "w1", 20, Digest(20));
+  RecordHolder(&entry->job, "w2", 20, Digest(20), /*copied=*/true);
+  Beat("w2", {{id, 60}});
+  Beat("w3", {{id, 70}});
+  EXPECT_EQ(observer_.claims_ignored, 2);
+  Beat("w1", {{id, 40}});
+  EXPECT_TRUE(Vouched(entry->job, "w1", 40, Digest(40)));
+  EXPECT_EQ(placer_->NewestHolders(id), std::vector<std::string>{"w1"});
+  EXPECT_EQ(NewestRecordedStep(entry->job), 40);
+  EXPECT_EQ(observer_.claims_ignored, 2);
 }
 
 // The copy goes to one other worker where the job could resume: the one holding the
@@ -60,10 +122,14 @@ TEST_F(PlacerTest, ACheckpointIsCopiedToOneOtherWorkerUntilItHoldsTheStep) {
   EXPECT_EQ(copies[0].source_worker(), "w1");
   EXPECT_EQ(copies[0].source_address(), "w1:7000");
   EXPECT_TRUE(CopiesFor("w3").empty());
+  Beat("w3", {{id, 30}});  // an older step no record vouches for: nothing changes
+  EXPECT_EQ(CopiesFor("w2").size(), 1u);
+  RecordHolder(&jobs_->Find(id)->job, "w3", 30, Digest(30), /*copied=*/true);  // an earlier copy it made
   Beat("w3", {{id, 30}});  // w3 has an older copy: it keeps the job's copies from now on
   EXPECT_TRUE(CopiesFor("w2").empty());
   ASSERT_EQ(CopiesFor("w3").size(), 1u);
-  Beat("w3", {{id, 50}});
+  Beat("w3", {{id, 50}});  // the copy ordered, verified there: now a holder
+  EXPECT_TRUE(Vouched(jobs_->Find(id)->job, "w3", 50, Digest(50)));
   EXPECT_TRUE(CopiesFor("w3").empty());  // it holds the step
 }
 
@@ -111,6 +177,7 @@ TEST_F(PlacerTest, TheSnapshotOffersOnlyWhatMayBeUsedNow) {
   backoff->not_before = clock_.Now() + 1s;
   const std::string queued = Submit(Spec(2))->job.id();
   clock_.Advance(600ms);
+  RecordHolder(&jobs_->Find(queued)->job, "w1", 10, Digest(10));
   Beat("w1", {{queued, 10}});
   Beat("cordoned");
   Placer::Snapshot s = placer_->SnapshotForScheduler(clock_.Now());

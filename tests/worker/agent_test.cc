@@ -14,7 +14,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/format/checkpoint_layout.h"
 #include "common/format/progress.h"
+#include "common/format/sha256.h"
 #include "tests/worker/fake_coordinator_client.h"
 #include "tests/worker/test_dirs.h"
 #include "worker/assignment.h"
@@ -240,6 +242,60 @@ TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
   }
   // Ranks that exit 0 on SIGTERM (they checkpointed) end the task SUCCEEDED.
   ASSERT_TRUE(RunUntil(agent.get(), [&] { return fake_->reports.back().status().state() == v1::TASK_SUCCEEDED; }));
+}
+
+// Issue 40: a task resumes only from a checkpoint the coordinator vouches for. Before the
+// ranks start, the job's local checkpoint that matches no recorded digest (here a newer
+// step, as a tampered or planted one would be) is set aside, and the worker says so; the
+// trainer sees only the vouched one. The checkpoint the trainer then reports goes up with
+// the digest of its manifest as the worker reads it from its own disk.
+TEST_F(AgentTest, ATaskSeesOnlyTheLocalCheckpointsTheCoordinatorVouchesFor) {
+  const std::string job_dir = dir_ + "/checkpoints/job-1";
+  auto write_checkpoint = [&](int64_t step, const std::string& manifest) {
+    const std::string dir = job_dir + "/" + format::StepDirName(step);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/manifest.json") << manifest;
+    std::ofstream(dir + "/COMPLETE") << step << "\n";
+  };
+  write_checkpoint(40, "{\"recorded\": 40}");
+  write_checkpoint(50, "{\"planted\": 50}");
+  v1::Assignment a;
+  a.mutable_task()->set_job_id("job-1");
+  a.set_first_rank(0);
+  a.set_num_ranks(1);
+  a.set_world_size(1);
+  a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
+  a.mutable_spec()->mutable_data()->set_format("text_dir");
+  v1::HeldCheckpoint* verified = a.add_verified_checkpoints();
+  verified->set_job_id("job-1");
+  verified->set_step(40);
+  verified->set_manifest_sha256(format::Sha256Hex("{\"recorded\": 40}"));
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
+  const std::string seen = dir_ + "/seen";
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path) << "#!/bin/sh\n"
+                                       << "ls " << job_dir << " > " << seen << "\n"
+                                       << "echo '{\"event\":\"checkpoint\",\"step\":40,\"path\":\"/elsewhere\"}' >&3\n"
+                                       << "echo '{\"event\":\"done\"}' >&3\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+  auto agent = NewAgent();
+  agent->RunOnce();
+  v1::HeartbeatResponse start;
+  *start.add_start() = a;
+  fake_->heartbeat_responses = {start};
+  ASSERT_TRUE(RunUntil(agent.get(), [&] {
+    return !fake_->reports.empty() && fake_->reports.back().status().state() == v1::TASK_SUCCEEDED;
+  }));
+  EXPECT_EQ(Read(seen).find("step-00000050"), std::string::npos) << Read(seen);
+  EXPECT_NE(Read(seen).find("step-00000040"), std::string::npos) << Read(seen);
+  EXPECT_TRUE(fs::exists(job_dir + "/unverified/step-00000050/manifest.json"));
+  const v1::TaskStatus& done = fake_->reports.back().status();
+  EXPECT_NE(done.checkpoint_check().find("set aside local checkpoint step 50"), std::string::npos)
+      << done.checkpoint_check();
+  EXPECT_NE(done.checkpoint_check().find("the newest local checkpoint is step 40"), std::string::npos)
+      << done.checkpoint_check();
+  EXPECT_EQ(done.checkpoint_step(), 40);
+  EXPECT_EQ(done.checkpoint_manifest_sha256(), format::Sha256Hex("{\"recorded\": 40}"));
 }
 
 // A trainer that exits with kTrainerExitPermanent (a restart would fail the same way:

@@ -217,6 +217,53 @@ TEST_F(CheckpointCopyTest, NothingIsCopiedIntoTheFolderOfAJobRunningHere) {
   EXPECT_FALSE(fs::exists(copier_job() + "/step-00000040"));
 }
 
+// The job's own task fetches before its ranks start (Assignment.fetch_checkpoint): the
+// job counts as running here then, and the copy goes in all the same.
+TEST_F(CheckpointCopyTest, TheJobsOwnTaskFetchesIntoItsFolderBeforeItsRanksStart) {
+  WriteCheckpoint(holder_job(), 40);
+  runs_here_ = true;
+  CheckpointCopier copier(Options());
+  const Status s = copier.Fetch(Order(40));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(format::CompleteSteps(copier_job()), std::vector<int64_t>{40});
+  EXPECT_EQ(ManifestDigest(copier_job(), 40), Order(40).manifest_sha256());
+}
+
+// Issue 40: before its ranks start, a worker sets aside every local checkpoint of the job
+// the coordinator does not vouch for: one tampered with (still a checkpoint the trainer
+// would load: its manifest lists the files as they are now, so only its digest tells), and
+// one no record names at all. The trainer and the held report see only the vouched one;
+// the others are kept aside, not deleted.
+TEST_F(CheckpointCopyTest, LocalCheckpointsWhoseManifestNoRecordVouchesForAreSetAside) {
+  const std::string job = copier_job();
+  for (int64_t step : {40, 50, 60}) WriteCheckpoint(job, step);
+  std::vector<v1::HeldCheckpoint> verified(2);
+  for (int i = 0; i < 2; ++i) {
+    verified[i].set_job_id("j-000007");
+    verified[i].set_step(40 + 10 * i);
+    verified[i].set_manifest_sha256(ManifestDigest(job, 40 + 10 * i));
+  }
+  // Step 50 rewritten after it was recorded: other weights, a manifest made to match.
+  const fs::path tampered = fs::path(job) / format::StepDirName(50);
+  std::ofstream(tampered / "optimizer.pt", std::ios::binary) << "forged";
+  format::CheckpointManifest m;
+  m.files["model.pt"] = format::FileEntry(Read(tampered / "model.pt"));
+  m.files["optimizer.pt"] = format::FileEntry(std::string("forged"));
+  std::ofstream(tampered / format::kCheckpointManifest, std::ios::trunc) << format::ManifestText(m);
+  ASSERT_NE(ManifestDigest(job, 50), verified[1].manifest_sha256());
+
+  EXPECT_EQ(SetAsideUnverified(job, verified), (std::vector<int64_t>{50, 60}));
+  EXPECT_EQ(format::CompleteSteps(job), std::vector<int64_t>{40});
+  EXPECT_EQ(Read(fs::path(job) / "unverified" / format::StepDirName(50) / "optimizer.pt"), "forged");
+  EXPECT_TRUE(fs::exists(fs::path(job) / "unverified" / format::StepDirName(60) / format::kCheckpointComplete));
+  const std::vector<v1::HeldCheckpoint> held = NewestCheckpoints(dir_ + "/copier/checkpoints");
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].step(), 40);
+  EXPECT_TRUE(SetAsideUnverified(job, verified).empty());  // nothing more to move
+  EXPECT_EQ(SetAsideUnverified(job, {}), std::vector<int64_t>{40});  // nothing recorded: nothing kept
+  EXPECT_TRUE(format::CompleteSteps(job).empty());
+}
+
 // The background path: Request returns at once, the copier's thread copies.
 TEST_F(CheckpointCopyTest, ARequestIsCopiedInTheBackground) {
   WriteCheckpoint(holder_job(), 40);
