@@ -4,6 +4,8 @@
 // worker.
 #include "coordinator/placer.h"
 
+#include "common/file_access.h"
+
 #include <gtest/gtest.h>
 
 #include "tests/coordinator/parts.h"
@@ -106,6 +108,39 @@ TEST_F(PlacerTest, TheWritersClaimOfANewerStepIsRecordedAndNoOneElses) {
   EXPECT_EQ(placer_->NewestHolders(id), std::vector<std::string>{"w1"});
   EXPECT_EQ(NewestRecordedStep(entry->job), 40);
   EXPECT_EQ(observer_.claims_ignored, 2);
+}
+
+// A restart placed where no worker of the attempt holds the newest recorded step is told
+// every recorded digest and where to fetch that step from (a ready, vouched holder);
+// placed on the holder itself, it fetches nothing.
+TEST_F(PlacerTest, AnAssignmentWithoutTheNewestCheckpointIsToldWhereToFetchIt) {
+  Register("w1");
+  Register("w2");
+  JobEntry* entry = Submit();
+  const std::string id = entry->job.id();
+  RecordHolder(&entry->job, "w1", 20, Digest(20));
+  RecordHolder(&entry->job, "w1", 30, Digest(30));
+  Beat("w1", {{id, 30}});
+  PlaceOn(entry, {"w2"});
+  v1::Assignment a;
+  a.mutable_task()->set_job_id(id);
+  a.set_first_rank(0);
+  placer_->AddResumeSources(&a);
+  ASSERT_EQ(a.verified_checkpoints_size(), 2);
+  EXPECT_EQ(a.verified_checkpoints(1).step(), 30);
+  EXPECT_EQ(a.verified_checkpoints(1).manifest_sha256(), Digest(30));
+  ASSERT_TRUE(a.has_fetch_checkpoint());
+  EXPECT_EQ(a.fetch_checkpoint().step(), 30);
+  EXPECT_EQ(a.fetch_checkpoint().source_worker(), "w1");
+  EXPECT_EQ(a.fetch_checkpoint().source_address(), "w1:7000");
+  EXPECT_EQ(a.fetch_checkpoint().manifest_sha256(), Digest(30));
+  EXPECT_EQ(a.fetch_checkpoint().capability(), ReadCheckpointCapability("key-w1", id));
+  v1::Assignment on_holder;
+  on_holder.mutable_task()->set_job_id(id);
+  entry->job.mutable_placements(0)->set_worker("w1");
+  placer_->AddResumeSources(&on_holder);
+  EXPECT_EQ(on_holder.verified_checkpoints_size(), 2);
+  EXPECT_FALSE(on_holder.has_fetch_checkpoint());
 }
 
 // The copy goes to one other worker where the job could resume: the one holding the
