@@ -49,13 +49,13 @@ const char* const kArchs[] = {"gpt2", "llama", "llama_tied", "mistral", "qwen2"}
 
 class HfDecodersTest : public ::testing::Test {
  protected:
-  // The reference folders, made once per version of the script and shared by the test
-  // processes (testing::SharedFolder).
+  // The reference folders, made once per version of the script and of torch, transformers
+  // and tokenizers, and shared by the test processes (testing::SharedFolder).
   static void SetUpTestSuite() {
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_decoders_reference.py").string();
     std::string error;
-    dir_ = new std::string(
-        testing::SharedFolder("nightshift_hf_decoders", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir}", {script}, &error));
+    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir}";
+    dir_ = new std::string(testing::SharedFolder("nightshift_hf_decoders", command, {script}, NIGHTSHIFT_PYTHON, &error));
     ASSERT_FALSE(dir_->empty()) << error;
     reference_ = new json(json::parse(ReadAll(*dir_ + "/reference.json")));
   }

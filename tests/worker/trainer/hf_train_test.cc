@@ -41,8 +41,9 @@ class HfTrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // The reference folders with a WordPiece tokenizer of their 100 ids, which a job's
-    // export copies (the synthetic shards here are ids already); made once per version and
-    // shared by the test processes (testing::SharedFolder).
+    // export copies (the synthetic shards here are ids already); made once per version of the
+    // script and of torch, transformers and tokenizers, and shared by the test processes
+    // (testing::SharedFolder).
     const std::string script = (fs::path(__FILE__).parent_path() / "hf_models_reference.py").string();
     const std::string tokenizers = std::string(NIGHTSHIFT_PYTHON) + " -c '\n"
         "import os, sys\n"
@@ -54,7 +55,8 @@ class HfTrainTest : public ::testing::Test {
         "    BertTokenizerFast(vocab=d + \"/vocab.txt\").save_pretrained(os.path.join(d, arch))\n"
         "' {dir}";
     dir_ = new std::string(testing::SharedFolder(
-        "nightshift_hf_train", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir} && " + tokenizers, {script}, &error_));
+        "nightshift_hf_train", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir} && " + tokenizers, {script},
+        NIGHTSHIFT_PYTHON, &error_));
     ok_ = !dir_->empty();
   }
   void SetUp() override {
