@@ -7,7 +7,13 @@ The same model as nightshift-trainer's transformer_classifier (pre-LN blocks, fu
 GELU, CLS pooling; attention through F.scaled_dot_product_attention when no dropout is
 applied to the attention probabilities, as the trainer does), the same optimizer and
 schedule, on the same token shards that nightshift-prepare wrote, so the only
-differences are the training loop and batching:
+differences are the training loop and batching. The optimizer is torch.optim.AdamW with
+fused=True by default (ATen's _fused_adamw_: what PyTorch users on the CPU pass, what
+transformers' Trainer builds by default on torch >= 2.8, and the kernel
+nightshift-trainer's FusedAdamW calls), weight decay on every parameter as the trainer
+does; --optimizer foreach or single for the other two implementations (single: the
+single-tensor loop, PyTorch's CPU default when neither flag is passed). The JSON line
+names it ("optimizer").
 
   --batching fixed   the tutorial way: DataLoader(batch_size=32, shuffle=True), each
                      batch padded to its longest sample;
@@ -86,6 +92,18 @@ class Classifier(nn.Module):
         return self.head(F.dropout(self.ln_f(x[:, 0]), self.p, self.training))
 
 
+OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True, "fused": False},
+              "single": {"foreach": False, "fused": False}}
+
+
+def adamw(params, lr, weight_decay, kind="fused"):
+    """torch.optim.AdamW (betas 0.9/0.999, eps 1e-8) over `params` (parameters or groups)
+    with implementation `kind` (OPTIMIZERS); returns it and its name for the output."""
+    flags = OPTIMIZERS[kind]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay, **flags)
+    return opt, "AdamW(" + ", ".join(f"{k}={v}" for k, v in flags.items()) + ")"
+
+
 def collate(batch):
     lens = [len(t) for t, _ in batch]
     L = max(lens)
@@ -140,6 +158,8 @@ def main():
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--optimizer", default="fused", choices=sorted(OPTIMIZERS),
+                    help="AdamW's implementation: fused=True (default), foreach=True, or the single-tensor loop")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -158,7 +178,7 @@ def main():
     run = torch.compile(model, dynamic=True) if a.compile else model
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
     scaler = torch.cuda.amp.GradScaler() if a.precision == "fp16" else None
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    opt, opt_name = adamw(model.parameters(), a.lr, 0.01, a.optimizer)
     if a.batching == "fixed":
         loader = torch.utils.data.DataLoader(data, batch_size=a.batch_size, shuffle=True, collate_fn=collate)
         steps_per_epoch = len(loader)
@@ -217,7 +237,8 @@ def main():
               "tokens_per_second": round(real_tokens / train_s, 1), "samples_per_second": round(samples / train_s, 2),
               "padding_efficiency": round(real_tokens / padded_tokens, 4),
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-              "device": a.device, "precision": a.precision}
+              "device": a.device, "precision": a.precision,
+              "optimizer": opt_name + ", weight decay 0.01 on every parameter"}
     if dev.type == "cuda":
         result["peak_device_bytes"] = torch.cuda.max_memory_allocated()
     if not a.no_eval:

@@ -3,18 +3,26 @@
 as a causal LM (AutoModelForCausalLM, SDPA attention) with PyTorch 2.14.1 from the
 project's virtual environment, on the token shards nightshift-prepare wrote with the
 folder's tokenizer (--classifier false: bos ... eos per sample, so both sides see the same
-ids), packed as nightshift-trainer packs them (train.batching.rows: packed):
+ids), packed as nightshift-trainer packs them (train.batching.rows: packed;
+worker/trainer/batching.cc, PlanEpoch with pack_len, mirrored here):
 
   samples, shuffled (a seeded permutation: not the trainer's own order), fill rows of
-  --max-len tokens next-fit in order (a sample that does not fit starts the next row);
-  a step takes max(1, --budget / --max-len) rows, padded to its longest row. Each row gets
+  --max-len tokens by best-fit decreasing (longest first, ties in the shuffled order; each
+  into the row whose free space fits it most tightly, ties to the row whose free space
+  reached that size first; else a new row); a step takes max(1, --budget / --max-len)
+  consecutive rows (in the order they were started), padded to its longest row, and the
+  steps are shuffled. Each row gets
   position_ids restarting at 0 per sample and no attention_mask, which transformers 5
   turns into a block-diagonal causal mask (masking_utils.find_packed_sequence_indices;
   use_cache=False, since it is only done without a cache). Labels are -100 at each
   sample's first token, at its prompt (a shard label > 1: prompt/completion data) and at
   padding; the loss is the mean next-token cross-entropy over the rest, as ours.
 
-AdamW (weight decay 0.01), linear warm-up and decay, gradient clipping 1.0, --threads.
+The optimizer is what transformers' Trainer builds by default on torch >= 2.8 (optim
+"adamw_torch_fused"): torch.optim.AdamW(fused=True), weight decay 0.01 except on biases and
+norm weights (Trainer.get_decay_parameter_names; see baseline_transformers.py); --optimizer
+foreach or single for the other implementations; the JSON line names it. Linear warm-up
+and decay, gradient clipping 1.0, --threads.
 --compile: torch.compile(model, dynamic=True); --skip-steps leaves compilation out of
 the timing. --check: before training, compares the step whose packed rows hold the most
 samples against the same samples run one by one (per-sample forwards, the same targets):
@@ -23,6 +31,7 @@ both losses and the largest logit difference, in the JSON line.
 Prints one JSON line: steps, seconds, real (non-padding) tokens per second, loss.
 """
 import argparse
+import bisect
 import json
 import os
 import random
@@ -34,19 +43,31 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from baseline_pytorch import read_shard  # noqa: E402
+from baseline_pytorch import OPTIMIZERS, adamw, read_shard  # noqa: E402
+from baseline_transformers import trainer_param_groups  # noqa: E402
 
 
 def pack_rows(order, lengths, row_len):
-    """nightshift's PackRows (worker/trainer/batching.cc): next-fit in order."""
-    rows, used = [], row_len
-    for i in order:
-        n = min(max(lengths[i], 1), row_len)
-        if used + n > row_len:
+    """nightshift's PackRowsBestFit (worker/trainer/batching.cc): best-fit decreasing. The
+    samples, longest first (a stable sort: ties keep `order`), each go to the row with the
+    least free space that still holds them (among equal free space, the entry made first,
+    as std::multimap::lower_bound finds it), else start a new row. Rows in the order they
+    were started, their samples in the order they were placed."""
+    packed = lambda i: min(max(lengths[i], 1), row_len)  # noqa: E731
+    rows, free, made = [], [], 0  # free: sorted (free tokens, entry number, row)
+    for i in sorted(order, key=lambda i: -packed(i)):
+        n = packed(i)
+        at = bisect.bisect_left(free, (n, -1, -1))
+        if at == len(free):
+            row, left = len(rows), row_len - n
             rows.append([])
-            used = 0
-        rows[-1].append(i)
-        used += n
+        else:
+            space, _, row = free.pop(at)
+            left = space - n
+        rows[row].append(i)
+        if left > 0:
+            bisect.insort(free, (left, made, row))
+            made += 1
     return rows
 
 
@@ -120,6 +141,8 @@ def main():
     ap.add_argument("--skip-steps", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--optimizer", default="fused", choices=sorted(OPTIMIZERS),
+                    help="AdamW's implementation: fused=True (Trainer's default, adamw_torch_fused), foreach, single")
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
@@ -133,11 +156,13 @@ def main():
     pad_id = json.load(open(os.path.join(a.data, "meta.json")))["pad_id"]
     model = AutoModelForCausalLM.from_pretrained(a.model, attn_implementation="sdpa", dtype=torch.float32)
     model.config.use_cache = False
+    rng = random.Random(a.seed)
     order = list(range(len(samples)))
-    random.Random(a.seed).shuffle(order)
+    rng.shuffle(order)
     rows = pack_rows(order, [len(t) for t in samples], a.max_len)
     per = max(1, a.budget // a.max_len)
     batches = [rows[i:i + per] for i in range(0, len(rows), per)]
+    rng.shuffle(batches)  # rows stay in their order within a step, as the trainer's
     total = min(len(batches), a.max_steps) if a.max_steps else len(batches)
     result = {}
     if a.check:
@@ -145,7 +170,7 @@ def main():
         fullest = max(batches, key=lambda b: sum(len(r) for r in b))
         result["check"] = check_packing(model, fullest, samples, prompts, pad_id)
     run = torch.compile(model, dynamic=True) if a.compile else model
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    opt, opt_name = adamw(trainer_param_groups(model, 0.01), a.lr, 0.01, a.optimizer)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / a.warmup if s < a.warmup else max(0.0, (total - s) / max(1, total - a.warmup)))
     model.train()
@@ -166,7 +191,9 @@ def main():
     seconds = time.perf_counter() - t0
     result.update({"who": "transformers" + ("+compile" if a.compile else ""), "steps": total - a.skip_steps,
                    "seconds": round(seconds, 2), "tokens_per_second": round(tokens / seconds, 1),
-                   "padding_efficiency": round(tokens / max(padded, 1), 4), "loss": float(loss.detach())})
+                   "padding_efficiency": round(tokens / max(padded, 1), 4), "loss": float(loss.detach()),
+                   "packing": "best-fit decreasing (nightshift's PackRowsBestFit)",
+                   "optimizer": opt_name + ", Trainer's groups: weight decay 0.01 except biases and norms"})
     print(json.dumps(result))
 
 

@@ -7,8 +7,9 @@ tests/hf_folders.py's decoder_tokenizer: no download), 2 threads, runs alternati
 - lm: fine-tuning as a causal LM on packed rows of 512 tokens (a budget of --budget tokens
   per step, fp32, AdamW lr 5e-5, clipping 1.0): nightshift-trainer (model.task causal_lm,
   train.batching.rows packed) against transformers' LlamaForCausalLM
-  (bench/baseline_transformers_lm.py: SDPA, eager and torch.compile) on the same token ids
-  packed the same way (next-fit, position_ids restarting per sample, block-diagonal mask;
+  (bench/baseline_transformers_lm.py: SDPA, eager and torch.compile, AdamW fused=True as
+  transformers' Trainer builds it by default) on the same token ids packed the same way
+  (best-fit decreasing, position_ids restarting per sample, block-diagonal mask;
   its --check, run once in the packing part where rows hold several samples, compares
   packed rows with the same samples run one by one). --steps timed steps after 2
   (eager, ours) or 3 (compile) warm-up steps: real tokens per second, peak resident memory
@@ -261,6 +262,9 @@ def summarize(results, a):
         base = mean(results, "tokens_per_second", mode="lm", who="transformers")
         comp = mean(results, "tokens_per_second", mode="lm", who="transformers+compile")
         base_rss = mean(results, "peak_rss_bytes", mode="lm", who="transformers")
+        opts = sorted({r["optimizer"] for r in results if r["mode"] == "lm" and r.get("optimizer")})
+        print("transformers' optimizer: " + "; ".join(opts) + ". MFU: nominal FLOPs (every position's LM head "
+              "counted; nightshift's head runs only on positions whose next token counts)")
         print("| causal LM, packed rows of 512 | tokens/s | vs eager | vs compile | MFU | peak RSS (MiB) | vs eager |")
         print("|---|---|---|---|---|---|---|")
         for who in ("nightshift", "transformers", "transformers+compile"):

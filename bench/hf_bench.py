@@ -3,18 +3,29 @@
 vocabulary 30,522; random weights and a WordPiece tokenizer trained on the corpus, made by
 tests/hf_folders.py: no download) on SpamAssassin at max_len 256 (issue 27):
 nightshift-trainer (model.pretrained) against transformers (bench/baseline_transformers.py,
-SDPA attention, eager and torch.compile) on the same token ids, the same optimizer, 2 threads,
-runs alternating in one invocation.
+SDPA attention, eager and torch.compile, the optimizer transformers' Trainer builds by
+default: AdamW fused=True, no weight decay on biases and norms) on the same token ids, 2
+threads, runs alternating in one invocation.
 
 - fixed: batch 32 on both sides, --steps timed steps after 2 (eager) or 3 (compile) warm-up
   steps: real tokens per second, peak resident memory (/usr/bin/time's maximum RSS), MFU
   (the model's nominal training FLOPs, 6 x non-embedding parameters + 12 x layers x width x
-  row length per token, over the GEMM peak nightshift-trainer measured);
+  row length per token, the whole last layer counted for both sides although nightshift
+  computes it at the first position only, over the GEMM peak nightshift-trainer measured);
 - epoch: one epoch of --epoch-samples mails, nightshift with a token budget (--budget,
-  default 32 x 256) against transformers with group_by_length at batch 32: seconds of
-  training steps (nightshift's step times, without its final evaluation and export).
+  default 32 x 256) against transformers with Trainer's group_by_length at batch 32:
+  seconds of training steps (nightshift's step times, without its final evaluation and
+  export), and the validation accuracy of both on the same rows (the folder's val.shard);
+- varied: texts of varied length (bench/.work/spam-varied.jsonl: each mail's Subject and a
+  prefix of its body of a random length, log-uniform from 64 to 8,192 characters, so short
+  and long texts mixed, about a third cut at max_len), --epoch-samples of them, one epoch
+  with a token budget of --budget padded tokens on both sides: nightshift's max_tokens
+  against baseline_transformers.py --batching budget (the trainer's token-budget plan
+  mirrored: length-sorted pools cut to the budget), and Trainer's group_by_length at batch
+  32 for reference; seconds, real tokens/s, padding efficiency, validation accuracy on the
+  same rows.
 
-  bench/hf_bench.py --build build [--steps 8] [--repeats 2] [--epoch-samples 800]
+  bench/hf_bench.py --build build [--steps 8] [--repeats 2] [--epoch-samples 800] [--only fixed,epoch,varied]
 """
 import argparse
 import json
@@ -43,6 +54,35 @@ def nominal_flops_per_token(row_len):
     return 6 * non_embedding + 12 * LAYERS * WIDTH * row_len
 
 
+def varied_jsonl(path, seed=0):
+    """{"text": "Subject: ...\\n" + a prefix of the body, "label": ham or spam} per mail with
+    a body; the prefix's length in characters is log-uniform in [64, 8192] (whole bodies
+    shorter than that stay whole). Lines in a seeded random order, so that any first N
+    (nightshift-prepare --max-samples) hold both classes."""
+    if os.path.exists(path):
+        return
+    import email
+    import math
+    import random
+    corpus = os.path.join(ROOT, "data", "spamassassin")
+    files = sorted(os.path.join(r, f) for r, _, fs in os.walk(corpus) for f in fs if f.endswith(".txt"))
+    rng = random.Random(seed)
+    lines = []
+    for p in files:
+        raw = open(p, "rb").read().decode("utf-8", errors="replace")
+        subject = " ".join((email.message_from_string(raw).get("Subject") or "").split())
+        parts = re.split(r"\r?\n\r?\n", raw, maxsplit=1)
+        body = parts[1].strip() if len(parts) == 2 else ""
+        chars = int(math.exp(rng.uniform(math.log(64), math.log(8192))))
+        if body:
+            lines.append(json.dumps({"text": "Subject: " + subject + "\n" + body[:chars],
+                                     "label": os.path.basename(os.path.dirname(p))}))
+    rng.shuffle(lines)
+    with open(path + ".tmp", "w") as out:
+        out.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+
+
 def ours(build, folder, data_dir, meta, tmp, name, **kw):
     model = {"pretrained": folder, "max_len": MAX_LEN}
     return run_trainer(build, data_dir, meta, tmp, name, max_len=MAX_LEN, model=model, lr=5e-5, warmup=10,
@@ -64,8 +104,9 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--epoch-samples", type=int, default=800)
-    ap.add_argument("--only", default="fixed,epoch")
-    ap.add_argument("--budget", type=int, default=BATCH * MAX_LEN, help="nightshift's max_tokens in the epoch runs")
+    ap.add_argument("--only", default="fixed,epoch,varied")
+    ap.add_argument("--budget", type=int, default=BATCH * MAX_LEN,
+                    help="nightshift's max_tokens in the epoch and varied runs (and transformers' in varied)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     folder = os.path.join(a.work, "minilm", "bert")
@@ -109,32 +150,53 @@ def main():
                 r.update(who="nightshift", mode="epoch", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss())
                 results.append(r)
                 print(json.dumps(r), flush=True)
-                r = theirs(folder, epoch_dir, "--batching", "grouped", "--lr", "5e-5")
+                r = theirs(folder, epoch_dir, "--batching", "grouped", "--lr", "5e-5", "--eval")
                 r["mode"] = "epoch"
                 results.append(r)
                 print(json.dumps(r), flush=True)
+            if "varied" in a.only:
+                jsonl = os.path.join(a.work, "spam-varied.jsonl")
+                varied_jsonl(jsonl)
+                varied_dir = os.path.join(a.work, f"minilm-256-varied-{a.epoch_samples}")
+                varied_meta = prepare(a.build, varied_dir, MAX_LEN, max_samples=a.epoch_samples, path=jsonl,
+                                      extra=["--pretrained", folder, "--format", "jsonl", "--text-field", "text",
+                                             "--label-field", "label"])
+                r = ours(a.build, folder, varied_dir, varied_meta, tmp, f"varied-{rep}", max_tokens=str(a.budget))
+                r.update(who="nightshift", mode="varied", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss())
+                results.append(r)
+                print(json.dumps(r), flush=True)
+                for batching in ("budget", "grouped"):
+                    r = theirs(folder, varied_dir, "--batching", batching, "--max-tokens", str(a.budget),
+                               "--lr", "5e-5", "--eval")
+                    grouped = " (group_by_length)" if batching == "grouped" else ""
+                    r.update(mode="varied", who="transformers" + grouped)
+                    results.append(r)
+                    print(json.dumps(r), flush=True)
     peak = max((r.get("peak_gflops") or 0) for r in results if r["who"] == "nightshift") * 1e9
 
     def mean(who, mode, key):
         vs = [r[key] for r in results if r["who"] == who and r["mode"] == mode and r.get(key) is not None]
         return sum(vs) / len(vs) if vs else float("nan")
 
-    print(f"\nGEMM peak measured by nightshift-trainer: {peak / 1e9:.1f} GFLOP/s")
-    print("| mode | who | tokens/s | vs transformers eager | MFU | peak RSS (MiB) | epoch s |")
-    print("|---|---|---|---|---|---|---|")
-    for mode in ("fixed", "epoch"):
+    print(f"\nGEMM peak measured by nightshift-trainer: {peak / 1e9:.1f} GFLOP/s. MFU: nominal FLOPs (the whole "
+          "last layer counted for both sides; nightshift computes it at the first position only), fixed mode only.")
+    opts = sorted({r["optimizer"] for r in results if r.get("optimizer")})
+    print("transformers' optimizer: " + "; ".join(opts))
+    print("| mode | who | tokens/s | vs transformers eager | MFU | peak RSS (MiB) | epoch s | padding eff. | val acc |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for mode in ("fixed", "epoch", "varied"):
         base = mean("transformers", mode, "tokens_per_second")
         base_epoch = mean("transformers", mode, "epoch_seconds")
-        for who in ("nightshift", "transformers", "transformers+compile"):
+        for who in ("nightshift", "transformers", "transformers+compile", "transformers (group_by_length)"):
             tps = mean(who, mode, "tokens_per_second")
             if tps != tps:
                 continue
-            mfu = tps * nominal_flops_per_token(MAX_LEN) / peak if peak else float("nan")
+            mfu = tps * nominal_flops_per_token(MAX_LEN) / peak if peak and mode == "fixed" else float("nan")
             ep = mean(who, mode, "epoch_seconds")
             ratio = f"{tps / base:.2f}x" if mode == "fixed" else f"{ep / base_epoch:.2f}x the time"
-            print(f"| {mode} | {who} | {tps:.0f} | {ratio} | {mfu:.2f} | {mean(who, mode, 'peak_rss_bytes') / 2**20:.0f} "
-                  f"| {ep:.1f} |")
-
+            rss = mean(who, mode, "peak_rss_bytes") / 2**20
+            print(f"| {mode} | {who} | {tps:.0f} | {ratio} | {mfu:.2f} | {rss:.0f} | {ep:.1f} "
+                  f"| {mean(who, mode, 'padding_efficiency'):.3f} | {mean(who, mode, 'val_accuracy'):.4f} |")
 
 if __name__ == "__main__":
     main()

@@ -246,6 +246,9 @@ def main():
                 emit(run_trainer(a.build, d512, m512, tmp, f"progress-{'on' if on else 'off'}-{rep}", max_len=512,
                                  max_steps=a.steps // 2, progress=on))
 
+    opts = sorted({r["optimizer"] for r in results if r.get("optimizer")})
+    if opts:
+        print("\nplain PyTorch's optimizer: " + "; ".join(opts))
     print("\n%-28s %-10s %-6s %7s %9s %11s %8s %10s %8s %8s %6s" % (
         "run", "who", "device", "steps", "seconds", "tokens/s", "pad_eff", "peak_MiB", "wall_s", "val_acc", "MFU"))
     for r in results:
