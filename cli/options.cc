@@ -21,7 +21,9 @@ void AddGlobalOptions(CLI::App* app, GlobalOptions* o) {
   app->add_option("--coordinator", o->coordinator, "coordinator HOST:PORT (env NIGHTSHIFT_COORDINATOR)");
   app->add_option("-o,--output", o->output, "table or json (csv: job metrics only)")
       ->check(CLI::IsMember({"table", "json", "csv"}));
-  app->add_option("--token", o->client.token, "bearer token (else --token-file, else env NIGHTSHIFT_TOKEN)");
+  app->add_option("--token", o->client.token,
+                  "bearer token (else --token-file, else env NIGHTSHIFT_TOKEN); warning: a command line is readable "
+                  "by every user of this machine (ps): prefer --token-file or NIGHTSHIFT_TOKEN");
   app->add_option("--token-file", o->client.token_file, "file whose first line is the bearer token");
   app->add_option("--tls-ca", o->client.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
   app->add_option("--tls-cert", o->client.tls_cert, "PEM client certificate (mutual TLS)");

@@ -4,7 +4,11 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include <sys/prctl.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +72,21 @@ Status ResolveToken(ClientOptions* o) {
   }
   const char* env = std::getenv("NIGHTSHIFT_TOKEN");
   if (env != nullptr) o->token = Trim(env);
+  return Status::OK();
+}
+
+std::string TakeTokenFromEnvironment() {
+  char* value = std::getenv("NIGHTSHIFT_TOKEN");
+  if (value == nullptr) return "";
+  const std::string token = Trim(value);
+  ::explicit_bzero(value, std::strlen(value));
+  ::unsetenv("NIGHTSHIFT_TOKEN");
+  return token;
+}
+
+Status MakeUndumpable() {
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    return Status::Internal(std::string("prctl(PR_SET_DUMPABLE, 0): ") + std::strerror(errno));
   return Status::OK();
 }
 

@@ -29,6 +29,17 @@ struct ClientOptions {
 // when it is empty. Missing or unreadable files are errors naming the file.
 Status ResolveToken(ClientOptions* options);
 
+// For a daemon, once at start, before it starts a thread: the value of NIGHTSHIFT_TOKEN
+// ("" when unset, trimmed), which is then wiped from this process (its bytes in the
+// initial environment too, which /proc/PID/environ shows) and unset, so that no process it
+// starts inherits it.
+std::string TakeTokenFromEnvironment();
+
+// For a daemon, once at start: makes this process non-dumpable (PR_SET_DUMPABLE 0), so a
+// process of the same user (a job's) can neither ptrace it nor read its memory,
+// environment, files or root through /proc/PID; no core dumps either.
+Status MakeUndumpable();
+
 // The longest a channel waits between two connect attempts (gRPC's default is 120 s).
 inline constexpr int kMaxReconnectBackoffMs = 5000;
 

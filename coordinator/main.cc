@@ -148,6 +148,10 @@ int main(int argc, char** argv) {
   Flags flags;
   AddFlags(&app, &flags);
   CLI11_PARSE(app, argc, argv);
+  // It holds its TLS key and the workers' file-service keys: no process of its user reads
+  // them through /proc. It has no token of its own; one left in its environment is wiped.
+  (void)TakeTokenFromEnvironment();
+  if (Status s = MakeUndumpable(); !s.ok()) return Fail(s);
   auto auth = Authenticator::Open(flags.token_file);
   if (!auth.ok()) return Fail(auth.status());
   auto server_creds = MakeServerCredentials(flags.tls);

@@ -57,6 +57,13 @@ else
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The user a worker run as root runs jobs as (nightshift-worker --run-as; README, Security):
+# no home, no shell, no password.
+if [ "$(id -u)" -eq 0 ] && ! getent passwd nightshift-job >/dev/null; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nightshift-job
+  echo "install-deps: made the system user nightshift-job (jobs of a worker run as root run as it)"
+fi
+
 # The virtual environment: reused when it was made from this very requirements file.
 stamp="$VENV/.nightshift-requirements"
 if [ -x "$VENV/bin/python" ] && cmp -s "$REQUIREMENTS" "$stamp"; then

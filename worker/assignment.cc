@@ -2,6 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <filesystem>
+#include <fstream>
+
 namespace nightshift {
 
 PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::string>& roots) {
@@ -42,6 +45,37 @@ nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::j
   config["checkpoint_dir_shared"] = checkpoint_dir_shared;
   config["data_roots"] = data_roots;
   return config;
+}
+
+JobView TrainerView(const nlohmann::json& config, const std::string& config_path) {
+  namespace fs = std::filesystem;
+  const auto text = [](const nlohmann::json& object, const char* key) {
+    const auto it = object.is_object() ? object.find(key) : object.end();
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const auto folder_of = [](const std::string& file) {
+    return file.empty() ? file : fs::path(file).parent_path().string();
+  };
+  JobView view;
+  view.read_only.push_back(folder_of(config_path));
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json& data = config.contains("data") ? config["data"] : empty;
+  for (const char* file : {"train_shard", "val_shard", "tokenizer_model"})
+    view.read_only.push_back(folder_of(text(data, file)));
+  const nlohmann::json& spec = config.contains("spec") ? config["spec"] : empty;
+  const nlohmann::json& model = spec.is_object() && spec.contains("model") ? spec["model"] : empty;
+  for (const char* folder : {"pretrained", "init_from"}) view.read_only.push_back(text(model, folder));
+  view.read_only.push_back(folder_of(text(model, "path")));  // a TorchScript module: a file
+  view.writable.push_back(text(config, "checkpoint_dir"));
+  view.mounts = folder_of(config_path) + "/.view";
+  return view;
+}
+
+StatusOr<JobView> TrainerViewOf(const std::string& config_path) {
+  std::ifstream in(config_path);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return Status::IOError("cannot read the trainer's config " + config_path);
+  return TrainerView(config, config_path);
 }
 
 std::map<std::string, std::string> RankEnvironment(const v1::Assignment& a, int local_rank,

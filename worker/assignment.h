@@ -1,6 +1,7 @@
 // What an assignment (a worker's part of one attempt of a job) resolves to on this
-// worker: the options of its data preparation, the trainer's config file and each
-// rank's environment. Pure functions: no I/O, no clock.
+// worker: the options of its data preparation, the trainer's config file, each rank's
+// environment and what of the worker's folders the trainer reaches. Pure functions (no
+// I/O, no clock), but TrainerViewOf, which reads the config file.
 #ifndef NIGHTSHIFT_WORKER_ASSIGNMENT_H_
 #define NIGHTSHIFT_WORKER_ASSIGNMENT_H_
 
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "nightshift/v1/cluster.pb.h"
+#include "common/status.h"
+#include "worker/confinement.h"
 #include "worker/input_files.h"
 
 namespace nightshift {
@@ -26,6 +29,16 @@ PrepOptions PrepOptionsFor(const v1::JobSpec& spec, const std::vector<std::strin
 nlohmann::json TrainerConfig(const v1::Assignment& assignment, const nlohmann::json& data,
                              const std::string& checkpoint_dir, bool checkpoint_dir_shared,
                              const std::vector<std::string>& data_roots = {});
+
+// What a trainer started with `config` (written at `config_path`) reads and writes of the
+// worker's folders, which its confinement hides otherwise: read-only the config's folder
+// (the attempt's), the folders of its shards and tokenizer (the feature-cache entry) and
+// the model folders the spec names (pretrained, init_from, a TorchScript path: confined
+// to the data roots already); writable its checkpoint_dir (exports go inside it); its
+// mount points in <config's folder>/.view.
+JobView TrainerView(const nlohmann::json& config, const std::string& config_path);
+// The same, read from the config file (a rank, or an export of a finished job).
+StatusOr<JobView> TrainerViewOf(const std::string& config_path);
 
 // The torchrun-style environment of local rank `local_rank` (0-based on this worker):
 // RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (from

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/model_folder.h"
+#include "worker/assignment.h"
 #include "worker/launcher.h"
 #include "worker/supervisor.h"
 
@@ -61,12 +62,18 @@ StatusOr<std::string> CheckpointExporter::FolderAt(const std::string& job_id, in
 
 Status CheckpointExporter::RunExport(const std::string& config, int64_t step, const std::string& dir,
                                      const std::string& log) {
+  // The trainer reads the job's checkpoint (user data): as the job's user, seeing only
+  // this job's folders, as its ranks did.
+  auto view = TrainerViewOf(config);
+  if (!view.ok()) return view.status();
   Supervisor supervisor(Supervisor::Options{"export of step " + std::to_string(step)});
   NS_RETURN_IF_ERROR(supervisor.Start({{0,
                                         {options_.trainer_path, "--config", config, "--export-step",
                                          std::to_string(step), "--export-dir", dir},
                                         {{"NIGHTSHIFT_PROGRESS_FD", "none"}},
-                                        log}}));
+                                        log,
+                                        {},
+                                        view.value()}}));
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;

@@ -2,10 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,11 +37,6 @@ bool PassedToChildren(const std::string& name) {
 
 namespace {
 
-std::vector<std::string>& Hidden() {
-  static std::vector<std::string> paths;  // absolute; set before any child starts
-  return paths;
-}
-
 // "K=V" for each variable of ours that PassedToChildren, then extra_env over them, and
 // the progress pipe's fd.
 std::vector<std::string> ChildEnvironment(const std::map<std::string, std::string>& extra_env) {
@@ -71,29 +65,81 @@ void ApplyLimits(const ProcessLimits& limits) {
   }
 }
 
-// In the child, between fork and exec: a private view of the mounts in which /dev/null
-// covers each Hidden() path, seen by this child only. False if that failed (the child
-// must not start then); true at once when nothing is hidden.
-bool HideInPrivateMounts() {
-  if (Hidden().empty()) return true;
-  if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
-  for (const std::string& p : Hidden())
-    if (::mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr) != 0) return false;
-  return true;
+// Everything the child needs, made before fork (the child of a threaded process must
+// not allocate): its argv and environment as C arrays, its confinement, and its binary
+// opened (a job's user may not reach the folder the worker runs it from).
+struct ChildPlan {
+  std::vector<std::string> argv_strings, env_strings;
+  std::vector<char*> args, envp;
+  ChildSetup setup;
+  int exe = -1;  // O_PATH of argv[0], for a job's process
+};
+
+// The plan's C arrays point into its own strings: it is filled in place.
+Status PlanChild(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra_env,
+                 const JobView* view, ChildPlan* plan) {
+  auto setup = ChildSetup::Prepare(view);
+  if (!setup.ok()) return setup.status();
+  plan->setup = std::move(setup.value());
+  std::map<std::string, std::string> env = plan->setup.env();
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  plan->env_strings = ChildEnvironment(env);
+  for (auto& e : plan->env_strings) plan->envp.push_back(e.data());
+  plan->envp.push_back(nullptr);
+  plan->argv_strings = argv;
+  for (auto& a : plan->argv_strings) plan->args.push_back(a.data());
+  plan->args.push_back(nullptr);
+  if (view != nullptr && !argv.empty()) plan->exe = ::open(argv[0].c_str(), O_PATH | O_CLOEXEC);
+  return Status::OK();
+}
+
+void Say(const char* text) { (void)!::write(2, text, std::strlen(text)); }
+
+// errno's name ("EACCES"): a static string, no allocation.
+const char* ErrnoName() {
+  const char* name = ::strerrorname_np(errno);
+  return name != nullptr ? name : "an unknown error";
+}
+
+// The child, between fork and exec: system calls only, no allocation.
+[[noreturn]] void RunChild(ChildPlan& plan, pid_t parent, int progress_fd, int log_fd, const ProcessLimits& limits) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  ::dup2(progress_fd, 3);  // dup2 clears O_CLOEXEC on the new descriptor
+  ::dup2(log_fd, 1);
+  ::dup2(log_fd, 2);
+  int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  ApplyLimits(limits);
+  if (const char* failed = plan.setup.Enter()) {
+    Say("nightshift-worker: cannot confine the job's process (");
+    Say(failed);
+    Say(": ");
+    Say(ErrnoName());
+    Say("); not started\n");
+    ::_exit(126);
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a change of user cleared it
+  if (::getppid() != parent) ::_exit(127);
+  ::execve(plan.args[0], plan.args.data(), plan.envp.data());
+  if (errno == EACCES && plan.exe >= 0)  // the job's user cannot reach the binary's folder: run the one we opened
+    ::syscall(SYS_execveat, plan.exe, "", plan.args.data(), plan.envp.data(), AT_EMPTY_PATH);
+  Say("nightshift-worker: exec of ");
+  Say(plan.args[0]);
+  Say(" failed: ");
+  Say(ErrnoName());
+  Say("\n");
+  ::_exit(127);
 }
 
 }  // namespace
 
-bool HideFromChildren(const std::string& path) {
-  if (::geteuid() != 0) return false;
-  std::error_code ec;
-  Hidden().push_back(fs::absolute(path, ec).string());
-  return true;
-}
-
 StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& extra_env,
-                                const std::string& log_path, const ProcessLimits& limits) {
+                                const std::string& log_path, const ProcessLimits& limits, const JobView* view) {
+  ChildPlan plan;
+  NS_RETURN_IF_ERROR(PlanChild(argv, extra_env, view, &plan));
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   int out_pipe[2] = {-1, -1};
@@ -104,52 +150,27 @@ StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
   } else {
     log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   }
+  const auto close_exe = [&] {
+    if (plan.exe >= 0) ::close(plan.exe);
+  };
   if (log_fd < 0) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
+    close_exe();
     return Status::IOError("cannot open log " + log_path + ": " + std::strerror(errno));
   }
-  // Everything the child needs is built before fork (no allocation after it).
-  std::vector<std::string> env_strings = ChildEnvironment(extra_env);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
   const pid_t parent = ::getpid();
-
   pid_t pid = ::fork();
+  if (pid == 0) RunChild(plan, parent, pipefd[1], log_fd, limits);
+  close_exe();
+  ::close(pipefd[1]);
+  ::close(log_fd);
   if (pid < 0) {
     ::close(pipefd[0]);
-    ::close(pipefd[1]);
-    ::close(log_fd);
     if (out_pipe[0] >= 0) ::close(out_pipe[0]);
     return Status::Internal(std::string("fork: ") + std::strerror(errno));
   }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    ::dup2(pipefd[1], 3);  // dup2 clears O_CLOEXEC on the new descriptor
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ApplyLimits(limits);
-    if (!HideInPrivateMounts()) {
-      const char msg[] = "nightshift-worker: cannot hide the worker's token file from the job; not started\n";
-      (void)!::write(2, msg, sizeof(msg) - 1);
-      ::_exit(126);
-    }
-    ::execve(args[0], args.data(), envp.data());
-    const char msg[] = "nightshift-worker: exec of the trainer failed\n";
-    (void)!::write(2, msg, sizeof(msg) - 1);
-    ::_exit(127);
-  }
   ::setpgid(pid, pid);  // also from the parent, so a kill right after fork reaches it
-  ::close(pipefd[1]);
-  ::close(log_fd);
   ChildProcess p;
   p.pid = pid;
   p.progress_fd = pipefd[0];

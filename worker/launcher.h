@@ -1,7 +1,9 @@
 // Launcher: starts one child (a trainer rank, or data preparation), with its progress pipe on fd 3
 // and its stdout/stderr appended to a log file. The child is its own process group
-// leader (so a stop reaches everything it started) and dies with the worker
-// (PR_SET_PDEATHSIG), so a killed worker leaves no orphan ranks.
+// leader (so a stop reaches everything it started), dies with the worker
+// (PR_SET_PDEATHSIG), so a killed worker leaves no orphan ranks, and is confined
+// (worker/confinement.h: the token file hidden; a job's process runs as the job's user and
+// sees only its own folders of the worker's).
 #ifndef NIGHTSHIFT_WORKER_LAUNCHER_H_
 #define NIGHTSHIFT_WORKER_LAUNCHER_H_
 
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/confinement.h"
 
 namespace nightshift {
 
@@ -30,25 +33,23 @@ struct ChildProcess {
 // nothing else: no NIGHTSHIFT_TOKEN, no cloud credentials, no other secret of the worker's.
 bool PassedToChildren(const std::string& name);
 
-// Makes `path` (the worker's token file) unreadable to every process started after this
-// call: each child gets a private mount namespace in which /dev/null is bound over it.
-// Needs root (CAP_SYS_ADMIN); returns false (and changes nothing) otherwise. Call before
-// the first SpawnProcess; not thread-safe with it.
-bool HideFromChildren(const std::string& path);
-
 // Resource limits of a child, as rlimits (0: none). The data limit (RLIMIT_DATA: its heap
 // and other private writable mappings, not the address space a CUDA runtime reserves)
 // makes an allocation past it fail inside the child, which then exits naming it.
 struct ProcessLimits {
   uint64_t data_bytes = 0;
-  uint64_t processes = 0;  // RLIMIT_NPROC: processes of the worker's user (root is exempt)
+  uint64_t processes = 0;  // RLIMIT_NPROC: processes of the child's user (root is exempt)
 };
 
 // log_path empty: the child's stdout and stderr go to a pipe (output_fd) instead. The
 // child's environment: the worker's variables that PassedToChildren, then extra_env.
+// The child is confined as ConfineChildren decided (worker/confinement.h): `view` null for
+// a process of the worker's own (data preparation), else the job's own folders: the child
+// is then a job's process (a rank, an export), run as the job's user.
 StatusOr<ChildProcess> SpawnProcess(const std::vector<std::string>& argv,
                                 const std::map<std::string, std::string>& extra_env,
-                                const std::string& log_path, const ProcessLimits& limits = {});
+                                const std::string& log_path, const ProcessLimits& limits = {},
+                                const JobView* view = nullptr);
 
 // The path of binary `name` in the folder this process's binary is in.
 std::string BinaryBesideUs(const std::string& name);

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "worker/agent.h"
+#include "worker/confinement.h"
 #include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
 #include "worker/launcher.h"
@@ -25,6 +28,7 @@ void OnSignal(int) { g_stop = true; }
 
 struct Flags {
   WorkerOptions options;
+  std::string token_on_command_line;  // --token: refused (every local user can read it)
   std::string metrics_listen;     // HOST:PORT for /metrics; empty: none
   std::string metrics_port_file;  // where to write the metrics port
 };
@@ -33,8 +37,14 @@ void AddFlags(CLI::App* app, Flags* f) {
   WorkerOptions& o = f->options;
   app->add_option("--coordinator", o.coordinator, "coordinator HOST:PORT")->required();
   app->add_option("--name", o.name, "this worker's unique name")->required();
-  app->add_option("--token", o.token, "bearer token (role worker) for the coordinator");
-  app->add_option("--token-file", o.token_file, "file whose first line is the token (else env NIGHTSHIFT_TOKEN)");
+  app->add_option("--token", f->token_on_command_line,
+                  "refused: a command line is readable by every local user; use --token-file");
+  app->add_option("--token-file", o.token_file,
+                  "file whose first line is the bearer token (role worker) for the coordinator (else env "
+                  "NIGHTSHIFT_TOKEN); read once at start");
+  app->add_option("--run-as", o.run_as,
+                  "as root: the user jobs run as, without capabilities (default nightshift-job if that user "
+                  "exists, else nobody; root keeps jobs privileged). Not root: jobs run as this worker's user");
   app->add_option("--tls-ca", o.tls_ca, "PEM CA of the coordinator's certificate: connect with TLS");
   app->add_option("--tls-cert", o.tls_cert, "PEM certificate of this worker (mutual TLS)");
   app->add_option("--tls-key", o.tls_key, "PEM key of --tls-cert");
@@ -123,12 +133,44 @@ int Fail(const Status& s) {
   return 2;
 }
 
+// Before anything else, while this is the only thread: the token is taken out of the
+// environment and the command line is refused it, and the process becomes non-dumpable,
+// so a job running as the same user cannot read either through /proc.
+Status KeepTheTokenToOurselves(Flags* flags) {
+  if (!flags->token_on_command_line.empty())
+    return Status::InvalidArgument(
+        "--token: a command line is readable by every user of this machine (ps, /proc/PID/cmdline); put the "
+        "token in a file only the worker can read and pass --token-file FILE (or set NIGHTSHIFT_TOKEN)");
+  const std::string from_environment = TakeTokenFromEnvironment();
+  if (flags->options.token_file.empty()) flags->options.token = from_environment;
+  return MakeUndumpable();
+}
+
+// Jobs' processes: the token file hidden; the work dir and the checkpoint root hidden but
+// for each job's own folders; as root, run as --run-as.
+Status ConfineJobs(const WorkerOptions& options) {
+  ConfinementOptions confinement;
+  if (!options.token_file.empty()) confinement.hidden_files.push_back(options.token_file);
+  confinement.hidden_folders = {options.work_dir, CheckpointRoot(options)};
+  confinement.run_as = options.run_as;
+  Status s = ConfineChildren(confinement);
+  if (s.code() == Status::kUnavailable && ::geteuid() != 0) {
+    NS_WARN("worker: " << s.message() << ". Jobs run as this worker's user and can read its --token-file and "
+                       << "its work dir; see README, Security");
+    return Status::OK();
+  }
+  if (s.code() == Status::kUnavailable)
+    return Status::Unavailable(s.message() + " (a root worker needs CAP_SYS_ADMIN: in a container, grant it, or "
+                               "run the worker as a user that is not root)");
+  if (s.ok()) NS_INFO("worker: " << DescribeConfinement());
+  return s;
+}
+
 int Main(Flags& flags) {
   WorkerOptions& options = flags.options;
+  if (Status s = KeepTheTokenToOurselves(&flags); !s.ok()) return Fail(s);
   if (Status s = CheckOptions(&options); !s.ok()) return Fail(s);
-  if (!options.token_file.empty() && !HideFromChildren(options.token_file))
-    NS_WARN("worker: not root, so jobs' processes can read --token-file " << options.token_file
-            << " (they run as this user); run the worker as root, and each job gets a private mount without it");
+  if (Status s = ConfineJobs(options); !s.ok()) return Fail(s);
   auto coordinator = ConnectToCoordinator(options);
   if (!coordinator.ok()) return Fail(coordinator.status());
   std::signal(SIGINT, OnSignal);

@@ -34,7 +34,8 @@ Supervisor::~Supervisor() {
 
 Status Supervisor::Start(const std::vector<Child>& children) {
   for (const Child& c : children) {
-    auto proc = SpawnProcess(c.argv, c.env, /*log_path=*/"", c.limits);  // output through a pipe, into a RotatingLog
+    // Output through a pipe, into a RotatingLog.
+    auto proc = SpawnProcess(c.argv, c.env, /*log_path=*/"", c.limits, c.view ? &*c.view : nullptr);
     if (!proc.ok()) {
       SignalAll(SIGKILL);
       Collect();

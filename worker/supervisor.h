@@ -40,6 +40,9 @@ class Supervisor {
     std::map<std::string, std::string> env;  // on top of the worker's environment
     std::string log_path;                    // its stdout and stderr (rotated)
     ProcessLimits limits = {};               // launcher.h
+    // A job's process (a rank, an export): its own folders, and it runs as the job's user
+    // (worker/confinement.h). None: a process of the worker's own (data preparation).
+    std::optional<JobView> view = std::nullopt;
   };
   struct Exit {
     int id;

@@ -62,7 +62,7 @@ bool InjectHangAt(const format::ProgressRecord& r) {
 // The id of nightshift-prepare among the task's processes (ranks are 0 and up).
 constexpr int kPrepareId = -1;
 
-// Processes (threads count) of the worker's user a rank may start (RLIMIT_NPROC; root is
+// Processes (threads count) of the job's user a rank may start (RLIMIT_NPROC; root is
 // exempt): enough for LibTorch's thread pools, NCCL and Gloo, not a fork bomb.
 constexpr uint64_t kRankProcessLimit = 16384;
 
@@ -345,11 +345,14 @@ void Task::RunRanks(const std::string& config_path, const std::string& job_dir) 
   ProcessLimits limits;
   limits.data_bytes = static_cast<uint64_t>(memory_gb * (1ull << 30));
   limits.processes = kRankProcessLimit;
+  // The ranks run the user's code: as the job's user, seeing only this job's folders.
+  auto view = TrainerViewOf(config_path);
+  if (!view.ok()) return Finish(v1::TASK_FAILED, view.status().message(), false);
   std::vector<Supervisor::Child> ranks;
   for (int i = 0; i < assignment_.num_ranks(); ++i) {
     const int rank = assignment_.first_rank() + i;
     ranks.push_back({rank, {trainer, "--config", config_path}, RankEnvironment(assignment_, i, master, gpus_),
-                     job_dir + "/rank-" + std::to_string(rank) + ".log", limits});
+                     job_dir + "/rank-" + std::to_string(rank) + ".log", limits, view.value()});
   }
   Status started = supervisor_.Start(ranks);
   if (!started.ok())

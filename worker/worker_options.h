@@ -14,8 +14,10 @@ namespace nightshift {
 
 struct WorkerOptions {
   std::string coordinator;       // HOST:PORT of the coordinator
-  std::string token;             // bearer token for the coordinator (role worker); empty: none
-  std::string token_file;        // or a file holding it (else env NIGHTSHIFT_TOKEN)
+  std::string token;             // bearer token for the coordinator (role worker), from env
+                                 // NIGHTSHIFT_TOKEN (read once, then wiped); empty: none
+  std::string token_file;        // or a file holding it (--token-file; beats the environment)
+  std::string run_as;            // root: the user jobs run as ("": nightshift-job, else nobody)
   std::string tls_ca;            // PEM CA of the coordinator's certificate; empty: plaintext
   std::string tls_cert, tls_key; // this worker's certificate and key (mutual TLS); optional
   // The file service's own certificate and key (TLS; required when tls_ca is set: a

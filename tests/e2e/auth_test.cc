@@ -335,7 +335,8 @@ TEST_F(AuthTest, CliReadsItsConfigFileBelowEnvironmentAndFlags) {
 TEST_F(AuthTest, WorkerRegistersWithItsToken) {
   cluster_.StartCoordinator({"--token-file", token_file_});
   cluster_.StartWorker("node1", 1, {{"NIGHTSHIFT_TOKEN", "worker-secret"}});
-  cluster_.StartWorker("node2", 1, {}, {"--token", "alice-secret"});  // a user's token: refused
+  { std::ofstream(cluster_.dir() + "/alice.token") << "alice-secret\n"; }
+  cluster_.StartWorker("node2", 1, {}, {"--token-file", cluster_.dir() + "/alice.token"});  // a user's token: refused
   Caller admin(As("admin-secret"));
   v1::ListWorkersResponse workers;
   for (int i = 0; i < 100; ++i) {
@@ -392,11 +393,11 @@ TEST_F(TlsTest, MutualTlsWithTokensForWorkersAndUsers) {
                 certs_ + "/client.key"});
   EXPECT_TRUE(admin.ListWorkers(&workers).ok());
   // Without a certificate for its file service, a worker of a TLS cluster does not start.
-  cluster_.StartWorker("node0", 1, {}, {"--token", "worker-secret", "--tls-ca", certs_ + "/ca.crt"});
-  cluster_.StartWorker("node1", 1, {}, {"--token", "worker-secret", "--tls-ca", certs_ + "/ca.crt", "--tls-cert",
-                                        certs_ + "/client.crt", "--tls-key", certs_ + "/client.key",
-                                        "--file-service-tls-cert", certs_ + "/server.crt",
-                                        "--file-service-tls-key", certs_ + "/server.key"});
+  const std::map<std::string, std::string> token = {{"NIGHTSHIFT_TOKEN", "worker-secret"}};
+  cluster_.StartWorker("node0", 1, token, {"--tls-ca", certs_ + "/ca.crt"});
+  cluster_.StartWorker("node1", 1, token, {"--tls-ca", certs_ + "/ca.crt", "--tls-cert", certs_ + "/client.crt",
+                                           "--tls-key", certs_ + "/client.key", "--file-service-tls-cert",
+                                           certs_ + "/server.crt", "--file-service-tls-key", certs_ + "/server.key"});
   for (int i = 0; i < 100 && workers.workers_size() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_TRUE(admin.ListWorkers(&workers).ok());

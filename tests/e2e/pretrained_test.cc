@@ -34,6 +34,9 @@ const std::string& Models() {
     std::string out;
     const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/hf_folders.py " + d + " " + kCorpus;
     EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
+    // save_pretrained writes model.safetensors 0600; a root worker's jobs run as another
+    // user, which must be able to read the folders jobs name (README, Security).
+    EXPECT_EQ(Cluster::Shell("chmod -R a+rX " + d, &out), 0) << out;
     return d;
   }();
   return dir;
@@ -94,6 +97,9 @@ const std::string& Decoders() {
     const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/hf_folders.py " + d + " " +
                             kCorpus + " --kinds gpt2,llama3,qwen2 --kv-heads 2 --ffn 64";
     EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
+    // save_pretrained writes model.safetensors 0600; a root worker's jobs run as another
+    // user, which must be able to read the folders jobs name (README, Security).
+    EXPECT_EQ(Cluster::Shell("chmod -R a+rX " + d, &out), 0) << out;
     return d;
   }();
   return dir;

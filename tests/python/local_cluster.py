@@ -78,9 +78,11 @@ class LocalCluster:
         self._await_file(port_file, "coordinator")
         with open(port_file) as f:
             self.address = "127.0.0.1:" + f.read().strip()
+        with open(self.path("worker.token"), "w") as f:  # a daemon takes no token on its command line
+            f.write(TOKENS["worker"][0] + "\n")
         self._spawn("worker", [
             "nightshift-worker", "--coordinator", self.address, "--name", "local-1", "--cpu-slots", "1",
-            "--work-dir", self.path("worker"), "--data-root", self.data_root, "--token", TOKENS["worker"][0],
+            "--work-dir", self.path("worker"), "--data-root", self.data_root, "--token-file", self.path("worker.token"),
             "--tls-ca", self.cert("ca.crt"), "--file-service-tls-cert", self.cert("server.crt"),
             "--file-service-tls-key", self.cert("server.key"), "--metrics-listen", "127.0.0.1:0",
             "--metrics-port-file", self.path("worker.metrics-port")], cwd=self.worker_cwd)

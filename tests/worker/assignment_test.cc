@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace nightshift {
 namespace {
 
@@ -98,6 +100,26 @@ TEST(TrainerConfigTest, SpecWithProtoNamesAndDefaultsPlusWhatTheWorkerResolved) 
   EXPECT_EQ(config["data_roots"], nlohmann::json::array({"/data"}));
   EXPECT_EQ(config["spec"]["model"]["arch"], "gpt_lm");
   EXPECT_EQ(config["spec"]["model"]["max_len"], 0);  // written out although 0: the trainer applies its default
+}
+
+// What the trainer reaches of the worker's folders is what its config names: the
+// attempt's folder, the cache entry and the spec's model folders read-only, its
+// checkpoint folder writable.
+TEST(TrainerViewTest, TheConfigsFoldersAndTheCheckpointFolder) {
+  const nlohmann::json config = {
+      {"checkpoint_dir", "/w/checkpoints/j-000001"},
+      {"data", {{"train_shard", "/w/cache/k1/train.bin"}, {"val_shard", "/w/cache/k1/val.bin"}}},
+      {"spec", {{"model", {{"pretrained", "/data/bert"}, {"init_from", ""}, {"path", ""}}}}}};
+  const JobView view = TrainerView(config, "/w/jobs/j-000001/attempt-0/trainer-config.json");
+  const auto has = [](const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  EXPECT_TRUE(has(view.read_only, "/w/jobs/j-000001/attempt-0"));
+  EXPECT_TRUE(has(view.read_only, "/w/cache/k1"));
+  EXPECT_TRUE(has(view.read_only, "/data/bert"));
+  EXPECT_FALSE(has(view.read_only, "/w/checkpoints/j-000001"));
+  EXPECT_EQ(view.writable, std::vector<std::string>{"/w/checkpoints/j-000001"});
+  EXPECT_EQ(view.mounts, "/w/jobs/j-000001/attempt-0/.view");
 }
 
 }  // namespace

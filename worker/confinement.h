@@ -1,0 +1,107 @@
+// Confinement: what a process the worker starts can reach of the worker's secrets and files.
+//
+// Every child sees /dev/null in place of the worker's token file. A job's process (a rank,
+// a model export: they run the user's code) is also confined to its own files: it sees an
+// empty folder in place of the worker's work dir and checkpoint root, except for the
+// folders of its JobView, bound back at their own paths. Under a root worker it runs as an
+// unprivileged user (--run-as), with no capabilities, an empty bounding set and
+// no_new_privs, so it can neither undo those mounts nor reach the worker (root, and not
+// dumpable) through /proc. A worker that is not root makes the same mounts inside a user
+// namespace of its own (with no id map: its uid shows as 65534 there): the job starts
+// without capabilities in it and cannot make another, so it cannot undo them.
+//
+// Everything a child needs is prepared before fork (ChildSetup::Prepare); the child then
+// only makes system calls (ChildSetup::Enter), as a child of a threaded process must.
+#ifndef NIGHTSHIFT_WORKER_CONFINEMENT_H_
+#define NIGHTSHIFT_WORKER_CONFINEMENT_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace nightshift {
+
+// What one job's process reaches of the hidden folders: its own. Paths outside them (the
+// user's data and model folders) are not affected; paths that do not exist are skipped.
+struct JobView {
+  std::vector<std::string> read_only;  // bound back read-only: its attempt's folder, its cache entry
+  std::vector<std::string> writable;   // bound back writable and given to the job's user: its checkpoints
+  // A folder of the job's own (kept while it runs: its mount points are in use) where the
+  // empty folders that cover the hidden ones are made: <attempt folder>/.view.
+  std::string mounts;
+};
+
+struct ConfinementOptions {
+  std::vector<std::string> hidden_files;    // /dev/null over each, for every child (the token file)
+  std::vector<std::string> hidden_folders;  // empty for a job's processes, but for its JobView
+  // The user a root worker runs jobs as: "" for nightshift-job if that user exists, else
+  // nobody; "root" keeps jobs as root (the mounts still apply). A worker that is not root
+  // runs jobs as itself: only "" or its own user name is accepted.
+  std::string run_as;
+};
+
+// How every child started after this call is confined. It is tried in a throwaway child
+// first. InvalidArgument: run_as is unknown, or names another user while not root.
+// Unavailable: the namespaces cannot be made here (a container without CAP_SYS_ADMIN, or
+// unprivileged user namespaces switched off); children are then started as before this
+// call (the environment filter alone). Not thread-safe with SpawnProcess.
+Status ConfineChildren(const ConfinementOptions& options);
+
+// Back to no confinement (tests).
+void UnconfineChildren();
+
+// One line for the worker's log: who jobs run as and how they are confined.
+std::string DescribeConfinement();
+
+// What one child needs between fork and exec, made before the fork.
+class ChildSetup {
+ public:
+  // `view`: the job's own folders; null for a process of the worker's own (data
+  // preparation), which keeps the worker's user and files and loses only the hidden files.
+  // For a job run as another user, creates each writable folder and gives its whole tree
+  // (links are not followed) to that user.
+  static StatusOr<ChildSetup> Prepare(const JobView* view);
+
+  // Variables over the worker's environment: the job user's HOME, USER and LOGNAME.
+  const std::map<std::string, std::string>& env() const { return env_; }
+
+  // In the child, after fork: enters the namespaces, makes the mounts, becomes the job's
+  // user. nullptr, or what failed (a static string). Allocates nothing.
+  const char* Enter();
+
+ private:
+  struct Bind {
+    std::string path;  // source and target: the same path, seen before and after the cover
+    bool writable;
+    int fd = -1;       // the source, opened in the child before the cover
+  };
+  struct Cover {
+    std::string folder;    // a hidden folder
+    std::string skeleton;  // the empty folders bound over it (read-only), mount points of the binds
+    int fd = -1;
+  };
+  bool user_namespace_ = false;  // a worker that is not root
+  bool enter_ = false;           // false: nothing to do (not confined)
+  bool switch_user_ = false;     // a root worker running a job as another user
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+  std::vector<gid_t> groups_;
+  std::string cwd_;                         // the worker's, entered again below the covers
+  std::vector<std::string> hidden_files_;
+  std::vector<Cover> covers_;               // empty unless this is a job's process
+  std::vector<Bind> binds_;                 // parents first
+  std::map<std::string, std::string> env_;
+
+  Status PlanView(const JobView& view);
+  const char* EnterNamespaces() const;
+  const char* MountView();
+  const char* BecomeJobUser() const;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_WORKER_CONFINEMENT_H_
