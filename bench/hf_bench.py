@@ -105,11 +105,16 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--epoch-samples", type=int, default=800)
     ap.add_argument("--only", default="fixed,epoch,varied")
+    ap.add_argument("--folder", default="",
+                    help="a Hugging Face folder of these sizes to fine-tune instead of the random one (a real "
+                         "checkpoint: see RESULTS); give it its own --work")
+    ap.add_argument("--seed", type=int, default=1234,
+                    help="repeat k runs both sides with seed + k (initialisation of the head, dropout, order)")
     ap.add_argument("--budget", type=int, default=BATCH * MAX_LEN,
                     help="nightshift's max_tokens in the epoch and varied runs (and transformers' in varied)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    folder = os.path.join(a.work, "minilm", "bert")
+    folder = os.path.abspath(a.folder) if a.folder else os.path.join(a.work, "minilm", "bert")
     if not os.path.exists(os.path.join(folder, "config.json")):
         subprocess.run([VENV_PYTHON, os.path.join(ROOT, "tests", "hf_folders.py"), os.path.join(a.work, "minilm"),
                         os.path.join(ROOT, "data", "spamassassin"), "--kinds", "bert", "--vocab", str(VOCAB),
@@ -130,6 +135,7 @@ def main():
             return int(re.findall(r"MAXRSS (\d+)", open(os.path.join(tmp, "rss")).read())[-1]) * 1024
 
         for rep in range(a.repeats):
+            seed = a.seed + rep
             if "fixed" in a.only:
                 r = ours(a.build, folder, data_dir, meta, tmp, f"fixed-{rep}", batch_size=BATCH,
                          max_steps=a.steps + 2, skip_steps=2)
@@ -146,12 +152,14 @@ def main():
                 epoch_dir = os.path.join(a.work, f"minilm-256-{a.epoch_samples}")
                 epoch_meta = prepare(a.build, epoch_dir, MAX_LEN, max_samples=a.epoch_samples,
                                      extra=["--pretrained", folder])
-                r = ours(a.build, folder, epoch_dir, epoch_meta, tmp, f"epoch-{rep}", max_tokens=str(a.budget))
-                r.update(who="nightshift", mode="epoch", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss())
+                r = ours(a.build, folder, epoch_dir, epoch_meta, tmp, f"epoch-{rep}", max_tokens=str(a.budget),
+                         seed=seed)
+                r.update(who="nightshift", mode="epoch", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss(),
+                         seed=seed)
                 results.append(r)
                 print(json.dumps(r), flush=True)
-                r = theirs(folder, epoch_dir, "--batching", "grouped", "--lr", "5e-5", "--eval")
-                r["mode"] = "epoch"
+                r = theirs(folder, epoch_dir, "--batching", "grouped", "--lr", "5e-5", "--eval", "--seed", str(seed))
+                r.update(mode="epoch", seed=seed)
                 results.append(r)
                 print(json.dumps(r), flush=True)
             if "varied" in a.only:
@@ -161,15 +169,17 @@ def main():
                 varied_meta = prepare(a.build, varied_dir, MAX_LEN, max_samples=a.epoch_samples, path=jsonl,
                                       extra=["--pretrained", folder, "--format", "jsonl", "--text-field", "text",
                                              "--label-field", "label"])
-                r = ours(a.build, folder, varied_dir, varied_meta, tmp, f"varied-{rep}", max_tokens=str(a.budget))
-                r.update(who="nightshift", mode="varied", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss())
+                r = ours(a.build, folder, varied_dir, varied_meta, tmp, f"varied-{rep}", max_tokens=str(a.budget),
+                         seed=seed)
+                r.update(who="nightshift", mode="varied", epoch_seconds=r["train_seconds"], peak_rss_bytes=rss(),
+                         seed=seed)
                 results.append(r)
                 print(json.dumps(r), flush=True)
                 for batching in ("budget", "grouped"):
                     r = theirs(folder, varied_dir, "--batching", batching, "--max-tokens", str(a.budget),
-                               "--lr", "5e-5", "--eval")
+                               "--lr", "5e-5", "--eval", "--seed", str(seed))
                     grouped = " (group_by_length)" if batching == "grouped" else ""
-                    r.update(mode="varied", who="transformers" + grouped)
+                    r.update(mode="varied", who="transformers" + grouped, seed=seed)
                     results.append(r)
                     print(json.dumps(r), flush=True)
     peak = max((r.get("peak_gflops") or 0) for r in results if r["who"] == "nightshift") * 1e9
@@ -197,6 +207,15 @@ def main():
             rss = mean(who, mode, "peak_rss_bytes") / 2**20
             print(f"| {mode} | {who} | {tps:.0f} | {ratio} | {mfu:.2f} | {rss:.0f} | {ep:.1f} "
                   f"| {mean(who, mode, 'padding_efficiency'):.3f} | {mean(who, mode, 'val_accuracy'):.4f} |")
+
+    print("\nvalidation accuracy per seed (the same rows on both sides):")
+    for mode in ("epoch", "varied"):
+        for who in ("nightshift", "transformers", "transformers (group_by_length)"):
+            accs = [f"{r['seed']}: {r['val_accuracy']:.4f}" for r in results
+                    if r["who"] == who and r["mode"] == mode and r.get("val_accuracy") is not None]
+            if accs:
+                print(f"  {mode} {who}: " + ", ".join(accs))
+
 
 if __name__ == "__main__":
     main()
