@@ -25,6 +25,7 @@ namespace nightshift {
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
+constexpr uint64_t kMaxManifestBytes = 16 << 20;  // a manifest lists a few files: kilobytes
 
 // "job J step N", for messages.
 std::string CopyName(const v1::CheckpointCopy& copy) {
@@ -70,8 +71,15 @@ std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root) {
 }
 
 std::string ManifestDigest(const std::string& job_dir, int64_t step) {
-  auto manifest = ReadFile(fs::path(job_dir) / format::StepDirName(step) / format::kCheckpointManifest);
-  return manifest.ok() ? format::Sha256Hex(manifest.value()) : "";
+  // The job's ranks can write its folder: a step folder or manifest that is a link, a
+  // FIFO or a huge file is not a checkpoint, and is not followed, waited on or read whole.
+  const fs::path dir = fs::path(job_dir) / format::StepDirName(step);
+  std::error_code ec;
+  if (fs::is_symlink(dir, ec)) return "";
+  std::string manifest;
+  if (!format::ReadRegularFile((dir / format::kCheckpointManifest).string(), kMaxManifestBytes, &manifest).empty())
+    return "";
+  return format::Sha256Hex(manifest);
 }
 
 std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified) {

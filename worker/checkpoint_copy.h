@@ -51,7 +51,8 @@ std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root);
 // checkpoint_records.h), and a job resumes from nothing else. The steps moved, ascending.
 std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified);
 
-// The SHA-256 (hex) of <job_dir>/step-N/manifest.json; "" when it cannot be read.
+// The SHA-256 (hex) of <job_dir>/step-N/manifest.json; "" when it cannot be read, or is
+// not a regular file of at most 16 MiB in a folder that is not a link.
 std::string ManifestDigest(const std::string& job_dir, int64_t step);
 
 // Sends the complete checkpoint `step_dir` as chunks of at most 1 MiB: manifest.json

@@ -6,6 +6,7 @@
 #include "worker/checkpoint_copy.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -262,6 +263,28 @@ TEST_F(CheckpointCopyTest, LocalCheckpointsWhoseManifestNoRecordVouchesForAreSet
   EXPECT_TRUE(SetAsideUnverified(job, verified).empty());  // nothing more to move
   EXPECT_EQ(SetAsideUnverified(job, {}), std::vector<int64_t>{40});  // nothing recorded: nothing kept
   EXPECT_TRUE(format::CompleteSteps(job).empty());
+}
+
+// The job's ranks can write their checkpoint folder, which the worker reads as root to
+// report what it holds: a manifest that is a link (to a secret), a FIFO (to hang the
+// heartbeat) or a step folder that is a link has no digest, and is neither followed nor
+// waited on; such a step counts as no checkpoint the coordinator vouches for.
+TEST_F(CheckpointCopyTest, AManifestThatIsALinkOrAFifoHasNoDigestAndIsNotFollowed) {
+  const fs::path job = copier_job();
+  WriteCheckpoint(job, 40);
+  WriteCheckpoint(job, 50);
+  WriteCheckpoint(dir_ + "/elsewhere", 60);
+  const fs::path linked = job / format::StepDirName(40) / format::kCheckpointManifest;
+  fs::remove(linked);
+  fs::create_symlink(dir_ + "/elsewhere/" + format::StepDirName(60) + "/" + format::kCheckpointManifest, linked);
+  const fs::path fifo = job / format::StepDirName(50) / format::kCheckpointManifest;
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directory_symlink(dir_ + "/elsewhere/" + format::StepDirName(60), job / format::StepDirName(60));
+  EXPECT_EQ(ManifestDigest(job.string(), 40), "");
+  EXPECT_EQ(ManifestDigest(job.string(), 50), "");  // returns at once: no writer needed
+  EXPECT_EQ(ManifestDigest(job.string(), 60), "");
+  EXPECT_TRUE(NewestCheckpoints(dir_ + "/copier/checkpoints").empty());
 }
 
 // The background path: Request returns at once, the copier's thread copies.
