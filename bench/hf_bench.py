@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--folder", default="",
                     help="a Hugging Face folder of these sizes to fine-tune instead of the random one (a real "
                          "checkpoint: see RESULTS); give it its own --work")
+    ap.add_argument("--varied-baselines", default="budget,grouped",
+                    help="transformers' batchings in the varied runs: budget (ours mirrored), grouped (group_by_length)")
     ap.add_argument("--seed", type=int, default=1234,
                     help="repeat k runs both sides with seed + k (initialisation of the head, dropout, order)")
     ap.add_argument("--budget", type=int, default=BATCH * MAX_LEN,
@@ -175,7 +177,7 @@ def main():
                          seed=seed)
                 results.append(r)
                 print(json.dumps(r), flush=True)
-                for batching in ("budget", "grouped"):
+                for batching in a.varied_baselines.split(","):
                     r = theirs(folder, varied_dir, "--batching", batching, "--max-tokens", str(a.budget),
                                "--lr", "5e-5", "--eval", "--seed", str(seed))
                     grouped = " (group_by_length)" if batching == "grouped" else ""
