@@ -83,6 +83,15 @@ class CoordinatorTest : public testing::Test {
     ASSERT_TRUE(c_->ReportTask(worker, status).ok());
   }
   v1::JobState StateOf(const std::string& id) { return c_->Get(id)->state(); }
+  // What `metrics` (the coordinator's observer) serve on a port of their own, with the
+  // coordinator's gauges; "" when no server could start.
+  std::string ScrapeMetrics(CoordinatorMetrics* metrics) {
+    auto server = MetricsServer::Start("127.0.0.1:0");
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (!server.ok()) return "";
+    metrics->Serve(server.value().get(), c_.get());
+    return Scrape(server.value()->port());
+  }
   // A one-rank job RUNNING on a one-slot worker w1 (registered here); its id.
   std::string RunningJobOnW1() {
     RegisterWorker("w1", 1);
@@ -542,10 +551,7 @@ TEST_F(CoordinatorTest, AHugeCheckpointClaimForAnotherOwnersJobDoesNotAttractItA
   EXPECT_EQ(reply->start[0].verified_checkpoints(0).step(), 40);
   EXPECT_EQ(reply->start[0].verified_checkpoints(0).manifest_sha256(), "manifest-40");
   EXPECT_FALSE(reply->start[0].has_fetch_checkpoint());  // w1 holds it
-  auto server = MetricsServer::Start("127.0.0.1:0");
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  metrics.Serve(server.value().get(), c_.get());
-  const std::string scraped = Scrape(server.value()->port());
+  const std::string scraped = ScrapeMetrics(&metrics);
   EXPECT_NE(scraped.find("nightshift_checkpoint_claims_ignored_total 1"), std::string::npos) << scraped;
   c_.reset();  // before the metrics it reports to
   options_.observer = nullptr;
@@ -654,10 +660,7 @@ TEST_F(CoordinatorTest, ACorruptJobRecordIsMovedAsideAndTheCoordinatorStarts) {
   EXPECT_EQ(StateOf(kept), v1::QUEUED);
   EXPECT_EQ(c_->Get(torn).status().code(), Status::kNotFound);
   EXPECT_EQ(c_->Submit(Spec())->id(), "j-000003");
-  auto server = MetricsServer::Start("127.0.0.1:0");
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  metrics.Serve(server.value().get(), c_.get());
-  const std::string scraped = Scrape(server.value()->port());
+  const std::string scraped = ScrapeMetrics(&metrics);
   EXPECT_NE(scraped.find("nightshift_job_store_corrupt_records_total{kind=\"job\"} 1"), std::string::npos) << scraped;
   c_.reset();  // before the metrics it reports to
   options_.observer = nullptr;
