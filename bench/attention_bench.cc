@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "worker/trainer/amp.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/optim/amp.h"
+#include "worker/trainer/models/model.h"
 
 namespace nt = nightshift::trainer;
 

@@ -19,7 +19,7 @@ it ("optimizer").
   --batching grouped   Trainer's train_sampling_strategy "group_by_length" (transformers
                        5.24's name for group_by_length=True: LengthGroupedSampler):
                        mega-batches of 50 x batch_size sorted by length, cut in batch_size;
-  --batching budget    nightshift-trainer's token budget (worker/trainer/batching.cc,
+  --batching budget    nightshift-trainer's token budget (worker/trainer/data/batching.cc,
                        PlanEpoch with max_tokens, mirrored here, since Trainer has no token
                        budget): shuffle, length-sorted pools of about 100 budgets' worth of
                        tokens, each cut greedily into batches of at most --max-tokens padded

@@ -4,7 +4,7 @@ as a causal LM (AutoModelForCausalLM, SDPA attention) with PyTorch 2.14.1 from t
 project's virtual environment, on the token shards nightshift-prepare wrote with the
 folder's tokenizer (--classifier false: bos ... eos per sample, so both sides see the same
 ids), packed as nightshift-trainer packs them (train.batching.rows: packed;
-worker/trainer/batching.cc, PlanEpoch with pack_len, mirrored here):
+worker/trainer/data/batching.cc, PlanEpoch with pack_len, mirrored here):
 
   samples, shuffled (a seeded permutation: not the trainer's own order), fill rows of
   --max-len tokens by best-fit decreasing (longest first, ties in the shuffled order; each
@@ -48,7 +48,7 @@ from baseline_transformers import trainer_param_groups  # noqa: E402
 
 
 def pack_rows(order, lengths, row_len):
-    """nightshift's PackRowsBestFit (worker/trainer/batching.cc): best-fit decreasing. The
+    """nightshift's PackRowsBestFit (worker/trainer/data/batching.cc): best-fit decreasing. The
     samples, longest first (a stable sort: ties keep `order`), each go to the row with the
     least free space that still holds them (among equal free space, the entry made first,
     as std::multimap::lower_bound finds it), else start a new row. Rows in the order they

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
-#include "worker/trainer/ddp.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/parallel/ddp.h"
+#include "worker/trainer/models/model.h"
 
 namespace nt = nightshift::trainer;
 

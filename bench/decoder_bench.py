@@ -2,7 +2,7 @@
 """Decoders (issue 30), on SpamAssassin, with a Llama-layout model (4 layers, 512 wide, 8
 query and 2 key/value heads, feed-forward 1536, vocabulary 32,000, untied LM head; random
 weights and a Llama 3-kind byte-level BPE tokenizer trained on the corpus, made with
-tests/hf_folders.py's decoder_tokenizer: no download), 2 threads, runs alternating:
+tests/support/hf_folders.py's decoder_tokenizer: no download), 2 threads, runs alternating:
 
 - lm: fine-tuning as a causal LM on packed rows of 512 tokens (a budget of --budget tokens
   per step, fp32, AdamW lr 5e-5, clipping 1.0): nightshift-trainer (model.task causal_lm,
@@ -53,7 +53,7 @@ def make_folder(folder):
     trained to 31,995 + Llama 3's 5 special tokens)."""
     if os.path.exists(os.path.join(folder, "config.json")):
         return
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
     import torch
     from hf_folders import LLAMA3_SPECIALS, decoder_tokenizer, save_decoder_tokenizer, texts_of
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fine-tuning a BERT of MiniLM's sizes (6 layers, 384 wide, 12 heads, feed-forward 1536,
 vocabulary 30,522; random weights and a WordPiece tokenizer trained on the corpus, made by
-tests/hf_folders.py: no download) on SpamAssassin at max_len 256 (issue 27):
+tests/support/hf_folders.py: no download) on SpamAssassin at max_len 256 (issue 27):
 nightshift-trainer (model.pretrained) against transformers (bench/baseline_transformers.py,
 SDPA attention, eager and torch.compile, the optimizer transformers' Trainer builds by
 default: AdamW fused=True, no weight decay on biases and norms) on the same token ids, 2
@@ -118,7 +118,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     folder = os.path.abspath(a.folder) if a.folder else os.path.join(a.work, "minilm", "bert")
     if not os.path.exists(os.path.join(folder, "config.json")):
-        subprocess.run([VENV_PYTHON, os.path.join(ROOT, "tests", "hf_folders.py"), os.path.join(a.work, "minilm"),
+        subprocess.run([VENV_PYTHON, os.path.join(ROOT, "tests", "support", "hf_folders.py"), os.path.join(a.work, "minilm"),
                         os.path.join(ROOT, "data", "spamassassin"), "--kinds", "bert", "--vocab", str(VOCAB),
                         "--hidden", str(WIDTH), "--layers", str(LAYERS), "--heads", str(HEADS), "--ffn", str(FFN)],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

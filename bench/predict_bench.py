@@ -36,7 +36,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "predict"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "worker", "predict"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 PY_RUN = r"""

@@ -42,7 +42,7 @@ CORPUS = os.path.join(ROOT, "data", "spamassassin")
 def make_folder(folder, work):
     if os.path.exists(os.path.join(folder, "config.json")):
         return
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
     import torch
     from hf_folders import LLAMA3_SPECIALS, decoder_tokenizer, save_decoder_tokenizer, texts_of
     from transformers import LlamaConfig, LlamaForCausalLM

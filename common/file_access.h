@@ -11,14 +11,14 @@
 
 #include <string>
 
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 
 namespace nightshift {
 
 inline constexpr char kCapabilityPrefix[] = "cap:";
 
 inline std::string ReadCheckpointCapability(const std::string& key, const std::string& job_id) {
-  return format::HmacSha256Hex(key, "ReadCheckpoint/" + job_id);
+  return crypto::HmacSha256Hex(key, "ReadCheckpoint/" + job_id);
 }
 
 }  // namespace nightshift

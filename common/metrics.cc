@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 
 namespace nightshift {
 
@@ -58,7 +58,7 @@ void MetricsServer::Register(std::weak_ptr<prometheus::Collectable> collectable)
 
 void WritePortFile(const std::string& path, int port) {
   if (path.empty()) return;
-  format::WriteFileAtomically(path, std::to_string(port) + "\n");
+  io::WriteFileAtomically(path, std::to_string(port) + "\n");
 }
 
 }  // namespace nightshift

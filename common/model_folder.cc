@@ -12,9 +12,9 @@
 #include <sstream>
 #include <vector>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 #include "common/format/json_depth.h"
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 
 namespace fs = std::filesystem;
 
@@ -46,22 +46,22 @@ StatusOr<std::string> Sha1OfFile(const std::string& path) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(ctx.get(), md, &n);
-  return format::ToHex(md, n);
+  return crypto::ToHex(md, n);
 }
 
 // The file's digest by checksums.json's algorithm (ParseChecksums admits sha256 and sha1).
 StatusOr<std::string> DigestOfFile(const std::string& path, const std::string& algorithm) {
   if (algorithm == "sha1") return Sha1OfFile(path);
   std::string hex;
-  if (std::string err = format::Sha256OfFile(path, &hex); !err.empty()) return Status::IOError(err);
+  if (std::string err = crypto::Sha256OfFile(path, &hex); !err.empty()) return Status::IOError(err);
   return hex;
 }
 
 size_t DigestHexLength(const std::string& algorithm) { return algorithm == "sha1" ? 40 : 64; }
 
-// What Sha1OfFile and format::Sha256OfFile give: the digest in lower-case hex.
+// What Sha1OfFile and crypto::Sha256OfFile give: the digest in lower-case hex.
 bool IsDigest(const std::string& hex, const std::string& algorithm) {
-  return format::IsLowerHex(hex, DigestHexLength(algorithm));
+  return crypto::IsLowerHex(hex, DigestHexLength(algorithm));
 }
 
 }  // namespace
@@ -110,12 +110,12 @@ Status WriteChecksums(const std::string& dir) {
     const std::string name = e.path().filename().string();
     if (name == kChecksumsFile || !e.is_regular_file()) continue;
     std::string hex;
-    if (std::string err = format::Sha256OfFile(e.path().string(), &hex); !err.empty()) return Status::IOError(err);
+    if (std::string err = crypto::Sha256OfFile(e.path().string(), &hex); !err.empty()) return Status::IOError(err);
     files[name] = {{"bytes", static_cast<int64_t>(e.file_size())}, {kChecksumAlgorithm, hex}};
   }
   if (ec) return Status::IOError("cannot list " + dir + ": " + ec.message());
   nlohmann::json j = {{"algorithm", kChecksumAlgorithm}, {"files", files}};
-  std::string err = format::WriteFileAtomically(dir + "/" + kChecksumsFile, j.dump(2));
+  std::string err = io::WriteFileAtomically(dir + "/" + kChecksumsFile, j.dump(2));
   return err.empty() ? Status::OK() : Status::IOError(err);
 }
 

@@ -1,4 +1,4 @@
-// Model folders (the trainer's export, worker/trainer/export.h) as the daemons and the
+// Model folders (the trainer's export, worker/trainer/checkpoint/export.h) as the daemons and the
 // CLI handle them without LibTorch: checksums.json read, written and verified, and a
 // folder sent as v1::ArtifactChunks (JobService.GetArtifacts, WorkerFileService.ReadModel).
 #ifndef NIGHTSHIFT_COMMON_MODEL_FOLDER_H_
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/format/checkpoint_manifest.h"
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "common/status.h"
 #include "nightshift/v1/jobs.pb.h"
 
@@ -19,9 +19,9 @@ namespace nightshift {
 inline constexpr char kChecksumsFile[] = "checksums.json";
 
 // checksums.json: {"algorithm": "sha256", "files": {name: {"bytes": N, "sha256": hex}}}.
-// We write SHA-256 (format::kChecksumAlgorithm); folders written before it hold "sha1"
+// We write SHA-256 (crypto::kChecksumAlgorithm); folders written before it hold "sha1"
 // (algorithm and per-file key), which every reader still accepts.
-using format::kChecksumAlgorithm;
+using crypto::kChecksumAlgorithm;
 
 struct FileChecksum {
   int64_t bytes = 0;

@@ -1,6 +1,6 @@
 #include "common/spec.h"
 
-#include "common/format/spec_rules.h"
+#include "common/spec_rules/spec_rules.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -141,7 +141,7 @@ Status Invalid(const std::string& field, const std::string& message) {
 
 // What the YAML loader cannot produce but a SubmitJobRequest.spec can: fields this
 // coordinator does not know (a newer client's), and lists. Checked for every message,
-// recursively; the strings' rules are the spec's own (format::ApplySpecRules).
+// recursively; the strings' rules are the spec's own (spec_rules::ApplySpecRules).
 Status CheckKnownFields(const Message& message, const std::string& path) {
   const Reflection* refl = message.GetReflection();
   if (!refl->GetUnknownFields(message).empty())
@@ -172,14 +172,14 @@ std::pair<Message*, const FieldDescriptor*> Locate(Message* root, const std::str
 
 // The spec's fields as the rules take them: a field with presence (`optional`) when it
 // is set; a plain one when it is not 0 or "" (proto3 cannot tell those from absent).
-format::SpecValues ValuesOf(v1::JobSpec spec) {
-  format::SpecValues values;
-  for (const format::SpecField& f : format::SpecFields()) {
+spec_rules::SpecValues ValuesOf(v1::JobSpec spec) {
+  spec_rules::SpecValues values;
+  for (const spec_rules::SpecField& f : spec_rules::SpecFields()) {
     auto [message, field] = Locate(&spec, f.path);
     if (field == nullptr) continue;  // the field-walk test keeps table and proto equal
     const Reflection* refl = message->GetReflection();
     if (field->has_presence() && !refl->HasField(*message, field)) continue;
-    format::SpecValues::Value value;
+    spec_rules::SpecValues::Value value;
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32: value = int64_t{refl->GetInt32(*message, field)}; break;
       case FieldDescriptor::CPPTYPE_INT64: value = int64_t{refl->GetInt64(*message, field)}; break;
@@ -195,8 +195,8 @@ format::SpecValues ValuesOf(v1::JobSpec spec) {
 }
 
 // Writes every value the rules resolved back into the spec.
-void WriteValues(const format::SpecValues& values, v1::JobSpec* spec) {
-  for (const format::SpecField& f : format::SpecFields()) {
+void WriteValues(const spec_rules::SpecValues& values, v1::JobSpec* spec) {
+  for (const spec_rules::SpecField& f : spec_rules::SpecFields()) {
     if (!values.Has(f)) continue;
     auto [message, field] = Locate(spec, f.path);
     if (field == nullptr) continue;
@@ -216,8 +216,8 @@ void WriteValues(const format::SpecValues& values, v1::JobSpec* spec) {
 
 Status DefaultAndValidateJobSpec(v1::JobSpec* spec) {
   NS_RETURN_IF_ERROR(CheckKnownFields(*spec, ""));
-  format::SpecValues values = ValuesOf(*spec);
-  if (std::optional<format::SpecError> e = format::ApplySpecRules(&values))
+  spec_rules::SpecValues values = ValuesOf(*spec);
+  if (std::optional<spec_rules::SpecError> e = spec_rules::ApplySpecRules(&values))
     return Status::InvalidArgument(e->Text());
   WriteValues(values, spec);
   return Status::OK();

@@ -17,7 +17,7 @@ namespace nightshift {
 StatusOr<v1::JobSpec> LoadJobSpec(const std::string& text);
 
 // Fills defaults for unset fields, then checks every field: the spec's one set of rules
-// (common/format/spec_rules.h) applied to the proto. Errors are INVALID_ARGUMENT and
+// (common/spec_rules/spec_rules.h) applied to the proto. Errors are INVALID_ARGUMENT and
 // start with the field's path ("model.arch: ...").
 Status DefaultAndValidateJobSpec(v1::JobSpec* spec);
 

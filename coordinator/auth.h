@@ -21,7 +21,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "common/status.h"
 
 namespace grpc {
@@ -56,7 +56,7 @@ using TokenTable = std::map<std::string, Principal>;
 StatusOr<TokenTable> ParseTokenFile(const std::string& text);
 
 // SHA-256 of `data`, lower-case hex (what a token file holds for a token).
-using format::Sha256Hex;
+using crypto::Sha256Hex;
 
 // Whether `who` may call `method`. For job methods, `owner` is the job's owner (users
 // may touch their own jobs only); pass nullptr for calls not about one job. Pure.

@@ -7,7 +7,7 @@
 #include "common/log.h"
 #include "common/spec.h"
 #include "common/time_util.h"
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "coordinator/attempts.h"
 #include "coordinator/job_table.h"
 #include "coordinator/limits.h"
@@ -23,7 +23,7 @@ std::string RandomKey() {
   std::random_device os;  // /dev/urandom on Linux
   unsigned char bytes[32];
   for (unsigned char& b : bytes) b = static_cast<unsigned char>(os());
-  return format::ToHex(bytes, sizeof(bytes));
+  return crypto::ToHex(bytes, sizeof(bytes));
 }
 
 }  // namespace

@@ -104,7 +104,7 @@ struct CoordinatorOptions {
   bool preemption = true;               // higher-priority jobs may preempt lower ones
   double forget_workers_after_seconds = 86400;  // a worker LOST this long is forgotten
   // The highest spec.priority a user (role user) may submit; admins may go above it.
-  // Priorities are ordered within [-1000000, 1000000] (common/format/spec_rules.h).
+  // Priorities are ordered within [-1000000, 1000000] (common/spec_rules/spec_rules.h).
   int max_user_priority = 100;
   // Another owner's running job is preemptible only below this priority (the best-effort
   // class); a user's priority preempts that user's own lower-priority jobs only. Default

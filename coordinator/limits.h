@@ -9,7 +9,7 @@
 // final report until it is acknowledged, so refusing a failure with a long message would
 // leave the job waiting forever; its first few KiB say what went wrong.
 //
-// The job spec has its own limits (1 MiB in all, and common/format/spec_rules.h).
+// The job spec has its own limits (1 MiB in all, and common/spec_rules/spec_rules.h).
 #ifndef NIGHTSHIFT_COORDINATOR_LIMITS_H_
 #define NIGHTSHIFT_COORDINATOR_LIMITS_H_
 

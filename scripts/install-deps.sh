@@ -57,7 +57,7 @@ else
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The user a worker run as root runs jobs as (nightshift-worker --run-as; README, Security):
+# The user a worker run as root runs jobs as (nightshift-worker --run-as; docs/security.md):
 # no home, no shell, no password.
 if [ "$(id -u)" -eq 0 ] && ! getent passwd nightshift-job >/dev/null; then
   useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nightshift-job

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/file_access.h"
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/format/checkpoint_manifest.h"
 #include "common/format/shard.h"
@@ -77,9 +77,9 @@ std::string ManifestDigest(const std::string& job_dir, int64_t step) {
   std::error_code ec;
   if (fs::is_symlink(dir, ec)) return "";
   std::string manifest;
-  if (!format::ReadRegularFile((dir / format::kCheckpointManifest).string(), kMaxManifestBytes, &manifest).empty())
+  if (!io::ReadRegularFile((dir / format::kCheckpointManifest).string(), kMaxManifestBytes, &manifest).empty())
     return "";
-  return format::Sha256Hex(manifest);
+  return crypto::Sha256Hex(manifest);
 }
 
 std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified) {
@@ -87,7 +87,7 @@ std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::v
   for (const int64_t step : format::CompleteSteps(job_dir)) {
     const std::string digest = ManifestDigest(job_dir, step);
     const bool vouched = !digest.empty() && std::any_of(verified.begin(), verified.end(), [&](const auto& v) {
-      return v.step() == step && format::ConstantTimeEqual(v.manifest_sha256(), digest);
+      return v.step() == step && crypto::ConstantTimeEqual(v.manifest_sha256(), digest);
     });
     if (vouched) continue;
     const fs::path aside = fs::path(job_dir) / "unverified" / format::StepDirName(step);
@@ -101,7 +101,7 @@ std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::v
     }
     moved.push_back(step);
   }
-  if (!moved.empty()) format::SyncDirectory(job_dir);
+  if (!moved.empty()) io::SyncDirectory(job_dir);
   return moved;
 }
 
@@ -248,7 +248,7 @@ class IncomingCheckpoint {
     if (Status s = CloseFile(); !s.ok()) return s;
     if (!expected_.files.empty())
       return Status::Corruption(what_ + ": " + expected_.files.begin()->first + " did not arrive");
-    if (std::string err = format::WriteFileAtomically((dir_ / format::kCheckpointManifest).string(), manifest_);
+    if (std::string err = io::WriteFileAtomically((dir_ / format::kCheckpointManifest).string(), manifest_);
         !err.empty())
       return Status::IOError(err);
     return Status::OK();
@@ -260,7 +260,7 @@ class IncomingCheckpoint {
   Status Start(const v1::ArtifactChunk& chunk) {
     if (chunk.file() != format::kCheckpointManifest || chunk.step() != step_)
       return Status::Corruption(what_ + ": the stream does not start with its manifest");
-    if (manifest_sha256_.empty() || !format::ConstantTimeEqual(format::Sha256Hex(chunk.data()), manifest_sha256_))
+    if (manifest_sha256_.empty() || !crypto::ConstantTimeEqual(crypto::Sha256Hex(chunk.data()), manifest_sha256_))
       return Status::Corruption(what_ + ": its manifest is not the one the holder reported (SHA-256 " +
                                 (manifest_sha256_.empty() ? std::string("none") : manifest_sha256_) + ")");
     if (Status s = ParseCopyManifest(chunk.data(), &expected_); !s.ok())
@@ -445,13 +445,13 @@ Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& 
   if (fs::exists(dir, ec)) RemoveCheckpoint(dir);  // incomplete: Copy returned early for COMPLETE steps
   fs::rename(incoming, dir, ec);
   if (ec) return Status::IOError("cannot rename " + incoming.string() + ": " + ec.message());
-  if (std::string err = format::WriteFileAtomically((dir / format::kCheckpointComplete).string(),
+  if (std::string err = io::WriteFileAtomically((dir / format::kCheckpointComplete).string(),
                                                     std::to_string(copy.step()) + "\n");
       !err.empty()) {
     RemoveCheckpoint(dir);
     return Status::IOError(err);
   }
-  format::SyncDirectory(job_dir.string());
+  io::SyncDirectory(job_dir.string());
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
   for (size_t i = 0; i + options_.keep < held.size(); ++i) RemoveCheckpoint(job_dir / format::StepDirName(held[i]));
   return Status::OK();

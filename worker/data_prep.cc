@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 #include "common/format/json_depth.h"
 #include "common/format/shard.h"
 #include "common/format/text.h"
@@ -42,11 +42,11 @@ struct RawSample {
 };
 
 // At most max_bytes of the file at `path`, opened once beneath the data roots
-// (format::OpenFileBeneath: a link swapped in after ListInputs checked it is not
+// (io::OpenFileBeneath: a link swapped in after ListInputs checked it is not
 // followed out of them).
 StatusOr<std::string> ReadFile(const std::vector<std::string>& roots, const std::string& path, size_t max_bytes) {
   std::string s;
-  if (std::string error = format::ReadFilePrefixBeneath(roots, path, max_bytes, &s); !error.empty())
+  if (std::string error = io::ReadFilePrefixBeneath(roots, path, max_bytes, &s); !error.empty())
     return Status::NotFound("cannot read " + error);
   return s;
 }
@@ -110,7 +110,7 @@ class LineReader {
 Status ReadJsonl(const fs::path& file, const PrepOptions& data, bool with_labels, ReadBudget* budget,
                  std::vector<RawSample>* samples) {
   std::string error;
-  const int fd = format::OpenFileBeneath(data.roots, file.string(), &error);  // as ReadFile
+  const int fd = io::OpenFileBeneath(data.roots, file.string(), &error);  // as ReadFile
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(fd < 0 ? nullptr : ::fdopen(fd, "rb"), &std::fclose);
   if (fd >= 0 && !in) ::close(fd);
   if (!in) return Status::NotFound("cannot read " + (error.empty() ? file.string() : error));
@@ -411,7 +411,7 @@ Status WriteMeta(const PreparedData& out, int pad_id, int bos_id, int eos_id, co
                          {"pad_id", pad_id},
                          {"bos_id", bos_id},
                          {"eos_id", eos_id}};
-  std::string err = format::WriteFileAtomically(output_dir + "/" + kMetaFile, meta.dump(1));
+  std::string err = io::WriteFileAtomically(output_dir + "/" + kMetaFile, meta.dump(1));
   return err.empty() ? Status::OK() : Status::IOError(err);
 }
 

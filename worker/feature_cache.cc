@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 #include "common/log.h"
 #include "common/time_util.h"
 #include <google/protobuf/util/time_util.h>
@@ -249,7 +249,7 @@ StatusOr<v1::CacheEntry> FeatureCache::Build(const std::string& key, const std::
   fs::remove_all(entry.dir(), ec);
   fs::rename(build_dir, entry.dir(), ec);
   if (ec) return Status::IOError("cannot move " + build_dir + " into place: " + ec.message());
-  std::string err = format::SyncDirectory(options_.dir);
+  std::string err = io::SyncDirectory(options_.dir);
   if (!err.empty()) return Status::IOError(err);
   *entry.mutable_created() = NowTimestamp();
   *entry.mutable_last_used() = entry.created();

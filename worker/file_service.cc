@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/file_access.h"
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "common/grpc_status.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/model_folder.h"
@@ -31,10 +31,10 @@ Status FileServiceAuth::Check(const grpc::ServerContext& ctx, const std::string&
   const std::string& presented = token.value();
   std::lock_guard<std::mutex> lock(mu_);
   if (key_.empty()) return Status::Unauthenticated("this worker has not registered with a coordinator yet");
-  if (format::ConstantTimeEqual(presented, key_)) return Status::OK();
+  if (crypto::ConstantTimeEqual(presented, key_)) return Status::OK();
   if (presented.rfind(kCapabilityPrefix, 0) == 0) {
     const std::string capability = presented.substr(sizeof(kCapabilityPrefix) - 1);
-    if (!checkpoint_job.empty() && format::ConstantTimeEqual(capability, ReadCheckpointCapability(key_, checkpoint_job)))
+    if (!checkpoint_job.empty() && crypto::ConstantTimeEqual(capability, ReadCheckpointCapability(key_, checkpoint_job)))
       return Status::OK();
     return Status::PermissionDenied("the capability presented does not open " +
                                     (checkpoint_job.empty() ? std::string("this method") : "job " + checkpoint_job));

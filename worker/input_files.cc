@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <variant>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 #include "tokenizer/folder.h"
 
 namespace fs = std::filesystem;
@@ -132,7 +132,7 @@ Status ConfinePath(const std::string& what, const std::string& path, const std::
   if (roots.empty()) return Status::OK();
   const std::string p = real.string();
   for (const std::string& r : roots)
-    if (format::PathWithin(r, p)) return Status::OK();
+    if (io::PathWithin(r, p)) return Status::OK();
   std::string list;
   for (const std::string& r : roots) list += (list.empty() ? "" : ", ") + r;
   return Status::InvalidArgument(what + " '" + path + "' resolves to " + p + ", outside this worker's data roots (" +

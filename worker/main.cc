@@ -156,7 +156,7 @@ Status ConfineJobs(const WorkerOptions& options) {
   Status s = ConfineChildren(confinement);
   if (s.code() == Status::kUnavailable && ::geteuid() != 0) {
     NS_WARN("worker: " << s.message() << ". Jobs run as this worker's user and can read its --token-file and "
-                       << "its work dir; see README, Security");
+                       << "its work dir; see docs/security.md");
     return Status::OK();
   }
   if (s.code() == Status::kUnavailable)

@@ -14,10 +14,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 #include "common/format/checkpoint_layout.h"
 #include "common/format/progress.h"
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "common/log.h"
 #include "common/model_folder.h"
 #include "tokenizer/folder.h"
@@ -196,7 +196,7 @@ void Task::Run() {
       TrainerConfig(WithResolvedModelFolders(assignment_), data, CheckpointRoot(options_) + "/" + job_id,
                     /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty(), options_.data_roots);
   const std::string config_path = job_dir + "/trainer-config.json";
-  std::string err = format::WriteFileAtomically(config_path, config.dump(2));
+  std::string err = io::WriteFileAtomically(config_path, config.dump(2));
   if (!err.empty()) return Finish(v1::TASK_FAILED, err, false);
   RunRanks(config_path, job_dir);
 }
@@ -211,17 +211,17 @@ bool RanOutOfMemory(const std::string& words) {
   return false;
 }
 
-// Reads the user's file `from` once, beneath the data roots (format::ReadFileBeneath: a
+// Reads the user's file `from` once, beneath the data roots (io::ReadFileBeneath: a
 // link swapped in after the check is not followed out of them), into *bytes, and writes
 // the private copy `to` that nightshift-prepare reads instead. "" or what is wrong.
 std::string CopyBeneath(const std::vector<std::string>& roots, const std::string& from, const std::string& to,
                         std::string* bytes) {
-  if (std::string err = format::ReadFileBeneath(roots, from, kMaxModelInput, bytes); !err.empty()) return err;
-  return format::WriteFileAtomically(to, *bytes);
+  if (std::string err = io::ReadFileBeneath(roots, from, kMaxModelInput, bytes); !err.empty()) return err;
+  return io::WriteFileAtomically(to, *bytes);
 }
 
 // model.init_from: data preparation uses the folder's tokenizer as it is. It is read once,
-// here, without following links below the data roots (format::ReadFileBeneath), checked
+// here, without following links below the data roots (io::ReadFileBeneath), checked
 // against the folder's checksums.json, and handed to nightshift-prepare as a private copy
 // in the job's folder: the cache key names the bytes that were tokenized with, never a
 // digest the folder merely claims (an entry poisoned under another folder's digest would
@@ -232,7 +232,7 @@ std::string UseExportedTokenizer(const std::string& folder, const std::vector<st
   std::error_code ec;
   const std::string real = fs::canonical(folder, ec).string();  // confined by Refusal()
   std::string text, tokenizer;
-  if (std::string err = format::ReadFileBeneath(roots, real + "/" + kChecksumsFile, 1 << 20, &text); !err.empty())
+  if (std::string err = io::ReadFileBeneath(roots, real + "/" + kChecksumsFile, 1 << 20, &text); !err.empty())
     return "model.init_from: " + err + ": not an exported model folder";
   auto sums = ParseChecksums(text);
   if (!sums.ok()) return "model.init_from: " + folder + "/" + sums.status().message();
@@ -241,8 +241,8 @@ std::string UseExportedTokenizer(const std::string& folder, const std::vector<st
   o->tokenizer_model = job_dir + "/init-tokenizer.model";
   if (std::string err = CopyBeneath(roots, real + "/tokenizer.model", o->tokenizer_model, &tokenizer); !err.empty())
     return "model.init_from: " + err;
-  const std::string sha256 = format::Sha256Hex(tokenizer);
-  if (claimed->second.algorithm == format::kChecksumAlgorithm && sha256 != claimed->second.hex)
+  const std::string sha256 = crypto::Sha256Hex(tokenizer);
+  if (claimed->second.algorithm == crypto::kChecksumAlgorithm && sha256 != claimed->second.hex)
     return "model.init_from: " + folder + "/tokenizer.model does not match its sha256 in checksums.json";
   o->tokenizer_sha1 = sha256;
   return "";

@@ -18,10 +18,10 @@ for len in 512 2048; do
   [ -f "$out/meta.json" ] || "$BUILD/bin/nightshift-prepare" --path data/spamassassin --vocab-size 8000 \
       --max-len $len --output-dir "$out" --threads 2 2>/dev/null
 done
-# The pretrained-model job: a small BERT folder (tests/hf_folders.py: random weights, a
+# The pretrained-model job: a small BERT folder (tests/support/hf_folders.py: random weights, a
 # WordPiece tokenizer trained on the corpus; 4 layers, 256 wide, about 21 MB) and its shards.
 PY=${NIGHTSHIFT_PYTHON:-/opt/nightshift/venv/bin/python}
-[ -f "$CARRY/hf/bert/config.json" ] || "$PY" tests/hf_folders.py "$CARRY/hf" data/spamassassin --kinds bert \
+[ -f "$CARRY/hf/bert/config.json" ] || "$PY" tests/support/hf_folders.py "$CARRY/hf" data/spamassassin --kinds bert \
     --vocab 8000 --hidden 256 --layers 4 --heads 4 --ffn 1024 >/dev/null 2>&1
 [ -f "$CARRY/bert-256/meta.json" ] || "$BUILD/bin/nightshift-prepare" --path data/spamassassin --max-len 256 \
     --pretrained "$CARRY/hf/bert" --output-dir "$CARRY/bert-256" --threads 2 2>/dev/null

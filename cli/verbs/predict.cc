@@ -1,5 +1,5 @@
 // nightshift predict ARGS...: runs an exported model with nightshift-predict, the C++
-// predictor that lives beside this binary (worker/trainer/predict_main.cc: LibTorch and
+// predictor that lives beside this binary (worker/predict/main.cc: LibTorch and
 // sentencepiece, which this gRPC process does not link). Every argument after `predict`
 // is passed on unchanged; -o json before `predict` is passed on as well.
 #include <limits.h>

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 
 namespace nightshift::format {
 
@@ -37,7 +37,7 @@ int64_t StepOfDirName(const std::string& name) {
 void RemoveCheckpoint(const std::string& step_dir) {
   std::error_code ec;
   fs::remove(fs::path(step_dir) / kCheckpointComplete, ec);
-  SyncDirectory(step_dir);
+  io::SyncDirectory(step_dir);
   fs::remove_all(step_dir, ec);
 }
 

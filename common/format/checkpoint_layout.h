@@ -1,4 +1,4 @@
-// A job's checkpoint folder as every process sees it (worker/trainer/checkpoint.h writes
+// A job's checkpoint folder as every process sees it (worker/trainer/checkpoint/checkpoint.h writes
 // it; the worker daemon lists and copies it without LibTorch):
 //   <job folder>/step-00000123/   one checkpoint: manifest.json, the files it lists with
 //                                 their sizes and FNV-1a 64 checksums, COMPLETE written last

@@ -79,7 +79,7 @@ std::string ParseFiles(const json& files, std::map<std::string, ManifestFile>* o
       return "manifest.json: " + name + " has no bytes";
     entry.bytes = f["bytes"].get<uint64_t>();
     if (f.contains("sha256")) {
-      if (!f["sha256"].is_string() || !IsLowerHex(f["sha256"].get<std::string>(), 64))
+      if (!f["sha256"].is_string() || !crypto::IsLowerHex(f["sha256"].get<std::string>(), 64))
         return "manifest.json: " + name + "'s sha256 is not 64 lower-case hex digits";
       entry.sha256 = f["sha256"].get<std::string>();
     } else if (!f.contains("fnv1a64") || !f["fnv1a64"].is_string() ||

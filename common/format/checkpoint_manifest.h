@@ -1,7 +1,7 @@
 // A checkpoint's manifest.json (<job folder>/step-N/manifest.json, checkpoint_layout.h):
 // what the checkpoint is, which run and attempt wrote it, and every other file in it with
 // its size and SHA-256. The one place that reads and writes it: the trainer
-// saves, resumes and exports by it (worker/trainer/checkpoint.h), the worker serves and
+// saves, resumes and exports by it (worker/trainer/checkpoint/checkpoint.h), the worker serves and
 // copies checkpoints by it (worker/checkpoint_copy.h).
 //
 //   {"magic": "nightshift-checkpoint", "version": 2,
@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "common/format/shard.h"
 
 namespace nightshift::format {
@@ -45,7 +45,7 @@ class FileHasher {
   ManifestFile Entry();  // once, after the last Update
 
  private:
-  Sha256 sha_;
+  crypto::Sha256 sha_;
   uint64_t fnv_ = StableHash64(nullptr, 0);
   uint64_t bytes_ = 0;
 };

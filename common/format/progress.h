@@ -13,7 +13,7 @@
 //               meanings), and precision (string: fp32, bf16, fp16)
 //   eval        step, epoch, val_loss, val_accuracy, val_f1 (two classes), val_perplexity
 //   checkpoint  step, path (string), bytes, seconds
-//   export      step, path (string: the model folder, worker/trainer/export.h), seconds
+//   export      step, path (string: the model folder, worker/trainer/checkpoint/export.h), seconds
 //   warning     message (string)
 //   done        step, and the final metrics (val_*; val_perplexity for language
 //               models, else null), train_seconds

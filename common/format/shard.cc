@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/format/atomic_file.h"
+#include "common/io/atomic_file.h"
 
 namespace nightshift::format {
 
@@ -64,7 +64,7 @@ std::string ShardWriter::WriteFile(const std::string& path) const {
   h.payload_checksum = StableHash64(payload.data(), payload.size());
   std::string bytes(reinterpret_cast<const char*>(&h), sizeof(h));
   bytes += payload;
-  return WriteFileAtomically(path, bytes);
+  return io::WriteFileAtomically(path, bytes);
 }
 
 ShardReader::~ShardReader() {

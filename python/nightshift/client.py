@@ -401,13 +401,13 @@ class Job:
     def model(self, dir: Optional[str] = None, device: str = "cpu") -> Any:
         """Downloads its model (artifacts(dir); default: a new temporary folder) and loads it
         with nightshift.load for prediction."""
-        import nightshift
+        from nightshift.model import load  # torch, only when a model is loaded
 
         if dir is not None:
-            return nightshift.load(self.artifacts(dir), device=device)
+            return load(self.artifacts(dir), device=device)
         parent = tempfile.mkdtemp(prefix=f"nightshift-{self.id}-")
         try:
-            return nightshift.load(self.artifacts(os.path.join(parent, "model")), device=device)
+            return load(self.artifacts(os.path.join(parent, "model")), device=device)
         except BaseException:
             shutil.rmtree(parent, ignore_errors=True)
             raise

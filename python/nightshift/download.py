@@ -11,7 +11,7 @@ import re
 import shutil
 from typing import Dict, Iterable, Tuple
 
-from nightshift import DIGESTS, file_digest
+from nightshift.model import DIGESTS, file_digest
 from nightshift.errors import DownloadCorrupt, SettingsError
 from nightshift.v1 import jobs_pb2
 

@@ -1,4 +1,4 @@
-"""Plain-PyTorch copies of the trainer's models (worker/trainer/model.h, model.cc).
+"""Plain-PyTorch copies of the trainer's models (worker/trainer/models/model.h, model.cc).
 
 Same parameters under the same names (so a transformer_classifier's model.safetensors
 loads with load_state_dict as it is), the same arithmetic, evaluation only (no dropout):

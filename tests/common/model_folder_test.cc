@@ -29,7 +29,7 @@ TEST(ModelFolderTest, WritesSha256AndVerifiesIt) {
   auto sums = ParseChecksums(testing_model::ReadFile(dir + "/" + kChecksumsFile));
   ASSERT_TRUE(sums.ok()) << sums.status().message();
   EXPECT_EQ(sums->at("config.json").algorithm, "sha256");
-  EXPECT_EQ(sums->at("config.json").hex, format::Sha256Hex(testing_model::ReadFile(dir + "/config.json")));
+  EXPECT_EQ(sums->at("config.json").hex, crypto::Sha256Hex(testing_model::ReadFile(dir + "/config.json")));
   EXPECT_TRUE(VerifyModelFolder(dir).ok());
   std::ofstream(dir + "/config.json", std::ios::app) << " ";
   const Status changed = VerifyModelFolder(dir);

@@ -1,7 +1,7 @@
 // One spec, two front ends: the coordinator's (the JobSpec proto a SubmitJobRequest
 // carries, through DefaultAndValidateJobSpec) and the trainer's (the same spec as JSON in
 // its config, through ParseTrainConfig, as under torchrun). Both apply the rules of
-// common/format/spec_rules.h; this test holds them to the same verdict, the same message
+// common/spec_rules/spec_rules.h; this test holds them to the same verdict, the same message
 // and the same values for every field absent, zero, at its limits and just beyond, and
 // checks that the config the worker writes between them carries every default.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
-#include "common/format/spec_rules.h"
+#include "common/spec_rules/spec_rules.h"
 #include "common/spec.h"
 #include "worker/assignment.h"
 #include "worker/trainer/config.h"
@@ -22,7 +22,7 @@ namespace nightshift {
 namespace {
 
 using nlohmann::json;
-namespace L = format::limits;
+namespace L = spec_rules::limits;
 
 json MinimalSpec() { return {{"model", {{"arch", "transformer_classifier"}}}, {"data", {{"path", "/d"}}}}; }
 
@@ -76,14 +76,14 @@ void ExpectSameValues(const v1::JobSpec& p, const trainer::TrainConfig& c, const
   EXPECT_EQ(c.train.warmup_steps, t.warmup_steps());
   EXPECT_EQ(c.train.seed, t.seed());
   EXPECT_EQ(c.train.batch_size, t.batching().batch_size());
-  const int64_t max_tokens = format::ParseMaxTokens(t.batching().max_tokens());
+  const int64_t max_tokens = spec_rules::ParseMaxTokens(t.batching().max_tokens());
   EXPECT_EQ(c.train.max_tokens_auto, max_tokens == -1);
   EXPECT_EQ(c.train.max_tokens, std::max<int64_t>(max_tokens, 0));
   EXPECT_EQ(c.train.prefetch, t.batching().prefetch());
   EXPECT_EQ(c.train.precision, t.precision());
   EXPECT_EQ(c.train.grad_clip, t.grad_clip());
   EXPECT_EQ(c.train.activation_checkpointing, t.activation_checkpointing());
-  EXPECT_EQ(c.train.checkpoint_every_blocks, format::ActivationCheckpointEvery(t.activation_checkpointing()));
+  EXPECT_EQ(c.train.checkpoint_every_blocks, spec_rules::ActivationCheckpointEvery(t.activation_checkpointing()));
   EXPECT_EQ(c.train.max_steps, t.max_steps());
   EXPECT_EQ(c.train.threads, t.threads());
   EXPECT_EQ(c.data_parallel.world_size, p.resources().world_size());
@@ -97,21 +97,21 @@ void ExpectSameValues(const v1::JobSpec& p, const trainer::TrainConfig& c, const
 
 // The values to try in one field: absent, 0 and, for numbers, each limit and just beyond;
 // for strings, each choice, another word, too long and a control character.
-std::vector<json> CasesFor(const format::SpecField& f) {
+std::vector<json> CasesFor(const spec_rules::SpecField& f) {
   std::vector<json> cases = {nullptr};
   const std::string path = f.path;
   switch (f.type) {
-    case format::FieldType::kInt:
+    case spec_rules::FieldType::kInt:
       for (double x : {0.0, f.min, f.max, f.min - 1, f.max + 1}) cases.push_back(static_cast<int64_t>(x));
       break;
-    case format::FieldType::kReal:
+    case spec_rules::FieldType::kReal:
       cases.insert(cases.end(), {0.0, f.min, std::nextafter(f.min, -HUGE_VAL), std::nextafter(f.max, -HUGE_VAL), f.max,
                                  std::nextafter(f.max, HUGE_VAL), 0.5});
       break;
-    case format::FieldType::kUint:
+    case spec_rules::FieldType::kUint:
       cases.insert(cases.end(), {0, 1, uint64_t{1} << 53});
       break;
-    case format::FieldType::kString: {
+    case spec_rules::FieldType::kString: {
       cases.insert(cases.end(), {"", "another", std::string(static_cast<size_t>(f.max) + 1, 'a'), "a\tb"});
       for (size_t from = 0; *f.choices != '\0';) {
         const std::string choices = f.choices;
@@ -131,7 +131,7 @@ std::vector<json> CasesFor(const format::SpecField& f) {
 
 TEST(SpecContractTest, OneVerdictOneMessageOneValueOnBothPaths) {
   int accepted = 0, refused = 0;
-  for (const format::SpecField& f : format::SpecFields()) {
+  for (const spec_rules::SpecField& f : spec_rules::SpecFields()) {
     for (const json& value : CasesFor(f)) {
       json spec = MinimalSpec();
       SetAt(&spec, f.path, value);
@@ -160,8 +160,8 @@ TEST(SpecContractTest, TheWorkerHandsTheTrainerEveryDefault) {
     assignment.mutable_task()->set_job_id("j-000001");
     ASSERT_EQ(ThroughCoordinator(spec, assignment.mutable_spec()), "");
     const json config = TrainerConfig(assignment, TrainerData(), "/c", true);
-    for (const format::SpecField& f : format::SpecFields()) {
-      if (f.absent == format::Absent::kZero && *f.text_default == '\0') continue;  // no default to fill
+    for (const spec_rules::SpecField& f : spec_rules::SpecFields()) {
+      if (f.absent == spec_rules::Absent::kZero && *f.text_default == '\0') continue;  // no default to fill
       const json* at = &config["spec"];
       const std::string path = f.path;
       for (size_t from = 0, dot = 0; dot != std::string::npos; from = dot + 1) {

@@ -1,6 +1,6 @@
 #include "common/spec.h"
 
-#include "common/format/spec_rules.h"
+#include "common/spec_rules/spec_rules.h"
 
 #include <gtest/gtest.h>
 
@@ -54,7 +54,7 @@ TEST(SpecTest, JsonIsAccepted) {
   auto spec = LoadJobSpec(R"({"model": {"arch": "transformer_classifier"}, "data": {"path": "/d"},
                               "train": {"batching": {"max_tokens": 16384}}})");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(format::ParseMaxTokens(spec->train().batching().max_tokens()), 16384);
+  EXPECT_EQ(spec_rules::ParseMaxTokens(spec->train().batching().max_tokens()), 16384);
   EXPECT_EQ(spec->resources().world_size(), 1);  // absent: one rank
   EXPECT_EQ(spec->model().ffn(), 512);            // 4 x d_model
 }
@@ -159,7 +159,7 @@ TEST(SpecTest, CausalLmPacksByDefaultAndTakesPromptCompletionPairs) {
   ExpectInvalid("model: {arch: gpt_lm, task: causal_lm}\ndata: {path: /d}\n", "only with model.pretrained");
 }
 
-// The README's examples (deploy/examples/*.yaml) are specs the coordinator takes.
+// The documented examples (deploy/examples/*.yaml) are specs the coordinator takes.
 TEST(SpecTest, TheDeployExamplesLoad) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(std::string(NIGHTSHIFT_SOURCE_DIR) + "/deploy/examples")) {
@@ -242,7 +242,7 @@ TEST(SpecTest, ProtoPathRefusesUnknownFieldsAndBadStrings) {
   EXPECT_EQ(s.message().rfind("name", 0), 0u) << s.message();
 }
 
-// Every field of the JobSpec has a row in the rules' table (common/format/spec_rules.h),
+// Every field of the JobSpec has a row in the rules' table (common/spec_rules/spec_rules.h),
 // of its type, and an `optional` field is exactly one whose absence differs from its 0;
 // every row names a field. A field added to the proto without a row fails here.
 void WalkFields(const google::protobuf::Descriptor* message, const std::string& prefix,
@@ -256,22 +256,22 @@ void WalkFields(const google::protobuf::Descriptor* message, const std::string& 
       continue;
     }
     seen->insert(path);
-    const format::SpecField* row = format::FindSpecField(path);
+    const spec_rules::SpecField* row = spec_rules::FindSpecField(path);
     if (row == nullptr) {
-      ADD_FAILURE() << path << ": a JobSpec field with no row in common/format/spec_rules.h";
+      ADD_FAILURE() << path << ": a JobSpec field with no row in common/spec_rules/spec_rules.h";
       continue;
     }
-    format::FieldType type = format::FieldType::kString;
+    spec_rules::FieldType type = spec_rules::FieldType::kString;
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
-      case FieldDescriptor::CPPTYPE_INT64: type = format::FieldType::kInt; break;
-      case FieldDescriptor::CPPTYPE_UINT64: type = format::FieldType::kUint; break;
-      case FieldDescriptor::CPPTYPE_DOUBLE: type = format::FieldType::kReal; break;
-      case FieldDescriptor::CPPTYPE_STRING: type = format::FieldType::kString; break;
+      case FieldDescriptor::CPPTYPE_INT64: type = spec_rules::FieldType::kInt; break;
+      case FieldDescriptor::CPPTYPE_UINT64: type = spec_rules::FieldType::kUint; break;
+      case FieldDescriptor::CPPTYPE_DOUBLE: type = spec_rules::FieldType::kReal; break;
+      case FieldDescriptor::CPPTYPE_STRING: type = spec_rules::FieldType::kString; break;
       default: ADD_FAILURE() << path << ": a field type the rules do not take";
     }
     EXPECT_EQ(static_cast<int>(row->type), static_cast<int>(type)) << path;
-    EXPECT_EQ(field->has_presence(), row->absent == format::Absent::kDefault)
+    EXPECT_EQ(field->has_presence(), row->absent == spec_rules::Absent::kDefault)
         << path << ": `optional` in the proto exactly when absent and 0 differ in the table";
   }
 }
@@ -279,9 +279,9 @@ void WalkFields(const google::protobuf::Descriptor* message, const std::string& 
 TEST(SpecTest, EveryFieldHasARowAndEveryRowAField) {
   std::set<std::string> seen;
   WalkFields(v1::JobSpec::descriptor(), "", &seen);
-  for (const format::SpecField& row : format::SpecFields())
+  for (const spec_rules::SpecField& row : spec_rules::SpecFields())
     EXPECT_TRUE(seen.count(row.path)) << row.path << ": a row for a field the JobSpec does not have";
-  EXPECT_EQ(seen.size(), format::SpecFields().size());
+  EXPECT_EQ(seen.size(), spec_rules::SpecFields().size());
 }
 
 TEST(SpecTest, DeeplyNestedYamlIsRefusedNotACrash) {

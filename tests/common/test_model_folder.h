@@ -1,4 +1,4 @@
-// A model folder in the export's layout (worker/trainer/export.h) for tests that cannot
+// A model folder in the export's layout (worker/trainer/checkpoint/export.h) for tests that cannot
 // wait for a trainer: model.safetensors (bytes that are not a real header, bigger than
 // one 1 MiB chunk), config.json, tokenizer.model, and checksums.json over them.
 #ifndef NIGHTSHIFT_TESTS_COMMON_TEST_MODEL_FOLDER_H_

@@ -85,7 +85,7 @@ TEST(ArtifactsE2eTest, MetricHistorySurvivesCoordinatorSigkill) {
   EXPECT_EQ(out.rfind("attempt,step,epoch,metric,value\n", 0), 0u) << out;
 }
 
-// Needs the trainer's export (worker/trainer/export.h): the job's model/ folder and its
+// Needs the trainer's export (worker/trainer/checkpoint/export.h): the job's model/ folder and its
 // "export" event.
 TEST(ArtifactsE2eTest, AFinishedJobsModelDownloadsVerifiedAndACorruptedFileIsRefused) {
   Cluster cluster("artifacts");

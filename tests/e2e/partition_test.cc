@@ -12,7 +12,7 @@
 //     committed before its claim (FENCE = 1), as its "attempt 1 resumed from step S" event says;
 //   - fencing: no attempt-0 checkpoint commits (COMPLETE written) after attempt 1's claim,
 //     save at most one inside the check-then-rename window (a COMPLETE within 1 s of the
-//     claim; see worker/trainer/checkpoint.h). Every checkpoint directory that ever held
+//     claim; see worker/trainer/checkpoint/checkpoint.h). Every checkpoint directory that ever held
 //     COMPLETE is watched while the test runs, since later saves prune old ones;
 //   - the old attempt's trainer is gone at most 15 s after the heal (it may well be gone
 //     before: fenced at its first checkpoint after the claim; which one is printed);

@@ -1,5 +1,5 @@
 // Fine-tuning a Hugging Face folder through the service (issue 27), with the real binaries
-// on loopback: small BERT, RoBERTa and DistilBERT folders made by tests/hf_folders.py
+// on loopback: small BERT, RoBERTa and DistilBERT folders made by tests/support/hf_folders.py
 // (transformers' save_pretrained, tokenizers trained on the corpus; no download), SpamAssassin
 // as the data. Each job SUCCEEDS and its model downloads with `nightshift job artifacts`;
 // pretrained_check.py then loads it in transformers and compares its predictions with
@@ -32,10 +32,10 @@ const std::string& Models() {
     const std::string d = ::testing::TempDir() + "/nightshift-pretrained-models-" + std::to_string(::getpid());
     fs::remove_all(d);
     std::string out;
-    const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/hf_folders.py " + d + " " + kCorpus;
+    const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/support/hf_folders.py " + d + " " + kCorpus;
     EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
     // save_pretrained writes model.safetensors 0600; a root worker's jobs run as another
-    // user, which must be able to read the folders jobs name (README, Security).
+    // user, which must be able to read the folders jobs name (docs/security.md).
     EXPECT_EQ(Cluster::Shell("chmod -R a+rX " + d, &out), 0) << out;
     return d;
   }();
@@ -88,17 +88,17 @@ TEST_F(PretrainedE2eTest, EachEncoderFineTunesAndComesBackInItsOwnLayout) {
     EXPECT_NE(out.find("ok " + dl + "/" + folder + ": 24 mails"), std::string::npos) << out;
 }
 
-// The decoder folders (tests/hf_folders.py make_decoders: GPT-2, Llama 3 and Qwen2 layouts,
+// The decoder folders (tests/support/hf_folders.py make_decoders: GPT-2, Llama 3 and Qwen2 layouts,
 // tokenizers trained on the corpus), made once.
 const std::string& Decoders() {
   static const std::string dir = [] {
     const std::string d = Models() + "/decoders";
     std::string out;
-    const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/hf_folders.py " + d + " " +
+    const std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/support/hf_folders.py " + d + " " +
                             kCorpus + " --kinds gpt2,llama3,qwen2 --kv-heads 2 --ffn 64";
     EXPECT_EQ(Cluster::Shell(cmd, &out), 0) << cmd << "\n" << out;
     // save_pretrained writes model.safetensors 0600; a root worker's jobs run as another
-    // user, which must be able to read the folders jobs name (README, Security).
+    // user, which must be able to read the folders jobs name (docs/security.md).
     EXPECT_EQ(Cluster::Shell("chmod -R a+rX " + d, &out), 0) << out;
     return d;
   }();
@@ -168,7 +168,7 @@ TEST_F(PretrainedE2eTest, EachDecoderFineTunesAsAClassifierAndAsALanguageModel) 
       exports.push_back(out_dir);
     }
   }
-  std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/predict/hf_decoder_check.py check " +
+  std::string cmd = std::string(NIGHTSHIFT_PYTHON) + " " + kSource + "/tests/worker/predict/hf_decoder_check.py check " +
                     NIGHTSHIFT_BIN_DIR + "/nightshift-predict " + kCorpus;
   for (const std::string& e : exports) cmd += " " + e;
   std::string out;

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "worker/trainer/hf_config.h"
+#include "worker/trainer/models/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using nightshift::trainer::HfConfig;

@@ -9,7 +9,7 @@ BPE, with its <mask> taking the space on its left as roberta-base's does); GPT-2
 Qwen2 (byte-level BPE, each with its own pre-tokenizer expression and special tokens) and
 Llama 2 and Mistral (a sentencepiece tokenizer.model, read by nightshift-tokenize with the
 sentencepiece library: Llama 2's with tokenizer.json beside it, legacy false; Mistral's
-without, legacy true), built by tests/hf_folders.py decoder_tokenizer, and the Llama 2 one
+without, legacy true), built by tests/support/hf_folders.py decoder_tokenizer, and the Llama 2 one
 as transformers 5.24 saves it (tokenizer.json only: Metaspace, BPE with byte_fallback,
 read by our own pipeline). Then every mail of
 the corpus and every hard text below goes through AutoTokenizer(text, truncation=...,
@@ -45,8 +45,8 @@ import time
 from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
 from transformers import AutoTokenizer, BertTokenizerFast, DistilBertTokenizerFast, RobertaTokenizerFast
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import hf_folders  # noqa: E402  (tests/hf_folders.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+import hf_folders  # noqa: E402  (tests/support/hf_folders.py)
 
 HARD = [
     b"", b" ", b"\n\n\n", b"   leading and trailing   ", b"runs   of\t\tspaces\n\n\nand\r\nnewlines",

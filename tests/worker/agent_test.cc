@@ -16,7 +16,7 @@
 
 #include "common/format/checkpoint_layout.h"
 #include "common/format/progress.h"
-#include "common/format/sha256.h"
+#include "common/crypto/sha256.h"
 #include "tests/worker/fake_coordinator_client.h"
 #include "tests/worker/test_dirs.h"
 #include "worker/assignment.h"
@@ -269,7 +269,7 @@ TEST_F(AgentTest, ATaskSeesOnlyTheLocalCheckpointsTheCoordinatorVouchesFor) {
   v1::HeldCheckpoint* verified = a.add_verified_checkpoints();
   verified->set_job_id("job-1");
   verified->set_step(40);
-  verified->set_manifest_sha256(format::Sha256Hex("{\"recorded\": 40}"));
+  verified->set_manifest_sha256(crypto::Sha256Hex("{\"recorded\": 40}"));
   CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
   const std::string seen = dir_ + "/seen";
   options_.trainer_path = dir_ + "/fake-trainer";
@@ -295,7 +295,7 @@ TEST_F(AgentTest, ATaskSeesOnlyTheLocalCheckpointsTheCoordinatorVouchesFor) {
   EXPECT_NE(done.checkpoint_check().find("the newest local checkpoint is step 40"), std::string::npos)
       << done.checkpoint_check();
   EXPECT_EQ(done.checkpoint_step(), 40);
-  EXPECT_EQ(done.checkpoint_manifest_sha256(), format::Sha256Hex("{\"recorded\": 40}"));
+  EXPECT_EQ(done.checkpoint_manifest_sha256(), crypto::Sha256Hex("{\"recorded\": 40}"));
 }
 
 // A trainer that exits with kTrainerExitPermanent (a restart would fail the same way:

@@ -79,7 +79,7 @@ class CheckpointCopyTest : public ::testing::Test {
     c.set_source_address("127.0.0.1:" + std::to_string(port_));
     c.set_capability(ReadCheckpointCapability(kHolderKey, c.job_id()));
     const fs::path manifest = fs::path(holder_job()) / format::StepDirName(step) / format::kCheckpointManifest;
-    if (fs::exists(manifest)) c.set_manifest_sha256(format::Sha256Hex(Read(manifest)));
+    if (fs::exists(manifest)) c.set_manifest_sha256(crypto::Sha256Hex(Read(manifest)));
     return c;
   }
   std::string holder_job() const { return dir_ + "/holder/checkpoints/j-000007"; }
@@ -173,7 +173,7 @@ TEST_F(CheckpointCopyTest, AForgedCheckpointWithAManifestMadeToMatchIsRefused) {
   const std::string old_text = format::ManifestText(old);
   std::ofstream(step_dir / format::kCheckpointManifest, std::ios::trunc) << old_text;
   v1::CheckpointCopy fnv_order = order;
-  fnv_order.set_manifest_sha256(format::Sha256Hex(old_text));
+  fnv_order.set_manifest_sha256(crypto::Sha256Hex(old_text));
   const Status fnv = copier.Copy(fnv_order);
   EXPECT_EQ(fnv.code(), Status::kDataLoss) << fnv.ToString();
   EXPECT_NE(fnv.message().find("no SHA-256 for model.pt"), std::string::npos) << fnv.ToString();
@@ -335,7 +335,7 @@ TEST_F(CheckpointCopyTest, AHolderThatStopsSendingIsCutOffAfterTheStallOnTheCopi
   CheckpointCopier copier(options);
   v1::CheckpointCopy order = Order(40);
   order.set_source_address("127.0.0.1:" + std::to_string(port));
-  order.set_manifest_sha256(format::Sha256Hex(SilentHolder::Manifest()));
+  order.set_manifest_sha256(crypto::Sha256Hex(SilentHolder::Manifest()));
 
   std::atomic<bool> advanced{false};
   std::thread time_passes([&] {

@@ -1,6 +1,6 @@
 #include "worker/trainer/config.h"
 
-#include "common/format/spec_rules.h"
+#include "common/spec_rules/spec_rules.h"
 
 #include <algorithm>
 #include <cctype>
@@ -111,7 +111,7 @@ struct Section {
   }
 };
 
-namespace L = format::limits;
+namespace L = spec_rules::limits;
 
 constexpr int64_t kI32 = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
@@ -131,21 +131,21 @@ std::string SnakeCase(const std::string& key) {
 
 // Whether `path` is a message of the JobSpec ("train.batching"), not a field.
 bool IsSpecSection(const std::string& path) {
-  for (const format::SpecField& f : format::SpecFields())
+  for (const spec_rules::SpecField& f : spec_rules::SpecFields())
     if (std::string(f.path).rfind(path + ".", 0) == 0) return true;
   return false;
 }
 
 // One JSON value of the spec as its row's type: protobuf JSON writes 64-bit integers as
 // strings, so integers may be decimal strings too.
-format::SpecValues::Value SpecValue(const format::SpecField& f, const json& v, const std::string& name) {
+spec_rules::SpecValues::Value SpecValue(const spec_rules::SpecField& f, const json& v, const std::string& name) {
   switch (f.type) {
-    case format::FieldType::kInt: return IntOf(v, name);
-    case format::FieldType::kUint: return UintOf(v, name);
-    case format::FieldType::kReal:
+    case spec_rules::FieldType::kInt: return IntOf(v, name);
+    case spec_rules::FieldType::kUint: return UintOf(v, name);
+    case spec_rules::FieldType::kReal:
       if (v.is_number()) return v.get<double>();
       throw ConfigError(name + ": must be a number, got " + v.dump());
-    case format::FieldType::kString:
+    case spec_rules::FieldType::kString:
       if (v.is_string()) return v.get<std::string>();
       throw ConfigError(name + ": must be a string, got " + v.dump());
   }
@@ -154,11 +154,11 @@ format::SpecValues::Value SpecValue(const format::SpecField& f, const json& v, c
 
 // The spec object, key by key (snake_case or lowerCamelCase), into values by the rules'
 // table; a key the JobSpec does not have is refused, as the coordinator refuses it.
-void ReadSpec(const json& obj, const std::string& path, format::SpecValues* values) {
+void ReadSpec(const json& obj, const std::string& path, spec_rules::SpecValues* values) {
   for (const auto& [key, value] : obj.items()) {
     const std::string field = path.empty() ? SnakeCase(key) : path + "." + SnakeCase(key);
     if (value.is_null()) continue;
-    const format::SpecField* row = format::FindSpecField(field);
+    const spec_rules::SpecField* row = spec_rules::FindSpecField(field);
     if (row == nullptr && IsSpecSection(field)) {
       if (!value.is_object()) throw ConfigError("spec." + field + ": must be an object, got " + value.dump());
       ReadSpec(value, field, values);
@@ -171,7 +171,7 @@ void ReadSpec(const json& obj, const std::string& path, format::SpecValues* valu
 }
 
 // The resolved spec into the trainer's structs.
-void TakeSpec(const format::SpecValues& v, TrainConfig* c) {
+void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   ModelConfig& m = c->model;
   m.arch = v.Text(L::kArch);
   m.path = v.Text(L::kPath);
@@ -194,7 +194,7 @@ void TakeSpec(const format::SpecValues& v, TrainConfig* c) {
   t.warmup_steps = static_cast<int>(v.Int(L::kWarmupSteps));
   t.seed = v.Uint(L::kSeed);
   t.batch_size = static_cast<int>(v.Int(L::kBatchSize));
-  const int64_t max_tokens = format::ParseMaxTokens(v.Text(L::kMaxTokens));  // valid: the rules checked it
+  const int64_t max_tokens = spec_rules::ParseMaxTokens(v.Text(L::kMaxTokens));  // valid: the rules checked it
   t.max_tokens_auto = max_tokens == -1;
   t.max_tokens = std::max<int64_t>(max_tokens, 0);
   t.prefetch = static_cast<int>(v.Int(L::kPrefetch));
@@ -202,7 +202,7 @@ void TakeSpec(const format::SpecValues& v, TrainConfig* c) {
   t.precision = v.Text(L::kPrecision);
   t.grad_clip = v.Real(L::kGradClip);
   t.activation_checkpointing = v.Text(L::kActivationCheckpointing);
-  t.checkpoint_every_blocks = format::ActivationCheckpointEvery(t.activation_checkpointing);
+  t.checkpoint_every_blocks = spec_rules::ActivationCheckpointEvery(t.activation_checkpointing);
   t.max_steps = v.Int(L::kMaxSteps);
   t.threads = static_cast<int>(v.Int(L::kThreads));
   c->data_parallel.world_size = static_cast<int>(v.Int(L::kWorldSize));
@@ -254,9 +254,9 @@ void Parse(const json& root, TrainConfig* c) {
   const json* spec = top.Find("spec");
   if (spec == nullptr) throw ConfigError("config.spec is required");
   if (!spec->is_object()) throw ConfigError("config.spec must be an object");
-  format::SpecValues values;
+  spec_rules::SpecValues values;
   ReadSpec(*spec, "", &values);
-  if (std::optional<format::SpecError> e = format::ApplySpecRules(&values)) throw ConfigError("spec." + e->Text());
+  if (std::optional<spec_rules::SpecError> e = spec_rules::ApplySpecRules(&values)) throw ConfigError("spec." + e->Text());
   TakeSpec(values, c);
   Section data{top.Find("data"), "data"};
   if (data.obj == nullptr) throw ConfigError("config.data is required");

@@ -9,16 +9,16 @@
 #include <vector>
 
 #include "common/format/shard.h"
-#include "common/format/spec_rules.h"
+#include "common/spec_rules/spec_rules.h"
 #include "worker/trainer/fault_injection.h"
 
 namespace nightshift::trainer {
 
-namespace L = format::limits;
+namespace L = spec_rules::limits;
 
-// The structs' defaults are the spec's (common/format/spec_rules.h): a TrainConfig built
+// The structs' defaults are the spec's (common/spec_rules/spec_rules.h): a TrainConfig built
 // in code starts as a parsed spec with every field absent would.
-constexpr double Default(const format::SpecField& f) { return f.fallback; }
+constexpr double Default(const spec_rules::SpecField& f) { return f.fallback; }
 
 struct ModelConfig {
   std::string arch = "transformer_classifier";  // transformer_classifier | gpt_lm | torchscript | pretrained
@@ -41,7 +41,7 @@ struct ModelConfig {
   int max_len = Default(L::kMaxLen);  // tokens per sample (longer ones are truncated)
   // The worker's data roots (config.data_roots: absolute, resolved; "/" under
   // --allow-any-path): the files of path, init_from and pretrained are opened beneath
-  // them (format::OpenFileBeneath), whatever links appeared since the worker checked the
+  // them (io::OpenFileBeneath), whatever links appeared since the worker checked the
   // paths. Empty: anywhere (the trainer run by hand, tests).
   std::vector<std::string> data_roots;
 };
@@ -110,7 +110,7 @@ struct TrainConfig {
 };
 
 // Fills *config from the JSON text; returns "" or a message naming the field. The spec
-// goes through the JobSpec's one set of rules (format::ApplySpecRules), as on submit:
+// goes through the JobSpec's one set of rules (spec_rules::ApplySpecRules), as on submit:
 // the same defaults, verdicts and messages as the coordinator's, and a key the JobSpec
 // does not have is refused. int64/uint64 fields may be numbers or strings (protobuf
 // JSON); field names may be snake_case or lowerCamelCase.

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "worker/trainer/batching.h"
-#include "worker/trainer/memory_probe.h"
+#include "worker/trainer/data/batching.h"
+#include "worker/trainer/memory/memory_probe.h"
 
 namespace nightshift::trainer {
 

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "worker/trainer/config.h"
-#include "worker/trainer/export.h"
+#include "worker/trainer/checkpoint/export.h"
 #include "worker/trainer/host_memory.h"
 #include "worker/trainer/models/pretrained.h"
 #include "worker/trainer/progress_sink.h"

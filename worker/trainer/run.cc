@@ -10,10 +10,10 @@
 
 #include "worker/trainer/compat.h"
 #include "worker/trainer/errors.h"
-#include "worker/trainer/export.h"
-#include "worker/trainer/fused_adamw.h"
-#include "worker/trainer/dropout.h"
-#include "worker/trainer/memory_probe.h"
+#include "worker/trainer/checkpoint/export.h"
+#include "worker/trainer/optim/fused_adamw.h"
+#include "worker/trainer/models/dropout.h"
+#include "worker/trainer/memory/memory_probe.h"
 #include "worker/trainer/models/pretrained.h"
 
 namespace nightshift::trainer {

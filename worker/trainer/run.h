@@ -19,19 +19,19 @@
 #include <vector>
 
 #include "common/format/shard.h"
-#include "worker/trainer/amp.h"
-#include "worker/trainer/batching.h"
-#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/optim/amp.h"
+#include "worker/trainer/data/batching.h"
+#include "worker/trainer/checkpoint/checkpoint.h"
 #include "worker/trainer/config.h"
-#include "worker/trainer/data_loader.h"
-#include "worker/trainer/ddp.h"
+#include "worker/trainer/data/data_loader.h"
+#include "worker/trainer/parallel/ddp.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/fault_injection.h"
-#include "worker/trainer/model.h"
-#include "worker/trainer/oom.h"
+#include "worker/trainer/models/model.h"
+#include "worker/trainer/memory/oom.h"
 #include "worker/trainer/position.h"
 #include "worker/trainer/progress_sink.h"
-#include "worker/trainer/step_agreement.h"
+#include "worker/trainer/parallel/step_agreement.h"
 #include "worker/trainer/train.h"
 
 namespace nightshift::trainer {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "worker/trainer/memory_probe.h"
+#include "worker/trainer/memory/memory_probe.h"
 
 namespace nightshift::trainer {
 namespace {

@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "worker/trainer/data_loader.h"
-#include "worker/trainer/ddp.h"
+#include "worker/trainer/data/data_loader.h"
+#include "worker/trainer/parallel/ddp.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/run.h"
 #include "worker/trainer/step_report.h"

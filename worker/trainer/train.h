@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "worker/trainer/batching.h"
+#include "worker/trainer/data/batching.h"
 #include "worker/trainer/config.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/models/model.h"
 #include "worker/trainer/progress_sink.h"
 
 namespace nightshift::trainer {

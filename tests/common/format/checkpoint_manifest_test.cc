@@ -36,7 +36,7 @@ TEST(CheckpointManifestTest, WhatIsWrittenReadsBackTheSame) {
   ASSERT_EQ(back.files.size(), 2u);
   EXPECT_EQ(back.files["model.pt"].bytes, 7u);
   // SHA-256 of "weights" (what we write); an entry with FNV-1a only (versions 1 and 2) too.
-  EXPECT_EQ(back.files["model.pt"].sha256, Sha256Hex("weights"));
+  EXPECT_EQ(back.files["model.pt"].sha256, crypto::Sha256Hex("weights"));
   EXPECT_EQ(back.files["optimizer.pt"].sha256, "");
   EXPECT_EQ(back.files["optimizer.pt"].fnv1a64, 0xfedcba9876543210ULL);
 

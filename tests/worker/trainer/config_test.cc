@@ -72,7 +72,7 @@ TEST(ConfigTest, ErrorsNameTheField) {
   EXPECT_NE(ErrorFor("{", "[").find("not valid JSON"), std::string::npos);
 }
 
-// The spec's rules are the coordinator's own (common/format/spec_rules.h;
+// The spec's rules are the coordinator's own (common/spec_rules/spec_rules.h;
 // tests/common/spec_contract_test.cc holds the two paths to one verdict).
 TEST(ConfigTest, TheSpecsRulesApply) {
   EXPECT_EQ(ErrorFor(R"("prefetch": 4)", R"("prefetch": 65)"),
@@ -84,7 +84,7 @@ TEST(ConfigTest, TheSpecsRulesApply) {
   std::string text = kConfig;
   text.replace(text.find(R"("prefetch": 4)"), 13, R"("prefetch": 0)");
   ASSERT_EQ(ParseTrainConfig(text, &c), "");
-  EXPECT_EQ(c.train.prefetch, format::limits::kPrefetch.fallback);
+  EXPECT_EQ(c.train.prefetch, spec_rules::limits::kPrefetch.fallback);
 }
 
 TEST(ConfigTest, MaxTokensAutoAndEmpty) {

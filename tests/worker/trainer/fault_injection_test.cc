@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "worker/trainer/oom.h"
+#include "worker/trainer/memory/oom.h"
 
 namespace nightshift::trainer {
 namespace {

@@ -14,12 +14,12 @@
 #include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/reference_util.h"
 #include "tests/worker/trainer/test_util.h"
-#include "worker/trainer/amp.h"
-#include "worker/trainer/checkpoint.h"
-#include "worker/trainer/ddp.h"
+#include "worker/trainer/optim/amp.h"
+#include "worker/trainer/checkpoint/checkpoint.h"
+#include "worker/trainer/parallel/ddp.h"
 #include "worker/trainer/fault_injection.h"
 #include "worker/trainer/models/pretrained.h"
-#include "worker/trainer/oom.h"
+#include "worker/trainer/memory/oom.h"
 #include "worker/trainer/train.h"
 
 #ifndef NIGHTSHIFT_PYTHON
@@ -44,7 +44,7 @@ class HfTrainTest : public ::testing::Test {
     // export copies (the synthetic shards here are ids already); made once per version of the
     // script and of torch, transformers and tokenizers, and shared by the test processes
     // (testing::SharedFolder).
-    const std::string script = (fs::path(__FILE__).parent_path() / "hf_models_reference.py").string();
+    const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/hf_models_reference.py";
     const std::string tokenizers = std::string(NIGHTSHIFT_PYTHON) + " -c '\n"
         "import os, sys\n"
         "from transformers import BertTokenizerFast\n"

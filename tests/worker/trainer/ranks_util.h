@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/trainer/ddp.h"
+#include "worker/trainer/parallel/ddp.h"
 
 namespace nightshift::trainer::testing {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/format/shard.h"
-#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/checkpoint/checkpoint.h"
 #include "worker/trainer/config.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/models/model.h"
 #include "worker/trainer/progress_sink.h"
 #include "worker/trainer/train.h"
 

@@ -1,6 +1,6 @@
 #include "worker/trainer/models/bert.h"
 
-#include "worker/trainer/dropout.h"
+#include "worker/trainer/models/dropout.h"
 #include "worker/trainer/models/common.h"
 
 namespace nightshift::trainer::hf {

@@ -18,8 +18,8 @@
 
 #include <torch/torch.h>
 
-#include "worker/trainer/hf_weights.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer::hf {
 

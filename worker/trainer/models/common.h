@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "worker/trainer/activation_checkpoint.h"
-#include "worker/trainer/dropout.h"
+#include "worker/trainer/memory/activation_checkpoint.h"
+#include "worker/trainer/models/dropout.h"
 #include "worker/trainer/errors.h"
 
 namespace nightshift::trainer::hf {

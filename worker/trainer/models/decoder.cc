@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "worker/trainer/dropout.h"
+#include "worker/trainer/models/dropout.h"
 #include "worker/trainer/models/common.h"
 
 namespace nightshift::trainer::hf {

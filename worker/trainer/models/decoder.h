@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "worker/trainer/hf_config.h"
-#include "worker/trainer/hf_weights.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/models/hf_config.h"
+#include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer::hf {
 

@@ -1,7 +1,7 @@
 #include "worker/trainer/models/gpt2.h"
 
-#include "worker/trainer/activation_checkpoint.h"
-#include "worker/trainer/dropout.h"
+#include "worker/trainer/memory/activation_checkpoint.h"
+#include "worker/trainer/models/dropout.h"
 #include "worker/trainer/models/common.h"
 
 namespace nightshift::trainer::hf {

@@ -1,6 +1,6 @@
 #include "worker/trainer/models/llama.h"
 
-#include "worker/trainer/activation_checkpoint.h"
+#include "worker/trainer/memory/activation_checkpoint.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/common.h"
 

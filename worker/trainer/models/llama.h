@@ -1,5 +1,4 @@
-// Llama, and the two layouts that differ from it in a flag (Mistral: a sliding window;
-// Qwen2: biases on q, k, v), as transformers' modeling_llama.py computes them
+// Llama, as transformers' modeling_llama.py computes it
 // (LlamaForCausalLM, LlamaForSequenceClassification; decoder.h adds the heads), with the
 // checkpoint's names:
 //
@@ -12,7 +11,7 @@
 // v)), x = x + down(silu(gate(h)) * up(h)); rotary positions with base rope_theta rotate
 // the two halves of each head (rotate_half); grouped-query attention: num_key_value_heads
 // key/value heads serve num_attention_heads query heads. No dropout but attention_dropout.
-// Mistral's sliding window only matters for rows longer than it, which are refused.
+// Mistral (mistral.h) and Qwen2 (qwen2.h) are this model with a flag or two of config.json.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_LLAMA_H_
 #define NIGHTSHIFT_WORKER_TRAINER_MODELS_LLAMA_H_
 
@@ -50,6 +49,8 @@ class LlamaLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaLayer);
 
+// The trunk of every model of the Llama family: a sliding window (Mistral, Qwen2) only
+// matters for rows longer than it, which forward refuses.
 class LlamaModelImpl : public DecoderTrunk {
  public:
   explicit LlamaModelImpl(const HfConfig& config);

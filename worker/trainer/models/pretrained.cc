@@ -6,6 +6,8 @@
 #include "worker/trainer/models/distilbert.h"
 #include "worker/trainer/models/gpt2.h"
 #include "worker/trainer/models/llama.h"
+#include "worker/trainer/models/mistral.h"
+#include "worker/trainer/models/qwen2.h"
 #include "worker/trainer/models/roberta.h"
 
 namespace nightshift::trainer::hf {
@@ -61,7 +63,9 @@ std::string PretrainedClassName(const std::string& model_type, const std::string
 std::shared_ptr<SequenceModel> BuildPretrained(const HfConfig& c, const std::string& task) {
   PretrainedClassName(c.model_type, task);  // throws for what we do not build
   if (c.model_type == "gpt2") return DecoderModel(c, task, DecoderBase(c), Gpt2Model(c).ptr()).ptr();
-  if (c.IsLlamaFamily()) return DecoderModel(c, task, DecoderBase(c), LlamaModel(c).ptr()).ptr();
+  if (c.model_type == "llama") return DecoderModel(c, task, DecoderBase(c), LlamaModel(c).ptr()).ptr();
+  if (c.model_type == "mistral") return DecoderModel(c, task, DecoderBase(c), MistralModel(c).ptr()).ptr();
+  if (c.model_type == "qwen2") return DecoderModel(c, task, DecoderBase(c), Qwen2Model(c).ptr()).ptr();
   if (c.model_type == "bert") return BertForSequenceClassification(c).ptr();
   if (c.model_type == "roberta") return RobertaForSequenceClassification(c).ptr();
   return DistilBertForSequenceClassification(c).ptr();

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "worker/trainer/config.h"
-#include "worker/trainer/hf_weights.h"
-#include "worker/trainer/model.h"
+#include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer::hf {
 

@@ -1,6 +1,6 @@
 #include "worker/trainer/models/roberta.h"
 
-#include "worker/trainer/dropout.h"
+#include "worker/trainer/models/dropout.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/common.h"
 

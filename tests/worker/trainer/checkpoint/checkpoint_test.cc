@@ -1,0 +1,367 @@
+// Checkpoints and exact resume: a run killed after a checkpoint (abort() in a child
+// process, or SIGTERM) and resumed ends bit-identical to an uninterrupted run.
+#include "worker/trainer/checkpoint/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/models/model.h"
+#include "worker/trainer/train.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FreshDir;
+using testing::RunUntilAbort;
+using testing::TinyConfig;
+
+// The parameters of the newest complete checkpoint in config.checkpoint_dir.
+std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
+  TransformerClassifier model = BuildModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  return testing::LatestCheckpointParameters(*model, c.checkpoint_dir);
+}
+
+void ExpectBitIdentical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+}
+
+format::ProgressRecord Find(const MemoryProgressSink& progress, const std::string& event) {
+  for (const auto& r : progress.records)
+    if (r.event == event) return r;
+  ADD_FAILURE() << "no " << event << " event";
+  return {};
+}
+
+std::vector<torch::Tensor> UninterruptedRun(const std::string& name) {
+  TrainConfig c = TinyConfig(FreshDir(name));
+  MemoryProgressSink progress;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  EXPECT_EQ(progress.records.back().event, "done");
+  EXPECT_EQ(progress.records.back().Number("step"), 10);  // 40 samples / 8 x 2 epochs
+  return FinalParameters(c);
+}
+
+TEST(CheckpointResumeTest, AbortAfterCheckpointThenResumeIsBitExact) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string dir = FreshDir("abort");
+  TrainConfig c = TinyConfig(dir);
+  // Steps 1-4 run, a checkpoint is written at step 3, the process dies before step 5.
+  EXPECT_DEATH(RunUntilAbort(c, 5), "fault injection: aborting at step 5");
+  ASSERT_TRUE(fs::exists(c.checkpoint_dir + "/step-00000003/COMPLETE"));
+  ASSERT_FALSE(fs::exists(c.checkpoint_dir + "/step-00000006"));
+  // A newer checkpoint without its marker (a save that crashed) must be ignored.
+  fs::create_directories(c.checkpoint_dir + "/step-00000009");
+  std::ofstream(c.checkpoint_dir + "/step-00000009/model.pt") << "half-written";
+
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  EXPECT_EQ(Find(progress, "start").Number("resumed_step"), 3);
+  ExpectBitIdentical(FinalParameters(c), UninterruptedRun("abort_reference"));
+}
+
+TEST(CheckpointResumeTest, SigtermSavesExitsAndResumesBitExact) {
+  const std::string dir = FreshDir("sigterm");
+  TrainConfig c = TinyConfig(dir);
+  c.checkpoint.every_steps = 0;  // only the SIGTERM checkpoint and the final one
+  RequestStop();
+  MemoryProgressSink stopped;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, stopped), kExitStopped);
+  ClearStopRequest();
+  bool saw_checkpoint = false;
+  for (const auto& r : stopped.records)
+    if (r.event == "checkpoint") {
+      saw_checkpoint = true;
+      EXPECT_EQ(r.Number("step"), 1);
+      EXPECT_GT(r.Number("bytes"), 0);
+    }
+  EXPECT_TRUE(saw_checkpoint);
+
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  EXPECT_EQ(Find(progress, "start").Number("resumed_step"), 1);
+  ExpectBitIdentical(FinalParameters(c), UninterruptedRun("sigterm_reference"));
+}
+
+TEST(CheckpointResumeTest, ResumingAFinishedRunOnlyReportsDone) {
+  TrainConfig c = TinyConfig(FreshDir("finished"));
+  MemoryProgressSink first, second;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, first), kExitOk);
+  ASSERT_EQ(RunTraining(c, RankInfo{}, second), kExitOk);
+  for (const auto& r : second.records) EXPECT_NE(r.event, "step");
+  EXPECT_EQ(second.records.back().event, "done");
+  EXPECT_EQ(second.records.back().Number("val_accuracy"), first.records.back().Number("val_accuracy"));
+}
+
+TEST(CheckpointManagerTest, KeepsOnlyTheLastComplete) {
+  TrainConfig c = TinyConfig(FreshDir("keep_last"));
+  c.checkpoint.every_steps = 2;
+  c.checkpoint.keep_last = 2;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  CheckpointManager manager(CheckpointOptions{c.checkpoint_dir, 0, 0, 2});
+  std::vector<std::string> complete = manager.ListComplete();
+  ASSERT_EQ(complete.size(), 2u);
+  EXPECT_EQ(fs::path(complete[0]).filename(), "step-00000008");
+  EXPECT_EQ(fs::path(complete[1]).filename(), "step-00000010");
+  int dirs = 0;
+  for (const auto& e : fs::directory_iterator(c.checkpoint_dir)) dirs += e.is_directory();
+  EXPECT_EQ(dirs, 3) << "two checkpoints and the exported model";
+  EXPECT_TRUE(fs::exists(c.checkpoint_dir + "/model/model.safetensors")) << "pruning keeps the model";
+}
+
+TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
+  const std::string dir = FreshDir("manifest");
+  torch::manual_seed(7);
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
+  RunPosition pos;
+  pos.step = 42;
+  pos.epoch = 3;
+  pos.batch_in_epoch = 5;
+  pos.lr_scale = 0.5;
+  pos.scaler = ScalerState{1024.0, 7};
+  pos.max_tokens = 4096;
+  pos.train_seconds = 1.5;
+  pos.tokens_seen = 123456789012;
+  pos.rng_cpu = GetCpuRngState();
+  pos.fingerprint = "seed=1;test";
+  torch::Tensor expected = torch::rand({4});
+  SavedCheckpoint saved = manager.Save(pos, *model, optimizer);
+  EXPECT_TRUE(fs::exists(saved.path + "/COMPLETE"));
+  std::ifstream manifest(saved.path + "/manifest.json");
+  std::string text((std::istreambuf_iterator<char>(manifest)), {});
+  EXPECT_NE(text.find("\"magic\": \"nightshift-checkpoint\""), std::string::npos);
+
+  RunPosition loaded;
+  ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 42);
+  EXPECT_EQ(loaded.epoch, 3);
+  EXPECT_EQ(loaded.batch_in_epoch, 5);
+  EXPECT_EQ(loaded.lr_scale, 0.5);
+  EXPECT_EQ(loaded.scaler.scale, 1024.0);
+  EXPECT_EQ(loaded.scaler.growth_tracker, 7);
+  EXPECT_EQ(loaded.max_tokens, 4096);
+  EXPECT_EQ(loaded.train_seconds, 1.5);
+  EXPECT_EQ(loaded.tokens_seen, 123456789012);
+  EXPECT_EQ(loaded.fingerprint, "seed=1;test");
+  SetCpuRngState(loaded.rng_cpu);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
+}
+
+RunPosition At(int64_t step) {
+  RunPosition pos;
+  pos.step = step;
+  return pos;
+}
+
+// A zombie: attempt 0 goes on saving after attempt 1 claimed the folder. Its save is not
+// committed (no COMPLETE, no directory left) and fails naming the newer attempt; attempt 1
+// saves as usual; each manifest records its writer; attempt 0 can no longer claim.
+TEST(CheckpointFencingTest, ALaterAttemptsClaimStopsAnOlderOneCommitting) {
+  const std::string dir = FreshDir("fence");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager old_attempt(CheckpointOptions{dir, 1, 0, 10, 0}), new_attempt(CheckpointOptions{dir, 1, 0, 10, 1});
+  old_attempt.Claim();
+  old_attempt.Save(At(1), *model, optimizer);
+  new_attempt.Claim();
+  try {
+    old_attempt.Save(At(2), *model, optimizer);
+    ADD_FAILURE() << "a fenced attempt committed a checkpoint";
+  } catch (const FencedError& e) {
+    EXPECT_NE(std::string(e.what()).find("fenced by attempt 1"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step-00000002"));
+  EXPECT_THROW(old_attempt.CheckFence(), FencedError);
+  new_attempt.Save(At(3), *model, optimizer);
+  RunPosition loaded;
+  ASSERT_TRUE(new_attempt.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 3);
+  EXPECT_EQ(loaded.attempt, 1);
+  ASSERT_TRUE(new_attempt.PeekLatest(&loaded));
+  EXPECT_EQ(loaded.attempt, 1);
+  EXPECT_EQ(new_attempt.ListComplete().size(), 2u);
+  try {
+    old_attempt.Claim();
+    ADD_FAILURE() << "an older attempt took the fence back";
+  } catch (const FencedError& e) {
+    EXPECT_NE(std::string(e.what()).find("fenced by attempt 1; this is attempt 0"), std::string::npos) << e.what();
+  }
+}
+
+// Resume only from checkpoints of attempts up to this one: attempt 1 does not see (load,
+// list or prune) what attempt 2 wrote.
+TEST(CheckpointFencingTest, CheckpointsOfALaterAttemptAreNeitherLoadedNorPruned) {
+  const std::string dir = FreshDir("fence-later");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager(CheckpointOptions{dir, 1, 0, 10, 0}).Save(At(4), *model, optimizer);
+  CheckpointManager(CheckpointOptions{dir, 1, 0, 10, 2}).Save(At(8), *model, optimizer);
+  CheckpointManager first_retry(CheckpointOptions{dir, 1, 0, 1, 1});
+  RunPosition loaded;
+  ASSERT_TRUE(first_retry.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 4);
+  EXPECT_EQ(loaded.attempt, 0);
+  first_retry.Save(At(5), *model, optimizer);  // keep_last 1: step 4 goes, step 8 stays
+  EXPECT_FALSE(fs::exists(dir + "/step-00000004"));
+  EXPECT_TRUE(fs::exists(dir + "/step-00000008/COMPLETE"));
+  // Without fencing (an older trainer's view, the export on request) every checkpoint counts.
+  EXPECT_EQ(CheckpointManager(CheckpointOptions{dir}).ListComplete().size(), 2u);
+}
+
+// The trainer claims the folder before it trains: a run of an older attempt than the
+// folder's fence fails at once with the reason, and writes nothing.
+TEST(CheckpointFencingTest, ARunOfASupersededAttemptStopsBeforeTraining) {
+  TrainConfig c = TinyConfig(FreshDir("fence-run"));
+  c.attempt = 3;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  std::ifstream fence(c.checkpoint_dir + "/FENCE");
+  int holder = -1;
+  fence >> holder;
+  EXPECT_EQ(holder, 3);
+  const size_t kept = CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete().size();
+  c.attempt = 2;
+  MemoryProgressSink zombie;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, zombie), kExitError);
+  const format::ProgressRecord error = Find(zombie, "error");
+  EXPECT_NE(error.String("message").find("fenced by attempt 3"), std::string::npos) << error.String("message");
+  EXPECT_EQ(CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete().size(), kept);
+}
+
+TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
+  const std::string dir = FreshDir("fallback");
+  torch::manual_seed(3);
+  torch::nn::Linear model(4, 3);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 5});
+  RunPosition pos;
+  pos.step = 1;
+  pos.batch_in_epoch = 1;
+  pos.rng_cpu = GetCpuRngState();
+  manager.Save(pos, *model, optimizer);
+  const torch::Tensor weight_at_1 = model->weight.detach().clone();
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.add_(1.0);
+  }
+  pos.step = 2;
+  SavedCheckpoint second = manager.Save(pos, *model, optimizer);
+  pos.step = 3;
+  SavedCheckpoint third = manager.Save(pos, *model, optimizer);
+
+  // Step 3: truncated model file. Step 2: a flipped byte in the optimizer state.
+  fs::resize_file(third.path + "/model.pt", fs::file_size(third.path + "/model.pt") / 2);
+  {
+    std::fstream f(second.path + "/optimizer.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    char c;
+    f.seekg(40);
+    f.get(c);
+    f.seekp(40);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  RunPosition peeked;
+  std::string path;
+  ASSERT_TRUE(manager.PeekLatest(&peeked, &path));
+  EXPECT_EQ(peeked.step, 1);
+  RunPosition loaded;
+  ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded, &path));
+  EXPECT_EQ(loaded.step, 1);
+  EXPECT_EQ(fs::path(path).filename(), "step-00000001");
+  EXPECT_TRUE(torch::equal(model->weight, weight_at_1));
+
+  // All damaged: a clear error, not a crash.
+  fs::resize_file(path + "/model.pt", 10);
+  try {
+    manager.LoadLatest(*model, optimizer, &loaded);
+    FAIL() << "loaded a damaged checkpoint";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("none of the 3 checkpoints"), std::string::npos) << e.what();
+  }
+}
+
+// A checkpoint a trainer of manifest version 1 wrote: position at the top level, the rest
+// in a "metrics" map.
+TEST(CheckpointManagerTest, Version1ManifestStillResumes) {
+  const std::string dir = FreshDir("v1");
+  torch::manual_seed(11);
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
+  RunPosition pos;
+  pos.step = 17;
+  pos.epoch = 1;
+  pos.batch_in_epoch = 4;
+  pos.rng_cpu = GetCpuRngState();
+  const SavedCheckpoint saved = manager.Save(pos, *model, optimizer);
+  const std::string manifest_path = saved.path + "/manifest.json";
+  nlohmann::json v2 = nlohmann::json::parse(std::ifstream(manifest_path));
+  nlohmann::json v1 = {{"magic", "nightshift-checkpoint"}, {"version", 1},
+                       {"step", 17}, {"epoch", 1}, {"batch_in_epoch", 4},
+                       {"rng_cpu", v2["position"]["rng_cpu"]},
+                       {"metrics", {{"train_seconds", 2.5}, {"tokens_seen", 900.0}, {"lr_scale", 0.5},
+                                    {"max_tokens", 2048.0}, {"grad_scale", 512.0},
+                                    {"grad_scale_growth_tracker", 3.0}}},
+                       {"fingerprint", "seed=1"}, {"files", v2["files"]}};
+  std::ofstream(manifest_path, std::ios::trunc) << v1.dump(2);
+
+  RunPosition loaded;
+  ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 17);
+  EXPECT_EQ(loaded.epoch, 1);
+  EXPECT_EQ(loaded.batch_in_epoch, 4);
+  EXPECT_EQ(loaded.train_seconds, 2.5);
+  EXPECT_EQ(loaded.tokens_seen, 900);
+  EXPECT_EQ(loaded.lr_scale, 0.5);
+  EXPECT_EQ(loaded.max_tokens, 2048);
+  EXPECT_EQ(loaded.scaler.scale, 512.0);
+  EXPECT_EQ(loaded.scaler.growth_tracker, 3);
+  EXPECT_EQ(loaded.fingerprint, "seed=1");
+  EXPECT_EQ(loaded.rng_cpu, pos.rng_cpu);
+}
+
+// A manifest version this trainer does not read is refused naming it, not skipped for an
+// older checkpoint (that would silently drop the newer one's steps).
+TEST(CheckpointManagerTest, UnknownManifestVersionIsRefusedNamingIt) {
+  const std::string dir = FreshDir("v4");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 3});
+  RunPosition pos;
+  pos.rng_cpu = GetCpuRngState();
+  pos.step = 1;
+  manager.Save(pos, *model, optimizer);
+  pos.step = 2;
+  const SavedCheckpoint newest = manager.Save(pos, *model, optimizer);
+  nlohmann::json m = nlohmann::json::parse(std::ifstream(newest.path + "/manifest.json"));
+  m["version"] = 4;
+  m["files"] = nlohmann::json::array({"model.pt"});  // a later version may change any field's shape
+  std::ofstream(newest.path + "/manifest.json", std::ios::trunc) << m.dump(2);
+
+  RunPosition loaded;
+  for (int peek = 0; peek < 2; ++peek) {
+    try {
+      if (peek) {
+        manager.PeekLatest(&loaded);
+      } else {
+        manager.LoadLatest(*model, optimizer, &loaded);
+      }
+      FAIL() << "resumed past a version 4 checkpoint (step " << loaded.step << ")";
+    } catch (const CheckpointVersionError& e) {
+      EXPECT_NE(std::string(e.what()).find("step-00000002 has manifest version 4"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("versions 1 to 3"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nightshift::trainer

@@ -1,0 +1,150 @@
+#include "worker/trainer/optim/amp.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/train.h"
+
+namespace nightshift::trainer {
+namespace {
+
+using testing::FreshDir;
+using testing::TinyConfig;
+
+GradScalerOptions Fp16(int64_t growth_interval) {
+  GradScalerOptions o;
+  o.enabled = true;
+  o.init_scale = 1024;
+  o.growth_interval = growth_interval;
+  return o;
+}
+
+TEST(GradScalerTest, InfiniteGradientSkipsThatStepAndHalvesTheScale) {
+  GradScaler scaler(Fp16(2000));
+  torch::Tensor w = torch::ones({3}, torch::requires_grad());
+  torch::optim::SGD opt({w}, torch::optim::SGDOptions(0.1));
+  int steps_applied = 0;
+  for (int i = 0; i < 3; ++i) {
+    opt.zero_grad();
+    torch::Tensor loss = (w * w).sum();
+    if (i == 1) loss = loss + w[0] * std::numeric_limits<float>::infinity();  // injected inf gradient
+    scaler.Scale(loss).backward();
+    const bool finite = scaler.UnscaleAndCheckFinite({w});
+    if (i != 1) EXPECT_TRUE(torch::allclose(w.grad(), 2 * w.detach())) << "unscaled back";
+    scaler.Update(!finite);
+    if (finite) { opt.step(); ++steps_applied; }
+    EXPECT_EQ(finite, i != 1) << i;
+    EXPECT_EQ(scaler.scale(), i == 0 ? 1024 : 512) << i;
+  }
+  EXPECT_EQ(steps_applied, 2);
+}
+
+TEST(GradScalerTest, ScaleDoublesAfterTheGrowthInterval) {
+  GradScaler scaler(Fp16(3));
+  for (int i = 0; i < 2; ++i) scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 2048);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+  scaler.Update(false);
+  scaler.Update(true);  // an overflow resets the count
+  scaler.Update(false);
+  scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 2048);
+}
+
+TEST(GradScalerTest, DisabledIsTheIdentity) {
+  GradScaler scaler(GradScalerOptions{});
+  torch::Tensor loss = torch::tensor(3.0);
+  EXPECT_EQ(scaler.Scale(loss).item<double>(), 3.0);
+  scaler.Update(true);
+  EXPECT_EQ(scaler.scale(), 1.0);
+}
+
+TEST(NanGuardTest, SkipsThenRollsBackThenFails) {
+  NanGuard guard(3);
+  using A = NanGuard::Action;
+  EXPECT_EQ(guard.Observe(true), A::kStep);
+  EXPECT_EQ(guard.Observe(false), A::kSkip);
+  EXPECT_EQ(guard.Observe(false), A::kSkip);
+  EXPECT_EQ(guard.Observe(true), A::kStep);  // the run resets
+  EXPECT_EQ(guard.Observe(false), A::kSkip);
+  EXPECT_EQ(guard.Observe(false), A::kSkip);
+  EXPECT_EQ(guard.Observe(false), A::kRollBack);
+  EXPECT_EQ(guard.Observe(false), A::kSkip);
+  EXPECT_EQ(guard.Observe(false), A::kSkip);
+  EXPECT_EQ(guard.Observe(false), A::kFail);
+  EXPECT_EQ(guard.skipped_steps(), 8);
+}
+
+TEST(AmpTest, PrecisionIsCheckedAgainstTheDevice) {
+  EXPECT_EQ(CheckPrecision("bf16", torch::kCPU), "");
+  EXPECT_EQ(CheckPrecision("fp32", torch::kCPU), "");
+  EXPECT_NE(CheckPrecision("fp16", torch::kCPU).find("needs a CUDA device"), std::string::npos);
+  EXPECT_EQ(CheckPrecision("fp16", torch::Device(torch::kCUDA, 0)), "");
+}
+
+TEST(AmpTest, AutocastRegionCastsMatmulsAndRestores) {
+  torch::Tensor a = torch::randn({4, 4}), b = torch::randn({4, 4});
+  {
+    AutocastRegion region("bf16", torch::kCPU);
+    EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kBFloat16);
+    {
+      AutocastRegion fp32("fp32", torch::kCPU);  // nothing changes
+      EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kBFloat16);
+    }
+  }
+  EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kFloat);
+}
+
+TEST(AmpTest, Bf16TrainingLearnsTheEasyTask) {
+  // The easy task of TrainTest.LearnsAnEasyTaskAndReportsProgress, in bf16, with dropout.
+  TrainConfig c = TinyConfig(FreshDir("bf16"), /*n_train=*/480, /*n_val=*/100);
+  c.model.d_model = 32;
+  c.model.ffn = 64;
+  c.train.precision = "bf16";
+  c.train.epochs = 3;
+  c.train.lr = 5e-3;
+  c.train.warmup_steps = 10;
+  c.checkpoint.every_steps = 0;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk);
+  std::vector<double> losses;
+  for (const auto& r : progress.records)
+    if (r.event == "step") {
+      losses.push_back(r.Number("loss"));
+      EXPECT_EQ(r.String("precision"), "bf16");
+      EXPECT_EQ(r.Number("skipped_steps"), 0);
+    }
+  ASSERT_GE(losses.size(), 2u);
+  EXPECT_LT(losses.back(), losses.front());
+  ASSERT_EQ(progress.records.back().event, "done");
+  EXPECT_GE(progress.records.back().Number("val_accuracy"), 0.9);
+}
+
+TEST(AmpTest, NonFiniteLossesRollBackOnceThenFail) {
+  TrainConfig c = TinyConfig(FreshDir("nan"));  // 5 batches an epoch
+  c.train.epochs = 3;
+  c.checkpoint.every_steps = 2;  // steps 4-8 not finite: back to step 6; 7-11: fail
+  RankInfo rank;
+  rank.faults.nan_loss_from_step = 4;
+  MemoryProgressSink progress;
+  EXPECT_EQ(RunTraining(c, rank, progress), kExitError);
+  bool rolled_back = false;
+  double skipped = 0;
+  for (const auto& r : progress.records) {
+    if (r.event == "warning" && r.String("message").find("rolled back") != std::string::npos) rolled_back = true;
+    if (r.event == "step") skipped = std::max(skipped, r.Number("skipped_steps"));
+  }
+  EXPECT_TRUE(rolled_back);
+  EXPECT_GE(skipped, 5);
+  ASSERT_EQ(progress.records.back().event, "error");
+  EXPECT_NE(progress.records.back().String("message").find("again after rolling back"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nightshift::trainer

@@ -1,0 +1,418 @@
+#include "worker/trainer/checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "common/io/atomic_file.h"
+#include "common/format/checkpoint_layout.h"
+#include "common/format/checkpoint_manifest.h"
+#include "common/format/shard.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kComplete = format::kCheckpointComplete;
+constexpr char kFence[] = "FENCE";
+
+void Check(const std::string& err) {
+  if (!err.empty()) throw std::runtime_error("checkpoint: " + err);
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("checkpoint: cannot read " + path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+using format::StepDirName;
+
+std::string Hex(const std::string& bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) { out.push_back(d[c >> 4]); out.push_back(d[c & 15]); }
+  return out;
+}
+
+std::string Unhex(const std::string& hex) {
+  auto v = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::runtime_error("checkpoint: bad hex in manifest rng_cpu");
+  };
+  if (hex.size() % 2) throw std::runtime_error("checkpoint: bad hex in manifest rng_cpu");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(v(hex[i]) * 16 + v(hex[i + 1])));
+  return out;
+}
+
+json PositionToJson(const RunPosition& p) {
+  return {{"step", p.step},
+          {"epoch", p.epoch},
+          {"batch_in_epoch", p.batch_in_epoch},
+          {"lr_scale", p.lr_scale},
+          {"grad_scale", p.scaler.scale},
+          {"grad_scale_growth_tracker", p.scaler.growth_tracker},
+          {"max_tokens", p.max_tokens},
+          {"train_seconds", p.train_seconds},
+          {"tokens_seen", p.tokens_seen},
+          {"rng_cpu", Hex(p.rng_cpu)}};
+}
+
+// Version 2: the "position" object. Throws json::exception on a missing or mistyped field.
+RunPosition PositionFromJson(const json& j) {
+  RunPosition p;
+  p.step = j.at("step").get<int64_t>();
+  p.epoch = j.at("epoch").get<int64_t>();
+  p.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+  p.lr_scale = j.at("lr_scale").get<double>();
+  p.scaler.scale = j.at("grad_scale").get<double>();
+  p.scaler.growth_tracker = j.at("grad_scale_growth_tracker").get<int64_t>();
+  p.max_tokens = j.at("max_tokens").get<int64_t>();
+  p.train_seconds = j.at("train_seconds").get<double>();
+  p.tokens_seen = j.at("tokens_seen").get<int64_t>();
+  p.rng_cpu = Unhex(j.at("rng_cpu").get<std::string>());
+  return p;
+}
+
+// Version 1: the position at the top level, the rest in a "metrics" map of doubles
+// (each key absent in checkpoints older than it: the defaults then).
+RunPosition PositionFromVersion1(const json& m) {
+  RunPosition p;
+  p.step = m.at("step").get<int64_t>();
+  p.epoch = m.at("epoch").get<int64_t>();
+  p.batch_in_epoch = m.at("batch_in_epoch").get<int64_t>();
+  p.rng_cpu = Unhex(m.at("rng_cpu").get<std::string>());
+  const json metrics = m.value("metrics", json::object());
+  p.lr_scale = metrics.value("lr_scale", p.lr_scale);
+  p.scaler.scale = metrics.value("grad_scale", p.scaler.scale);
+  p.scaler.growth_tracker = static_cast<int64_t>(metrics.value("grad_scale_growth_tracker", 0.0));
+  p.max_tokens = static_cast<int64_t>(metrics.value("max_tokens", 0.0));
+  p.train_seconds = metrics.value("train_seconds", 0.0);
+  p.tokens_seen = static_cast<int64_t>(metrics.value("tokens_seen", 0.0));
+  return p;
+}
+
+void RemoveCheckpoint(const fs::path& dir) { format::RemoveCheckpoint(dir.string()); }
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(CheckpointOptions options)
+    : options_(std::move(options)), last_save_(std::chrono::steady_clock::now()) {}
+
+bool CheckpointManager::Due(int64_t step) const {
+  if (options_.every_steps > 0 && step % options_.every_steps == 0) return true;
+  return options_.every_seconds > 0 &&
+         std::chrono::steady_clock::now() - last_save_ >= std::chrono::seconds(options_.every_seconds);
+}
+
+SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::Module& model,
+                                        torch::optim::Optimizer& optimizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir = fs::path(options_.dir) / StepDirName(position.step);
+  std::error_code ec;
+  fs::create_directories(options_.dir, ec);
+  if (fs::exists(dir)) RemoveCheckpoint(dir);  // a leftover of a crashed save
+  if (!fs::create_directories(dir, ec))
+    throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
+
+  SavedCheckpoint saved;
+  saved.path = dir.string();
+  format::CheckpointManifest manifest;  // every file's size and checksum: checked before a load
+  auto write = [&](const char* file, const std::string& bytes) {
+    Check(io::WriteFileAtomically((dir / file).string(), bytes));
+    saved.bytes += static_cast<int64_t>(bytes.size());
+    manifest.files[file] = format::FileEntry(bytes);
+  };
+  // Streamed to the file as the archive is written: the optimizer's state is twice the
+  // model, and a copy of it in memory would be the trainer's peak (issue 30's RSS target).
+  auto stream = [&](const char* file, torch::serialize::OutputArchive& archive) {
+    io::AtomicFileWriter out((dir / file).string());
+    format::FileHasher hasher;
+    std::string err;
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+      if (err.empty()) err = out.Append(static_cast<const char*>(data), n);
+      hasher.Update(static_cast<const char*>(data), n);
+      return n;  // a failed write is reported by Commit's check below, naming the file
+    });
+    Check(err.empty() ? out.Commit() : err);
+    manifest.files[file] = hasher.Entry();
+    saved.bytes += static_cast<int64_t>(manifest.files[file].bytes);
+  };
+  {
+    torch::serialize::OutputArchive archive;
+    model.save(archive);
+    stream("model.pt", archive);
+  }
+  {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    stream("optimizer.pt", archive);
+  }
+  manifest.position = PositionToJson(position);
+  manifest.fingerprint = position.fingerprint;
+  manifest.attempt = options_.attempt;
+  const std::string text = format::ManifestText(manifest);
+  Check(io::WriteFileAtomically((dir / format::kCheckpointManifest).string(), text));
+  saved.bytes += static_cast<int64_t>(text.size());
+  try {
+    CheckFence();
+  } catch (const FencedError&) {
+    RemoveCheckpoint(dir);  // never committed
+    throw;
+  }
+  write(kComplete, std::to_string(position.step) + "\n");
+  Check(io::SyncDirectory(options_.dir));
+
+  last_save_ = std::chrono::steady_clock::now();
+  saved.seconds = std::chrono::duration<double>(last_save_ - t0).count();
+  CheckFence();  // a claim that came in the window after the first check: no pruning
+  Prune();
+  return saved;
+}
+
+int CheckpointManager::FenceHolder() const {
+  std::ifstream in(fs::path(options_.dir) / kFence);
+  int holder = -1;
+  return in >> holder ? holder : -1;
+}
+
+void CheckpointManager::Claim() {
+  if (options_.attempt < 0) return;
+  const int holder = FenceHolder();
+  if (holder > options_.attempt)
+    throw FencedError("checkpoint folder " + options_.dir + " is fenced by attempt " + std::to_string(holder) +
+                      "; this is attempt " + std::to_string(options_.attempt) + ", which was superseded");
+  std::error_code ec;
+  fs::create_directories(options_.dir, ec);
+  Check(io::WriteFileAtomically((fs::path(options_.dir) / kFence).string(), std::to_string(options_.attempt) + "\n"));
+  Check(io::SyncDirectory(options_.dir));
+}
+
+void CheckpointManager::CheckFence() const {
+  if (options_.attempt < 0) return;
+  if (const int holder = FenceHolder(); holder > options_.attempt)
+    throw FencedError("fenced by attempt " + std::to_string(holder) + ": attempt " + std::to_string(options_.attempt) +
+                      " was superseded and commits no more checkpoints in " + options_.dir);
+}
+
+bool CheckpointManager::WrittenByALaterAttempt(const std::string& dir) const {
+  if (options_.attempt < 0) return false;
+  format::CheckpointManifest m;
+  return format::ReadManifest(dir, &m).empty() && m.attempt > options_.attempt;
+}
+
+std::vector<std::string> CheckpointManager::ListComplete() const {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
+    const int64_t step = format::StepOfDirName(entry.path().filename().string());
+    if (step >= 0 && fs::exists(entry.path() / kComplete) && !WrittenByALaterAttempt(entry.path().string()))
+      found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+void CheckpointManager::Prune() {
+  std::vector<std::string> complete = ListComplete();
+  const size_t keep = static_cast<size_t>(std::max(options_.keep_last, 1));
+  for (size_t i = 0; i + keep < complete.size(); ++i) RemoveCheckpoint(complete[i]);
+  // Leftovers of saves that crashed before their marker, older than the newest checkpoint.
+  const int64_t newest = complete.empty() ? -1 : format::StepOfDirName(fs::path(complete.back()).filename().string());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
+    const int64_t step = format::StepOfDirName(entry.path().filename().string());
+    if (step >= 0 && step < newest && !fs::exists(entry.path() / kComplete)) fs::remove_all(entry.path(), ec);
+  }
+  Check(io::SyncDirectory(options_.dir));
+}
+
+namespace {
+
+// Reads and checks one checkpoint: its manifest, and the size and checksum of every
+// file the manifest lists. Throws std::runtime_error naming the directory.
+RunPosition ReadCheckpoint(const fs::path& dir) {
+  format::CheckpointManifest m;
+  Check(format::ReadManifest(dir.string(), &m));
+  if (m.version < format::kOldestCheckpointVersion || m.version > format::kCheckpointVersion)
+    throw CheckpointVersionError("checkpoint: " + dir.string() + " has manifest version " +
+                                 std::to_string(m.version) + "; this trainer reads versions " +
+                                 std::to_string(format::kOldestCheckpointVersion) + " to " +
+                                 std::to_string(format::kCheckpointVersion) +
+                                 " (resume it with the trainer that wrote it, or move it away to start over)");
+  RunPosition p;
+  try {
+    p = m.version == 1 ? PositionFromVersion1(m.position) : PositionFromJson(m.position);
+  } catch (const json::exception& e) {
+    throw std::runtime_error("checkpoint: bad position in " + dir.string() + "/manifest.json: " + e.what());
+  }
+  p.fingerprint = m.fingerprint;
+  p.attempt = m.attempt;
+  Check(format::VerifyFiles(dir.string(), m));
+  return p;
+}
+
+}  // namespace
+
+bool CheckpointManager::PeekLatest(RunPosition* position, std::string* path) const {
+  std::vector<std::string> complete = ListComplete();
+  // Newest first; a damaged one is skipped (with a warning) for the one before it.
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    try {
+      *position = ReadCheckpoint(*it);
+      if (path != nullptr) *path = *it;
+      return true;
+    } catch (const CheckpointVersionError&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nightshift-trainer: warning: %s; trying an older checkpoint\n", e.what());
+    }
+  }
+  if (!complete.empty())
+    throw std::runtime_error("checkpoint: none of the " + std::to_string(complete.size()) + " checkpoints in " +
+                             options_.dir + " is readable (delete them to start over)");
+  return false;
+}
+
+namespace {
+
+// Tensors are read onto the model's device, whatever device wrote them (a checkpoint
+// of a GPU run resumes on the CPU and the other way round).
+torch::Device DeviceOf(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
+}
+
+// Loads dir's model (and optimizer, when given) after ReadCheckpoint verified the files.
+RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
+  RunPosition p = ReadCheckpoint(dir);
+  const torch::Device device = DeviceOf(model);
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "model.pt").string(), device);
+    model.load(archive);
+  }
+  if (optimizer != nullptr) {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "optimizer.pt").string(), device);
+    optimizer->load(archive);
+  }
+  return p;
+}
+
+}  // namespace
+
+RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& model) const {
+  std::string kept;
+  for (const std::string& dir : ListComplete()) {
+    const int64_t s = format::StepOfDirName(fs::path(dir).filename().string());
+    if (s == step) return LoadCheckpoint(dir, model, nullptr);
+    kept += (kept.empty() ? "" : ", ") + std::to_string(s);
+  }
+  throw std::runtime_error("no complete checkpoint at step " + std::to_string(step) + " in " + options_.dir +
+                           " (kept: " + (kept.empty() ? "none" : kept) + ")");
+}
+
+std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_dir) {
+  std::map<std::string, std::string> files;
+  const std::string& text = files[format::kCheckpointManifest] =
+      ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
+  format::CheckpointManifest m;
+  if (std::string err = format::ParseManifest(text, &m); !err.empty()) Check(step_dir + "/" + err);
+  if (m.files.empty())  // version 1 without checksums: another rank could not verify it
+    throw std::runtime_error("checkpoint: " + step_dir + "/manifest.json lists no files");
+  for (const auto& [name, entry] : m.files) files[name] = ReadFile(fs::path(step_dir) / name);
+  return files;
+}
+
+std::string CheckpointManager::Install(int64_t step, const std::map<std::string, std::string>& files) {
+  const fs::path dir = fs::path(options_.dir) / StepDirName(step);
+  std::error_code ec;
+  if (fs::exists(dir)) RemoveCheckpoint(dir);
+  if (!fs::create_directories(dir, ec))
+    throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
+  try {
+    for (const auto& [file, bytes] : files) {
+      if (!format::IsPlainFileName(file) || file == kComplete)
+        throw std::runtime_error("checkpoint: a received file is named \"" + file + "\"");
+      Check(io::WriteFileAtomically((dir / file).string(), bytes));
+    }
+    if (ReadCheckpoint(dir).step != step)
+      throw std::runtime_error("checkpoint: the received checkpoint is not of step " + std::to_string(step));
+    CheckFence();
+  } catch (...) {
+    RemoveCheckpoint(dir);
+    throw;
+  }
+  Check(io::WriteFileAtomically((dir / kComplete).string(), std::to_string(step) + "\n"));
+  Check(io::SyncDirectory(options_.dir));
+  return dir.string();
+}
+
+bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                   RunPosition* position, std::string* path) {
+  std::vector<std::string> complete = ListComplete();
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    const fs::path dir = *it;
+    try {
+      RunPosition p = LoadCheckpoint(dir, model, &optimizer);
+      *position = std::move(p);
+      if (path != nullptr) *path = dir.string();
+      return true;
+    } catch (const CheckpointVersionError&) {
+      throw;
+    } catch (const std::exception& e) {
+      // An older checkpoint overwrites every parameter and optimizer state it loads.
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));
+      std::fprintf(stderr, "nightshift-trainer: warning: cannot load %s: %s; trying an older checkpoint\n",
+                   dir.c_str(), what.c_str());
+    }
+  }
+  if (!complete.empty())
+    throw std::runtime_error("checkpoint: none of the " + std::to_string(complete.size()) + " checkpoints in " +
+                             options_.dir + " is loadable (delete them to start over)");
+  return false;
+}
+
+std::string RunFingerprint(uint64_t seed, int64_t batch_size, int64_t max_tokens, bool max_tokens_auto,
+                           const std::vector<std::string>& shard_descriptions,
+                           const std::string& model_description) {
+  std::string f = "seed=" + std::to_string(seed) + ";batch_size=" + std::to_string(batch_size) +
+                  ";max_tokens=" + (max_tokens_auto ? std::string("auto") : std::to_string(max_tokens));
+  for (const std::string& d : shard_descriptions) f += ";" + d;
+  return f + ";" + model_description;
+}
+
+std::string GetCpuRngState() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor state = gen.get_state().contiguous();
+  return std::string(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()),
+                     static_cast<size_t>(state.numel()));
+}
+
+void SetCpuRngState(const std::string& bytes) {
+  auto state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(state.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+}  // namespace nightshift::trainer

@@ -1,0 +1,46 @@
+// Activation checkpointing: run a transformer block so that autograd keeps only the
+// block's input (and its attention bias), not the activations inside the block; the
+// backward pass runs the block's forward again (with gradients) and backpropagates
+// through that recompute.
+//
+// Invariants:
+// - Gradients equal those of the plain block: the recompute restores the CPU generator
+//   state (and the CUDA one of the input's device, in CUDA builds) that the forward saw,
+//   so dropout draws the same masks, and re-applies the forward's autocast state.
+// - The generator state after backward is what it was before the recompute (the
+//   recompute does not consume random numbers of later steps).
+// - Only the block input is tracked by autograd (LibTorch tracks Tensor arguments only);
+//   when it does not require grad, a detached copy that does is used, because without an
+//   input requiring grad LibTorch builds no graph node and the block's parameters would
+//   get no gradient.
+// - Without grad mode (evaluation) the block runs plainly.
+// Memory: saves one [B, L, D] tensor per checkpointed block instead of all of its
+// intermediates (about (8 + 2 * heads * L / D + 2 * ffn / D) of those); costs one more
+// block forward in backward.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_MEMORY_ACTIVATION_CHECKPOINT_H_
+#define NIGHTSHIFT_WORKER_TRAINER_MEMORY_ACTIVATION_CHECKPOINT_H_
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+
+namespace nightshift::trainer {
+
+// One block's forward: x [B, L, D], attn_bias (broadcastable to [B, H, L, L]) -> [B, L, D].
+using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& attn_bias)>;
+
+// Runs `block` with activation checkpointing (see above). attn_bias may be undefined (a
+// causal block without padding); the block then gets it undefined.
+torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
+                                       const torch::Tensor& attn_bias);
+
+// Whether block `index` (0-based) is checkpointed when every `every_n_blocks`-th block is
+// (blocks N-1, 2N-1, ...; 0: none, 1: all).
+inline bool IsCheckpointedBlock(int every_n_blocks, int64_t index) {
+  return every_n_blocks > 0 && (index + 1) % every_n_blocks == 0;
+}
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_MEMORY_ACTIVATION_CHECKPOINT_H_

@@ -1,0 +1,117 @@
+// A Hugging Face model folder in: its config.json (the fields our architectures read)
+// and its weights (model.safetensors, or the shards model.safetensors.index.json names).
+//
+// Memory: every weight file is mapped (private: copy-on-write), never read into a buffer.
+// An F32 tensor at a 4-byte-aligned offset becomes its float32 CPU parameter as a view of
+// the mapping (LoadHfWeights), its pages faulted in read-only at once: they are the page
+// cache's, shared by every process that maps the file (the ranks of a job on one
+// machine), until training writes them;
+// each written page then becomes the writer's own (the file never changes). Any other
+// tensor (F16, BF16, unaligned) is converted into the parameter, in 16 MiB chunks whose
+// mapped pages are dropped from this process once copied. So N ranks loading an F32
+// folder of S bytes hold about S between them before training starts, not N x S (with
+// the models' DeferInit, models/common.h, which leaves the parameters unwritten until
+// loaded); an F16/BF16 folder costs each rank 2S (its float32 parameters).
+// NIGHTSHIFT_COPY_WEIGHTS=1 in the environment copies F32 tensors too (the baseline of
+// bench/shared_weights_bench.py). A file rewritten in place while a job runs changes the
+// parameters' unwritten pages, as with any mapping: replace files by renaming new ones in.
+//
+// Every error is a PermanentError (errors.h: a restart would meet it again) whose message
+// names the file and the key or tensor.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_HF_WEIGHTS_H_
+#define NIGHTSHIFT_WORKER_TRAINER_MODELS_HF_WEIGHTS_H_
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/format/safetensors.h"
+#include "worker/trainer/models/hf_config.h"
+
+namespace nightshift::trainer {
+
+// Reads dir/config.json (ParseHfConfig, hf_config.h); what is wrong is a PermanentError.
+// Every file of the folder (here and in HfWeights) is opened beneath `roots`
+// (io::OpenFileBeneath; ModelConfig::data_roots), once; empty: anywhere.
+HfConfig ReadHfConfig(const std::string& dir, const std::vector<std::string>& roots = {});
+
+// The weights of a folder, mapped. Tensor names are the checkpoint's.
+class HfWeights {
+ public:
+  // model.safetensors, else model.safetensors.index.json and its shards. Every header is
+  // checked (format::ReadSafetensorsHeader) and every name must appear once (in the shard
+  // the index names) before any data is touched.
+  static HfWeights Open(const std::string& dir, const std::vector<std::string>& roots = {});
+  // One safetensors file (our exports' model.safetensors), checked the same way.
+  static HfWeights OpenFile(const std::string& path, const std::vector<std::string>& roots = {});
+
+  const std::string& dir() const { return dir_; }
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
+  std::vector<int64_t> shape(const std::string& name) const;
+  // Copies tensor `name` into `dst` (float32, of the tensor's shape), converting F16/BF16,
+  // then drops its mapped pages. Throws naming the file and the tensor (dtype not F32,
+  // F16 or BF16; shape differs from dst's).
+  void CopyTo(const std::string& name, torch::Tensor& dst) const;
+  // Tensor `name` as a new float32 tensor (tests, small tensors).
+  torch::Tensor Float(const std::string& name) const;
+  // Makes `param` a view of tensor `name`'s mapped bytes when it can (see the top: an F32
+  // tensor, aligned, of param's shape; param a contiguous float32 CPU tensor), else
+  // CopyTo. Returns whether it is a view.
+  bool ShareOrCopyTo(const std::string& name, torch::Tensor& param) const;
+
+  struct Mapping;  // one mapped file (hf_weights.cc)
+
+ private:
+  // Maps `path` (opened beneath `roots`; its header read from that descriptor) and adds
+  // its tensors; `shard_of` (a sharded folder's index): each must be named there, with
+  // this file.
+  void AddFile(const std::string& path, const std::vector<std::string>& roots,
+               const std::map<std::string, std::string>* shard_of);
+  struct Entry {
+    std::shared_ptr<Mapping> file;
+    format::SafetensorsTensor tensor;
+  };
+  std::string dir_;
+  std::map<std::string, Entry> tensors_;
+};
+
+// How an architecture's parameter names meet a checkpoint's (nanoGPT's from_pretrained
+// table, with transformers' conventions):
+struct HfNameRules {
+  // The base model's prefix ("bert."): a checkpoint of the bare model (BertModel's, whose
+  // names lack it) gets it added.
+  std::string base_prefix;
+  // Parameter-name prefixes of the classification head: the one part that may be absent
+  // from the checkpoint (a pretrained encoder); it is then initialised as transformers
+  // initialises it: weights normal(0, initializer_range), biases 0.
+  std::vector<std::string> head;
+  // Checkpoint-name prefixes that other tasks' heads use (BERT's "cls." pretraining heads,
+  // RoBERTa's "lm_head."), and buffers older versions saved (position_ids): dropped.
+  std::vector<std::string> ignored;
+  double initializer_range = 0.02;
+  // Checkpoint-name suffixes dropped too (GPT-2's saved causal-mask buffers, h.N.attn.bias).
+  std::vector<std::string> ignored_suffixes;
+};
+
+// Where tensor `t` is a view of a mapped weight file (ShareOrCopyTo): a fingerprint of the
+// file's identity and content (device, inode, size, modification time, a hash of its
+// first and last MiB) and of the view's place in it, equal across processes exactly when
+// they see the same bytes there (up to hash collisions); nullopt for any other tensor.
+// Data parallelism's start (ddp.h) skips broadcasting views the ranks agree on, which
+// would write, and so copy, every page of them.
+std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t);
+
+// Loads `weights` into `model`'s parameters by name (ShareOrCopyTo); LayerNorm.gamma/beta of old
+// checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
+// parameter missing (outside the head) is an error listing all of them; a shape that
+// differs is an error naming the tensor and both shapes.
+void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_MODELS_HF_WEIGHTS_H_
