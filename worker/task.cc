@@ -131,7 +131,8 @@ std::string Task::Refusal() const {
   const std::pair<const char*, std::string> inputs[] = {{"data.path", spec.data().path()},
                                                          {"model.path", spec.model().path()},
                                                          {"model.init_from", spec.model().init_from()},
-                                                         {"model.pretrained", spec.model().pretrained()}};
+                                                         {"model.pretrained", spec.model().pretrained()},
+                                                         {"model.adapter.init_from", spec.model().adapter().init_from()}};
   for (const auto& [field, path] : inputs) {
     if (path.empty()) continue;
     // Confinement by default: with no root, no user path (ConfinePath's empty list means
@@ -148,7 +149,8 @@ std::string Task::Refusal() const {
 
 namespace {
 
-// The assignment with model.pretrained and model.init_from as Refusal() resolved them
+// The assignment with model.pretrained, model.init_from and model.adapter.init_from as
+// Refusal() resolved them
 // (absolute, every link followed): the trainer opens their files beneath the data roots
 // (ModelConfig::data_roots), so a link swapped in since leads nowhere outside them.
 v1::Assignment WithResolvedModelFolders(v1::Assignment a) {
@@ -158,6 +160,8 @@ v1::Assignment WithResolvedModelFolders(v1::Assignment a) {
     if (fs::path real = fs::canonical(m->pretrained(), ec); !ec) m->set_pretrained(real.string());
   if (!m->init_from().empty())
     if (fs::path real = fs::canonical(m->init_from(), ec); !ec) m->set_init_from(real.string());
+  if (!m->adapter().init_from().empty())
+    if (fs::path real = fs::canonical(m->adapter().init_from(), ec); !ec) m->mutable_adapter()->set_init_from(real.string());
   return a;
 }
 

@@ -13,6 +13,8 @@ const std::vector<SpecField>& SpecFields() {
       L::kName,
       L::kArch, L::kLayers, L::kDModel, L::kHeads, L::kFfn, L::kDropout, L::kMaxLen, L::kPath,
       L::kAttentionDropout, L::kInitFrom, L::kPretrained, L::kTask, L::kPooling,
+      L::kAdapterType, L::kAdapterR, L::kAdapterAlpha, L::kAdapterDropout, L::kAdapterTargets,
+      L::kAdapterModulesToSave, L::kAdapterInitFrom,
       L::kFormat, L::kDataPath, L::kValidationFraction, L::kTokenizerType, L::kVocabSize, L::kTextField,
       L::kLabelField, L::kCompletionField, L::kMaxSamples,
       L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed, L::kBatchSize,
@@ -141,6 +143,25 @@ Error CheckStrings(const SpecValues& v) {
 
 // One function per spec section: each fills the section's defaults, then checks it.
 
+// Whether any model.adapter field but the type is set.
+bool AdapterFieldSet(const SpecValues& v) {
+  for (const SpecField& f : {L::kAdapterTargets, L::kAdapterModulesToSave, L::kAdapterInitFrom})
+    if (!v.Text(f).empty()) return true;
+  return v.Int(L::kAdapterR) != 0 || v.Real(L::kAdapterAlpha) != 0 || v.Real(L::kAdapterDropout) != 0;
+}
+
+// model.adapter (with model.pretrained only): its settings take their defaults when the
+// type is set, and are refused without it.
+Error Adapter(SpecValues* v) {
+  if (v->Text(L::kAdapterType).empty()) {
+    if (AdapterFieldSet(*v)) return Invalid(L::kAdapterType, "missing (lora) while other model.adapter fields are set");
+    return std::nullopt;
+  }
+  return Resolve({L::kAdapterType, L::kAdapterR, L::kAdapterAlpha, L::kAdapterDropout, L::kAdapterTargets,
+                  L::kAdapterModulesToSave, L::kAdapterInitFrom},
+                 v);
+}
+
 // model.pretrained: config.json holds the sizes, so those left absent stay 0 ("as
 // config.json has them") and the trainer compares those that are set; an absent dropout
 // (or attention_dropout 0) keeps config.json's.
@@ -158,6 +179,7 @@ Error Pretrained(SpecValues* v) {
       if (Error e = Check(f, *v)) return e;
   if (v->Has(L::kDropout))
     if (Error e = Check(L::kDropout, *v)) return e;
+  if (Error e = Adapter(v)) return e;
   return Resolve({L::kTask, L::kAttentionDropout, L::kMaxLen}, v);
 }
 
@@ -170,6 +192,8 @@ Error Model(SpecValues* v) {
   if (!v->Text(L::kPretrained).empty())
     return Invalid(L::kArch, "must be absent or pretrained with model.pretrained (config.json names the architecture)");
   if (!v->Text(L::kTask).empty()) return Invalid(L::kTask, "only with model.pretrained");
+  if (!v->Text(L::kAdapterType).empty() || AdapterFieldSet(*v))
+    return Invalid(L::kAdapterType, "only with model.pretrained (an adapter trains on a Hugging Face model)");
   if (arch == "transformer_classifier") {
     if (Error e = Resolve({L::kPooling}, v)) return e;
   } else if (!v->Text(L::kPooling).empty()) {

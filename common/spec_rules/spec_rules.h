@@ -80,6 +80,13 @@ inline constexpr SpecField kInitFrom = Text("model.init_from", "");
 inline constexpr SpecField kPretrained = Text("model.pretrained", "");
 inline constexpr SpecField kTask = Text("model.task", "", "classification|causal_lm", "task");
 inline constexpr SpecField kPooling = Text("model.pooling", "cls", "cls|mean", "pooling");
+inline constexpr SpecField kAdapterType = Text("model.adapter.type", "", "lora", "adapter type");
+inline constexpr SpecField kAdapterR = Int("model.adapter.r", Absent::kFallback, 8, 1, 4096);
+inline constexpr SpecField kAdapterAlpha = Real("model.adapter.alpha", Absent::kFallback, 8, 0, 1e6, false);
+inline constexpr SpecField kAdapterDropout = Real("model.adapter.dropout", Absent::kZero, 0, 0, 1, true);
+inline constexpr SpecField kAdapterTargets = Text("model.adapter.target_modules", "");
+inline constexpr SpecField kAdapterModulesToSave = Text("model.adapter.modules_to_save", "");
+inline constexpr SpecField kAdapterInitFrom = Text("model.adapter.init_from", "");
 // data
 inline constexpr SpecField kFormat = Text("data.format", "text_dir", "text_dir|jsonl", "format");
 inline constexpr SpecField kDataPath = Text("data.path", "");

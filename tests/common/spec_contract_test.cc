@@ -68,6 +68,12 @@ void ExpectSameValues(const v1::JobSpec& p, const trainer::TrainConfig& c, const
   EXPECT_EQ(c.model.dropout, p.model().dropout());
   EXPECT_EQ(c.model.attention_dropout, p.model().attention_dropout());
   EXPECT_EQ(c.model.max_len, p.model().max_len());
+  const v1::AdapterSpec& a = p.model().adapter();
+  EXPECT_EQ(c.model.adapter.type, a.type());
+  EXPECT_EQ(c.model.adapter.r, a.r());
+  EXPECT_EQ(c.model.adapter.alpha, a.alpha());
+  EXPECT_EQ(c.model.adapter.dropout, a.dropout());
+  EXPECT_EQ(c.model.adapter.init_from, a.init_from());
   const v1::TrainSpec& t = p.train();
   EXPECT_EQ(c.train.epochs, t.epochs());
   EXPECT_EQ(c.train.optimizer, t.optimizer());
@@ -162,8 +168,9 @@ TEST(SpecContractTest, TheWorkerHandsTheTrainerEveryDefault) {
     const json config = TrainerConfig(assignment, TrainerData(), "/c", true);
     for (const spec_rules::SpecField& f : spec_rules::SpecFields()) {
       if (f.absent == spec_rules::Absent::kZero && *f.text_default == '\0') continue;  // no default to fill
-      const json* at = &config["spec"];
       const std::string path = f.path;
+      if (path.rfind("model.adapter.", 0) == 0) continue;  // filled only with an adapter: below
+      const json* at = &config["spec"];
       for (size_t from = 0, dot = 0; dot != std::string::npos; from = dot + 1) {
         dot = path.find('.', from);
         const std::string key = path.substr(from, dot == std::string::npos ? dot : dot - from);
@@ -176,6 +183,30 @@ TEST(SpecContractTest, TheWorkerHandsTheTrainerEveryDefault) {
     ASSERT_EQ(trainer::ParseTrainConfig(config.dump(), &parsed), "");
     ExpectSameValues(assignment.spec(), parsed, spec.dump());
   }
+}
+
+// An adapter's settings take their defaults when its type is set, on both sides.
+TEST(SpecContractTest, AnAdapterTakesItsDefaultsOnBothSides) {
+  const json spec = json::parse(R"({"model": {"pretrained": "/m", "adapter": {"type": "lora", "dropout": 0.05}},
+      "data": {"path": "/d", "format": "jsonl"}})");
+  v1::Assignment assignment;
+  assignment.mutable_task()->set_job_id("j-000001");
+  ASSERT_EQ(ThroughCoordinator(spec, assignment.mutable_spec()), "");
+  EXPECT_EQ(assignment.spec().model().adapter().r(), L::kAdapterR.fallback);
+  EXPECT_EQ(assignment.spec().model().adapter().alpha(), L::kAdapterAlpha.fallback);
+  const json config = TrainerConfig(assignment, TrainerData(), "/c", true);
+  EXPECT_EQ(config["spec"]["model"]["adapter"]["r"], 8) << config["spec"].dump();
+  trainer::TrainConfig parsed;
+  ASSERT_EQ(trainer::ParseTrainConfig(config.dump(), &parsed), "");
+  EXPECT_EQ(parsed.model.adapter.type, "lora");
+  EXPECT_EQ(parsed.model.adapter.r, L::kAdapterR.fallback);
+  EXPECT_EQ(parsed.model.adapter.alpha, L::kAdapterAlpha.fallback);
+  EXPECT_EQ(parsed.model.adapter.dropout, 0.05);
+  json typeless = spec;
+  typeless["model"]["adapter"].erase("type");
+  v1::JobSpec refused;
+  EXPECT_EQ(ThroughCoordinator(typeless, &refused),
+            "model.adapter.type: missing (lora) while other model.adapter fields are set");
 }
 
 // What only the JSON front end can meet: a key the JobSpec does not have, a wrong type.

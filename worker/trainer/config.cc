@@ -179,6 +179,27 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   m.pretrained = v.Text(L::kPretrained);
   m.task = v.Text(L::kTask);
   m.pooling = v.Text(L::kPooling);
+  auto split = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::string item;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      if (i == text.size() || text[i] == ',') {
+        const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+        item.clear();
+      } else {
+        item += text[i];
+      }
+    }
+    return out;
+  };
+  m.adapter.type = v.Text(L::kAdapterType);
+  m.adapter.r = static_cast<int>(v.Int(L::kAdapterR));
+  m.adapter.alpha = v.Real(L::kAdapterAlpha);
+  m.adapter.dropout = v.Real(L::kAdapterDropout);
+  m.adapter.target_modules = split(v.Text(L::kAdapterTargets));
+  m.adapter.modules_to_save = split(v.Text(L::kAdapterModulesToSave));
+  m.adapter.init_from = v.Text(L::kAdapterInitFrom);
   m.layers = static_cast<int>(v.Int(L::kLayers));
   m.d_model = static_cast<int>(v.Int(L::kDModel));
   m.heads = static_cast<int>(v.Int(L::kHeads));

@@ -30,6 +30,16 @@ struct ModelConfig {
   std::string pretrained, task;
   bool pretrained_decoder = false;  // set by hf::ResolvePretrained: config.json's model is a decoder
   std::string pooling = L::kPooling.text_default;  // transformer_classifier: cls | mean
+  // model.adapter (arch pretrained): type "lora" trains a LoRA adapter on the frozen model
+  // (models/lora.h); "" trains every weight. Lists are the spec's comma-separated text, split.
+  struct Adapter {
+    std::string type;
+    int r = Default(L::kAdapterR);
+    double alpha = Default(L::kAdapterAlpha);
+    double dropout = 0;
+    std::vector<std::string> target_modules, modules_to_save;
+    std::string init_from;  // a PEFT adapter folder to continue from
+  } adapter;
   int layers = Default(L::kLayers);    // transformer blocks
   int d_model = Default(L::kDModel);   // hidden width; divisible by heads
   int heads = Default(L::kHeads);      // attention heads

@@ -108,7 +108,7 @@ void BuildModel(Run& run) {
   torch::manual_seed(cfg.train.seed);
   SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
   run.model = cfg.model.arch == "pretrained"
-                  ? hf::JobModel(cfg, /*load_weights=*/true)
+                  ? hf::JobModel(cfg, /*load_weights=*/true, &run.adapter)
                   : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
   run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
@@ -129,8 +129,13 @@ void BuildModel(Run& run) {
   const bool tied_head = cfg.model.arch == "gpt_lm" || (cfg.model.task == "causal_lm" &&
                                                          !run.model->named_parameters().contains("lm_head.weight"));
   if (tied_head) run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
+  // Only what trains has optimizer state (with an adapter: its A and B and the modules to
+  // save; the frozen base has neither gradients nor moments).
+  std::vector<torch::Tensor> trainable;
+  for (const torch::Tensor& p : run.model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
   run.optimizer = std::make_unique<FusedAdamW>(
-      run.model->parameters(),
+      trainable,
       torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
       cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last,
@@ -146,7 +151,8 @@ void BuildModel(Run& run) {
       "model=" + mc.arch + "/" + Str(mc.layers) + "/" + Str(mc.d_model) + "/" + Str(mc.heads) + "/" +
           Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes) +
           // gpt_lm became GPT-2 (tied head, tanh GELU): its earlier checkpoints do not fit
-          (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : "") + (mc.pooling == "mean" ? "/mean" : ""));
+          (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : "") + (mc.pooling == "mean" ? "/mean" : "") +
+          (mc.adapter.type.empty() ? "" : "/lora-" + Str(mc.adapter.r) + "-" + mc.adapter.init_from));
 }
 
 // Claims the checkpoint folder for this attempt (its writer), then resumes from the newest
@@ -372,7 +378,14 @@ void Run::Export() {
   info.tokenizer_model = TokenizerOf(cfg);
   const std::string dir = cfg.checkpoint_dir + "/model";
   checkpoints->CheckFence();  // a superseded attempt does not replace the model either
-  ExportModel(dir, cfg, *model, info);
+  if (cfg.model.adapter.type.empty()) {
+    ExportModel(dir, cfg, *model, info);
+  } else {  // the adapter alone, as PEFT saves one, for PeftModel.from_pretrained(base, dir)
+    hf::AdapterConfig a = hf::JobAdapter(cfg.model);
+    a.target_modules = adapter.target_modules;
+    a.modules_to_save = adapter.modules_to_save;
+    ExportPeftAdapter(dir, *model, a, cfg.model.task.empty() ? "classification" : cfg.model.task, cfg.model.pretrained);
+  }
   progress.Emit(ProgressRecord{"export", {{"step", double(position.step)}, {"seconds", Seconds(t0)}}, {{"path", dir}}});
   Log("exported the model to %s", dir.c_str());
 }

@@ -27,6 +27,7 @@
 #include "worker/trainer/parallel/ddp.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/fault_injection.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 #include "worker/trainer/memory/oom.h"
 #include "worker/trainer/position.h"
@@ -91,6 +92,7 @@ class Run {
   BatchPlan val_plan;
   bool next_token = false;  // language modelling (gpt_lm, or data without classes)
   std::shared_ptr<SequenceModel> model;
+  hf::AttachedAdapter adapter;  // model.adapter: what AttachLora adapted (empty without one)
   int64_t num_parameters = 0, non_embedding_parameters = 0;
   std::unique_ptr<torch::optim::AdamW> optimizer;  // a FusedAdamW (fused_adamw.h)
   std::unique_ptr<CheckpointManager> checkpoints;

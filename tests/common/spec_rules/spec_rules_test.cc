@@ -70,6 +70,11 @@ TEST(SpecRulesTest, NumbersAtTheirLimitsAndJustBeyond) {
       if (f.type == FieldType::kInt) v.Set(f, static_cast<int64_t>(x));
       else v.Set(f, x);
       const std::string path = f.path;
+      if (path.rfind("model.adapter.", 0) == 0) {  // an adapter's numbers: on a Hugging Face model
+        v.Set(L::kArch, std::string("pretrained"));
+        v.Set(L::kPretrained, std::string("/m"));
+        v.Set(L::kAdapterType, std::string("lora"));
+      }
       if (path == L::kHeads.path) {  // a d_model it divides, where one is in range
         v.Set(L::kDModel, static_cast<int64_t>(std::min(std::max(x, 1.0), L::kDModel.max)));
       } else if (path != L::kDModel.path) {

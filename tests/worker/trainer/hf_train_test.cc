@@ -18,6 +18,7 @@
 #include "worker/trainer/checkpoint/checkpoint.h"
 #include "worker/trainer/parallel/ddp.h"
 #include "worker/trainer/fault_injection.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/pretrained.h"
 #include "worker/trainer/memory/oom.h"
 #include "worker/trainer/train.h"
@@ -259,7 +260,7 @@ TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
 }
 
 std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
-  return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/false), c.checkpoint_dir);
+  return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/!c.model.adapter.type.empty()), c.checkpoint_dir);
 }
 
 // Killed after the checkpoint of step 3 and resumed, with dropout on (the generator is
@@ -297,6 +298,132 @@ TEST_F(HfTrainTest, RunsWithATokenBudgetEndInACheckpoint) {
     EXPECT_GT(progress.records.back().Number("val_accuracy"), 0);
     EXPECT_EQ(FinalParameters(c).size(), hf::JobModel(c, false)->parameters().size());
   }
+}
+
+// A LoRA adapter (models/lora.h) on the frozen base, through whole runs: only the updates
+// and the head move, a killed run resumes bit-identical, and the export is the adapter
+// alone, as PEFT saves one (tests/worker/trainer/models/lora_test.cc loads it in PEFT).
+TrainConfig LoraConfig(TrainConfig c) {
+  c.model.adapter.type = "lora";
+  c.model.adapter.r = 4;
+  c.model.adapter.alpha = 8;
+  return c;
+}
+
+TEST_F(HfTrainTest, ALoraRunTrainsOnlyTheAdapterAndTheHeadAndExportsTheAdapter) {
+  TrainConfig c = LoraConfig(PretrainedConfig("hf_lora", "bert"));
+  c.train.lr = 1e-2;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, progress), kExitOk) << progress.records.back().String("message");
+  hf::AttachedAdapter attached;
+  std::shared_ptr<SequenceModel> trained = hf::JobModel(c, /*load_weights=*/true, &attached);
+  testing::LatestCheckpointParameters(*trained, c.checkpoint_dir);
+  // The checkpoint holds what trains and its optimizer state, not the frozen base.
+  int64_t trainable_bytes = 0;
+  for (const auto& p : trained->parameters())
+    if (p.requires_grad()) trainable_bytes += p.numel() * 4;
+  const auto kept = CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete();
+  ASSERT_FALSE(kept.empty());
+  EXPECT_LT(fs::file_size(fs::path(kept.back()) / "model.pt"), trainable_bytes + 64 * 1024);
+  EXPECT_LT(fs::file_size(fs::path(kept.back()) / "optimizer.pt"), 2 * trainable_bytes + 64 * 1024);
+  EXPECT_EQ(attached.trainable_parameters * 4, trainable_bytes);
+  EXPECT_EQ(attached.adapted.size(), 4u);  // query and value in two layers (PEFT's default for bert)
+  hf::PretrainedOptions options;
+  options.labels = kLabels;
+  std::shared_ptr<SequenceModel> base = hf::LoadPretrained(Folder("bert"), options);
+  auto base_params = base->named_parameters();
+  int moved = 0, lora = 0;
+  for (const auto& p : trained->named_parameters()) {
+    const bool is_lora = p.key().find(".lora_") != std::string::npos;
+    lora += is_lora;
+    if (is_lora || p.key().rfind("classifier.", 0) == 0) {
+      EXPECT_TRUE(p.value().requires_grad()) << p.key();
+      if (p.key().find("lora_B") != std::string::npos || p.key().rfind("classifier.", 0) == 0)
+        moved += p.value().abs().sum().item<double>() > 0;
+      continue;
+    }
+    EXPECT_FALSE(p.value().requires_grad()) << p.key();
+    EXPECT_TRUE(torch::equal(p.value(), base_params[p.key()])) << p.key() << " is frozen but moved";
+  }
+  EXPECT_EQ(lora, 8);                       // A and B of each
+  EXPECT_GE(moved, 4 + 2);                  // every B left zero, and the head
+  const std::string model_dir = c.checkpoint_dir + "/model";
+  EXPECT_TRUE(fs::exists(model_dir + "/adapter_config.json"));
+  EXPECT_TRUE(fs::exists(model_dir + "/adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(model_dir + "/model.safetensors")) << "the export is the adapter, not the model";
+  // The exported adapter, read back through model.adapter.init_from, is the trained one.
+  TrainConfig again = c;
+  again.model.adapter.init_from = model_dir;
+  std::shared_ptr<SequenceModel> reloaded = hf::JobModel(again, /*load_weights=*/true);
+  auto reloaded_params = reloaded->named_parameters();
+  for (const auto& p : trained->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), reloaded_params[p.key()])) << p.key();
+}
+
+TEST_F(HfTrainTest, AResumedLoraRunEndsBitIdenticalToAnUninterruptedOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TrainConfig c = LoraConfig(PretrainedConfig("hf_lora_resume", "roberta"));
+  c.model.adapter.dropout = 0.1;
+  EXPECT_DEATH(RunUntilAbort(c, 5), "fault injection: aborting at step 5");
+  MemoryProgressSink resumed;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, resumed), kExitOk) << resumed.records.back().String("message");
+  EXPECT_EQ(resumed.records.front().Number("resumed_step"), 3);
+  TrainConfig whole = LoraConfig(PretrainedConfig("hf_lora_resume_reference", "roberta"));
+  whole.model.adapter.dropout = 0.1;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(whole, RankInfo{}, progress), kExitOk);
+  const auto a = FinalParameters(c), b = FinalParameters(whole);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+}
+
+// Data parallelism reduces the adapter's gradients only: two ranks take the step of one.
+TEST_F(HfTrainTest, TwoLoraRanksTakeTheStepOfOneWithTheCombinedBatch) {
+  const auto [tokens, pad] = Rows();
+  const int port = testing::FreePort();
+  auto adapted = [&] {
+    HfConfig config;
+    std::shared_ptr<SequenceModel> model = hf::LoadPretrained(Folder("distilbert"), {}, &config);
+    hf::AdapterConfig adapter;
+    adapter.lora.r = 4;
+    adapter.target_modules = {"q_lin", "v_lin", "lin1"};
+    hf::AttachLora(*model, config, "classification", adapter);
+    // The same A and B (B non-zero) on every rank and in the reference, drawn from no
+    // generator: the ranks are threads of this process.
+    torch::NoGradGuard no_grad;
+    double k = 0;
+    for (auto& p : model->named_parameters())
+      if (p.key().find(".lora_") != std::string::npos)
+        p.value().copy_(torch::sin(torch::arange(p.value().numel(), torch::kFloat) * 0.37 + k++).reshape(p.value().sizes()) *
+                        0.1);
+    return model;
+  };
+  auto trainable = [](SequenceModel& m) {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : m.parameters())
+      if (p.requires_grad()) out.push_back(p);
+    return out;
+  };
+  std::vector<std::vector<torch::Tensor>> after(2);
+  testing::RunRanks(2, [&](int r) {
+    std::shared_ptr<SequenceModel> model = adapted();
+    GradientSync sync(ProcessGroup::Create(testing::Options(r, 2, port)), model->parameters(), GradientSyncOptions{});
+    torch::optim::SGD opt(trainable(*model), torch::optim::SGDOptions(0.5));
+    F::cross_entropy(model->forward(tokens.narrow(0, 2 * r, 2), pad.narrow(0, 2 * r, 2)), Targets().narrow(0, 2 * r, 2))
+        .backward();
+    sync.Finish();
+    opt.step();
+    for (const auto& p : model->parameters()) after[r].push_back(p.detach().clone());
+  });
+  std::shared_ptr<SequenceModel> ref = adapted();
+  torch::optim::SGD opt(trainable(*ref), torch::optim::SGDOptions(0.5));
+  F::cross_entropy(ref->forward(tokens, pad), Targets()).backward();
+  opt.step();
+  const auto ref_params = ref->parameters();
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
+                1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
 }
 
 // The spec against config.json: a size that differs, a max_len beyond the position table

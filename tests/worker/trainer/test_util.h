@@ -104,7 +104,10 @@ inline TrainConfig TinyConfig(const std::string& dir, int n_train = 40, int n_va
 // The parameters of the newest complete checkpoint in `checkpoint_dir`, loaded into `model`
 // (built as the run built it).
 inline std::vector<torch::Tensor> LatestCheckpointParameters(torch::nn::Module& model, const std::string& checkpoint_dir) {
-  torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-3));
+  std::vector<torch::Tensor> trainable;  // as the run builds its optimizer
+  for (const auto& p : model.parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  torch::optim::AdamW optimizer(trainable, torch::optim::AdamWOptions(1e-3));
   RunPosition position;
   EXPECT_TRUE(CheckpointManager(CheckpointOptions{checkpoint_dir, 0, 0, 10}).LoadLatest(model, optimizer, &position));
   std::vector<torch::Tensor> params;

@@ -22,6 +22,52 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Whether some parameter of `model` is frozen (an adapter's base model).
+bool HasFrozen(torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    if (!p.requires_grad()) return true;
+  return false;
+}
+
+// The trainable parameters of `module`, nested as Module::save nests them (one archive per
+// child module), and nothing else: with a frozen base the checkpoint holds what trains,
+// the base comes from its folder. False when the module holds none.
+bool SaveTrainable(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  bool any = false;
+  for (const auto& p : module.named_parameters(/*recurse=*/false))
+    if (p.value().requires_grad()) {
+      archive.write(p.key(), p.value());
+      any = true;
+    }
+  for (const auto& child : module.named_children()) {
+    torch::serialize::OutputArchive sub(archive.compilation_unit());
+    if (SaveTrainable(*child.value(), sub)) {
+      archive.write(child.key(), sub);
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool HasTrainable(torch::nn::Module& module) {
+  for (const auto& p : module.parameters())
+    if (p.requires_grad()) return true;
+  return false;
+}
+
+// SaveTrainable's inverse; throws (c10::Error) naming a tensor the archive lacks.
+void LoadTrainable(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters(/*recurse=*/false))
+    if (p.value().requires_grad()) archive.read(p.key(), p.value());
+  for (const auto& child : module.named_children()) {
+    if (!HasTrainable(*child.value())) continue;
+    torch::serialize::InputArchive sub;
+    archive.read(child.key(), sub);
+    LoadTrainable(*child.value(), sub);
+  }
+}
+
 constexpr const char* kComplete = format::kCheckpointComplete;
 constexpr char kFence[] = "FENCE";
 
@@ -153,7 +199,8 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
   };
   {
     torch::serialize::OutputArchive archive;
-    model.save(archive);
+    if (HasFrozen(model)) SaveTrainable(model, archive);
+    else model.save(archive);
     stream("model.pt", archive);
   }
   {
@@ -305,7 +352,8 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
   {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "model.pt").string(), device);
-    model.load(archive);
+    if (HasFrozen(model)) LoadTrainable(model, archive);
+    else model.load(archive);
   }
   if (optimizer != nullptr) {
     torch::serialize::InputArchive archive;

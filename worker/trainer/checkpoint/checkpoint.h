@@ -1,5 +1,7 @@
 // Checkpoints: one directory per saved step, step-00000123/, holding
-//   model.pt       the model's parameters and buffers (torch::serialize archive)
+//   model.pt       the model's parameters and buffers (torch::serialize archive); for a
+//                  model with frozen parameters (an adapter on its base), only the
+//                  parameters that train, the base being read from its folder again
 //   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded)
 //   manifest.json  common/format/checkpoint_manifest.h: the RunPosition (position.h;
 //                  rng_cpu as hex), the run's fingerprint, the attempt, and every

@@ -355,6 +355,53 @@ void ExportModel(const std::string& dir, const TrainConfig& config, SequenceMode
     throw std::runtime_error("export: " + err);
 }
 
+void ExportPeftAdapter(const std::string& dir, torch::nn::Module& model, const hf::AdapterConfig& adapter,
+                       const std::string& task, const std::string& base_model) {
+  const fs::path final_dir = dir;
+  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec)) throw std::runtime_error("export: cannot create " + tmp.string() + ": " + ec.message());
+  json files = json::object();
+  std::map<std::string, torch::Tensor> tensors;
+  bool conv1d = false;
+  for (const auto& p : model.named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    tensors[hf::PeftTensorName(p.key())] = p.value().detach().to(torch::kCPU, torch::kFloat32);
+  }
+  for (const auto& m : model.named_modules("", false)) conv1d = conv1d || dynamic_cast<hf::Conv1DImpl*>(m.value().get());
+  const fs::path weights = tmp / "adapter_model.safetensors";
+  const std::string digest = WriteSafetensors(weights.string(), tensors);
+  files["adapter_model.safetensors"] = {{"bytes", fs::file_size(weights)}, {crypto::kChecksumAlgorithm, digest}};
+  // PEFT's keys for a LoRA adapter (LoraConfig.to_dict): what PeftModel.from_pretrained
+  // reads; keys left out take PEFT's defaults there.
+  const json config = {
+      {"peft_type", "LORA"},
+      {"task_type", task == "causal_lm" ? "CAUSAL_LM" : "SEQ_CLS"},
+      {"base_model_name_or_path", base_model},
+      {"r", adapter.lora.r},
+      {"lora_alpha", adapter.lora.alpha},
+      {"lora_dropout", adapter.lora.dropout},
+      {"use_rslora", adapter.lora.rslora},
+      {"target_modules", adapter.target_modules},
+      {"modules_to_save", adapter.modules_to_save.empty() ? json(nullptr) : json(adapter.modules_to_save)},
+      {"fan_in_fan_out", conv1d},  // PEFT sets it for Conv1D (GPT-2), whatever was asked
+      {"bias", "none"},
+      {"lora_bias", false},
+      {"use_dora", false},
+      {"init_lora_weights", true},
+      {"inference_mode", true}};
+  WriteChecked(tmp / "adapter_config.json", config.dump(2, ' ', false) + "\n", &files);
+  const json sums = {{"algorithm", crypto::kChecksumAlgorithm}, {"files", files}};
+  if (std::string err = io::WriteFileAtomically((tmp / "checksums.json").string(), sums.dump(2) + "\n"); !err.empty())
+    throw std::runtime_error("export: " + err);
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw std::runtime_error("export: cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
+  if (std::string err = io::SyncDirectory(final_dir.parent_path().string()); !err.empty())
+    throw std::runtime_error("export: " + err);
+}
+
 std::string TokenizerOf(const TrainConfig& config) {
   if (!config.data.tokenizer_model.empty()) return config.data.tokenizer_model;
   std::error_code ec;
@@ -365,14 +412,23 @@ std::string TokenizerOf(const TrainConfig& config) {
 }
 
 void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step) {
+  hf::AttachedAdapter adapter;
   auto model = config.model.arch == "pretrained"
-                   ? hf::JobModel(config, /*load_weights=*/false)
+                   // an adapter's checkpoint holds what trains; the base comes from its folder
+                   ? hf::JobModel(config, /*load_weights=*/!config.model.adapter.type.empty(), &adapter)
                    : BuildSequenceModel(config.model, config.data.vocab_size, config.data.num_classes, config.data.pad_id);
   CheckpointManager(CheckpointOptions{config.checkpoint_dir}).LoadModelAt(step, *model);
   ExportInfo info;
   info.job_id = config.job_id;
   info.step = step;
   info.tokenizer_model = TokenizerOf(config);
+  if (!config.model.adapter.type.empty()) {
+    hf::AdapterConfig a = hf::JobAdapter(config.model);
+    a.target_modules = adapter.target_modules;
+    a.modules_to_save = adapter.modules_to_save;
+    return ExportPeftAdapter(dir, *model, a, config.model.task.empty() ? "classification" : config.model.task,
+                             config.model.pretrained);
+  }
   ExportModel(dir, config, *model, info);
 }
 

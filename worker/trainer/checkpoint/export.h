@@ -49,6 +49,7 @@
 #include <string>
 
 #include "worker/trainer/config.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer {
@@ -86,6 +87,13 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
 // BF16; hf_weights.h reads it, beneath `roots`). WriteSafetensors writes `path`
 // atomically, a tensor at a time (never the whole file in memory), and returns its
 // SHA-256 (hex); both throw naming the file and what is wrong.
+// A LoRA adapter out (models/lora.h), as PEFT's save_pretrained writes one:
+// adapter_config.json (PEFT's keys), adapter_model.safetensors (every trainable tensor
+// under PEFT's name: the updates and the modules to save) and checksums.json, into `dir`
+// atomically. PeftModel.from_pretrained(base, dir) loads it.
+void ExportPeftAdapter(const std::string& dir, torch::nn::Module& model, const hf::AdapterConfig& adapter,
+                       const std::string& task, const std::string& base_model);
+
 std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path,
                                                      const std::vector<std::string>& roots = {});

@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer::hf {
@@ -34,9 +35,9 @@ class BertLayerImpl : public torch::nn::Module {
  private:
   int64_t heads_;
   double hidden_dropout_, attention_dropout_;
-  torch::nn::Linear query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_dense_{nullptr};
+  Projection query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_dense_{nullptr};
   torch::nn::LayerNorm attention_norm_{nullptr};
-  torch::nn::Linear intermediate_{nullptr}, output_dense_{nullptr};
+  Projection intermediate_{nullptr}, output_dense_{nullptr};
   torch::nn::LayerNorm output_norm_{nullptr};
 };
 TORCH_MODULE(BertLayer);
@@ -69,7 +70,7 @@ class BertForSequenceClassificationImpl : public SequenceModel {
   torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   BertEncoder encoder_{nullptr};
-  torch::nn::Linear pooler_{nullptr}, classifier_{nullptr};
+  Projection pooler_{nullptr}, classifier_{nullptr};
 };
 TORCH_MODULE(BertForSequenceClassification);
 

@@ -15,6 +15,7 @@
 
 #include "worker/trainer/memory/activation_checkpoint.h"
 #include "worker/trainer/models/dropout.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/errors.h"
 
 namespace nightshift::trainer::hf {
@@ -50,16 +51,17 @@ inline void Unwritten(torch::Tensor& t, c10::IntArrayRef shape) {
   t.set_data(torch::empty(shape, t.options()));
 }
 
-inline torch::nn::Linear NewLinear(int64_t in, int64_t out, bool bias = true) {
-  if (!DeferInit::active()) return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-  torch::nn::Linear linear(torch::nn::LinearOptions(1, 1).bias(bias));
+// A projection (lora.h: a Linear that may carry a LoRA update).
+inline Projection NewLinear(int64_t in, int64_t out, bool bias = true) {
+  if (!DeferInit::active()) return Projection(torch::nn::LinearOptions(in, out).bias(bias));
+  Projection linear(torch::nn::LinearOptions(1, 1).bias(bias));
   linear->options.in_features(in).out_features(out);
   Unwritten(linear->weight, {out, in});
   if (bias) Unwritten(linear->bias, {out});
   return linear;
 }
 
-inline torch::nn::Linear AddLinear(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out) {
+inline Projection AddLinear(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out) {
   return parent.register_module(name, NewLinear(in, out));
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "worker/trainer/models/hf_config.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/hf_weights.h"
 #include "worker/trainer/models/model.h"
 
@@ -94,7 +95,7 @@ class DecoderModelImpl : public SequenceModel {
   HfConfig config_;
   bool causal_lm_;
   std::shared_ptr<DecoderTrunk> trunk_;
-  torch::nn::Linear head_{nullptr};  // lm_head or score; null: tied to the embedding
+  Projection head_{nullptr};  // lm_head or score; null: tied to the embedding
 };
 TORCH_MODULE(DecoderModel);
 

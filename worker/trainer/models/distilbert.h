@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer::hf {
@@ -32,9 +33,9 @@ class DistilBertLayerImpl : public torch::nn::Module {
  private:
   int64_t heads_;
   double dropout_, attention_dropout_;
-  torch::nn::Linear q_lin_{nullptr}, k_lin_{nullptr}, v_lin_{nullptr}, out_lin_{nullptr};
+  Projection q_lin_{nullptr}, k_lin_{nullptr}, v_lin_{nullptr}, out_lin_{nullptr};
   torch::nn::LayerNorm sa_layer_norm_{nullptr};
-  torch::nn::Linear lin1_{nullptr}, lin2_{nullptr};
+  Projection lin1_{nullptr}, lin2_{nullptr};
   torch::nn::LayerNorm output_layer_norm_{nullptr};
 };
 TORCH_MODULE(DistilBertLayer);
@@ -55,7 +56,7 @@ class DistilBertForSequenceClassificationImpl : public SequenceModel {
   torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   torch::nn::ModuleList layer_;
-  torch::nn::Linear pre_classifier_{nullptr}, classifier_{nullptr};
+  Projection pre_classifier_{nullptr}, classifier_{nullptr};
 };
 TORCH_MODULE(DistilBertForSequenceClassification);
 

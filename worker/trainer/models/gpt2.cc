@@ -6,14 +6,6 @@
 
 namespace nightshift::trainer::hf {
 
-Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
-  weight = register_parameter("weight", torch::empty({in, out}));
-  if (!DeferInit::active()) weight.data().normal_(0.0, 0.02);
-  bias = register_parameter("bias", torch::zeros({out}));
-}
-
-torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) { return torch::matmul(x, weight) + bias; }
-
 Gpt2BlockImpl::Gpt2BlockImpl(const HfConfig& c)
     : heads_(c.num_attention_heads), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout) {
   const int64_t d = c.hidden_size;

@@ -16,17 +16,9 @@
 #include <torch/torch.h>
 
 #include "worker/trainer/models/decoder.h"
+#include "worker/trainer/models/lora.h"  // Conv1D
 
 namespace nightshift::trainer::hf {
-
-// transformers' Conv1D: y = x W + b with W [in, out].
-class Conv1DImpl : public torch::nn::Module {
- public:
-  Conv1DImpl(int64_t in, int64_t out);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight, bias;
-};
-TORCH_MODULE(Conv1D);
 
 class Gpt2BlockImpl : public torch::nn::Module {
  public:

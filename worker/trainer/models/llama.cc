@@ -7,7 +7,7 @@
 namespace nightshift::trainer::hf {
 namespace {
 
-torch::nn::Linear AddProjection(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out, bool bias) {
+Projection AddProjection(torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out, bool bias) {
   return parent.register_module(name, NewLinear(in, out, bias));
 }
 

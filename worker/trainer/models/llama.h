@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "worker/trainer/models/decoder.h"
+#include "worker/trainer/models/lora.h"
 
 namespace nightshift::trainer::hf {
 
@@ -44,8 +45,8 @@ class LlamaLayerImpl : public torch::nn::Module {
   int64_t heads_, kv_heads_, head_dim_;
   double attention_dropout_;
   RmsNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
-  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
-  torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+  Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  Projection gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
 };
 TORCH_MODULE(LlamaLayer);
 

@@ -143,12 +143,34 @@ std::string ResolvePretrained(TrainConfig* config) {
   return "";
 }
 
-std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights) {
+AdapterConfig JobAdapter(const ModelConfig& m) {
+  if (!m.adapter.init_from.empty()) return ReadPeftAdapterConfig(m.adapter.init_from, m.data_roots);
+  AdapterConfig a;
+  a.lora.r = m.adapter.r;
+  a.lora.alpha = m.adapter.alpha;
+  a.lora.dropout = m.adapter.dropout;
+  a.target_modules = m.adapter.target_modules;
+  a.modules_to_save = m.adapter.modules_to_save;
+  return a;
+}
+
+std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights, AttachedAdapter* attached) {
   const ModelConfig& m = config.model;
-  if (load_weights) return LoadPretrained(m.pretrained, JobOptions(config), nullptr, m.data_roots);
-  bool new_head = false;
   const PretrainedOptions options = JobOptions(config);
-  return BuildPretrained(WithOptions(ReadHfConfig(m.pretrained, m.data_roots), options, &new_head), options.task);
+  HfConfig c;
+  std::shared_ptr<SequenceModel> model;
+  if (load_weights) {
+    model = LoadPretrained(m.pretrained, options, &c, m.data_roots);
+  } else {
+    bool new_head = false;
+    c = WithOptions(ReadHfConfig(m.pretrained, m.data_roots), options, &new_head);
+    model = BuildPretrained(c, options.task);
+  }
+  if (m.adapter.type.empty()) return model;
+  const AttachedAdapter a = AttachLora(*model, c, options.task, JobAdapter(m));
+  if (load_weights && !m.adapter.init_from.empty()) LoadPeftAdapter(m.adapter.init_from, *model, m.data_roots);
+  if (attached != nullptr) *attached = a;
+  return model;
 }
 
 }  // namespace nightshift::trainer::hf

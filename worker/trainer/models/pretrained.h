@@ -10,6 +10,7 @@
 
 #include "worker/trainer/config.h"
 #include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 
 namespace nightshift::trainer::hf {
@@ -57,7 +58,13 @@ std::string ResolvePretrained(TrainConfig* config);
 // The job's model of a resolved config (arch pretrained): the folder's weights, the data's
 // labels (class_names) and the spec's dropout (PretrainedOptions); load_weights false: as
 // initialised only, for a checkpoint to fill.
-std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights);
+// With model.adapter: the LoRA adapter attached (lora.h: the base frozen), from
+// model.adapter.init_from's folder when it names one; *attached (when set) says what it
+// adapted.
+std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights,
+                                        AttachedAdapter* attached = nullptr);
+// The adapter settings of a resolved config: its init_from folder's, else the spec's.
+AdapterConfig JobAdapter(const ModelConfig& model);
 
 }  // namespace nightshift::trainer::hf
 

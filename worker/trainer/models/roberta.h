@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "worker/trainer/models/hf_weights.h"
+#include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 #include "worker/trainer/models/bert.h"
 
@@ -39,7 +40,7 @@ class RobertaForSequenceClassificationImpl : public SequenceModel {
   torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   BertEncoder encoder_{nullptr};
-  torch::nn::Linear dense_{nullptr}, out_proj_{nullptr};
+  Projection dense_{nullptr}, out_proj_{nullptr};
 };
 TORCH_MODULE(RobertaForSequenceClassification);
 

@@ -1,0 +1,189 @@
+// LoRA (models/lora.h) against PEFT itself: tests/support/lora_reference.py saves a tiny
+// random model of each architecture with transformers, puts a PEFT LoRA adapter on it with
+// B non-zero (PEFT's default targets, named ones, all-linear, rslora, GPT-2's Conv1D) and
+// writes PEFT's logits, first-step gradients and trainable-parameter count. Here the same
+// base and adapter folder go through LoadPretrained, AttachLora and LoadPeftAdapter (the
+// path of model.adapter.init_from); our export is then loaded back by PEFT.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/worker/trainer/reference_util.h"
+#include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/checkpoint/export.h"
+#include "worker/trainer/errors.h"
+#include "worker/trainer/models/lora.h"
+#include "worker/trainer/models/pretrained.h"
+
+namespace nightshift::trainer::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::FromJson;
+using testing::ReadAll;
+
+const char* const kCases[] = {"bert", "roberta", "distilbert", "gpt2", "llama", "mistral", "qwen2"};
+
+class LoraTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/lora_reference.py";
+    std::string error;
+    dir_ = new std::string(testing::SharedFolder("nightshift_lora", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir}",
+                                                 // the scripts, and the pins (peft's version among them)
+                                                 {script, std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/hf_models_reference.py",
+                                                  std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/hf_decoders_reference.py",
+                                                  std::string(NIGHTSHIFT_SOURCE_DIR) + "/scripts/requirements.txt"},
+                                                 NIGHTSHIFT_PYTHON, &error));
+    ASSERT_FALSE(dir_->empty()) << error;
+    reference_ = new json(json::parse(ReadAll(*dir_ + "/reference.json")));
+  }
+  void SetUp() override { ASSERT_NE(reference_, nullptr) << "lora_reference.py failed"; }
+  static const json& Case(const std::string& name) { return (*reference_)["cases"][name]; }
+  static std::string Base(const std::string& name) { return *dir_ + "/" + name + "/base"; }
+  static std::string Adapter(const std::string& name) { return *dir_ + "/" + name + "/adapter"; }
+
+  // The case's base model with PEFT's adapter on it, as model.adapter.init_from builds it.
+  static std::shared_ptr<SequenceModel> WithPeftAdapter(const std::string& name, AttachedAdapter* attached = nullptr) {
+    HfConfig config;
+    std::shared_ptr<SequenceModel> model = LoadPretrained(Base(name), {}, &config);
+    const AdapterConfig adapter = ReadPeftAdapterConfig(Adapter(name));
+    AttachedAdapter a = AttachLora(*model, config, "classification", adapter);
+    LoadPeftAdapter(Adapter(name), *model);
+    if (attached) *attached = a;
+    return model;
+  }
+  static std::pair<torch::Tensor, torch::Tensor> Inputs(const json& ref) {
+    return {FromJson(ref["input_ids"], torch::kLong), FromJson(ref["attention_mask"], torch::kLong).eq(0)};
+  }
+  static std::string* dir_;
+  static json* reference_;
+};
+std::string* LoraTest::dir_ = nullptr;
+json* LoraTest::reference_ = nullptr;
+
+double MaxRelative(const torch::Tensor& got, const torch::Tensor& expected) {
+  return (got - expected).abs().max().item<double>() / expected.abs().max().item<double>();
+}
+
+TEST_F(LoraTest, LogitsAndTrainableCountEqualPeft) {
+  for (const std::string name : kCases) {
+    const json& ref = Case(name);
+    AttachedAdapter attached;
+    std::shared_ptr<SequenceModel> model = WithPeftAdapter(name, &attached);
+    model->eval();
+    auto [tokens, pad_mask] = Inputs(ref);
+    torch::NoGradGuard no_grad;
+    const double rel = MaxRelative(model->forward(tokens, pad_mask), FromJson(ref["logits"], torch::kFloat));
+    std::printf("%-10s %zu adapted projections, %lld trainable, max relative |logit - PEFT's| %.2e\n", name.c_str(),
+                attached.adapted.size(), static_cast<long long>(attached.trainable_parameters), rel);
+    EXPECT_LT(rel, 1e-5) << name;
+    EXPECT_EQ(attached.trainable_parameters, ref["trainable"].get<int64_t>()) << name;
+  }
+}
+
+// Cross-entropy in training mode (every dropout 0), one backward: every trainable tensor's
+// gradient (the updates' A and B, the head) equals PEFT's; the frozen base has none.
+TEST_F(LoraTest, FirstStepGradientsEqualPeft) {
+  for (const std::string name : kCases) {
+    for (int checkpoint_every : {0, 1}) {
+      const json& ref = Case(name);
+      std::shared_ptr<SequenceModel> model = WithPeftAdapter(name);
+      model->train();
+      model->set_activation_checkpointing(checkpoint_every);
+      auto [tokens, pad_mask] = Inputs(ref);
+      torch::nn::functional::cross_entropy(model->forward(tokens, pad_mask), FromJson(ref["targets"], torch::kLong))
+          .backward();
+      size_t trainable = 0;
+      for (const auto& p : model->named_parameters()) {
+        if (!p.value().requires_grad()) {
+          EXPECT_FALSE(p.value().grad().defined()) << name << " " << p.key() << " is frozen but has a gradient";
+          continue;
+        }
+        ++trainable;
+        ASSERT_TRUE(ref["grads"].contains(p.key())) << name << ": PEFT does not train " << p.key();
+        ASSERT_TRUE(p.value().grad().defined()) << name << " " << p.key();
+        EXPECT_LT(MaxRelative(p.value().grad(), FromJson(ref["grads"][p.key()], torch::kFloat)), 1e-4)
+            << name << " " << p.key() << " checkpointing " << checkpoint_every;
+      }
+      EXPECT_EQ(trainable, ref["grads"].size()) << name;
+    }
+  }
+}
+
+// Our export, loaded by PeftModel.from_pretrained on the same base, gives our logits.
+TEST_F(LoraTest, ExportLoadsInPeftWithOurLogits) {
+  for (const std::string name : kCases) {
+    const json& ref = Case(name);
+    AttachedAdapter attached;
+    std::shared_ptr<SequenceModel> model = WithPeftAdapter(name, &attached);
+    {  // move every trainable tensor, so that the export is ours and not a copy of PEFT's file
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters())
+        if (p.requires_grad()) p.mul_(1.5);
+    }
+    model->eval();
+    auto [tokens, pad_mask] = Inputs(ref);
+    torch::Tensor ours;
+    {
+      torch::NoGradGuard no_grad;
+      ours = model->forward(tokens, pad_mask);
+    }
+    const std::string out = testing::FreshDir("lora_export_" + name);
+    AdapterConfig exported = ReadPeftAdapterConfig(Adapter(name));
+    exported.target_modules = attached.target_modules;
+    exported.modules_to_save = attached.modules_to_save;
+    ExportPeftAdapter(out + "/adapter", *model, exported, "classification", Base(name));
+    const std::string inputs = out + "/inputs.json";
+    std::ofstream(inputs) << json{{"input_ids", ref["input_ids"]}, {"attention_mask", ref["attention_mask"]}}.dump();
+    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + NIGHTSHIFT_SOURCE_DIR +
+                                "/tests/support/lora_reference.py --check " + Base(name) + " " + out + "/adapter " +
+                                inputs + " > " + out + "/peft.json 2> " + out + "/peft.log";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n" << ReadAll(out + "/peft.log");
+    const torch::Tensor peft = FromJson(json::parse(ReadAll(out + "/peft.json"))["logits"], torch::kFloat);
+    const double rel = MaxRelative(ours, peft);
+    std::printf("%-10s max relative |our logit - PEFT's on our export| %.2e\n", name.c_str(), rel);
+    EXPECT_LT(rel, 1e-5) << name;
+  }
+}
+
+TEST_F(LoraTest, ATargetThatMatchesNothingIsNamedWithTheCandidates) {
+  HfConfig config;
+  std::shared_ptr<SequenceModel> model = LoadPretrained(Base("llama"), {}, &config);
+  AdapterConfig adapter;
+  adapter.target_modules = {"q_proj", "qkv"};
+  try {
+    AttachLora(*model, config, "classification", adapter);
+    FAIL() << "no error";
+  } catch (const PermanentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.adapter.target_modules: qkv matches no projection"), std::string::npos) << what;
+    EXPECT_NE(what.find("gate_proj"), std::string::npos) << what;  // the candidates are listed
+    EXPECT_EQ(what.find("q_proj matches no"), std::string::npos) << what;  // q_proj matched
+  }
+  HfConfig distil;
+  model = LoadPretrained(Base("distilbert"), {}, &distil);
+  EXPECT_THROW(AttachLora(*model, distil, "classification", AdapterConfig{}), PermanentError);  // no default targets
+}
+
+// A new adapter (not from a folder) starts as the base model: B is zero.
+TEST_F(LoraTest, ANewAdapterLeavesTheLogitsOfTheBase) {
+  HfConfig config;
+  std::shared_ptr<SequenceModel> model = LoadPretrained(Base("gpt2"), {}, &config);
+  model->eval();
+  auto [tokens, pad_mask] = Inputs(Case("gpt2"));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor before = model->forward(tokens, pad_mask);
+  AdapterConfig adapter;
+  adapter.target_modules = {"all-linear"};
+  const AttachedAdapter attached = AttachLora(*model, config, "classification", adapter);
+  EXPECT_EQ(attached.adapted.size(), 8u);  // c_attn, attn.c_proj, c_fc, mlp.c_proj in two blocks; not score
+  EXPECT_TRUE(torch::equal(model->forward(tokens, pad_mask), before));
+}
+
+}  // namespace
+}  // namespace nightshift::trainer::hf

@@ -1,0 +1,245 @@
+#include "worker/trainer/models/lora.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/io/atomic_file.h"
+#include "worker/trainer/errors.h"
+#include "worker/trainer/models/common.h"
+#include "worker/trainer/models/dropout.h"
+#include "worker/trainer/models/hf_weights.h"
+
+namespace nightshift::trainer::hf {
+
+double LoraOptions::scaling() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+
+void LoraBranch::Attach(torch::nn::Module& host, int64_t in, int64_t out, const LoraOptions& o,
+                        const torch::TensorOptions& tensor_options) {
+  // nn.Linear's own initialisation for A (kaiming_uniform, a = sqrt(5)), as PEFT's
+  // reset_lora_parameters draws it; B zero. Float32 whatever the base's dtype.
+  a_ = host.register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in, o.r).bias(false)));
+  b_ = host.register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(o.r, out).bias(false)));
+  {
+    torch::NoGradGuard no_grad;
+    b_->weight.zero_();
+  }
+  a_->to(tensor_options.device());
+  b_->to(tensor_options.device());
+  dropout_ = o.dropout;
+  scaling_ = o.scaling();
+}
+
+torch::Tensor LoraBranch::Apply(const torch::Tensor& x, bool training) {
+  return b_(a_(Dropout(x, dropout_, training))) * scaling_;
+}
+
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::nn::LinearImpl::forward(x);
+  return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
+}
+
+void ProjectionImpl::AttachLora(const LoraOptions& o) {
+  lora_.Attach(*this, options.in_features(), options.out_features(), o, weight.options());
+}
+
+Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::empty({in, out}));
+  if (!DeferInit::active()) weight.data().normal_(0.0, 0.02);
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::matmul(x, weight) + bias;
+  return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
+}
+
+void Conv1DImpl::AttachLora(const LoraOptions& o) {
+  lora_.Attach(*this, weight.size(0), weight.size(1), o, weight.options());
+}
+
+std::vector<std::string> DefaultLoraTargets(const std::string& model_type) {
+  static const std::map<std::string, std::vector<std::string>> kDefaults = {
+      {"bert", {"query", "value"}},   {"roberta", {"query", "value"}}, {"gpt2", {"c_attn"}},
+      {"llama", {"q_proj", "v_proj"}}, {"mistral", {"q_proj", "v_proj"}}, {"qwen2", {"q_proj", "v_proj"}}};
+  const auto it = kDefaults.find(model_type);
+  return it == kDefaults.end() ? std::vector<std::string>{} : it->second;
+}
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), std::string::npos, suffix) == 0;
+}
+
+// PEFT's list match: the whole name, or a '.'-separated suffix of it.
+bool MatchesTarget(const std::string& name, const std::string& target) {
+  return name == target || EndsWith(name, "." + target);
+}
+
+// PEFT's guard: a module inside (or equal to) a module to save never gets an update.
+bool InsideModuleToSave(const std::string& name, const std::vector<std::string>& modules_to_save) {
+  for (const std::string& m : modules_to_save)
+    if (name == m || name.rfind(m + ".", 0) == 0 || name.find("." + m + ".") != std::string::npos ||
+        EndsWith(name, "." + m))
+      return true;
+  return false;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+AttachedAdapter AttachLora(torch::nn::Module& model, const HfConfig& c, const std::string& task,
+                           const AdapterConfig& config) {
+  AttachedAdapter out;
+  out.modules_to_save = config.modules_to_save;
+  if (out.modules_to_save.empty() && task == "classification") out.modules_to_save = {"classifier", "score"};
+  out.target_modules = config.target_modules.empty() ? DefaultLoraTargets(c.model_type) : config.target_modules;
+  if (out.target_modules.empty())
+    throw PermanentError("model.adapter.target_modules: " + c.model_type +
+                         " has no default target modules (nor in PEFT): name them, e.g. q_lin,v_lin");
+  const bool all_linear = out.target_modules.size() == 1 && out.target_modules[0] == "all-linear";
+  if (config.lora.r < 1) throw PermanentError("model.adapter.r: must be at least 1");
+
+  // The projections, in model order (PEFT's named_modules order), and the output head
+  // all-linear leaves out: lm_head for causal_lm, else the first of score and classifier.
+  struct Candidate {
+    std::string name;
+    ProjectionImpl* linear;
+    Conv1DImpl* conv;
+  };
+  std::vector<Candidate> candidates;
+  std::set<std::string> names;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    names.insert(item.key());
+    if (auto* p = dynamic_cast<ProjectionImpl*>(item.value().get())) candidates.push_back({item.key(), p, nullptr});
+    else if (auto* v = dynamic_cast<Conv1DImpl*>(item.value().get())) candidates.push_back({item.key(), nullptr, v});
+  }
+  std::string output_head;
+  if (names.count("lm_head")) output_head = "lm_head";
+  else if (task == "classification") output_head = names.count("score") ? "score" : "classifier";
+
+  std::set<std::string> matched_targets;
+  for (const Candidate& cand : candidates) {
+    if (InsideModuleToSave(cand.name, out.modules_to_save)) continue;
+    bool match = false;
+    if (all_linear) {
+      match = cand.name != output_head;
+    } else {
+      for (const std::string& t : out.target_modules)
+        if (MatchesTarget(cand.name, t)) {
+          match = true;
+          matched_targets.insert(t);
+        }
+    }
+    if (!match) continue;
+    if (cand.linear) cand.linear->AttachLora(config.lora);
+    else cand.conv->AttachLora(config.lora);
+    out.adapted.push_back(cand.name);
+  }
+  if (!all_linear) {
+    std::vector<std::string> unmatched;
+    for (const std::string& t : out.target_modules)
+      if (!matched_targets.count(t)) unmatched.push_back(t);
+    if (!unmatched.empty()) {
+      std::set<std::string> suffixes;  // the candidates' last name parts, as a user writes them
+      for (const Candidate& cand : candidates) suffixes.insert(cand.name.substr(cand.name.rfind('.') + 1));
+      throw PermanentError("model.adapter.target_modules: " + Join(unmatched) + " matches no projection of this " +
+                           c.model_type + " model (its projections: " +
+                           Join(std::vector<std::string>(suffixes.begin(), suffixes.end())) + ", or all-linear)");
+    }
+  }
+  if (out.adapted.empty())
+    throw PermanentError("model.adapter.target_modules: no projection left to adapt outside modules_to_save");
+
+  // Only the updates and the modules to save train. PEFT matches modules_to_save with a plain
+  // suffix (no dot: DistilBERT's pre_classifier ends in "classifier" and trains too).
+  for (auto& p : model.named_parameters()) {
+    const std::string& name = p.key();
+    bool trainable = name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+    const std::string module = name.substr(0, name.rfind('.'));
+    for (const std::string& m : out.modules_to_save)
+      for (std::string prefix = module; !trainable && !prefix.empty();) {
+        trainable = EndsWith(prefix, m);
+        const size_t dot = prefix.rfind('.');
+        prefix = dot == std::string::npos ? "" : prefix.substr(0, dot);
+      }
+    p.value().set_requires_grad(trainable);
+    if (trainable) out.trainable_parameters += p.value().numel();
+  }
+  return out;
+}
+
+AdapterConfig ReadPeftAdapterConfig(const std::string& dir, const std::vector<std::string>& roots) {
+  const std::string path = dir + "/adapter_config.json";
+  std::string text;
+  if (std::string err = roots.empty() ? io::ReadRegularFile(path, 1 << 20, &text)
+                                      : io::ReadFileBeneath(roots, path, 1 << 20, &text);
+      !err.empty())
+    throw PermanentError("model.adapter.init_from: " + err);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw PermanentError("model.adapter.init_from: " + path + " is not a JSON object");
+  if (j.value("peft_type", "") != "LORA")
+    throw PermanentError("model.adapter.init_from: " + path + ": peft_type is not LORA (only LoRA adapters are supported)");
+  AdapterConfig c;
+  auto number = [&](const char* key, double fallback) {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_number()) throw PermanentError("model.adapter.init_from: " + path + ": " + key + " is not a number");
+    return j[key].get<double>();
+  };
+  auto names = [&](const char* key) {
+    std::vector<std::string> out;
+    if (!j.contains(key) || j[key].is_null()) return out;
+    if (j[key].is_string()) return std::vector<std::string>{j[key].get<std::string>()};
+    if (!j[key].is_array()) throw PermanentError("model.adapter.init_from: " + path + ": " + key + " is not a list");
+    for (const auto& v : j[key]) {
+      if (!v.is_string()) throw PermanentError("model.adapter.init_from: " + path + ": " + key + " holds a non-string");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  c.lora.r = static_cast<int64_t>(number("r", 8));
+  c.lora.alpha = number("lora_alpha", 8);
+  c.lora.dropout = number("lora_dropout", 0);
+  c.lora.rslora = j.value("use_rslora", false);
+  c.target_modules = names("target_modules");
+  c.modules_to_save = names("modules_to_save");
+  for (const char* unsupported : {"use_dora", "lora_bias"})
+    if (j.value(unsupported, false))
+      throw PermanentError("model.adapter.init_from: " + path + ": " + unsupported + " is not supported");
+  if (j.value("bias", std::string("none")) != "none")
+    throw PermanentError("model.adapter.init_from: " + path + ": bias other than \"none\" is not supported");
+  return c;
+}
+
+void LoadPeftAdapter(const std::string& dir, torch::nn::Module& model, const std::vector<std::string>& roots) {
+  const HfWeights weights = HfWeights::OpenFile(dir + "/adapter_model.safetensors", roots);
+  auto params = model.named_parameters();
+  std::set<std::string> seen;
+  for (const std::string& file_name : weights.names()) {
+    const std::string prefix = "base_model.model.";
+    const std::string name = file_name.rfind(prefix, 0) == 0 ? file_name.substr(prefix.size()) : file_name;
+    torch::Tensor* p = params.find(name);
+    if (p == nullptr || !p->requires_grad())
+      throw PermanentError("model.adapter.init_from: " + dir + "/adapter_model.safetensors holds " + file_name +
+                           ", which is no trainable tensor of this model and adapter");
+    torch::NoGradGuard no_grad;
+    torch::Tensor value = torch::empty(p->sizes(), p->options().dtype(torch::kFloat32).device(torch::kCPU));
+    weights.CopyTo(file_name, value);
+    p->copy_(value);
+    seen.insert(name);
+  }
+  for (const auto& p : params)
+    if (p.value().requires_grad() && !seen.count(p.key()))
+      throw PermanentError("model.adapter.init_from: " + dir + "/adapter_model.safetensors lacks " +
+                           PeftTensorName(p.key()));
+}
+
+}  // namespace nightshift::trainer::hf

@@ -1,0 +1,119 @@
+// LoRA as PEFT defines it (peft/tuners/lora/layer.py, lora.Linear): a frozen projection
+// plus a trainable low-rank update,
+//
+//   y = base(x) + scaling * B(A(dropout(x))),   scaling = alpha / r  (alpha / sqrt(r): rslora)
+//
+// A [r, in] drawn as nn.Linear draws it (kaiming_uniform, a = sqrt(5)), B [out, r] zero, so
+// a new adapter starts as the base model; dropout only on the update's input. The update
+// is registered on the projection it adapts as `lora_A` and `lora_B`, so its parameters are
+// named as PEFT names them (`...q_proj.lora_A.weight`, less PEFT's `base_model.model.`
+// prefix and adapter name). GPT-2's Conv1D (weight [in, out]) gets the same A and B: PEFT
+// never transposes them in the forward, only when merging (fan_in_fan_out).
+//
+// Which projections: AttachLora matches module names as PEFT's check_target_module_exists
+// does (a name equal to a target or ending in "." + target; "all-linear": every projection
+// but the output head), never inside modules_to_save (the classification head by
+// default, trained whole, as PEFT's ModulesToSaveWrapper does).
+#ifndef NIGHTSHIFT_WORKER_TRAINER_MODELS_LORA_H_
+#define NIGHTSHIFT_WORKER_TRAINER_MODELS_LORA_H_
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "worker/trainer/models/hf_config.h"
+
+namespace nightshift::trainer::hf {
+
+struct LoraOptions {
+  int64_t r = 8;
+  double alpha = 8;
+  double dropout = 0;
+  bool rslora = false;
+  double scaling() const;
+};
+
+// The update of one projection; its two Linears are registered on the host module.
+class LoraBranch {
+ public:
+  void Attach(torch::nn::Module& host, int64_t in, int64_t out, const LoraOptions& options,
+              const torch::TensorOptions& tensor_options);
+  bool attached() const { return !a_.is_empty(); }
+  // scaling * B(A(dropout(x))); x [..., in] -> [..., out].
+  torch::Tensor Apply(const torch::Tensor& x, bool training);
+
+ private:
+  torch::nn::Linear a_{nullptr}, b_{nullptr};
+  double dropout_ = 0, scaling_ = 0;
+};
+
+// Every Linear of the Hugging Face models: a torch::nn::Linear that may carry a LoRA update.
+class ProjectionImpl : public torch::nn::LinearImpl {
+ public:
+  using torch::nn::LinearImpl::LinearImpl;
+  torch::Tensor forward(const torch::Tensor& x);
+  void AttachLora(const LoraOptions& options);
+  bool has_lora() const { return lora_.attached(); }
+
+ private:
+  LoraBranch lora_;
+};
+TORCH_MODULE(Projection);
+
+// transformers' Conv1D (GPT-2): y = x W + b with W [in, out], and its LoRA update.
+class Conv1DImpl : public torch::nn::Module {
+ public:
+  Conv1DImpl(int64_t in, int64_t out);
+  torch::Tensor forward(const torch::Tensor& x);
+  void AttachLora(const LoraOptions& options);
+  bool has_lora() const { return lora_.attached(); }
+  torch::Tensor weight, bias;
+
+ private:
+  LoraBranch lora_;
+};
+TORCH_MODULE(Conv1D);
+
+struct AdapterConfig {
+  LoraOptions lora;
+  // Module names or suffixes, or {"all-linear"}; empty: PEFT's default for the model type.
+  std::vector<std::string> target_modules;
+  // Modules trained whole (names ending so); empty: the classification head ("classifier",
+  // "score") for task classification, nothing for causal_lm.
+  std::vector<std::string> modules_to_save;
+};
+
+// PEFT's default target_modules for `model_type` (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_
+// MAPPING); empty for distilbert, which has none.
+std::vector<std::string> DefaultLoraTargets(const std::string& model_type);
+
+struct AttachedAdapter {
+  std::vector<std::string> adapted;          // module names that carry an update, in model order
+  std::vector<std::string> modules_to_save;  // what was resolved (defaults filled)
+  std::vector<std::string> target_modules;   // likewise
+  int64_t trainable_parameters = 0;          // as PEFT's print_trainable_parameters counts
+};
+
+// Attaches an update to every matching projection of `model` (a Hugging Face model of
+// model type `c.model_type` for `task`), then freezes every parameter but the updates' and
+// those of modules_to_save. Throws PermanentError naming model.adapter.target_modules
+// when a target matches no projection (listing the candidates).
+AttachedAdapter AttachLora(torch::nn::Module& model, const HfConfig& c, const std::string& task,
+                           const AdapterConfig& config);
+
+// A PEFT adapter folder (PeftModel.save_pretrained's, or our export's) in:
+// adapter_config.json's LoRA settings (peft_type LORA; r, lora_alpha, lora_dropout,
+// use_rslora, target_modules, modules_to_save), throwing naming the file and key.
+AdapterConfig ReadPeftAdapterConfig(const std::string& dir, const std::vector<std::string>& roots = {});
+// adapter_model.safetensors into `model` after AttachLora: PEFT's names less
+// "base_model.model.", each onto the trainable tensor of that name. Throws naming the
+// first tensor the model lacks, or the first trainable tensor the file lacks.
+void LoadPeftAdapter(const std::string& dir, torch::nn::Module& model, const std::vector<std::string>& roots = {});
+
+// PEFT's name of trainable tensor `name` in adapter_model.safetensors.
+inline std::string PeftTensorName(const std::string& name) { return "base_model.model." + name; }
+
+}  // namespace nightshift::trainer::hf
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_MODELS_LORA_H_
