@@ -102,6 +102,7 @@ std::string Rules(const SpecField& r) {
     }
     return out;
   }
+  if (r.type == FieldType::kBool) return "default `false`";
   switch (r.absent) {
     case Absent::kZero: out = "default `0`"; break;
     case Absent::kFallback:

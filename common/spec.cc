@@ -186,6 +186,7 @@ spec_rules::SpecValues ValuesOf(v1::JobSpec spec) {
       case FieldDescriptor::CPPTYPE_UINT64: value = uint64_t{refl->GetUInt64(*message, field)}; break;
       case FieldDescriptor::CPPTYPE_DOUBLE: value = refl->GetDouble(*message, field); break;
       case FieldDescriptor::CPPTYPE_STRING: value = refl->GetString(*message, field); break;
+      case FieldDescriptor::CPPTYPE_BOOL: value = int64_t{refl->GetBool(*message, field)}; break;
       default: continue;
     }
     const bool zero = std::visit([](const auto& x) { return x == std::decay_t<decltype(x)>{}; }, value);
@@ -207,6 +208,7 @@ void WriteValues(const spec_rules::SpecValues& values, v1::JobSpec* spec) {
       case FieldDescriptor::CPPTYPE_UINT64: refl->SetUInt64(message, field, values.Uint(f)); break;
       case FieldDescriptor::CPPTYPE_DOUBLE: refl->SetDouble(message, field, values.Real(f)); break;
       case FieldDescriptor::CPPTYPE_STRING: refl->SetString(message, field, values.Text(f)); break;
+      case FieldDescriptor::CPPTYPE_BOOL: refl->SetBool(message, field, values.Int(f) != 0); break;
       default: break;
     }
   }

@@ -99,6 +99,7 @@ bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& st
   v1::Job& job = entry->job;
   bool changed = TakeCheckpoint(worker, status, &job);
   changed = TakeCheckpointCheck(worker, status, &job) || changed;
+  changed = TakeStopReason(status, &job) || changed;
   if (part.first_rank() != 0) return changed;
   changed = TakeResumedStep(status, entry) || changed;
   if (job.master_addr().empty() && !status.master_addr().empty()) {
@@ -148,6 +149,16 @@ bool TaskReports::TakeCheckpointCheck(const std::string& worker, const v1::TaskS
     if (ev.attempt() == job->attempt() && ev.reason() == reason) return false;  // told already
   jobs_->AddEvent(job, reason, job->checkpoint_step());
   NS_WARN("job " << job->id() << ": " << reason);
+  return true;
+}
+
+// Why the trainer ended early (train.early_stopping): one event per attempt.
+bool TaskReports::TakeStopReason(const v1::TaskStatus& status, v1::Job* job) {
+  if (status.stop_reason().empty()) return false;
+  for (const auto& ev : job->events())
+    if (ev.attempt() == job->attempt() && ev.reason() == status.stop_reason()) return false;  // told already
+  jobs_->AddEvent(job, status.stop_reason(), status.progress().step());
+  NS_INFO("job " << job->id() << ": " << status.stop_reason());
   return true;
 }
 

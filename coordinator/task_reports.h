@@ -43,6 +43,7 @@ class TaskReports {
                   JobEntry* entry);
   bool TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry);
   bool TakeCheckpointCheck(const std::string& worker, const v1::TaskStatus& status, v1::Job* job);
+  bool TakeStopReason(const v1::TaskStatus& status, v1::Job* job);
 
   Clock* const clock_;          // not owned
   JobTable* const jobs_;        // not owned

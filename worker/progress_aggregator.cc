@@ -52,6 +52,7 @@ bool ProgressAggregator::Add(int rank, const format::ProgressRecord& r) {
       if ((k.rfind("val_", 0) == 0 || k == "train_seconds") && !std::isnan(v)) metrics_[k] = v;
       if (k.rfind("val_", 0) == 0 && !std::isnan(v)) (*point.mutable_metrics())[k] = v;
     }
+    if (r.event == "done") stop_reason_ = r.String("stop_reason");
     if (r.event == "eval") {
       point.set_step(static_cast<int64_t>(r.Number("step")));
       point.set_epoch(static_cast<int32_t>(r.Number("epoch")));
@@ -75,6 +76,7 @@ void ProgressAggregator::Fill(v1::TaskStatus* status) const {
   for (const auto& e : evals_) *status->add_evals() = e;
   status->set_model_path(model_path_);
   status->set_model_step(model_step_);
+  status->set_stop_reason(stop_reason_);
 }
 
 std::string ProgressAggregator::LastError(int rank) const {

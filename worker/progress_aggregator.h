@@ -51,6 +51,7 @@ class ProgressAggregator {
   std::vector<v1::EvalPoint> evals_;  // in order, at most kMaxEvals
   std::string model_path_;
   int64_t model_step_ = 0;
+  std::string stop_reason_;  // the "done" event's (train.early_stopping)
   std::map<int, RankRecords> ranks_;
   std::map<int, std::string> last_errors_;
 };

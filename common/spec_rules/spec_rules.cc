@@ -14,15 +14,17 @@ const std::vector<SpecField>& SpecFields() {
       L::kArch, L::kLayers, L::kDModel, L::kHeads, L::kFfn, L::kDropout, L::kMaxLen, L::kPath,
       L::kAttentionDropout, L::kInitFrom, L::kPretrained, L::kTask, L::kPooling,
       L::kAdapterType, L::kAdapterR, L::kAdapterAlpha, L::kAdapterDropout, L::kAdapterTargets,
-      L::kAdapterModulesToSave, L::kAdapterInitFrom,
+      L::kAdapterModulesToSave, L::kAdapterInitFrom, L::kAdapterRslora,
       L::kFormat, L::kDataPath, L::kValidationFraction, L::kTokenizerType, L::kVocabSize, L::kTextField,
       L::kLabelField, L::kCompletionField, L::kMaxSamples,
       L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed, L::kBatchSize,
       L::kMaxTokens, L::kPrefetch, L::kRows, L::kPrecision, L::kGradClip, L::kActivationCheckpointing, L::kMaxSteps,
-      L::kThreads,
+      L::kThreads, L::kAccumulateSteps, L::kSchedule, L::kEarlyStoppingMetric, L::kEarlyStoppingPatience,
+      L::kEarlyStoppingMinDelta,
       L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb,
       L::kEverySteps, L::kEverySeconds, L::kKeepLast,
-      L::kMaxRestarts, L::kHangSeconds, L::kPriority};
+      L::kMaxRestarts, L::kHangSeconds, L::kPriority,
+      L::kEvalEverySteps, L::kExportBest, L::kExportMerge};
   return kFields;
 }
 
@@ -86,6 +88,7 @@ void FillDefault(const SpecField& f, SpecValues* v) {
     if (v->Text(f).empty() && *f.text_default != '\0') v->Set(f, std::string(f.text_default));
     return;
   }
+  if (f.type == FieldType::kBool) return;  // absent: false
   const bool zero = f.type == FieldType::kInt ? v->Int(f) == 0 : f.type == FieldType::kUint ? v->Uint(f) == 0 : v->Real(f) == 0;
   if ((!v->Has(f) && f.absent != Absent::kZero) || (f.absent == Absent::kFallback && zero)) {
     if (f.type == FieldType::kInt) v->Set(f, static_cast<int64_t>(f.fallback));
@@ -109,6 +112,7 @@ Error Check(const SpecField& f, const SpecValues& v) {
       return std::nullopt;
     }
     case FieldType::kUint:
+    case FieldType::kBool:
       return std::nullopt;
     case FieldType::kString: {
       const std::string x = v.Text(f);
@@ -147,7 +151,8 @@ Error CheckStrings(const SpecValues& v) {
 bool AdapterFieldSet(const SpecValues& v) {
   for (const SpecField& f : {L::kAdapterTargets, L::kAdapterModulesToSave, L::kAdapterInitFrom})
     if (!v.Text(f).empty()) return true;
-  return v.Int(L::kAdapterR) != 0 || v.Real(L::kAdapterAlpha) != 0 || v.Real(L::kAdapterDropout) != 0;
+  return v.Int(L::kAdapterR) != 0 || v.Real(L::kAdapterAlpha) != 0 || v.Real(L::kAdapterDropout) != 0 ||
+         v.Int(L::kAdapterRslora) != 0;
 }
 
 // model.adapter (with model.pretrained only): its settings take their defaults when the
@@ -158,7 +163,7 @@ Error Adapter(SpecValues* v) {
     return std::nullopt;
   }
   return Resolve({L::kAdapterType, L::kAdapterR, L::kAdapterAlpha, L::kAdapterDropout, L::kAdapterTargets,
-                  L::kAdapterModulesToSave, L::kAdapterInitFrom},
+                  L::kAdapterModulesToSave, L::kAdapterInitFrom, L::kAdapterRslora},
                  v);
 }
 
@@ -258,6 +263,17 @@ Error Batching(SpecValues* v) {
   return std::nullopt;
 }
 
+// train.early_stopping: its settings take their defaults when the metric is set, and are
+// refused without it.
+Error EarlyStopping(SpecValues* v) {
+  if (v->Text(L::kEarlyStoppingMetric).empty()) {
+    if (v->Int(L::kEarlyStoppingPatience) != 0 || v->Real(L::kEarlyStoppingMinDelta) != 0)
+      return Invalid(L::kEarlyStoppingMetric, "missing while other train.early_stopping fields are set");
+    return std::nullopt;
+  }
+  return Resolve({L::kEarlyStoppingMetric, L::kEarlyStoppingPatience, L::kEarlyStoppingMinDelta}, v);
+}
+
 Error Train(SpecValues* v) {
   if (Error e = Resolve({L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed,
                          L::kPrecision, L::kGradClip, L::kActivationCheckpointing},
@@ -266,7 +282,8 @@ Error Train(SpecValues* v) {
   const std::string ac = v->Text(L::kActivationCheckpointing);
   if (ActivationCheckpointEvery(ac) < 0)
     return Invalid(L::kActivationCheckpointing, "'" + ac + "' is not none, full or every_N (N in [1, 9999])");
-  if (Error e = Resolve({L::kMaxSteps, L::kThreads}, v)) return e;
+  if (Error e = Resolve({L::kMaxSteps, L::kThreads, L::kAccumulateSteps, L::kSchedule}, v)) return e;
+  if (Error e = EarlyStopping(v)) return e;
   return Batching(v);
 }
 
@@ -280,7 +297,13 @@ std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = Train(v)) return e;
   if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb}, v)) return e;
   if (Error e = Resolve({L::kEverySteps, L::kEverySeconds, L::kKeepLast}, v)) return e;
-  return Resolve({L::kMaxRestarts, L::kHangSeconds, L::kPriority}, v);
+  if (Error e = Resolve({L::kMaxRestarts, L::kHangSeconds, L::kPriority}, v)) return e;
+  if (Error e = Resolve({L::kEvalEverySteps}, v)) return e;
+  if (!v->Text(L::kExportBest).empty())
+    if (Error e = Check(L::kExportBest, *v)) return e;
+  if (v->Int(L::kExportMerge) != 0 && v->Text(L::kAdapterType).empty())
+    return Invalid(L::kExportMerge, "only with model.adapter (a full fine-tune's export is already the whole model)");
+  return std::nullopt;
 }
 
 }  // namespace nightshift::spec_rules

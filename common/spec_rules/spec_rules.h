@@ -22,7 +22,8 @@
 
 namespace nightshift::spec_rules {
 
-enum class FieldType { kInt, kUint, kReal, kString };  // int32/int64, uint64, double, string
+enum class FieldType { kInt, kUint, kReal, kString, kBool };  // int32/int64, uint64, double, string, bool
+// (a bool is held as the int64 0 or 1)
 
 // What an absent field becomes.
 enum class Absent {
@@ -54,6 +55,9 @@ constexpr SpecField Int(const char* path, Absent absent, double fallback, double
 constexpr SpecField Real(const char* path, Absent absent, double fallback, double min, double max,
                          bool max_exclusive, const char* note = "") {
   return {path, FieldType::kReal, absent, fallback, "", min, max, max_exclusive, "", "", note};
+}
+constexpr SpecField Bool(const char* path) {
+  return {path, FieldType::kBool, Absent::kZero, 0, "", 0, 1, false, "", "", ""};
 }
 constexpr SpecField Text(const char* path, const char* text_default, const char* choices = "",
                          const char* noun = "", double max_bytes = 4096) {
@@ -87,6 +91,7 @@ inline constexpr SpecField kAdapterDropout = Real("model.adapter.dropout", Absen
 inline constexpr SpecField kAdapterTargets = Text("model.adapter.target_modules", "");
 inline constexpr SpecField kAdapterModulesToSave = Text("model.adapter.modules_to_save", "");
 inline constexpr SpecField kAdapterInitFrom = Text("model.adapter.init_from", "");
+inline constexpr SpecField kAdapterRslora = Bool("model.adapter.rslora");
 // data
 inline constexpr SpecField kFormat = Text("data.format", "text_dir", "text_dir|jsonl", "format");
 inline constexpr SpecField kDataPath = Text("data.path", "");
@@ -114,6 +119,12 @@ inline constexpr SpecField kGradClip = Real("train.grad_clip", Absent::kDefault,
 inline constexpr SpecField kActivationCheckpointing = Text("train.activation_checkpointing", "none");
 inline constexpr SpecField kMaxSteps = Int("train.max_steps", Absent::kZero, 0, 0, kTwo40, " (0: no limit)");
 inline constexpr SpecField kThreads = Int("train.threads", Absent::kZero, 0, 0, 1024, " (0: all cores / local ranks)");
+inline constexpr SpecField kAccumulateSteps = Int("train.accumulate_steps", Absent::kFallback, 1, 1, 65536);
+inline constexpr SpecField kSchedule = Text("train.schedule", "linear", "linear|cosine|constant", "schedule");
+inline constexpr const char* kMetrics = "val_loss|val_accuracy|val_f1|val_perplexity";
+inline constexpr SpecField kEarlyStoppingMetric = Text("train.early_stopping.metric", "", kMetrics, "metric");
+inline constexpr SpecField kEarlyStoppingPatience = Int("train.early_stopping.patience", Absent::kFallback, 1, 1, 1e6);
+inline constexpr SpecField kEarlyStoppingMinDelta = Real("train.early_stopping.min_delta", Absent::kZero, 0, 0, 1e9, false);
 // resources
 inline constexpr SpecField kWorldSize = Int("resources.world_size", Absent::kDefault, 1, 1, 4096);
 inline constexpr SpecField kTimeoutSeconds = Int("resources.timeout_seconds", Absent::kFallback, 300, 1, 86400);
@@ -130,6 +141,11 @@ inline constexpr SpecField kMaxRestarts = Int("restart.max_restarts", Absent::kZ
 inline constexpr SpecField kHangSeconds =
     Int("restart.hang_seconds", Absent::kZero, 0, 0, 604800, " (0: max(300, 10x the step time))");
 inline constexpr SpecField kPriority = Int("priority", Absent::kZero, 0, -1000000, 1000000);
+// eval
+inline constexpr SpecField kEvalEverySteps = Int("eval.every_steps", Absent::kZero, 0, 0, 1e9, " (0: every epoch's end)");
+// export
+inline constexpr SpecField kExportBest = Text("export.best", "", kMetrics, "metric");
+inline constexpr SpecField kExportMerge = Bool("export.merge");
 }  // namespace limits
 
 // Every row above, in the proto's field order.

@@ -268,6 +268,7 @@ void WalkFields(const google::protobuf::Descriptor* message, const std::string& 
       case FieldDescriptor::CPPTYPE_UINT64: type = spec_rules::FieldType::kUint; break;
       case FieldDescriptor::CPPTYPE_DOUBLE: type = spec_rules::FieldType::kReal; break;
       case FieldDescriptor::CPPTYPE_STRING: type = spec_rules::FieldType::kString; break;
+      case FieldDescriptor::CPPTYPE_BOOL: type = spec_rules::FieldType::kBool; break;
       default: ADD_FAILURE() << path << ": a field type the rules do not take";
     }
     EXPECT_EQ(static_cast<int>(row->type), static_cast<int>(type)) << path;

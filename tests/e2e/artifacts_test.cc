@@ -85,6 +85,54 @@ TEST(ArtifactsE2eTest, MetricHistorySurvivesCoordinatorSigkill) {
   EXPECT_EQ(out.rfind("attempt,step,epoch,metric,value\n", 0), 0u) << out;
 }
 
+// The recipe through the service: evaluations every 4 steps, early stopping (a min_delta
+// nothing beats: the first evaluation sets the best, the next two do not improve) and
+// export.best. The job SUCCEEDS with the reason in its events, and the model downloaded
+// is the evaluation with the lowest val_loss, whose checkpoint outlived keep_last 1.
+TEST(ArtifactsE2eTest, EarlyStoppingEndsTheJobAndTheBestEvaluationIsTheModel) {
+  Cluster cluster("recipe");
+  const std::string data = cluster.MakeData(60);
+  cluster.StartCoordinator();
+  cluster.StartWorker("w1", 1);
+  v1::Job job;
+  ASSERT_TRUE(cluster
+                  .Submit("name: e2e-recipe\n"
+                          "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+                          "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+                          "train: {epochs: 6, lr: 0.3, grad_clip: 0, warmup_steps: 0, seed: 7, batching: {batch_size: 8},"
+                          " threads: 1, early_stopping: {metric: val_loss, patience: 2, min_delta: 1000}}\n"
+                          "eval: {every_steps: 4}\n"
+                          "export: {best: val_loss}\n"
+                          "checkpoint: {every_steps: 5, keep_last: 1}\n",
+                          &job)
+                  .ok());
+  job = cluster.WaitForEnd(job.id(), 120);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  std::string events;
+  bool told = false;
+  for (const auto& e : job.events()) {
+    events += e.reason() + "\n";
+    told = told || e.reason().rfind("early stopping at step 12: val_loss has not improved", 0) == 0;
+  }
+  EXPECT_TRUE(told) << events;
+  EXPECT_EQ(job.progress().step(), 12);
+  v1::JobMetrics metrics;
+  ASSERT_TRUE(Metrics(cluster, job.id(), &metrics).ok());
+  ASSERT_EQ(metrics.attempts_size(), 1);
+  const auto& evals = metrics.attempts(0).evals();
+  ASSERT_EQ(evals.size(), 3) << metrics.DebugString();
+  int64_t best_step = -1;
+  double best = 1e300;
+  for (const auto& e : evals)
+    if (e.metrics().at("val_loss") < best) best = e.metrics().at("val_loss"), best_step = e.step();
+  EXPECT_EQ(job.model().step(), best_step);
+  const std::string dl = cluster.dir() + "/downloads";
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"job", "artifacts", job.id(), "--output", dl + "/model"}, &out), 0) << out;
+  EXPECT_TRUE(VerifyModelFolder(dl + "/model").ok());
+  EXPECT_EQ(ModelFolderStep(dl + "/model"), best_step);
+}
+
 // Needs the trainer's export (worker/trainer/checkpoint/export.h): the job's model/ folder and its
 // "export" event.
 TEST(ArtifactsE2eTest, AFinishedJobsModelDownloadsVerifiedAndACorruptedFileIsRefused) {

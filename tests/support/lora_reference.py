@@ -5,6 +5,10 @@
   lora_reference.py --check BASE ADAPTER INPUTS_JSON
                                       PeftModel.from_pretrained(BASE, ADAPTER)'s logits on
                                       the inputs, as JSON on stdout
+  lora_reference.py --check-merged BASE ADAPTER MERGED INPUTS_JSON
+                                      PEFT's merge_and_unload() of BASE + ADAPTER against
+                                      from_pretrained(MERGED): the largest weight difference
+                                      and both models' logits, as JSON on stdout
 
 Each case is a tiny random model of one architecture saved by transformers
 (save_pretrained: OUT_DIR/CASE/base), a PEFT LoRA adapter on it with B non-zero
@@ -101,8 +105,27 @@ def check(base, adapter, inputs_path):
     json.dump({"logits": logits.tolist()}, sys.stdout)
 
 
+def check_merged(base, adapter, merged, inputs_path):
+    with open(inputs_path) as f:
+        inputs = json.load(f)
+    reference = PeftModel.from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32), adapter).merge_and_unload().eval()
+    ours = AutoModelForSequenceClassification.from_pretrained(merged, dtype=torch.float32).eval()
+    theirs = reference.state_dict()
+    mine = ours.state_dict()
+    if set(theirs) != set(mine):
+        raise SystemExit(f"tensor names differ: {sorted(set(theirs) ^ set(mine))}")
+    worst = max(float((theirs[k] - mine[k]).abs().max() / theirs[k].abs().max().clamp(min=1e-12)) for k in theirs)
+    args = dict(input_ids=torch.tensor(inputs["input_ids"]), attention_mask=torch.tensor(inputs["attention_mask"]))
+    with torch.no_grad():
+        json.dump({"max_relative_weight_difference": worst, "logits": ours(**args).logits.tolist(),
+                   "peft_logits": reference(**args).logits.tolist()}, sys.stdout)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--check":
         check(*sys.argv[2:5])
+    elif sys.argv[1] == "--check-merged":
+        check_merged(*sys.argv[2:6])
     else:
         make(sys.argv[1])

@@ -148,6 +148,9 @@ spec_rules::SpecValues::Value SpecValue(const spec_rules::SpecField& f, const js
     case spec_rules::FieldType::kString:
       if (v.is_string()) return v.get<std::string>();
       throw ConfigError(name + ": must be a string, got " + v.dump());
+    case spec_rules::FieldType::kBool:
+      if (v.is_boolean()) return int64_t{v.get<bool>()};
+      throw ConfigError(name + ": must be true or false, got " + v.dump());
   }
   throw ConfigError(name + ": unsupported field type");
 }
@@ -200,6 +203,7 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   m.adapter.target_modules = split(v.Text(L::kAdapterTargets));
   m.adapter.modules_to_save = split(v.Text(L::kAdapterModulesToSave));
   m.adapter.init_from = v.Text(L::kAdapterInitFrom);
+  m.adapter.rslora = v.Int(L::kAdapterRslora) != 0;
   m.layers = static_cast<int>(v.Int(L::kLayers));
   m.d_model = static_cast<int>(v.Int(L::kDModel));
   m.heads = static_cast<int>(v.Int(L::kHeads));
@@ -226,6 +230,14 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   t.checkpoint_every_blocks = spec_rules::ActivationCheckpointEvery(t.activation_checkpointing);
   t.max_steps = v.Int(L::kMaxSteps);
   t.threads = static_cast<int>(v.Int(L::kThreads));
+  t.accumulate_steps = static_cast<int>(v.Int(L::kAccumulateSteps));
+  t.schedule = v.Text(L::kSchedule);
+  t.early_stopping.metric = v.Text(L::kEarlyStoppingMetric);
+  t.early_stopping.patience = static_cast<int>(v.Int(L::kEarlyStoppingPatience));
+  t.early_stopping.min_delta = v.Real(L::kEarlyStoppingMinDelta);
+  c->eval_every_steps = v.Int(L::kEvalEverySteps);
+  c->export_best = v.Text(L::kExportBest);
+  c->export_merge = v.Int(L::kExportMerge) != 0;
   c->data_parallel.world_size = static_cast<int>(v.Int(L::kWorldSize));
   c->data_parallel.timeout_seconds = static_cast<int>(v.Int(L::kTimeoutSeconds));
   c->data_parallel.bucket_mb = static_cast<int>(v.Int(L::kBucketMb));

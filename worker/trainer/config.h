@@ -39,6 +39,7 @@ struct ModelConfig {
     double dropout = 0;
     std::vector<std::string> target_modules, modules_to_save;
     std::string init_from;  // a PEFT adapter folder to continue from
+    bool rslora = false;    // scaling alpha / sqrt(r)
   } adapter;
   int layers = Default(L::kLayers);    // transformer blocks
   int d_model = Default(L::kDModel);   // hidden width; divisible by heads
@@ -61,7 +62,7 @@ struct TrainSection {
   std::string optimizer = L::kOptimizer.text_default;
   double lr = Default(L::kLr);                       // peak learning rate
   double weight_decay = Default(L::kWeightDecay);
-  int warmup_steps = Default(L::kWarmupSteps);         // linear warm-up steps, then linear decay to 0
+  int warmup_steps = Default(L::kWarmupSteps);       // warm-up steps, then `schedule`
   uint64_t seed = Default(L::kSeed);
   int batch_size = Default(L::kBatchSize);           // samples per batch when max_tokens == 0
   int64_t max_tokens = 0;       // padded tokens per batch; 0: fixed batch_size
@@ -74,6 +75,13 @@ struct TrainSection {
   int checkpoint_every_blocks = 0;  // parsed from it: 0 none, 1 full, N every N-th block
   int64_t max_steps = 0;        // optimizer steps; 0: no limit
   int threads = 0;              // intra-op threads; 0: cores / local ranks
+  int accumulate_steps = 1;     // batches per optimizer step
+  std::string schedule = L::kSchedule.text_default;  // linear | cosine | constant (schedule.h)
+  struct EarlyStopping {
+    std::string metric;  // "": off; val_loss | val_accuracy | val_f1 | val_perplexity
+    int patience = 1;    // evaluations without improvement before the run ends
+    double min_delta = 0;
+  } early_stopping;
 };
 
 struct CheckpointConfig {
@@ -110,6 +118,9 @@ struct TrainConfig {
   ModelConfig model;
   TrainSection train;
   CheckpointConfig checkpoint;
+  int64_t eval_every_steps = 0;  // 0: evaluate at every epoch's end
+  std::string export_best;       // "": export the last step; else the best evaluated checkpoint by it
+  bool export_merge = false;     // with an adapter: also export the merged model (model-merged/)
   DataConfig data;
   std::string checkpoint_dir;  // this job's checkpoints: step-00000123/ directories
   // Whether every rank of the job sees the same checkpoint_dir (a shared checkpoint root;

@@ -29,6 +29,14 @@ struct RunPosition {
   std::string rng_cpu;         // the CPU generator's state (bytes): dropout continues exactly
   std::string fingerprint;     // RunFingerprint() of the run that wrote it ("": not checked)
   int attempt = -1;            // the job attempt that wrote it (-1: written before fencing)
+  // export.best: the step of the best evaluation so far and its value (-1: none yet).
+  int64_t best_step = -1;
+  double best_metric = 0;
+  // train.early_stopping: the best value of its metric so far (has_stop_best: one was
+  // seen) and the evaluations since one improved on it by more than min_delta.
+  bool has_stop_best = false;
+  double stop_best = 0;
+  int64_t evals_without_improvement = 0;
 };
 
 }  // namespace nightshift::trainer

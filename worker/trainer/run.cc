@@ -19,6 +19,21 @@
 namespace nightshift::trainer {
 namespace {
 
+// An evaluation's value of `metric` (val_loss, val_accuracy, val_f1, val_perplexity).
+double MetricValue(const EvalMetrics& m, const std::string& metric) {
+  if (metric == "val_loss") return m.loss;
+  if (metric == "val_accuracy") return m.accuracy;
+  if (metric == "val_f1") return m.f1;
+  if (metric == "val_perplexity") return m.perplexity;
+  throw std::invalid_argument("unknown metric " + metric);
+}
+
+// Whether `a` is better than `b` for `metric`: lower loss and perplexity, higher accuracy
+// and F1 (transformers' greater_is_better for metric_for_best_model).
+bool Better(const std::string& metric, double a, double b) {
+  return metric == "val_loss" || metric == "val_perplexity" ? a < b : a > b;
+}
+
 using format::ProgressRecord;
 
 double Seconds(Run::Clock::time_point since) {
@@ -294,11 +309,27 @@ void ChooseTokenBudget(Run& run, bool resumed) {
 
 // The number of steps (every epoch's plan, capped by max_steps; the same on every rank)
 // and the validation plan.
+// export.best and train.early_stopping name a metric this job's evaluation has.
+void CheckMetrics(const Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  for (const auto& [field, metric] : {std::pair<std::string, std::string>{"export.best", cfg.export_best},
+                                      {"train.early_stopping.metric", cfg.train.early_stopping.metric}}) {
+    if (metric == "val_perplexity" && !run.next_token)
+      throw PermanentError(field + ": val_perplexity only for a language model; this job classifies");
+    if (metric == "val_f1" && (run.next_token || cfg.data.num_classes != 2))
+      throw PermanentError(field + ": val_f1 only for a classifier of two classes");
+  }
+}
+
 void PlanSteps(Run& run) {
   const TrainConfig& cfg = run.cfg;
+  const int64_t k = cfg.train.accumulate_steps;  // batches per step; an epoch's last step takes the rest
   for (int e = 0; e < cfg.train.epochs; ++e)
-    run.total_steps += static_cast<int64_t>(
-        PlanEpoch(run.train_lengths, run.plan_options, cfg.train.seed, e, run.rank.rank, run.rank.world_size).size());
+    run.total_steps +=
+        (static_cast<int64_t>(
+             PlanEpoch(run.train_lengths, run.plan_options, cfg.train.seed, e, run.rank.rank, run.rank.world_size).size()) +
+         k - 1) /
+        k;
   if (cfg.train.max_steps > 0) run.total_steps = std::min(run.total_steps, cfg.train.max_steps);
   if (run.total_steps == 0) throw std::runtime_error("no training batches: the train shard is empty");
   if (run.ddp) CheckRanksAgree(*run.ddp, {run.plan_options.max_tokens, run.total_steps});
@@ -356,6 +387,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   JoinDataParallel(*run, &resumed_from);
   const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);
+  CheckMetrics(*run);
   PlanSteps(*run);
   ComposeTechniques(*run, resumed);
   run->position.max_tokens = run->plan_options.max_tokens;
@@ -375,6 +407,10 @@ void Run::Export() {
   info.step = position.step;
   info.metrics = {{"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
                   {"val_f1", last_eval.f1}, {"val_perplexity", last_eval.perplexity}};
+  if (position.best_step >= 0) {  // export.best: the model is that step's
+    info.step = position.best_step;
+    info.metrics = {{cfg.export_best, position.best_metric}};
+  }
   info.tokenizer_model = TokenizerOf(cfg);
   const std::string dir = cfg.checkpoint_dir + "/model";
   checkpoints->CheckFence();  // a superseded attempt does not replace the model either
@@ -385,8 +421,13 @@ void Run::Export() {
     a.target_modules = adapter.target_modules;
     a.modules_to_save = adapter.modules_to_save;
     ExportPeftAdapter(dir, *model, a, cfg.model.task.empty() ? "classification" : cfg.model.task, cfg.model.pretrained);
+    if (cfg.export_merge) {  // the run is over: the adapter can go into the weights in place
+      hf::MergeLora(*model);
+      ExportModel(cfg.checkpoint_dir + "/model-merged", cfg, *model, info);
+      Log("exported the merged model to %s/model-merged", cfg.checkpoint_dir.c_str());
+    }
   }
-  progress.Emit(ProgressRecord{"export", {{"step", double(position.step)}, {"seconds", Seconds(t0)}}, {{"path", dir}}});
+  progress.Emit(ProgressRecord{"export", {{"step", double(info.step)}, {"seconds", Seconds(t0)}}, {{"path", dir}}});
   Log("exported the model to %s", dir.c_str());
 }
 
@@ -405,7 +446,7 @@ bool Run::WritesCheckpoints() const {
 }
 
 double Run::SetLearningRate() {
-  const double lr = position.lr_scale * LearningRate(position.step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
+  const double lr = position.lr_scale * LearningRate(cfg.train.schedule, position.step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
   for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   return lr;
 }
@@ -420,13 +461,30 @@ torch::Tensor Run::BatchLossSum(const Batch& b) {
   return next_token ? NextTokenLossSum(*model, b).sum : ComputeLossSum(Logits(*model, b), b, false).sum;
 }
 
-MicroBatchResult Run::ForwardBackward(const Batch& batch) {
+StepBatches Run::NextBatches(double* wait_seconds) {
+  StepBatches step;
+  *wait_seconds = 0;
+  const int64_t left = static_cast<int64_t>(epoch_plan_.size()) - position.batch_in_epoch;
+  for (int64_t i = 0; i < std::min<int64_t>(cfg.train.accumulate_steps, left); ++i) {
+    double wait = 0;
+    step.batches.push_back(loader_->Next(&wait));
+    *wait_seconds += wait;
+    step.real_tokens += step.batches.back().real_tokens;
+    step.padded_tokens += step.batches.back().padded_tokens;
+    step.samples += step.batches.back().samples;
+  }
+  return step;
+}
+
+MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
   model->train();
-  // Each micro-batch's loss is its share of the whole batch's mean (loss_count: the
-  // batch's samples or predicted tokens); only the last one's backward all-reduces.
-  const double loss_count = double(LossCount(batch, next_token));
+  // Each micro-batch's loss is its share of the whole step's mean (loss_count: the
+  // samples or predicted tokens of all its batches, as transformers normalises an
+  // accumulated step); only the last one's backward all-reduces.
+  double loss_count = 0;
+  for (const Batch& batch : step.batches) loss_count += double(LossCount(batch, next_token));
   const MicroBatchResult fb = micro_batches->Run(
-      batch,
+      step.batches,
       [&](const Batch& micro, bool last) {
         faults.BeforeMicroBatch(micro.padded_tokens);
         NoSync accumulate_only(last ? nullptr : ddp.get());
@@ -452,10 +510,10 @@ void Run::ClipAndStep() {
   optimizer->step();
 }
 
-void Run::Advance(const Batch& batch) {
+void Run::Advance(const StepBatches& step) {
   ++position.step;
-  ++position.batch_in_epoch;
-  position.tokens_seen += batch.real_tokens;
+  position.batch_in_epoch += static_cast<int64_t>(step.batches.size());
+  position.tokens_seen += step.real_tokens;
 }
 
 void Run::RollBack() {
@@ -479,6 +537,7 @@ void Run::SaveCheckpoint() {
   position.scaler = ScalerState{scaler->scale(), scaler->growth_tracker()};
   position.train_seconds = TrainSeconds();
   position.fingerprint = fingerprint;
+  checkpoints->Keep(position.best_step);  // export.best's checkpoint outlives keep_last
   const SavedCheckpoint saved = checkpoints->Save(position, *model, *optimizer);
   progress.Emit(ProgressRecord{
       "checkpoint",
@@ -500,17 +559,60 @@ void Run::Evaluate() {
   Log("eval step %lld epoch %lld: val_loss %.4f val_accuracy %.4f val_f1 %.4f",
       static_cast<long long>(position.step), static_cast<long long>(position.epoch), last_eval.loss,
       last_eval.accuracy, last_eval.f1);
+  TrackBest();
+  TrackEarlyStopping();
+}
+
+void Run::TrackBest() {
+  if (cfg.export_best.empty()) return;
+  const double v = MetricValue(last_eval, cfg.export_best);
+  if (position.best_step >= 0 && !Better(cfg.export_best, v, position.best_metric)) return;
+  position.best_step = position.step;
+  position.best_metric = v;
+  if (last_saved_step_ != position.step) SaveCheckpoint();  // the model export.best will export
+}
+
+// As transformers' EarlyStoppingCallback: an evaluation better than the best so far by
+// more than min_delta resets the count, any other adds one; the best moves on any gain.
+void Run::TrackEarlyStopping() {
+  const auto& es = cfg.train.early_stopping;
+  if (es.metric.empty()) return;
+  const double v = MetricValue(last_eval, es.metric);
+  if (!position.has_stop_best ||
+      (Better(es.metric, v, position.stop_best) && std::abs(v - position.stop_best) > es.min_delta))
+    position.evals_without_improvement = 0;
+  else
+    ++position.evals_without_improvement;
+  if (!position.has_stop_best || Better(es.metric, v, position.stop_best)) position.stop_best = v;
+  position.has_stop_best = true;
+  if (position.evals_without_improvement < es.patience) return;
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "early stopping at step %lld: %s has not improved on its best (%.6g) by more than %g for %lld "
+                "evaluations (train.early_stopping.patience %d)",
+                static_cast<long long>(position.step), es.metric.c_str(), position.stop_best, es.min_delta,
+                static_cast<long long>(position.evals_without_improvement), es.patience);
+  stop_early = text;
 }
 
 void Run::Finish() {
   if (last_eval_step_ != position.step) Evaluate();
   if (last_saved_step_ != position.step) SaveCheckpoint();
-  if (rank.rank == 0) Export();
+  if (!stop_early.empty()) Warn(progress, stop_early);
+  if (rank.rank == 0) {
+    if (position.best_step >= 0 && position.best_step != position.step) {
+      // export.best: the best evaluated step's model (its checkpoint was kept for this).
+      checkpoints->LoadModelAt(position.best_step, *model);
+      Log("export.best: exporting step %lld (%s %.6g)", static_cast<long long>(position.best_step),
+          cfg.export_best.c_str(), position.best_metric);
+    }
+    Export();
+  }
   progress.Emit(ProgressRecord{"done",
                                {{"step", double(position.step)}, {"val_loss", last_eval.loss},
                                 {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},
                                 {"val_perplexity", last_eval.perplexity}, {"train_seconds", TrainSeconds()}},
-                               {}});
+                               {{"stop_reason", stop_early}}});
   Log("done at step %lld: val_accuracy %.4f, %.1f s", static_cast<long long>(position.step), last_eval.accuracy,
       TrainSeconds());
 }

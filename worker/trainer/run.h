@@ -20,6 +20,7 @@
 
 #include "common/format/shard.h"
 #include "worker/trainer/optim/amp.h"
+#include "worker/trainer/optim/schedule.h"
 #include "worker/trainer/data/batching.h"
 #include "worker/trainer/checkpoint/checkpoint.h"
 #include "worker/trainer/config.h"
@@ -37,6 +38,13 @@
 
 namespace nightshift::trainer {
 
+// The batches of one optimizer step: train.accumulate_steps of them (fewer at an epoch's
+// end), and their sums.
+struct StepBatches {
+  std::vector<Batch> batches;
+  int64_t real_tokens = 0, padded_tokens = 0, samples = 0;
+};
+
 class Run {
  public:
   using Clock = std::chrono::steady_clock;
@@ -49,19 +57,20 @@ class Run {
   void OpenEpoch();
   bool EpochDone() const { return position.batch_in_epoch >= static_cast<int64_t>(epoch_plan_.size()); }
   bool StepLimitReached() const { return cfg.train.max_steps > 0 && position.step >= cfg.train.max_steps; }
-  Batch NextBatch(double* wait_seconds) { return loader_->Next(wait_seconds); }  // on the device
+  // The next step's batches, on the device; *wait_seconds: the time spent waiting for them.
+  StepBatches NextBatches(double* wait_seconds);
   // Sets the schedule's learning rate for the step about to run (scaled by lr_scale).
   double SetLearningRate();
   // What this rank wants of the step about to run (StepIntent: stop, checkpoint, poison).
   StepIntent Intent() const;
   // Forward and backward of the batch (micro-batches after an out-of-memory error), ending
   // in the step's one collective; agreement.decision() holds what the ranks decided.
-  MicroBatchResult ForwardBackward(const Batch& batch);
+  MicroBatchResult ForwardBackward(const StepBatches& step);
   // fp16: unscales and checks the gradients (an overflow skips the step and backs the
   // scale off); clips; steps the optimizer.
   void ClipAndStep();
-  // Position after a trained (or skipped) step of `batch`.
-  void Advance(const Batch& batch);
+  // Position after a trained (or skipped) step of `step`'s batches.
+  void Advance(const StepBatches& step);
   // Back to the newest complete checkpoint with half the learning rate (NaN guard).
   void RollBack();
   // Data parallel: every rank calls it; the writers (WritesCheckpoints) write.
@@ -69,9 +78,14 @@ class Run {
   // Whether this rank writes checkpoint_dir: rank 0 when it is shared
   // (cfg.checkpoint_dir_shared), else the first rank on each worker (local rank 0).
   bool WritesCheckpoints() const;
-  void Evaluate();        // the validation split; an `eval` event
+  // Whether eval.every_steps asks for an evaluation after this step.
+  bool EvalDue() const { return cfg.eval_every_steps > 0 && position.step % cfg.eval_every_steps == 0; }
+  // The validation split; an `eval` event. Then export.best's bookkeeping (a better value
+  // is checkpointed at once and kept) and train.early_stopping's (sets stop_early).
+  void Evaluate();
   // After the last step: evaluates and saves unless done at this step, exports the model
-  // (rank 0: checkpoint_dir/model, export.h; an `export` event); the `done` event.
+  // (rank 0: checkpoint_dir/model, export.h, that of the best step with export.best; an
+  // `export` event); the `done` event (with the early stop's reason).
   void Finish();
   void Export();
   double TrainSeconds() const;
@@ -108,8 +122,11 @@ class Run {
   RunPosition position;   // changes every step
   EvalMetrics last_eval;  // changes every evaluation
   int64_t oom_recoveries = 0;
+  std::string stop_early;  // why train.early_stopping ended the run ("": it did not)
 
  private:
+  void TrackBest();           // export.best
+  void TrackEarlyStopping();  // train.early_stopping
   friend std::unique_ptr<Run> BuildRun(const TrainConfig&, const RankInfo&, ProgressSink&);
 
   Clock::time_point started_ = Clock::now();

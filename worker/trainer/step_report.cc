@@ -16,7 +16,7 @@ double Seconds(Clock::time_point since) { return std::chrono::duration<double>(C
 StepReporter::StepReporter(const Run& run)
     : run_(run), first_step_(run.position.step), last_report_(Clock::now()), last_log_(Clock::now()) {}
 
-void StepReporter::Add(const Batch& batch, const MicroBatchResult& fb, double lr, double wait_seconds,
+void StepReporter::Add(const StepBatches& batch, const MicroBatchResult& fb, double lr, double wait_seconds,
                        double step_seconds) {
   const SyncStats& sync = run_.agreement->sync_stats();
   window_.steps++;
@@ -30,11 +30,12 @@ void StepReporter::Add(const Batch& batch, const MicroBatchResult& fb, double lr
   window_.loss += fb.loss;
   const int64_t step = run_.position.step;
   if (run_.progress.wants_steps() &&
-      (step == first_step_ + 1 || run_.EpochDone() || Seconds(last_report_) >= 0.5 || StopRequested()))
+      (step == first_step_ + 1 || run_.EpochDone() || run_.EvalDue() || run_.StepLimitReached() ||
+       Seconds(last_report_) >= 0.5 || StopRequested()))
     Emit(batch, fb, lr);
 }
 
-void StepReporter::Emit(const Batch& last, const MicroBatchResult& fb, double lr) {
+void StepReporter::Emit(const StepBatches& last, const MicroBatchResult& fb, double lr) {
   const Window& w = window_;
   const RunPosition& pos = run_.position;
   const double mean_loss = w.loss / w.steps;

@@ -1,6 +1,7 @@
 // The `step` events: each step's figures summed into a window and reported as means at
-// most about twice a second (and after the attempt's first step, at each epoch's end
-// and when a stop was requested), with a log line at most every 10 s. The keys are those
+// most about twice a second (and after the attempt's first step, at each epoch's end,
+// before an evaluation, at max_steps and when a stop was requested: a run's last step is
+// always reported), with a log line at most every 10 s. The keys are those
 // of common/format/step_metrics.h, which the worker exports; a test checks both ways.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_STEP_REPORT_H_
 #define NIGHTSHIFT_WORKER_TRAINER_STEP_REPORT_H_
@@ -18,10 +19,10 @@ class StepReporter {
 
   // After a step of `batch` (run.position already advanced): `lr` it ran with, seconds
   // it waited for data and took in all.
-  void Add(const Batch& batch, const MicroBatchResult& fb, double lr, double wait_seconds, double step_seconds);
+  void Add(const StepBatches& batch, const MicroBatchResult& fb, double lr, double wait_seconds, double step_seconds);
 
  private:
-  void Emit(const Batch& last, const MicroBatchResult& fb, double lr);
+  void Emit(const StepBatches& last, const MicroBatchResult& fb, double lr);
 
   const Run& run_;
   const int64_t first_step_;  // the attempt's first step is reported at once

@@ -35,26 +35,27 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// The loop: BuildRun composes the parts (run.h); each step is batch -> forward/backward
-// (micro-batches after an out-of-memory error) ending in the ranks' one vote -> NaN guard
-// -> unscale/clip/step -> report -> checkpoint (and stop on SIGTERM); every epoch ends
-// with an evaluation. All state that outlives a step is run->position.
+// The loop: BuildRun composes the parts (run.h); each step is batches (accumulate_steps of
+// them) -> forward/backward (micro-batches after an out-of-memory error) ending in the
+// ranks' one vote -> NaN guard -> unscale/clip/step -> report -> checkpoint (and stop on
+// SIGTERM) -> evaluation every eval.every_steps, else at every epoch's end (early
+// stopping ends the run there). All state that outlives a step is run->position.
 int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) {
   const std::unique_ptr<Run> run = BuildRun(cfg, rank, progress);
   RunPosition& pos = run->position;
   StepReporter report(*run);
   bool stopped = false;
-  while (!stopped && pos.epoch < cfg.train.epochs && !run->StepLimitReached()) {
+  while (!stopped && run->stop_early.empty() && pos.epoch < cfg.train.epochs && !run->StepLimitReached()) {
     run->OpenEpoch();
     bool rolled_back = false;
-    while (!run->EpochDone() && !run->StepLimitReached() && !stopped && !rolled_back) {
+    while (!run->EpochDone() && !run->StepLimitReached() && !stopped && !rolled_back && run->stop_early.empty()) {
       run->faults.BeforeStep(pos.step + 1);
       const auto t_step = Clock::now();
       double wait = 0;
-      const Batch batch = run->NextBatch(&wait);
+      const StepBatches batches = run->NextBatches(&wait);  // train.accumulate_steps batches
       const double lr = run->SetLearningRate();
       run->agreement->Begin(run->Intent());
-      const MicroBatchResult fb = run->ForwardBackward(batch);
+      const MicroBatchResult fb = run->ForwardBackward(batches);
       const StepDecision& agreed = run->agreement->decision();
       switch (run->nan_guard.Observe(agreed.loss_finite)) {
         case NanGuard::Action::kStep: run->ClipAndStep(); break;
@@ -65,13 +66,14 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
                                    " steps in a row again after rolling back to a checkpoint with half the "
                                    "learning rate: the run diverges; lower spec.train.lr or use precision fp32");
       }
-      run->Advance(batch);
-      report.Add(batch, fb, lr, wait, Seconds(t_step));
+      run->Advance(batches);
+      report.Add(batches, fb, lr, wait, Seconds(t_step));
       stopped = agreed.stop;
       if (agreed.stop || agreed.save) run->SaveCheckpoint();
+      if (!stopped && run->EvalDue()) run->Evaluate();  // eval.every_steps (may stop early)
     }
     if (stopped || rolled_back || !run->EpochDone()) continue;  // a roll-back resumes mid-epoch
-    run->Evaluate();
+    if (cfg.eval_every_steps == 0) run->Evaluate();
     ++pos.epoch;
     pos.batch_in_epoch = 0;
   }
@@ -115,13 +117,6 @@ void InstallStopSignalHandler() {
 void RequestStop() { g_stop_requested.store(true); }
 void ClearStopRequest() { g_stop_requested.store(false); }
 bool StopRequested() { return g_stop_requested.load(); }
-
-double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak) {
-  if (step < warmup) return peak * double(step + 1) / double(warmup);
-  const double span = double(total - warmup);
-  if (span <= 0) return peak;
-  return peak * std::max(0.0, double(total - step) / span);
-}
 
 namespace {
 

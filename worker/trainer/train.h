@@ -28,10 +28,6 @@ void RequestStop();       // what the handler does (async-signal-safe); tests ca
 void ClearStopRequest();  // tests
 bool StopRequested();
 
-// Linear warm-up over `warmup` steps to `peak`, then linear decay to 0 at `total`.
-// `step` is the 0-based index of the step about to run.
-double LearningRate(int64_t step, int64_t warmup, int64_t total, double peak);
-
 class ProcessGroup;
 
 struct EvalMetrics {

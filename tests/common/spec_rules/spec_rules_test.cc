@@ -75,6 +75,7 @@ TEST(SpecRulesTest, NumbersAtTheirLimitsAndJustBeyond) {
         v.Set(L::kPretrained, std::string("/m"));
         v.Set(L::kAdapterType, std::string("lora"));
       }
+      if (path.rfind("train.early_stopping.", 0) == 0) v.Set(L::kEarlyStoppingMetric, std::string("val_loss"));
       if (path == L::kHeads.path) {  // a d_model it divides, where one is in range
         v.Set(L::kDModel, static_cast<int64_t>(std::min(std::max(x, 1.0), L::kDModel.max)));
       } else if (path != L::kDModel.path) {

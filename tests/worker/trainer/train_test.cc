@@ -104,15 +104,6 @@ TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
   EXPECT_NE(p3.records.back().String("message").find("/nonexistent/train.shard"), std::string::npos);
 }
 
-TEST(LearningRateTest, WarmupThenLinearDecayToZero) {
-  EXPECT_DOUBLE_EQ(LearningRate(0, 10, 110, 1.0), 0.1);
-  EXPECT_DOUBLE_EQ(LearningRate(9, 10, 110, 1.0), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRate(10, 10, 110, 1.0), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRate(60, 10, 110, 1.0), 0.5);
-  EXPECT_DOUBLE_EQ(LearningRate(109, 10, 110, 1.0), 0.01);
-  EXPECT_DOUBLE_EQ(LearningRate(0, 0, 10, 2.0), 2.0);
-}
-
 TEST(ProgressSinkTest, WritesOneParseableLinePerEvent) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);

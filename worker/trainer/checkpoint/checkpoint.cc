@@ -114,7 +114,12 @@ json PositionToJson(const RunPosition& p) {
           {"max_tokens", p.max_tokens},
           {"train_seconds", p.train_seconds},
           {"tokens_seen", p.tokens_seen},
-          {"rng_cpu", Hex(p.rng_cpu)}};
+          {"rng_cpu", Hex(p.rng_cpu)},
+          {"best_step", p.best_step},
+          {"best_metric", p.best_metric},
+          {"has_stop_best", p.has_stop_best},
+          {"stop_best", p.stop_best},
+          {"evals_without_improvement", p.evals_without_improvement}};
 }
 
 // Version 2: the "position" object. Throws json::exception on a missing or mistyped field.
@@ -130,6 +135,12 @@ RunPosition PositionFromJson(const json& j) {
   p.train_seconds = j.at("train_seconds").get<double>();
   p.tokens_seen = j.at("tokens_seen").get<int64_t>();
   p.rng_cpu = Unhex(j.at("rng_cpu").get<std::string>());
+  // Absent in checkpoints written before export.best and early stopping.
+  p.best_step = j.value("best_step", int64_t{-1});
+  p.best_metric = j.value("best_metric", 0.0);
+  p.has_stop_best = j.value("has_stop_best", false);
+  p.stop_best = j.value("stop_best", 0.0);
+  p.evals_without_improvement = j.value("evals_without_improvement", int64_t{0});
   return p;
 }
 
@@ -278,7 +289,8 @@ std::vector<std::string> CheckpointManager::ListComplete() const {
 void CheckpointManager::Prune() {
   std::vector<std::string> complete = ListComplete();
   const size_t keep = static_cast<size_t>(std::max(options_.keep_last, 1));
-  for (size_t i = 0; i + keep < complete.size(); ++i) RemoveCheckpoint(complete[i]);
+  for (size_t i = 0; i + keep < complete.size(); ++i)
+    if (format::StepOfDirName(fs::path(complete[i]).filename().string()) != kept_step_) RemoveCheckpoint(complete[i]);
   // Leftovers of saves that crashed before their marker, older than the newest checkpoint.
   const int64_t newest = complete.empty() ? -1 : format::StepOfDirName(fs::path(complete.back()).filename().string());
   std::error_code ec;

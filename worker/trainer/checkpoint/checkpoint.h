@@ -112,6 +112,9 @@ class CheckpointManager {
   // directory. Throws naming what is wrong (nothing committed then), FencedError as Save.
   std::string Install(int64_t step, const std::map<std::string, std::string>& files);
 
+  // Prune keeps the checkpoint of `step` whatever keep_last says (export.best's); -1: none.
+  void Keep(int64_t step) { kept_step_ = step; }
+
   // Step directories with their COMPLETE marker, oldest first. Fenced, without those
   // a later attempt wrote.
   std::vector<std::string> ListComplete() const;
@@ -123,6 +126,7 @@ class CheckpointManager {
 
   const CheckpointOptions options_;
   std::chrono::steady_clock::time_point last_save_;
+  int64_t kept_step_ = -1;
 };
 
 // What a checkpoint is only valid for: the seed, the batching options, the data shards

@@ -56,14 +56,25 @@ std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces) {
 
 MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward_backward,
                                        const std::function<void()>& zero_grad) {
+  return Run(std::vector<Batch>{batch}, forward_backward, zero_grad);
+}
+
+MicroBatchResult MicroBatchRunner::Run(const std::vector<Batch>& batches, const StepFn& forward_backward,
+                                       const std::function<void()>& zero_grad) {
   MicroBatchResult result;
-  int64_t pieces = PiecesFor(batch, micro_batch_tokens_);
-  std::vector<Batch> micro = SplitBatch(batch, pieces);
-  // Uneven lengths: cut finer until every micro-batch is within the budget that fit.
-  while (micro_batch_tokens_ > 0 && pieces < batch.rows() &&
-         std::any_of(micro.begin(), micro.end(),
-                     [&](const Batch& m) { return m.padded_tokens > micro_batch_tokens_; }))
-    micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.rows()));
+  // pieces[i]: how many micro-batches batch i is cut into.
+  std::vector<int64_t> pieces;
+  std::vector<Batch> micro;
+  for (const Batch& batch : batches) {
+    int64_t n = PiecesFor(batch, micro_batch_tokens_);
+    std::vector<Batch> cut = SplitBatch(batch, n);
+    // Uneven lengths: cut finer until every micro-batch is within the budget that fit.
+    while (micro_batch_tokens_ > 0 && n < batch.rows() &&
+           std::any_of(cut.begin(), cut.end(), [&](const Batch& m) { return m.padded_tokens > micro_batch_tokens_; }))
+      cut = SplitBatch(batch, n = std::min(n * 2, batch.rows()));
+    pieces.push_back(n);
+    micro.insert(micro.end(), cut.begin(), cut.end());
+  }
   for (;;) {
     zero_grad();
     double loss = 0;
@@ -79,7 +90,9 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
       if (!IsOutOfMemory(e)) throw;
       oom = true;
     }
-    const bool unsplittable = oom && pieces >= batch.rows();
+    bool at_one_sample = true;
+    for (size_t i = 0; i < batches.size(); ++i) at_one_sample = at_one_sample && pieces[i] >= batches[i].rows();
+    const bool unsplittable = oom && at_one_sample;
     const OomVote vote = options_.vote(oom, unsplittable, loss);
     if (!vote.any_oom) {
       result.loss = loss;
@@ -95,7 +108,12 @@ MicroBatchResult MicroBatchRunner::Run(const Batch& batch, const StepFn& forward
                               " padded tokens)"
                         : std::string("another rank ran out of memory with a single sample per micro-batch")) +
           ": that sample cannot fit; lower model.max_len, the model size, or use activation_checkpointing: full");
-    if (pieces < batch.rows()) micro = SplitBatch(batch, pieces = std::min(pieces * 2, batch.rows()));
+    micro.clear();
+    for (size_t i = 0; i < batches.size(); ++i) {
+      pieces[i] = std::min(pieces[i] * 2, batches[i].rows());
+      const std::vector<Batch> cut = SplitBatch(batches[i], pieces[i]);
+      micro.insert(micro.end(), cut.begin(), cut.end());
+    }
     ++result.oom_recoveries;
     ++total_recoveries_;
   }

@@ -80,6 +80,12 @@ class MicroBatchRunner {
   // Runs the batch (see the header comment). Rethrows errors other than out-of-memory.
   MicroBatchResult Run(const Batch& batch, const StepFn& forward_backward,
                        const std::function<void()>& zero_grad);
+  // The batches of one optimizer step (train.accumulate_steps of them) as one: each is cut
+  // as a batch alone would be, and the step function is called on all their micro-batches
+  // in order, `last` only on the very last (no gradient synchronisation before it).
+  // unsplittable: every batch is at one sample per micro-batch.
+  MicroBatchResult Run(const std::vector<Batch>& batches, const StepFn& forward_backward,
+                       const std::function<void()>& zero_grad);
 
   // Padded tokens per micro-batch since the last recovery; 0: whole batches.
   int64_t micro_batch_tokens() const { return micro_batch_tokens_; }

@@ -36,6 +36,38 @@ torch::Tensor LoraBranch::Apply(const torch::Tensor& x, bool training) {
   return b_(a_(Dropout(x, dropout_, training))) * scaling_;
 }
 
+torch::Tensor LoraBranch::Delta() const {
+  return torch::matmul(b_->weight, a_->weight) * scaling_;
+}
+
+void LoraBranch::Remove(torch::nn::Module& host) {
+  host.unregister_module("lora_A");
+  host.unregister_module("lora_B");
+  a_ = nullptr;
+  b_ = nullptr;
+}
+
+void ProjectionImpl::MergeLora() {
+  if (!lora_.attached()) return;
+  torch::NoGradGuard no_grad;
+  weight.add_(lora_.Delta().to(weight.dtype()));
+  lora_.Remove(*this);
+}
+
+void Conv1DImpl::MergeLora() {
+  if (!lora_.attached()) return;
+  torch::NoGradGuard no_grad;
+  weight.add_(lora_.Delta().t().to(weight.dtype()));
+  lora_.Remove(*this);
+}
+
+void MergeLora(torch::nn::Module& model) {
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* p = dynamic_cast<ProjectionImpl*>(m.get())) p->MergeLora();
+    if (auto* c = dynamic_cast<Conv1DImpl*>(m.get())) c->MergeLora();
+  }
+}
+
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::LinearImpl::forward(x);
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;

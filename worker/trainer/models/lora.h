@@ -42,6 +42,10 @@ class LoraBranch {
   bool attached() const { return !a_.is_empty(); }
   // scaling * B(A(dropout(x))); x [..., in] -> [..., out].
   torch::Tensor Apply(const torch::Tensor& x, bool training);
+  // scaling * B A, [out, in]: what merging adds to a Linear's weight.
+  torch::Tensor Delta() const;
+  // Unregisters lora_A and lora_B from `host`; the branch is then detached.
+  void Remove(torch::nn::Module& host);
 
  private:
   torch::nn::Linear a_{nullptr}, b_{nullptr};
@@ -55,6 +59,8 @@ class ProjectionImpl : public torch::nn::LinearImpl {
   torch::Tensor forward(const torch::Tensor& x);
   void AttachLora(const LoraOptions& options);
   bool has_lora() const { return lora_.attached(); }
+  // weight += scaling * B A, then the update is removed (PEFT's merge_and_unload).
+  void MergeLora();
 
  private:
   LoraBranch lora_;
@@ -68,6 +74,7 @@ class Conv1DImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   void AttachLora(const LoraOptions& options);
   bool has_lora() const { return lora_.attached(); }
+  void MergeLora();  // weight [in, out] += (scaling * B A)^T (fan_in_fan_out), then removed
   torch::Tensor weight, bias;
 
  private:
@@ -110,6 +117,10 @@ AdapterConfig ReadPeftAdapterConfig(const std::string& dir, const std::vector<st
 // "base_model.model.", each onto the trainable tensor of that name. Throws naming the
 // first tensor the model lacks, or the first trainable tensor the file lacks.
 void LoadPeftAdapter(const std::string& dir, torch::nn::Module& model, const std::vector<std::string>& roots = {});
+
+// Folds every update of `model` into the weight it adapts and removes it, leaving the
+// base model's parameter names: the model PEFT's merge_and_unload() returns.
+void MergeLora(torch::nn::Module& model);
 
 // PEFT's name of trainable tensor `name` in adapter_model.safetensors.
 inline std::string PeftTensorName(const std::string& name) { return "base_model.model." + name; }

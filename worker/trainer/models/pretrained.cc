@@ -149,6 +149,7 @@ AdapterConfig JobAdapter(const ModelConfig& m) {
   a.lora.r = m.adapter.r;
   a.lora.alpha = m.adapter.alpha;
   a.lora.dropout = m.adapter.dropout;
+  a.lora.rslora = m.adapter.rslora;
   a.target_modules = m.adapter.target_modules;
   a.modules_to_save = m.adapter.modules_to_save;
   return a;

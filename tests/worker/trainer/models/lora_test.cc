@@ -151,6 +151,54 @@ TEST_F(LoraTest, ExportLoadsInPeftWithOurLogits) {
   }
 }
 
+// export.merge: the adapter folded into the weights (MergeLora), exported as a full
+// model, is PEFT's merge_and_unload() and loads in transformers with its logits.
+TEST_F(LoraTest, TheMergedExportIsPeftsMergeAndUnload) {
+  for (const std::string name : kCases) {
+    const json& ref = Case(name);
+    std::shared_ptr<SequenceModel> model = WithPeftAdapter(name);
+    model->eval();
+    auto [tokens, pad_mask] = Inputs(ref);
+    torch::Tensor unmerged, merged;
+    {
+      torch::NoGradGuard no_grad;
+      unmerged = model->forward(tokens, pad_mask);
+      MergeLora(*model);
+      merged = model->forward(tokens, pad_mask);
+    }
+    for (const auto& p : model->named_parameters())
+      EXPECT_EQ(p.key().find("lora_"), std::string::npos) << name << ": " << p.key() << " left after merging";
+    EXPECT_LT(MaxRelative(merged, unmerged), 1e-5) << name;
+    const std::string out = testing::FreshDir("lora_merged_" + name);
+    // The export copies the base's tokenizer; these bases have none, so a copy gets a stand-in.
+    fs::copy(Base(name), out + "/base", fs::copy_options::recursive);
+    std::ofstream(out + "/base/tokenizer.json") << "{}";
+    TrainConfig c;
+    c.model.arch = "pretrained";
+    c.model.pretrained = out + "/base";
+    c.model.task = "classification";
+    c.model.dropout = -1;  // config.json's
+    const json base_config = json::parse(ReadAll(Base(name) + "/config.json"));
+    c.data.num_classes = base_config.contains("id2label") ? static_cast<int>(base_config["id2label"].size()) : 2;
+    for (int i = 0; i < c.data.num_classes; ++i) c.data.class_names.push_back("c" + std::to_string(i));
+    ExportModel(out + "/merged", c, *model, ExportInfo{});
+    const std::string inputs = out + "/inputs.json";
+    std::ofstream(inputs) << json{{"input_ids", ref["input_ids"]}, {"attention_mask", ref["attention_mask"]}}.dump();
+    const std::string command = std::string(NIGHTSHIFT_PYTHON) + " " + NIGHTSHIFT_SOURCE_DIR +
+                                "/tests/support/lora_reference.py --check-merged " + Base(name) + " " + Adapter(name) +
+                                " " + out + "/merged " + inputs + " > " + out + "/peft.json 2> " + out + "/peft.log";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n" << ReadAll(out + "/peft.log");
+    const json peft = json::parse(ReadAll(out + "/peft.json"));
+    EXPECT_LT(peft["max_relative_weight_difference"].get<double>(), 1e-5) << name;
+    const torch::Tensor loaded = FromJson(peft["logits"], torch::kFloat);
+    const torch::Tensor reference = FromJson(peft["peft_logits"], torch::kFloat);
+    std::printf("%-10s merged: max relative |ours in transformers - merge_and_unload()| %.2e\n", name.c_str(),
+                MaxRelative(loaded, reference));
+    EXPECT_LT(MaxRelative(loaded, reference), 1e-5) << name;
+    EXPECT_LT(MaxRelative(merged, reference), 1e-5) << name;
+  }
+}
+
 TEST_F(LoraTest, ATargetThatMatchesNothingIsNamedWithTheCandidates) {
   HfConfig config;
   std::shared_ptr<SequenceModel> model = LoadPretrained(Base("llama"), {}, &config);

@@ -1,0 +1,183 @@
+// The recipe settings through whole runs of the trainer: train.accumulate_steps (an
+// accumulated step is the full batch's step, alone and with data parallelism),
+// train.schedule (the learning rate every step trained with), eval.every_steps,
+// train.early_stopping and export.best.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/worker/trainer/ranks_util.h"
+#include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/checkpoint/checkpoint.h"
+#include "worker/trainer/checkpoint/export.h"
+#include "worker/trainer/optim/schedule.h"
+#include "worker/trainer/run.h"
+#include "worker/trainer/train.h"
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// No dropout: a step cut into two batches draws no other masks than the whole batch.
+TrainConfig Config(const std::string& name) {
+  TrainConfig c = testing::TinyConfig(testing::FreshDir(name), /*n_train=*/40);
+  c.model.dropout = 0;
+  c.train.warmup_steps = 2;
+  return c;
+}
+
+std::vector<torch::Tensor> Final(const TrainConfig& c) {
+  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  return testing::LatestCheckpointParameters(*model, c.checkpoint_dir);
+}
+
+void ExpectClose(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double tolerance) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max(1e-3, b[i].abs().max().item<double>());
+    EXPECT_LE((a[i] - b[i]).abs().max().item<double>() / scale, tolerance) << "parameter " << i;
+  }
+}
+
+std::vector<format::ProgressRecord> Events(const MemoryProgressSink& p, const std::string& event) {
+  std::vector<format::ProgressRecord> out;
+  for (const auto& r : p.records)
+    if (r.event == event) out.push_back(r);
+  return out;
+}
+
+// The gradients of the run's first step (after its one synchronisation, with ranks),
+// through the loop's own calls (run.h); parameters without one read as zeros.
+std::vector<torch::Tensor> FirstStepGradients(const TrainConfig& c, const RankInfo& rank = RankInfo{}) {
+  MemoryProgressSink progress;
+  std::unique_ptr<Run> run = BuildRun(c, rank, progress);
+  run->OpenEpoch();
+  double wait = 0;
+  const StepBatches step = run->NextBatches(&wait);
+  EXPECT_EQ(step.batches.size(), size_t(c.train.accumulate_steps));
+  run->SetLearningRate();
+  run->agreement->Begin(run->Intent());
+  run->ForwardBackward(step);
+  std::vector<torch::Tensor> out;
+  for (const auto& p : run->model->parameters())
+    out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return out;
+}
+
+TEST(RecipeTest, AnAccumulatedStepIsTheFullBatchStep) {
+  TrainConfig whole = Config("recipe_whole");
+  whole.train.batch_size = 8;
+  TrainConfig halves = Config("recipe_halves");
+  halves.train.batch_size = 4;
+  halves.train.accumulate_steps = 2;
+  ExpectClose(FirstStepGradients(halves), FirstStepGradients(whole), 1e-6);
+  // Whole runs: the same step count (40 samples / 8, two epochs).
+  MemoryProgressSink p1, p2;
+  ASSERT_EQ(RunTraining(whole, RankInfo{}, p1), kExitOk) << p1.records.back().String("message");
+  ASSERT_EQ(RunTraining(halves, RankInfo{}, p2), kExitOk) << p2.records.back().String("message");
+  EXPECT_EQ(p1.records.back().Number("step"), 10);
+  EXPECT_EQ(p2.records.back().Number("step"), 10);
+  // An epoch of 10 batches of 4 in steps of 3: 3, 3, 3, then the 1 left.
+  TrainConfig thirds = Config("recipe_thirds");
+  thirds.train.batch_size = 4;
+  thirds.train.accumulate_steps = 3;
+  MemoryProgressSink p3;
+  ASSERT_EQ(RunTraining(thirds, RankInfo{}, p3), kExitOk) << p3.records.back().String("message");
+  EXPECT_EQ(p3.records.back().Number("step"), 8);
+}
+
+// Two ranks of batch 2 accumulating 2 batches each: the same 8 samples per step as one
+// rank's batch of 8, with one gradient synchronisation per step.
+TEST(RecipeTest, AnAccumulatedStepWithDataParallelismIsTheFullBatchStep) {
+  TrainConfig whole = Config("recipe_ddp_whole");
+  whole.train.batch_size = 8;
+  const std::vector<torch::Tensor> reference = FirstStepGradients(whole);
+  TrainConfig c = Config("recipe_ddp");
+  c.train.batch_size = 2;
+  c.train.accumulate_steps = 2;
+  c.data_parallel.world_size = 2;
+  c.data_parallel.timeout_seconds = 60;
+  const int port = testing::FreePort();
+  std::vector<std::vector<torch::Tensor>> grads(2);
+  testing::RunRanks(2, [&](int r) { grads[r] = FirstStepGradients(c, testing::LoopbackRank(r, 2, port)); });
+  ExpectClose(grads[0], reference, 1e-6);
+  ExpectClose(grads[1], reference, 1e-6);
+}
+
+TEST(RecipeTest, EveryStepTrainsWithTheSchedulesLearningRate) {
+  for (const std::string schedule : {"linear", "cosine", "constant"}) {
+    TrainConfig c = Config("recipe_schedule_" + schedule);
+    c.train.schedule = schedule;
+    c.train.warmup_steps = 3;
+    MemoryProgressSink p;
+    ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
+    const auto steps = Events(p, "step");
+    ASSERT_FALSE(steps.empty());
+    for (const auto& r : steps) {
+      const int64_t step = static_cast<int64_t>(r.Number("step"));
+      EXPECT_DOUBLE_EQ(r.Number("lr"), LearningRate(schedule, step - 1, 3, 10, c.train.lr)) << schedule << " step " << step;
+    }
+  }
+}
+
+// Evaluations every 2 steps; with a min_delta no change can beat, the first sets the best
+// and the next two do not improve on it: the run ends after the third, a success that says why.
+TEST(RecipeTest, EvaluatesEveryNStepsAndStopsEarlyWithTheReason) {
+  TrainConfig c = Config("recipe_early");
+  c.eval_every_steps = 2;
+  c.train.early_stopping.metric = "val_loss";
+  c.train.early_stopping.patience = 2;
+  c.train.early_stopping.min_delta = 1e9;
+  MemoryProgressSink p;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
+  const auto evals = Events(p, "eval");
+  ASSERT_EQ(evals.size(), 3u);
+  for (size_t i = 0; i < evals.size(); ++i) EXPECT_EQ(evals[i].Number("step"), 2.0 * (i + 1));
+  EXPECT_EQ(p.records.back().event, "done");
+  EXPECT_EQ(p.records.back().Number("step"), 6);
+  EXPECT_NE(p.records.back().String("stop_reason").find("early stopping at step 6: val_loss has not improved"),
+            std::string::npos)
+      << p.records.back().String("stop_reason");
+  // Without early stopping, the same evaluations come every 2 steps to the end (10).
+  TrainConfig plain = Config("recipe_every");
+  plain.eval_every_steps = 2;
+  MemoryProgressSink q;
+  ASSERT_EQ(RunTraining(plain, RankInfo{}, q), kExitOk);
+  EXPECT_EQ(Events(q, "eval").size(), 5u);
+  EXPECT_EQ(q.records.back().String("stop_reason"), "");
+}
+
+// export.best: the exported model is the checkpoint of the evaluation with the lowest
+// val_loss, kept although keep_last 1 prunes every other; a high learning rate makes the
+// loss rise after its best.
+TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
+  TrainConfig c = Config("recipe_best");
+  c.train.lr = 0.3;
+  c.train.grad_clip = 0;
+  c.train.epochs = 4;
+  c.eval_every_steps = 2;
+  c.export_best = "val_loss";
+  c.checkpoint.keep_last = 1;
+  MemoryProgressSink p;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
+  double best = 1e300;
+  int64_t best_step = -1;
+  for (const auto& r : Events(p, "eval"))
+    if (r.Number("val_loss") < best) best = r.Number("val_loss"), best_step = static_cast<int64_t>(r.Number("step"));
+  ASSERT_LT(best_step, 20) << "the loss did not rise after its best; this test needs it to";
+  const auto exports = Events(p, "export");
+  ASSERT_EQ(exports.size(), 1u);
+  EXPECT_EQ(exports[0].Number("step"), best_step);
+  // The folder holds the best step's parameters: those of its kept checkpoint.
+  CheckpointManager manager(CheckpointOptions{c.checkpoint_dir});
+  EXPECT_EQ(manager.ListComplete().size(), 2u);  // the last, and the best
+  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  manager.LoadModelAt(best_step, *model);
+  const auto exported = ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors");
+  for (const auto& [name, t] : ExportTensors(c.model.arch, *model))
+    EXPECT_TRUE(torch::equal(t, exported.at(name))) << name;
+}
+
+}  // namespace
+}  // namespace nightshift::trainer
