@@ -144,6 +144,9 @@ def main():
     ap.add_argument("--optimizer", default="fused", choices=sorted(OPTIMIZERS),
                     help="AdamW's implementation: fused=True (Trainer's default, adamw_torch_fused), foreach, single")
     ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--lora", type=int, default=0,
+                    help="r > 0: a PEFT LoRA adapter (LoraConfig(r, lora_alpha=2r, target_modules='all-linear', "
+                         "lora_dropout=0)) on the frozen model; the optimizer sees its parameters only, as Trainer's")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
@@ -156,6 +159,10 @@ def main():
     pad_id = json.load(open(os.path.join(a.data, "meta.json")))["pad_id"]
     model = AutoModelForCausalLM.from_pretrained(a.model, attn_implementation="sdpa", dtype=torch.float32)
     model.config.use_cache = False
+    if a.lora > 0:
+        from peft import LoraConfig, TaskType, get_peft_model
+        model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=a.lora, lora_alpha=2 * a.lora,
+                                                 lora_dropout=0.0, target_modules="all-linear"))
     rng = random.Random(a.seed)
     order = list(range(len(samples)))
     rng.shuffle(order)
@@ -189,7 +196,8 @@ def main():
         tokens += n
         padded += ids.numel()
     seconds = time.perf_counter() - t0
-    result.update({"who": "transformers" + ("+compile" if a.compile else ""), "steps": total - a.skip_steps,
+    result.update({"who": ("peft+" if a.lora else "") + "transformers" + ("+compile" if a.compile else ""),
+                   "lora_r": a.lora, "steps": total - a.skip_steps,
                    "seconds": round(seconds, 2), "tokens_per_second": round(tokens / seconds, 1),
                    "padding_efficiency": round(tokens / max(padded, 1), 4), "loss": float(loss.detach()),
                    "packing": "best-fit decreasing (nightshift's PackRowsBestFit)",

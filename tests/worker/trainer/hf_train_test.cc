@@ -265,23 +265,28 @@ std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
 
 // Killed after the checkpoint of step 3 and resumed, with dropout on (the generator is
 // restored too): the same parameters, bit for bit, as a run never interrupted.
-TEST_F(HfTrainTest, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  TrainConfig c = PretrainedConfig("hf_resume", "distilbert");
-  c.model.dropout = 0.1;
+// `c` killed at step 5 and resumed (from step 3) against `whole`, the same run never
+// interrupted in another folder: the same parameters, bit for bit.
+void ExpectResumeBitIdentical(const TrainConfig& c, const TrainConfig& whole) {
   EXPECT_DEATH(RunUntilAbort(c, 5), "fault injection: aborting at step 5");
   ASSERT_TRUE(fs::exists(c.checkpoint_dir + "/step-00000003/COMPLETE"));
   MemoryProgressSink resumed;
   ASSERT_EQ(RunTraining(c, RankInfo{}, resumed), kExitOk) << resumed.records.back().String("message");
   EXPECT_EQ(resumed.records.front().Number("resumed_step"), 3);
-
-  TrainConfig whole = PretrainedConfig("hf_resume_reference", "distilbert");
-  whole.model.dropout = 0.1;
   MemoryProgressSink progress;
   ASSERT_EQ(RunTraining(whole, RankInfo{}, progress), kExitOk);
   const auto a = FinalParameters(c), b = FinalParameters(whole);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+}
+
+TEST_F(HfTrainTest, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TrainConfig c = PretrainedConfig("hf_resume", "distilbert");
+  c.model.dropout = 0.1;
+  TrainConfig whole = PretrainedConfig("hf_resume_reference", "distilbert");
+  whole.model.dropout = 0.1;
+  ExpectResumeBitIdentical(c, whole);
 }
 
 // Whole runs with a token budget, every architecture: the budget is the one asked for
@@ -364,17 +369,9 @@ TEST_F(HfTrainTest, AResumedLoraRunEndsBitIdenticalToAnUninterruptedOne) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   TrainConfig c = LoraConfig(PretrainedConfig("hf_lora_resume", "roberta"));
   c.model.adapter.dropout = 0.1;
-  EXPECT_DEATH(RunUntilAbort(c, 5), "fault injection: aborting at step 5");
-  MemoryProgressSink resumed;
-  ASSERT_EQ(RunTraining(c, RankInfo{}, resumed), kExitOk) << resumed.records.back().String("message");
-  EXPECT_EQ(resumed.records.front().Number("resumed_step"), 3);
   TrainConfig whole = LoraConfig(PretrainedConfig("hf_lora_resume_reference", "roberta"));
   whole.model.adapter.dropout = 0.1;
-  MemoryProgressSink progress;
-  ASSERT_EQ(RunTraining(whole, RankInfo{}, progress), kExitOk);
-  const auto a = FinalParameters(c), b = FinalParameters(whole);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  ExpectResumeBitIdentical(c, whole);
 }
 
 // Data parallelism reduces the adapter's gradients only: two ranks take the step of one.

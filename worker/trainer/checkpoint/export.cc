@@ -324,12 +324,31 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
   }
 }
 
-void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model, const ExportInfo& info) {
-  const fs::path final_dir = dir;
-  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+// An empty folder beside `dir` that an export fills before CommitExportFolder.
+fs::path NewExportFolder(const std::string& dir) {
+  const fs::path tmp = dir + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec)) throw std::runtime_error("export: cannot create " + tmp.string() + ": " + ec.message());
+  return tmp;
+}
+
+// Writes checksums.json of `files` into `tmp`, then puts `tmp` in the place of `dir` at once.
+void CommitExportFolder(const fs::path& tmp, const std::string& dir, const json& files) {
+  const json sums = {{"algorithm", crypto::kChecksumAlgorithm}, {"files", files}};
+  if (std::string err = io::WriteFileAtomically((tmp / "checksums.json").string(), sums.dump(2) + "\n"); !err.empty())
+    throw std::runtime_error("export: " + err);
+  const fs::path final_dir = dir;
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw std::runtime_error("export: cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
+  if (std::string err = io::SyncDirectory(final_dir.parent_path().string()); !err.empty())
+    throw std::runtime_error("export: " + err);
+}
+
+void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model, const ExportInfo& info) {
+  const fs::path tmp = NewExportFolder(dir);
   json files = json::object();
   const bool pretrained = config.model.arch == "pretrained";
   const fs::path weights = tmp / "model.safetensors";
@@ -344,24 +363,12 @@ void ExportModel(const std::string& dir, const TrainConfig& config, SequenceMode
   }
   if (std::ostringstream scripted; model.SaveScripted(scripted))
     WriteChecked(tmp / "model.pt", scripted.str(), &files);
-  const json sums = {{"algorithm", crypto::kChecksumAlgorithm}, {"files", files}};
-  if (std::string err = io::WriteFileAtomically((tmp / "checksums.json").string(), sums.dump(2) + "\n");
-      !err.empty())
-    throw std::runtime_error("export: " + err);
-  fs::remove_all(final_dir, ec);
-  fs::rename(tmp, final_dir, ec);
-  if (ec) throw std::runtime_error("export: cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
-  if (std::string err = io::SyncDirectory(final_dir.parent_path().string()); !err.empty())
-    throw std::runtime_error("export: " + err);
+  CommitExportFolder(tmp, dir, files);
 }
 
 void ExportPeftAdapter(const std::string& dir, torch::nn::Module& model, const hf::AdapterConfig& adapter,
                        const std::string& task, const std::string& base_model) {
-  const fs::path final_dir = dir;
-  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directories(tmp, ec)) throw std::runtime_error("export: cannot create " + tmp.string() + ": " + ec.message());
+  const fs::path tmp = NewExportFolder(dir);
   json files = json::object();
   std::map<std::string, torch::Tensor> tensors;
   bool conv1d = false;
@@ -392,14 +399,7 @@ void ExportPeftAdapter(const std::string& dir, torch::nn::Module& model, const h
       {"init_lora_weights", true},
       {"inference_mode", true}};
   WriteChecked(tmp / "adapter_config.json", config.dump(2, ' ', false) + "\n", &files);
-  const json sums = {{"algorithm", crypto::kChecksumAlgorithm}, {"files", files}};
-  if (std::string err = io::WriteFileAtomically((tmp / "checksums.json").string(), sums.dump(2) + "\n"); !err.empty())
-    throw std::runtime_error("export: " + err);
-  fs::remove_all(final_dir, ec);
-  fs::rename(tmp, final_dir, ec);
-  if (ec) throw std::runtime_error("export: cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
-  if (std::string err = io::SyncDirectory(final_dir.parent_path().string()); !err.empty())
-    throw std::runtime_error("export: " + err);
+  CommitExportFolder(tmp, dir, files);
 }
 
 std::string TokenizerOf(const TrainConfig& config) {
