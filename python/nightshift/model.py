@@ -200,11 +200,15 @@ class HfModel:
     (id2label in index order), `max_len` (nightshift-predict's: our export's max_len, else
     the position table's rows or tokenizer_config.json's model_max_length when fewer)."""
 
-    def __init__(self, path: str, config: Dict[str, Any], device: torch.device):
+    def __init__(self, path: str, config: Dict[str, Any], device: torch.device, adapter: Optional[str] = None):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         self.path, self.config, self.device = path, config, device
         self.arch = "pretrained"
-        self.module = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        module = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+        if adapter is not None:  # a PEFT LoRA adapter folder on this base (needs peft installed)
+            from peft import PeftModel
+            module = PeftModel.from_pretrained(module, adapter)
+        self.module = module.to(device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.labels: List[str] = [self.module.config.id2label[i] for i in range(self.module.config.num_labels)]
         self.max_len = int(config.get("max_len") or min(_position_rows(config), self.tokenizer.model_max_length))
@@ -253,18 +257,27 @@ def _raw_text(text: Text, max_bytes: int) -> str:
     return raw[:max_bytes].decode("utf-8", errors="replace")
 
 
-def load(path: Union[str, "os.PathLike[str]"], device: str = "cpu", verify: bool = True) -> Union[Model, HfModel]:
+def load(path: Union[str, "os.PathLike[str]"], device: str = "cpu", verify: bool = True,
+         adapter: Optional[Union[str, "os.PathLike[str]"]] = None) -> Union[Model, HfModel]:
     """Loads a model folder: ours (a Model) or a Hugging Face classifier folder (an HfModel,
     through transformers). checksums.json is verified unless verify=False: always there in
-    our native folders, checked in a Hugging Face folder when it has one."""
+    our native folders, checked in a Hugging Face folder when it has one. adapter: a PEFT
+    LoRA adapter folder (a job's export with model.adapter) run on the Hugging Face folder
+    `path`, through PEFT (which must be installed)."""
     path = os.fspath(path)
     with open(os.path.join(path, "config.json"), "rb") as f:
         config = json.load(f)
     native = config.get("format") == MODEL_FORMAT and config.get("arch") != "pretrained"
     if verify and (native or os.path.exists(os.path.join(path, "checksums.json"))):
         verify_folder(path)
+    if adapter is not None:
+        adapter = os.fspath(adapter)
+        if native:
+            raise ValueError(f"adapter: only on a Hugging Face model folder; {path} is a native one")
+        if verify and os.path.exists(os.path.join(adapter, "checksums.json")):
+            verify_folder(adapter)
     if not native:
-        return HfModel(path, config, torch.device(device))
+        return HfModel(path, config, torch.device(device), adapter)
     return _load_native(path, config, torch.device(device))
 
 

@@ -11,6 +11,7 @@
 //       gets (special tokens included, cut to max_len), to compare with one's own tokenizer.
 //   nightshift-predict --model DIR --generate N --prompt TEXT [--temperature T] [--top-k K] [--seed S]
 //   nightshift-predict --model DIR --score [inputs as above]      perplexity per input (gpt_lm)
+//   any of these with --adapter ADAPTER_DIR: a PEFT LoRA adapter on the Hugging Face folder DIR
 //
 // Exit: 0 done, 1 error (the message on stderr), 2 usage.
 #include <CLI/CLI.hpp>
@@ -83,7 +84,7 @@ std::string ReadInputs(const std::vector<std::string>& files, bool jsonl, const 
 }
 
 struct Args {
-  std::string dir, output = "text", text_field = "text", prompt, device = "auto";
+  std::string dir, adapter, output = "text", text_field = "text", prompt, device = "auto";
   std::vector<std::string> files;
   bool jsonl = false, score = false, with_logits = false, no_verify = false, tokens = false, no_kv_cache = false;
   int generate = 0, top_k = 0;
@@ -119,6 +120,8 @@ int ParseArgs(int argc, char** argv, Args* a) {
   app.add_option("--max-tokens", a->max_tokens, "padded tokens per batch")->check(CLI::PositiveNumber);
   app.add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--no-verify", a->no_verify, "skip checksums.json");
+  app.add_option("--adapter", a->adapter,
+                 "a PEFT LoRA adapter folder (a job's export with model.adapter) to run on --model, its base");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -178,6 +181,7 @@ int Run(int argc, char** argv) {
   options.device = a.device;
   options.max_tokens = a.max_tokens;
   options.verify = !a.no_verify;
+  options.adapter = a.adapter;
   std::unique_ptr<nt::Predictor> p;
   if (std::string err = nt::Predictor::Open(a.dir, options, &p); !err.empty()) {
     std::fprintf(stderr, "nightshift-predict: %s\n", err.c_str());

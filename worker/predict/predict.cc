@@ -91,6 +91,8 @@ std::string Predictor::Open(const std::string& dir, const PredictorOptions& opti
   if (options.verify && (native || fs::exists(dir + "/checksums.json"))) {
     if (std::string err = VerifyModelFolder(dir); !err.empty()) return dir + ": " + err;
   }
+  if (native && !options.adapter.empty())
+    return "--adapter: only on a Hugging Face model folder; " + dir + " is a native one";
   if (std::string err = native ? p->OpenNative(dir, c) : p->OpenHf(dir, c); !err.empty()) return err;
   if (std::string err = PickDevice(options.device, 0, &p->device_); !err.empty()) return "--device: " + err;
   p->model_->eval();
@@ -158,6 +160,13 @@ std::string Predictor::OpenHf(const std::string& dir, const nlohmann::json& c) {
   }
   try {
     model_ = hf::LoadPretrained(dir, options, &config);  // names config.json's key, or the weights' file and tensor
+    if (const std::string& adapter = options_.adapter; !adapter.empty()) {
+      if (options_.verify && std::filesystem::exists(adapter + "/checksums.json"))
+        if (std::string err = VerifyModelFolder(adapter); !err.empty()) return adapter + ": " + err;
+      hf::AttachLora(*model_, config, options.task.empty() ? "classification" : options.task,
+                     hf::ReadPeftAdapterConfig(adapter));
+      hf::LoadPeftAdapter(adapter, *model_);  // names a tensor the model lacks (a head of another size)
+    }
   } catch (const std::exception& e) {
     return e.what();
   }

@@ -53,6 +53,10 @@ struct PredictorOptions {
   // Check checksums.json first: required in our native folders; in a Hugging Face folder
   // (ours or not) checked when it has one.
   bool verify = true;
+  // A PEFT LoRA adapter folder (a job's export with model.adapter, or PeftModel's
+  // save_pretrained) run on the Hugging Face model folder: base plus adapter, its head
+  // (modules_to_save) included. "": the folder alone.
+  std::string adapter;
 };
 
 class Predictor {

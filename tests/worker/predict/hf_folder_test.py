@@ -188,6 +188,42 @@ class HfFolderTest(unittest.TestCase):
         for arch in ("bert", "roberta", "distilbert"):
             self.assertEqual(check(self.BINARY, self.folder(arch)), "")
 
+    def test_an_adapter_runs_on_its_base_with_pefts_logits(self):
+        # PEFT's LoRA (B non-zero, the head trained whole) on the bert and gpt-less folders,
+        # saved by PEFT: nightshift-predict --adapter gives PeftModel's logits.
+        import torch
+        from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        for arch in ("bert", "distilbert"):
+            base = self.folder(arch)
+            adapter = os.path.join(self.tmp.name, arch + "-adapter")
+            torch.manual_seed(3)
+            targets = ["q_lin", "v_lin"] if arch == "distilbert" else None
+            peft = get_peft_model(AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32),
+                                  LoraConfig(task_type=TaskType.SEQ_CLS, r=4, lora_alpha=8, target_modules=targets,
+                                             init_lora_weights=False))
+            with torch.no_grad():
+                for name, p in peft.named_parameters():
+                    if "classifier" in name:
+                        p.normal_(0, 0.5)  # a head of its own, not the base's
+            peft.save_pretrained(adapter)
+            model = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(base), adapter).eval()
+            tokenizer = AutoTokenizer.from_pretrained(base)
+            batch = tokenizer(TEXTS, truncation=True, max_length=max_len(base), padding=True, return_tensors="pt")
+            with torch.no_grad():
+                reference = model(**batch).logits
+            rows = predict(self.BINARY, base, TEXTS, "-o", "json", "--logits", "--adapter", adapter)
+            diff = (torch.tensor([r["logits"] for r in rows]) - reference).abs().max().item()
+            print(f"{arch} + adapter: max |nightshift-predict - PEFT| logit difference {diff:.2e}")
+            self.assertLess(diff, 1e-4)
+            # nightshift.load(base, adapter=...) runs the same through PEFT.
+            sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
+            import nightshift
+            loaded = nightshift.load(base, adapter=adapter)
+            self.assertLess((loaded.logits(TEXTS) - reference).abs().max().item(), 1e-4)
+            without = predict(self.BINARY, base, TEXTS, "-o", "json", "--logits")
+            self.assertGreater((torch.tensor([r["logits"] for r in without]) - reference).abs().max().item(), 1e-2)
+
     def test_labels_are_the_folders_id2label(self):
         rows = predict(self.BINARY, self.folder("bert"), TEXTS[:2], "-o", "json")
         self.assertEqual(set(rows[0]["probabilities"]), {"ham", "spam", "eggs"})
