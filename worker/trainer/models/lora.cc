@@ -33,7 +33,9 @@ void LoraBranch::Attach(torch::nn::Module& host, int64_t in, int64_t out, const 
 }
 
 torch::Tensor LoraBranch::Apply(const torch::Tensor& x, bool training) {
-  return b_(a_(Dropout(x, dropout_, training))) * scaling_;
+  // Scaled at rank r, not at the output width: a product by a number keeps its input for
+  // backward, and [tokens, r] is what the branch can afford to keep.
+  return b_(a_(Dropout(x, dropout_, training)) * scaling_);
 }
 
 torch::Tensor LoraBranch::Delta() const {
