@@ -8,7 +8,8 @@ by side in one run:
 
 - nightshift-trainer, every weight trained (AdamW, ATen's fused kernel);
 - nightshift-trainer with model.adapter {type: lora, r: 16, alpha: 32,
-  target_modules: all-linear};
+  target_modules: all-linear}, the base in float32 and with model.base_precision bf16
+  (the frozen projections kept and computed in bf16);
 - PEFT + transformers (bench/baseline_transformers_lm.py --lora 16: get_peft_model with
   LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"), SDPA attention,
   torch.optim.AdamW(fused=True) over the trainable parameters in Trainer's two groups:
@@ -18,6 +19,7 @@ Each: --steps timed steps after 2 warm-up steps; real tokens per second and the 
 peak resident memory (/usr/bin/time's maximum RSS).
 
   bench/lora_bench.py [--bin build/bin] [--steps 4] [--repeats 1] [--budget 1024]
+                     [--only full,lora,lora-bf16,peft]
 """
 import argparse
 import json
@@ -40,6 +42,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--budget", type=int, default=2 * db.MAX_LEN)
     ap.add_argument("--r", type=int, default=16)
+    ap.add_argument("--only", default="full,lora,lora-bf16,peft")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     build = os.path.join(a.work, "build-link")
@@ -61,22 +64,28 @@ def main():
                     os.path.join(os.path.abspath(a.bin), "nightshift-trainer") + ' "$@"\n')
         os.chmod(wrapper, 0o755)
 
-        def ours(name, adapter):
+        def ours(name, adapter, base=""):
             model = {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"}
             if adapter:
                 model["adapter"] = {"type": "lora", "r": a.r, "alpha": 2 * a.r, "target_modules": "all-linear"}
+            if base:
+                model["base_precision"] = base
             r = run_trainer(build, d, dict(meta, num_classes=0), tmp, name, max_len=db.MAX_LEN, model=model, lr=5e-5,
                             warmup=10, trainer=wrapper, rows="packed", max_steps=a.steps + 2, skip_steps=2,
                             val_dir=val, max_tokens=str(a.budget))
             rss = int(open(os.path.join(tmp, "rss")).read().split("MAXRSS ")[-1].split()[0]) * 1024
             r.update(step_memory_peak_bytes=r["peak_rss_bytes"], peak_rss_bytes=rss,
-                     setting="lora r %d all-linear" % a.r if adapter else "full fine-tune")
+                     setting=("lora r %d all-linear" % a.r + (", base " + base if base else "")) if adapter
+                     else "full fine-tune")
             return r
 
         for rep in range(a.repeats):
-            for r in (ours(f"full-{rep}", False), ours(f"lora-{rep}", True),
-                      db.theirs(folder, d, a.budget, "--max-steps", str(a.steps + 2), "--skip-steps", "2", "--lr",
-                                "5e-5", "--lora", str(a.r))):
+            only = a.only.split(",")
+            runs = [lambda: ours(f"full-{rep}", False), lambda: ours(f"lora-{rep}", True),
+                    lambda: ours(f"lora-bf16-{rep}", True, "bf16"),
+                    lambda: db.theirs(folder, d, a.budget, "--max-steps", str(a.steps + 2), "--skip-steps", "2",
+                                      "--lr", "5e-5", "--lora", str(a.r))]
+            for r in (run() for key, run in zip(("full", "lora", "lora-bf16", "peft"), runs) if key in only):
                 r.setdefault("setting", "lora r %d all-linear" % a.r)
                 r["repeat"] = rep
                 print(json.dumps(r), flush=True)

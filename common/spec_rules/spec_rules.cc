@@ -14,7 +14,7 @@ const std::vector<SpecField>& SpecFields() {
       L::kArch, L::kLayers, L::kDModel, L::kHeads, L::kFfn, L::kDropout, L::kMaxLen, L::kPath,
       L::kAttentionDropout, L::kInitFrom, L::kPretrained, L::kTask, L::kPooling,
       L::kAdapterType, L::kAdapterR, L::kAdapterAlpha, L::kAdapterDropout, L::kAdapterTargets,
-      L::kAdapterModulesToSave, L::kAdapterInitFrom, L::kAdapterRslora,
+      L::kAdapterModulesToSave, L::kAdapterInitFrom, L::kAdapterRslora, L::kBasePrecision,
       L::kFormat, L::kDataPath, L::kValidationFraction, L::kTokenizerType, L::kVocabSize, L::kTextField,
       L::kLabelField, L::kCompletionField, L::kMaxSamples,
       L::kEpochs, L::kOptimizer, L::kLr, L::kWeightDecay, L::kWarmupSteps, L::kSeed, L::kBatchSize,
@@ -185,6 +185,11 @@ Error Pretrained(SpecValues* v) {
   if (v->Has(L::kDropout))
     if (Error e = Check(L::kDropout, *v)) return e;
   if (Error e = Adapter(v)) return e;
+  if (const std::string base = v->Text(L::kBasePrecision); !base.empty()) {
+    if (Error e = Check(L::kBasePrecision, *v)) return e;
+    if (base != "fp32" && v->Text(L::kAdapterType).empty())
+      return Invalid(L::kBasePrecision, "only with model.adapter (a full fine-tune trains every weight in float32)");
+  }
   return Resolve({L::kTask, L::kAttentionDropout, L::kMaxLen}, v);
 }
 
@@ -199,6 +204,8 @@ Error Model(SpecValues* v) {
   if (!v->Text(L::kTask).empty()) return Invalid(L::kTask, "only with model.pretrained");
   if (!v->Text(L::kAdapterType).empty() || AdapterFieldSet(*v))
     return Invalid(L::kAdapterType, "only with model.pretrained (an adapter trains on a Hugging Face model)");
+  if (!v->Text(L::kBasePrecision).empty())
+    return Invalid(L::kBasePrecision, "only with model.pretrained and model.adapter");
   if (arch == "transformer_classifier") {
     if (Error e = Resolve({L::kPooling}, v)) return e;
   } else if (!v->Text(L::kPooling).empty()) {

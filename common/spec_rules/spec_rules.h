@@ -92,6 +92,7 @@ inline constexpr SpecField kAdapterTargets = Text("model.adapter.target_modules"
 inline constexpr SpecField kAdapterModulesToSave = Text("model.adapter.modules_to_save", "");
 inline constexpr SpecField kAdapterInitFrom = Text("model.adapter.init_from", "");
 inline constexpr SpecField kAdapterRslora = Bool("model.adapter.rslora");
+inline constexpr SpecField kBasePrecision = Text("model.base_precision", "", "fp32|bf16|fp16", "precision");
 // data
 inline constexpr SpecField kFormat = Text("data.format", "text_dir", "text_dir|jsonl", "format");
 inline constexpr SpecField kDataPath = Text("data.path", "");

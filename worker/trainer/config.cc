@@ -204,6 +204,7 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   m.adapter.modules_to_save = split(v.Text(L::kAdapterModulesToSave));
   m.adapter.init_from = v.Text(L::kAdapterInitFrom);
   m.adapter.rslora = v.Int(L::kAdapterRslora) != 0;
+  m.base_precision = v.Text(L::kBasePrecision);
   m.layers = static_cast<int>(v.Int(L::kLayers));
   m.d_model = static_cast<int>(v.Int(L::kDModel));
   m.heads = static_cast<int>(v.Int(L::kHeads));

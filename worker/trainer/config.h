@@ -28,6 +28,7 @@ struct ModelConfig {
   // (classification, or causal_lm for a decoder). The sizes below are then 0 where config.json gives them, and
   // dropout -1 / attention_dropout 0 keep config.json's.
   std::string pretrained, task;
+  std::string base_precision;  // with an adapter: fp32 ("" too) | bf16 | fp16, the frozen projections' dtype
   bool pretrained_decoder = false;  // set by hf::ResolvePretrained: config.json's model is a decoder
   std::string pooling = L::kPooling.text_default;  // transformer_classifier: cls | mean
   // model.adapter (arch pretrained): type "lora" trains a LoRA adapter on the frozen model

@@ -167,7 +167,8 @@ void BuildModel(Run& run) {
           Str(mc.ffn) + "/" + Str(mc.max_len) + "/" + Str(cfg.data.vocab_size) + "/" + Str(cfg.data.num_classes) +
           // gpt_lm became GPT-2 (tied head, tanh GELU): its earlier checkpoints do not fit
           (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : "") + (mc.pooling == "mean" ? "/mean" : "") +
-          (mc.adapter.type.empty() ? "" : "/lora-" + Str(mc.adapter.r) + "-" + mc.adapter.init_from));
+          (mc.adapter.type.empty() ? "" : "/lora-" + Str(mc.adapter.r) + "-" + mc.adapter.init_from) +
+          (mc.base_precision.empty() || mc.base_precision == "fp32" ? "" : "/base-" + mc.base_precision));
 }
 
 // Claims the checkpoint folder for this attempt (its writer), then resumes from the newest
@@ -422,6 +423,7 @@ void Run::Export() {
     a.modules_to_save = adapter.modules_to_save;
     ExportPeftAdapter(dir, *model, a, cfg.model.task.empty() ? "classification" : cfg.model.task, cfg.model.pretrained);
     if (cfg.export_merge) {  // the run is over: the adapter can go into the weights in place
+      hf::CastFrozenProjections(*model, torch::kFloat32);  // a half-precision base merges in float32
       hf::MergeLora(*model);
       ExportModel(cfg.checkpoint_dir + "/model-merged", cfg, *model, info);
       Log("exported the merged model to %s/model-merged", cfg.checkpoint_dir.c_str());

@@ -16,6 +16,7 @@
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/optim/amp.h"
 #include "worker/trainer/checkpoint/checkpoint.h"
+#include "worker/trainer/checkpoint/export.h"
 #include "worker/trainer/parallel/ddp.h"
 #include "worker/trainer/fault_injection.h"
 #include "worker/trainer/models/lora.h"
@@ -363,6 +364,20 @@ TEST_F(HfTrainTest, ALoraRunTrainsOnlyTheAdapterAndTheHeadAndExportsTheAdapter) 
   auto reloaded_params = reloaded->named_parameters();
   for (const auto& p : trained->named_parameters())
     EXPECT_TRUE(torch::equal(p.value(), reloaded_params[p.key()])) << p.key();
+}
+
+// model.base_precision bf16 through a whole run: it trains, resumes to the same end, and
+// exports an adapter of float32 tensors.
+TEST_F(HfTrainTest, ALoraRunOnABf16BaseTrainsAndResumesExactly) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TrainConfig c = LoraConfig(PretrainedConfig("hf_lora_bf16", "bert"));
+  c.model.base_precision = "bf16";
+  TrainConfig whole = LoraConfig(PretrainedConfig("hf_lora_bf16_reference", "bert"));
+  whole.model.base_precision = "bf16";
+  ExpectResumeBitIdentical(c, whole);
+  const auto adapter = ReadSafetensors(c.checkpoint_dir + "/model/adapter_model.safetensors");
+  EXPECT_FALSE(adapter.empty());
+  for (const auto& [name, t] : adapter) EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
 }
 
 TEST_F(HfTrainTest, AResumedLoraRunEndsBitIdenticalToAnUninterruptedOne) {

@@ -63,6 +63,23 @@ void Conv1DImpl::MergeLora() {
   lora_.Remove(*this);
 }
 
+void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  auto cast = [&](torch::Tensor& t) {
+    if (t.defined() && !t.requires_grad() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+  };
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* p = dynamic_cast<ProjectionImpl*>(m.get())) {
+      cast(p->weight);
+      cast(p->bias);
+    }
+    if (auto* c = dynamic_cast<Conv1DImpl*>(m.get())) {
+      cast(c->weight);
+      cast(c->bias);
+    }
+  }
+}
+
 void MergeLora(torch::nn::Module& model) {
   for (const auto& m : model.modules(/*include_self=*/false)) {
     if (auto* p = dynamic_cast<ProjectionImpl*>(m.get())) p->MergeLora();
@@ -71,7 +88,10 @@ void MergeLora(torch::nn::Module& model) {
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::nn::LinearImpl::forward(x);
+  // A base kept in half precision (CastFrozenProjections) computes in it.
+  torch::Tensor y = weight.scalar_type() == x.scalar_type()
+                        ? torch::nn::LinearImpl::forward(x)
+                        : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
 }
 
@@ -86,7 +106,9 @@ Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
 }
 
 torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::matmul(x, weight) + bias;
+  torch::Tensor y = weight.scalar_type() == x.scalar_type()
+                        ? torch::matmul(x, weight) + bias
+                        : (torch::matmul(x.to(weight.scalar_type()), weight) + bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
 }
 

@@ -118,6 +118,11 @@ AdapterConfig ReadPeftAdapterConfig(const std::string& dir, const std::vector<st
 // first tensor the model lacks, or the first trainable tensor the file lacks.
 void LoadPeftAdapter(const std::string& dir, torch::nn::Module& model, const std::vector<std::string>& roots = {});
 
+// Keeps the frozen weight and bias of every projection (Projection, Conv1D) of `model` in
+// `dtype` (model.base_precision); they then compute in it on float32 activations (the
+// input cast in, the output cast back). Trainable tensors are left as they are.
+void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype);
+
 // Folds every update of `model` into the weight it adapts and removes it, leaving the
 // base model's parameter names: the model PEFT's merge_and_unload() returns.
 void MergeLora(torch::nn::Module& model);

@@ -170,6 +170,8 @@ std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_wei
   if (m.adapter.type.empty()) return model;
   const AttachedAdapter a = AttachLora(*model, c, options.task, JobAdapter(m));
   if (load_weights && !m.adapter.init_from.empty()) LoadPeftAdapter(m.adapter.init_from, *model, m.data_roots);
+  if (m.base_precision == "bf16" || m.base_precision == "fp16")
+    CastFrozenProjections(*model, m.base_precision == "bf16" ? torch::kBFloat16 : torch::kFloat16);
   if (attached != nullptr) *attached = a;
   return model;
 }

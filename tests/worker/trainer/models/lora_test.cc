@@ -199,6 +199,40 @@ TEST_F(LoraTest, TheMergedExportIsPeftsMergeAndUnload) {
   }
 }
 
+// model.base_precision bf16: the frozen projections keep half the bytes and compute in
+// bf16; the adapter and the head stay float32 and train. Logits and the adapter's
+// gradients stay within bf16's rounding of the float32 base's (PEFT's own bf16 base
+// computes everything in bf16, so it is no closer a reference).
+TEST_F(LoraTest, AHalfPrecisionBaseKeepsItsProjectionsInBf16WithinItsRounding) {
+  for (const std::string name : {"llama", "gpt2", "bert"}) {
+    const json& ref = Case(name);
+    auto [tokens, pad_mask] = Inputs(ref);
+    const auto run = [&](bool half, int64_t* frozen_bytes) {
+      std::shared_ptr<SequenceModel> model = WithPeftAdapter(name);
+      if (half) CastFrozenProjections(*model, torch::kBFloat16);
+      *frozen_bytes = 0;
+      for (const auto& p : model->named_parameters()) {
+        if (p.value().requires_grad()) EXPECT_EQ(p.value().scalar_type(), torch::kFloat32) << p.key();
+        else *frozen_bytes += p.value().numel() * p.value().element_size();
+      }
+      model->train();
+      torch::Tensor logits = model->forward(tokens, pad_mask);
+      torch::nn::functional::cross_entropy(logits, torch::zeros({logits.size(0)}, torch::kLong)).backward();
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : model->parameters())
+        if (p.requires_grad()) grads.push_back(p.grad().clone());
+      return std::make_pair(logits.detach(), grads);
+    };
+    int64_t full_bytes = 0, half_bytes = 0;
+    const auto [full_logits, full_grads] = run(false, &full_bytes);
+    const auto [half_logits, half_grads] = run(true, &half_bytes);
+    EXPECT_LT(half_bytes, full_bytes * 3 / 4) << name;  // the projections are most of the base
+    EXPECT_LT(MaxRelative(half_logits, full_logits), 3e-2) << name;
+    ASSERT_EQ(half_grads.size(), full_grads.size());
+    for (size_t i = 0; i < half_grads.size(); ++i) EXPECT_LT(MaxRelative(half_grads[i], full_grads[i]), 1e-1) << name << " " << i;
+  }
+}
+
 TEST_F(LoraTest, ATargetThatMatchesNothingIsNamedWithTheCandidates) {
   HfConfig config;
   std::shared_ptr<SequenceModel> model = LoadPretrained(Base("llama"), {}, &config);
