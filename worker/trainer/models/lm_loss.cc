@@ -15,14 +15,13 @@ using torch::autograd::variable_list;
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, int64_t chunk) {
-    const bool grads = hidden.requires_grad() || weight.requires_grad();
+    // A frozen head (an adapter's base) gets no [V, D] gradient: neither its memory nor its matmuls.
+    const bool grad_h = hidden.requires_grad(), grad_w = weight.requires_grad(), grads = grad_h || grad_w;
     const int64_t n = hidden.size(0);
     torch::Tensor sum = torch::zeros({}, hidden.options().dtype(torch::kFloat));
     torch::Tensor grad_hidden, grad_weight;
-    if (grads) {
-      grad_hidden = torch::empty(hidden.sizes(), hidden.options());
-      grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
-    }
+    if (grad_h) grad_hidden = torch::empty(hidden.sizes(), hidden.options());
+    if (grad_w) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
     for (int64_t at = 0; at < n; at += chunk) {
       const int64_t len = std::min(chunk, n - at);
       const torch::Tensor h = hidden.narrow(0, at, len);
@@ -45,9 +44,10 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       // small probabilities to zero (bf16 has float32's range).
       const torch::ScalarType grad_type = type == torch::kHalf ? torch::kFloat : type;
       const torch::Tensor dz = z.to(grad_type);
-      grad_hidden.narrow(0, at, len).copy_(torch::matmul(dz, weight.to(grad_type)));
+      if (grad_h) grad_hidden.narrow(0, at, len).copy_(torch::matmul(dz, weight.to(grad_type)));
       // Accumulated in place where the dtypes allow (a [V, D] temporary per chunk would
       // be written, read and freed again: 65 MB a chunk at a vocabulary of 32,000).
+      if (!grad_w) continue;
       if (grad_type == torch::kFloat) grad_weight.addmm_(dz.t(), h.to(torch::kFloat));
       else grad_weight.add_(torch::matmul(dz.t(), h.to(grad_type)));
     }

@@ -273,6 +273,8 @@ FlatNextToken FlatNextTokenInputs(SequenceModel& model, const Batch& batch, torc
   const int64_t l = batch.tokens.size(1);
   if (!hidden.defined() || l < 2) return {};
   torch::Tensor flat = hidden.narrow(1, 0, l - 1).reshape({-1, hidden.size(2)}), targets = FlatNextTokenTargets(batch);
+  // A frozen head kept in half precision (model.base_precision) computes in it.
+  if (!head.requires_grad() && head.scalar_type() != flat.scalar_type()) flat = flat.to(head.scalar_type());
   // Only the positions that count go through the head: padding and prompts cost no LM-head
   // FLOPs (the head is most of a small decoder's: 58% of the benchmark's Llama).
   const torch::Tensor counted = targets.ne(-100).nonzero().squeeze(1);

@@ -53,6 +53,20 @@ TEST(LinearCrossEntropySumTest, EqualsTheUnchunkedLossAndGradients) {
   }
 }
 
+// A frozen head (an adapter's base): the hidden states' gradient as before, none for it.
+TEST(LinearCrossEntropySumTest, AFrozenHeadGetsNoGradientAndTheSameHiddenGradient) {
+  const Result want = LossAndGradients(false, 0);
+  torch::manual_seed(7);
+  const int64_t n = 37, d = 16, v = 101;
+  torch::Tensor hidden = torch::randn({n, d}).requires_grad_(true);
+  torch::Tensor weight = torch::randn({v, d}) * 0.3;  // as LossAndGradients draws them
+  torch::Tensor targets = torch::randint(0, v, {n}, torch::kLong);
+  targets.index_put_({torch::arange(0, n, 3)}, -100);
+  LinearCrossEntropySum(hidden, weight, targets, 5).backward();
+  EXPECT_LT(RelativeError(hidden.grad(), want.grad_hidden), 1e-5);
+  EXPECT_FALSE(weight.grad().defined());
+}
+
 // Evaluation's sums: the loss of the whole logits and how many counted argmaxes hit.
 TEST(LinearCrossEntropySumTest, EvalSumsAreTheWholeLogits) {
   torch::manual_seed(3);
