@@ -253,6 +253,14 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
   return true;
 }
 
+void DropMappedPages(const torch::Tensor& t) {
+  if (!MappedWeightFingerprint(t)) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto from = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uintptr_t begin = (from + page - 1) / page * page, end = (from + t.nbytes()) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t) {
   if (!t.defined() || !t.has_storage() || t.storage().data_ptr().get_deleter() != &ReleaseMapping) return std::nullopt;
   const auto* file = static_cast<const std::shared_ptr<const HfWeights::Mapping>*>(t.storage().data_ptr().get_context());

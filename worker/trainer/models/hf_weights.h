@@ -106,6 +106,12 @@ struct HfNameRules {
 // would write, and so copy, every page of them.
 std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t);
 
+// Where `t` is a view of a mapped weight file that is about to be replaced (a copy in
+// another dtype): drops the file's pages that lie wholly inside its bytes from this
+// process's resident set (MADV_DONTNEED; never a page another tensor shares). Nothing
+// otherwise.
+void DropMappedPages(const torch::Tensor& t);
+
 // Loads `weights` into `model`'s parameters by name (ShareOrCopyTo); LayerNorm.gamma/beta of old
 // checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
 // parameter missing (outside the head) is an error listing all of them; a shape that

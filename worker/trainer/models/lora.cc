@@ -66,7 +66,10 @@ void Conv1DImpl::MergeLora() {
 void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
   auto cast = [&](torch::Tensor& t) {
-    if (t.defined() && !t.requires_grad() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+    if (!t.defined() || t.requires_grad() || t.scalar_type() == dtype) return;
+    torch::Tensor converted = t.to(dtype);
+    DropMappedPages(t);  // the float32 bytes of the file are no longer this process's to hold
+    t.set_data(converted);
   };
   for (const auto& m : model.modules(/*include_self=*/false)) {
     if (auto* p = dynamic_cast<ProjectionImpl*>(m.get())) {
