@@ -233,6 +233,21 @@ TEST_F(HfTrainTest, OutOfMemorySplitTakesTheSameStep) {
   }
 }
 
+// One SGD step (lr 0.5) of `ref` on the whole batch, updating `params`, against every
+// rank's parameters after its step of half the batch.
+void ExpectEveryRankTookTheWholeBatchStep(const std::vector<std::vector<torch::Tensor>>& after, SequenceModel& ref,
+                                          const std::vector<torch::Tensor>& params, const torch::Tensor& tokens,
+                                          const torch::Tensor& pad) {
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.5));
+  F::cross_entropy(ref.forward(tokens, pad), Targets()).backward();
+  opt.step();
+  const auto ref_params = ref.parameters();
+  for (size_t r = 0; r < after.size(); ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
+                1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
+}
+
 // Two ranks with two rows each take the step one rank takes with all four.
 TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
   const auto [tokens, pad] = Rows();
@@ -250,14 +265,7 @@ TEST_F(HfTrainTest, TwoRanksTakeTheStepOfOneWithTheCombinedBatch) {
     for (const auto& p : model->parameters()) after[r].push_back(p.detach().clone());
   });
   std::shared_ptr<SequenceModel> ref = hf::LoadPretrained(Folder("roberta"));
-  torch::optim::SGD opt(ref->parameters(), torch::optim::SGDOptions(0.5));
-  F::cross_entropy(ref->forward(tokens, pad), Targets()).backward();
-  opt.step();
-  const auto ref_params = ref->parameters();
-  for (int r = 0; r < 2; ++r)
-    for (size_t i = 0; i < ref_params.size(); ++i)
-      EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
-                1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
+  ExpectEveryRankTookTheWholeBatchStep(after, *ref, ref->parameters(), tokens, pad);
 }
 
 std::vector<torch::Tensor> FinalParameters(const TrainConfig& c) {
@@ -428,14 +436,7 @@ TEST_F(HfTrainTest, TwoLoraRanksTakeTheStepOfOneWithTheCombinedBatch) {
     for (const auto& p : model->parameters()) after[r].push_back(p.detach().clone());
   });
   std::shared_ptr<SequenceModel> ref = adapted();
-  torch::optim::SGD opt(trainable(*ref), torch::optim::SGDOptions(0.5));
-  F::cross_entropy(ref->forward(tokens, pad), Targets()).backward();
-  opt.step();
-  const auto ref_params = ref->parameters();
-  for (int r = 0; r < 2; ++r)
-    for (size_t i = 0; i < ref_params.size(); ++i)
-      EXPECT_LE((after[r][i] - ref_params[i]).abs().max().item<double>(),
-                1e-5 * std::max(ref_params[i].abs().max().item<double>(), 1e-6)) << "rank " << r << " tensor " << i;
+  ExpectEveryRankTookTheWholeBatchStep(after, *ref, trainable(*ref), tokens, pad);
 }
 
 // The spec against config.json: a size that differs, a max_len beyond the position table
