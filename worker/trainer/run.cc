@@ -418,10 +418,7 @@ void Run::Export() {
   if (cfg.model.adapter.type.empty()) {
     ExportModel(dir, cfg, *model, info);
   } else {  // the adapter alone, as PEFT saves one, for PeftModel.from_pretrained(base, dir)
-    hf::AdapterConfig a = hf::JobAdapter(cfg.model);
-    a.target_modules = adapter.target_modules;
-    a.modules_to_save = adapter.modules_to_save;
-    ExportPeftAdapter(dir, *model, a, cfg.model.task.empty() ? "classification" : cfg.model.task, cfg.model.pretrained);
+    ExportJobAdapter(dir, cfg, *model, adapter);
     if (cfg.export_merge) {  // the run is over: the adapter can go into the weights in place
       hf::CastFrozenProjections(*model, torch::kFloat32);  // a half-precision base merges in float32
       hf::MergeLora(*model);

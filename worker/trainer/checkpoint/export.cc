@@ -411,6 +411,16 @@ std::string TokenizerOf(const TrainConfig& config) {
   return "";
 }
 
+void ExportJobAdapter(const std::string& dir, const TrainConfig& config, torch::nn::Module& model,
+                      const hf::AttachedAdapter& attached) {
+  hf::AdapterConfig a;
+  a.lora = attached.lora;
+  a.target_modules = attached.target_modules;
+  a.modules_to_save = attached.modules_to_save;
+  ExportPeftAdapter(dir, model, a, config.model.task.empty() ? "classification" : config.model.task,
+                    config.model.pretrained);
+}
+
 void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step) {
   hf::AttachedAdapter adapter;
   auto model = config.model.arch == "pretrained"
@@ -422,13 +432,7 @@ void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t
   info.job_id = config.job_id;
   info.step = step;
   info.tokenizer_model = TokenizerOf(config);
-  if (!config.model.adapter.type.empty()) {
-    hf::AdapterConfig a = hf::JobAdapter(config.model);
-    a.target_modules = adapter.target_modules;
-    a.modules_to_save = adapter.modules_to_save;
-    return ExportPeftAdapter(dir, *model, a, config.model.task.empty() ? "classification" : config.model.task,
-                             config.model.pretrained);
-  }
+  if (!config.model.adapter.type.empty()) return ExportJobAdapter(dir, config, *model, adapter);
   ExportModel(dir, config, *model, info);
 }
 

@@ -109,6 +109,11 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
 // `config` describes (config.checkpoint_dir) to `dir`, as the final model is exported but
 // with no metrics in config.json (they are in the job's metric history). On the CPU.
 // Throws naming the step (and the steps kept) when there is no such checkpoint.
+// A job's adapter as AttachLora resolved it (defaults filled), exported as PEFT saves
+// one (ExportPeftAdapter) for config.model.task and config.model.pretrained.
+void ExportJobAdapter(const std::string& dir, const TrainConfig& config, torch::nn::Module& model,
+                      const hf::AttachedAdapter& attached);
+
 void ExportCheckpoint(const std::string& dir, const TrainConfig& config, int64_t step);
 
 // Verifies dir/checksums.json against the files, opened beneath `roots` (empty: anywhere,

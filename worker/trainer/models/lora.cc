@@ -153,11 +153,70 @@ std::string Join(const std::vector<std::string>& items) {
   return out;
 }
 
+// A projection AttachLora may adapt, in model order (PEFT's named_modules order).
+struct Candidate {
+  std::string name;
+  ProjectionImpl* linear;
+  Conv1DImpl* conv;
+};
+
+// The model's projections, and the output head all-linear leaves out: lm_head for
+// causal_lm, else the first of score and classifier.
+std::vector<Candidate> Candidates(torch::nn::Module& model, const std::string& task, std::string* output_head) {
+  std::vector<Candidate> candidates;
+  std::set<std::string> names;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    names.insert(item.key());
+    if (auto* p = dynamic_cast<ProjectionImpl*>(item.value().get())) candidates.push_back({item.key(), p, nullptr});
+    else if (auto* v = dynamic_cast<Conv1DImpl*>(item.value().get())) candidates.push_back({item.key(), nullptr, v});
+  }
+  output_head->clear();
+  if (names.count("lm_head")) *output_head = "lm_head";
+  else if (task == "classification") *output_head = names.count("score") ? "score" : "classifier";
+  return candidates;
+}
+
+// Throws naming the targets that matched no candidate, with the candidates' last name parts.
+void CheckEveryTargetMatched(const std::vector<std::string>& targets, const std::set<std::string>& matched,
+                             const std::vector<Candidate>& candidates, const std::string& model_type) {
+  std::vector<std::string> unmatched;
+  for (const std::string& t : targets)
+    if (!matched.count(t)) unmatched.push_back(t);
+  if (unmatched.empty()) return;
+  std::set<std::string> suffixes;  // as a user writes them
+  for (const Candidate& cand : candidates) suffixes.insert(cand.name.substr(cand.name.rfind('.') + 1));
+  throw PermanentError("model.adapter.target_modules: " + Join(unmatched) + " matches no projection of this " +
+                       model_type + " model (its projections: " +
+                       Join(std::vector<std::string>(suffixes.begin(), suffixes.end())) + ", or all-linear)");
+}
+
+// Only the updates and the modules to save train. PEFT matches modules_to_save with a plain
+// suffix (no dot: DistilBERT's pre_classifier ends in "classifier" and trains too).
+// Returns the trainable parameters' count.
+int64_t FreezeAllButTheAdapter(torch::nn::Module& model, const std::vector<std::string>& modules_to_save) {
+  int64_t trainable_parameters = 0;
+  for (auto& p : model.named_parameters()) {
+    const std::string& name = p.key();
+    bool trainable = name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+    const std::string module = name.substr(0, name.rfind('.'));
+    for (const std::string& m : modules_to_save)
+      for (std::string prefix = module; !trainable && !prefix.empty();) {
+        trainable = EndsWith(prefix, m);
+        const size_t dot = prefix.rfind('.');
+        prefix = dot == std::string::npos ? "" : prefix.substr(0, dot);
+      }
+    p.value().set_requires_grad(trainable);
+    if (trainable) trainable_parameters += p.value().numel();
+  }
+  return trainable_parameters;
+}
+
 }  // namespace
 
 AttachedAdapter AttachLora(torch::nn::Module& model, const HfConfig& c, const std::string& task,
                            const AdapterConfig& config) {
   AttachedAdapter out;
+  out.lora = config.lora;
   out.modules_to_save = config.modules_to_save;
   if (out.modules_to_save.empty() && task == "classification") out.modules_to_save = {"classifier", "score"};
   out.target_modules = config.target_modules.empty() ? DefaultLoraTargets(c.model_type) : config.target_modules;
@@ -167,72 +226,27 @@ AttachedAdapter AttachLora(torch::nn::Module& model, const HfConfig& c, const st
   const bool all_linear = out.target_modules.size() == 1 && out.target_modules[0] == "all-linear";
   if (config.lora.r < 1) throw PermanentError("model.adapter.r: must be at least 1");
 
-  // The projections, in model order (PEFT's named_modules order), and the output head
-  // all-linear leaves out: lm_head for causal_lm, else the first of score and classifier.
-  struct Candidate {
-    std::string name;
-    ProjectionImpl* linear;
-    Conv1DImpl* conv;
-  };
-  std::vector<Candidate> candidates;
-  std::set<std::string> names;
-  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    names.insert(item.key());
-    if (auto* p = dynamic_cast<ProjectionImpl*>(item.value().get())) candidates.push_back({item.key(), p, nullptr});
-    else if (auto* v = dynamic_cast<Conv1DImpl*>(item.value().get())) candidates.push_back({item.key(), nullptr, v});
-  }
   std::string output_head;
-  if (names.count("lm_head")) output_head = "lm_head";
-  else if (task == "classification") output_head = names.count("score") ? "score" : "classifier";
-
+  const std::vector<Candidate> candidates = Candidates(model, task, &output_head);
   std::set<std::string> matched_targets;
   for (const Candidate& cand : candidates) {
     if (InsideModuleToSave(cand.name, out.modules_to_save)) continue;
-    bool match = false;
-    if (all_linear) {
-      match = cand.name != output_head;
-    } else {
+    bool match = all_linear && cand.name != output_head;
+    if (!all_linear)
       for (const std::string& t : out.target_modules)
         if (MatchesTarget(cand.name, t)) {
           match = true;
           matched_targets.insert(t);
         }
-    }
     if (!match) continue;
     if (cand.linear) cand.linear->AttachLora(config.lora);
     else cand.conv->AttachLora(config.lora);
     out.adapted.push_back(cand.name);
   }
-  if (!all_linear) {
-    std::vector<std::string> unmatched;
-    for (const std::string& t : out.target_modules)
-      if (!matched_targets.count(t)) unmatched.push_back(t);
-    if (!unmatched.empty()) {
-      std::set<std::string> suffixes;  // the candidates' last name parts, as a user writes them
-      for (const Candidate& cand : candidates) suffixes.insert(cand.name.substr(cand.name.rfind('.') + 1));
-      throw PermanentError("model.adapter.target_modules: " + Join(unmatched) + " matches no projection of this " +
-                           c.model_type + " model (its projections: " +
-                           Join(std::vector<std::string>(suffixes.begin(), suffixes.end())) + ", or all-linear)");
-    }
-  }
+  if (!all_linear) CheckEveryTargetMatched(out.target_modules, matched_targets, candidates, c.model_type);
   if (out.adapted.empty())
     throw PermanentError("model.adapter.target_modules: no projection left to adapt outside modules_to_save");
-
-  // Only the updates and the modules to save train. PEFT matches modules_to_save with a plain
-  // suffix (no dot: DistilBERT's pre_classifier ends in "classifier" and trains too).
-  for (auto& p : model.named_parameters()) {
-    const std::string& name = p.key();
-    bool trainable = name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-    const std::string module = name.substr(0, name.rfind('.'));
-    for (const std::string& m : out.modules_to_save)
-      for (std::string prefix = module; !trainable && !prefix.empty();) {
-        trainable = EndsWith(prefix, m);
-        const size_t dot = prefix.rfind('.');
-        prefix = dot == std::string::npos ? "" : prefix.substr(0, dot);
-      }
-    p.value().set_requires_grad(trainable);
-    if (trainable) out.trainable_parameters += p.value().numel();
-  }
+  out.trainable_parameters = FreezeAllButTheAdapter(model, out.modules_to_save);
   return out;
 }
 

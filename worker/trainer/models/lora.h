@@ -96,6 +96,7 @@ struct AdapterConfig {
 std::vector<std::string> DefaultLoraTargets(const std::string& model_type);
 
 struct AttachedAdapter {
+  LoraOptions lora;                          // the update's settings, as attached
   std::vector<std::string> adapted;          // module names that carry an update, in model order
   std::vector<std::string> modules_to_save;  // what was resolved (defaults filled)
   std::vector<std::string> target_modules;   // likewise
