@@ -147,6 +147,12 @@ def main():
     ap.add_argument("--lora", type=int, default=0,
                     help="r > 0: a PEFT LoRA adapter (LoraConfig(r, lora_alpha=2r, target_modules='all-linear', "
                          "lora_dropout=0)) on the frozen model; the optimizer sees its parameters only, as Trainer's")
+    ap.add_argument("--base-dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="the model's dtype as loaded (from_pretrained(dtype=...)); with --lora, PEFT keeps the "
+                         "adapter in float32 (autocast_adapter_dtype, its default)")
+    ap.add_argument("--ac", action="store_true",
+                    help="activation checkpointing: model.gradient_checkpointing_enable() (with --lora, PEFT's "
+                         "enable_input_require_grads, as its docs say)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
@@ -157,8 +163,13 @@ def main():
     samples, prompts, _, _ = read_shard(os.path.join(a.data, "train.shard"))
     samples = [t[:a.max_len] for t in samples]
     pad_id = json.load(open(os.path.join(a.data, "meta.json")))["pad_id"]
-    model = AutoModelForCausalLM.from_pretrained(a.model, attn_implementation="sdpa", dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(a.model, attn_implementation="sdpa",
+                                                 dtype=torch.bfloat16 if a.base_dtype == "bf16" else torch.float32)
     model.config.use_cache = False
+    if a.ac:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if a.lora > 0:
+            model.enable_input_require_grads()
     if a.lora > 0:
         from peft import LoraConfig, TaskType, get_peft_model
         model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=a.lora, lora_alpha=2 * a.lora,
@@ -197,7 +208,7 @@ def main():
         padded += ids.numel()
     seconds = time.perf_counter() - t0
     result.update({"who": ("peft+" if a.lora else "") + "transformers" + ("+compile" if a.compile else ""),
-                   "lora_r": a.lora, "steps": total - a.skip_steps,
+                   "lora_r": a.lora, "base_dtype": a.base_dtype, "activation_checkpointing": a.ac, "steps": total - a.skip_steps,
                    "seconds": round(seconds, 2), "tokens_per_second": round(tokens / seconds, 1),
                    "padding_efficiency": round(tokens / max(padded, 1), 4), "loss": float(loss.detach()),
                    "packing": "best-fit decreasing (nightshift's PackRowsBestFit)",

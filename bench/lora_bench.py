@@ -13,13 +13,19 @@ by side in one run:
 - PEFT + transformers (bench/baseline_transformers_lm.py --lora 16: get_peft_model with
   LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"), SDPA attention,
   torch.optim.AdamW(fused=True) over the trainable parameters in Trainer's two groups:
-  Trainer's defaults) on the same packed rows.
+  Trainer's defaults) on the same packed rows, its model loaded in float32 and (for the
+  bf16-base row) in bfloat16 (from_pretrained(dtype=torch.bfloat16): PEFT keeps the
+  adapter in float32, everything else computes in bf16).
+
+--ac: every run with activation checkpointing (ours: train.activation_checkpointing full;
+transformers: gradient_checkpointing_enable(use_reentrant=False)), the setting torchtune's
+LoRA recipes ship with.
 
 Each: --steps timed steps after 2 warm-up steps; real tokens per second and the process's
 peak resident memory (/usr/bin/time's maximum RSS).
 
   bench/lora_bench.py [--bin build/bin] [--steps 4] [--repeats 1] [--budget 1024]
-                     [--only full,lora,lora-bf16,peft]
+                     [--only full,lora,lora-bf16,peft,peft-bf16] [--ac]
 """
 import argparse
 import json
@@ -42,7 +48,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--budget", type=int, default=2 * db.MAX_LEN)
     ap.add_argument("--r", type=int, default=16)
-    ap.add_argument("--only", default="full,lora,lora-bf16,peft")
+    ap.add_argument("--only", default="full,lora,lora-bf16,peft,peft-bf16")
+    ap.add_argument("--ac", action="store_true", help="activation checkpointing in every run")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     build = os.path.join(a.work, "build-link")
@@ -72,20 +79,23 @@ def main():
                 model["base_precision"] = base
             r = run_trainer(build, d, dict(meta, num_classes=0), tmp, name, max_len=db.MAX_LEN, model=model, lr=5e-5,
                             warmup=10, trainer=wrapper, rows="packed", max_steps=a.steps + 2, skip_steps=2,
-                            val_dir=val, max_tokens=str(a.budget))
+                            val_dir=val, max_tokens=str(a.budget), ac="full" if a.ac else "none")
             rss = int(open(os.path.join(tmp, "rss")).read().split("MAXRSS ")[-1].split()[0]) * 1024
             r.update(step_memory_peak_bytes=r["peak_rss_bytes"], peak_rss_bytes=rss,
                      setting=("lora r %d all-linear" % a.r + (", base " + base if base else "")) if adapter
-                     else "full fine-tune")
+                     else "full fine-tune", activation_checkpointing=a.ac)
             return r
 
         for rep in range(a.repeats):
             only = a.only.split(",")
+            peft = ["--max-steps", str(a.steps + 2), "--skip-steps", "2", "--lr", "5e-5", "--lora", str(a.r)] + (
+                ["--ac"] if a.ac else [])
             runs = [lambda: ours(f"full-{rep}", False), lambda: ours(f"lora-{rep}", True),
                     lambda: ours(f"lora-bf16-{rep}", True, "bf16"),
-                    lambda: db.theirs(folder, d, a.budget, "--max-steps", str(a.steps + 2), "--skip-steps", "2",
-                                      "--lr", "5e-5", "--lora", str(a.r))]
-            for r in (run() for key, run in zip(("full", "lora", "lora-bf16", "peft"), runs) if key in only):
+                    lambda: db.theirs(folder, d, a.budget, *peft),
+                    lambda: db.theirs(folder, d, a.budget, *peft, "--base-dtype", "bf16")]
+            for r in (run() for key, run in zip(("full", "lora", "lora-bf16", "peft", "peft-bf16"), runs)
+                      if key in only):
                 r.setdefault("setting", "lora r %d all-linear" % a.r)
                 r["repeat"] = rep
                 print(json.dumps(r), flush=True)
