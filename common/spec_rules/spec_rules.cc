@@ -21,7 +21,7 @@ const std::vector<SpecField>& SpecFields() {
       L::kMaxTokens, L::kPrefetch, L::kRows, L::kPrecision, L::kGradClip, L::kActivationCheckpointing, L::kMaxSteps,
       L::kThreads, L::kAccumulateSteps, L::kSchedule, L::kEarlyStoppingMetric, L::kEarlyStoppingPatience,
       L::kEarlyStoppingMinDelta,
-      L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb,
+      L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb, L::kSharding,
       L::kEverySteps, L::kEverySeconds, L::kKeepLast,
       L::kMaxRestarts, L::kHangSeconds, L::kPriority,
       L::kEvalEverySteps, L::kExportBest, L::kExportMerge};
@@ -302,7 +302,8 @@ std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = Model(v)) return e;
   if (Error e = Data(v)) return e;
   if (Error e = Train(v)) return e;
-  if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb}, v)) return e;
+  if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb, L::kSharding}, v))
+    return e;
   if (Error e = Resolve({L::kEverySteps, L::kEverySeconds, L::kKeepLast}, v)) return e;
   if (Error e = Resolve({L::kMaxRestarts, L::kHangSeconds, L::kPriority}, v)) return e;
   if (Error e = Resolve({L::kEvalEverySteps}, v)) return e;

@@ -95,6 +95,7 @@ void ExpectSameValues(const v1::JobSpec& p, const trainer::TrainConfig& c, const
   EXPECT_EQ(c.data_parallel.world_size, p.resources().world_size());
   EXPECT_EQ(c.data_parallel.timeout_seconds, p.resources().timeout_seconds());
   EXPECT_EQ(c.data_parallel.bucket_mb, p.resources().bucket_mb());
+  EXPECT_EQ(c.data_parallel.sharding, p.resources().sharding());
   EXPECT_EQ(c.device, p.resources().device());
   EXPECT_EQ(c.checkpoint.every_steps, p.checkpoint().every_steps());
   EXPECT_EQ(c.checkpoint.every_seconds, p.checkpoint().every_seconds());

@@ -82,6 +82,11 @@ TEST(SpecTest, DataParallelDefaultsAndLimits) {
   ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 2, timeout_seconds: -5"),
                 "resources.timeout_seconds (line 10)");
   ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 2, bucket_mb: 2048"), "resources.bucket_mb");
+  EXPECT_EQ(spec->resources().sharding(), "none");
+  auto sharded = LoadJobSpec(Replace(kGood, "world_size: 1", "world_size: 2, sharding: optimizer"));
+  ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
+  EXPECT_EQ(sharded->resources().sharding(), "optimizer");
+  ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 2, sharding: zero3"), "resources.sharding");
 }
 
 TEST(SpecTest, UnknownArchIsRefused) {

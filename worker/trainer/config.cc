@@ -242,6 +242,7 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   c->data_parallel.world_size = static_cast<int>(v.Int(L::kWorldSize));
   c->data_parallel.timeout_seconds = static_cast<int>(v.Int(L::kTimeoutSeconds));
   c->data_parallel.bucket_mb = static_cast<int>(v.Int(L::kBucketMb));
+  c->data_parallel.sharding = v.Text(L::kSharding);
   c->device = v.Text(L::kDevice);
   c->checkpoint.every_steps = static_cast<int>(v.Int(L::kEverySteps));
   c->checkpoint.every_seconds = static_cast<int>(v.Int(L::kEverySeconds));

@@ -18,7 +18,11 @@ struct ScalerState {
 struct RunPosition {
   int64_t step = 0;            // optimizer steps done (skipped ones included)
   int64_t epoch = 0;           // current epoch, 0-based
-  int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained
+  int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained, per rank
+  // The ranks of the run that wrote it (0: a checkpoint older than this field, taken as
+  // the resuming run's). Rank r trains the epoch's global batches r, r + world_size, ...,
+  // so batch_in_epoch * world_size batches of the epoch are done whatever the world size.
+  int64_t world_size = 0;
   double lr_scale = 1.0;       // multiplies the schedule; each NaN roll-back halves it
   ScalerState scaler;
   // Padded tokens per batch the run trains with; with max_tokens: auto, what the probe

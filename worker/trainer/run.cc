@@ -1,5 +1,7 @@
 #include "worker/trainer/run.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include "worker/trainer/compat.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/checkpoint/export.h"
+#include "worker/trainer/optim/clip.h"
 #include "worker/trainer/optim/fused_adamw.h"
 #include "worker/trainer/models/dropout.h"
 #include "worker/trainer/memory/memory_probe.h"
@@ -149,9 +152,15 @@ void BuildModel(Run& run) {
   std::vector<torch::Tensor> trainable;
   for (const torch::Tensor& p : run.model->parameters())
     if (p.requires_grad()) trainable.push_back(p);
-  run.optimizer = std::make_unique<FusedAdamW>(
-      trainable,
-      torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay));
+  const auto adamw = torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay);
+  if (cfg.data_parallel.sharding == "optimizer" && run.rank.world_size > 1) {
+    auto sharded = ShardedAdamW::Create(trainable, adamw, run.rank.rank, run.rank.world_size,
+                                        int64_t{cfg.data_parallel.bucket_mb} << 20);
+    run.sharded = sharded.get();
+    run.optimizer = std::move(sharded);
+  } else {
+    run.optimizer = std::make_unique<FusedAdamW>(trainable, adamw);
+  }
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
       cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last,
       cfg.attempt});
@@ -171,6 +180,22 @@ void BuildModel(Run& run) {
           (mc.base_precision.empty() || mc.base_precision == "fp32" ? "" : "/base-" + mc.base_precision));
 }
 
+// A checkpoint written by another number of ranks: the epoch's batches done stay the
+// same global batches (position.h), so each rank's count is rescaled; a count the new
+// world size does not divide would land mid-way through a step, and is refused.
+void ToThisWorldSize(RunPosition* p, int world_size, const std::string& path) {
+  if (p->world_size > 0 && p->world_size != world_size) {
+    const int64_t done = p->batch_in_epoch * p->world_size;
+    if (done % world_size != 0)
+      throw PermanentError("checkpoint " + path + " was written by " + std::to_string(p->world_size) +
+                           " ranks after " + std::to_string(done) + " batches of epoch " + std::to_string(p->epoch) +
+                           ", which " + std::to_string(world_size) +
+                           " ranks cannot split evenly: resume on a number of ranks that divides it");
+    p->batch_in_epoch = done / world_size;
+  }
+  p->world_size = world_size;
+}
+
 // Claims the checkpoint folder for this attempt (its writer), then resumes from the newest
 // complete checkpoint of this or an earlier attempt, unless it belongs to another run
 // configuration (another seed, batching, data or model cannot continue this run).
@@ -185,6 +210,7 @@ std::string Resume(Run& run) {
                              "\"): resume with the same seed, batching, data and model, or delete " +
                              run.cfg.checkpoint_dir + " to start over");
   if (!run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path)) return "";
+  ToThisWorldSize(&run.position, run.rank.world_size, path);
   SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
   Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
   return path;
@@ -261,6 +287,7 @@ void JoinDataParallel(Run& run, std::string* resumed_from) {
   const bool as_loaded = resumed_from->empty() && run.cfg.model.init_from.empty();  // nothing written into the weights
   run.ddp = StartDataParallel(run.cfg, run.rank, *run.model, as_loaded);
   if (!run.ddp) return;
+  if (run.sharded) run.sharded->set_group(&run.ddp->group());
   AdoptNewestCheckpoint(run, resumed_from);
   const RunPosition& p = run.position;
   CheckRanksAgree(*run.ddp, {p.step, p.epoch, p.batch_in_epoch, static_cast<int64_t>(run.train_shard.num_samples()),
@@ -292,7 +319,7 @@ void ChooseTokenBudget(Run& run, bool resumed) {
     const int64_t token = (cfg.data.pad_id + 1) % cfg.data.vocab_size;
     r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
       run.BatchLossSum(ToDevice(WorstCaseBatch(rows, max_len, token), run.device)).backward();
-      run.optimizer->zero_grad();
+      run.ZeroGrad();
     });
   } catch (const std::exception& e) {
     if (!run.ddp) throw;
@@ -355,9 +382,61 @@ void ComposeTechniques(Run& run, bool resumed) {
   run.stage_batch = NewBatchStager(run.device);  // runs on the loader's thread
 }
 
+// This rank's bytes of model state: every parameter; the gradients of the trainable ones
+// (whole until the step, sharded or not); AdamW's two float32 moments of what this rank
+// updates (with resources.sharding optimizer, its shard only).
+struct ModelStateBytes {
+  double parameters = 0, gradients = 0, optimizer_state = 0, optimizer_state_unsharded = 0;
+  double total() const { return parameters + gradients + optimizer_state; }
+};
+ModelStateBytes StateBytes(const Run& run) {
+  ModelStateBytes b;
+  for (const torch::Tensor& p : run.model->parameters()) {
+    b.parameters += double(p.numel()) * double(p.element_size());
+    if (p.requires_grad()) b.gradients += 4.0 * double(p.numel());
+  }
+  b.optimizer_state_unsharded = 2 * b.gradients;
+  b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : b.optimizer_state_unsharded;
+  return b;
+}
+
+std::string GiB(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", bytes / double(int64_t{1} << 30));
+  return text;
+}
+
+// On the CPU, before the first step allocates gradients and AdamW's moments: a rank whose
+// parameters, gradients and optimizer state alone exceed its memory limit (--memory-limit,
+// else the RLIMIT_DATA its worker set from resources.memory_gb) fails now, naming the
+// limit and what sharding would need, instead of running out of memory at the first step.
+// Under data parallelism every rank fails when one does (the others would wait for it).
+void CheckModelStateFits(Run& run) {
+  int64_t limit = run.rank.memory_limit_bytes;
+  if (struct rlimit rl; limit <= 0 && getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    limit = static_cast<int64_t>(rl.rlim_cur);
+  const ModelStateBytes b = StateBytes(run);
+  const bool fits = !run.device.is_cpu() || limit <= 0 || b.total() <= double(limit);
+  if (run.ddp ? !run.ddp->AnyRank(!fits) : fits) return;
+  if (fits)
+    throw PermanentError("resources.memory_gb: another rank's parameters, gradients and AdamW state exceed its limit");
+  const int world = run.rank.world_size;
+  std::string hint = world > 1 && !run.sharded
+                         ? "; with resources.sharding: optimizer each of the " + std::to_string(world) +
+                               " ranks would keep " + GiB(b.optimizer_state_unsharded / world) +
+                               " of optimizer state instead, " + GiB(b.total() - b.optimizer_state * (1.0 - 1.0 / world)) +
+                               " in all"
+                         : "";
+  throw PermanentError("resources.memory_gb: rank " + std::to_string(run.rank.rank) + " needs " + GiB(b.total()) +
+                       " for its parameters (" + GiB(b.parameters) + "), their gradients (" + GiB(b.gradients) +
+                       ") and AdamW's state (" + GiB(b.optimizer_state) + ") before any activation, more than its " +
+                       GiB(double(limit)) + " limit" + hint);
+}
+
 void EmitStart(Run& run, const std::vector<std::string>& warnings) {
   const TrainConfig& cfg = run.cfg;
   const double train_samples = double(run.train_shard.num_samples()), val_samples = double(run.val_shard.num_samples());
+  const ModelStateBytes bytes = StateBytes(run);
   run.progress.Emit(ProgressRecord{
       "start",
       {{"world_size", run.rank.world_size}, {"rank", run.rank.rank}, {"resumed_step", double(run.position.step)},
@@ -365,7 +444,9 @@ void EmitStart(Run& run, const std::vector<std::string>& warnings) {
        {"val_samples", val_samples}, {"total_steps", double(run.total_steps)},
        {"blas_gflops", run.blas_gflops}, {"threads", run.threads}, {"peak_flops", run.peak_flops},
        {"non_embedding_parameters", double(run.non_embedding_parameters)},
-       {"max_tokens", double(run.plan_options.max_tokens)}, {"batch_size", double(run.plan_options.batch_size)}},
+       {"max_tokens", double(run.plan_options.max_tokens)}, {"batch_size", double(run.plan_options.batch_size)},
+       {"parameter_bytes", bytes.parameters}, {"gradient_bytes", bytes.gradients},
+       {"optimizer_state_bytes", bytes.optimizer_state}},
       {{"device", run.device.str()}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
   for (const std::string& w : warnings) Warn(run.progress, w);
   Log("job %s attempt %d: %lld parameters, %.0f train / %.0f val samples, %lld steps, %d threads, BLAS %.1f GFLOP/s",
@@ -386,6 +467,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
     Log("initialised from %s", cfg.model.init_from.c_str());
   }
   JoinDataParallel(*run, &resumed_from);
+  CheckModelStateFits(*run);
   const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);
   CheckMetrics(*run);
@@ -480,8 +562,18 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
   // Each micro-batch's loss is its share of the whole step's mean (loss_count: the
   // samples or predicted tokens of all its batches, as transformers normalises an
   // accumulated step); only the last one's backward all-reduces.
+  // Under data parallelism the count is every rank's (one all-reduce of a number, as
+  // transformers gathers num_items_in_batch), and the loss is multiplied by the world size
+  // that the gradient average divides by again: the step is the gradient of the mean over
+  // every sample or token of the step on all ranks, whatever each rank's share, so any
+  // split of the same global batch (ranks x accumulate_steps) takes the same step.
   double loss_count = 0;
   for (const Batch& batch : step.batches) loss_count += double(LossCount(batch, next_token));
+  if (ddp) {
+    torch::Tensor count = torch::tensor({loss_count}, torch::kFloat64);
+    ddp->group().AllReduceSum(count);
+    loss_count = count.item<double>() / ddp->group().size();  // times world_size, in one number
+  }
   const MicroBatchResult fb = micro_batches->Run(
       step.batches,
       [&](const Batch& micro, bool last) {
@@ -491,21 +583,31 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
         scaler->Scale(loss).backward();
         return loss.item<double>();
       },
-      [&] { optimizer->zero_grad(); });
+      [&] { ZeroGrad(); });
   oom_recoveries += fb.oom_recoveries;
   return fb;
 }
 
+void Run::ZeroGrad() {
+  model->zero_grad();  // a sharded optimizer's own gradients are its pieces'
+  optimizer->zero_grad();
+}
+
 void Run::ClipAndStep() {
+  if (sharded) sharded->ReduceGradients();  // from here on this rank's shard holds the gradients
   if (scaler->enabled()) {
-    const bool grads_finite = scaler->UnscaleAndCheckFinite(model->parameters());
+    bool grads_finite = scaler->UnscaleAndCheckFinite(sharded ? sharded->pieces() : model->parameters());
+    if (sharded) grads_finite = !ddp->AnyRank(!grads_finite);
     scaler->Update(!grads_finite);
     if (!grads_finite) {
       nan_guard.CountSkipped();
       return;
     }
   }
-  if (cfg.train.grad_clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.grad_clip);
+  if (cfg.train.grad_clip > 0 && sharded)
+    ClipGradNorm(sharded->pieces(), cfg.train.grad_clip, [this](double local) { return sharded->SumOverRanks(local); });
+  else if (cfg.train.grad_clip > 0)
+    ClipGradNorm(model->parameters(), cfg.train.grad_clip);
   optimizer->step();
 }
 
@@ -522,6 +624,7 @@ void Run::RollBack() {
     throw std::runtime_error("the loss was not finite for " + times +
                              " steps in a row and there is no checkpoint to roll back to; lower "
                              "spec.train.lr or use precision fp32");
+  ToThisWorldSize(&position, rank.world_size, path);
   SetCpuRngState(position.rng_cpu);
   position.lr_scale *= 0.5;
   Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path +
@@ -531,11 +634,15 @@ void Run::RollBack() {
 void Run::SaveCheckpoint() {
   if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
-  if (!WritesCheckpoints()) return;
+  if (!WritesCheckpoints()) {
+    if (sharded) sharded->ExchangeShards([](const std::string&, const std::string&) {});  // the writers' Save
+    return;
+  }
   position.rng_cpu = GetCpuRngState();
   position.scaler = ScalerState{scaler->scale(), scaler->growth_tracker()};
   position.train_seconds = TrainSeconds();
   position.fingerprint = fingerprint;
+  position.world_size = rank.world_size;
   checkpoints->Keep(position.best_step);  // export.best's checkpoint outlives keep_last
   const SavedCheckpoint saved = checkpoints->Save(position, *model, *optimizer);
   progress.Emit(ProgressRecord{

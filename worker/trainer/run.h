@@ -26,6 +26,7 @@
 #include "worker/trainer/config.h"
 #include "worker/trainer/data/data_loader.h"
 #include "worker/trainer/parallel/ddp.h"
+#include "worker/trainer/parallel/sharded_adamw.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/fault_injection.h"
 #include "worker/trainer/models/lora.h"
@@ -66,6 +67,9 @@ class Run {
   // Forward and backward of the batch (micro-batches after an out-of-memory error), ending
   // in the step's one collective; agreement.decision() holds what the ranks decided.
   MicroBatchResult ForwardBackward(const StepBatches& step);
+  // Clears the model's gradients and the optimizer's.
+  void ZeroGrad();
+  // Sharded: reduce-scatters the gradients first (the optimizer's shard holds them then).
   // fp16: unscales and checks the gradients (an overflow skips the step and backs the
   // scale off); clips; steps the optimizer.
   void ClipAndStep();
@@ -109,6 +113,7 @@ class Run {
   hf::AttachedAdapter adapter;  // model.adapter: what AttachLora adapted (empty without one)
   int64_t num_parameters = 0, non_embedding_parameters = 0;
   std::unique_ptr<torch::optim::AdamW> optimizer;  // a FusedAdamW (fused_adamw.h)
+  ShardedAdamW* sharded = nullptr;  // resources.sharding optimizer: `optimizer` as its type; else null
   std::unique_ptr<CheckpointManager> checkpoints;
   std::string fingerprint;  // RunFingerprint of this configuration
   std::unique_ptr<GradientSync> ddp;  // null: one rank

@@ -42,23 +42,7 @@ const std::vector<std::string> kLabels = {"no", "yes"};
 class HfTrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // The reference folders with a WordPiece tokenizer of their 100 ids, which a job's
-    // export copies (the synthetic shards here are ids already); made once per version of the
-    // script and of torch, transformers and tokenizers, and shared by the test processes
-    // (testing::SharedFolder).
-    const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/hf_models_reference.py";
-    const std::string tokenizers = std::string(NIGHTSHIFT_PYTHON) + " -c '\n"
-        "import os, sys\n"
-        "from transformers import BertTokenizerFast\n"
-        "d = sys.argv[1]\n"
-        "open(d + \"/vocab.txt\", \"w\").write(\"\\n\".join([\"[PAD]\", \"[UNK]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"] + "
-        "[\"w%d\" % i for i in range(5, 100)]))\n"
-        "for arch in (\"bert\", \"roberta\", \"distilbert\"):\n"
-        "    BertTokenizerFast(vocab=d + \"/vocab.txt\").save_pretrained(os.path.join(d, arch))\n"
-        "' {dir}";
-    dir_ = new std::string(testing::SharedFolder(
-        "nightshift_hf_train", std::string(NIGHTSHIFT_PYTHON) + " " + script + " {dir} && " + tokenizers, {script},
-        NIGHTSHIFT_PYTHON, &error_));
+    dir_ = new std::string(testing::EncoderFoldersWithTokenizers(NIGHTSHIFT_SOURCE_DIR, NIGHTSHIFT_PYTHON, &error_));
     ok_ = !dir_->empty();
   }
   void SetUp() override {

@@ -115,6 +115,26 @@ inline void RemoveOtherSharedFolders(const std::string& root, const std::string&
   }
 }
 
+// hf_models_reference.py's tiny random BERT, RoBERTa and DistilBERT folders (every dropout
+// 0 in their config.json), each with a WordPiece tokenizer of their 100 ids, which a job's
+// export copies (synthetic shards are ids already); made once per version of the script
+// and of torch, transformers and tokenizers, and shared by the test processes
+// (SharedFolder). "" (and *error) when making them failed.
+inline std::string EncoderFoldersWithTokenizers(const std::string& source_dir, const std::string& python,
+                                                std::string* error) {
+  const std::string script = source_dir + "/tests/support/hf_models_reference.py";
+  const std::string tokenizers = python + " -c '\n"
+      "import os, sys\n"
+      "from transformers import BertTokenizerFast\n"
+      "d = sys.argv[1]\n"
+      "open(d + \"/vocab.txt\", \"w\").write(\"\\n\".join([\"[PAD]\", \"[UNK]\", \"[CLS]\", \"[SEP]\", \"[MASK]\"] + "
+      "[\"w%d\" % i for i in range(5, 100)]))\n"
+      "for arch in (\"bert\", \"roberta\", \"distilbert\"):\n"
+      "    BertTokenizerFast(vocab=d + \"/vocab.txt\").save_pretrained(os.path.join(d, arch))\n"
+      "' {dir}";
+  return SharedFolder("nightshift_hf_train", python + " " + script + " {dir} && " + tokenizers, {script}, python, error);
+}
+
 }  // namespace nightshift::trainer::testing
 
 #endif  // NIGHTSHIFT_TESTS_WORKER_TRAINER_REFERENCE_UTIL_H_

@@ -38,11 +38,12 @@ inline std::string FreshDir(const std::string& name) {
 }
 
 // Classifier samples: bos, then `min_len - 1 .. max_len - 1` tokens in [6, kVocab); class 1
-// samples contain kSignal somewhere. Deterministic in `seed`.
+// samples contain kSignal somewhere. Deterministic in `seed`. classes: the shard's class
+// count (labels stay 0 and 1).
 inline void WriteSyntheticShard(const std::string& path, int n, uint64_t seed, int min_len = 4,
-                                int max_len = 12) {
+                                int max_len = 12, int classes = 2) {
   std::mt19937_64 rng(seed);
-  format::ShardWriter writer(kVocab, 2);
+  format::ShardWriter writer(kVocab, static_cast<uint32_t>(classes));
   for (int i = 0; i < n; ++i) {
     const int label = static_cast<int>(rng() % 2);
     const int len = min_len + static_cast<int>(rng() % (max_len - min_len + 1));

@@ -1,4 +1,5 @@
 #include "worker/trainer/checkpoint/checkpoint.h"
+#include "worker/trainer/checkpoint/optimizer_shards.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -108,6 +109,7 @@ json PositionToJson(const RunPosition& p) {
   return {{"step", p.step},
           {"epoch", p.epoch},
           {"batch_in_epoch", p.batch_in_epoch},
+          {"world_size", p.world_size},
           {"lr_scale", p.lr_scale},
           {"grad_scale", p.scaler.scale},
           {"grad_scale_growth_tracker", p.scaler.growth_tracker},
@@ -137,6 +139,7 @@ RunPosition PositionFromJson(const json& j) {
   p.rng_cpu = Unhex(j.at("rng_cpu").get<std::string>());
   // Absent in checkpoints written before export.best and early stopping.
   p.best_step = j.value("best_step", int64_t{-1});
+  p.world_size = j.value("world_size", int64_t{0});  // absent before sharding (issue 43)
   p.best_metric = j.value("best_metric", 0.0);
   p.has_stop_best = j.value("has_stop_best", false);
   p.stop_best = j.value("stop_best", 0.0);
@@ -188,7 +191,7 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
   SavedCheckpoint saved;
   saved.path = dir.string();
   format::CheckpointManifest manifest;  // every file's size and checksum: checked before a load
-  auto write = [&](const char* file, const std::string& bytes) {
+  auto write = [&](const std::string& file, const std::string& bytes) {
     Check(io::WriteFileAtomically((dir / file).string(), bytes));
     saved.bytes += static_cast<int64_t>(bytes.size());
     manifest.files[file] = format::FileEntry(bytes);
@@ -214,7 +217,9 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
     else model.save(archive);
     stream("model.pt", archive);
   }
-  {
+  if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(&optimizer)) {
+    sharded->ExchangeShards(write);  // every rank's shard, one at a time
+  } else {
     torch::serialize::OutputArchive archive;
     optimizer.save(archive);
     stream("optimizer.pt", archive);
@@ -367,7 +372,23 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
     if (HasFrozen(model)) LoadTrainable(model, archive);
     else model.load(archive);
   }
-  if (optimizer != nullptr) {
+  if (optimizer == nullptr) return p;
+  format::CheckpointManifest m;
+  Check(format::ReadManifest(dir.string(), &m));
+  std::vector<std::string> files, shards;
+  for (const auto& [name, entry] : m.files) {
+    files.push_back(name);
+    if (IsOptimizerShardFile(name)) shards.push_back(name);
+  }
+  if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(optimizer)) {
+    sharded->LoadShards(dir.string(), files);
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer); adamw != nullptr && !shards.empty()) {
+    // A sharded run's checkpoint resumed unsharded: the whole flat range, from every shard.
+    int64_t total = 0;
+    for (const auto& group : adamw->param_groups())
+      for (const auto& param : group.params()) total += param.numel();
+    SetFlatState(*adamw, ReadFlatRange(dir.string(), shards, 0, total, total, device));
+  } else {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "optimizer.pt").string(), device);
     optimizer->load(archive);

@@ -2,7 +2,9 @@
 //   model.pt       the model's parameters and buffers (torch::serialize archive); for a
 //                  model with frozen parameters (an adapter on its base), only the
 //                  parameters that train, the base being read from its folder again
-//   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded)
+//   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded);
+//                  with resources.sharding optimizer, instead one file per rank
+//                  (optimizer_shards.h), read back by any number of ranks
 //   manifest.json  common/format/checkpoint_manifest.h: the RunPosition (position.h;
 //                  rng_cpu as hex), the run's fingerprint, the attempt, and every
 //                  file's size and FNV-1a 64, checked before a load
@@ -34,6 +36,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -55,6 +58,19 @@ class CheckpointVersionError : public PermanentError {
 class FencedError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// An optimizer whose state is cut across the ranks (parallel/sharded_adamw.h) is this as
+// well; Save and the loads then go through it instead of optimizer.pt.
+class ShardedOptimizerState {
+ public:
+  virtual ~ShardedOptimizerState() = default;
+  // A collective: every rank calls it at the same point (the writers from Save), and on
+  // every rank write(file, bytes) is called with each rank's shard file, in rank order.
+  virtual void ExchangeShards(const std::function<void(const std::string&, const std::string&)>& write) = 0;
+  // Loads this rank's state from the checkpoint in `dir` whose manifest lists `files`:
+  // the shard files of any number of ranks, or an unsharded run's optimizer.pt.
+  virtual void LoadShards(const std::string& dir, const std::vector<std::string>& files) = 0;
 };
 
 struct CheckpointOptions {

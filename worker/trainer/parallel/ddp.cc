@@ -162,6 +162,34 @@ void ProcessGroup::Broadcast(torch::Tensor& input, int root) {
   });
 }
 
+// The two collectives of sharded data parallelism (sharded_adamw.h). Inputs and outputs
+// on the group's device (NCCL reduces CUDA tensors only); no copies made for them.
+void ProcessGroup::ReduceScatterSum(torch::Tensor& output, torch::Tensor& input) {
+  if (output.device() != impl_->device || input.device() != impl_->device)
+    throw std::invalid_argument("reduce-scatter: tensors must be on " + impl_->device.str());
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  auto pending = std::make_shared<Pending>();
+  try {
+    pending->work = impl_->backend->reduce_scatter_single(output, input, options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("reduce-scatter failed in the " + impl_->where + ": " + Message(e));
+  }
+  Wait(pending);
+}
+
+void ProcessGroup::AllGather(torch::Tensor& output, torch::Tensor& input) {
+  if (output.device() != impl_->device || input.device() != impl_->device)
+    throw std::invalid_argument("all-gather: tensors must be on " + impl_->device.str());
+  auto pending = std::make_shared<Pending>();
+  try {
+    pending->work = impl_->backend->all_gather_single(output, input, c10d::AllgatherOptions());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("all-gather failed in the " + impl_->where + ": " + Message(e));
+  }
+  Wait(pending);
+}
+
 void ProcessGroup::Barrier() {
   // An all-reduce of one element: the same as a barrier, and the same code path on
   // Gloo and NCCL (whose barrier needs a device).
@@ -460,7 +488,11 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   if (options.cuda) options.cuda_device = parameters.front().device().index();
   GradientSyncOptions sync_options;
   sync_options.bucket_bytes = int64_t{config.data_parallel.bucket_mb} << 20;
-  auto sync = std::make_unique<GradientSync>(ProcessGroup::Create(options), parameters, sync_options);
+  // Sharded (sharded_adamw.h): the optimizer reduce-scatters the gradients at the step;
+  // the GradientSync then holds no parameters (no hooks, no all-reduce) and is the group.
+  const bool sharded = config.data_parallel.sharding == "optimizer";
+  auto sync = std::make_unique<GradientSync>(ProcessGroup::Create(options),
+                                             sharded ? std::vector<torch::Tensor>{} : parameters, sync_options);
 
   // Rank 0's parameters and buffers to every rank, but for the views of a mapped weight
   // file (hf_weights.h) that every rank maps with the same bytes at the same place: writing

@@ -64,6 +64,11 @@ class ProcessGroup {
   void Broadcast(torch::Tensor& tensor, int root = 0);  // in place, one dense tensor
   void AllReduceSum(torch::Tensor& tensor);             // in place, one dense tensor
   void Barrier();
+  // Sharded data parallelism (sharded_adamw.h), both on the group's device only:
+  // output [n] = the sum over ranks of input[rank * n, (rank + 1) * n) (input [size * n]);
+  // output [size * n] = every rank's input [n], in rank order.
+  void ReduceScatterSum(torch::Tensor& output, torch::Tensor& input);
+  void AllGather(torch::Tensor& output, torch::Tensor& input);
   // True on every rank when `local` is true on at least one (an all-reduce MAX).
   bool AnyRank(bool local);
   // The same for several flags at once (one collective).

@@ -1,0 +1,330 @@
+// resources.sharding: optimizer (sharded_adamw.h) against today's data parallelism, in
+// whole runs of ranks that are threads of this process on loopback Gloo: the parameters
+// after 20 steps, the state each rank keeps, and checkpoints written by 4 ranks resumed
+// on 2 and on 1. The models are the tiny random Llama and BERT folders transformers saves
+// for the model tests (tests/support/hf_decoders_reference.py, hf_models_reference.py).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/worker/trainer/ranks_util.h"
+#include "tests/worker/trainer/reference_util.h"
+#include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/checkpoint/optimizer_shards.h"
+#include "worker/trainer/models/pretrained.h"
+#include "worker/trainer/optim/clip.h"
+#include "worker/trainer/parallel/sharded_adamw.h"
+#include "worker/trainer/train.h"
+
+#ifndef NIGHTSHIFT_PYTHON
+#define NIGHTSHIFT_PYTHON "/opt/nightshift/venv/bin/python"
+#endif
+
+namespace nightshift::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kLmVocab = 96, kLmLen = 16;
+
+class ShardedAdamWTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string error;
+    const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/hf_decoders_reference.py";
+    decoders_ = new std::string(testing::SharedFolder("nightshift_hf_decoders", std::string(NIGHTSHIFT_PYTHON) + " " +
+                                                      script + " {dir}", {script}, NIGHTSHIFT_PYTHON, &error));
+    if (!decoders_->empty())
+      encoders_ = new std::string(testing::EncoderFoldersWithTokenizers(NIGHTSHIFT_SOURCE_DIR, NIGHTSHIFT_PYTHON, &error));
+    if (decoders_->empty() || encoders_->empty()) error_ = new std::string(error);
+  }
+  void SetUp() override {
+    ASSERT_EQ(error_, nullptr) << *error_;
+    torch::set_num_threads(1);
+  }
+
+  // A causal-LM run of the Llama folder on packed rows, bf16 autocast, every block
+  // recomputed in backward, two batches accumulated per step, 20 steps.
+  static TrainConfig Llama(const std::string& name) {
+    TrainConfig c = testing::TinyConfig(testing::FreshDir(name));
+    testing::WriteSyntheticLmShard(c.data.train_shard, 96, 1, kLmVocab, kLmLen, true);
+    testing::WriteSyntheticLmShard(c.data.val_shard, 12, 2, kLmVocab, kLmLen, true);
+    c.model.arch = "pretrained";
+    c.model.task = "causal_lm";
+    c.model.pretrained = *decoders_ + "/llama_lm";
+    c.model.layers = c.model.d_model = c.model.heads = c.model.ffn = 0;
+    c.model.dropout = -1;
+    c.model.max_len = kLmLen;
+    c.data.vocab_size = kLmVocab;
+    c.data.num_classes = 0;
+    c.train.rows = "packed";
+    c.train.max_tokens = 2 * kLmLen;
+    c.train.precision = "bf16";
+    c.train.checkpoint_every_blocks = 1;
+    c.train.accumulate_steps = 2;
+    c.train.grad_clip = 0;
+    Until(&c, 20);
+    EXPECT_EQ(hf::ResolvePretrained(&c), "");
+    return c;
+  }
+  // Sequence classification of `folder`'s model in float32, fixed batches of 8, the
+  // gradient clipped at a norm it always exceeds, every block recomputed in backward, two
+  // batches accumulated per step.
+  static TrainConfig Classifier(const std::string& name, const std::string& folder, int n_train = 96) {
+    TrainConfig c = testing::TinyConfig(testing::FreshDir(name), n_train);
+    c.model.arch = "pretrained";
+    c.model.pretrained = folder;
+    c.model.layers = c.model.d_model = c.model.heads = c.model.ffn = 0;
+    c.model.dropout = -1;
+    c.model.attention_dropout = 0;
+    // The folders' own three labels: their heads load (a new head's random draws would race
+    // between the rank threads on the one CPU generator); the data uses two of them.
+    c.data.class_names = {"ham", "spam", "eggs"};
+    c.data.num_classes = 3;
+    testing::WriteSyntheticShard(c.data.train_shard, n_train, 1, 4, 12, 3);
+    testing::WriteSyntheticShard(c.data.val_shard, 16, 2, 4, 12, 3);
+    c.train.checkpoint_every_blocks = 1;
+    c.train.accumulate_steps = 2;
+    c.train.grad_clip = 0.01;
+    Until(&c, 20);
+    EXPECT_EQ(hf::ResolvePretrained(&c), "");
+    return c;
+  }
+  static void Until(TrainConfig* c, int steps) {
+    c->train.epochs = 1000;
+    c->train.max_steps = steps;
+    c->checkpoint.every_steps = 0;  // the run's last step only
+    c->model.dropout = c->model.dropout > 0 ? 0 : c->model.dropout;  // the ranks share one CPU generator
+  }
+
+  // `world` ranks train `c` to its end (one checkpoint folder, rank 0 writes); returns each
+  // rank's start record.
+  static std::vector<format::ProgressRecord> Train(TrainConfig c, int world, const std::string& sharding) {
+    c.data_parallel.world_size = world;
+    c.data_parallel.timeout_seconds = 60;
+    c.data_parallel.sharding = sharding;
+    std::vector<MemoryProgressSink> progress(world);
+    std::vector<int> exit_codes(world, -1);
+    if (world == 1) {
+      exit_codes[0] = RunTraining(c, RankInfo{}, progress[0]);
+    } else {
+      const int port = testing::FreePort();
+      testing::RunRanks(world, [&](int r) { exit_codes[r] = RunTraining(c, testing::LoopbackRank(r, world, port), progress[r]); });
+    }
+    std::vector<format::ProgressRecord> starts;
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(exit_codes[r], kExitOk) << "rank " << r << ": " << progress[r].records.back().String("message");
+      if (progress[r].records.empty()) return {};
+      starts.push_back(progress[r].records.front());
+    }
+    return starts;
+  }
+  static std::vector<torch::Tensor> Final(const TrainConfig& c) {
+    return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/false), c.checkpoint_dir);
+  }
+  // Every tensor of `got` within 1e-5 of `want` relative to the tensor's largest value;
+  // `loose` (names) within 1e-3: BERT's attention key biases, whose true gradient is zero
+  // (a bias added to every key shifts a query's scores alike, which softmax ignores), so
+  // theirs is rounding noise that Adam scales up to steps of the learning rate's size; a
+  // different order of the same float32 sums (4 ranks' reduce-scatter against their
+  // all-reduce) changes that noise, and the biases drift by about 1e-4 of their size.
+  static void ExpectClose(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
+                          const std::string& what, const std::vector<std::string>& names = {}) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const bool loose = i < names.size() && names[i].find("attention.self.key.bias") != std::string::npos;
+      EXPECT_LE((got[i] - want[i]).abs().max().item<double>(),
+                (loose ? 1e-3 : 1e-5) * std::max(want[i].abs().max().item<double>(), 1e-6))
+          << what << ": parameter " << i << (i < names.size() ? " " + names[i] : "");
+    }
+  }
+
+  static std::string* decoders_;
+  static std::string* encoders_;
+  static std::string* error_;
+};
+std::string* ShardedAdamWTest::decoders_ = nullptr;
+std::string* ShardedAdamWTest::encoders_ = nullptr;
+std::string* ShardedAdamWTest::error_ = nullptr;
+
+// 20 steps with sharding optimizer end where today's data parallelism ends, on 2 and on 4
+// ranks, for a Llama (bf16 autocast, recomputation, accumulation) and a BERT (clipping);
+// each rank keeps AdamW's moments for its shard only.
+TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
+  for (const bool llama : {true, false}) {
+    for (const int world : {2, 4}) {
+      const std::string name = std::string(llama ? "zero_llama_" : "zero_bert_") + std::to_string(world);
+      SCOPED_TRACE(name);
+      const TrainConfig ddp = llama ? Llama(name + "_none") : Classifier(name + "_none", *encoders_ + "/bert");
+      const TrainConfig sharded = llama ? Llama(name + "_optimizer") : Classifier(name + "_optimizer", *encoders_ + "/bert");
+      const auto ddp_starts = Train(ddp, world, "none");
+      const auto starts = Train(sharded, world, "optimizer");
+      ASSERT_EQ(starts.size(), static_cast<size_t>(world));
+      ASSERT_EQ(ddp_starts.size(), static_cast<size_t>(world));
+      const std::vector<torch::Tensor> final_params = Final(sharded);
+      std::vector<std::string> names;
+      for (const auto& p : hf::JobModel(sharded, /*load_weights=*/false)->named_parameters()) names.push_back(p.key());
+      ExpectClose(final_params, Final(ddp), name, names);
+      // The export (rank 0's whole parameters, as unsharded) is the unsharded run's.
+      hf::PretrainedOptions options;
+      options.task = llama ? "causal_lm" : "classification";
+      std::vector<torch::Tensor> exported, ddp_exported;
+      for (const auto& p : hf::LoadPretrained(sharded.checkpoint_dir + "/model", options)->parameters())
+        exported.push_back(p.detach().clone());
+      for (const auto& p : hf::LoadPretrained(ddp.checkpoint_dir + "/model", options)->parameters())
+        ddp_exported.push_back(p.detach().clone());
+      ExpectClose(exported, ddp_exported, name + " export", names);
+      const double whole = ddp_starts[0].Number("optimizer_state_bytes");
+      EXPECT_EQ(whole, 8 * ddp_starts[0].Number("gradient_bytes") / 4);
+      // A shard holds its share, give or take the padding that aligns each tensor to 64
+      // values (sharded_adamw.h): up to 63 values per tensor and 64 at the shard's end.
+      const double padding = 8.0 * (63.0 * double(final_params.size()) / world + 64);
+      double sum = 0;
+      for (const auto& s : starts) {
+        EXPECT_LE(s.Number("optimizer_state_bytes"), whole / world + padding) << "rank " << s.Number("rank");
+        sum += s.Number("optimizer_state_bytes");
+      }
+      EXPECT_EQ(sum, whole) << "the shards together are the whole state";
+    }
+  }
+}
+
+// A sharded run's checkpoint written by 4 ranks, resumed at its step 6 on 2 ranks (two
+// batches accumulated: the same global batch), on 2 ranks unsharded and on 1 rank (four
+// accumulated): each ends at step 12 where the uninterrupted 4-rank run ends.
+TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
+  auto config = [&](const std::string& name, int accumulate) {
+    TrainConfig c = Classifier(name, *decoders_ + "/llama_cls", /*n_train=*/256);  // 32 batches an epoch
+    c.train.checkpoint_every_blocks = 0;
+    c.train.grad_clip = 1.0;
+    c.train.accumulate_steps = accumulate;
+    Until(&c, 12);
+    c.checkpoint.every_steps = 6;
+    return c;
+  };
+  const TrainConfig whole = config("zero_resume_whole", 1);
+  ASSERT_EQ(Train(whole, 4, "optimizer").size(), 4u);
+  const std::string step6 = whole.checkpoint_dir + "/step-00000006";
+  ASSERT_TRUE(fs::exists(step6 + "/COMPLETE"));
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(fs::exists(step6 + "/" + OptimizerShardFileName(r, 4))) << r;
+  EXPECT_FALSE(fs::exists(step6 + "/optimizer.pt"));
+  const std::vector<torch::Tensor> want = Final(whole);
+
+  for (const auto& [world, sharding] : {std::pair{2, "optimizer"}, std::pair{2, "none"}, std::pair{1, "none"}}) {
+    const std::string name = "zero_resume_" + std::to_string(world) + "_" + sharding;
+    SCOPED_TRACE(name);
+    const TrainConfig c = config(name, 4 / world);
+    fs::create_directories(c.checkpoint_dir);
+    fs::copy(step6, c.checkpoint_dir + "/step-00000006");
+    const auto starts = Train(c, world, sharding);
+    ASSERT_EQ(starts.size(), static_cast<size_t>(world));
+    EXPECT_EQ(starts[0].Number("resumed_step"), 6);
+    ExpectClose(Final(c), want, name);
+  }
+}
+
+// A limit between what a rank's parameters, gradients and AdamW state need unsharded and
+// sharded over 4 ranks: unsharded, every rank fails before its first step (permanent, the
+// message naming resources.memory_gb and what sharding would keep); sharded, the run ends.
+TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFitsSharded) {
+  auto run = [](const std::string& sharding, int64_t limit, std::vector<MemoryProgressSink>* progress) {
+    TrainConfig c = testing::TinyConfig(testing::FreshDir("zero_limit_" + sharding), /*n_train=*/64);
+    c.model.dropout = 0;
+    c.train.max_steps = 2;
+    c.data_parallel.world_size = 4;
+    c.data_parallel.timeout_seconds = 60;
+    c.data_parallel.sharding = sharding;
+    std::vector<int> codes(4, -1);
+    progress->assign(4, MemoryProgressSink());
+    const int port = testing::FreePort();
+    testing::RunRanks(4, [&](int r) {
+      RankInfo rank = testing::LoopbackRank(r, 4, port);
+      rank.memory_limit_bytes = limit;
+      codes[r] = RunTraining(c, rank, (*progress)[r]);
+    });
+    return codes;
+  };
+  std::vector<MemoryProgressSink> progress;
+  auto need = [&](int r) {
+    const auto& s = progress[r].records.front();
+    return s.Number("parameter_bytes") + s.Number("gradient_bytes") + s.Number("optimizer_state_bytes");
+  };
+  ASSERT_EQ(run("none", 0, &progress), std::vector<int>(4, kExitOk));
+  const double unsharded = need(0);
+  ASSERT_EQ(run("optimizer", 0, &progress), std::vector<int>(4, kExitOk));
+  double sharded = 0;
+  for (int r = 0; r < 4; ++r) sharded = std::max(sharded, need(r));
+  ASSERT_LT(sharded, unsharded);
+  const int64_t limit = static_cast<int64_t>((sharded + unsharded) / 2);
+  EXPECT_EQ(run("none", limit, &progress), std::vector<int>(4, kExitPermanent));
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(progress[r].records.back().event, "error");
+    const std::string message = progress[r].records.back().String("message");
+    EXPECT_NE(message.find("resources.memory_gb: rank " + std::to_string(r) + " needs"), std::string::npos) << message;
+    EXPECT_NE(message.find("with resources.sharding: optimizer each of the 4 ranks"), std::string::npos) << message;
+  }
+  EXPECT_EQ(run("optimizer", limit, &progress), std::vector<int>(4, kExitOk));
+}
+
+// The pieces of the layout, reduce-scatter and clipping against the whole computation: on
+// 3 ranks, parameters of 5 + 7 + 4 values with each rank's own gradients, unaligned (16
+// values: shards of 6, 6 and 4) and aligned at 4 (5 + 3 padding + 7 + 1 + 4 = 20, shards
+// of 8: ranks own values [0, 5), [5, 12), [12, 16)); after ReduceGradients and clipping
+// every rank holds exactly its slice of the averaged, clipped whole gradient, and the
+// norm is clip_grad_norm_'s.
+TEST(ShardedAdamWUnitTest, EachRankHoldsItsSliceOfTheAveragedClippedGradient) {
+  const int world = 3;
+  const std::vector<int64_t> sizes = {5, 7, 4};
+  auto grads_of = [&](int rank) {
+    std::vector<torch::Tensor> g;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      g.push_back(torch::arange(sizes[i], torch::kFloat32).mul(0.1 * (rank + 1)).add(double(i) - rank));
+    return g;
+  };
+  std::vector<torch::Tensor> whole;
+  for (int r = 0; r < world; ++r) {
+    const auto g = grads_of(r);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (r == 0) whole.push_back(torch::zeros({sizes[i]}, torch::requires_grad()));
+      whole[i].mutable_grad() = r == 0 ? g[i].clone() / world : whole[i].grad() + g[i] / world;
+    }
+  }
+  const double want_norm = torch::nn::utils::clip_grad_norm_(whole, 0.5);
+  torch::Tensor want = torch::cat({whole[0].grad(), whole[1].grad(), whole[2].grad()});
+  for (const int64_t align : {1, 4}) {
+  SCOPED_TRACE("align " + std::to_string(align));
+  const std::vector<int64_t> begins = align == 1 ? std::vector<int64_t>{0, 6, 12, 16} : std::vector<int64_t>{0, 5, 12, 16};
+  const int port = testing::FreePort();
+  std::vector<torch::Tensor> got(world);
+  std::vector<double> norms(world);
+  testing::RunRanks(world, [&](int r) {
+    auto group = ProcessGroup::Create(testing::Options(r, world, port));
+    std::vector<torch::Tensor> params;
+    for (int64_t n : sizes) params.push_back(torch::zeros({n}, torch::requires_grad()));
+    const auto g = grads_of(r);
+    for (size_t i = 0; i < sizes.size(); ++i) params[i].mutable_grad() = g[i].clone();
+    auto opt = ShardedAdamW::Create(params, torch::optim::AdamWOptions(1e-3), r, world, /*chunk_bytes=*/8, align);
+    opt->set_group(group.get());
+    EXPECT_EQ(opt->begin(), begins[r]);
+    EXPECT_EQ(opt->end(), begins[r + 1]);
+    opt->ReduceGradients();
+    for (const auto& p : params) EXPECT_FALSE(p.grad().defined()) << "the whole gradient is freed";
+    norms[r] = ClipGradNorm(opt->pieces(), 0.5, [&](double local) { return opt->SumOverRanks(local); });
+    std::vector<torch::Tensor> mine;
+    for (const auto& piece : opt->pieces()) mine.push_back(piece.grad());
+    got[r] = torch::cat(mine);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_NEAR(norms[r], want_norm, 1e-6 * want_norm) << "rank " << r;
+    torch::Tensor slice = want.narrow(0, begins[r], begins[r + 1] - begins[r]);
+    ASSERT_EQ(got[r].numel(), slice.numel()) << "rank " << r;
+    EXPECT_LE((got[r] - slice).abs().max().item<double>(), 1e-7) << "rank " << r;
+  }
+  }
+}
+
+}  // namespace
+}  // namespace nightshift::trainer

@@ -1,0 +1,139 @@
+#include "worker/trainer/checkpoint/optimizer_shards.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace nightshift::trainer {
+namespace {
+
+int64_t Scalar(torch::serialize::InputArchive& archive, const char* key) {
+  torch::Tensor t;
+  archive.read(key, t);
+  return t.item<int64_t>();
+}
+
+std::vector<torch::Tensor> ParamsOf(torch::optim::AdamW& optimizer) {
+  std::vector<torch::Tensor> params;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params()) params.push_back(p);
+  return params;
+}
+
+}  // namespace
+
+FlatAdamState FlatStateOf(torch::optim::AdamW& optimizer) {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> params = ParamsOf(optimizer);
+  int64_t total = 0;
+  for (const auto& p : params) total += p.numel();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  FlatAdamState s;
+  s.end = total;
+  s.exp_avg = torch::zeros({total}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  s.exp_avg_sq = torch::zeros_like(s.exp_avg);
+  int64_t at = 0;
+  for (const auto& p : params) {
+    auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+    if (it != optimizer.state().end()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      s.step = std::max(s.step, st.step());
+      s.exp_avg.narrow(0, at, p.numel()).copy_(st.exp_avg().reshape({-1}));
+      s.exp_avg_sq.narrow(0, at, p.numel()).copy_(st.exp_avg_sq().reshape({-1}));
+    }
+    at += p.numel();
+  }
+  return s;
+}
+
+void SetFlatState(torch::optim::AdamW& optimizer, const FlatAdamState& s) {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> params = ParamsOf(optimizer);
+  int64_t total = 0;
+  for (const auto& p : params) total += p.numel();
+  if (s.end - s.begin != total)
+    throw std::runtime_error("optimizer state of " + std::to_string(s.end - s.begin) + " values for " +
+                             std::to_string(total) + " parameter values");
+  optimizer.state().clear();
+  int64_t at = 0;
+  for (const auto& p : params) {
+    auto st = std::make_unique<torch::optim::AdamWParamState>();
+    st->step(s.step);
+    st->exp_avg(s.exp_avg.narrow(0, at, p.numel()).view(p.sizes()).to(p.device(), p.scalar_type()).clone());
+    st->exp_avg_sq(s.exp_avg_sq.narrow(0, at, p.numel()).view(p.sizes()).to(p.device(), p.scalar_type()).clone());
+    optimizer.state()[p.unsafeGetTensorImpl()] = std::move(st);
+    at += p.numel();
+  }
+}
+
+std::string OptimizerShardFileName(int rank, int world_size) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "optimizer-shard-%05d-of-%05d.pt", rank, world_size);
+  return name;
+}
+
+bool IsOptimizerShardFile(const std::string& name) {
+  return name.rfind("optimizer-shard-", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0;
+}
+
+std::string OptimizerShardBytes(const FlatAdamState& s, int64_t total) {
+  torch::serialize::OutputArchive archive;
+  archive.write("begin", torch::tensor(s.begin, torch::kInt64));
+  archive.write("end", torch::tensor(s.end, torch::kInt64));
+  archive.write("total", torch::tensor(total, torch::kInt64));
+  archive.write("step", torch::tensor(s.step, torch::kInt64));
+  archive.write("exp_avg", s.exp_avg.to(torch::kCPU).contiguous());
+  archive.write("exp_avg_sq", s.exp_avg_sq.to(torch::kCPU).contiguous());
+  std::string bytes;
+  archive.save_to([&](const void* data, size_t n) -> size_t {
+    bytes.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  return bytes;
+}
+
+FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
+                            int64_t end, int64_t total, torch::Device device) {
+  FlatAdamState s;
+  s.begin = begin;
+  s.end = end;
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  s.exp_avg = torch::zeros({end - begin}, options);
+  s.exp_avg_sq = torch::zeros({end - begin}, options);
+  int64_t covered = 0;
+  bool first = true;
+  for (const std::string& file : files) {
+    const std::string path = dir + "/" + file;
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, torch::kCPU);
+    const int64_t b = Scalar(archive, "begin"), e = Scalar(archive, "end"), t = Scalar(archive, "total");
+    if (t != total)
+      throw std::runtime_error("checkpoint: " + path + " holds the optimizer state of " + std::to_string(t) +
+                               " values; this run trains " + std::to_string(total));
+    const int64_t step = Scalar(archive, "step");
+    if (!first && step != s.step && e > b)
+      throw std::runtime_error("checkpoint: " + path + " is at optimizer step " + std::to_string(step) +
+                               ", another shard at " + std::to_string(s.step));
+    if (first || e > b) s.step = step;
+    first = false;
+    const int64_t lo = std::max(b, begin), hi = std::min(e, end);
+    if (lo >= hi) continue;
+    for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+      torch::Tensor t;
+      archive.read(key, t);
+      if (t.numel() != e - b)
+        throw std::runtime_error("checkpoint: " + path + "'s " + key + " has " + std::to_string(t.numel()) +
+                                 " values, not " + std::to_string(e - b));
+      (std::string(key) == "exp_avg" ? s.exp_avg : s.exp_avg_sq).narrow(0, lo - begin, hi - lo).copy_(
+          t.narrow(0, lo - b, hi - lo));
+    }
+    covered += hi - lo;
+  }
+  if (covered != end - begin)
+    throw std::runtime_error("checkpoint: the optimizer shards in " + dir + " cover " + std::to_string(covered) +
+                             " of the values [" + std::to_string(begin) + ", " + std::to_string(end) +
+                             ") this rank needs");
+  return s;
+}
+
+}  // namespace nightshift::trainer

@@ -1,0 +1,51 @@
+// AdamW's state as one flat range, and its files in a checkpoint when it is cut across
+// ranks (resources.sharding: optimizer, parallel/sharded_adamw.h).
+//
+// The flat layout: an optimizer's parameters laid end to end in their order (the model's
+// trainable parameters, as BuildModel hands them to the optimizer), so value i of the
+// range is one element of one parameter whatever the number of ranks. A sharded run's
+// checkpoint holds one file per rank, optimizer-shard-RRRRR-of-NNNNN.pt, each a torch
+// archive of its rank's range: begin, end, total (int64 scalars), step (AdamW's step
+// count, the same for every parameter: they all step together), exp_avg and exp_avg_sq
+// (float32 [end - begin]). Any range [b, e) is read back from however many files cover it,
+// so a checkpoint of N ranks resumes on M ranks, and on one or with sharding none (then
+// the whole range, into a plain AdamW's per-parameter state).
+#ifndef NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_OPTIMIZER_SHARDS_H_
+#define NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_OPTIMIZER_SHARDS_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nightshift::trainer {
+
+// AdamW's state of the flat range [begin, end).
+struct FlatAdamState {
+  int64_t begin = 0, end = 0;
+  int64_t step = 0;
+  torch::Tensor exp_avg, exp_avg_sq;  // float32 [end - begin]
+};
+
+// The state of `optimizer`'s parameters laid end to end: [0, their numel). Parameters
+// without state yet (no step taken) read as zeros.
+FlatAdamState FlatStateOf(torch::optim::AdamW& optimizer);
+// The inverse: `state` must cover exactly `optimizer`'s parameters laid end to end
+// (state.end - state.begin == their numel); makes every parameter's AdamWParamState.
+void SetFlatState(torch::optim::AdamW& optimizer, const FlatAdamState& state);
+
+std::string OptimizerShardFileName(int rank, int world_size);
+bool IsOptimizerShardFile(const std::string& name);
+// A shard file's bytes: `state`'s range out of `total` values.
+std::string OptimizerShardBytes(const FlatAdamState& state, int64_t total);
+
+// Reads [begin, end) of a flat range of `total` values from the shard files `files` in
+// `dir` (any count, any cut), onto `device`. Throws naming the file when one holds another
+// total (another model) or the files do not cover the range.
+FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
+                            int64_t end, int64_t total, torch::Device device);
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_OPTIMIZER_SHARDS_H_

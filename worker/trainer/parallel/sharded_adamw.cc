@@ -1,0 +1,206 @@
+#include "worker/trainer/parallel/sharded_adamw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "worker/trainer/checkpoint/optimizer_shards.h"
+
+namespace nightshift::trainer {
+
+struct ShardedAdamW::Layout {
+  std::vector<torch::Tensor> params, pieces;
+  std::vector<int64_t> offsets, piece_at, piece_param, piece_offset;
+  int rank = 0, world_size = 1;
+  int64_t total = 0, shard_numel = 0, begin = 0, end = 0, chunk_bytes = 0;
+};
+
+namespace {
+int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+}  // namespace
+
+std::unique_ptr<ShardedAdamW> ShardedAdamW::Create(std::vector<torch::Tensor> params,
+                                                   torch::optim::AdamWOptions options, int rank, int world_size,
+                                                   int64_t chunk_bytes, int64_t align) {
+  if (world_size < 1 || rank < 0 || rank >= world_size || align < 1)
+    throw std::invalid_argument("ShardedAdamW: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  Layout l;
+  l.rank = rank;
+  l.world_size = world_size;
+  l.chunk_bytes = std::max<int64_t>(chunk_bytes, 4);
+  int64_t padded = 0;
+  for (const torch::Tensor& p : params) {
+    if (p.scalar_type() != torch::kFloat32 || !p.is_contiguous() || p.device() != params.front().device())
+      throw std::invalid_argument("ShardedAdamW: the trainable parameters must be contiguous float32 on one device");
+    l.offsets.push_back(padded);
+    padded = RoundUp(padded + p.numel(), align);
+    l.total += p.numel();
+  }
+  l.shard_numel = RoundUp((padded + world_size - 1) / world_size, align);
+  const int64_t shard_begin = rank * l.shard_numel, shard_end = shard_begin + l.shard_numel;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t n = params[i].numel();
+    l.begin += std::clamp<int64_t>(shard_begin - l.offsets[i], 0, n);  // values before the shard
+    l.end += std::clamp<int64_t>(shard_end - l.offsets[i], 0, n);
+    const int64_t lo = std::max(shard_begin, l.offsets[i]), hi = std::min(shard_end, l.offsets[i] + n);
+    if (lo >= hi) continue;
+    l.pieces.push_back(params[i].detach().view({-1}).narrow(0, lo - l.offsets[i], hi - lo));
+    l.piece_at.push_back(lo - shard_begin);
+    l.piece_param.push_back(static_cast<int64_t>(i));
+    l.piece_offset.push_back(lo - l.offsets[i]);
+  }
+  l.params = std::move(params);
+  return std::unique_ptr<ShardedAdamW>(new ShardedAdamW(std::move(l), options));
+}
+
+ShardedAdamW::ShardedAdamW(Layout l, torch::optim::AdamWOptions options)
+    : FusedAdamW(l.pieces, options),
+      params_(std::move(l.params)),
+      offsets_(std::move(l.offsets)),
+      pieces_(std::move(l.pieces)),
+      piece_at_(std::move(l.piece_at)),
+      piece_param_(std::move(l.piece_param)),
+      piece_offset_(std::move(l.piece_offset)),
+      rank_(l.rank),
+      world_size_(l.world_size),
+      total_(l.total),
+      shard_numel_(l.shard_numel),
+      begin_(l.begin),
+      end_(l.end),
+      chunk_bytes_(l.chunk_bytes) {}
+
+int64_t ShardedAdamW::ChunkNumel() const {
+  return std::max<int64_t>(1, std::min(shard_numel_, chunk_bytes_ / 4 / world_size_));
+}
+
+void ShardedAdamW::Gather(int64_t begin, int64_t end, bool grads, torch::Tensor dst) const {
+  dst.zero_();
+  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), begin);
+  for (size_t i = it == offsets_.begin() ? 0 : static_cast<size_t>(it - offsets_.begin() - 1);
+       i < params_.size() && offsets_[i] < end; ++i) {
+    const int64_t lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i] + params_[i].numel());
+    if (lo >= hi) continue;  // [begin, end) falls in the padding after params_[i]
+    const torch::Tensor& source = grads ? params_[i].grad() : params_[i];
+    if (!source.defined()) continue;  // no gradient on this rank: contributes zeros
+    dst.narrow(0, lo - begin, hi - lo).copy_(source.detach().reshape({-1}).narrow(0, lo - offsets_[i], hi - lo));
+  }
+}
+
+void ShardedAdamW::Scatter(int64_t begin, int64_t end, const torch::Tensor& src) {
+  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), begin);
+  for (size_t i = it == offsets_.begin() ? 0 : static_cast<size_t>(it - offsets_.begin() - 1);
+       i < params_.size() && offsets_[i] < end; ++i) {
+    const int64_t lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i] + params_[i].numel());
+    if (lo >= hi) continue;
+    params_[i].detach().view({-1}).narrow(0, lo - offsets_[i], hi - lo).copy_(src.narrow(0, lo - begin, hi - lo));
+  }
+}
+
+void ShardedAdamW::ReduceGradients() {
+  torch::NoGradGuard no_grad;
+  if (params_.empty()) return;
+  const auto options = params_.front().options().requires_grad(false);
+  shard_grad_ = torch::empty({shard_numel_}, options);
+  const int64_t chunk = ChunkNumel();
+  torch::Tensor input = torch::empty({chunk * world_size_}, options);
+  // Chunk k of every rank's shard, rank after rank: reduce_scatter hands rank r the sum
+  // of the r-th slices.
+  for (int64_t at = 0; at < shard_numel_; at += chunk) {
+    const int64_t n = std::min(chunk, shard_numel_ - at);
+    torch::Tensor in = input.narrow(0, 0, n * world_size_);
+    for (int r = 0; r < world_size_; ++r)
+      Gather(r * shard_numel_ + at, r * shard_numel_ + at + n, /*grads=*/true, in.narrow(0, r * n, n));
+    torch::Tensor out = shard_grad_.narrow(0, at, n);
+    group_->ReduceScatterSum(out, in);
+  }
+  shard_grad_.div_(world_size_);
+  for (const torch::Tensor& p : params_) const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the shard holds them now
+  // Each piece gets a gradient of its own (Optimizer::zero_grad detaches gradients in
+  // place, which a view refuses).
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    const_cast<torch::Tensor&>(pieces_[i]).mutable_grad() = shard_grad_.narrow(0, piece_at_[i], pieces_[i].numel()).clone();
+  shard_grad_ = torch::Tensor();
+}
+
+double ShardedAdamW::SumOverRanks(double local) {
+  torch::Tensor sum = torch::tensor({local}, torch::kFloat64);
+  group_->AllReduceSum(sum);
+  return sum.item<double>();
+}
+
+void ShardedAdamW::Rebind() {
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const torch::Tensor& p = params_[static_cast<size_t>(piece_param_[i])];
+    torch::Tensor piece = pieces_[i];  // the same TensorImpl: the optimizer's state stays keyed to it
+    if (piece.storage().is_alias_of(p.storage()) && piece.storage_offset() == p.storage_offset() + piece_offset_[i])
+      continue;
+    piece.set_(p.storage(), p.storage_offset() + piece_offset_[i], {piece.numel()}, {1});
+  }
+}
+
+torch::Tensor ShardedAdamW::step(LossClosure closure) {
+  {
+    torch::NoGradGuard no_grad;
+    Rebind();
+  }
+  torch::Tensor loss = FusedAdamW::step(std::move(closure));  // the pieces: this rank's slice of the parameters
+  torch::NoGradGuard no_grad;
+  if (params_.empty()) return loss;
+  const auto options = params_.front().options().requires_grad(false);
+  const int64_t chunk = ChunkNumel();
+  torch::Tensor mine = torch::empty({chunk}, options), all = torch::empty({chunk * world_size_}, options);
+  for (int64_t at = 0; at < shard_numel_; at += chunk) {
+    const int64_t n = std::min(chunk, shard_numel_ - at);
+    torch::Tensor in = mine.narrow(0, 0, n), out = all.narrow(0, 0, n * world_size_);
+    Gather(rank_ * shard_numel_ + at, rank_ * shard_numel_ + at + n, /*grads=*/false, in);
+    group_->AllGather(out, in);
+    for (int r = 0; r < world_size_; ++r)
+      if (r != rank_) Scatter(r * shard_numel_ + at, r * shard_numel_ + at + n, out.narrow(0, r * n, n));
+  }
+  return loss;
+}
+
+void ShardedAdamW::ExchangeShards(const std::function<void(const std::string&, const std::string&)>& write) {
+  for (int r = 0; r < world_size_; ++r) {
+    std::string bytes;
+    if (r == rank_) {
+      FlatAdamState s = FlatStateOf(*this);
+      s.begin = begin_;
+      s.end = end_;
+      bytes = OptimizerShardBytes(s, total_);
+        }
+    torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+    group_->Broadcast(size, r);
+    torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kUInt8);
+    if (r == rank_) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+    group_->Broadcast(data, r);
+    if (r != rank_) bytes.assign(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel()));
+    write(OptimizerShardFileName(r, world_size_), bytes);
+  }
+}
+
+void ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& files) {
+  const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
+  std::vector<std::string> shards;
+  for (const std::string& f : files)
+    if (IsOptimizerShardFile(f)) shards.push_back(f);
+  FlatAdamState s;
+  if (shards.empty()) {  // an unsharded run's optimizer.pt: loaded whole, then cut
+    FusedAdamW whole(params_, torch::optim::AdamWOptions());
+    torch::serialize::InputArchive archive;
+    archive.load_from(dir + "/optimizer.pt", device);
+    whole.load(archive);
+    FlatAdamState all = FlatStateOf(whole);
+    s.step = all.step;
+    s.exp_avg = all.exp_avg.narrow(0, begin_, end_ - begin_);
+    s.exp_avg_sq = all.exp_avg_sq.narrow(0, begin_, end_ - begin_);
+  } else {
+    s = ReadFlatRange(dir, shards, begin_, end_, total_, device);
+  }
+  s.begin = 0;
+  s.end = end_ - begin_;
+  SetFlatState(*this, s);
+}
+
+}  // namespace nightshift::trainer
