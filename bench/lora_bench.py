@@ -40,6 +40,25 @@ from trainer_bench import prepare, run_trainer  # noqa: E402
 db.LAYERS, db.WIDTH, db.HEADS, db.KV_HEADS, db.FFN = 12, 1024, 16, 4, 3072
 
 
+def llama210m(work, bin_dir):
+    """The 210M Llama folder and its causal-LM shards of 512-token rows, made once under
+    `work`: (build, folder, data, val, meta); build/bin links to bin_dir (trainer_bench's
+    helpers take a build folder)."""
+    os.makedirs(work, exist_ok=True)
+    build = os.path.join(work, "build-link")
+    os.makedirs(build, exist_ok=True)
+    if not os.path.lexists(os.path.join(build, "bin")):
+        os.symlink(os.path.abspath(bin_dir), os.path.join(build, "bin"))
+    folder = os.path.join(work, "llama210m", "llama3")
+    db.make_folder(folder)
+    extra = ["--pretrained", folder, "--classifier", "false"]
+    data = os.path.join(work, "llama210m-lm-512")
+    meta = prepare(build, data, db.MAX_LEN, extra=extra)
+    val = os.path.join(work, "llama210m-lm-512-val")
+    prepare(build, val, db.MAX_LEN, max_samples=8, extra=extra)
+    return build, folder, data, val, meta
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(db.ROOT, "build", "bin"))
@@ -51,18 +70,7 @@ def main():
     ap.add_argument("--only", default="full,lora,lora-bf16,peft,peft-bf16")
     ap.add_argument("--ac", action="store_true", help="activation checkpointing in every run")
     a = ap.parse_args()
-    os.makedirs(a.work, exist_ok=True)
-    build = os.path.join(a.work, "build-link")
-    os.makedirs(build, exist_ok=True)
-    if not os.path.lexists(os.path.join(build, "bin")):
-        os.symlink(os.path.abspath(a.bin), os.path.join(build, "bin"))
-    folder = os.path.join(a.work, "llama210m", "llama3")
-    db.make_folder(folder)
-    extra = ["--pretrained", folder, "--classifier", "false"]
-    d = os.path.join(a.work, "llama210m-lm-512")
-    meta = prepare(build, d, db.MAX_LEN, extra=extra)
-    val = os.path.join(a.work, "llama210m-lm-512-val")
-    prepare(build, val, db.MAX_LEN, max_samples=8, extra=extra)
+    build, folder, d, val, meta = llama210m(a.work, a.bin)
     params = None
     with tempfile.TemporaryDirectory(dir=a.work) as tmp:
         wrapper = os.path.join(tmp, "timed-trainer")

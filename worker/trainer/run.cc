@@ -635,7 +635,7 @@ void Run::SaveCheckpoint() {
   if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
   if (!WritesCheckpoints()) {
-    if (sharded) sharded->ExchangeShards([](const std::string&, const std::string&) {});  // the writers' Save
+    if (sharded) sharded->ExchangeShards(nullptr);  // the writers' Save receives them
     return;
   }
   position.rng_cpu = GetCpuRngState();

@@ -218,7 +218,33 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
     stream("model.pt", archive);
   }
   if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(&optimizer)) {
-    sharded->ExchangeShards(write);  // every rank's shard, one at a time
+    // Every rank's shard, streamed to its file as it arrives.
+    struct Sink : ShardedOptimizerState::ShardSink {
+      const fs::path& dir;
+      format::CheckpointManifest& manifest;
+      SavedCheckpoint& saved;
+      std::string name;
+      std::unique_ptr<io::AtomicFileWriter> out;
+      format::FileHasher hasher;
+      std::string err;
+      Sink(const fs::path& d, format::CheckpointManifest& m, SavedCheckpoint& s) : dir(d), manifest(m), saved(s) {}
+      void Open(const std::string& file) override {
+        name = file;
+        out = std::make_unique<io::AtomicFileWriter>((dir / file).string());
+        hasher = format::FileHasher();
+        err.clear();
+      }
+      void Append(const char* data, size_t n) override {
+        if (err.empty()) err = out->Append(data, n);
+        hasher.Update(data, n);
+      }
+      void Close() override {
+        Check(err.empty() ? out->Commit() : err);
+        manifest.files[name] = hasher.Entry();
+        saved.bytes += static_cast<int64_t>(manifest.files[name].bytes);
+      }
+    } sink(dir, manifest, saved);
+    sharded->ExchangeShards(&sink);
   } else {
     torch::serialize::OutputArchive archive;
     optimizer.save(archive);

@@ -35,8 +35,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -64,10 +64,18 @@ class FencedError : public std::runtime_error {
 // well; Save and the loads then go through it instead of optimizer.pt.
 class ShardedOptimizerState {
  public:
+  // Receives each rank's shard file, in rank order, a piece at a time.
+  class ShardSink {
+   public:
+    virtual ~ShardSink() = default;
+    virtual void Open(const std::string& file) = 0;
+    virtual void Append(const char* data, size_t n) = 0;
+    virtual void Close() = 0;
+  };
   virtual ~ShardedOptimizerState() = default;
-  // A collective: every rank calls it at the same point (the writers from Save), and on
-  // every rank write(file, bytes) is called with each rank's shard file, in rank order.
-  virtual void ExchangeShards(const std::function<void(const std::string&, const std::string&)>& write) = 0;
+  // A collective: every rank calls it at the same point (the writers from Save, with a
+  // sink; the others with null), and every rank's shard file goes to every sink.
+  virtual void ExchangeShards(ShardSink* sink) = 0;
   // Loads this rank's state from the checkpoint in `dir` whose manifest lists `files`:
   // the shard files of any number of ranks, or an unsharded run's optimizer.pt.
   virtual void LoadShards(const std::string& dir, const std::vector<std::string>& files) = 0;

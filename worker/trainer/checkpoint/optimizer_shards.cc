@@ -76,20 +76,34 @@ bool IsOptimizerShardFile(const std::string& name) {
   return name.rfind("optimizer-shard-", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0;
 }
 
-std::string OptimizerShardBytes(const FlatAdamState& s, int64_t total) {
+void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t end, int64_t total,
+                         const std::function<void(const char*, size_t)>& out) {
   torch::serialize::OutputArchive archive;
-  archive.write("begin", torch::tensor(s.begin, torch::kInt64));
-  archive.write("end", torch::tensor(s.end, torch::kInt64));
+  int64_t step = 0, pieces = 0;
+  for (const torch::Tensor& p : ParamsOf(optimizer)) {
+    auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+    torch::Tensor m, v;
+    if (it != optimizer.state().end()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      step = std::max(step, st.step());
+      m = st.exp_avg().reshape({-1}).to(torch::kCPU);
+      v = st.exp_avg_sq().reshape({-1}).to(torch::kCPU);
+    } else {  // no step taken yet
+      m = v = torch::zeros({p.numel()}, torch::kFloat32);
+    }
+    archive.write("exp_avg." + std::to_string(pieces), m);
+    archive.write("exp_avg_sq." + std::to_string(pieces), v);
+    ++pieces;
+  }
+  archive.write("begin", torch::tensor(begin, torch::kInt64));
+  archive.write("end", torch::tensor(end, torch::kInt64));
   archive.write("total", torch::tensor(total, torch::kInt64));
-  archive.write("step", torch::tensor(s.step, torch::kInt64));
-  archive.write("exp_avg", s.exp_avg.to(torch::kCPU).contiguous());
-  archive.write("exp_avg_sq", s.exp_avg_sq.to(torch::kCPU).contiguous());
-  std::string bytes;
+  archive.write("step", torch::tensor(step, torch::kInt64));
+  archive.write("pieces", torch::tensor(pieces, torch::kInt64));
   archive.save_to([&](const void* data, size_t n) -> size_t {
-    bytes.append(static_cast<const char*>(data), n);
+    out(static_cast<const char*>(data), n);
     return n;
   });
-  return bytes;
 }
 
 FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
@@ -116,17 +130,25 @@ FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::strin
                                ", another shard at " + std::to_string(s.step));
     if (first || e > b) s.step = step;
     first = false;
+    // The file's pieces laid end to end are [b, e): each one's overlap with [begin, end).
+    const int64_t pieces = Scalar(archive, "pieces");
+    int64_t at = b;
+    for (int64_t i = 0; i < pieces && at < end; ++i) {
+      int64_t length = 0;
+      for (const std::string key : {"exp_avg", "exp_avg_sq"}) {
+        torch::Tensor t;
+        archive.read(key + "." + std::to_string(i), t);
+        length = t.numel();
+        const int64_t lo = std::max(at, begin), hi = std::min(at + length, end);
+        if (lo < hi) (key == "exp_avg" ? s.exp_avg : s.exp_avg_sq).narrow(0, lo - begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
+      }
+      at += length;
+    }
+    if (at < std::min(e, end))
+      throw std::runtime_error("checkpoint: " + path + "'s pieces hold " + std::to_string(at - b) + " values, not " +
+                               std::to_string(e - b));
     const int64_t lo = std::max(b, begin), hi = std::min(e, end);
     if (lo >= hi) continue;
-    for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-      torch::Tensor t;
-      archive.read(key, t);
-      if (t.numel() != e - b)
-        throw std::runtime_error("checkpoint: " + path + "'s " + key + " has " + std::to_string(t.numel()) +
-                                 " values, not " + std::to_string(e - b));
-      (std::string(key) == "exp_avg" ? s.exp_avg : s.exp_avg_sq).narrow(0, lo - begin, hi - lo).copy_(
-          t.narrow(0, lo - b, hi - lo));
-    }
     covered += hi - lo;
   }
   if (covered != end - begin)

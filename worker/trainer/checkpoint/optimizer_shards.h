@@ -5,9 +5,11 @@
 // trainable parameters, as BuildModel hands them to the optimizer), so value i of the
 // range is one element of one parameter whatever the number of ranks. A sharded run's
 // checkpoint holds one file per rank, optimizer-shard-RRRRR-of-NNNNN.pt, each a torch
-// archive of its rank's range: begin, end, total (int64 scalars), step (AdamW's step
-// count, the same for every parameter: they all step together), exp_avg and exp_avg_sq
-// (float32 [end - begin]). Any range [b, e) is read back from however many files cover it,
+// archive of its rank's range: begin, end, total and pieces (int64 scalars), step (AdamW's
+// step count, the same for every parameter: they all step together), and exp_avg.I and
+// exp_avg_sq.I for I < pieces (float32, one-dimensional: the moments of the rank's slices
+// of the parameters, which laid end to end are [begin, end); written from the optimizer's
+// own tensors, without a copy of the state). Any range [b, e) is read back from however many files cover it,
 // so a checkpoint of N ranks resumes on M ranks, and on one or with sharding none (then
 // the whole range, into a plain AdamW's per-parameter state).
 #ifndef NIGHTSHIFT_WORKER_TRAINER_CHECKPOINT_OPTIMIZER_SHARDS_H_
@@ -16,6 +18,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,8 +40,10 @@ void SetFlatState(torch::optim::AdamW& optimizer, const FlatAdamState& state);
 
 std::string OptimizerShardFileName(int rank, int world_size);
 bool IsOptimizerShardFile(const std::string& name);
-// A shard file's bytes: `state`'s range out of `total` values.
-std::string OptimizerShardBytes(const FlatAdamState& state, int64_t total);
+// Streams the shard file of `optimizer` (whose parameters laid end to end are [begin, end)
+// of `total` values) to `out`, a piece at a time.
+void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t end, int64_t total,
+                         const std::function<void(const char*, size_t)>& out);
 
 // Reads [begin, end) of a flat range of `total` values from the shard files `files` in
 // `dir` (any count, any cut), onto `device`. Throws naming the file when one holds another

@@ -60,7 +60,7 @@ class ShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // Every rank's `local`, summed (for optim/clip.h's norm over the pieces' gradients).
   double SumOverRanks(double local);
   torch::Tensor step(LossClosure closure = nullptr) override;
-  void ExchangeShards(const std::function<void(const std::string&, const std::string&)>& write) override;
+  void ExchangeShards(ShardSink* sink) override;
 
   // No collective.
   void LoadShards(const std::string& dir, const std::vector<std::string>& files) override;

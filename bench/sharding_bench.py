@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Sharded AdamW (issue 43, resources.sharding: optimizer) against unsharded data
+parallelism and PyTorch's own, two ranks on this machine (Gloo on 127.0.0.1): the 210M
+Llama-layout model of bench/lora_bench.py (random weights saved by transformers) fully
+fine-tuned as a causal LM on SpamAssassin in packed rows of 512 tokens, --budget tokens per
+rank and step, float32, --threads per rank, grad_clip 1.0, the two ranks as torchrun
+would start them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
+
+- nightshift-trainer, resources.sharding none (DDP: all-reduced gradient buckets, fused AdamW);
+- nightshift-trainer, resources.sharding optimizer (reduce-scatter, sharded fused AdamW,
+  all-gather);
+- PyTorch: transformers' model in DistributedDataParallel with fused AdamW whole, and with
+  ZeroRedundancyOptimizer(AdamW fused) (bench/baseline_zero.py).
+
+Each: --steps timed steps after 2 warm-up steps; tokens per second of both ranks together,
+each rank's peak resident memory (/usr/bin/time's maximum RSS) and the optimizer state
+each rank holds (what the trainer's start event reports; PyTorch's from its state dict).
+
+  bench/sharding_bench.py [--bin build/bin] [--steps 4] [--budget 1024] [--threads 1]
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decoder_bench as db  # noqa: E402
+from lora_bench import llama210m  # noqa: E402  (sets decoder_bench's sizes to the 210M model's)
+from trainer_bench import VENV_PYTHON  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_ranks(cmd, tmp, name):
+    """Runs cmd as ranks 0 and 1 under /usr/bin/time; returns (stdouts, peak RSS bytes)."""
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        rss = os.path.join(tmp, f"{name}-{rank}.rss")
+        procs.append((subprocess.Popen(["/usr/bin/time", "-f", "MAXRSS %M", "-o", rss] + cmd, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True), rss))
+    outs, peaks = [], []
+    for p, rss in procs:
+        out, _ = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise RuntimeError(f"{name}: a rank exited with {p.returncode}")
+        outs.append(out)
+        peaks.append(int(open(rss).read().split("MAXRSS ")[-1].split()[0]) * 1024)
+    return outs, peaks
+
+
+def ours(binary, folder, data, meta, tmp, sharding, a):
+    spec = {"name": "sharding-" + sharding,
+            "model": {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"},
+            "train": {"epochs": 1, "optimizer": "adamw", "lr": 5e-5, "weight_decay": 0.01, "warmup_steps": 2,
+                      "batching": {"max_tokens": str(a.budget), "rows": "packed"}, "precision": "fp32",
+                      "grad_clip": 1.0, "max_steps": str(a.steps + 2), "threads": a.threads},
+            "data": {"path": data}, "resources": {"world_size": 2, "sharding": sharding},
+            "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
+    ckpt = tempfile.mkdtemp(dir=tmp)
+    cfg = {"job_id": "sharding-" + sharding, "attempt": 0, "spec": spec, "checkpoint_dir": ckpt,
+           "data": dict(meta, num_classes=0, train_shard=os.path.join(data, "train.shard"),
+                        val_shard=os.path.join(data + "-val", "val.shard"))}
+    path = os.path.join(tmp, f"sharding-{sharding}.json")
+    json.dump(cfg, open(path, "w"))
+    outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + sharding)
+    tokens = seconds = 0.0
+    state = []
+    for out in outs:
+        rank_tokens = rank_seconds = 0.0
+        for line in out.splitlines():
+            ev = json.loads(line)
+            if ev["event"] == "start":
+                state.append(int(ev["optimizer_state_bytes"]))
+            elif ev["event"] == "step" and ev["step"] > 2:
+                rank_seconds += ev["step_seconds"]
+                rank_tokens += ev["tokens_per_second"] * ev["step_seconds"]
+        tokens += rank_tokens
+        seconds = max(seconds, rank_seconds)
+    return {"who": "nightshift", "sharding": sharding, "tokens_per_second": round(tokens / seconds, 1),
+            "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": state}
+
+
+def theirs(folder, data, tmp, zero, a):
+    cmd = [VENV_PYTHON, os.path.join(db.ROOT, "bench", "baseline_zero.py"), "--model", folder, "--data", data,
+           "--max-len", str(db.MAX_LEN), "--budget", str(a.budget), "--max-steps", str(a.steps + 2),
+           "--skip-steps", "2", "--zero", zero, "--threads", str(a.threads)]
+    outs, peaks = two_ranks(cmd, tmp, "pytorch-" + zero)
+    rs = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    return {"who": rs[0]["who"], "tokens_per_second": round(sum(r["tokens_per_second"] for r in rs), 1),
+            "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": [r["optimizer_state_bytes"] for r in rs]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(db.ROOT, "build", "bin"))
+    ap.add_argument("--work", default=os.path.join(db.ROOT, "bench/.work"))
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--budget", type=int, default=2 * db.MAX_LEN)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", default="none,optimizer,pytorch,pytorch-zero")
+    a = ap.parse_args()
+    _, folder, data, _, meta = llama210m(a.work, a.bin)
+    binary = os.path.join(os.path.abspath(a.bin), "nightshift-trainer")
+    with tempfile.TemporaryDirectory(dir=a.work) as tmp:
+        for key in a.only.split(","):
+            if key in ("none", "optimizer"):
+                r = ours(binary, folder, data, meta, tmp, key, a)
+            else:
+                r = theirs(folder, data, tmp, "on" if key == "pytorch-zero" else "off", a)
+            r.update(threads_per_rank=a.threads, budget_per_rank=a.budget, steps=a.steps)
+            print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
