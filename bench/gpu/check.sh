@@ -6,7 +6,8 @@
 # Builds nightshift-trainer against the wheel's LibTorch, runs the trainer's tests, then
 # the GPU benchmarks (fp32 / bf16 / fp16, activation checkpointing, dynamic batching,
 # Nightshift vs plain PyTorch eager on the same model), then a pretrained-model job (a small
-# BERT folder, fp32 and bf16), and prints the tables.
+# BERT folder, fp32 and bf16) and a LoRA run of an 8B-shaped Llama (bench/gpu/lora_8b.py),
+# and prints the tables.
 # Without a GPU it says so and only checks that it is ready (a dry run). Under 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,6 +69,15 @@ with tempfile.TemporaryDirectory() as tmp:
 PRETRAINED
 else
   echo "gpu-check: no $CARRY/bert-256 (an older carry): pretrained-model job skipped"
+fi
+
+step "LoRA on an 8B-shaped Llama (random bf16 weights): peak GPU memory, against torchtune's 16.2 GiB"
+if [ -f "$CARRY/spam-lm-512/meta.json" ]; then
+  # 16 GB of weights go to /tmp, not under $OUT (lora_8b.py deletes them).
+  timeout 420 "$PY" bench/gpu/lora_8b.py --carry "$PWD/$CARRY" --build build-gpu --shape 8b 2>&1 | tail -5 |
+    tee "$OUT_DIR/lora8b.txt"
+else
+  echo "gpu-check: no $CARRY/spam-lm-512 (an older carry): LoRA 8B run skipped"
 fi
 echo
 echo "gpu-check: done; logs in $OUT_DIR"

@@ -18,6 +18,9 @@ for len in 512 2048; do
   [ -f "$out/meta.json" ] || "$BUILD/bin/nightshift-prepare" --path data/spamassassin --vocab-size 8000 \
       --max-len $len --output-dir "$out" --threads 2 2>/dev/null
 done
+# The LoRA run of an 8B-shaped Llama (lora_8b.py): the corpus as causal-LM rows.
+[ -f "$CARRY/spam-lm-512/meta.json" ] || "$BUILD/bin/nightshift-prepare" --path data/spamassassin --vocab-size 8000 \
+    --max-len 512 --classifier false --output-dir "$CARRY/spam-lm-512" --threads 2 2>/dev/null
 # The pretrained-model job: a small BERT folder (tests/support/hf_folders.py: random weights, a
 # WordPiece tokenizer trained on the corpus; 4 layers, 256 wide, about 21 MB) and its shards.
 PY=${NIGHTSHIFT_PYTHON:-/opt/nightshift/venv/bin/python}
