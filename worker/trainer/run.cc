@@ -386,7 +386,7 @@ void ComposeTechniques(Run& run, bool resumed) {
 // (whole until the step, sharded or not); AdamW's two float32 moments of what this rank
 // updates (with resources.sharding optimizer, its shard only).
 struct ModelStateBytes {
-  double parameters = 0, gradients = 0, optimizer_state = 0, optimizer_state_unsharded = 0;
+  double parameters = 0, gradients = 0, optimizer_state = 0;
   double total() const { return parameters + gradients + optimizer_state; }
 };
 ModelStateBytes StateBytes(const Run& run) {
@@ -395,8 +395,7 @@ ModelStateBytes StateBytes(const Run& run) {
     b.parameters += double(p.numel()) * double(p.element_size());
     if (p.requires_grad()) b.gradients += 4.0 * double(p.numel());
   }
-  b.optimizer_state_unsharded = 2 * b.gradients;
-  b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : b.optimizer_state_unsharded;
+  b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : 2 * b.gradients;
   return b;
 }
 
@@ -423,7 +422,7 @@ void CheckModelStateFits(Run& run) {
   const int world = run.rank.world_size;
   std::string hint = world > 1 && !run.sharded
                          ? "; with resources.sharding: optimizer each of the " + std::to_string(world) +
-                               " ranks would keep " + GiB(b.optimizer_state_unsharded / world) +
+                               " ranks would keep " + GiB(b.optimizer_state / world) +
                                " of optimizer state instead, " + GiB(b.total() - b.optimizer_state * (1.0 - 1.0 / world)) +
                                " in all"
                          : "";
@@ -569,11 +568,7 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
   // split of the same global batch (ranks x accumulate_steps) takes the same step.
   double loss_count = 0;
   for (const Batch& batch : step.batches) loss_count += double(LossCount(batch, next_token));
-  if (ddp) {
-    torch::Tensor count = torch::tensor({loss_count}, torch::kFloat64);
-    ddp->group().AllReduceSum(count);
-    loss_count = count.item<double>() / ddp->group().size();  // times world_size, in one number
-  }
+  if (ddp) loss_count = ddp->group().SumOverRanks(loss_count) / ddp->group().size();  // times world_size
   const MicroBatchResult fb = micro_batches->Run(
       step.batches,
       [&](const Batch& micro, bool last) {
@@ -604,10 +599,10 @@ void Run::ClipAndStep() {
       return;
     }
   }
-  if (cfg.train.grad_clip > 0 && sharded)
-    ClipGradNorm(sharded->pieces(), cfg.train.grad_clip, [this](double local) { return sharded->SumOverRanks(local); });
-  else if (cfg.train.grad_clip > 0)
-    ClipGradNorm(model->parameters(), cfg.train.grad_clip);
+  if (cfg.train.grad_clip > 0)
+    ClipGradNorm(sharded ? sharded->pieces() : model->parameters(), cfg.train.grad_clip,
+                 sharded ? [this](double local) { return ddp->group().SumOverRanks(local); }
+                         : std::function<double(double)>());
   optimizer->step();
 }
 

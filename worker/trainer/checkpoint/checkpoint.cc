@@ -178,93 +178,107 @@ bool CheckpointManager::Due(int64_t step) const {
          std::chrono::steady_clock::now() - last_save_ >= std::chrono::seconds(options_.every_seconds);
 }
 
-SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::Module& model,
-                                        torch::optim::Optimizer& optimizer) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const fs::path dir = fs::path(options_.dir) / StepDirName(position.step);
+namespace {
+
+// The files of one checkpoint as they are written: each streamed to a temporary name and
+// renamed (io::AtomicFileWriter), its size and checksums recorded for the manifest as the
+// bytes go by, never whole in memory (the optimizer's state is twice the model, and a copy
+// of it would be the trainer's peak: issue 30's RSS target). A sharded optimizer's ranks
+// stream their shards into it too (ShardSink).
+class CheckpointFiles : public ShardedOptimizerState::ShardSink {
+ public:
+  explicit CheckpointFiles(fs::path dir) : dir_(std::move(dir)) {}
+
+  void Open(const std::string& file) override {
+    name_ = file;
+    out_ = std::make_unique<io::AtomicFileWriter>((dir_ / file).string());
+    hasher_ = format::FileHasher();
+    err_.clear();
+  }
+  void Append(const char* data, size_t n) override {
+    if (err_.empty()) err_ = out_->Append(data, n);  // a failed write is reported by Close, naming the file
+    hasher_.Update(data, n);
+  }
+  void Close() override {
+    Check(err_.empty() ? out_->Commit() : err_);
+    manifest_.files[name_] = hasher_.Entry();
+    bytes_ += static_cast<int64_t>(manifest_.files[name_].bytes);
+  }
+  void Stream(const std::string& file, torch::serialize::OutputArchive& archive) {
+    Open(file);
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+      Append(static_cast<const char*>(data), n);
+      return n;
+    });
+    Close();
+  }
+
+  format::CheckpointManifest& manifest() { return manifest_; }  // every file's size and checksum
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  const fs::path dir_;
+  format::CheckpointManifest manifest_;
+  int64_t bytes_ = 0;
+  std::string name_, err_;
+  std::unique_ptr<io::AtomicFileWriter> out_;
+  format::FileHasher hasher_;
+};
+
+// The step's directory, empty (a leftover of a crashed save is removed first).
+fs::path FreshStepDir(const std::string& root, int64_t step) {
+  const fs::path dir = fs::path(root) / StepDirName(step);
   std::error_code ec;
-  fs::create_directories(options_.dir, ec);
-  if (fs::exists(dir)) RemoveCheckpoint(dir);  // a leftover of a crashed save
+  fs::create_directories(root, ec);
+  if (fs::exists(dir)) RemoveCheckpoint(dir);
   if (!fs::create_directories(dir, ec))
     throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
+  return dir;
+}
 
-  SavedCheckpoint saved;
-  saved.path = dir.string();
-  format::CheckpointManifest manifest;  // every file's size and checksum: checked before a load
-  auto write = [&](const std::string& file, const std::string& bytes) {
-    Check(io::WriteFileAtomically((dir / file).string(), bytes));
-    saved.bytes += static_cast<int64_t>(bytes.size());
-    manifest.files[file] = format::FileEntry(bytes);
-  };
-  // Streamed to the file as the archive is written: the optimizer's state is twice the
-  // model, and a copy of it in memory would be the trainer's peak (issue 30's RSS target).
-  auto stream = [&](const char* file, torch::serialize::OutputArchive& archive) {
-    io::AtomicFileWriter out((dir / file).string());
-    format::FileHasher hasher;
-    std::string err;
-    archive.save_to([&](const void* data, size_t n) -> size_t {
-      if (err.empty()) err = out.Append(static_cast<const char*>(data), n);
-      hasher.Update(static_cast<const char*>(data), n);
-      return n;  // a failed write is reported by Commit's check below, naming the file
-    });
-    Check(err.empty() ? out.Commit() : err);
-    manifest.files[file] = hasher.Entry();
-    saved.bytes += static_cast<int64_t>(manifest.files[file].bytes);
-  };
+// model.pt (only the trainable parameters of a model with frozen ones), and optimizer.pt
+// or, for an optimizer cut across the ranks, every rank's shard.
+void WriteModelAndOptimizer(torch::nn::Module& model, torch::optim::Optimizer& optimizer, CheckpointFiles* files) {
   {
     torch::serialize::OutputArchive archive;
     if (HasFrozen(model)) SaveTrainable(model, archive);
     else model.save(archive);
-    stream("model.pt", archive);
+    files->Stream("model.pt", archive);
   }
-  if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(&optimizer)) {
-    // Every rank's shard, streamed to its file as it arrives.
-    struct Sink : ShardedOptimizerState::ShardSink {
-      const fs::path& dir;
-      format::CheckpointManifest& manifest;
-      SavedCheckpoint& saved;
-      std::string name;
-      std::unique_ptr<io::AtomicFileWriter> out;
-      format::FileHasher hasher;
-      std::string err;
-      Sink(const fs::path& d, format::CheckpointManifest& m, SavedCheckpoint& s) : dir(d), manifest(m), saved(s) {}
-      void Open(const std::string& file) override {
-        name = file;
-        out = std::make_unique<io::AtomicFileWriter>((dir / file).string());
-        hasher = format::FileHasher();
-        err.clear();
-      }
-      void Append(const char* data, size_t n) override {
-        if (err.empty()) err = out->Append(data, n);
-        hasher.Update(data, n);
-      }
-      void Close() override {
-        Check(err.empty() ? out->Commit() : err);
-        manifest.files[name] = hasher.Entry();
-        saved.bytes += static_cast<int64_t>(manifest.files[name].bytes);
-      }
-    } sink(dir, manifest, saved);
-    sharded->ExchangeShards(&sink);
-  } else {
-    torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
-    stream("optimizer.pt", archive);
-  }
+  if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(&optimizer)) return sharded->ExchangeShards(files);
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  files->Stream("optimizer.pt", archive);
+}
+
+}  // namespace
+
+SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::Module& model,
+                                        torch::optim::Optimizer& optimizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir = FreshStepDir(options_.dir, position.step);
+  CheckpointFiles files(dir);
+  WriteModelAndOptimizer(model, optimizer, &files);
+
+  format::CheckpointManifest& manifest = files.manifest();
   manifest.position = PositionToJson(position);
   manifest.fingerprint = position.fingerprint;
   manifest.attempt = options_.attempt;
   const std::string text = format::ManifestText(manifest);
   Check(io::WriteFileAtomically((dir / format::kCheckpointManifest).string(), text));
-  saved.bytes += static_cast<int64_t>(text.size());
   try {
     CheckFence();
   } catch (const FencedError&) {
     RemoveCheckpoint(dir);  // never committed
     throw;
   }
-  write(kComplete, std::to_string(position.step) + "\n");
+  const std::string complete = std::to_string(position.step) + "\n";
+  Check(io::WriteFileAtomically((dir / kComplete).string(), complete));
   Check(io::SyncDirectory(options_.dir));
 
+  SavedCheckpoint saved;
+  saved.path = dir.string();
+  saved.bytes = files.bytes() + static_cast<int64_t>(text.size() + complete.size());
   last_save_ = std::chrono::steady_clock::now();
   saved.seconds = std::chrono::duration<double>(last_save_ - t0).count();
   CheckFence();  // a claim that came in the window after the first check: no pruning
@@ -401,18 +415,14 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
   if (optimizer == nullptr) return p;
   format::CheckpointManifest m;
   Check(format::ReadManifest(dir.string(), &m));
-  std::vector<std::string> files, shards;
-  for (const auto& [name, entry] : m.files) {
-    files.push_back(name);
+  std::vector<std::string> shards;
+  for (const auto& [name, entry] : m.files)
     if (IsOptimizerShardFile(name)) shards.push_back(name);
-  }
   if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(optimizer)) {
-    sharded->LoadShards(dir.string(), files);
+    sharded->LoadShards(dir.string(), shards);
   } else if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer); adamw != nullptr && !shards.empty()) {
     // A sharded run's checkpoint resumed unsharded: the whole flat range, from every shard.
-    int64_t total = 0;
-    for (const auto& group : adamw->param_groups())
-      for (const auto& param : group.params()) total += param.numel();
+    const int64_t total = FlatNumel(*adamw);
     SetFlatState(*adamw, ReadFlatRange(dir.string(), shards, 0, total, total, device));
   } else {
     torch::serialize::InputArchive archive;

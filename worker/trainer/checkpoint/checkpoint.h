@@ -76,9 +76,10 @@ class ShardedOptimizerState {
   // A collective: every rank calls it at the same point (the writers from Save, with a
   // sink; the others with null), and every rank's shard file goes to every sink.
   virtual void ExchangeShards(ShardSink* sink) = 0;
-  // Loads this rank's state from the checkpoint in `dir` whose manifest lists `files`:
-  // the shard files of any number of ranks, or an unsharded run's optimizer.pt.
-  virtual void LoadShards(const std::string& dir, const std::vector<std::string>& files) = 0;
+  // Loads this rank's state from the checkpoint in `dir`: from `shards`, its manifest's
+  // shard files (written by any number of ranks), or, when there are none, from an
+  // unsharded run's optimizer.pt.
+  virtual void LoadShards(const std::string& dir, const std::vector<std::string>& shards) = 0;
 };
 
 struct CheckpointOptions {

@@ -22,11 +22,16 @@ std::vector<torch::Tensor> ParamsOf(torch::optim::AdamW& optimizer) {
 
 }  // namespace
 
+int64_t FlatNumel(torch::optim::AdamW& optimizer) {
+  int64_t total = 0;
+  for (const auto& p : ParamsOf(optimizer)) total += p.numel();
+  return total;
+}
+
 FlatAdamState FlatStateOf(torch::optim::AdamW& optimizer) {
   torch::NoGradGuard no_grad;
   const std::vector<torch::Tensor> params = ParamsOf(optimizer);
-  int64_t total = 0;
-  for (const auto& p : params) total += p.numel();
+  const int64_t total = FlatNumel(optimizer);
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   FlatAdamState s;
   s.end = total;
@@ -49,8 +54,7 @@ FlatAdamState FlatStateOf(torch::optim::AdamW& optimizer) {
 void SetFlatState(torch::optim::AdamW& optimizer, const FlatAdamState& s) {
   torch::NoGradGuard no_grad;
   const std::vector<torch::Tensor> params = ParamsOf(optimizer);
-  int64_t total = 0;
-  for (const auto& p : params) total += p.numel();
+  const int64_t total = FlatNumel(optimizer);
   if (s.end - s.begin != total)
     throw std::runtime_error("optimizer state of " + std::to_string(s.end - s.begin) + " values for " +
                              std::to_string(total) + " parameter values");

@@ -31,6 +31,8 @@ struct FlatAdamState {
   torch::Tensor exp_avg, exp_avg_sq;  // float32 [end - begin]
 };
 
+// The number of values of `optimizer`'s parameters laid end to end.
+int64_t FlatNumel(torch::optim::AdamW& optimizer);
 // The state of `optimizer`'s parameters laid end to end: [0, their numel). Parameters
 // without state yet (no step taken) read as zeros.
 FlatAdamState FlatStateOf(torch::optim::AdamW& optimizer);

@@ -112,19 +112,24 @@ ProcessGroup::ProcessGroup(int rank, int size, std::unique_ptr<Impl> impl)
 
 ProcessGroup::~ProcessGroup() = default;
 
-std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Tensor& tensor,
-                                                                       std::function<void()> done) {
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::Launch(const char* what,
+                                                            const std::function<void(Pending&)>& start) {
   auto pending = std::make_shared<Pending>();
-  std::vector<at::Tensor> tensors = {tensor};
   try {
-    pending->work = impl_->backend->allreduce(tensors, c10d::AllreduceOptions());
-    if (done) {
-      pending->work->getFuture()->addCallback([done = std::move(done)](c10::ivalue::Future&) { done(); });
-    }
+    start(*pending);
   } catch (const std::exception& e) {
-    throw std::runtime_error("all-reduce failed in the " + impl_->where + ": " + Message(e));
+    throw std::runtime_error(std::string(what) + " failed in the " + impl_->where + ": " + Message(e));
   }
   return pending;
+}
+
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Tensor& tensor,
+                                                                       std::function<void()> done) {
+  std::vector<at::Tensor> tensors = {tensor};
+  return Launch("all-reduce", [&](Pending& p) {
+    p.work = impl_->backend->allreduce(tensors, c10d::AllreduceOptions());
+    if (done) p.work->getFuture()->addCallback([done = std::move(done)](c10::ivalue::Future&) { done(); });
+  });
 }
 
 void ProcessGroup::Wait(const std::shared_ptr<Pending>& pending) {
@@ -152,42 +157,29 @@ void ProcessGroup::Broadcast(torch::Tensor& input, int root) {
     std::vector<at::Tensor> tensors = {tensor};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    auto pending = std::make_shared<Pending>();
-    try {
-      pending->work = impl_->backend->broadcast(tensors, options);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("broadcast failed in the " + impl_->where + ": " + Message(e));
-    }
-    Wait(pending);
+    Wait(Launch("broadcast", [&](Pending& p) { p.work = impl_->backend->broadcast(tensors, options); }));
   });
 }
 
 // The two collectives of sharded data parallelism (sharded_adamw.h). Inputs and outputs
 // on the group's device (NCCL reduces CUDA tensors only); no copies made for them.
 void ProcessGroup::ReduceScatterSum(torch::Tensor& output, torch::Tensor& input) {
-  if (output.device() != impl_->device || input.device() != impl_->device)
-    throw std::invalid_argument("reduce-scatter: tensors must be on " + impl_->device.str());
+  RequireGroupDevice("reduce-scatter", output, input);
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
-  auto pending = std::make_shared<Pending>();
-  try {
-    pending->work = impl_->backend->reduce_scatter_single(output, input, options);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("reduce-scatter failed in the " + impl_->where + ": " + Message(e));
-  }
-  Wait(pending);
+  Wait(Launch("reduce-scatter",
+              [&](Pending& p) { p.work = impl_->backend->reduce_scatter_single(output, input, options); }));
 }
 
 void ProcessGroup::AllGather(torch::Tensor& output, torch::Tensor& input) {
-  if (output.device() != impl_->device || input.device() != impl_->device)
-    throw std::invalid_argument("all-gather: tensors must be on " + impl_->device.str());
-  auto pending = std::make_shared<Pending>();
-  try {
-    pending->work = impl_->backend->all_gather_single(output, input, c10d::AllgatherOptions());
-  } catch (const std::exception& e) {
-    throw std::runtime_error("all-gather failed in the " + impl_->where + ": " + Message(e));
-  }
-  Wait(pending);
+  RequireGroupDevice("all-gather", output, input);
+  Wait(Launch("all-gather",
+              [&](Pending& p) { p.work = impl_->backend->all_gather_single(output, input, c10d::AllgatherOptions()); }));
+}
+
+void ProcessGroup::RequireGroupDevice(const char* what, const torch::Tensor& a, const torch::Tensor& b) const {
+  if (a.device() != impl_->device || b.device() != impl_->device)
+    throw std::invalid_argument(std::string(what) + ": tensors must be on " + impl_->device.str());
 }
 
 void ProcessGroup::Barrier() {
@@ -202,13 +194,7 @@ void ProcessGroup::AllReduceMax(torch::Tensor& input) {
     std::vector<at::Tensor> tensors = {tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MAX;
-    auto pending = std::make_shared<Pending>();
-    try {
-      pending->work = impl_->backend->allreduce(tensors, options);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("all-reduce failed in the " + impl_->where + ": " + Message(e));
-    }
-    Wait(pending);
+    Wait(Launch("all-reduce", [&](Pending& p) { p.work = impl_->backend->allreduce(tensors, options); }));
   });
 }
 
@@ -219,6 +205,12 @@ std::vector<bool> ProcessGroup::AnyRank(const std::vector<bool>& local) {
   std::vector<bool> out(local.size());
   for (size_t i = 0; i < local.size(); ++i) out[i] = flags[static_cast<int64_t>(i)].item<int32_t>() != 0;
   return out;
+}
+
+double ProcessGroup::SumOverRanks(double local) {
+  torch::Tensor sum = torch::tensor({local}, torch::kFloat64);
+  AllReduceSum(sum);
+  return sum.item<double>();
 }
 
 int64_t ProcessGroup::MinOverRanks(int64_t local) {

@@ -75,6 +75,8 @@ class ProcessGroup {
   std::vector<bool> AnyRank(const std::vector<bool>& local);
   // The smallest of every rank's `local` (an all-reduce MAX of the negated values).
   int64_t MinOverRanks(int64_t local);
+  // The sum of every rank's `local` (an all-reduce in float64).
+  double SumOverRanks(double local);
 
   // Starts an in-place sum all-reduce of one dense tensor; `done` is called (on a
   // communication thread, maybe before this returns) when it completes. Wait(handle)
@@ -87,6 +89,11 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(int rank, int size, std::unique_ptr<Impl> impl);
   void AllReduceMax(torch::Tensor& tensor);  // in place, blocking
+  // Starts a collective (`start` sets the Pending's work); one that cannot start throws
+  // std::runtime_error naming `what` and the group.
+  std::shared_ptr<Pending> Launch(const char* what, const std::function<void(Pending&)>& start);
+  // std::invalid_argument naming `what` unless both tensors are on the group's device.
+  void RequireGroupDevice(const char* what, const torch::Tensor& a, const torch::Tensor& b) const;
   // Runs the blocking `collective` on `tensor`, or on a copy of it on the group's device.
   void OnGroupDevice(torch::Tensor& tensor, const std::function<void(torch::Tensor&)>& collective);
   const int rank_, size_;

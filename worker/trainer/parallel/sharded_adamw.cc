@@ -123,12 +123,6 @@ void ShardedAdamW::ReduceGradients() {
   shard_grad_ = torch::Tensor();
 }
 
-double ShardedAdamW::SumOverRanks(double local) {
-  torch::Tensor sum = torch::tensor({local}, torch::kFloat64);
-  group_->AllReduceSum(sum);
-  return sum.item<double>();
-}
-
 void ShardedAdamW::Rebind() {
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const torch::Tensor& p = params_[static_cast<size_t>(piece_param_[i])];
@@ -209,11 +203,8 @@ void ShardedAdamW::ExchangeShards(ShardSink* sink) {
   }
 }
 
-void ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& files) {
+void ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
-  std::vector<std::string> shards;
-  for (const std::string& f : files)
-    if (IsOptimizerShardFile(f)) shards.push_back(f);
   FlatAdamState s;
   if (shards.empty()) {  // an unsharded run's optimizer.pt: loaded whole, then cut
     FusedAdamW whole(params_, torch::optim::AdamWOptions());

@@ -22,7 +22,7 @@
 //                     chunk_bytes: each rank keeps its shard's averaged gradient (the
 //                     pieces' .grad()), and the whole gradients are freed
 //   clipping          optim/clip.h on the pieces, its norm from every shard's sum of
-//                     squares (SumOverRanks: one all-reduce)
+//                     squares (ProcessGroup::SumOverRanks: one all-reduce)
 //   step()            ATen's fused AdamW on the pieces, then the updated shards are
 //                     all-gathered into every rank's parameters, in chunks
 // Every parameter ends each step equal on every rank to DDP's (sum orders aside).
@@ -57,13 +57,11 @@ class ShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
 
   // Collectives (every rank, same order; throw on a communication error).
   void ReduceGradients();
-  // Every rank's `local`, summed (for optim/clip.h's norm over the pieces' gradients).
-  double SumOverRanks(double local);
   torch::Tensor step(LossClosure closure = nullptr) override;
   void ExchangeShards(ShardSink* sink) override;
 
   // No collective.
-  void LoadShards(const std::string& dir, const std::vector<std::string>& files) override;
+  void LoadShards(const std::string& dir, const std::vector<std::string>& shards) override;
   const std::vector<torch::Tensor>& pieces() const { return pieces_; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }

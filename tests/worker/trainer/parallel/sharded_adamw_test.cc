@@ -312,7 +312,7 @@ TEST(ShardedAdamWUnitTest, EachRankHoldsItsSliceOfTheAveragedClippedGradient) {
     EXPECT_EQ(opt->end(), begins[r + 1]);
     opt->ReduceGradients();
     for (const auto& p : params) EXPECT_FALSE(p.grad().defined()) << "the whole gradient is freed";
-    norms[r] = ClipGradNorm(opt->pieces(), 0.5, [&](double local) { return opt->SumOverRanks(local); });
+    norms[r] = ClipGradNorm(opt->pieces(), 0.5, [&](double local) { return group->SumOverRanks(local); });
     std::vector<torch::Tensor> mine;
     for (const auto& piece : opt->pieces()) mine.push_back(piece.grad());
     got[r] = torch::cat(mine);
