@@ -231,8 +231,11 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
 std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
   std::vector<format::SafetensorsTensor> entries;
   for (const auto& [name, t] : tensors) {
-    if (t.scalar_type() != torch::kFloat32) throw std::runtime_error("safetensors: " + name + " is not float32");
-    entries.push_back({name, format::DType::kF32, t.sizes().vec()});
+    const torch::ScalarType type = t.scalar_type();
+    if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kFloat16)
+      throw std::runtime_error("safetensors: " + name + " is not float32, bfloat16 or float16");
+    entries.push_back({name, type == torch::kFloat32 ? format::DType::kF32 : type == torch::kBFloat16 ? format::DType::kBF16 : format::DType::kF16,
+                       t.sizes().vec()});
   }
   io::AtomicFileWriter out(path);
   crypto::Sha256 sha;
@@ -243,8 +246,8 @@ std::string WriteSafetensors(const std::string& path, const std::map<std::string
   const std::string header = format::SafetensorsHeaderBytes(&entries, {{"format", "pt"}});
   append(header.data(), header.size());
   for (const auto& [name, t] : tensors) {  // one tensor at a time: no copy of the model in memory
-    const torch::Tensor c = t.contiguous();
-    append(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<size_t>(c.numel()) * sizeof(float));
+    const torch::Tensor c = t.cpu().contiguous();
+    append(static_cast<const char*>(c.data_ptr()), c.nbytes());
   }
   if (std::string err = out.Commit(); !err.empty()) throw std::runtime_error("export: " + err);
   return sha.HexDigest();

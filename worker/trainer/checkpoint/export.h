@@ -83,8 +83,8 @@ std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, Sequ
 void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
                        SequenceModel& model);
 
-// safetensors: F32 files (what we write), and any file back as float32 tensors (F32, F16,
-// BF16; hf_weights.h reads it, beneath `roots`). WriteSafetensors writes `path`
+// safetensors: F32, BF16 and F16 tensors out in their own dtype (exports are float32), and
+// any file back as float32 tensors (hf_weights.h reads it, beneath `roots`). WriteSafetensors writes `path`
 // atomically, a tensor at a time (never the whole file in memory), and returns its
 // SHA-256 (hex); both throw naming the file and what is wrong.
 // A LoRA adapter out (models/lora.h), as PEFT's save_pretrained writes one:

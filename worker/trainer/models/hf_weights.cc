@@ -224,8 +224,11 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
   if (it == tensors_.end()) throw PermanentError("the weights have no tensor " + name);
   const std::shared_ptr<Mapping>& file = it->second.file;
   const format::SafetensorsTensor& t = it->second.tensor;
-  if (copy_all || t.dtype != format::DType::kF32 || t.begin % sizeof(float) != 0 || !param.device().is_cpu() ||
-      param.scalar_type() != torch::kFloat32 || !param.is_contiguous() || param.sizes() != c10::IntArrayRef(t.shape)) {
+  const bool same_dtype = (t.dtype == format::DType::kF32 && param.scalar_type() == torch::kFloat32) ||
+                          (t.dtype == format::DType::kBF16 && param.scalar_type() == torch::kBFloat16) ||
+                          (t.dtype == format::DType::kF16 && param.scalar_type() == torch::kFloat16);
+  if (copy_all || !same_dtype || t.begin % format::DTypeSize(t.dtype) != 0 || !param.device().is_cpu() ||
+      !param.is_contiguous() || param.sizes() != c10::IntArrayRef(t.shape)) {
     CopyTo(name, param);
     return false;
   }
@@ -247,7 +250,7 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
                      &ReleaseMapping, c10::Device(c10::kCPU));
   c10::Storage storage(c10::Storage::use_byte_size_t(), t.end - t.begin, std::move(bytes), nullptr, false);
   torch::NoGradGuard no_grad;
-  torch::Tensor view = torch::empty({0}, torch::kFloat32);
+  torch::Tensor view = torch::empty({0}, param.scalar_type());
   view.set_(storage, 0, t.shape);
   param.set_data(view);
   return true;

@@ -3,7 +3,9 @@
 //
 // Memory: every weight file is mapped (private: copy-on-write), never read into a buffer.
 // An F32 tensor at a 4-byte-aligned offset becomes its float32 CPU parameter as a view of
-// the mapping (LoadHfWeights), its pages faulted in read-only at once: they are the page
+// the mapping (LoadHfWeights), as does a BF16 or F16 tensor (2-byte aligned) whose
+// parameter has its dtype (an adapter's frozen base, model.base_precision, built so by
+// LoadPretrained), its pages faulted in read-only at once: they are the page
 // cache's, shared by every process that maps the file (the ranks of a job on one
 // machine), until training writes them;
 // each written page then becomes the writer's own (the file never changes). Any other
@@ -53,15 +55,15 @@ class HfWeights {
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
   std::vector<int64_t> shape(const std::string& name) const;
-  // Copies tensor `name` into `dst` (float32, of the tensor's shape), converting F16/BF16,
+  // Copies tensor `name` into `dst` (of the tensor's shape), converting to dst's dtype,
   // then drops its mapped pages. Throws naming the file and the tensor (dtype not F32,
   // F16 or BF16; shape differs from dst's).
   void CopyTo(const std::string& name, torch::Tensor& dst) const;
   // Tensor `name` as a new float32 tensor (tests, small tensors).
   torch::Tensor Float(const std::string& name) const;
-  // Makes `param` a view of tensor `name`'s mapped bytes when it can (see the top: an F32
-  // tensor, aligned, of param's shape; param a contiguous float32 CPU tensor), else
-  // CopyTo. Returns whether it is a view.
+  // Makes `param` a view of tensor `name`'s mapped bytes when it can (see the top: a
+  // tensor of param's dtype (F32, BF16, F16) and shape, aligned; param a contiguous CPU
+  // tensor), else CopyTo (which converts into param's dtype). Returns whether it is a view.
   bool ShareOrCopyTo(const std::string& name, torch::Tensor& param) const;
 
   struct Mapping;  // one mapped file (hf_weights.cc)

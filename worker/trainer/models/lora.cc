@@ -63,6 +63,25 @@ void Conv1DImpl::MergeLora() {
   lora_.Remove(*this);
 }
 
+void BuildProjectionsIn(torch::nn::Module& model, torch::ScalarType dtype, const std::vector<std::string>& except) {
+  torch::NoGradGuard no_grad;
+  auto build = [&](torch::Tensor& t) {
+    if (t.defined()) t.set_data(torch::empty(t.sizes(), t.options().dtype(dtype)));
+  };
+  for (const auto& m : model.named_modules("", /*include_self=*/false)) {
+    if (std::any_of(except.begin(), except.end(), [&](const std::string& e) { return (m.key() + ".").rfind(e, 0) == 0; }))
+      continue;
+    if (auto* p = dynamic_cast<ProjectionImpl*>(m.value().get())) {
+      build(p->weight);
+      build(p->bias);
+    }
+    if (auto* c = dynamic_cast<Conv1DImpl*>(m.value().get())) {
+      build(c->weight);
+      build(c->bias);
+    }
+  }
+}
+
 void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
   auto cast = [&](torch::Tensor& t) {

@@ -119,6 +119,13 @@ AdapterConfig ReadPeftAdapterConfig(const std::string& dir, const std::vector<st
 // first tensor the model lacks, or the first trainable tensor the file lacks.
 void LoadPeftAdapter(const std::string& dir, torch::nn::Module& model, const std::vector<std::string>& roots = {});
 
+// For a model built under DeferInit (models/common.h), before its weights are loaded:
+// gives the weight and bias of every projection (Projection, Conv1D) whose module name
+// starts with none of `except` (the head) new unwritten tensors of `dtype`, so that
+// LoadHfWeights maps a file of that dtype into them, shared by every process that maps
+// it, or converts into them (hf_weights.h): an adapter's base is never held in float32.
+void BuildProjectionsIn(torch::nn::Module& model, torch::ScalarType dtype, const std::vector<std::string>& except);
+
 // Keeps the frozen weight and bias of every projection (Projection, Conv1D) of `model` in
 // `dtype` (model.base_precision); they then compute in it on float32 activations (the
 // input cast in, the output cast back). Trainable tensors are left as they are.

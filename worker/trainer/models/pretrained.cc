@@ -39,6 +39,8 @@ PretrainedOptions JobOptions(const TrainConfig& config) {
   options.labels = config.data.class_names;
   options.dropout = config.model.dropout;  // -1: the folder's
   if (config.model.attention_dropout > 0) options.attention_dropout = config.model.attention_dropout;
+  if (!config.model.adapter.type.empty() && (config.model.base_precision == "bf16" || config.model.base_precision == "fp16"))
+    options.base_dtype = config.model.base_precision == "bf16" ? torch::kBFloat16 : torch::kFloat16;
   return options;
 }
 
@@ -82,6 +84,7 @@ std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const Pret
   {
     DeferInit unwritten;  // LoadHfWeights writes every parameter, or throws
     model = BuildPretrained(c, options.task);
+    if (options.base_dtype != torch::kFloat32) BuildProjectionsIn(*model, options.base_dtype, rules.head);
   }
   LoadHfWeights(weights, rules, *model);
   if (config != nullptr) *config = c;
@@ -170,8 +173,12 @@ std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_wei
   if (m.adapter.type.empty()) return model;
   const AttachedAdapter a = AttachLora(*model, c, options.task, JobAdapter(m));
   if (load_weights && !m.adapter.init_from.empty()) LoadPeftAdapter(m.adapter.init_from, *model, m.data_roots);
-  if (m.base_precision == "bf16" || m.base_precision == "fp16")
-    CastFrozenProjections(*model, m.base_precision == "bf16" ? torch::kBFloat16 : torch::kFloat16);
+  if (options.base_dtype != torch::kFloat32) {
+    torch::NoGradGuard no_grad;  // what trains is float32 (a projection in modules_to_save)
+    for (torch::Tensor& p : model->parameters())
+      if (p.requires_grad() && p.scalar_type() != torch::kFloat32) p.set_data(p.to(torch::kFloat32));
+    CastFrozenProjections(*model, options.base_dtype);  // the rest: the head's, or built unloaded
+  }
   if (attached != nullptr) *attached = a;
   return model;
 }

@@ -233,6 +233,60 @@ TEST_F(LoraTest, AHalfPrecisionBaseKeepsItsProjectionsInBf16WithinItsRounding) {
   }
 }
 
+// A BF16 folder under a bf16 base (PretrainedOptions::base_dtype, as model.base_precision
+// sets it): the frozen projections are views of the mapped file (shared by a worker's
+// ranks, never converted through float32), the same bits as loading it in float32 and
+// casting after, and so the same logits; an F32 folder converts straight into bf16 to
+// the same bits as the cast; what trains is float32.
+TEST_F(LoraTest, ABf16FolderIsMappedAsTheBf16BaseWithTheBitsOfTheCastOne) {
+  for (const std::string name : {"llama", "gpt2", "bert"}) {
+    const std::string bf16 = *dir_ + "/" + name + "/base-bf16";
+    fs::create_directories(bf16);
+    fs::copy_file(Base(name) + "/config.json", bf16 + "/config.json", fs::copy_options::overwrite_existing);
+    std::map<std::string, torch::Tensor> half;
+    for (const auto& [key, t] : ReadSafetensors(Base(name) + "/model.safetensors")) half[key] = t.to(torch::kBFloat16);
+    WriteSafetensors(bf16 + "/model.safetensors", half);
+
+    const AdapterConfig adapter = ReadPeftAdapterConfig(Adapter(name));
+    const auto build = [&](const std::string& dir, torch::ScalarType base_dtype) {
+      HfConfig config;
+      PretrainedOptions options;
+      options.base_dtype = base_dtype;
+      std::shared_ptr<SequenceModel> model = LoadPretrained(dir, options, &config);
+      AttachLora(*model, config, "classification", adapter);
+      LoadPeftAdapter(Adapter(name), *model);
+      CastFrozenProjections(*model, torch::kBFloat16);
+      model->eval();
+      return model;
+    };
+    // Each folder loaded as before (float32 parameters, cast after) and into bf16 ones.
+    const auto cast = build(bf16, torch::kFloat32);
+    const auto mapped = build(bf16, torch::kBFloat16);
+    const auto f32_cast = build(Base(name), torch::kFloat32);
+    const auto converted = build(Base(name), torch::kBFloat16);  // the F32 file converted in
+    auto cast_params = cast->named_parameters(), converted_params = converted->named_parameters();
+    auto f32_cast_params = f32_cast->named_parameters();
+    int views = 0;
+    for (const auto& p : mapped->named_parameters()) {
+      const torch::Tensor& t = p.value();
+      if (t.requires_grad()) {
+        EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name << " " << p.key();
+        continue;
+      }
+      if (t.scalar_type() == torch::kBFloat16) {
+        EXPECT_TRUE(MappedWeightFingerprint(t).has_value()) << name << " " << p.key() << " is a copy";
+        ++views;
+      }
+      EXPECT_EQ(t.scalar_type(), cast_params[p.key()].scalar_type()) << name << " " << p.key();
+      EXPECT_TRUE(torch::equal(t, cast_params[p.key()])) << name << " " << p.key();
+      EXPECT_TRUE(torch::equal(converted_params[p.key()], f32_cast_params[p.key()])) << name << " " << p.key();
+    }
+    EXPECT_GT(views, 4) << name;
+    auto [tokens, pad_mask] = Inputs(Case(name));
+    EXPECT_TRUE(torch::equal(mapped->forward(tokens, pad_mask), cast->forward(tokens, pad_mask))) << name;
+  }
+}
+
 TEST_F(LoraTest, ATargetThatMatchesNothingIsNamedWithTheCandidates) {
   HfConfig config;
   std::shared_ptr<SequenceModel> model = LoadPretrained(Base("llama"), {}, &config);
