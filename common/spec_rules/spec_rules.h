@@ -131,7 +131,7 @@ inline constexpr SpecField kWorldSize = Int("resources.world_size", Absent::kDef
 inline constexpr SpecField kTimeoutSeconds = Int("resources.timeout_seconds", Absent::kFallback, 300, 1, 86400);
 inline constexpr SpecField kBucketMb = Int("resources.bucket_mb", Absent::kFallback, 25, 1, 1024);
 inline constexpr SpecField kDevice = Text("resources.device", "auto", "auto|cpu|cuda", "device");
-inline constexpr SpecField kSharding = Text("resources.sharding", "none", "none|optimizer", "sharding");
+inline constexpr SpecField kSharding = Text("resources.sharding", "none", "none|optimizer|full", "sharding");
 inline constexpr SpecField kMemoryGb = Real("resources.memory_gb", Absent::kZero, 0, 0, 65536, false, " (0: no limit)");
 // checkpoint
 inline constexpr SpecField kEverySteps = Int("checkpoint.every_steps", Absent::kDefault, 200, 0, 1e9, " (0 disables)");

@@ -87,6 +87,9 @@ TEST(SpecTest, DataParallelDefaultsAndLimits) {
   ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
   EXPECT_EQ(sharded->resources().sharding(), "optimizer");
   ExpectInvalid(Replace(kGood, "world_size: 1", "world_size: 2, sharding: zero3"), "resources.sharding");
+  EXPECT_EQ(LoadJobSpec(Replace(kGood, "world_size: 1", "world_size: 2, sharding: full"))->resources().sharding(), "full");
+  ExpectInvalid(Replace(Replace(kGood, "world_size: 1", "world_size: 2, sharding: full"), "batch_size: 32", "max_tokens: auto"),
+                "resources.sharding");
 }
 
 TEST(SpecTest, UnknownArchIsRefused) {

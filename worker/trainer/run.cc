@@ -158,6 +158,28 @@ void BuildModel(Run& run) {
                                         int64_t{cfg.data_parallel.bucket_mb} << 20);
     run.sharded = sharded.get();
     run.optimizer = std::move(sharded);
+  } else if (cfg.data_parallel.sharding == "full" && run.rank.world_size > 1) {
+    BlockPlan* plan = run.model->block_plan();
+    if (plan == nullptr)
+      throw PermanentError("resources.sharding: full shards a model's transformer blocks; model.arch " + cfg.model.arch +
+                           " has none (use optimizer)");
+    if (cfg.train.max_tokens_auto)
+      throw PermanentError("resources.sharding: full does not take train.max_tokens: auto yet (each rank's probe "
+                           "would run the blocks' collectives alone): set a number");
+    // Which block each trainable parameter belongs to (-1: outside the blocks).
+    const std::vector<std::shared_ptr<torch::nn::Module>> blocks = run.model->blocks();
+    std::map<const void*, int64_t> block_of_param;
+    for (size_t b = 0; b < blocks.size(); ++b)
+      for (const torch::Tensor& p : blocks[b]->parameters()) block_of_param[p.unsafeGetTensorImpl()] = static_cast<int64_t>(b);
+    std::vector<int64_t> block_of;
+    for (const torch::Tensor& p : trainable) {
+      auto it = block_of_param.find(p.unsafeGetTensorImpl());
+      block_of.push_back(it == block_of_param.end() ? -1 : it->second);
+    }
+    auto full = FullyShardedAdamW::Create(trainable, block_of, adamw, run.rank.rank, run.rank.world_size);
+    plan->sharded = full->block_params(static_cast<int64_t>(blocks.size()));
+    run.full = full.get();
+    run.optimizer = std::move(full);
   } else {
     run.optimizer = std::make_unique<FusedAdamW>(trainable, adamw);
   }
@@ -288,6 +310,7 @@ void JoinDataParallel(Run& run, std::string* resumed_from) {
   run.ddp = StartDataParallel(run.cfg, run.rank, *run.model, as_loaded);
   if (!run.ddp) return;
   if (run.sharded) run.sharded->set_group(&run.ddp->group());
+  if (run.full) run.full->set_group(&run.ddp->group());
   AdoptNewestCheckpoint(run, resumed_from);
   const RunPosition& p = run.position;
   CheckRanksAgree(*run.ddp, {p.step, p.epoch, p.batch_in_epoch, static_cast<int64_t>(run.train_shard.num_samples()),
@@ -396,6 +419,13 @@ ModelStateBytes StateBytes(const Run& run) {
     if (p.requires_grad()) b.gradients += 4.0 * double(p.numel());
   }
   b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : 2 * b.gradients;
+  if (run.full) {  // the trainable tensors: shards, resident units whole, one block at a time
+    const double whole = b.gradients, held = double(run.full->shard_bytes() + run.full->resident_bytes() +
+                                                    run.full->largest_block_bytes());
+    b.parameters += held - whole;
+    b.gradients = held;
+    b.optimizer_state = double(run.full->state_bytes());
+  }
   return b;
 }
 
@@ -420,7 +450,7 @@ void CheckModelStateFits(Run& run) {
   if (fits)
     throw PermanentError("resources.memory_gb: another rank's parameters, gradients and AdamW state exceed its limit");
   const int world = run.rank.world_size;
-  std::string hint = world > 1 && !run.sharded
+  std::string hint = world > 1 && !run.sharded && !run.full
                          ? "; with resources.sharding: optimizer each of the " + std::to_string(world) +
                                " ranks would keep " + GiB(b.optimizer_state / world) +
                                " of optimizer state instead, " + GiB(b.total() - b.optimizer_state * (1.0 - 1.0 / world)) +
@@ -466,6 +496,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
     Log("initialised from %s", cfg.model.init_from.c_str());
   }
   JoinDataParallel(*run, &resumed_from);
+  if (run->full) run->full->Shard();  // from here on each rank holds its shards
   CheckModelStateFits(*run);
   const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);
@@ -590,9 +621,12 @@ void Run::ZeroGrad() {
 
 void Run::ClipAndStep() {
   if (sharded) sharded->ReduceGradients();  // from here on this rank's shard holds the gradients
+  if (full) full->ReduceGradients();
+  const bool cut = sharded || full;
+  const std::vector<torch::Tensor> stepped = sharded ? sharded->pieces() : full ? full->shards() : model->parameters();
   if (scaler->enabled()) {
-    bool grads_finite = scaler->UnscaleAndCheckFinite(sharded ? sharded->pieces() : model->parameters());
-    if (sharded) grads_finite = !ddp->AnyRank(!grads_finite);
+    bool grads_finite = scaler->UnscaleAndCheckFinite(stepped);
+    if (cut) grads_finite = !ddp->AnyRank(!grads_finite);
     scaler->Update(!grads_finite);
     if (!grads_finite) {
       nan_guard.CountSkipped();
@@ -600,9 +634,8 @@ void Run::ClipAndStep() {
     }
   }
   if (cfg.train.grad_clip > 0)
-    ClipGradNorm(sharded ? sharded->pieces() : model->parameters(), cfg.train.grad_clip,
-                 sharded ? [this](double local) { return ddp->group().SumOverRanks(local); }
-                         : std::function<double(double)>());
+    ClipGradNorm(stepped, cfg.train.grad_clip,
+                 cut ? [this](double local) { return ddp->group().SumOverRanks(local); } : std::function<double(double)>());
   optimizer->step();
 }
 
@@ -615,11 +648,13 @@ void Run::Advance(const StepBatches& step) {
 void Run::RollBack() {
   const std::string times = std::to_string(nan_guard.max_consecutive());
   std::string path;
+  if (full) full->Unshard();  // loaded whole, then cut again
   if (!checkpoints->LoadLatest(*model, *optimizer, &position, &path))
     throw std::runtime_error("the loss was not finite for " + times +
                              " steps in a row and there is no checkpoint to roll back to; lower "
                              "spec.train.lr or use precision fp32");
   ToThisWorldSize(&position, rank.world_size, path);
+  if (full) full->Shard();
   SetCpuRngState(position.rng_cpu);
   position.lr_scale *= 0.5;
   Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path +
@@ -629,8 +664,11 @@ void Run::RollBack() {
 void Run::SaveCheckpoint() {
   if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
+  if (full) full->Unshard();  // the model's tensors are written whole (Shard() again below)
   if (!WritesCheckpoints()) {
     if (sharded) sharded->ExchangeShards(nullptr);  // the writers' Save receives them
+    if (full) full->ExchangeShards(nullptr);
+    if (full) full->Shard();
     return;
   }
   position.rng_cpu = GetCpuRngState();
@@ -640,6 +678,7 @@ void Run::SaveCheckpoint() {
   position.world_size = rank.world_size;
   checkpoints->Keep(position.best_step);  // export.best's checkpoint outlives keep_last
   const SavedCheckpoint saved = checkpoints->Save(position, *model, *optimizer);
+  if (full) full->Shard();
   progress.Emit(ProgressRecord{
       "checkpoint",
       {{"step", double(position.step)}, {"bytes", double(saved.bytes)}, {"seconds", saved.seconds}},
@@ -650,7 +689,7 @@ void Run::SaveCheckpoint() {
 
 void Run::Evaluate() {
   last_eval = trainer::Evaluate(*model, val_shard, val_plan, cfg.model.max_len, cfg.data.pad_id,
-                                cfg.data.num_classes, next_token, ddp ? &ddp->group() : nullptr);
+                                cfg.data.num_classes, next_token, ddp ? &ddp->group() : nullptr, full != nullptr);
   last_eval_step_ = position.step;
   progress.Emit(ProgressRecord{"eval",
                                {{"step", double(position.step)}, {"epoch", double(position.epoch)},
@@ -699,6 +738,7 @@ void Run::TrackEarlyStopping() {
 void Run::Finish() {
   if (last_eval_step_ != position.step) Evaluate();
   if (last_saved_step_ != position.step) SaveCheckpoint();
+  if (full) full->Unshard();  // every rank: rank 0 exports whole tensors
   if (!stop_early.empty()) Warn(progress, stop_early);
   if (rank.rank == 0) {
     if (position.best_step >= 0 && position.best_step != position.step) {

@@ -26,6 +26,7 @@
 #include "worker/trainer/config.h"
 #include "worker/trainer/data/data_loader.h"
 #include "worker/trainer/parallel/ddp.h"
+#include "worker/trainer/parallel/fully_sharded.h"
 #include "worker/trainer/parallel/sharded_adamw.h"
 #include "worker/trainer/device.h"
 #include "worker/trainer/fault_injection.h"
@@ -69,7 +70,8 @@ class Run {
   MicroBatchResult ForwardBackward(const StepBatches& step);
   // Clears the model's gradients and the optimizer's.
   void ZeroGrad();
-  // Sharded: reduce-scatters the gradients first (the optimizer's shard holds them then).
+  // Sharded: reduce-scatters the gradients first (the optimizer's shard holds them then;
+  // fully sharded blocks reduced theirs in backward).
   // fp16: unscales and checks the gradients (an overflow skips the step and backs the
   // scale off); clips; steps the optimizer.
   void ClipAndStep();
@@ -114,6 +116,7 @@ class Run {
   int64_t num_parameters = 0, non_embedding_parameters = 0;
   std::unique_ptr<torch::optim::AdamW> optimizer;  // a FusedAdamW (fused_adamw.h)
   ShardedAdamW* sharded = nullptr;  // resources.sharding optimizer: `optimizer` as its type; else null
+  FullyShardedAdamW* full = nullptr;  // resources.sharding full: likewise
   std::unique_ptr<CheckpointManager> checkpoints;
   std::string fingerprint;  // RunFingerprint of this configuration
   std::unique_ptr<GradientSync> ddp;  // null: one rank

@@ -173,7 +173,7 @@ void SumOverRanks(ProcessGroup& group, EvalTally* t) {
 
 EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
                      int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token,
-                     ProcessGroup* group) {
+                     ProcessGroup* group, bool lockstep) {
   torch::NoGradGuard no_grad;
   model.eval();
   torch::Device device = torch::kCPU;
@@ -183,8 +183,15 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
   }
   EvalTally t;
   const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
-  for (size_t b = group ? static_cast<size_t>(group->rank()) : 0; b < plan.size(); b += stride)
-    TallyBatch(model, ToDevice(Collate(shard, plan[b], max_len, pad_id), device), num_classes, next_token, &t);
+  const size_t first = group ? static_cast<size_t>(group->rank()) : 0;
+  const size_t rounds = lockstep ? (plan.size() + stride - 1) / stride : 0;
+  for (size_t i = 0, b = first; b < plan.size() || i < rounds; ++i, b += stride) {
+    EvalTally uncounted;
+    const size_t which = b < plan.size() ? b : first % std::max<size_t>(plan.size(), 1);
+    if (plan.empty()) break;
+    TallyBatch(model, ToDevice(Collate(shard, plan[which], max_len, pad_id), device), num_classes, next_token,
+               b < plan.size() ? &t : &uncounted);
+  }
   model.train();
   if (group) SumOverRanks(*group, &t);
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -42,9 +42,12 @@ struct EvalMetrics {
 // loss per sample, accuracy, F1. Language models (next_token): loss per predicted token,
 // next-token accuracy, perplexity. With a process group, rank r evaluates batches r,
 // r + size, ... and the sums are all-reduced: every rank returns the whole set's metrics.
+// `lockstep`: every rank runs the same number of forwards (a model whose blocks gather
+// their sharded parameters runs collectives in each): a rank out of batches runs its
+// first one again, uncounted.
 EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, const BatchPlan& plan,
                      int64_t max_len, int64_t pad_id, int64_t num_classes, bool next_token = false,
-                     ProcessGroup* group = nullptr);
+                     ProcessGroup* group = nullptr, bool lockstep = false);
 
 // Best of a few 1024x1024 float matmuls, in GFLOP/s.
 double MeasureBlasGflops();

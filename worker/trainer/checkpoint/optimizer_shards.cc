@@ -80,45 +80,64 @@ bool IsOptimizerShardFile(const std::string& name) {
   return name.rfind("optimizer-shard-", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0;
 }
 
-void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t end, int64_t total,
-                         const std::function<void(const char*, size_t)>& out) {
+void WriteFlatShard(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
+                    int64_t step, int64_t begin, int64_t end, int64_t total,
+                    const std::function<void(const char*, size_t)>& out) {
   torch::serialize::OutputArchive archive;
-  int64_t step = 0, pieces = 0;
-  for (const torch::Tensor& p : ParamsOf(optimizer)) {
-    auto it = optimizer.state().find(p.unsafeGetTensorImpl());
-    torch::Tensor m, v;
-    if (it != optimizer.state().end()) {
-      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-      step = std::max(step, st.step());
-      m = st.exp_avg().reshape({-1}).to(torch::kCPU);
-      v = st.exp_avg_sq().reshape({-1}).to(torch::kCPU);
-    } else {  // no step taken yet
-      m = v = torch::zeros({p.numel()}, torch::kFloat32);
-    }
-    archive.write("exp_avg." + std::to_string(pieces), m);
-    archive.write("exp_avg_sq." + std::to_string(pieces), v);
-    ++pieces;
+  for (size_t i = 0; i < exp_avg.size(); ++i) {
+    archive.write("exp_avg." + std::to_string(i), exp_avg[i].reshape({-1}).to(torch::kCPU));
+    archive.write("exp_avg_sq." + std::to_string(i), exp_avg_sq[i].reshape({-1}).to(torch::kCPU));
   }
   archive.write("begin", torch::tensor(begin, torch::kInt64));
   archive.write("end", torch::tensor(end, torch::kInt64));
   archive.write("total", torch::tensor(total, torch::kInt64));
   archive.write("step", torch::tensor(step, torch::kInt64));
-  archive.write("pieces", torch::tensor(pieces, torch::kInt64));
+  archive.write("pieces", torch::tensor(static_cast<int64_t>(exp_avg.size()), torch::kInt64));
   archive.save_to([&](const void* data, size_t n) -> size_t {
     out(static_cast<const char*>(data), n);
     return n;
   });
 }
 
+void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t end, int64_t total,
+                         const std::function<void(const char*, size_t)>& out) {
+  std::vector<torch::Tensor> ms, vs;
+  int64_t step = 0;
+  for (const torch::Tensor& p : ParamsOf(optimizer)) {
+    auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+    torch::Tensor m, v;
+    if (it != optimizer.state().end()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      step = std::max(step, st.step());
+      m = st.exp_avg();
+      v = st.exp_avg_sq();
+    } else {  // no step taken yet
+      m = v = torch::zeros({p.numel()}, torch::kFloat32);
+    }
+    ms.push_back(m);
+    vs.push_back(v);
+  }
+  WriteFlatShard(ms, vs, step, begin, end, total, out);
+}
+
 FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
                             int64_t end, int64_t total, torch::Device device) {
-  FlatAdamState s;
-  s.begin = begin;
-  s.end = end;
+  return ReadFlatRanges(dir, files, {{begin, end}}, total, device).front();
+}
+
+std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
+                                          const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
+                                          torch::Device device) {
+  std::vector<FlatAdamState> out(ranges.size());
+  std::vector<int64_t> covered(ranges.size(), 0);
   const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  s.exp_avg = torch::zeros({end - begin}, options);
-  s.exp_avg_sq = torch::zeros({end - begin}, options);
-  int64_t covered = 0;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    out[r].begin = ranges[r].first;
+    out[r].end = ranges[r].second;
+    out[r].exp_avg = torch::zeros({out[r].end - out[r].begin}, options);
+    out[r].exp_avg_sq = torch::zeros({out[r].end - out[r].begin}, options);
+  }
+  int64_t file_step = 0;
   bool first = true;
   for (const std::string& file : files) {
     const std::string path = dir + "/" + file;
@@ -129,37 +148,41 @@ FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::strin
       throw std::runtime_error("checkpoint: " + path + " holds the optimizer state of " + std::to_string(t) +
                                " values; this run trains " + std::to_string(total));
     const int64_t step = Scalar(archive, "step");
-    if (!first && step != s.step && e > b)
+    if (!first && step != file_step && e > b)
       throw std::runtime_error("checkpoint: " + path + " is at optimizer step " + std::to_string(step) +
-                               ", another shard at " + std::to_string(s.step));
-    if (first || e > b) s.step = step;
+                               ", another shard at " + std::to_string(file_step));
+    if (first || e > b) file_step = step;
     first = false;
-    // The file's pieces laid end to end are [b, e): each one's overlap with [begin, end).
+    // The file's pieces laid end to end are [b, e): each one's overlap with each range.
     const int64_t pieces = Scalar(archive, "pieces");
     int64_t at = b;
-    for (int64_t i = 0; i < pieces && at < end; ++i) {
+    for (int64_t i = 0; i < pieces; ++i) {
       int64_t length = 0;
       for (const std::string key : {"exp_avg", "exp_avg_sq"}) {
         torch::Tensor t;
         archive.read(key + "." + std::to_string(i), t);
         length = t.numel();
-        const int64_t lo = std::max(at, begin), hi = std::min(at + length, end);
-        if (lo < hi) (key == "exp_avg" ? s.exp_avg : s.exp_avg_sq).narrow(0, lo - begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
+        for (FlatAdamState& s : out) {
+          const int64_t lo = std::max(at, s.begin), hi = std::min(at + length, s.end);
+          if (lo < hi)
+            (key == "exp_avg" ? s.exp_avg : s.exp_avg_sq).narrow(0, lo - s.begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
+        }
       }
       at += length;
     }
-    if (at < std::min(e, end))
+    if (at < e)
       throw std::runtime_error("checkpoint: " + path + "'s pieces hold " + std::to_string(at - b) + " values, not " +
                                std::to_string(e - b));
-    const int64_t lo = std::max(b, begin), hi = std::min(e, end);
-    if (lo >= hi) continue;
-    covered += hi - lo;
+    for (size_t r = 0; r < out.size(); ++r) covered[r] += std::max<int64_t>(0, std::min(e, out[r].end) - std::max(b, out[r].begin));
   }
-  if (covered != end - begin)
-    throw std::runtime_error("checkpoint: the optimizer shards in " + dir + " cover " + std::to_string(covered) +
-                             " of the values [" + std::to_string(begin) + ", " + std::to_string(end) +
-                             ") this rank needs");
-  return s;
+  for (size_t r = 0; r < out.size(); ++r) {
+    out[r].step = file_step;
+    if (covered[r] != out[r].end - out[r].begin)
+      throw std::runtime_error("checkpoint: the optimizer shards in " + dir + " cover " + std::to_string(covered[r]) +
+                               " of the values [" + std::to_string(out[r].begin) + ", " + std::to_string(out[r].end) +
+                               ") this rank needs");
+  }
+  return out;
 }
 
 }  // namespace nightshift::trainer

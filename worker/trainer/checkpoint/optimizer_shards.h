@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nightshift::trainer {
@@ -46,12 +47,21 @@ bool IsOptimizerShardFile(const std::string& name);
 // of `total` values) to `out`, a piece at a time.
 void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t end, int64_t total,
                          const std::function<void(const char*, size_t)>& out);
+// The same file from the moments of [begin, end) as pieces laid end to end (each
+// one-dimensional or reshaped so; any device).
+void WriteFlatShard(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
+                    int64_t step, int64_t begin, int64_t end, int64_t total,
+                    const std::function<void(const char*, size_t)>& out);
 
 // Reads [begin, end) of a flat range of `total` values from the shard files `files` in
 // `dir` (any count, any cut), onto `device`. Throws naming the file when one holds another
 // total (another model) or the files do not cover the range.
 FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
                             int64_t end, int64_t total, torch::Device device);
+// Several ranges in one pass over the files.
+std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
+                                          const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
+                                          torch::Device device);
 
 }  // namespace nightshift::trainer
 

@@ -13,8 +13,25 @@ using torch::autograd::variable_list;
 
 // The block function travels to backward inside the autograd context.
 struct BlockHolder : torch::CustomClassHolder {
-  explicit BlockHolder(BlockForward f) : fn(std::move(f)) {}
+  BlockHolder(BlockForward f, BlockParams* p) : fn(std::move(f)), params(p) {}
   BlockForward fn;
+  BlockParams* params;  // null: the block's parameters are whole
+};
+
+// Acquires a sharded block's parameters for a scope (no-op without).
+class Acquired {
+ public:
+  explicit Acquired(BlockParams* p) : p_(p) {
+    if (p_) p_->Acquire();
+  }
+  ~Acquired() {
+    if (p_) p_->Release();
+  }
+  Acquired(const Acquired&) = delete;
+  Acquired& operator=(const Acquired&) = delete;
+
+ private:
+  BlockParams* p_;
 };
 
 at::Tensor GeneratorState(at::Generator gen) {
@@ -50,7 +67,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["ac_cpu_dtype"] = static_cast<int64_t>(autocast.cpu_dtype);
     ctx->saved_data["ac_cuda"] = autocast.cuda_enabled;
     ctx->saved_data["ac_cuda_dtype"] = static_cast<int64_t>(autocast.cuda_dtype);
-    torch::Tensor out = block->fn(x, attn_bias);
+    torch::Tensor out;
+    {
+      Acquired whole(block->params);
+      out = block->fn(x, attn_bias);
+    }
     ctx->saved_data["block"] = c10::IValue::make_capsule(std::move(block));
     return out;
   }
@@ -75,6 +96,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     autocast_fwd.cuda_enabled = ctx->saved_data["ac_cuda"].toBool();
     autocast_fwd.cuda_dtype = static_cast<at::ScalarType>(ctx->saved_data["ac_cuda_dtype"].toInt());
     torch::Tensor out;
+    Acquired whole(block->params);
     try {
       compat::SetAutocastState(autocast_fwd);
       torch::AutoGradMode grad(true);
@@ -89,6 +111,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
     // Accumulates into the block's parameters and into x.grad.
     torch::autograd::backward({out}, {grad_out[0]});
+    if (block->params) block->params->GradientsReady();
     return {x.grad(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -96,8 +119,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 }  // namespace
 
 torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
-                                       const torch::Tensor& attn_bias) {
-  if (!torch::GradMode::is_enabled()) return block(x, attn_bias);
+                                       const torch::Tensor& attn_bias, BlockParams* params) {
+  if (!torch::GradMode::is_enabled()) {
+    Acquired whole(params);
+    return block(x, attn_bias);
+  }
   // Without an input that requires grad no graph node is built (see the header).
   const torch::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_(true);
   if (!attn_bias.defined()) {  // Function::apply takes defined tensors only: an empty stand-in
@@ -105,10 +131,24 @@ torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& 
       return block(in, torch::Tensor());
     };
     return CheckpointFunction::apply(input, torch::empty({0}, x.options()),
-                                     c10::make_intrusive<BlockHolder>(std::move(unbiased)));
+                                     c10::make_intrusive<BlockHolder>(std::move(unbiased), params));
   }
-  return CheckpointFunction::apply(input, attn_bias,
-                                   c10::make_intrusive<BlockHolder>(std::move(block)));
+  return CheckpointFunction::apply(input, attn_bias, c10::make_intrusive<BlockHolder>(std::move(block), params));
+}
+
+torch::Tensor BlockPlan::Run(size_t index, const BlockForward& block, const torch::Tensor& x,
+                             const torch::Tensor& attn_bias, bool cached) const {
+  BlockParams* params = index < sharded.size() ? sharded[index] : nullptr;
+  if (params != nullptr) {
+    if (cached || !torch::GradMode::is_enabled()) {
+      Acquired whole(params);
+      return block(x, attn_bias);
+    }
+    return CheckpointedBlockForward(block, x, attn_bias, params);
+  }
+  return !cached && IsCheckpointedBlock(checkpoint_every, static_cast<int64_t>(index))
+             ? CheckpointedBlockForward(block, x, attn_bias)
+             : block(x, attn_bias);
 }
 
 }  // namespace nightshift::trainer

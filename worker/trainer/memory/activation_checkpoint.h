@@ -24,22 +24,48 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace nightshift::trainer {
 
 // One block's forward: x [B, L, D], attn_bias (broadcastable to [B, H, L, L]) -> [B, L, D].
 using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& attn_bias)>;
 
+// A block whose parameters live sharded across ranks (resources.sharding full,
+// parallel/fully_sharded.h): gathered around each run of the block, and its gradients
+// handed over once the block's backward is done. Every call is a collective.
+class BlockParams {
+ public:
+  virtual ~BlockParams() = default;
+  virtual void Acquire() = 0;         // the block's parameters are whole after it
+  virtual void Release() = 0;         // their memory is freed (the shard stays)
+  virtual void GradientsReady() = 0;  // their .grad() are complete for this backward
+};
+
 // Runs `block` with activation checkpointing (see above). attn_bias may be undefined (a
-// causal block without padding); the block then gets it undefined.
+// causal block without padding); the block then gets it undefined. With `params`, they
+// are acquired around the forward and around the recompute, and GradientsReady is called
+// once the block's backward has accumulated its gradients.
 torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
-                                       const torch::Tensor& attn_bias);
+                                       const torch::Tensor& attn_bias, BlockParams* params = nullptr);
 
 // Whether block `index` (0-based) is checkpointed when every `every_n_blocks`-th block is
 // (blocks N-1, 2N-1, ...; 0: none, 1: all).
 inline bool IsCheckpointedBlock(int every_n_blocks, int64_t index) {
   return every_n_blocks > 0 && (index + 1) % every_n_blocks == 0;
 }
+
+// How a model runs its blocks: every N-th checkpointed and, with sharded parameters
+// (one BlockParams per block, not owned), every block gathered around each run; then
+// every block is checkpointed when gradients are on (a block's saved activations would
+// otherwise keep references to parameters that are freed after its forward).
+struct BlockPlan {
+  int checkpoint_every = 0;
+  std::vector<BlockParams*> sharded;  // empty, or one per block
+  // Block `index`; `cached`: a KV-cache step (never checkpointed).
+  torch::Tensor Run(size_t index, const BlockForward& block, const torch::Tensor& x, const torch::Tensor& attn_bias,
+                    bool cached = false) const;
+};
 
 }  // namespace nightshift::trainer
 

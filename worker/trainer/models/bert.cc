@@ -37,7 +37,7 @@ BertEncoderImpl::BertEncoderImpl(const HfConfig& c) {
 }
 
 torch::Tensor BertEncoderImpl::forward(const torch::Tensor& x, const torch::Tensor& bias) {
-  return RunLayers<BertLayerImpl>(layer_, checkpoint_every, x, bias);
+  return RunLayers<BertLayerImpl>(layer_, plan, x, bias);
 }
 
 BertForSequenceClassificationImpl::BertForSequenceClassificationImpl(const HfConfig& c) : config_(c) {

@@ -48,7 +48,8 @@ class BertEncoderImpl : public torch::nn::Module {
   explicit BertEncoderImpl(const HfConfig& config);
   // Position 0 of the last layer's output: [B, 1, D] (what the heads read).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias);
-  int checkpoint_every = 0;  // activation checkpointing of every N-th layer; 0: none
+  BlockPlan plan;  // how the layers run (activation_checkpoint.h)
+  std::vector<std::shared_ptr<torch::nn::Module>> layers() { return layer_->children(); }
 
  private:
   torch::nn::ModuleList layer_;
@@ -60,7 +61,8 @@ class BertForSequenceClassificationImpl : public SequenceModel {
   explicit BertForSequenceClassificationImpl(const HfConfig& config);
   // tokens: int64 [B, L]; pad_mask: bool [B, L], true at padding. Returns logits [B, C].
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
-  void set_activation_checkpointing(int every_n_blocks) override { encoder_->checkpoint_every = every_n_blocks; }
+  BlockPlan* block_plan() override { return &encoder_->plan; }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks() override { return encoder_->layers(); }
   // Names: base prefix "bert.", head "classifier."; BertForPreTraining's "cls." heads dropped.
   static HfNameRules NameRules(const HfConfig& config);
 

@@ -120,14 +120,14 @@ inline torch::Tensor Attention(const torch::Tensor& q, const torch::Tensor& k, c
 // heads read position 0 alone, so the last layer computes past its keys and values that
 // position only: the result is [B, 1, D], equal to the whole stack's output at position 0.
 template <typename LayerImpl>
-torch::Tensor RunLayers(torch::nn::ModuleList& layers, int every_n, torch::Tensor x, const torch::Tensor& bias) {
+torch::Tensor RunLayers(torch::nn::ModuleList& layers, const BlockPlan& plan, torch::Tensor x, const torch::Tensor& bias) {
   for (size_t i = 0; i < layers->size(); ++i) {
     std::shared_ptr<LayerImpl> layer = layers->ptr<LayerImpl>(i);
     const bool first_only = i + 1 == layers->size();
     BlockForward run = [layer, first_only](const torch::Tensor& in, const torch::Tensor& b) {
       return layer->forward(in, b, first_only);
     };
-    x = IsCheckpointedBlock(every_n, static_cast<int64_t>(i)) ? CheckpointedBlockForward(run, x, bias) : run(x, bias);
+    x = plan.Run(i, run, x, bias);
   }
   return x;
 }

@@ -58,7 +58,8 @@ class DecoderTrunk : public torch::nn::Module {
   // segments: packed rows (undefined: none). Returns [B, L, D], the final norm applied.
   virtual torch::Tensor forward(const torch::Tensor& tokens, const Segments& segments, KvCache* cache) = 0;
   virtual torch::Tensor token_embedding() = 0;  // [V, D]: the tied vocabulary head
-  int checkpoint_every = 0;  // activation checkpointing of every N-th layer; 0: none
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> layers() = 0;  // in order
+  BlockPlan plan;  // how the layers run (activation_checkpoint.h)
 };
 
 // model.task: causal_lm (...ForCausalLM, GPT2LMHeadModel) or classification
@@ -83,7 +84,8 @@ class DecoderModelImpl : public SequenceModel {
                                                         const torch::Tensor& segments) override;
   // Causal LM: the logits [B, L, V] of `tokens` continuing `cache` (which grows by L).
   torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache* cache);
-  void set_activation_checkpointing(int every_n_blocks) override { trunk_->checkpoint_every = every_n_blocks; }
+  BlockPlan* block_plan() override { return &trunk_->plan; }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks() override { return trunk_->layers(); }
   bool causal_lm() const { return causal_lm_; }
 
   // Names: base prefix "<base>.", head "lm_head." or "score."; the other task's head and

@@ -49,7 +49,7 @@ torch::Tensor DistilBertForSequenceClassificationImpl::forward(const torch::Tens
   // Embeddings: word + position 0..L-1, LayerNorm, dropout.
   auto x = word_embeddings_(tokens) + position_embeddings_(torch::arange(l, tokens.options()));
   x = Dropout(embeddings_norm_(x), config_.hidden_dropout, training);  // [B, L, D]
-  auto h = RunLayers<DistilBertLayerImpl>(layer_, checkpoint_every_, x, KeyPaddingBias(pad_mask, x.options()));  // [B, 1, D]
+  auto h = RunLayers<DistilBertLayerImpl>(layer_, plan_, x, KeyPaddingBias(pad_mask, x.options()));  // [B, 1, D]
   auto pooled = torch::relu(pre_classifier_(h.select(1, 0)));          // [B, D]
   return classifier_(Dropout(pooled, config_.classifier_dropout, training));  // [B, C]
 }

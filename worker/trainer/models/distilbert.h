@@ -45,14 +45,15 @@ class DistilBertForSequenceClassificationImpl : public SequenceModel {
   explicit DistilBertForSequenceClassificationImpl(const HfConfig& config);
   // tokens: int64 [B, L]; pad_mask: bool [B, L], true at padding. Returns logits [B, C].
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
-  void set_activation_checkpointing(int every_n_blocks) override { checkpoint_every_ = every_n_blocks; }
+  BlockPlan* block_plan() override { return &plan_; }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks() override { return layer_->children(); }
   // Names: base prefix "distilbert.", head "pre_classifier." and "classifier.";
   // DistilBertForMaskedLM's vocab_transform / vocab_layer_norm / vocab_projector dropped.
   static HfNameRules NameRules(const HfConfig& config);
 
  private:
   HfConfig config_;
-  int checkpoint_every_ = 0;
+  BlockPlan plan_;
   torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   torch::nn::ModuleList layer_;

@@ -50,8 +50,7 @@ torch::Tensor Gpt2ModelImpl::forward(const torch::Tensor& tokens, const Segments
     BlockForward run = [block, cache, i](const torch::Tensor& in, const torch::Tensor& m) {
       return block->forward(in, m, cache, i);
     };
-    const bool checkpointed = cache == nullptr && IsCheckpointedBlock(checkpoint_every, static_cast<int64_t>(i));
-    x = checkpointed ? CheckpointedBlockForward(run, x, mask) : run(x, mask);
+    x = plan.Run(i, run, x, mask, /*cached=*/cache != nullptr);
   }
   return ln_f_(x);
 }

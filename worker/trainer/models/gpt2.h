@@ -39,6 +39,7 @@ class Gpt2ModelImpl : public DecoderTrunk {
   explicit Gpt2ModelImpl(const HfConfig& config);
   torch::Tensor forward(const torch::Tensor& tokens, const Segments& segments, KvCache* cache) override;
   torch::Tensor token_embedding() override { return wte_->weight; }
+  std::vector<std::shared_ptr<torch::nn::Module>> layers() override { return h_->children(); }
 
  private:
   HfConfig config_;

@@ -81,8 +81,7 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens, const Segment
     BlockForward run = [layer, rope, cache, i](const torch::Tensor& in, const torch::Tensor& m) {
       return layer->forward(in, rope, m, cache, i);
     };
-    const bool checkpointed = cache == nullptr && IsCheckpointedBlock(checkpoint_every, static_cast<int64_t>(i));
-    x = checkpointed ? CheckpointedBlockForward(run, x, mask) : run(x, mask);
+    x = plan.Run(i, run, x, mask, /*cached=*/cache != nullptr);
   }
   return norm_(x);
 }

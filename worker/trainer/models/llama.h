@@ -57,6 +57,7 @@ class LlamaModelImpl : public DecoderTrunk {
   explicit LlamaModelImpl(const HfConfig& config);
   torch::Tensor forward(const torch::Tensor& tokens, const Segments& segments, KvCache* cache) override;
   torch::Tensor token_embedding() override { return embed_tokens_->weight; }
+  std::vector<std::shared_ptr<torch::nn::Module>> layers() override { return layers_->children(); }
 
  private:
   HfConfig config_;

@@ -18,9 +18,9 @@ namespace F = torch::nn::functional;
 
 namespace {
 
-// Runs the blocks, checkpointing every N-th (activation_checkpoint.h); with first_only
+// Runs the blocks as `plan` says (activation_checkpoint.h); with first_only
 // the last block computes position 0 only.
-torch::Tensor RunBlocks(torch::nn::ModuleList& blocks, int every_n, torch::Tensor x,
+torch::Tensor RunBlocks(torch::nn::ModuleList& blocks, const BlockPlan& plan, torch::Tensor x,
                         const torch::Tensor& attn_bias, bool first_only) {
   for (size_t i = 0; i < blocks->size(); ++i) {
     std::shared_ptr<TransformerBlockImpl> block = blocks->ptr<TransformerBlockImpl>(i);
@@ -28,8 +28,7 @@ torch::Tensor RunBlocks(torch::nn::ModuleList& blocks, int every_n, torch::Tenso
     BlockForward run = [block, first](const torch::Tensor& in, const torch::Tensor& bias) {
       return first ? block->forward_first(in, bias) : block->forward(in, bias);
     };
-    x = IsCheckpointedBlock(every_n, static_cast<int64_t>(i)) ? CheckpointedBlockForward(run, x, attn_bias)
-                                                              : run(x, attn_bias);
+    x = plan.Run(i, run, x, attn_bias);
   }
   return x;
 }
@@ -172,7 +171,7 @@ void TransformerTrunk::set_force_explicit_attention(bool on) {
 }
 
 torch::Tensor TransformerTrunk::Blocks(const torch::Tensor& x, const torch::Tensor& attn_bias, bool first_only) {
-  return RunBlocks(blocks_, checkpoint_every_, x, attn_bias, first_only);
+  return RunBlocks(blocks_, plan_, x, attn_bias, first_only);
 }
 
 TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64_t vocab_size,

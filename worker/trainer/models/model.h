@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "worker/trainer/data/batching.h"
+#include "worker/trainer/memory/activation_checkpoint.h"
 #include "worker/trainer/config.h"
 #include "worker/trainer/models/lm_loss.h"
 
@@ -86,9 +87,15 @@ class SequenceModel : public torch::nn::Module {
     (void)tokens, (void)pad_mask, (void)positions, (void)segments;
     return {};
   }
-  // Checkpoint every N-th block's activations (activation_checkpoint.h); 0: none.
-  // Models without built-in blocks (torchscript) ignore it.
-  virtual void set_activation_checkpointing(int every_n_blocks) { (void)every_n_blocks; }
+  // How the transformer blocks run (activation_checkpoint.h: which are checkpointed,
+  // which have sharded parameters), and the block modules, in order. Models without
+  // built-in blocks (torchscript): null and none.
+  virtual BlockPlan* block_plan() { return nullptr; }
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> blocks() { return {}; }
+  // Checkpoint every N-th block's activations; 0: none.
+  void set_activation_checkpointing(int every_n_blocks) {
+    if (BlockPlan* plan = block_plan()) plan->checkpoint_every = every_n_blocks;
+  }
   // torchscript: writes the (trained) TorchScript module and returns true; others: false.
   virtual bool SaveScripted(std::ostream& out) {
     (void)out;
@@ -101,7 +108,8 @@ class SequenceModel : public torch::nn::Module {
 // subclass's head, so parameter order and checkpoint names are the same for both.
 class TransformerTrunk : public SequenceModel {
  public:
-  void set_activation_checkpointing(int every_n_blocks) override { checkpoint_every_ = every_n_blocks; }
+  BlockPlan* block_plan() override { return &plan_; }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks() override { return blocks_->children(); }
   // Every block takes the explicit attention path (tests, benchmarks).
   void set_force_explicit_attention(bool on);
 
@@ -117,7 +125,7 @@ class TransformerTrunk : public SequenceModel {
   double dropout() const { return dropout_; }
 
  private:
-  int checkpoint_every_ = 0;
+  BlockPlan plan_;
   int64_t max_len_;
   double dropout_;
   torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};

@@ -28,7 +28,8 @@ class RobertaForSequenceClassificationImpl : public SequenceModel {
   explicit RobertaForSequenceClassificationImpl(const HfConfig& config);
   // tokens: int64 [B, L]; pad_mask: bool [B, L], true at padding. Returns logits [B, C].
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) override;
-  void set_activation_checkpointing(int every_n_blocks) override { encoder_->checkpoint_every = every_n_blocks; }
+  BlockPlan* block_plan() override { return &encoder_->plan; }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks() override { return encoder_->layers(); }
   // Names: base prefix "roberta.", head "classifier."; RobertaForMaskedLM's "lm_head." and
   // RobertaModel's pooler (unused by this head, as in transformers) dropped.
   static HfNameRules NameRules(const HfConfig& config);

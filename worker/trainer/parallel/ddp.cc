@@ -482,7 +482,7 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   sync_options.bucket_bytes = int64_t{config.data_parallel.bucket_mb} << 20;
   // Sharded (sharded_adamw.h): the optimizer reduce-scatters the gradients at the step;
   // the GradientSync then holds no parameters (no hooks, no all-reduce) and is the group.
-  const bool sharded = config.data_parallel.sharding == "optimizer";
+  const bool sharded = config.data_parallel.sharding == "optimizer" || config.data_parallel.sharding == "full";
   auto sync = std::make_unique<GradientSync>(ProcessGroup::Create(options),
                                              sharded ? std::vector<torch::Tensor>{} : parameters, sync_options);
 

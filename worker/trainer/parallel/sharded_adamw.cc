@@ -155,23 +155,24 @@ torch::Tensor ShardedAdamW::step(LossClosure closure) {
   return loss;
 }
 
-void ShardedAdamW::ExchangeShards(ShardSink* sink) {
-  // The sender streams its file (written from its optimizer's own tensors) in broadcasts
-  // of up to kPiece bytes, each after a header {bytes, last}; the others follow the
-  // headers. No rank holds more than one piece of it.
+void StreamShardFile(ProcessGroup& group, int r, const std::string& name,
+                     const std::function<void(const std::function<void(const char*, size_t)>&)>& write,
+                     ShardedOptimizerState::ShardSink* sink) {
+  // The sender streams its file in broadcasts of up to kPiece bytes, each after a header
+  // {bytes, last}; the others follow the headers. No rank holds more than one piece of it.
   constexpr int64_t kPiece = int64_t{64} << 20;
-  for (int r = 0; r < world_size_; ++r) {
-    if (sink) sink->Open(OptimizerShardFileName(r, world_size_));
+  {
+    if (sink) sink->Open(name);
     auto send = [&](torch::Tensor piece, bool last) {
       torch::Tensor header = torch::tensor({piece.numel(), int64_t{last}}, torch::kInt64);
-      group_->Broadcast(header, r);
-      if (piece.numel() > 0) group_->Broadcast(piece, r);
+      group.Broadcast(header, r);
+      if (piece.numel() > 0) group.Broadcast(piece, r);
       if (sink && piece.numel() > 0) sink->Append(static_cast<const char*>(piece.data_ptr()), piece.numel());
     };
-    if (r == rank_) {
+    if (r == group.rank()) {
       torch::Tensor staging = torch::empty({kPiece}, torch::kUInt8);
       int64_t filled = 0;
-      WriteOptimizerShard(*this, begin_, end_, total_, [&](const char* data, size_t n) {
+      write([&](const char* data, size_t n) {
         while (n > 0) {
           const int64_t take = std::min<int64_t>(static_cast<int64_t>(n), kPiece - filled);
           std::memcpy(static_cast<char*>(staging.data_ptr()) + filled, data, static_cast<size_t>(take));
@@ -189,18 +190,26 @@ void ShardedAdamW::ExchangeShards(ShardSink* sink) {
       torch::Tensor buffer;
       for (bool last = false; !last;) {
         torch::Tensor header = torch::zeros({2}, torch::kInt64);
-        group_->Broadcast(header, r);
+        group.Broadcast(header, r);
         const int64_t n = header[0].item<int64_t>();
         last = header[1].item<int64_t>() != 0;
         if (n == 0) continue;
         if (!buffer.defined() || buffer.numel() < n) buffer = torch::empty({n}, torch::kUInt8);
         torch::Tensor piece = buffer.narrow(0, 0, n);
-        group_->Broadcast(piece, r);
+        group.Broadcast(piece, r);
         if (sink) sink->Append(static_cast<const char*>(piece.data_ptr()), static_cast<size_t>(n));
       }
     }
     if (sink) sink->Close();
   }
+}
+
+void ShardedAdamW::ExchangeShards(ShardSink* sink) {
+  for (int r = 0; r < world_size_; ++r)
+    StreamShardFile(
+        *group_, r, OptimizerShardFileName(r, world_size_),
+        [&](const std::function<void(const char*, size_t)>& out) { WriteOptimizerShard(*this, begin_, end_, total_, out); },
+        sink);
 }
 
 void ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {

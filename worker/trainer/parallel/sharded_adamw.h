@@ -94,6 +94,13 @@ class ShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   torch::Tensor shard_grad_;  // [shard_numel]: the reduce-scatter's output, during ReduceGradients
 };
 
+// A collective: rank `from`'s shard file `name`, whose bytes `write` produces on that rank
+// (its optimizer's own tensors, no copy of the state), to every rank's `sink` (null:
+// none), in broadcasts of up to 64 MiB.
+void StreamShardFile(ProcessGroup& group, int from, const std::string& name,
+                     const std::function<void(const std::function<void(const char*, size_t)>&)>& write,
+                     ShardedOptimizerState::ShardSink* sink);
+
 }  // namespace nightshift::trainer
 
 #endif  // NIGHTSHIFT_WORKER_TRAINER_PARALLEL_SHARDED_ADAMW_H_

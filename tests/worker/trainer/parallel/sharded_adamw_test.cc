@@ -1,7 +1,7 @@
-// resources.sharding: optimizer (sharded_adamw.h) against today's data parallelism, in
-// whole runs of ranks that are threads of this process on loopback Gloo: the parameters
-// after 20 steps, the state each rank keeps, and checkpoints written by 4 ranks resumed
-// on 2 and on 1. The models are the tiny random Llama and BERT folders transformers saves
+// resources.sharding: optimizer (sharded_adamw.h) and full (fully_sharded.h) against
+// today's data parallelism, in whole runs of ranks that are threads of this process on
+// loopback Gloo: the parameters after 20 steps, the state each rank keeps, and
+// checkpoints written by 4 ranks resumed on 2 and on 1. The models are the tiny random Llama and BERT folders transformers saves
 // for the model tests (tests/support/hf_decoders_reference.py, hf_models_reference.py).
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include "worker/trainer/checkpoint/optimizer_shards.h"
 #include "worker/trainer/models/pretrained.h"
 #include "worker/trainer/optim/clip.h"
+#include "worker/trainer/parallel/fully_sharded.h"
 #include "worker/trainer/parallel/sharded_adamw.h"
 #include "worker/trainer/train.h"
 
@@ -150,18 +151,19 @@ std::string* ShardedAdamWTest::decoders_ = nullptr;
 std::string* ShardedAdamWTest::encoders_ = nullptr;
 std::string* ShardedAdamWTest::error_ = nullptr;
 
-// 20 steps with sharding optimizer end where today's data parallelism ends, on 2 and on 4
-// ranks, for a Llama (bf16 autocast, recomputation, accumulation) and a BERT (clipping);
-// each rank keeps AdamW's moments for its shard only.
+// 20 steps with sharding optimizer and full end where today's data parallelism ends, on 2
+// and on 4 ranks, for a Llama (bf16 autocast, recomputation, accumulation) and a BERT
+// (clipping); each rank keeps AdamW's moments for its shard only.
 TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
   for (const bool llama : {true, false}) {
     for (const int world : {2, 4}) {
+     for (const std::string sharding : {"optimizer", "full"}) {
       const std::string name = std::string(llama ? "zero_llama_" : "zero_bert_") + std::to_string(world);
-      SCOPED_TRACE(name);
+      SCOPED_TRACE(name + " " + sharding);
       const TrainConfig ddp = llama ? Llama(name + "_none") : Classifier(name + "_none", *encoders_ + "/bert");
-      const TrainConfig sharded = llama ? Llama(name + "_optimizer") : Classifier(name + "_optimizer", *encoders_ + "/bert");
+      const TrainConfig sharded = llama ? Llama(name + "_" + sharding) : Classifier(name + "_" + sharding, *encoders_ + "/bert");
       const auto ddp_starts = Train(ddp, world, "none");
-      const auto starts = Train(sharded, world, "optimizer");
+      const auto starts = Train(sharded, world, sharding);
       ASSERT_EQ(starts.size(), static_cast<size_t>(world));
       ASSERT_EQ(ddp_starts.size(), static_cast<size_t>(world));
       const std::vector<torch::Tensor> final_params = Final(sharded);
@@ -180,22 +182,29 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
       const double whole = ddp_starts[0].Number("optimizer_state_bytes");
       EXPECT_EQ(whole, 8 * ddp_starts[0].Number("gradient_bytes") / 4);
       // A shard holds its share, give or take the padding that aligns each tensor to 64
-      // values (sharded_adamw.h): up to 63 values per tensor and 64 at the shard's end.
-      const double padding = 8.0 * (63.0 * double(final_params.size()) / world + 64);
+      // values (sharded_adamw.h): up to 63 values per tensor and 64 at the shard's end
+      // (with full, at each unit's: at most one unit per tensor).
+      const double units = sharding == "full" ? double(final_params.size()) : 1.0;
+      const double padding = 8.0 * (63.0 * double(final_params.size()) / world + 64 * units);
       double sum = 0;
       for (const auto& s : starts) {
         EXPECT_LE(s.Number("optimizer_state_bytes"), whole / world + padding) << "rank " << s.Number("rank");
         sum += s.Number("optimizer_state_bytes");
       }
-      EXPECT_EQ(sum, whole) << "the shards together are the whole state";
+      if (sharding == "optimizer") EXPECT_EQ(sum, whole) << "the shards together are the whole state";
+      else EXPECT_GE(sum, whole) << "the shards together hold the whole state";
+     }
     }
   }
 }
 
 // A sharded run's checkpoint written by 4 ranks, resumed at its step 6 on 2 ranks (two
-// batches accumulated: the same global batch), on 2 ranks unsharded and on 1 rank (four
-// accumulated): each ends at step 12 where the uninterrupted 4-rank run ends.
+// batches accumulated: the same global batch) sharded either way, on 2 ranks unsharded
+// and on 1 rank (four accumulated): each ends at step 12 where the uninterrupted 4-rank
+// run ends; for checkpoints of sharding optimizer and of full.
 TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
+ for (const std::string written : {"optimizer", "full"}) {
+  SCOPED_TRACE("written with " + written);
   auto config = [&](const std::string& name, int accumulate) {
     TrainConfig c = Classifier(name, *decoders_ + "/llama_cls", /*n_train=*/256);  // 32 batches an epoch
     c.train.checkpoint_every_blocks = 0;
@@ -205,16 +214,23 @@ TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
     c.checkpoint.every_steps = 6;
     return c;
   };
-  const TrainConfig whole = config("zero_resume_whole", 1);
-  ASSERT_EQ(Train(whole, 4, "optimizer").size(), 4u);
+  const TrainConfig whole = config("zero_resume_whole_" + written, 1);
+  ASSERT_EQ(Train(whole, 4, written).size(), 4u);
   const std::string step6 = whole.checkpoint_dir + "/step-00000006";
   ASSERT_TRUE(fs::exists(step6 + "/COMPLETE"));
-  for (int r = 0; r < 4; ++r) EXPECT_TRUE(fs::exists(step6 + "/" + OptimizerShardFileName(r, 4))) << r;
+  int shard_files = 0;
+  for (const auto& e : fs::directory_iterator(step6)) shard_files += IsOptimizerShardFile(e.path().filename().string());
+  if (written == "optimizer") {
+    for (int r = 0; r < 4; ++r) EXPECT_TRUE(fs::exists(step6 + "/" + OptimizerShardFileName(r, 4))) << r;
+  } else {  // one per unit and rank: the embeddings, each block, the final norm and head
+    EXPECT_EQ(shard_files % 4, 0);
+    EXPECT_GE(shard_files, 4 * 3);
+  }
   EXPECT_FALSE(fs::exists(step6 + "/optimizer.pt"));
   const std::vector<torch::Tensor> want = Final(whole);
 
-  for (const auto& [world, sharding] : {std::pair{2, "optimizer"}, std::pair{2, "none"}, std::pair{1, "none"}}) {
-    const std::string name = "zero_resume_" + std::to_string(world) + "_" + sharding;
+  for (const auto& [world, sharding] : {std::pair{2, "optimizer"}, std::pair{2, "full"}, std::pair{2, "none"}, std::pair{1, "none"}}) {
+    const std::string name = "zero_resume_" + written + "_" + std::to_string(world) + "_" + sharding;
     SCOPED_TRACE(name);
     const TrainConfig c = config(name, 4 / world);
     fs::create_directories(c.checkpoint_dir);
@@ -224,15 +240,20 @@ TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
     EXPECT_EQ(starts[0].Number("resumed_step"), 6);
     ExpectClose(Final(c), want, name);
   }
+ }
 }
 
 // A limit between what a rank's parameters, gradients and AdamW state need unsharded and
 // sharded over 4 ranks: unsharded, every rank fails before its first step (permanent, the
 // message naming resources.memory_gb and what sharding would keep); sharded, the run ends.
+// The same between sharding optimizer and full.
 TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFitsSharded) {
   auto run = [](const std::string& sharding, int64_t limit, std::vector<MemoryProgressSink>* progress) {
     TrainConfig c = testing::TinyConfig(testing::FreshDir("zero_limit_" + sharding), /*n_train=*/64);
     c.model.dropout = 0;
+    c.model.layers = 4;  // most of the model in blocks, as in any real one
+    c.model.d_model = 32;
+    c.model.ffn = 128;
     c.train.max_steps = 2;
     c.data_parallel.world_size = 4;
     c.data_parallel.timeout_seconds = 60;
@@ -267,6 +288,15 @@ TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFit
     EXPECT_NE(message.find("with resources.sharding: optimizer each of the 4 ranks"), std::string::npos) << message;
   }
   EXPECT_EQ(run("optimizer", limit, &progress), std::vector<int>(4, kExitOk));
+  // Below what optimizer sharding needs, sharding full still fits: the blocks' parameters
+  // and gradients are held one block at a time.
+  ASSERT_EQ(run("full", 0, &progress), std::vector<int>(4, kExitOk));
+  double full = 0;
+  for (int r = 0; r < 4; ++r) full = std::max(full, need(r));
+  ASSERT_LT(full, sharded);
+  const int64_t tight = static_cast<int64_t>((full + sharded) / 2);
+  EXPECT_EQ(run("optimizer", tight, &progress), std::vector<int>(4, kExitPermanent));
+  EXPECT_EQ(run("full", tight, &progress), std::vector<int>(4, kExitOk));
 }
 
 // The pieces of the layout, reduce-scatter and clipping against the whole computation: on
@@ -324,6 +354,67 @@ TEST(ShardedAdamWUnitTest, EachRankHoldsItsSliceOfTheAveragedClippedGradient) {
     EXPECT_LE((got[r] - slice).abs().max().item<double>(), 1e-7) << "rank " << r;
   }
   }
+}
+
+// sharding full's units (fully_sharded.h) by hand: two "blocks" and a resident tensor on
+// 3 ranks, each rank with its own gradients. Sharded, a block's parameters hold no memory
+// (their shapes stay); acquired, they are whole; after GradientsReady the block's
+// gradients are freed and the shards hold the average; one step later every rank's
+// parameters (the blocks gathered again) equal a whole AdamW's step on the averaged
+// gradients.
+TEST(ShardedAdamWUnitTest, AFullyShardedBlockIsFreedGatheredAndStepsAsAWholeAdamW) {
+  const int world = 3;
+  const std::vector<std::vector<int64_t>> shapes = {{6}, {5, 3}, {7}, {4, 2}, {3}};
+  const std::vector<int64_t> block_of = {-1, 0, 0, 1, -1};
+  auto initial = [&](size_t i) { return torch::linspace(-1, 1, c10::multiply_integers(shapes[i])).view(shapes[i]); };
+  auto grad_of = [&](size_t i, int rank) { return initial(i).mul(0.3 * (rank + 1)).add(0.1 * double(i) - 0.05 * rank); };
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  std::vector<torch::Tensor> want;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    want.push_back(initial(i).requires_grad_(true));
+    torch::Tensor sum = torch::zeros(shapes[i]);
+    for (int r = 0; r < world; ++r) sum += grad_of(i, r);
+    want[i].mutable_grad() = sum / world;
+  }
+  FusedAdamW whole(want, options);
+  whole.step();
+  const int port = testing::FreePort();
+  std::vector<std::vector<torch::Tensor>> got(world);
+  testing::RunRanks(world, [&](int r) {
+    auto group = ProcessGroup::Create(testing::Options(r, world, port));
+    std::vector<torch::Tensor> params;
+    for (size_t i = 0; i < shapes.size(); ++i) params.push_back(initial(i).requires_grad_(true));
+    auto opt = FullyShardedAdamW::Create(params, block_of, options, r, world);
+    opt->set_group(group.get());
+    opt->Shard();
+    const std::vector<BlockParams*> blocks = opt->block_params(2);
+    ASSERT_EQ(blocks.size(), 2u);
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(params[i].sizes(), c10::IntArrayRef(shapes[i])) << i;
+      EXPECT_EQ(params[i].storage().nbytes() == 0, block_of[i] >= 0) << i << ": blocks freed, the rest whole";
+    }
+    for (int b : {1, 0}) {  // backward order
+      blocks[b]->Acquire();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (block_of[i] != b) continue;
+        EXPECT_TRUE(torch::equal(params[i].detach(), initial(i))) << i << " gathered";
+        params[i].mutable_grad() = grad_of(i, r);
+      }
+      blocks[b]->GradientsReady();
+      blocks[b]->Release();
+      for (size_t i = 0; i < params.size(); ++i)
+        if (block_of[i] == b) EXPECT_FALSE(params[i].grad().defined()) << i << ": reduced and freed";
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+      if (block_of[i] < 0) params[i].mutable_grad() = grad_of(i, r);
+    opt->ReduceGradients();
+    opt->step();
+    opt->Unshard();
+    for (const auto& p : params) got[r].push_back(p.detach().clone());
+  });
+  for (int r = 0; r < world; ++r)
+    for (size_t i = 0; i < shapes.size(); ++i)
+      EXPECT_LE((got[r][i] - want[i].detach()).abs().max().item<double>(), 1e-6) << "rank " << r << " tensor " << i;
 }
 
 }  // namespace

@@ -1,0 +1,321 @@
+#include "worker/trainer/parallel/fully_sharded.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "worker/trainer/checkpoint/optimizer_shards.h"
+#include "worker/trainer/parallel/sharded_adamw.h"
+
+namespace nightshift::trainer {
+namespace {
+
+int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Where the values rank r owns of a unit lie: `length` values of parameter `param` from
+// value `offset` on, at `shard_at` in the rank's shard and at `flat_at` in the flat layout.
+struct Piece {
+  size_t param;
+  int64_t offset, length, shard_at, flat_at;
+};
+
+}  // namespace
+
+class FullyShardedAdamW::Unit : public BlockParams {
+ public:
+  Unit(std::vector<torch::Tensor> params, int64_t block, int64_t flat_begin, int world_size, int64_t align)
+      : params_(std::move(params)), block_(block), flat_begin_(flat_begin), world_size_(world_size) {
+    int64_t padded = 0;
+    for (const torch::Tensor& p : params_) {
+      offsets_.push_back(padded);
+      padded = RoundUp(padded + p.numel(), align);
+    }
+    shard_numel_ = RoundUp((padded + world_size - 1) / world_size, align);
+  }
+
+  bool block() const { return block_ >= 0; }
+  int64_t block_index() const { return block_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  int64_t padded_numel() const { return shard_numel_ * world_size_; }
+
+  // The values rank r owns, in the flat layout's order (they are one range there).
+  std::vector<Piece> PiecesOf(int r) const {
+    std::vector<Piece> pieces;
+    const int64_t begin = r * shard_numel_, end = begin + shard_numel_;
+    int64_t flat_at = flat_begin_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t n = params_[i].numel(), lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i] + n);
+      if (lo < hi) pieces.push_back(Piece{i, lo - offsets_[i], hi - lo, lo - begin, flat_at + lo - offsets_[i]});
+      flat_at += n;
+    }
+    return pieces;
+  }
+  // [begin, end) of the flat layout that PiecesOf(r) covers (empty: all padding).
+  std::pair<int64_t, int64_t> RangeOf(int r) const {
+    const std::vector<Piece> pieces = PiecesOf(r);
+    if (pieces.empty()) return {flat_begin_, flat_begin_};
+    return {pieces.front().flat_at, pieces.back().flat_at + pieces.back().length};
+  }
+
+  // Whether every parameter is a view of this unit's storage, allocated.
+  bool Views() const {
+    if (!storage_ || storage_.nbytes() == 0) return false;
+    return std::all_of(params_.begin(), params_.end(),
+                       [&](const torch::Tensor& p) { return p.storage().is_alias_of(storage_); });
+  }
+  // Makes the parameters views of a new padded range holding their values.
+  void Build() {
+    torch::NoGradGuard no_grad;
+    const auto options = params_.front().options().requires_grad(false);
+    torch::Tensor flat = torch::zeros({padded_numel()}, options);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& p = params_[i];
+      flat.narrow(0, offsets_[i], p.numel()).copy_(p.detach().reshape({-1}));
+      p.set_data(flat.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    }
+    storage_ = flat.storage();
+  }
+  torch::Tensor Flat() const {
+    torch::Tensor flat = torch::empty({0}, params_.front().options().requires_grad(false));
+    flat.set_(storage_, 0, {padded_numel()}, {1});
+    return flat;
+  }
+  void TakeShard(int rank, torch::Tensor& shard) const {
+    torch::NoGradGuard no_grad;
+    shard.copy_(Flat().narrow(0, rank * shard_numel_, shard_numel_));
+  }
+  // All-gathers the shards into the storage (allocated again when freed).
+  void Gather(ProcessGroup& group, torch::Tensor shard) {
+    torch::NoGradGuard no_grad;
+    const size_t bytes = static_cast<size_t>(padded_numel()) * 4;
+    if (storage_.nbytes() != bytes) {
+      storage_.set_data_ptr_noswap(storage_.allocator()->allocate(bytes));
+      storage_.set_nbytes(bytes);
+    }
+    torch::Tensor flat = Flat();  // a tensor of its own: the parameters' version counters stay
+    group.AllGather(flat, shard);
+  }
+  void Free() {
+    if (storage_.nbytes() == 0) return;
+    storage_.set_data_ptr_noswap(storage_.allocator()->allocate(0));
+    storage_.set_nbytes(0);
+  }
+  // Reduce-scatters the parameters' gradients (averaged over ranks) into shard.grad(),
+  // adding to what is there, and frees them.
+  void ReduceGrads(ProcessGroup& group, torch::Tensor& shard) {
+    torch::NoGradGuard no_grad;
+    const auto options = shard.options();
+    torch::Tensor all = torch::zeros({padded_numel()}, options);
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined())
+        all.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].grad().reshape({-1}));
+    torch::Tensor mine = torch::empty({shard_numel_}, options);
+    group.ReduceScatterSum(mine, all);
+    mine.div_(world_size_);
+    if (shard.grad().defined()) shard.mutable_grad().add_(mine);
+    else shard.mutable_grad() = mine;
+    for (torch::Tensor& p : params_) p.mutable_grad().reset();
+  }
+
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  void Bind(const FullyShardedAdamW* owner, torch::Tensor shard) {
+    owner_ = owner;
+    shard_ = std::move(shard);
+  }
+
+  // BlockParams: only while the optimizer is sharded (whole, they are already there).
+  void Acquire() override {
+    if (owner_->sharded_) Gather(*owner_->group_, shard_);
+  }
+  void Release() override {
+    if (owner_->sharded_) Free();
+  }
+  void GradientsReady() override { ReduceGrads(*owner_->group_, shard_); }
+
+ private:
+  const FullyShardedAdamW* owner_ = nullptr;  // Bind
+  std::vector<torch::Tensor> params_;
+  std::vector<int64_t> offsets_;  // params_[i] starts here in the padded range
+  const int64_t block_;       // its block's index, or -1: resident
+  const int64_t flat_begin_;  // the unit's first value in the flat layout (unpadded)
+  const int world_size_;
+  int64_t shard_numel_ = 0;
+  c10::Storage storage_;  // the padded range the parameters view; 0 bytes while freed
+  torch::Tensor shard_;   // this rank's shard (shards_[i] of the optimizer)
+};
+
+std::unique_ptr<FullyShardedAdamW> FullyShardedAdamW::Create(std::vector<torch::Tensor> params,
+                                                             const std::vector<int64_t>& block_of,
+                                                             torch::optim::AdamWOptions options, int rank,
+                                                             int world_size, int64_t align) {
+  if (world_size < 1 || rank < 0 || rank >= world_size || align < 1 || block_of.size() != params.size())
+    throw std::invalid_argument("FullyShardedAdamW: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  std::vector<std::unique_ptr<Unit>> units;
+  std::vector<torch::Tensor> shards;
+  std::vector<int64_t> seen_blocks;
+  int64_t flat = 0;
+  for (size_t i = 0; i < params.size();) {
+    size_t j = i;
+    std::vector<torch::Tensor> members;
+    for (; j < params.size() && block_of[j] == block_of[i]; ++j) {
+      const torch::Tensor& p = params[j];
+      if (p.scalar_type() != torch::kFloat32 || !p.is_contiguous() || p.device() != params.front().device())
+        throw std::invalid_argument("FullyShardedAdamW: the trainable parameters must be contiguous float32 on one device");
+      members.push_back(p);
+    }
+    if (block_of[i] >= 0) {
+      if (std::count(seen_blocks.begin(), seen_blocks.end(), block_of[i]))
+        throw std::invalid_argument("FullyShardedAdamW: block " + std::to_string(block_of[i]) +
+                                    "'s parameters are not consecutive in the model's order");
+      seen_blocks.push_back(block_of[i]);
+    }
+    int64_t numel = 0;
+    for (const torch::Tensor& p : members) numel += p.numel();
+    units.push_back(std::make_unique<Unit>(std::move(members), block_of[i], flat, world_size, align));
+    flat += numel;
+    shards.push_back(torch::zeros({units.back()->shard_numel()}, params.front().options().requires_grad(false)));
+    i = j;
+  }
+  return std::unique_ptr<FullyShardedAdamW>(
+      new FullyShardedAdamW(std::move(units), std::move(shards), options, rank, world_size, flat));
+}
+
+FullyShardedAdamW::FullyShardedAdamW(std::vector<std::unique_ptr<Unit>> units, std::vector<torch::Tensor> shards,
+                                     torch::optim::AdamWOptions options, int rank, int world_size, int64_t total)
+    : FusedAdamW(shards, options),
+      units_(std::move(units)),
+      shards_(std::move(shards)),
+      rank_(rank),
+      world_size_(world_size),
+      total_(total) {
+  for (size_t u = 0; u < units_.size(); ++u) units_[u]->Bind(this, shards_[u]);
+}
+
+FullyShardedAdamW::~FullyShardedAdamW() = default;
+
+std::vector<BlockParams*> FullyShardedAdamW::block_params(int64_t num_blocks) const {
+  std::vector<BlockParams*> out(static_cast<size_t>(num_blocks), nullptr);
+  for (const auto& unit : units_)
+    if (unit->block() && unit->block_index() < num_blocks) out[static_cast<size_t>(unit->block_index())] = unit.get();
+  return out;
+}
+
+void FullyShardedAdamW::Shard() {
+  if (sharded_) return;
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = *units_[u];
+    if (!unit.Views()) unit.Build();  // the first time, or the parameters were loaded anew
+    torch::Tensor shard = shards_[u];
+    unit.TakeShard(rank_, shard);
+    if (unit.block()) unit.Free();
+  }
+  sharded_ = true;
+}
+
+void FullyShardedAdamW::Unshard() {
+  if (!sharded_) return;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u]->block()) units_[u]->Gather(*group_, shards_[u]);
+  sharded_ = false;
+}
+
+void FullyShardedAdamW::ReduceGradients() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u]->block()) continue;  // reduced as each block's backward ended
+    torch::Tensor shard = shards_[u];
+    units_[u]->ReduceGrads(*group_, shard);
+  }
+}
+
+torch::Tensor FullyShardedAdamW::step(LossClosure closure) {
+  torch::Tensor loss = FusedAdamW::step(std::move(closure));
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!units_[u]->block()) units_[u]->Gather(*group_, shards_[u]);  // blocks gather when they next run
+  return loss;
+}
+
+void FullyShardedAdamW::ExchangeShards(ShardSink* sink) {
+  const int files = static_cast<int>(units_.size()) * world_size_;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (int r = 0; r < world_size_; ++r) {
+      auto write = [&](const std::function<void(const char*, size_t)>& out) {
+        torch::Tensor m, v;
+        int64_t step = 0;
+        auto it = state().find(shards_[u].unsafeGetTensorImpl());
+        if (it != state().end()) {
+          const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+          m = st.exp_avg();
+          v = st.exp_avg_sq();
+          step = st.step();
+        } else {
+          m = v = torch::zeros_like(shards_[u]);
+        }
+        std::vector<torch::Tensor> ms, vs;
+        for (const Piece& p : units_[u]->PiecesOf(rank_)) {
+          ms.push_back(m.narrow(0, p.shard_at, p.length));
+          vs.push_back(v.narrow(0, p.shard_at, p.length));
+        }
+        const auto [begin, end] = units_[u]->RangeOf(rank_);
+        WriteFlatShard(ms, vs, step, begin, end, total_, out);
+      };
+      StreamShardFile(*group_, r, OptimizerShardFileName(static_cast<int>(u) * world_size_ + r, files), write, sink);
+    }
+  }
+}
+
+void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {
+  torch::NoGradGuard no_grad;
+  const torch::Device device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().device();
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& unit : units_) ranges.push_back(unit->RangeOf(rank_));
+  std::vector<FlatAdamState> states;
+  if (shards.empty()) {  // an unsharded run's optimizer.pt: loaded whole (the parameters are), then cut
+    std::vector<torch::Tensor> params;
+    for (const auto& unit : units_) params.insert(params.end(), unit->params().begin(), unit->params().end());
+    FusedAdamW whole(params, torch::optim::AdamWOptions());
+    torch::serialize::InputArchive archive;
+    archive.load_from(dir + "/optimizer.pt", device);
+    whole.load(archive);
+    const FlatAdamState all = FlatStateOf(whole);
+    for (const auto& [begin, end] : ranges)
+      states.push_back(FlatAdamState{begin, end, all.step, all.exp_avg.narrow(0, begin, end - begin),
+                                     all.exp_avg_sq.narrow(0, begin, end - begin)});
+  } else {
+    states = ReadFlatRanges(dir, shards, ranges, total_, device);
+  }
+  state().clear();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    torch::Tensor m = torch::zeros_like(shards_[u]), v = torch::zeros_like(shards_[u]);
+    for (const Piece& p : units_[u]->PiecesOf(rank_)) {
+      m.narrow(0, p.shard_at, p.length).copy_(states[u].exp_avg.narrow(0, p.flat_at - states[u].begin, p.length));
+      v.narrow(0, p.shard_at, p.length).copy_(states[u].exp_avg_sq.narrow(0, p.flat_at - states[u].begin, p.length));
+    }
+    auto st = std::make_unique<torch::optim::AdamWParamState>();
+    st->step(states[u].step);
+    st->exp_avg(m);
+    st->exp_avg_sq(v);
+    state()[shards_[u].unsafeGetTensorImpl()] = std::move(st);
+  }
+}
+
+int64_t FullyShardedAdamW::shard_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : units_) n += unit->shard_numel();
+  return 4 * n;
+}
+
+int64_t FullyShardedAdamW::resident_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : units_)
+    if (!unit->block()) n += unit->padded_numel();
+  return 4 * n;
+}
+
+int64_t FullyShardedAdamW::largest_block_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : units_)
+    if (unit->block()) n = std::max(n, unit->padded_numel());
+  return 4 * n;
+}
+
+}  // namespace nightshift::trainer

@@ -1,0 +1,106 @@
+// resources.sharding: full. ZeRO stage 3 (FSDP's FULL_SHARD): the trainable parameters,
+// their gradients and AdamW's state all cut across the data-parallel ranks, on the
+// ProcessGroup of ddp.h.
+//
+// Units. The trainable parameters, in the model's order, are grouped into units: each
+// transformer block's parameters form one (SequenceModel::blocks), and the runs of
+// parameters outside any block (embeddings before the blocks; final norm and head after)
+// form the others, which stay whole on every rank ("resident", as FSDP's root unit).
+// A unit's parameters, each starting at a multiple of `align` values, make one padded
+// flat range of world_size x shard_numel values; rank r owns [r * shard_numel, (r + 1) *
+// shard_numel) as its shard: a float32 tensor that is the optimizer's parameter (a fused
+// AdamW over every unit's shard: moments for 1/N of the values).
+//
+// Memory. A unit's parameters are views of one storage of its padded range. A block's
+// storage is freed (set to 0 bytes, the tensors keep their shapes) except while the block
+// runs: BlockPlan (activation_checkpoint.h) acquires it around the block's forward, which
+// is then always activation-checkpointed, and around its recompute in backward, after
+// which the block's gradients are reduce-scattered into the shards' gradients (summed
+// over micro-batches) and freed. So a rank holds the shards, the resident units whole,
+// and one block's parameters and gradients at a time.
+//
+// A step, on every rank in the same order:
+//   backward          blocks last to first: all-gather, recompute, backward,
+//                     reduce-scatter (sum / world_size: DDP's average), free
+//   ReduceGradients   the resident units' gradients, accumulated locally, reduce-scattered
+//   clipping          optim/clip.h on the shards (their padding is zero, and so is its
+//                     gradient), the norm summed over ranks
+//   step()            fused AdamW on the shards; the resident units all-gathered
+// Every parameter equals DDP's after each step up to the order of sums.
+//
+// Whole and sharded. Create leaves every parameter whole and as it was (loading, the
+// first broadcast and resuming write into whole parameters); Shard() takes each rank's
+// shards from them and frees the blocks; Unshard() gathers every block again (before a
+// checkpoint, a roll-back or the export), and Shard() frees them after.
+//
+// Checkpoints. The shards' state is written as one file per unit and rank,
+// optimizer-shard-{unit x world + rank}-of-{units x world}.pt, each holding its values of
+// the flat layout of checkpoint/optimizer_shards.h (a unit's values of one rank are one
+// range there: the padding is left out), so any run, sharded or not, on any number of
+// ranks, reads them back (ReadFlatRanges); the model's tensors are written whole.
+#ifndef NIGHTSHIFT_WORKER_TRAINER_PARALLEL_FULLY_SHARDED_H_
+#define NIGHTSHIFT_WORKER_TRAINER_PARALLEL_FULLY_SHARDED_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/trainer/checkpoint/checkpoint.h"
+#include "worker/trainer/memory/activation_checkpoint.h"
+#include "worker/trainer/optim/fused_adamw.h"
+#include "worker/trainer/parallel/ddp.h"
+
+namespace nightshift::trainer {
+
+class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
+ public:
+  // `params`: the trainable parameters in the model's order (contiguous float32 on one
+  // device); block_of[i]: the block params[i] belongs to, or -1. No collective.
+  static std::unique_ptr<FullyShardedAdamW> Create(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of,
+                                                   torch::optim::AdamWOptions options, int rank, int world_size,
+                                                   int64_t align = 64);
+  ~FullyShardedAdamW() override;
+  // Not owned; must outlive every collective below.
+  void set_group(ProcessGroup* group) { group_ = group; }
+  // One entry per block of the model's `num_blocks` (null for a block without trainable
+  // parameters): BlockPlan::sharded.
+  std::vector<BlockParams*> block_params(int64_t num_blocks) const;
+
+  // No collective: the shards from the whole parameters (equal on every rank), then the
+  // blocks freed.
+  void Shard();
+  // Collectives (every rank, same order; throw on a communication error).
+  void Unshard();
+  void ReduceGradients();
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void ExchangeShards(ShardSink* sink) override;
+
+  // No collective.
+  void LoadShards(const std::string& dir, const std::vector<std::string>& shards) override;
+  const std::vector<torch::Tensor>& shards() const { return shards_; }
+  // This rank's bytes: its shards (float32), the resident units whole, and the largest
+  // block whole (parameters; their gradients the same).
+  int64_t shard_bytes() const;
+  int64_t resident_bytes() const;
+  int64_t largest_block_bytes() const;
+  int64_t state_bytes() const { return 2 * shard_bytes(); }
+
+ private:
+  class Unit;
+  FullyShardedAdamW(std::vector<std::unique_ptr<Unit>> units, std::vector<torch::Tensor> shards,
+                    torch::optim::AdamWOptions options, int rank, int world_size, int64_t total);
+
+  const std::vector<std::unique_ptr<Unit>> units_;
+  const std::vector<torch::Tensor> shards_;  // units_[i]'s shard: the optimizer's parameters
+  const int rank_, world_size_;
+  const int64_t total_;  // trainable values, unpadded
+  ProcessGroup* group_ = nullptr;
+  bool sharded_ = false;
+};
+
+}  // namespace nightshift::trainer
+
+#endif  // NIGHTSHIFT_WORKER_TRAINER_PARALLEL_FULLY_SHARDED_H_
