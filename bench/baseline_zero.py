@@ -5,7 +5,10 @@ LlamaForCausalLM (float32, SDPA attention) in DistributedDataParallel over Gloo,
 fused (transformers' Trainer default), either whole on each rank (--zero off) or sharded
 with torch.distributed.optim.ZeroRedundancyOptimizer (--zero on: each rank keeps and
 updates the moments of its share of the parameters, then broadcasts them: ZeRO stage 1,
-PyTorch's documented way to shard the optimizer under DDP). The packed rows of
+PyTorch's documented way to shard the optimizer under DDP), or fully sharded (--zero
+fsdp2: torch.distributed.fsdp.fully_shard on every decoder layer and then the model,
+FSDP2's documented use; with --ac every layer activation-checkpointed through
+transformers' gradient_checkpointing_enable, as our sharding full always is). The packed rows of
 bench/baseline_transformers_lm.py, rank r taking every WORLD_SIZE-th batch from the r-th,
 grad_clip 1.0 as our runs. Prints this rank's JSON line.
 """
@@ -35,7 +38,8 @@ def main():
     ap.add_argument("--budget", type=int, default=1024, help="tokens per rank and step")
     ap.add_argument("--max-steps", type=int, default=6)
     ap.add_argument("--skip-steps", type=int, default=2)
-    ap.add_argument("--zero", default="off", choices=("off", "on"))
+    ap.add_argument("--zero", default="off", choices=("off", "on", "fsdp2"))
+    ap.add_argument("--ac", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=5e-5)
     a = ap.parse_args()
@@ -48,7 +52,19 @@ def main():
     pad_id = json.load(open(os.path.join(a.data, "meta.json")))["pad_id"]
     model = AutoModelForCausalLM.from_pretrained(a.model, attn_implementation="sdpa", dtype=torch.float32)
     model.config.use_cache = False
-    ddp = DistributedDataParallel(model)
+    model.train()  # from_pretrained returns it in eval mode, where transformers skips checkpointing
+    if a.ac:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if a.zero == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        ddp = model
+    else:
+        ddp = DistributedDataParallel(model)
     kw = dict(lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, fused=True)
     opt = (ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **kw) if a.zero == "on"
            else torch.optim.AdamW(model.parameters(), **kw))
@@ -75,8 +91,10 @@ def main():
     state = 0
     local = opt.optim if a.zero == "on" else opt
     for s in local.state.values():
-        state += sum(v.numel() * v.element_size() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
-    print(json.dumps({"who": "pytorch-ddp" + ("+zero" if a.zero == "on" else ""), "rank": rank, "world": world,
+        state += sum((v.to_local() if hasattr(v, "to_local") else v).numel() * v.element_size()
+                     for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
+    who = {"off": "pytorch-ddp", "on": "pytorch-ddp+zero", "fsdp2": "pytorch-fsdp2"}[a.zero] + ("+ac" if a.ac else "")
+    print(json.dumps({"who": who, "rank": rank, "world": world,
                       "steps": len(mine) - a.skip_steps, "seconds": round(seconds, 2),
                       "tokens_per_second": round(tokens / seconds, 1), "loss": float(loss.detach()),
                       "optimizer_state_bytes": state}), flush=True)

@@ -9,8 +9,12 @@ would start them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
 - nightshift-trainer, resources.sharding none (DDP: all-reduced gradient buckets, fused AdamW);
 - nightshift-trainer, resources.sharding optimizer (reduce-scatter, sharded fused AdamW,
   all-gather);
+- nightshift-trainer, resources.sharding full (each block gathered around its forward and
+  again for its backward, gradients reduce-scattered per block), and with every block
+  activation-checkpointed (full-ac);
 - PyTorch: transformers' model in DistributedDataParallel with fused AdamW whole, and with
-  ZeroRedundancyOptimizer(AdamW fused) (bench/baseline_zero.py).
+  ZeroRedundancyOptimizer(AdamW fused), and in FSDP2 (fully_shard per layer, fused AdamW)
+  with and without activation checkpointing (bench/baseline_zero.py).
 
 Each: --steps timed steps after 2 warm-up steps; tokens per second of both ranks together,
 each rank's peak resident memory (/usr/bin/time's maximum RSS) and the optimizer state
@@ -58,43 +62,46 @@ def two_ranks(cmd, tmp, name):
     return outs, peaks
 
 
-def ours(binary, folder, data, meta, tmp, sharding, a):
+def ours(binary, folder, data, meta, tmp, sharding, a, ac=False):
     spec = {"name": "sharding-" + sharding,
             "model": {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"},
             "train": {"epochs": 1, "optimizer": "adamw", "lr": 5e-5, "weight_decay": 0.01, "warmup_steps": 2,
                       "batching": {"max_tokens": str(a.budget), "rows": "packed"}, "precision": "fp32",
-                      "grad_clip": 1.0, "max_steps": str(a.steps + 2), "threads": a.threads},
+                      "grad_clip": 1.0, "max_steps": str(a.steps + 2), "threads": a.threads,
+                      "activation_checkpointing": "full" if ac else "none"},
             "data": {"path": data}, "resources": {"world_size": 2, "sharding": sharding},
             "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
     ckpt = tempfile.mkdtemp(dir=tmp)
     cfg = {"job_id": "sharding-" + sharding, "attempt": 0, "spec": spec, "checkpoint_dir": ckpt,
            "data": dict(meta, num_classes=0, train_shard=os.path.join(data, "train.shard"),
                         val_shard=os.path.join(data + "-val", "val.shard"))}
-    path = os.path.join(tmp, f"sharding-{sharding}.json")
+    path = os.path.join(tmp, f"sharding-{sharding}{'-ac' if ac else ''}.json")
     json.dump(cfg, open(path, "w"))
-    outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + sharding)
+    outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + sharding + ("-ac" if ac else ""))
     tokens = seconds = 0.0
-    state = []
+    state, model_state = [], []
     for out in outs:
         rank_tokens = rank_seconds = 0.0
         for line in out.splitlines():
             ev = json.loads(line)
             if ev["event"] == "start":
                 state.append(int(ev["optimizer_state_bytes"]))
+                model_state.append(int(ev["parameter_bytes"] + ev["gradient_bytes"] + ev["optimizer_state_bytes"]))
             elif ev["event"] == "step" and ev["step"] > 2:
                 rank_seconds += ev["step_seconds"]
                 rank_tokens += ev["tokens_per_second"] * ev["step_seconds"]
         tokens += rank_tokens
         seconds = max(seconds, rank_seconds)
-    return {"who": "nightshift", "sharding": sharding, "tokens_per_second": round(tokens / seconds, 1),
-            "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": state}
+    return {"who": "nightshift", "sharding": sharding + ("+ac" if ac else ""), "tokens_per_second": round(tokens / seconds, 1),
+            "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": state,
+            "model_state_bytes_per_rank": model_state}
 
 
-def theirs(folder, data, tmp, zero, a):
+def theirs(folder, data, tmp, zero, a, ac=False):
     cmd = [VENV_PYTHON, os.path.join(db.ROOT, "bench", "baseline_zero.py"), "--model", folder, "--data", data,
            "--max-len", str(db.MAX_LEN), "--budget", str(a.budget), "--max-steps", str(a.steps + 2),
-           "--skip-steps", "2", "--zero", zero, "--threads", str(a.threads)]
-    outs, peaks = two_ranks(cmd, tmp, "pytorch-" + zero)
+           "--skip-steps", "2", "--zero", zero, "--threads", str(a.threads)] + (["--ac"] if ac else [])
+    outs, peaks = two_ranks(cmd, tmp, "pytorch-" + zero + ("-ac" if ac else ""))
     rs = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     return {"who": rs[0]["who"], "tokens_per_second": round(sum(r["tokens_per_second"] for r in rs), 1),
             "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": [r["optimizer_state_bytes"] for r in rs]}
@@ -107,16 +114,17 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--budget", type=int, default=2 * db.MAX_LEN)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--only", default="none,optimizer,pytorch,pytorch-zero")
+    ap.add_argument("--only", default="none,optimizer,full,full-ac,pytorch,pytorch-zero,pytorch-fsdp2,pytorch-fsdp2-ac")
     a = ap.parse_args()
     _, folder, data, _, meta = llama210m(a.work, a.bin)
     binary = os.path.join(os.path.abspath(a.bin), "nightshift-trainer")
     with tempfile.TemporaryDirectory(dir=a.work) as tmp:
         for key in a.only.split(","):
-            if key in ("none", "optimizer"):
-                r = ours(binary, folder, data, meta, tmp, key, a)
+            if key in ("none", "optimizer", "full", "full-ac"):
+                r = ours(binary, folder, data, meta, tmp, key.replace("-ac", ""), a, ac=key.endswith("-ac"))
             else:
-                r = theirs(folder, data, tmp, "on" if key == "pytorch-zero" else "off", a)
+                zero = {"pytorch": "off", "pytorch-zero": "on", "pytorch-fsdp2": "fsdp2", "pytorch-fsdp2-ac": "fsdp2"}[key]
+                r = theirs(folder, data, tmp, zero, a, ac=key.endswith("-ac"))
             r.update(threads_per_rank=a.threads, budget_per_rank=a.budget, steps=a.steps)
             print(json.dumps(r), flush=True)
 

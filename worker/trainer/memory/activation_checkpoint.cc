@@ -111,7 +111,6 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
     // Accumulates into the block's parameters and into x.grad.
     torch::autograd::backward({out}, {grad_out[0]});
-    if (block->params) block->params->GradientsReady();
     return {x.grad(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -139,16 +138,22 @@ torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& 
 torch::Tensor BlockPlan::Run(size_t index, const BlockForward& block, const torch::Tensor& x,
                              const torch::Tensor& attn_bias, bool cached) const {
   BlockParams* params = index < sharded.size() ? sharded[index] : nullptr;
-  if (params != nullptr) {
-    if (cached || !torch::GradMode::is_enabled()) {
+  const bool checkpointed = !cached && IsCheckpointedBlock(checkpoint_every, static_cast<int64_t>(index));
+  if (params != nullptr && torch::GradMode::is_enabled() && !checkpointed) {
+    torch::Tensor out;
+    {
       Acquired whole(params);
-      return block(x, attn_bias);
+      out = block(x, attn_bias);
     }
-    return CheckpointedBlockForward(block, x, attn_bias, params);
+    if (out.requires_grad()) out.register_hook([params](const torch::Tensor&) { params->Acquire(); });
+    return out;
   }
-  return !cached && IsCheckpointedBlock(checkpoint_every, static_cast<int64_t>(index))
-             ? CheckpointedBlockForward(block, x, attn_bias)
-             : block(x, attn_bias);
+  if (params != nullptr && !checkpointed) {
+    Acquired whole(params);
+    return block(x, attn_bias);
+  }
+  if (params != nullptr) return CheckpointedBlockForward(block, x, attn_bias, params);
+  return checkpointed ? CheckpointedBlockForward(block, x, attn_bias) : block(x, attn_bias);
 }
 
 }  // namespace nightshift::trainer

@@ -32,20 +32,19 @@ namespace nightshift::trainer {
 using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& attn_bias)>;
 
 // A block whose parameters live sharded across ranks (resources.sharding full,
-// parallel/fully_sharded.h): gathered around each run of the block, and its gradients
-// handed over once the block's backward is done. Every call is a collective.
+// parallel/fully_sharded.h): gathered around each run of the block; once its backward
+// has accumulated every parameter's gradient, the owner reduces them and frees the
+// parameters itself. Acquire and Release are collectives.
 class BlockParams {
  public:
   virtual ~BlockParams() = default;
-  virtual void Acquire() = 0;         // the block's parameters are whole after it
-  virtual void Release() = 0;         // their memory is freed (the shard stays)
-  virtual void GradientsReady() = 0;  // their .grad() are complete for this backward
+  virtual void Acquire() = 0;  // the block's parameters are whole after it
+  virtual void Release() = 0;  // their memory is freed (the shard stays)
 };
 
 // Runs `block` with activation checkpointing (see above). attn_bias may be undefined (a
 // causal block without padding); the block then gets it undefined. With `params`, they
-// are acquired around the forward and around the recompute, and GradientsReady is called
-// once the block's backward has accumulated its gradients.
+// are acquired around the forward and around the recompute.
 torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
                                        const torch::Tensor& attn_bias, BlockParams* params = nullptr);
 
@@ -56,9 +55,10 @@ inline bool IsCheckpointedBlock(int every_n_blocks, int64_t index) {
 }
 
 // How a model runs its blocks: every N-th checkpointed and, with sharded parameters
-// (one BlockParams per block, not owned), every block gathered around each run; then
-// every block is checkpointed when gradients are on (a block's saved activations would
-// otherwise keep references to parameters that are freed after its forward).
+// (one BlockParams per block, not owned), every block gathered around each run: around
+// its forward, and, with gradients on, again just before its backward (a hook on its
+// output; autograd's saved tensors refer to the parameters' storage, which the gather
+// fills again) or around its recompute when it is checkpointed.
 struct BlockPlan {
   int checkpoint_every = 0;
   std::vector<BlockParams*> sharded;  // empty, or one per block

@@ -1,6 +1,10 @@
 #include "worker/trainer/parallel/fully_sharded.h"
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "worker/trainer/checkpoint/optimizer_shards.h"
@@ -16,6 +20,16 @@ int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multi
 struct Piece {
   size_t param;
   int64_t offset, length, shard_at, flat_at;
+};
+
+// Calls `done` after autograd has accumulated a gradient into the tensor.
+class AfterAccumulation : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit AfterAccumulation(std::function<void()> done) : done_(std::move(done)) {}
+  void operator()(const torch::autograd::Variable&) override { done_(); }
+
+ private:
+  std::function<void()> done_;
 };
 
 }  // namespace
@@ -117,10 +131,23 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
 
   const std::vector<torch::Tensor>& params() const { return params_; }
+  // A block's parameters each count their accumulated gradient: the last one of a
+  // backward reduce-scatters them all and frees the block.
   void Bind(const FullyShardedAdamW* owner, torch::Tensor shard) {
     owner_ = owner;
     shard_ = std::move(shard);
+    if (!block()) return;
+    for (torch::Tensor& p : params_)
+      torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<AfterAccumulation>([this] { Accumulated(); }));
   }
+  void Accumulated() {
+    if (++accumulated_ < params_.size()) return;
+    accumulated_ = 0;
+    ReduceGrads(*owner_->group_, shard_);
+    if (owner_->sharded_) Free();
+  }
+  // Gradients accumulated since the last reduction (0 between backwards).
+  size_t pending() const { return accumulated_; }
 
   // BlockParams: only while the optimizer is sharded (whole, they are already there).
   void Acquire() override {
@@ -129,7 +156,6 @@ class FullyShardedAdamW::Unit : public BlockParams {
   void Release() override {
     if (owner_->sharded_) Free();
   }
-  void GradientsReady() override { ReduceGrads(*owner_->group_, shard_); }
 
  private:
   const FullyShardedAdamW* owner_ = nullptr;  // Bind
@@ -141,6 +167,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
   int64_t shard_numel_ = 0;
   c10::Storage storage_;  // the padded range the parameters view; 0 bytes while freed
   torch::Tensor shard_;   // this rank's shard (shards_[i] of the optimizer)
+  size_t accumulated_ = 0;
 };
 
 std::unique_ptr<FullyShardedAdamW> FullyShardedAdamW::Create(std::vector<torch::Tensor> params,
@@ -221,7 +248,12 @@ void FullyShardedAdamW::Unshard() {
 
 void FullyShardedAdamW::ReduceGradients() {
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (units_[u]->block()) continue;  // reduced as each block's backward ended
+    if (units_[u]->block()) {  // reduced as each block's backward ended
+      if (units_[u]->pending() != 0)
+        throw std::logic_error("sharding full: block " + std::to_string(units_[u]->block_index()) + " got " +
+                               std::to_string(units_[u]->pending()) + " of its parameters' gradients in backward");
+      continue;
+    }
     torch::Tensor shard = shards_[u];
     units_[u]->ReduceGrads(*group_, shard);
   }

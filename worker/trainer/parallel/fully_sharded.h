@@ -13,14 +13,18 @@
 //
 // Memory. A unit's parameters are views of one storage of its padded range. A block's
 // storage is freed (set to 0 bytes, the tensors keep their shapes) except while the block
-// runs: BlockPlan (activation_checkpoint.h) acquires it around the block's forward, which
-// is then always activation-checkpointed, and around its recompute in backward, after
-// which the block's gradients are reduce-scattered into the shards' gradients (summed
-// over micro-batches) and freed. So a rank holds the shards, the resident units whole,
-// and one block's parameters and gradients at a time.
+// runs: BlockPlan (activation_checkpoint.h) acquires it around the block's forward and
+// again just before the block's backward (a hook on the block's output; autograd's saved
+// tensors refer to the same storage, filled again), or around its recompute when the block
+// is activation-checkpointed. When autograd has accumulated the gradient of the block's
+// last parameter (a post-accumulate hook on each counts them), they are reduce-scattered
+// into the shards' gradients (summed over micro-batches) and freed with the parameters.
+// So a rank holds the shards, the resident units whole, and the parameters and gradients
+// of the blocks between their backward's start and end (one at a time), beside the
+// activations the blocks saved.
 //
 // A step, on every rank in the same order:
-//   backward          blocks last to first: all-gather, recompute, backward,
+//   backward          blocks last to first: all-gather, (recompute,) backward,
 //                     reduce-scatter (sum / world_size: DDP's average), free
 //   ReduceGradients   the resident units' gradients, accumulated locally, reduce-scattered
 //   clipping          optim/clip.h on the shards (their padding is zero, and so is its

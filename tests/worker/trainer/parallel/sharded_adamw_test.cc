@@ -153,7 +153,8 @@ std::string* ShardedAdamWTest::error_ = nullptr;
 
 // 20 steps with sharding optimizer and full end where today's data parallelism ends, on 2
 // and on 4 ranks, for a Llama (bf16 autocast, recomputation, accumulation) and a BERT
-// (clipping); each rank keeps AdamW's moments for its shard only.
+// (clipping; with full, its blocks not recomputed); each rank keeps AdamW's moments for its
+// shard only.
 TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
   for (const bool llama : {true, false}) {
     for (const int world : {2, 4}) {
@@ -161,7 +162,9 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
       const std::string name = std::string(llama ? "zero_llama_" : "zero_bert_") + std::to_string(world);
       SCOPED_TRACE(name + " " + sharding);
       const TrainConfig ddp = llama ? Llama(name + "_none") : Classifier(name + "_none", *encoders_ + "/bert");
-      const TrainConfig sharded = llama ? Llama(name + "_" + sharding) : Classifier(name + "_" + sharding, *encoders_ + "/bert");
+      TrainConfig sharded = llama ? Llama(name + "_" + sharding) : Classifier(name + "_" + sharding, *encoders_ + "/bert");
+      // full's blocks without recomputation too: gathered again for backward by a hook.
+      if (sharding == "full" && !llama) sharded.train.checkpoint_every_blocks = 0;
       const auto ddp_starts = Train(ddp, world, "none");
       const auto starts = Train(sharded, world, sharding);
       ASSERT_EQ(starts.size(), static_cast<size_t>(world));
@@ -358,8 +361,9 @@ TEST(ShardedAdamWUnitTest, EachRankHoldsItsSliceOfTheAveragedClippedGradient) {
 
 // sharding full's units (fully_sharded.h) by hand: two "blocks" and a resident tensor on
 // 3 ranks, each rank with its own gradients. Sharded, a block's parameters hold no memory
-// (their shapes stay); acquired, they are whole; after GradientsReady the block's
-// gradients are freed and the shards hold the average; one step later every rank's
+// (their shapes stay); acquired, they are whole; once backward has accumulated the
+// gradient of the block's last parameter, its gradients and parameters are freed and the
+// shards hold the average; one step later every rank's
 // parameters (the blocks gathered again) equal a whole AdamW's step on the averaged
 // gradients.
 TEST(ShardedAdamWUnitTest, AFullyShardedBlockIsFreedGatheredAndStepsAsAWholeAdamW) {
@@ -398,12 +402,14 @@ TEST(ShardedAdamWUnitTest, AFullyShardedBlockIsFreedGatheredAndStepsAsAWholeAdam
       for (size_t i = 0; i < params.size(); ++i) {
         if (block_of[i] != b) continue;
         EXPECT_TRUE(torch::equal(params[i].detach(), initial(i))) << i << " gathered";
-        params[i].mutable_grad() = grad_of(i, r);
+        EXPECT_EQ(params[i].storage().nbytes() == 0, false) << i;
+        (params[i] * grad_of(i, r)).sum().backward();  // accumulates grad_of(i, r)
       }
-      blocks[b]->GradientsReady();
-      blocks[b]->Release();
-      for (size_t i = 0; i < params.size(); ++i)
-        if (block_of[i] == b) EXPECT_FALSE(params[i].grad().defined()) << i << ": reduced and freed";
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (block_of[i] != b) continue;
+        EXPECT_FALSE(params[i].grad().defined()) << i << ": reduced and freed";
+        EXPECT_EQ(params[i].storage().nbytes(), 0u) << i << ": freed after the block's last gradient";
+      }
     }
     for (size_t i = 0; i < params.size(); ++i)
       if (block_of[i] < 0) params[i].mutable_grad() = grad_of(i, r);
