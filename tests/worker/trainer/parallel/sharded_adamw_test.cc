@@ -201,6 +201,30 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
   }
 }
 
+// LoRA (model.adapter) on 2 ranks with sharding full: each block's unit is its A and B
+// matrices (the frozen base stays whole), and 20 steps end where unsharded LoRA ends.
+TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
+  auto config = [&](const std::string& name) {
+    TrainConfig c = Classifier(name, *encoders_ + "/bert");
+    c.model.adapter.type = "lora";
+    c.model.adapter.r = 4;
+    c.model.adapter.alpha = 8;
+    c.train.checkpoint_every_blocks = 0;
+    return c;
+  };
+  const TrainConfig ddp = config("zero_lora_none"), sharded = config("zero_lora_full");
+  const auto ddp_starts = Train(ddp, 2, "none");
+  ASSERT_EQ(ddp_starts.size(), 2u);
+  const auto starts = Train(sharded, 2, "full");
+  ASSERT_EQ(starts.size(), 2u);
+  const auto final_params = [](const TrainConfig& c) {
+    return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/true), c.checkpoint_dir);
+  };
+  ExpectClose(final_params(sharded), final_params(ddp), "lora");
+  for (const auto& st : starts)  // the adapter's and the head's moments cut in two, give or take padding
+    EXPECT_LT(st.Number("optimizer_state_bytes"), 0.75 * ddp_starts[0].Number("optimizer_state_bytes"));
+}
+
 // A sharded run's checkpoint written by 4 ranks, resumed at its step 6 on 2 ranks (two
 // batches accumulated: the same global batch) sharded either way, on 2 ranks unsharded
 // and on 1 rank (four accumulated): each ends at step 12 where the uninterrupted 4-rank
