@@ -36,6 +36,10 @@ class AfterAccumulation : public torch::autograd::PostAccumulateGradHook {
 
 class FullyShardedAdamW::Unit : public BlockParams {
  public:
+  ~Unit() override {  // the hooks call this unit: the parameters may outlive it
+    if (block())
+      for (torch::Tensor& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
   Unit(std::vector<torch::Tensor> params, int64_t block, int64_t flat_begin, int world_size, int64_t align)
       : params_(std::move(params)), block_(block), flat_begin_(flat_begin), world_size_(world_size) {
     int64_t padded = 0;

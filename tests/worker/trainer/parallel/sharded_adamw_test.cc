@@ -441,6 +441,9 @@ TEST(ShardedAdamWUnitTest, AFullyShardedBlockIsFreedGatheredAndStepsAsAWholeAdam
     opt->step();
     opt->Unshard();
     for (const auto& p : params) got[r].push_back(p.detach().clone());
+    opt.reset();  // the parameters outlive the optimizer; its gradient hooks go with it
+    (params[1] * 2.0).sum().backward();
+    EXPECT_TRUE(params[1].grad().defined());
   });
   for (int r = 0; r < world; ++r)
     for (size_t i = 0; i < shapes.size(); ++i)
