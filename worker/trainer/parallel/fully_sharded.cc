@@ -106,16 +106,19 @@ class FullyShardedAdamW::Unit : public BlockParams {
     torch::NoGradGuard no_grad;
     const size_t bytes = static_cast<size_t>(padded_numel()) * 4;
     if (storage_.nbytes() != bytes) {
-      storage_.set_data_ptr_noswap(storage_.allocator()->allocate(bytes));
+      c10::DataPtr memory = owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
+      storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
       storage_.set_nbytes(bytes);
     }
     torch::Tensor flat = Flat();  // a tensor of its own: the parameters' version counters stay
     group.AllGather(flat, shard);
   }
   void Free() {
-    if (storage_.nbytes() == 0) return;
-    storage_.set_data_ptr_noswap(storage_.allocator()->allocate(0));
+    const size_t bytes = storage_.nbytes();
+    if (bytes == 0) return;
+    c10::DataPtr memory = storage_.set_data_ptr(storage_.allocator()->allocate(0));
     storage_.set_nbytes(0);
+    if (owner_ != nullptr) owner_->KeepSpare(bytes, std::move(memory));
   }
   // Reduce-scatters the parameters' gradients (averaged over ranks) into shard.grad(),
   // adding to what is there, and frees them.
@@ -222,6 +225,20 @@ FullyShardedAdamW::FullyShardedAdamW(std::vector<std::unique_ptr<Unit>> units, s
 }
 
 FullyShardedAdamW::~FullyShardedAdamW() = default;
+
+void FullyShardedAdamW::KeepSpare(size_t bytes, c10::DataPtr memory) const {
+  if (spare_.size() < 2) spare_.emplace_back(bytes, std::move(memory));
+}
+
+c10::DataPtr FullyShardedAdamW::TakeSpare(size_t bytes) const {
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->first != bytes) continue;
+    c10::DataPtr memory = std::move(it->second);
+    spare_.erase(it);
+    return memory;
+  }
+  return c10::DataPtr();
+}
 
 std::vector<BlockParams*> FullyShardedAdamW::block_params(int64_t num_blocks) const {
   std::vector<BlockParams*> out(static_cast<size_t>(num_blocks), nullptr);

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/trainer/checkpoint/checkpoint.h"
@@ -96,6 +97,12 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   class Unit;
   FullyShardedAdamW(std::vector<std::unique_ptr<Unit>> units, std::vector<torch::Tensor> shards,
                     torch::optim::AdamWOptions options, int rank, int world_size, int64_t total);
+
+  // Up to two freed blocks' memory, for the next gathers of their size (a block is
+  // gathered two or three times a step: no allocation and page faults each time).
+  void KeepSpare(size_t bytes, c10::DataPtr memory) const;
+  c10::DataPtr TakeSpare(size_t bytes) const;
+  mutable std::vector<std::pair<size_t, c10::DataPtr>> spare_;  // before units_: outlives their storages' use
 
   const std::vector<std::unique_ptr<Unit>> units_;
   const std::vector<torch::Tensor> shards_;  // units_[i]'s shard: the optimizer's parameters
