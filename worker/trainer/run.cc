@@ -119,18 +119,9 @@ void OpenData(Run& run) {
   run.plan_options.pack_len = cfg.train.rows == "packed" ? cfg.model.max_len : 0;
 }
 
-// The model on its device (before the optimizer sees its parameters), the optimizer, the
-// checkpoint manager, and the fingerprint a checkpoint must match to be resumed.
-void BuildModel(Run& run) {
+// num_parameters, and non_embedding_parameters (MFU's FLOPs count).
+void CountParameters(Run& run) {
   const TrainConfig& cfg = run.cfg;
-  torch::manual_seed(cfg.train.seed);
-  SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
-  run.model = cfg.model.arch == "pretrained"
-                  ? hf::JobModel(cfg, /*load_weights=*/true, &run.adapter)
-                  : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
-  run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
-  run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
-  run.model->to(run.device);
   for (const auto& p : run.model->named_parameters()) {
     run.num_parameters += p.value().numel();
     auto ends_with = [&](const char* suffix) {
@@ -147,6 +138,26 @@ void BuildModel(Run& run) {
   const bool tied_head = cfg.model.arch == "gpt_lm" || (cfg.model.task == "causal_lm" &&
                                                          !run.model->named_parameters().contains("lm_head.weight"));
   if (tied_head) run.non_embedding_parameters += int64_t{cfg.data.vocab_size} * cfg.model.d_model;
+}
+
+// Which block of the model (SequenceModel::blocks) each of `params` belongs to; -1: none.
+std::vector<int64_t> BlockOf(SequenceModel& model, const std::vector<torch::Tensor>& params) {
+  const std::vector<std::shared_ptr<torch::nn::Module>> blocks = model.blocks();
+  std::map<const void*, int64_t> block_of_param;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (const torch::Tensor& p : blocks[b]->parameters()) block_of_param[p.unsafeGetTensorImpl()] = static_cast<int64_t>(b);
+  std::vector<int64_t> block_of;
+  for (const torch::Tensor& p : params) {
+    auto it = block_of_param.find(p.unsafeGetTensorImpl());
+    block_of.push_back(it == block_of_param.end() ? -1 : it->second);
+  }
+  return block_of;
+}
+
+// The fused AdamW over the trainable parameters: whole, or cut across the ranks as
+// resources.sharding says.
+void BuildOptimizer(Run& run) {
+  const TrainConfig& cfg = run.cfg;
   // Only what trains has optimizer state (with an adapter: its A and B and the modules to
   // save; the frozen base has neither gradients nor moments).
   std::vector<torch::Tensor> trainable;
@@ -166,32 +177,25 @@ void BuildModel(Run& run) {
     if (cfg.train.max_tokens_auto)
       throw PermanentError("resources.sharding: full does not take train.max_tokens: auto yet (each rank's probe "
                            "would run the blocks' collectives alone): set a number");
-    // Which block each trainable parameter belongs to (-1: outside the blocks).
-    const std::vector<std::shared_ptr<torch::nn::Module>> blocks = run.model->blocks();
-    std::map<const void*, int64_t> block_of_param;
-    for (size_t b = 0; b < blocks.size(); ++b)
-      for (const torch::Tensor& p : blocks[b]->parameters()) block_of_param[p.unsafeGetTensorImpl()] = static_cast<int64_t>(b);
-    std::vector<int64_t> block_of;
-    for (const torch::Tensor& p : trainable) {
-      auto it = block_of_param.find(p.unsafeGetTensorImpl());
-      block_of.push_back(it == block_of_param.end() ? -1 : it->second);
-    }
-    auto full = FullyShardedAdamW::Create(trainable, block_of, adamw, run.rank.rank, run.rank.world_size);
-    plan->sharded = full->block_params(static_cast<int64_t>(blocks.size()));
+    auto full = FullyShardedAdamW::Create(trainable, BlockOf(*run.model, trainable), adamw, run.rank.rank,
+                                          run.rank.world_size);
+    plan->sharded = full->block_params(static_cast<int64_t>(run.model->blocks().size()));
     run.full = full.get();
     run.optimizer = std::move(full);
   } else {
     run.optimizer = std::make_unique<FusedAdamW>(trainable, adamw);
   }
-  run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
-      cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last,
-      cfg.attempt});
+}
+
+// What a checkpoint must match to be resumed: seed, batching, data, model.
+std::string FingerprintOf(const Run& run) {
+  const TrainConfig& cfg = run.cfg;
   const auto shard_text = [](const char* name, const format::ShardReader& s) {
     return std::string(name) + "=" + std::to_string(s.num_samples()) + "/" + std::to_string(s.header().num_tokens) +
            "/" + std::to_string(s.header().payload_checksum);
   };
   const ModelConfig& mc = cfg.model;
-  run.fingerprint = RunFingerprint(
+  return RunFingerprint(
       cfg.train.seed, cfg.train.batch_size, cfg.train.max_tokens, cfg.train.max_tokens_auto,
       {shard_text("train", run.train_shard), shard_text("val", run.val_shard)},
       "model=" + mc.arch + "/" + Str(mc.layers) + "/" + Str(mc.d_model) + "/" + Str(mc.heads) + "/" +
@@ -200,6 +204,26 @@ void BuildModel(Run& run) {
           (mc.arch == "gpt_lm" ? "/gpt2" : "") + (mc.arch == "pretrained" ? "/" + mc.pretrained : "") + (mc.pooling == "mean" ? "/mean" : "") +
           (mc.adapter.type.empty() ? "" : "/lora-" + Str(mc.adapter.r) + "-" + mc.adapter.init_from) +
           (mc.base_precision.empty() || mc.base_precision == "fp32" ? "" : "/base-" + mc.base_precision));
+}
+
+// The model on its device (before the optimizer sees its parameters), the optimizer, the
+// checkpoint manager, and the fingerprint a checkpoint must match to be resumed.
+void BuildModel(Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  torch::manual_seed(cfg.train.seed);
+  SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
+  run.model = cfg.model.arch == "pretrained"
+                  ? hf::JobModel(cfg, /*load_weights=*/true, &run.adapter)
+                  : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
+  run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
+  run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
+  run.model->to(run.device);
+  CountParameters(run);
+  BuildOptimizer(run);
+  run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
+      cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last,
+      cfg.attempt});
+  run.fingerprint = FingerprintOf(run);
 }
 
 // A checkpoint written by another number of ranks: the epoch's batches done stay the
@@ -666,8 +690,8 @@ void Run::SaveCheckpoint() {
   last_saved_step_ = position.step;
   if (full) full->Unshard();  // the model's tensors are written whole (Shard() again below)
   if (!WritesCheckpoints()) {
-    if (sharded) sharded->ExchangeShards(nullptr);  // the writers' Save receives them
-    if (full) full->ExchangeShards(nullptr);
+    if (auto* cut = dynamic_cast<ShardedOptimizerState*>(optimizer.get()))
+      cut->ExchangeShards(nullptr);  // the writers' Save receives them
     if (full) full->Shard();
     return;
   }

@@ -184,13 +184,13 @@ EvalMetrics Evaluate(SequenceModel& model, const format::ShardReader& shard, con
   EvalTally t;
   const size_t stride = group ? static_cast<size_t>(group->size()) : 1;
   const size_t first = group ? static_cast<size_t>(group->rank()) : 0;
-  const size_t rounds = lockstep ? (plan.size() + stride - 1) / stride : 0;
-  for (size_t i = 0, b = first; b < plan.size() || i < rounds; ++i, b += stride) {
-    EvalTally uncounted;
-    const size_t which = b < plan.size() ? b : first % std::max<size_t>(plan.size(), 1);
-    if (plan.empty()) break;
-    TallyBatch(model, ToDevice(Collate(shard, plan[which], max_len, pad_id), device), num_classes, next_token,
-               b < plan.size() ? &t : &uncounted);
+  // lockstep: every rank runs as many rounds as the busiest one (ceil(plan / stride)).
+  const size_t end = lockstep ? (plan.size() + stride - 1) / stride * stride : plan.size();
+  EvalTally uncounted;
+  for (size_t b = first; b < end; b += stride) {
+    const bool counted = b < plan.size();
+    TallyBatch(model, ToDevice(Collate(shard, plan[counted ? b : first % plan.size()], max_len, pad_id), device),
+               num_classes, next_token, counted ? &t : &uncounted);
   }
   model.train();
   if (group) SumOverRanks(*group, &t);

@@ -185,4 +185,21 @@ std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vec
   return out;
 }
 
+std::vector<FlatAdamState> ReadCheckpointRanges(const std::string& dir, const std::vector<std::string>& shards,
+                                                const std::vector<torch::Tensor>& params,
+                                                const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                                torch::Device device) {
+  torch::optim::AdamW whole(params, torch::optim::AdamWOptions());
+  if (!shards.empty()) return ReadFlatRanges(dir, shards, ranges, FlatNumel(whole), device);
+  torch::serialize::InputArchive archive;
+  archive.load_from(dir + "/optimizer.pt", device);
+  whole.load(archive);
+  const FlatAdamState all = FlatStateOf(whole);
+  std::vector<FlatAdamState> out;
+  for (const auto& [begin, end] : ranges)
+    out.push_back(FlatAdamState{begin, end, all.step, all.exp_avg.narrow(0, begin, end - begin),
+                                all.exp_avg_sq.narrow(0, begin, end - begin)});
+  return out;
+}
+
 }  // namespace nightshift::trainer

@@ -62,6 +62,13 @@ FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::strin
 std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
                                           const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
                                           torch::Device device);
+// The ranges of the flat state of `params` (laid end to end) from the checkpoint in `dir`:
+// from its shard files `shards` (ReadFlatRanges), or, when there are none, from an
+// unsharded run's optimizer.pt, loaded whole into an AdamW over `params` and cut.
+std::vector<FlatAdamState> ReadCheckpointRanges(const std::string& dir, const std::vector<std::string>& shards,
+                                                const std::vector<torch::Tensor>& params,
+                                                const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                                torch::Device device);
 
 }  // namespace nightshift::trainer
 

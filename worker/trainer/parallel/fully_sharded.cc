@@ -321,21 +321,9 @@ void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std
   const torch::Device device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().device();
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (const auto& unit : units_) ranges.push_back(unit->RangeOf(rank_));
-  std::vector<FlatAdamState> states;
-  if (shards.empty()) {  // an unsharded run's optimizer.pt: loaded whole (the parameters are), then cut
-    std::vector<torch::Tensor> params;
-    for (const auto& unit : units_) params.insert(params.end(), unit->params().begin(), unit->params().end());
-    FusedAdamW whole(params, torch::optim::AdamWOptions());
-    torch::serialize::InputArchive archive;
-    archive.load_from(dir + "/optimizer.pt", device);
-    whole.load(archive);
-    const FlatAdamState all = FlatStateOf(whole);
-    for (const auto& [begin, end] : ranges)
-      states.push_back(FlatAdamState{begin, end, all.step, all.exp_avg.narrow(0, begin, end - begin),
-                                     all.exp_avg_sq.narrow(0, begin, end - begin)});
-  } else {
-    states = ReadFlatRanges(dir, shards, ranges, total_, device);
-  }
+  std::vector<torch::Tensor> params;  // whole while a checkpoint loads: optimizer.pt is read into them
+  for (const auto& unit : units_) params.insert(params.end(), unit->params().begin(), unit->params().end());
+  const std::vector<FlatAdamState> states = ReadCheckpointRanges(dir, shards, params, ranges, device);
   state().clear();
   for (size_t u = 0; u < units_.size(); ++u) {
     torch::Tensor m = torch::zeros_like(shards_[u]), v = torch::zeros_like(shards_[u]);

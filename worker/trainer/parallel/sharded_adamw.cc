@@ -214,19 +214,7 @@ void ShardedAdamW::ExchangeShards(ShardSink* sink) {
 
 void ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
-  FlatAdamState s;
-  if (shards.empty()) {  // an unsharded run's optimizer.pt: loaded whole, then cut
-    FusedAdamW whole(params_, torch::optim::AdamWOptions());
-    torch::serialize::InputArchive archive;
-    archive.load_from(dir + "/optimizer.pt", device);
-    whole.load(archive);
-    FlatAdamState all = FlatStateOf(whole);
-    s.step = all.step;
-    s.exp_avg = all.exp_avg.narrow(0, begin_, end_ - begin_);
-    s.exp_avg_sq = all.exp_avg_sq.narrow(0, begin_, end_ - begin_);
-  } else {
-    s = ReadFlatRange(dir, shards, begin_, end_, total_, device);
-  }
+  FlatAdamState s = ReadCheckpointRanges(dir, shards, params_, {{begin_, end_}}, device).front();
   s.begin = 0;
   s.end = end_ - begin_;
   SetFlatState(*this, s);
