@@ -443,9 +443,11 @@ ModelStateBytes StateBytes(const Run& run) {
     if (p.requires_grad()) b.gradients += 4.0 * double(p.numel());
   }
   b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : 2 * b.gradients;
-  if (run.full) {  // the trainable tensors: shards, resident units whole, one block at a time
+  if (run.full) {  // the trainable tensors: shards, resident units whole, and two blocks at a time
+    // (parameters: one computing, the next being gathered; gradients: one accumulating,
+    // the one before being reduce-scattered)
     const double whole = b.gradients, held = double(run.full->shard_bytes() + run.full->resident_bytes() +
-                                                    run.full->largest_block_bytes());
+                                                    2 * run.full->largest_block_bytes());
     b.parameters += held - whole;
     b.gradients = held;
     b.optimizer_state = double(run.full->state_bytes());
@@ -556,7 +558,7 @@ void Run::Export() {
   } else {  // the adapter alone, as PEFT saves one, for PeftModel.from_pretrained(base, dir)
     ExportJobAdapter(dir, cfg, *model, adapter);
     if (cfg.export_merge) {  // the run is over: the adapter can go into the weights in place
-      hf::CastFrozenProjections(*model, torch::kFloat32);  // a half-precision base merges in float32
+      hf::CastFrozenBase(*model, torch::kFloat32);  // a half-precision base merges in float32
       hf::MergeLora(*model);
       ExportModel(cfg.checkpoint_dir + "/model-merged", cfg, *model, info);
       Log("exported the merged model to %s/model-merged", cfg.checkpoint_dir.c_str());
@@ -688,11 +690,9 @@ void Run::RollBack() {
 void Run::SaveCheckpoint() {
   if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
-  if (full) full->Unshard();  // the model's tensors are written whole (Shard() again below)
-  if (!WritesCheckpoints()) {
+  if (!WritesCheckpoints()) {  // full: the blocks' values travel in the shards, never gathered
     if (auto* cut = dynamic_cast<ShardedOptimizerState*>(optimizer.get()))
       cut->ExchangeShards(nullptr);  // the writers' Save receives them
-    if (full) full->Shard();
     return;
   }
   position.rng_cpu = GetCpuRngState();
@@ -702,7 +702,6 @@ void Run::SaveCheckpoint() {
   position.world_size = rank.world_size;
   checkpoints->Keep(position.best_step);  // export.best's checkpoint outlives keep_last
   const SavedCheckpoint saved = checkpoints->Save(position, *model, *optimizer);
-  if (full) full->Shard();
   progress.Emit(ProgressRecord{
       "checkpoint",
       {{"step", double(position.step)}, {"bytes", double(saved.bytes)}, {"seconds", saved.seconds}},
@@ -762,7 +761,7 @@ void Run::TrackEarlyStopping() {
 void Run::Finish() {
   if (last_eval_step_ != position.step) Evaluate();
   if (last_saved_step_ != position.step) SaveCheckpoint();
-  if (full) full->Unshard();  // every rank: rank 0 exports whole tensors
+  if (full) full->Unshard(/*only_rank=*/0);  // rank 0 exports whole tensors; the others hold a block at a time
   if (!stop_early.empty()) Warn(progress, stop_early);
   if (rank.rank == 0) {
     if (position.best_step >= 0 && position.best_step != position.step) {

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -30,19 +32,32 @@ bool HasFrozen(torch::nn::Module& model) {
   return false;
 }
 
-// The trainable parameters of `module`, nested as Module::save nests them (one archive per
-// child module), and nothing else: with a frozen base the checkpoint holds what trains,
-// the base comes from its folder. False when the module holds none.
-bool SaveTrainable(torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+bool HasTrainable(torch::nn::Module& module) {
+  for (const auto& p : module.parameters())
+    if (p.requires_grad()) return true;
+  return false;
+}
+
+// model.pt: the parameters and buffers of `module` nested as Module::save nests them (one
+// archive per child module), with `trainable_only` (a frozen base, which comes from its
+// folder again) only the trainable parameters, and never those in `skip` (their values
+// are in the optimizer's shard files). False when nothing was written.
+bool SaveModel(torch::nn::Module& module, torch::serialize::OutputArchive& archive, bool trainable_only,
+               const std::set<const c10::TensorImpl*>& skip) {
   bool any = false;
-  for (const auto& p : module.named_parameters(/*recurse=*/false))
-    if (p.value().requires_grad()) {
-      archive.write(p.key(), p.value());
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    if ((trainable_only && !p.value().requires_grad()) || skip.count(p.value().unsafeGetTensorImpl())) continue;
+    archive.write(p.key(), p.value());
+    any = true;
+  }
+  if (!trainable_only)
+    for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+      archive.write(b.key(), b.value(), /*is_buffer=*/true);
       any = true;
     }
   for (const auto& child : module.named_children()) {
     torch::serialize::OutputArchive sub(archive.compilation_unit());
-    if (SaveTrainable(*child.value(), sub)) {
+    if (SaveModel(*child.value(), sub, trainable_only, skip) || !trainable_only) {
       archive.write(child.key(), sub);
       any = true;
     }
@@ -50,22 +65,25 @@ bool SaveTrainable(torch::nn::Module& module, torch::serialize::OutputArchive& a
   return any;
 }
 
-bool HasTrainable(torch::nn::Module& module) {
-  for (const auto& p : module.parameters())
-    if (p.requires_grad()) return true;
-  return false;
-}
-
-// SaveTrainable's inverse; throws (c10::Error) naming a tensor the archive lacks.
-void LoadTrainable(torch::nn::Module& module, torch::serialize::InputArchive& archive) {
+// SaveModel's (and Module::save's) inverse: the parameters the archive lacks are listed in
+// *missing with their names; a missing buffer throws (c10::Error) naming it.
+void LoadModel(torch::nn::Module& module, torch::serialize::InputArchive& archive, bool trainable_only,
+               const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>* missing) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.named_parameters(/*recurse=*/false))
-    if (p.value().requires_grad()) archive.read(p.key(), p.value());
+    if ((!trainable_only || p.value().requires_grad()) && !archive.try_read(p.key(), p.value()))
+      missing->emplace_back(prefix + p.key(), p.value());
+  if (!trainable_only)
+    for (auto& b : module.named_buffers(/*recurse=*/false)) archive.read(b.key(), b.value(), /*is_buffer=*/true);
   for (const auto& child : module.named_children()) {
-    if (!HasTrainable(*child.value())) continue;
+    if (trainable_only && !HasTrainable(*child.value())) continue;
     torch::serialize::InputArchive sub;
-    archive.read(child.key(), sub);
-    LoadTrainable(*child.value(), sub);
+    if (archive.try_read(child.key(), sub)) {
+      LoadModel(*child.value(), sub, trainable_only, prefix + child.key() + ".", missing);
+      continue;
+    }
+    for (auto& p : child.value()->named_parameters())
+      if (!trainable_only || p.value().requires_grad()) missing->emplace_back(prefix + child.key() + "." + p.key(), p.value());
   }
 }
 
@@ -239,13 +257,16 @@ fs::path FreshStepDir(const std::string& root, int64_t step) {
 // model.pt (only the trainable parameters of a model with frozen ones), and optimizer.pt
 // or, for an optimizer cut across the ranks, every rank's shard.
 void WriteModelAndOptimizer(torch::nn::Module& model, torch::optim::Optimizer& optimizer, CheckpointFiles* files) {
+  auto* sharded = dynamic_cast<ShardedOptimizerState*>(&optimizer);
   {
+    std::set<const c10::TensorImpl*> in_shards;
+    if (sharded != nullptr)
+      for (const torch::Tensor& p : sharded->ParametersInShards()) in_shards.insert(p.unsafeGetTensorImpl());
     torch::serialize::OutputArchive archive;
-    if (HasFrozen(model)) SaveTrainable(model, archive);
-    else model.save(archive);
+    SaveModel(model, archive, HasFrozen(model), in_shards);
     files->Stream("model.pt", archive);
   }
-  if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(&optimizer)) return sharded->ExchangeShards(files);
+  if (sharded != nullptr) return sharded->ExchangeShards(files);
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
   files->Stream("optimizer.pt", archive);
@@ -402,22 +423,50 @@ torch::Device DeviceOf(torch::nn::Module& model) {
   return torch::kCPU;
 }
 
+// The parameters model.pt left out (`missing`: sharding full's blocks) from the values
+// in the optimizer's shard files: each one's range of the flat layout (the trainable
+// parameters in the model's order), onto the whole parameter.
+void ReadParametersFromShards(const fs::path& dir, const std::vector<std::string>& shards, torch::nn::Module& model,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& missing) {
+  std::map<const c10::TensorImpl*, int64_t> flat_at;
+  int64_t total = 0;
+  for (const torch::Tensor& p : model.parameters())
+    if (p.requires_grad()) {
+      flat_at[p.unsafeGetTensorImpl()] = total;
+      total += p.numel();
+    }
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& [name, p] : missing) {
+    auto it = flat_at.find(p.unsafeGetTensorImpl());
+    if (it == flat_at.end() || shards.empty())
+      throw std::runtime_error("checkpoint: " + (dir / "model.pt").string() + " lacks " + name);
+    ranges.emplace_back(it->second, it->second + p.numel());
+  }
+  const std::vector<FlatAdamState> read = ReadFlatRanges(dir.string(), shards, ranges, total, DeviceOf(model), true);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    torch::Tensor p = missing[i].second;
+    p.copy_(read[i].values.view(p.sizes()));
+  }
+}
+
 // Loads dir's model (and optimizer, when given) after ReadCheckpoint verified the files.
 RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
   RunPosition p = ReadCheckpoint(dir);
   const torch::Device device = DeviceOf(model);
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "model.pt").string(), device);
-    if (HasFrozen(model)) LoadTrainable(model, archive);
-    else model.load(archive);
-  }
-  if (optimizer == nullptr) return p;
   format::CheckpointManifest m;
   Check(format::ReadManifest(dir.string(), &m));
   std::vector<std::string> shards;
   for (const auto& [name, entry] : m.files)
     if (IsOptimizerShardFile(name)) shards.push_back(name);
+  std::vector<std::pair<std::string, torch::Tensor>> missing;
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "model.pt").string(), device);
+    LoadModel(model, archive, HasFrozen(model), "", &missing);
+  }
+  if (!missing.empty()) ReadParametersFromShards(dir, shards, model, missing);
+  if (optimizer == nullptr) return p;
   if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(optimizer)) {
     sharded->LoadShards(dir.string(), shards);
   } else if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer); adamw != nullptr && !shards.empty()) {

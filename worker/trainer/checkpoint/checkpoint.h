@@ -1,7 +1,9 @@
 // Checkpoints: one directory per saved step, step-00000123/, holding
 //   model.pt       the model's parameters and buffers (torch::serialize archive); for a
 //                  model with frozen parameters (an adapter on its base), only the
-//                  parameters that train, the base being read from its folder again
+//                  parameters that train, the base being read from its folder again;
+//                  with sharding full, not the blocks' parameters (their values are in
+//                  the optimizer's shard files, ShardedOptimizerState::ParametersInShards)
 //   optimizer.pt   the optimizer state (its options, e.g. lr, are rebuilt, not loaded);
 //                  with resources.sharding optimizer, instead one file per rank
 //                  (optimizer_shards.h), read back by any number of ranks
@@ -80,6 +82,10 @@ class ShardedOptimizerState {
   // shard files (written by any number of ranks), or, when there are none, from an
   // unsharded run's optimizer.pt.
   virtual void LoadShards(const std::string& dir, const std::vector<std::string>& shards) = 0;
+  // The parameters whose values ExchangeShards writes into the shard files, left out of
+  // model.pt (sharding full: the blocks', whole on no rank between their runs, so saving
+  // gathers none of them); every load reads them back from the shards.
+  virtual std::vector<torch::Tensor> ParametersInShards() const { return {}; }
 };
 
 struct CheckpointOptions {

@@ -82,11 +82,12 @@ bool IsOptimizerShardFile(const std::string& name) {
 
 void WriteFlatShard(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
                     int64_t step, int64_t begin, int64_t end, int64_t total,
-                    const std::function<void(const char*, size_t)>& out) {
+                    const std::function<void(const char*, size_t)>& out, const std::vector<torch::Tensor>& values) {
   torch::serialize::OutputArchive archive;
   for (size_t i = 0; i < exp_avg.size(); ++i) {
     archive.write("exp_avg." + std::to_string(i), exp_avg[i].reshape({-1}).to(torch::kCPU));
     archive.write("exp_avg_sq." + std::to_string(i), exp_avg_sq[i].reshape({-1}).to(torch::kCPU));
+    if (!values.empty()) archive.write("value." + std::to_string(i), values[i].reshape({-1}).to(torch::kCPU));
   }
   archive.write("begin", torch::tensor(begin, torch::kInt64));
   archive.write("end", torch::tensor(end, torch::kInt64));
@@ -127,16 +128,19 @@ FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::strin
 
 std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
                                           const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
-                                          torch::Device device) {
+                                          torch::Device device, bool values) {
   std::vector<FlatAdamState> out(ranges.size());
   std::vector<int64_t> covered(ranges.size(), 0);
   const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   for (size_t r = 0; r < ranges.size(); ++r) {
     out[r].begin = ranges[r].first;
     out[r].end = ranges[r].second;
-    out[r].exp_avg = torch::zeros({out[r].end - out[r].begin}, options);
-    out[r].exp_avg_sq = torch::zeros({out[r].end - out[r].begin}, options);
+    for (torch::Tensor* t : values ? std::vector<torch::Tensor*>{&out[r].values}
+                                   : std::vector<torch::Tensor*>{&out[r].exp_avg, &out[r].exp_avg_sq})
+      *t = torch::zeros({out[r].end - out[r].begin}, options);
   }
+  const std::vector<std::string> keys = values ? std::vector<std::string>{"value"}
+                                               : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
   int64_t file_step = 0;
   bool first = true;
   for (const std::string& file : files) {
@@ -155,17 +159,19 @@ std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vec
     first = false;
     // The file's pieces laid end to end are [b, e): each one's overlap with each range.
     const int64_t pieces = Scalar(archive, "pieces");
+    if (torch::Tensor probe; values && pieces > 0 && !archive.try_read("value.0", probe))
+      continue;  // a file of moments only: its parameters' values are in model.pt
     int64_t at = b;
     for (int64_t i = 0; i < pieces; ++i) {
       int64_t length = 0;
-      for (const std::string key : {"exp_avg", "exp_avg_sq"}) {
+      for (const std::string& key : keys) {
         torch::Tensor t;
         archive.read(key + "." + std::to_string(i), t);
         length = t.numel();
         for (FlatAdamState& s : out) {
           const int64_t lo = std::max(at, s.begin), hi = std::min(at + length, s.end);
-          if (lo < hi)
-            (key == "exp_avg" ? s.exp_avg : s.exp_avg_sq).narrow(0, lo - s.begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
+          torch::Tensor& into = key == "value" ? s.values : key == "exp_avg" ? s.exp_avg : s.exp_avg_sq;
+          if (lo < hi) into.narrow(0, lo - s.begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
         }
       }
       at += length;
@@ -179,8 +185,8 @@ std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vec
     out[r].step = file_step;
     if (covered[r] != out[r].end - out[r].begin)
       throw std::runtime_error("checkpoint: the optimizer shards in " + dir + " cover " + std::to_string(covered[r]) +
-                               " of the values [" + std::to_string(out[r].begin) + ", " + std::to_string(out[r].end) +
-                               ") this rank needs");
+                               " of the " + (values ? "parameter values" : "values") + " [" +
+                               std::to_string(out[r].begin) + ", " + std::to_string(out[r].end) + ") this rank needs");
   }
   return out;
 }

@@ -30,6 +30,7 @@ struct FlatAdamState {
   int64_t begin = 0, end = 0;
   int64_t step = 0;
   torch::Tensor exp_avg, exp_avg_sq;  // float32 [end - begin]
+  torch::Tensor values;               // the parameters' own values (ReadFlatRanges with `values`)
 };
 
 // The number of values of `optimizer`'s parameters laid end to end.
@@ -48,20 +49,23 @@ bool IsOptimizerShardFile(const std::string& name);
 void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t end, int64_t total,
                          const std::function<void(const char*, size_t)>& out);
 // The same file from the moments of [begin, end) as pieces laid end to end (each
-// one-dimensional or reshaped so; any device).
+// one-dimensional or reshaped so; any device). With `values` (the same pieces of the
+// parameters themselves), the file holds value.I too: the parameters that
+// ShardedOptimizerState::ParametersInShards keeps out of model.pt.
 void WriteFlatShard(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
                     int64_t step, int64_t begin, int64_t end, int64_t total,
-                    const std::function<void(const char*, size_t)>& out);
+                    const std::function<void(const char*, size_t)>& out, const std::vector<torch::Tensor>& values = {});
 
 // Reads [begin, end) of a flat range of `total` values from the shard files `files` in
 // `dir` (any count, any cut), onto `device`. Throws naming the file when one holds another
 // total (another model) or the files do not cover the range.
 FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
                             int64_t end, int64_t total, torch::Device device);
-// Several ranges in one pass over the files.
+// Several ranges in one pass over the files. With `values`, the parameters' values of
+// the ranges instead of their moments (from the files that hold values).
 std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
                                           const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
-                                          torch::Device device);
+                                          torch::Device device, bool values = false);
 // The ranges of the flat state of `params` (laid end to end) from the checkpoint in `dir`:
 // from its shard files `shards` (ReadFlatRanges), or, when there are none, from an
 // unsharded run's optimizer.pt, loaded whole into an AdamW over `params` and cut.

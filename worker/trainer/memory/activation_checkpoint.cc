@@ -13,9 +13,10 @@ using torch::autograd::variable_list;
 
 // The block function travels to backward inside the autograd context.
 struct BlockHolder : torch::CustomClassHolder {
-  BlockHolder(BlockForward f, BlockParams* p) : fn(std::move(f)), params(p) {}
+  BlockHolder(BlockForward f, BlockParams* p, BlockParams* b) : fn(std::move(f)), params(p), before(b) {}
   BlockForward fn;
   BlockParams* params;  // null: the block's parameters are whole
+  BlockParams* before;  // prefetched for its backward, which comes next (or null)
 };
 
 // Acquires a sharded block's parameters for a scope (no-op without).
@@ -97,6 +98,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     autocast_fwd.cuda_dtype = static_cast<at::ScalarType>(ctx->saved_data["ac_cuda_dtype"].toInt());
     torch::Tensor out;
     Acquired whole(block->params);
+    if (block->before) block->before->Prefetch();
     try {
       compat::SetAutocastState(autocast_fwd);
       torch::AutoGradMode grad(true);
@@ -117,8 +119,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
-                                       const torch::Tensor& attn_bias, BlockParams* params) {
+torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x, const torch::Tensor& attn_bias,
+                                       BlockParams* params, BlockParams* before) {
   if (!torch::GradMode::is_enabled()) {
     Acquired whole(params);
     return block(x, attn_bias);
@@ -130,29 +132,39 @@ torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& 
       return block(in, torch::Tensor());
     };
     return CheckpointFunction::apply(input, torch::empty({0}, x.options()),
-                                     c10::make_intrusive<BlockHolder>(std::move(unbiased), params));
+                                     c10::make_intrusive<BlockHolder>(std::move(unbiased), params, before));
   }
-  return CheckpointFunction::apply(input, attn_bias, c10::make_intrusive<BlockHolder>(std::move(block), params));
+  return CheckpointFunction::apply(input, attn_bias, c10::make_intrusive<BlockHolder>(std::move(block), params, before));
 }
 
 torch::Tensor BlockPlan::Run(size_t index, const BlockForward& block, const torch::Tensor& x,
                              const torch::Tensor& attn_bias, bool cached) const {
-  BlockParams* params = index < sharded.size() ? sharded[index] : nullptr;
+  auto at = [&](size_t i) { return i < sharded.size() ? sharded[i] : nullptr; };
+  BlockParams* params = at(index);
+  BlockParams* before = index > 0 ? at(index - 1) : nullptr;  // the next one backward
   const bool checkpointed = !cached && IsCheckpointedBlock(checkpoint_every, static_cast<int64_t>(index));
+  if (params != nullptr) {  // gather this block (unless prefetched), and start the next one's
+    params->Prefetch();
+    if (BlockParams* after = at(index + 1)) after->Prefetch();
+  }
   if (params != nullptr && torch::GradMode::is_enabled() && !checkpointed) {
     torch::Tensor out;
     {
       Acquired whole(params);
       out = block(x, attn_bias);
     }
-    if (out.requires_grad()) out.register_hook([params](const torch::Tensor&) { params->Acquire(); });
+    if (out.requires_grad())
+      out.register_hook([params, before](const torch::Tensor&) {
+        params->Acquire();
+        if (before) before->Prefetch();
+      });
     return out;
   }
   if (params != nullptr && !checkpointed) {
     Acquired whole(params);
     return block(x, attn_bias);
   }
-  if (params != nullptr) return CheckpointedBlockForward(block, x, attn_bias, params);
+  if (params != nullptr) return CheckpointedBlockForward(block, x, attn_bias, params, before);
   return checkpointed ? CheckpointedBlockForward(block, x, attn_bias) : block(x, attn_bias);
 }
 

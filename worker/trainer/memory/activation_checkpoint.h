@@ -34,19 +34,21 @@ using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const t
 // A block whose parameters live sharded across ranks (resources.sharding full,
 // parallel/fully_sharded.h): gathered around each run of the block; once its backward
 // has accumulated every parameter's gradient, the owner reduces them and frees the
-// parameters itself. Acquire and Release are collectives.
+// parameters itself. All three are collectives (every rank calls them in the same order).
 class BlockParams {
  public:
   virtual ~BlockParams() = default;
-  virtual void Acquire() = 0;  // the block's parameters are whole after it
-  virtual void Release() = 0;  // their memory is freed (the shard stays)
+  virtual void Prefetch() = 0;  // starts gathering them for the next Acquire (no wait)
+  virtual void Acquire() = 0;   // the block's parameters are whole after it
+  virtual void Release() = 0;   // their memory is freed (the shard stays)
 };
 
 // Runs `block` with activation checkpointing (see above). attn_bias may be undefined (a
 // causal block without padding); the block then gets it undefined. With `params`, they
-// are acquired around the forward and around the recompute.
-torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x,
-                                       const torch::Tensor& attn_bias, BlockParams* params = nullptr);
+// are acquired around the forward and around the recompute, and `before` (the block that
+// runs its backward next, or null) is prefetched as the recompute starts.
+torch::Tensor CheckpointedBlockForward(BlockForward block, const torch::Tensor& x, const torch::Tensor& attn_bias,
+                                       BlockParams* params = nullptr, BlockParams* before = nullptr);
 
 // Whether block `index` (0-based) is checkpointed when every `every_n_blocks`-th block is
 // (blocks N-1, 2N-1, ...; 0: none, 1: all).
@@ -58,7 +60,9 @@ inline bool IsCheckpointedBlock(int every_n_blocks, int64_t index) {
 // (one BlockParams per block, not owned), every block gathered around each run: around
 // its forward, and, with gradients on, again just before its backward (a hook on its
 // output; autograd's saved tensors refer to the parameters' storage, which the gather
-// fills again) or around its recompute when it is checkpointed.
+// fills again) or around its recompute when it is checkpointed. Communication overlaps
+// computation as FSDP's prefetching does: the next block's gather starts before a
+// block's forward, the previous block's before a block's backward (or recompute).
 struct BlockPlan {
   int checkpoint_every = 0;
   std::vector<BlockParams*> sharded;  // empty, or one per block

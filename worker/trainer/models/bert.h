@@ -69,7 +69,7 @@ class BertForSequenceClassificationImpl : public SequenceModel {
  private:
   torch::Tensor Embed(const torch::Tensor& tokens);  // [B, L, D]
   HfConfig config_;
-  torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
+  HfEmbedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   BertEncoder encoder_{nullptr};
   Projection pooler_{nullptr}, classifier_{nullptr};

@@ -69,12 +69,12 @@ inline torch::nn::LayerNorm AddLayerNorm(torch::nn::Module& parent, const std::s
   return parent.register_module(name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(eps)));
 }
 
-inline torch::nn::Embedding AddEmbedding(torch::nn::Module& parent, const std::string& name, int64_t rows,
-                                         int64_t d, std::optional<int64_t> padding_idx) {
+inline HfEmbedding AddEmbedding(torch::nn::Module& parent, const std::string& name, int64_t rows, int64_t d,
+                                std::optional<int64_t> padding_idx) {
   auto options = torch::nn::EmbeddingOptions(rows, d);
   if (padding_idx) options.padding_idx(*padding_idx);  // no gradient reaches that row, as in torch
-  if (!DeferInit::active()) return parent.register_module(name, torch::nn::Embedding(options));
-  torch::nn::Embedding embedding(torch::nn::EmbeddingOptions(1, d));
+  if (!DeferInit::active()) return parent.register_module(name, HfEmbedding(options));
+  HfEmbedding embedding(torch::nn::EmbeddingOptions(1, d));
   embedding->options = options;
   Unwritten(embedding->weight, {rows, d});
   return parent.register_module(name, embedding);

@@ -79,7 +79,10 @@ DecoderModelImpl::DecoderModelImpl(const HfConfig& c, const std::string& task, c
 }
 
 torch::Tensor DecoderModelImpl::Head(const torch::Tensor& h) {
-  return head_ ? head_(h) : torch::nn::functional::linear(h, trunk_->token_embedding());
+  if (head_) return head_(h);
+  const torch::Tensor tied = trunk_->token_embedding();  // a frozen half-precision table computes in it
+  if (tied.scalar_type() == h.scalar_type()) return torch::nn::functional::linear(h, tied);
+  return torch::nn::functional::linear(h.to(tied.scalar_type()), tied).to(h.scalar_type());
 }
 
 torch::Tensor DecoderModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& pad_mask) {

@@ -54,7 +54,7 @@ class DistilBertForSequenceClassificationImpl : public SequenceModel {
  private:
   HfConfig config_;
   BlockPlan plan_;
-  torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr};
+  HfEmbedding word_embeddings_{nullptr}, position_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   torch::nn::ModuleList layer_;
   Projection pre_classifier_{nullptr}, classifier_{nullptr};

@@ -43,7 +43,7 @@ class Gpt2ModelImpl : public DecoderTrunk {
 
  private:
   HfConfig config_;
-  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  HfEmbedding wte_{nullptr}, wpe_{nullptr};
   torch::nn::ModuleList h_;
   torch::nn::LayerNorm ln_f_{nullptr};
 };

@@ -62,7 +62,7 @@ class LlamaModelImpl : public DecoderTrunk {
  private:
   HfConfig config_;
   torch::Tensor inv_freq_;  // [Dh / 2]: rope_theta^(-2i / Dh), float32 (not a parameter or buffer)
-  torch::nn::Embedding embed_tokens_{nullptr};
+  HfEmbedding embed_tokens_{nullptr};
   torch::nn::ModuleList layers_;
   RmsNorm norm_{nullptr};
 };

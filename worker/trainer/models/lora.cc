@@ -63,7 +63,7 @@ void Conv1DImpl::MergeLora() {
   lora_.Remove(*this);
 }
 
-void BuildProjectionsIn(torch::nn::Module& model, torch::ScalarType dtype, const std::vector<std::string>& except) {
+void BuildFrozenBaseIn(torch::nn::Module& model, torch::ScalarType dtype, const std::vector<std::string>& except) {
   torch::NoGradGuard no_grad;
   auto build = [&](torch::Tensor& t) {
     if (t.defined()) t.set_data(torch::empty(t.sizes(), t.options().dtype(dtype)));
@@ -79,10 +79,11 @@ void BuildProjectionsIn(torch::nn::Module& model, torch::ScalarType dtype, const
       build(c->weight);
       build(c->bias);
     }
+    if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(m.value().get())) build(e->weight);
   }
 }
 
-void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype) {
+void CastFrozenBase(torch::nn::Module& model, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
   auto cast = [&](torch::Tensor& t) {
     if (!t.defined() || t.requires_grad() || t.scalar_type() == dtype) return;
@@ -99,6 +100,7 @@ void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype) {
       cast(c->weight);
       cast(c->bias);
     }
+    if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(m.get())) cast(e->weight);
   }
 }
 
@@ -110,7 +112,7 @@ void MergeLora(torch::nn::Module& model) {
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  // A base kept in half precision (CastFrozenProjections) computes in it.
+  // A base kept in half precision (CastFrozenBase) computes in it.
   torch::Tensor y = weight.scalar_type() == x.scalar_type()
                         ? torch::nn::LinearImpl::forward(x)
                         : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());

@@ -82,6 +82,19 @@ class Conv1DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv1D);
 
+// torch::nn::Embedding whose rows are float32 whatever the table's dtype: a frozen table
+// kept in half precision (model.base_precision, CastFrozenBase below) feeds the
+// float32 activations of every other layer.
+class HfEmbeddingImpl : public torch::nn::EmbeddingImpl {
+ public:
+  using torch::nn::EmbeddingImpl::EmbeddingImpl;
+  torch::Tensor forward(const torch::Tensor& ids) {
+    torch::Tensor rows = torch::nn::EmbeddingImpl::forward(ids);
+    return rows.scalar_type() == torch::kFloat32 ? rows : rows.to(torch::kFloat32);
+  }
+};
+TORCH_MODULE(HfEmbedding);
+
 struct AdapterConfig {
   LoraOptions lora;
   // Module names or suffixes, or {"all-linear"}; empty: PEFT's default for the model type.
@@ -120,16 +133,20 @@ AdapterConfig ReadPeftAdapterConfig(const std::string& dir, const std::vector<st
 void LoadPeftAdapter(const std::string& dir, torch::nn::Module& model, const std::vector<std::string>& roots = {});
 
 // For a model built under DeferInit (models/common.h), before its weights are loaded:
-// gives the weight and bias of every projection (Projection, Conv1D) whose module name
-// starts with none of `except` (the head) new unwritten tensors of `dtype`, so that
-// LoadHfWeights maps a file of that dtype into them, shared by every process that maps
-// it, or converts into them (hf_weights.h): an adapter's base is never held in float32.
-void BuildProjectionsIn(torch::nn::Module& model, torch::ScalarType dtype, const std::vector<std::string>& except);
+// gives the weight and bias of every projection (Projection, Conv1D) and the table of
+// every embedding whose module name starts with none of `except` (the head) new
+// unwritten tensors of `dtype`, so that LoadHfWeights maps a file of that dtype into
+// them, shared by every process that maps it, or converts into them (hf_weights.h): an
+// adapter's base is never held in float32.
+void BuildFrozenBaseIn(torch::nn::Module& model, torch::ScalarType dtype, const std::vector<std::string>& except);
 
-// Keeps the frozen weight and bias of every projection (Projection, Conv1D) of `model` in
-// `dtype` (model.base_precision); they then compute in it on float32 activations (the
-// input cast in, the output cast back). Trainable tensors are left as they are.
-void CastFrozenProjections(torch::nn::Module& model, torch::ScalarType dtype);
+// Keeps the frozen weight and bias of every projection (Projection, Conv1D) and the
+// frozen table of every embedding of `model` in `dtype` (model.base_precision); the
+// projections then compute in it on float32 activations (the input cast in, the output
+// cast back), the embeddings look up rows that they return in float32 (HfEmbedding). The
+// norms stay float32 (a few thousand values per block). Trainable tensors are left as
+// they are.
+void CastFrozenBase(torch::nn::Module& model, torch::ScalarType dtype);
 
 // Folds every update of `model` into the weight it adapts and removes it, leaving the
 // base model's parameter names: the model PEFT's merge_and_unload() returns.

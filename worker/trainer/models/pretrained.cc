@@ -84,7 +84,7 @@ std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const Pret
   {
     DeferInit unwritten;  // LoadHfWeights writes every parameter, or throws
     model = BuildPretrained(c, options.task);
-    if (options.base_dtype != torch::kFloat32) BuildProjectionsIn(*model, options.base_dtype, rules.head);
+    if (options.base_dtype != torch::kFloat32) BuildFrozenBaseIn(*model, options.base_dtype, rules.head);
   }
   LoadHfWeights(weights, rules, *model);
   if (config != nullptr) *config = c;
@@ -177,7 +177,7 @@ std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_wei
     torch::NoGradGuard no_grad;  // what trains is float32 (a projection in modules_to_save)
     for (torch::Tensor& p : model->parameters())
       if (p.requires_grad() && p.scalar_type() != torch::kFloat32) p.set_data(p.to(torch::kFloat32));
-    CastFrozenProjections(*model, options.base_dtype);  // the rest: the head's, or built unloaded
+    CastFrozenBase(*model, options.base_dtype);  // the rest: the head's, or built unloaded
   }
   if (attached != nullptr) *attached = a;
   return model;

@@ -34,7 +34,7 @@ struct PretrainedOptions {
   double dropout = -1;            // >= 0: replaces the hidden and the classifier's dropout
   double attention_dropout = -1;  // >= 0: replaces the attention probabilities' dropout
   // bf16 or fp16: the projections outside the head are built in it and loaded into it
-  // (lora.h's BuildProjectionsIn; an adapter's base, model.base_precision).
+  // (lora.h's BuildFrozenBaseIn; an adapter's base, model.base_precision).
   torch::ScalarType base_dtype = torch::kFloat32;
 };
 

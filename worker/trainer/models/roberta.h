@@ -38,7 +38,7 @@ class RobertaForSequenceClassificationImpl : public SequenceModel {
   torch::Tensor Embed(const torch::Tensor& tokens);  // [B, L, D]
   HfConfig config_;
   int64_t padding_idx_;
-  torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
+  HfEmbedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
   torch::nn::LayerNorm embeddings_norm_{nullptr};
   BertEncoder encoder_{nullptr};
   Projection dense_{nullptr}, out_proj_{nullptr};

@@ -164,17 +164,24 @@ void ProcessGroup::Broadcast(torch::Tensor& input, int root) {
 // The two collectives of sharded data parallelism (sharded_adamw.h). Inputs and outputs
 // on the group's device (NCCL reduces CUDA tensors only); no copies made for them.
 void ProcessGroup::ReduceScatterSum(torch::Tensor& output, torch::Tensor& input) {
+  Wait(ReduceScatterSumAsync(output, input));
+}
+
+void ProcessGroup::AllGather(torch::Tensor& output, torch::Tensor& input) { Wait(AllGatherAsync(output, input)); }
+
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::ReduceScatterSumAsync(torch::Tensor& output,
+                                                                           torch::Tensor& input) {
   RequireGroupDevice("reduce-scatter", output, input);
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;
-  Wait(Launch("reduce-scatter",
-              [&](Pending& p) { p.work = impl_->backend->reduce_scatter_single(output, input, options); }));
+  return Launch("reduce-scatter",
+                [&](Pending& p) { p.work = impl_->backend->reduce_scatter_single(output, input, options); });
 }
 
-void ProcessGroup::AllGather(torch::Tensor& output, torch::Tensor& input) {
+std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllGatherAsync(torch::Tensor& output, torch::Tensor& input) {
   RequireGroupDevice("all-gather", output, input);
-  Wait(Launch("all-gather",
-              [&](Pending& p) { p.work = impl_->backend->all_gather_single(output, input, c10d::AllgatherOptions()); }));
+  return Launch("all-gather",
+                [&](Pending& p) { p.work = impl_->backend->all_gather_single(output, input, c10d::AllgatherOptions()); });
 }
 
 void ProcessGroup::RequireGroupDevice(const char* what, const torch::Tensor& a, const torch::Tensor& b) const {

@@ -69,6 +69,12 @@ class ProcessGroup {
   // output [size * n] = every rank's input [n], in rank order.
   void ReduceScatterSum(torch::Tensor& output, torch::Tensor& input);
   void AllGather(torch::Tensor& output, torch::Tensor& input);
+  // The same two, started: Wait(handle) blocks for the result (the tensors must stay
+  // alive and untouched until then). Fully sharded training (fully_sharded.h) gathers the
+  // next block and reduces the last one's gradients while a block computes.
+  struct Pending;
+  std::shared_ptr<Pending> ReduceScatterSumAsync(torch::Tensor& output, torch::Tensor& input);
+  std::shared_ptr<Pending> AllGatherAsync(torch::Tensor& output, torch::Tensor& input);
   // True on every rank when `local` is true on at least one (an all-reduce MAX).
   bool AnyRank(bool local);
   // The same for several flags at once (one collective).
@@ -81,7 +87,6 @@ class ProcessGroup {
   // Starts an in-place sum all-reduce of one dense tensor; `done` is called (on a
   // communication thread, maybe before this returns) when it completes. Wait(handle)
   // blocks for it and rethrows its error.
-  struct Pending;
   std::shared_ptr<Pending> AllReduceSumAsync(torch::Tensor& tensor, std::function<void()> done);
   void Wait(const std::shared_ptr<Pending>& pending);
 

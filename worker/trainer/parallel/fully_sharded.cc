@@ -101,8 +101,11 @@ class FullyShardedAdamW::Unit : public BlockParams {
     torch::NoGradGuard no_grad;
     shard.copy_(Flat().narrow(0, rank * shard_numel_, shard_numel_));
   }
-  // All-gathers the shards into the storage (allocated again when freed).
-  void Gather(ProcessGroup& group, torch::Tensor shard) {
+  // Starts all-gathering the shards into the storage (allocated again when freed) unless
+  // a gather is under way; WaitGather() ends it. The storage is written only through a
+  // tensor of its own: the parameters' version counters stay.
+  void StartGather(ProcessGroup& group, torch::Tensor shard) {
+    if (gathering_) return;
     torch::NoGradGuard no_grad;
     const size_t bytes = static_cast<size_t>(padded_numel()) * 4;
     if (storage_.nbytes() != bytes) {
@@ -110,31 +113,59 @@ class FullyShardedAdamW::Unit : public BlockParams {
       storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
       storage_.set_nbytes(bytes);
     }
-    torch::Tensor flat = Flat();  // a tensor of its own: the parameters' version counters stay
-    group.AllGather(flat, shard);
+    gather_into_ = Flat();
+    gather_from_ = shard;
+    gathering_ = group.AllGatherAsync(gather_into_, gather_from_);
+  }
+  void WaitGather(ProcessGroup& group) {
+    if (!gathering_) return;
+    std::shared_ptr<ProcessGroup::Pending> pending = std::move(gathering_);
+    gathering_.reset();
+    group.Wait(pending);
+    gather_into_ = gather_from_ = torch::Tensor();
+  }
+  void Gather(ProcessGroup& group, torch::Tensor shard) {
+    StartGather(group, std::move(shard));
+    WaitGather(group);
   }
   void Free() {
+    if (gathering_) WaitGather(*owner_->group_);  // Gloo is still writing into it
     const size_t bytes = storage_.nbytes();
     if (bytes == 0) return;
     c10::DataPtr memory = storage_.set_data_ptr(storage_.allocator()->allocate(0));
     storage_.set_nbytes(0);
     if (owner_ != nullptr) owner_->KeepSpare(bytes, std::move(memory));
   }
-  // Reduce-scatters the parameters' gradients (averaged over ranks) into shard.grad(),
-  // adding to what is there, and frees them.
-  void ReduceGrads(ProcessGroup& group, torch::Tensor& shard) {
+  // Starts reduce-scattering the parameters' gradients into a buffer and frees them;
+  // FinishReduce() adds the result (averaged over ranks) to shard.grad(). One reduction
+  // at a time per unit.
+  void StartReduce(ProcessGroup& group) {
     torch::NoGradGuard no_grad;
-    const auto options = shard.options();
-    torch::Tensor all = torch::zeros({padded_numel()}, options);
+    const auto options = shard_.options();
+    reduce_from_ = torch::zeros({padded_numel()}, options);
     for (size_t i = 0; i < params_.size(); ++i)
       if (params_[i].grad().defined())
-        all.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].grad().reshape({-1}));
-    torch::Tensor mine = torch::empty({shard_numel_}, options);
-    group.ReduceScatterSum(mine, all);
-    mine.div_(world_size_);
-    if (shard.grad().defined()) shard.mutable_grad().add_(mine);
-    else shard.mutable_grad() = mine;
+        reduce_from_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].grad().reshape({-1}));
     for (torch::Tensor& p : params_) p.mutable_grad().reset();
+    reduce_into_ = torch::empty({shard_numel_}, options);
+    reducing_ = group.ReduceScatterSumAsync(reduce_into_, reduce_from_);
+  }
+  void FinishReduce(ProcessGroup& group) {
+    if (!reducing_) return;
+    std::shared_ptr<ProcessGroup::Pending> pending = std::move(reducing_);
+    reducing_.reset();
+    group.Wait(pending);
+    torch::NoGradGuard no_grad;
+    torch::Tensor mine = std::move(reduce_into_);
+    reduce_from_ = reduce_into_ = torch::Tensor();
+    mine.div_(world_size_);
+    if (shard_.grad().defined()) shard_.mutable_grad().add_(mine);
+    else shard_.mutable_grad() = mine;
+  }
+  // Ends whatever collective is under way (before the storage or the gradients are read).
+  void Settle(ProcessGroup& group) {
+    WaitGather(group);
+    FinishReduce(group);
   }
 
   const std::vector<torch::Tensor>& params() const { return params_; }
@@ -147,16 +178,22 @@ class FullyShardedAdamW::Unit : public BlockParams {
     for (torch::Tensor& p : params_)
       torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<AfterAccumulation>([this] { Accumulated(); }));
   }
+  // The reduction overlaps the next block's backward: the owner finishes it when the
+  // next block's starts, or at ReduceGradients.
   void Accumulated() {
     if (++accumulated_ < params_.size()) return;
     accumulated_ = 0;
-    ReduceGrads(*owner_->group_, shard_);
+    owner_->Reducing(this);
+    StartReduce(*owner_->group_);
     if (owner_->sharded_) Free();
   }
   // Gradients accumulated since the last reduction (0 between backwards).
   size_t pending() const { return accumulated_; }
 
   // BlockParams: only while the optimizer is sharded (whole, they are already there).
+  void Prefetch() override {
+    if (owner_->sharded_) StartGather(*owner_->group_, shard_);
+  }
   void Acquire() override {
     if (owner_->sharded_) Gather(*owner_->group_, shard_);
   }
@@ -175,6 +212,9 @@ class FullyShardedAdamW::Unit : public BlockParams {
   c10::Storage storage_;  // the padded range the parameters view; 0 bytes while freed
   torch::Tensor shard_;   // this rank's shard (shards_[i] of the optimizer)
   size_t accumulated_ = 0;
+  // Collectives under way, and the tensors they read and write until they end.
+  std::shared_ptr<ProcessGroup::Pending> gathering_, reducing_;
+  torch::Tensor gather_into_, gather_from_, reduce_from_, reduce_into_;
 };
 
 std::unique_ptr<FullyShardedAdamW> FullyShardedAdamW::Create(std::vector<torch::Tensor> params,
@@ -247,9 +287,20 @@ std::vector<BlockParams*> FullyShardedAdamW::block_params(int64_t num_blocks) co
   return out;
 }
 
+void FullyShardedAdamW::Reducing(Unit* unit) const {
+  if (reducing_ != nullptr && reducing_ != unit) reducing_->FinishReduce(*group_);
+  reducing_ = unit;
+}
+
+void FullyShardedAdamW::Settle() {
+  for (auto& unit : units_) unit->Settle(*group_);
+  reducing_ = nullptr;
+}
+
 void FullyShardedAdamW::Shard() {
   if (sharded_) return;
   torch::NoGradGuard no_grad;
+  if (group_ != nullptr) Settle();
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = *units_[u];
     if (!unit.Views()) unit.Build();  // the first time, or the parameters were loaded anew
@@ -260,24 +311,28 @@ void FullyShardedAdamW::Shard() {
   sharded_ = true;
 }
 
-void FullyShardedAdamW::Unshard() {
+void FullyShardedAdamW::Unshard(int only_rank) {
   if (!sharded_) return;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u]->block()) units_[u]->Gather(*group_, shards_[u]);
-  sharded_ = false;
+  Settle();
+  const bool keep = only_rank < 0 || only_rank == rank_;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u]->block()) continue;
+    units_[u]->Gather(*group_, shards_[u]);
+    if (!keep) units_[u]->Free();  // gathered for only_rank: one block at a time here
+  }
+  sharded_ = !keep;
 }
 
 void FullyShardedAdamW::ReduceGradients() {
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (units_[u]->block()) {  // reduced as each block's backward ended
-      if (units_[u]->pending() != 0)
-        throw std::logic_error("sharding full: block " + std::to_string(units_[u]->block_index()) + " got " +
-                               std::to_string(units_[u]->pending()) + " of its parameters' gradients in backward");
-      continue;
-    }
-    torch::Tensor shard = shards_[u];
-    units_[u]->ReduceGrads(*group_, shard);
-  }
+  Settle();  // the blocks' reductions (started as each block's backward ended) and any gather
+  for (const auto& unit : units_)
+    if (unit->block() && unit->pending() != 0)
+      throw std::logic_error("sharding full: block " + std::to_string(unit->block_index()) + " got " +
+                             std::to_string(unit->pending()) + " of its parameters' gradients in backward");
+  for (const auto& unit : units_)
+    if (!unit->block()) unit->StartReduce(*group_);
+  for (const auto& unit : units_)
+    if (!unit->block()) unit->FinishReduce(*group_);
 }
 
 torch::Tensor FullyShardedAdamW::step(LossClosure closure) {
@@ -303,17 +358,25 @@ void FullyShardedAdamW::ExchangeShards(ShardSink* sink) {
         } else {
           m = v = torch::zeros_like(shards_[u]);
         }
-        std::vector<torch::Tensor> ms, vs;
+        std::vector<torch::Tensor> ms, vs, values;  // a block's values too: model.pt leaves them out
         for (const Piece& p : units_[u]->PiecesOf(rank_)) {
           ms.push_back(m.narrow(0, p.shard_at, p.length));
           vs.push_back(v.narrow(0, p.shard_at, p.length));
+          if (units_[u]->block()) values.push_back(shards_[u].narrow(0, p.shard_at, p.length));
         }
         const auto [begin, end] = units_[u]->RangeOf(rank_);
-        WriteFlatShard(ms, vs, step, begin, end, total_, out);
+        WriteFlatShard(ms, vs, step, begin, end, total_, out, values);
       };
       StreamShardFile(*group_, r, OptimizerShardFileName(static_cast<int>(u) * world_size_ + r, files), write, sink);
     }
   }
+}
+
+std::vector<torch::Tensor> FullyShardedAdamW::ParametersInShards() const {
+  std::vector<torch::Tensor> params;
+  for (const auto& unit : units_)
+    if (unit->block()) params.insert(params.end(), unit->params().begin(), unit->params().end());
+  return params;
 }
 
 void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {

@@ -20,8 +20,13 @@
 // last parameter (a post-accumulate hook on each counts them), they are reduce-scattered
 // into the shards' gradients (summed over micro-batches) and freed with the parameters.
 // So a rank holds the shards, the resident units whole, and the parameters and gradients
-// of the blocks between their backward's start and end (one at a time), beside the
-// activations the blocks saved.
+// of the blocks between their backward's start and end (one at a time, and the next one's
+// parameters being gathered), beside the activations the blocks saved.
+//
+// Overlap, as FSDP's prefetching: a block's forward starts the next block's all-gather
+// before it computes, a block's backward (or recompute) the previous block's, and a
+// block's gradient reduce-scatter runs on while the next block's backward computes (one
+// at a time; finished before the next one starts). So up to two blocks are whole at once.
 //
 // A step, on every rank in the same order:
 //   backward          blocks last to first: all-gather, (recompute,) backward,
@@ -35,13 +40,15 @@
 // Whole and sharded. Create leaves every parameter whole and as it was (loading, the
 // first broadcast and resuming write into whole parameters); Shard() takes each rank's
 // shards from them and frees the blocks; Unshard() gathers every block again (before a
-// checkpoint, a roll-back or the export), and Shard() frees them after.
+// roll-back, whose load writes whole parameters, or, on rank 0 only, the export), and
+// Shard() frees them after.
 //
 // Checkpoints. The shards' state is written as one file per unit and rank,
 // optimizer-shard-{unit x world + rank}-of-{units x world}.pt, each holding its values of
 // the flat layout of checkpoint/optimizer_shards.h (a unit's values of one rank are one
 // range there: the padding is left out), so any run, sharded or not, on any number of
-// ranks, reads them back (ReadFlatRanges); the model's tensors are written whole.
+// ranks, reads them back (ReadFlatRanges). A block's files hold its parameters' values
+// too, and model.pt the rest of the model (ParametersInShards): saving gathers no block.
 #ifndef NIGHTSHIFT_WORKER_TRAINER_PARALLEL_FULLY_SHARDED_H_
 #define NIGHTSHIFT_WORKER_TRAINER_PARALLEL_FULLY_SHARDED_H_
 
@@ -78,10 +85,14 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // blocks freed.
   void Shard();
   // Collectives (every rank, same order; throw on a communication error).
-  void Unshard();
+  // Unshard: every block gathered whole again; with `only_rank` >= 0 only on that rank
+  // (the export's writer): the others free each block as soon as its gather ends and
+  // stay sharded.
+  void Unshard(int only_rank = -1);
   void ReduceGradients();
   torch::Tensor step(LossClosure closure = nullptr) override;
   void ExchangeShards(ShardSink* sink) override;
+  std::vector<torch::Tensor> ParametersInShards() const override;  // the blocks'
 
   // No collective.
   void LoadShards(const std::string& dir, const std::vector<std::string>& shards) override;
@@ -102,6 +113,12 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // gathered two or three times a step: no allocation and page faults each time).
   void KeepSpare(size_t bytes, c10::DataPtr memory) const;
   c10::DataPtr TakeSpare(size_t bytes) const;
+  // One block's gradient reduction runs beside the next block's backward: `unit` starts
+  // its own, the one before it is finished first.
+  void Reducing(Unit* unit) const;
+  mutable Unit* reducing_ = nullptr;
+  // Ends every collective under way (gathers, reductions).
+  void Settle();
   mutable std::vector<std::pair<size_t, c10::DataPtr>> spare_;  // before units_: outlives their storages' use
 
   const std::vector<std::unique_ptr<Unit>> units_;

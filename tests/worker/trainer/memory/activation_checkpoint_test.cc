@@ -93,6 +93,56 @@ TEST(ActivationCheckpointTest, ParametersGetGradientsWhenTheInputNeedsNone) {
   for (const auto& p : block->named_parameters()) EXPECT_TRUE(p.value().grad().defined()) << p.key();
 }
 
+// Records the calls a BlockPlan makes on sharded blocks, and the blocks' computations.
+class RecordingBlock : public BlockParams {
+ public:
+  RecordingBlock(int index, std::vector<std::string>* log) : index_(index), log_(log) {}
+  void Prefetch() override { log_->push_back("P" + std::to_string(index_)); }
+  void Acquire() override { log_->push_back("A" + std::to_string(index_)); }
+  void Release() override { log_->push_back("R" + std::to_string(index_)); }
+
+ private:
+  const int index_;
+  std::vector<std::string>* log_;
+};
+
+std::vector<std::string> PlanCalls(int checkpoint_every) {
+  std::vector<std::string> log;
+  std::vector<RecordingBlock> blocks;
+  for (int i = 0; i < 3; ++i) blocks.emplace_back(i, &log);
+  BlockPlan plan;
+  plan.checkpoint_every = checkpoint_every;
+  for (auto& b : blocks) plan.sharded.push_back(&b);
+  std::vector<torch::Tensor> weights;
+  for (int i = 0; i < 3; ++i) weights.push_back(torch::full({4}, 1.0 + i).requires_grad_(true));
+  torch::Tensor x = torch::ones({1, 2, 4});
+  for (size_t i = 0; i < 3; ++i) {
+    x = plan.Run(i, [&, i](const torch::Tensor& in, const torch::Tensor&) {
+      log.push_back((torch::GradMode::is_enabled() ? "C" : "c") + std::to_string(i));
+      return (in * weights[i]).tanh();
+    }, x, torch::Tensor());
+  }
+  log.push_back("|");
+  x.sum().backward();
+  for (const auto& w : weights) EXPECT_TRUE(w.grad().defined());
+  return log;
+}
+
+// FSDP's prefetching: every block's gather is started before the block before it
+// computes (forward) or before the block after it runs its backward, so communication
+// overlaps computation; each block is whole (acquired) whenever it computes.
+TEST(ActivationCheckpointTest, ABlockPlanStartsTheNextBlocksGatherBeforeTheCurrentOneComputes) {
+  using V = std::vector<std::string>;
+  // Without checkpointing the backward gathers each block again (a hook on its output),
+  // and starts the previous block's gather then.
+  EXPECT_EQ(PlanCalls(0), (V{"P0", "P1", "A0", "C0", "R0", "P1", "P2", "A1", "C1", "R1", "P2", "A2", "C2", "R2", "|",
+                             "A2", "P1", "A1", "P0", "A0"}));
+  // Checkpointed: the forward runs without gradients; the recompute gathers the block and
+  // starts the previous one's gather before it computes.
+  EXPECT_EQ(PlanCalls(1), (V{"P0", "P1", "A0", "c0", "R0", "P1", "P2", "A1", "c1", "R1", "P2", "A2", "c2", "R2", "|",
+                             "A2", "P1", "C2", "R2", "A1", "P0", "C1", "R1", "A0", "C0", "R0"}));
+}
+
 // The policy's spelling is the spec's (spec_rules::ActivationCheckpointEvery, spec_rules_test).
 TEST(ActivationCheckpointTest, WhichBlocks) {
   EXPECT_TRUE(IsCheckpointedBlock(3, 2));

@@ -234,8 +234,10 @@ TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
 // A sharded run's checkpoint written by 4 ranks, resumed at its step 6 on 2 ranks (two
 // batches accumulated: the same global batch) sharded either way, on 2 ranks unsharded
 // and on 1 rank (four accumulated): each ends at step 12 where the uninterrupted 4-rank
-// run ends; for checkpoints of sharding optimizer and of full.
+// run ends; for checkpoints of sharding optimizer and of full (whose blocks' values are in
+// the shard files, not in model.pt).
 TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
+ uintmax_t whole_model_pt = 0;
  for (const std::string written : {"optimizer", "full"}) {
   SCOPED_TRACE("written with " + written);
   auto config = [&](const std::string& name, int accumulate) {
@@ -260,6 +262,17 @@ TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
     EXPECT_GE(shard_files, 4 * 3);
   }
   EXPECT_FALSE(fs::exists(step6 + "/optimizer.pt"));
+  // full's blocks are written by their ranks into their shard files, not gathered into
+  // model.pt, which holds the rest (the embeddings, the final norm and head).
+  if (written == "optimizer") {
+    whole_model_pt = fs::file_size(step6 + "/model.pt");
+  } else {
+    uintmax_t block_bytes = 0;
+    for (const auto& p : hf::JobModel(whole, /*load_weights=*/false)->named_parameters())
+      if (p.key().find(".layers.") != std::string::npos) block_bytes += 4 * p.value().numel();
+    EXPECT_GT(block_bytes, 0u);
+    EXPECT_LE(fs::file_size(step6 + "/model.pt") + block_bytes, whole_model_pt);
+  }
   const std::vector<torch::Tensor> want = Final(whole);
 
   for (const auto& [world, sharding] : {std::pair{2, "optimizer"}, std::pair{2, "full"}, std::pair{2, "none"}, std::pair{1, "none"}}) {
@@ -322,7 +335,7 @@ TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFit
   }
   EXPECT_EQ(run("optimizer", limit, &progress), std::vector<int>(4, kExitOk));
   // Below what optimizer sharding needs, sharding full still fits: the blocks' parameters
-  // and gradients are held one block at a time.
+  // and gradients are held two blocks at a time (one computing, the next being gathered).
   ASSERT_EQ(run("full", 0, &progress), std::vector<int>(4, kExitOk));
   double full = 0;
   for (int r = 0; r < 4; ++r) full = std::max(full, need(r));
