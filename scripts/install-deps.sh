@@ -28,6 +28,9 @@ PACKAGES=(
   libicu-dev
   # tests
   libgtest-dev libgmock-dev prometheus curl python3-grpcio python3-protobuf python3-yaml
+  # Slurm as the cluster under the coordinator: real daemons on test hosts
+  # (tests/support/slurm_cluster.py), started by the tests, never as services
+  slurm-wlm slurmctld slurmd slurm-client munge
   # fuzzing (libFuzzer comes with clang's runtime library)
   clang libclang-rt-14-dev
   # scripts/function-lengths.sh (the review rule: no function over about 80 lines)

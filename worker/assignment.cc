@@ -89,7 +89,12 @@ std::map<std::string, std::string> RankEnvironment(const v1::Assignment& a, int 
       {"MASTER_ADDR", master.substr(0, colon)},
       {"MASTER_PORT", colon == std::string::npos ? "" : master.substr(colon + 1)},
       {"NIGHTSHIFT_JOB_ID", a.task().job_id()}};
-  if (local_rank < static_cast<int>(gpus.size())) env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpus[local_rank]);
+  if (local_rank < static_cast<int>(gpus.size())) {
+    env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpus[local_rank]);
+    // The index is NVML's (gpu_inventory.h), which counts in PCI bus order; CUDA's own
+    // default order (fastest first) can differ on a machine of mixed GPUs.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  }
   return env;
 }
 

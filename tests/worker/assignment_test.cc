@@ -83,10 +83,12 @@ TEST(RankEnvironmentTest, TorchrunVariablesAndOneGpuPerRank) {
                                                      {"MASTER_ADDR", "10.0.0.5"},
                                                      {"MASTER_PORT", "29500"},
                                                      {"NIGHTSHIFT_JOB_ID", "job-7"},
-                                                     {"CUDA_VISIBLE_DEVICES", "4"}}));
+                                                     {"CUDA_VISIBLE_DEVICES", "4"},
+                                                     {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}}));
   const auto cpu = RankEnvironment(a, 0, "10.0.0.5:29500", {});
   EXPECT_EQ(cpu.at("RANK"), "2");
   EXPECT_EQ(cpu.count("CUDA_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(cpu.count("CUDA_DEVICE_ORDER"), 0u);
 }
 
 TEST(TrainerConfigTest, SpecWithProtoNamesAndDefaultsPlusWhatTheWorkerResolved) {

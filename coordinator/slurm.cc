@@ -1,0 +1,229 @@
+#include "coordinator/slurm.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace nightshift {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kNamePrefix[] = "nightshift-";
+
+// A number as Slurm 22.05 writes it (plain) or as 23.02+ does ({"set", "infinite",
+// "number"}); `fallback` when unset or absent.
+int64_t SlurmNumber(const json& v, int64_t fallback) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+  if (v.is_object() && v.value("set", true) && !v.value("infinite", false) && v.contains("number"))
+    return SlurmNumber(v["number"], fallback);
+  return fallback;
+}
+
+// A state as 22.05 writes it ("RUNNING") or as 23.02+ does (["RUNNING", "COMPLETING"]).
+std::string SlurmString(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array() && !v.empty() && v.front().is_string()) return v.front().get<std::string>();
+  return "";
+}
+
+SlurmState StateOf(const std::string& s) {
+  static const std::map<std::string, SlurmState> kStates = {
+      {"PENDING", SlurmState::kPending},     {"CONFIGURING", SlurmState::kPending},
+      {"REQUEUED", SlurmState::kPending},    {"REQUEUE_HOLD", SlurmState::kPending},
+      {"REQUEUE_FED", SlurmState::kPending}, {"RESV_DEL_HOLD", SlurmState::kPending},
+      {"RUNNING", SlurmState::kRunning},     {"COMPLETING", SlurmState::kRunning},
+      {"SUSPENDED", SlurmState::kRunning},   {"STOPPED", SlurmState::kRunning},
+      {"SIGNALING", SlurmState::kRunning},   {"STAGE_OUT", SlurmState::kRunning},
+      {"RESIZING", SlurmState::kRunning},    {"COMPLETED", SlurmState::kCompleted},
+      {"FAILED", SlurmState::kFailed},       {"OUT_OF_MEMORY", SlurmState::kFailed},
+      {"BOOT_FAIL", SlurmState::kFailed},    {"DEADLINE", SlurmState::kFailed},
+      {"SPECIAL_EXIT", SlurmState::kFailed}, {"CANCELLED", SlurmState::kCancelled},
+      {"REVOKED", SlurmState::kCancelled},   {"PREEMPTED", SlurmState::kPreempted},
+      {"TIMEOUT", SlurmState::kTimeout},     {"NODE_FAIL", SlurmState::kNodeFail},
+  };
+  auto it = kStates.find(s);
+  return it == kStates.end() ? SlurmState::kUnknown : it->second;
+}
+
+// The batch script's exit: 23.02+ writes {"status", "return_code", "signal"}; 22.05 the
+// wait status as one number (exit code << 8, or the signal in the low bits).
+int ExitCodeOf(const json& v) {
+  if (v.is_object()) {
+    const int64_t signal = v.contains("signal") ? SlurmNumber(v["signal"].value("id", json()), 0) : 0;
+    if (signal > 0) return static_cast<int>(128 + signal);
+    return static_cast<int>(SlurmNumber(v.value("return_code", json()), 0));
+  }
+  const int64_t status = SlurmNumber(v, 0);
+  if (status & 0x7f) return static_cast<int>(128 + (status & 0x7f));
+  return static_cast<int>((status >> 8) & 0xff);
+}
+
+std::string Quoted(const std::string& s) {  // for a POSIX shell
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+const char* SlurmStateName(SlurmState s) {
+  switch (s) {
+    case SlurmState::kPending: return "pending";
+    case SlurmState::kRunning: return "running";
+    case SlurmState::kCompleted: return "completed";
+    case SlurmState::kFailed: return "failed";
+    case SlurmState::kCancelled: return "cancelled";
+    case SlurmState::kPreempted: return "preempted";
+    case SlurmState::kTimeout: return "timeout";
+    case SlurmState::kNodeFail: return "node_fail";
+    case SlurmState::kUnknown: break;
+  }
+  return "unknown";
+}
+
+std::string SlurmJobName(const std::string& job_id, int attempt) {
+  return kNamePrefix + job_id + "-a" + std::to_string(attempt);
+}
+
+bool ParseSlurmJobName(const std::string& name, std::string* job_id, int* attempt) {
+  const size_t prefix = sizeof(kNamePrefix) - 1, a = name.rfind("-a");
+  if (name.compare(0, prefix, kNamePrefix) != 0 || a == std::string::npos || a <= prefix || a + 2 >= name.size())
+    return false;
+  const std::string digits = name.substr(a + 2);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 9)
+    return false;
+  *job_id = name.substr(prefix, a - prefix);
+  *attempt = std::stoi(digits);
+  return true;
+}
+
+std::vector<std::string> SbatchArgs(const SlurmAllocationRequest& r, const SlurmOptions& o) {
+  std::vector<std::string> args = {
+      "--parsable",
+      "--job-name=" + SlurmJobName(r.job_id, r.attempt),
+      "--nodes=" + std::to_string(r.nodes),
+      "--ntasks-per-node=1",  // one worker per node; it starts the node's ranks
+      // An attempt ends with its allocation: the coordinator makes the next one (and
+      // decides whether there is one), never Slurm.
+      "--no-requeue",
+      // SIGTERM to every step's tasks before the time limit: the worker stops its ranks,
+      // which checkpoint.
+      "--signal=TERM@" + std::to_string(o.signal_before_end_seconds),
+  };
+  if (r.gpus_per_node > 0) args.push_back("--gres=gpu:" + std::to_string(r.gpus_per_node));
+  if (r.cpus_per_node > 0) args.push_back("--cpus-per-task=" + std::to_string(r.cpus_per_node));
+  if (r.memory_gb_per_node > 0)
+    args.push_back("--mem=" + std::to_string(static_cast<int64_t>(std::ceil(r.memory_gb_per_node * 1024))) + "M");
+  if (r.time_limit_minutes > 0) args.push_back("--time=" + std::to_string(r.time_limit_minutes));
+  const SlurmPriorityRow* row = nullptr;
+  for (const SlurmPriorityRow& candidate : o.priorities)
+    if (candidate.min_priority <= r.priority && (row == nullptr || candidate.min_priority > row->min_priority))
+      row = &candidate;
+  if (row != nullptr) {
+    if (!row->partition.empty()) args.push_back("--partition=" + row->partition);
+    if (!row->qos.empty()) args.push_back("--qos=" + row->qos);
+    if (!row->account.empty()) args.push_back("--account=" + row->account);
+  }
+  if (!o.log_dir.empty()) args.push_back("--output=" + o.log_dir + "/slurm-%j.out");
+  return args;
+}
+
+std::string SbatchScript(const SlurmAllocationRequest& r) {
+  std::string command;
+  for (const std::string& word : r.node_command) command += " " + Quoted(word);
+  // exec: srun gets the batch shell's signals; --kill-on-bad-exit: one node's worker
+  // failing ends the others' at once (the attempt is over), as TorchX does.
+  return "#!/bin/sh\n# Nightshift job " + r.job_id + ", attempt " + std::to_string(r.attempt) +
+         "\nexec srun --kill-on-bad-exit=1 --ntasks-per-node=1" + command + "\n";
+}
+
+StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object())
+    return Status::InvalidArgument("squeue --json: the output is not a JSON object");
+  if (doc.contains("errors") && doc["errors"].is_array() && !doc["errors"].empty()) {
+    const json& e = doc["errors"].front();
+    return Status::Unavailable("squeue --json: " + (e.is_object() ? e.value("description", e.dump()) : e.dump()));
+  }
+  if (!doc.contains("jobs") || !doc["jobs"].is_array())
+    return Status::InvalidArgument("squeue --json: no \"jobs\" list");
+  std::vector<SlurmJob> jobs;
+  for (const json& j : doc["jobs"]) {
+    if (!j.is_object()) return Status::InvalidArgument("squeue --json: a job that is not an object");
+    SlurmJob job;
+    const int64_t id = j.contains("job_id") ? SlurmNumber(j["job_id"], -1) : -1;
+    if (id < 0) return Status::InvalidArgument("squeue --json: a job without job_id");
+    job.slurm_id = std::to_string(id);
+    job.name = j.value("name", "");
+    job.slurm_state = j.contains("job_state") ? SlurmString(j["job_state"]) : "";
+    job.state = StateOf(job.slurm_state);
+    job.reason = j.contains("state_reason") ? SlurmString(j["state_reason"]) : "";
+    job.nodes = j.contains("nodes") ? SlurmString(j["nodes"]) : "";
+    job.partition = j.contains("partition") ? SlurmString(j["partition"]) : "";
+    job.exit_code = j.contains("exit_code") ? ExitCodeOf(j["exit_code"]) : 0;
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+SlurmCluster::SlurmCluster(SlurmOptions options, CommandRunner* runner)
+    : options_(std::move(options)), runner_(runner) {}
+
+StatusOr<CommandResult> SlurmCluster::Run(const std::string& program, const std::vector<std::string>& args,
+                                          const std::string& input) {
+  std::vector<std::string> argv = {program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return runner_->Run(argv, input, options_.env, options_.command_timeout_seconds);
+}
+
+StatusOr<std::string> SlurmCluster::Submit(const SlurmAllocationRequest& request) {
+  if (request.node_command.empty()) return Status::InvalidArgument("slurm: no command for the nodes");
+  StatusOr<CommandResult> r = Run(options_.sbatch, SbatchArgs(request, options_), SbatchScript(request));
+  if (!r.ok()) return Status::Unavailable("sbatch: " + r.status().message());
+  if (r->exit_code != 0) {
+    // A request Slurm can never run (more nodes than the partition has, an unknown
+    // partition, QOS or account) is the job's error; anything else (the controller
+    // unreachable, a limit on queued jobs) passes.
+    const std::string what = "sbatch refused " + SlurmJobName(request.job_id, request.attempt) + ": " + r->err;
+    const bool never = r->err.find("Invalid") != std::string::npos ||
+                       r->err.find("not available") != std::string::npos ||
+                       r->err.find("invalid") != std::string::npos;
+    return never ? Status::InvalidArgument(what) : Status::Unavailable(what);
+  }
+  // --parsable: "<id>" or "<id>;<cluster>".
+  std::string id = r->out.substr(0, r->out.find_first_of(";\n"));
+  if (id.empty() || !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return Status::Internal("sbatch printed no job id: " + r->out);
+  return id;
+}
+
+Status SlurmCluster::Cancel(const std::string& slurm_id) {
+  StatusOr<CommandResult> r = Run(options_.scancel, {slurm_id});
+  if (!r.ok()) return Status::Unavailable("scancel: " + r.status().message());
+  // scancel of a job that already ended says "Invalid job id specified" and exits 1 on
+  // some versions, 0 on others: the job is gone either way.
+  if (r->exit_code != 0 && r->err.find("Invalid job id") == std::string::npos)
+    return Status::Unavailable("scancel " + slurm_id + ": " + r->err);
+  return Status::OK();
+}
+
+StatusOr<std::map<std::string, SlurmJob>> SlurmCluster::Poll() {
+  StatusOr<CommandResult> r = Run(options_.squeue, {"--json"});
+  if (!r.ok()) return Status::Unavailable("squeue: " + r.status().message());
+  if (r->exit_code != 0) return Status::Unavailable("squeue --json: " + r->err);
+  StatusOr<std::vector<SlurmJob>> jobs = ParseSqueueJson(r->out);
+  if (!jobs.ok()) return jobs.status();
+  std::map<std::string, SlurmJob> ours;
+  for (SlurmJob& job : *jobs) {
+    std::string id;
+    int attempt = 0;
+    if (ParseSlurmJobName(job.name, &id, &attempt)) ours[job.slurm_id] = std::move(job);
+  }
+  return ours;
+}
+
+}  // namespace nightshift

@@ -1,0 +1,113 @@
+// Slurm as the cluster under the coordinator (issue 44, --cluster slurm): each attempt of
+// a job becomes one Slurm batch job, an allocation of its nodes, submitted with sbatch
+// and followed with squeue, as TorchX's and Determined's Slurm launchers do. Slurm's own
+// queue, fair share, limits, preemption and backfill decide when it runs; the
+// coordinator keeps the job's record and attempts.
+//
+// What is here: the commands (sbatch's arguments and batch script, scancel) and the
+// reading of `squeue --json` (Slurm 22.05's shape and 23.02+'s: states as lists, numbers
+// as {"set", "infinite", "number"}), behind CommandRunner so they are tested with a fake
+// and against real daemons (tests/support/slurm_cluster.py). NOT here yet: the
+// coordinator driving it (placement through allocations, the in-allocation worker).
+#ifndef NIGHTSHIFT_COORDINATOR_SLURM_H_
+#define NIGHTSHIFT_COORDINATOR_SLURM_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/command.h"
+#include "common/status.h"
+
+namespace nightshift {
+
+// The operator's table from a job's priority to where Slurm runs it: the row with the
+// largest min_priority at or below the job's priority applies (none: Slurm's defaults).
+struct SlurmPriorityRow {
+  int min_priority = 0;
+  std::string partition, qos, account;  // empty: not passed
+};
+
+struct SlurmOptions {
+  std::string sbatch = "sbatch", squeue = "squeue", scancel = "scancel";
+  std::map<std::string, std::string> env;  // for every command, e.g. SLURM_CONF
+  std::vector<SlurmPriorityRow> priorities;
+  std::string log_dir;               // sbatch --output (slurm-%j.out per allocation); "" : Slurm's default
+  int signal_before_end_seconds = 120;  // SIGTERM to the steps this long before the time limit
+  double command_timeout_seconds = 30;
+};
+
+// One attempt of one job, as an allocation.
+struct SlurmAllocationRequest {
+  std::string job_id;  // the coordinator's
+  int attempt = 0;
+  int priority = 0;
+  int nodes = 1;
+  int gpus_per_node = 0;     // --gres=gpu:N
+  int cpus_per_node = 0;     // --cpus-per-task (one task per node: the worker); 0: not passed
+  double memory_gb_per_node = 0;  // --mem; 0: not passed
+  int time_limit_minutes = 0;     // --time; 0: the partition's
+  // What each node runs (the in-allocation worker), started by srun once per node.
+  std::vector<std::string> node_command;
+};
+
+// The allocation's Slurm job name: "nightshift-<job>-a<attempt>".
+std::string SlurmJobName(const std::string& job_id, int attempt);
+// Inverse; false for a name that is not one of ours.
+bool ParseSlurmJobName(const std::string& name, std::string* job_id, int* attempt);
+
+// sbatch's arguments (after the program) and the batch script it reads on stdin.
+std::vector<std::string> SbatchArgs(const SlurmAllocationRequest& request, const SlurmOptions& options);
+std::string SbatchScript(const SlurmAllocationRequest& request);
+
+enum class SlurmState {
+  kPending,    // queued (reason says why), configuring, or requeued
+  kRunning,    // running, completing, suspended
+  kCompleted,  // every step exited 0
+  kFailed,     // a non-zero exit, out of memory, boot failure, deadline
+  kCancelled,
+  kPreempted,
+  kTimeout,
+  kNodeFail,
+  kUnknown,  // a state this code does not know (named in `slurm_state`)
+};
+const char* SlurmStateName(SlurmState s);
+
+struct SlurmJob {
+  std::string slurm_id;
+  std::string name;
+  SlurmState state = SlurmState::kUnknown;
+  std::string slurm_state;  // as Slurm names it (the first when it lists several)
+  std::string reason;       // state_reason ("Resources", "Priority", "None", ...)
+  std::string nodes;        // Slurm's host list ("n[1-2]"), empty while pending
+  std::string partition;
+  int exit_code = 0;        // the batch script's; 128 + N when killed by signal N
+};
+
+// The jobs of a `squeue --json` output. INVALID_ARGUMENT naming what does not parse.
+StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
+
+class SlurmCluster {
+ public:
+  SlurmCluster(SlurmOptions options, CommandRunner* runner);  // runner not owned
+
+  // sbatch --parsable: Slurm's job id. With sbatch's message: INVALID_ARGUMENT for a
+  // request Slurm can never run (more nodes than there are, an unknown partition, QOS or
+  // account), UNAVAILABLE for the rest (the controller down, a limit): retry later.
+  StatusOr<std::string> Submit(const SlurmAllocationRequest& request);
+  // scancel; a job Slurm no longer knows is not an error.
+  Status Cancel(const std::string& slurm_id);
+  // Our allocations Slurm still lists (squeue --json, jobs named nightshift-*), by id.
+  // A job that ended leaves the list MinJobAge seconds after its end.
+  StatusOr<std::map<std::string, SlurmJob>> Poll();
+
+ private:
+  StatusOr<CommandResult> Run(const std::string& program, const std::vector<std::string>& args,
+                              const std::string& input = "");
+  const SlurmOptions options_;
+  CommandRunner* const runner_;
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_SLURM_H_

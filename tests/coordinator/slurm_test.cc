@@ -1,0 +1,208 @@
+// coordinator/slurm.h: the sbatch command and script, squeue's JSON (recorded from Slurm
+// 22.05's daemons, and 23.11's shape from its documentation: tests/coordinator/testdata/
+// slurm/README.md), and SlurmCluster over a fake CommandRunner. The same against real
+// Slurm daemons on test hosts: tests/e2e/slurm_test.cc.
+#include "coordinator/slurm.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace nightshift {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Fixture(const std::string& name) {
+  std::ifstream in(std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/coordinator/testdata/slurm/" + name);
+  std::stringstream s;
+  s << in.rdbuf();
+  EXPECT_FALSE(s.str().empty()) << name;
+  return s.str();
+}
+
+SlurmAllocationRequest Request() {
+  SlurmAllocationRequest r;
+  r.job_id = "j-0c1f";
+  r.attempt = 2;
+  r.priority = 50;
+  r.nodes = 2;
+  r.gpus_per_node = 8;
+  r.cpus_per_node = 64;
+  r.memory_gb_per_node = 1.5;
+  r.time_limit_minutes = 90;
+  r.node_command = {"/opt/nightshift/bin/nightshift-worker", "--allocation", "j-0c1f/2", "--label", "it's \"quoted\" $HOME"};
+  return r;
+}
+
+TEST(SlurmTest, TheJobNameCarriesTheJobAndTheAttempt) {
+  EXPECT_EQ(SlurmJobName("j-0c1f", 2), "nightshift-j-0c1f-a2");
+  std::string job;
+  int attempt = -1;
+  ASSERT_TRUE(ParseSlurmJobName("nightshift-j-a1-a12", &job, &attempt));
+  EXPECT_EQ(job, "j-a1");
+  EXPECT_EQ(attempt, 12);
+  for (const char* other : {"bash", "nightshift-", "nightshift-j-1", "nightshift-j-a", "nightshift-j-ax", "other-j-a1"})
+    EXPECT_FALSE(ParseSlurmJobName(other, &job, &attempt)) << other;
+}
+
+TEST(SlurmTest, SbatchAsksForTheNodesGpusAndLimitsWhereThePriorityTableSays) {
+  SlurmOptions o;
+  o.priorities = {{0, "batch", "", ""}, {100, "urgent", "high", "ml"}, {10, "normal", "standard", "ml"}};
+  o.log_dir = "/var/log/nightshift";
+  o.signal_before_end_seconds = 300;
+  const std::vector<std::string> want = {
+      "--parsable", "--job-name=nightshift-j-0c1f-a2", "--nodes=2", "--ntasks-per-node=1", "--no-requeue",
+      "--signal=TERM@300", "--gres=gpu:8", "--cpus-per-task=64", "--mem=1536M", "--time=90",
+      "--partition=normal", "--qos=standard", "--account=ml", "--output=/var/log/nightshift/slurm-%j.out"};
+  EXPECT_EQ(SbatchArgs(Request(), o), want);
+  SlurmAllocationRequest low = Request();
+  low.priority = -5;  // below every row: Slurm's defaults
+  low.gpus_per_node = low.cpus_per_node = 0;
+  low.memory_gb_per_node = 0;
+  low.time_limit_minutes = 0;
+  o.log_dir.clear();
+  EXPECT_EQ(SbatchArgs(low, o), (std::vector<std::string>{"--parsable", "--job-name=nightshift-j-0c1f-a2", "--nodes=2",
+                                                           "--ntasks-per-node=1", "--no-requeue", "--signal=TERM@300"}));
+  low.priority = 1000;
+  EXPECT_EQ(SbatchArgs(low, o).back(), "--account=ml");
+}
+
+// The script run by a real shell, with an srun that prints what it was given: every word
+// of the node command arrives as it was, quotes and dollars included.
+TEST(SlurmTest, TheBatchScriptHandsSrunTheNodeCommandWordForWord) {
+  const fs::path dir = fs::temp_directory_path() / ("nightshift_slurm_script_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream srun(dir / "srun");
+    srun << "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n";
+  }
+  fs::permissions(dir / "srun", fs::perms::owner_all);
+  SubprocessRunner runner;
+  StatusOr<CommandResult> r =
+      runner.Run({"sh", "-s"}, SbatchScript(Request()), {{"PATH", dir.string() + ":/usr/bin:/bin"}}, 30);
+  fs::remove_all(dir);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_EQ(r->out,
+            "--kill-on-bad-exit=1\n--ntasks-per-node=1\n/opt/nightshift/bin/nightshift-worker\n--allocation\n"
+            "j-0c1f/2\n--label\nit's \"quoted\" $HOME\n");
+}
+
+TEST(SlurmTest, Squeue2205JsonParses) {
+  StatusOr<std::vector<SlurmJob>> running = ParseSqueueJson(Fixture("squeue-22.05-running.json"));
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  ASSERT_FALSE(running->empty());
+  bool found = false;
+  for (const SlurmJob& j : *running) {
+    if (j.name.rfind("nightshift-", 0) != 0 || j.state != SlurmState::kRunning) continue;
+    found = true;
+    EXPECT_FALSE(j.slurm_id.empty());
+    EXPECT_EQ(j.slurm_state, "RUNNING");
+    EXPECT_FALSE(j.nodes.empty());
+    EXPECT_FALSE(j.partition.empty());
+  }
+  EXPECT_TRUE(found) << "a running job of ours in the fixture";
+  StatusOr<std::vector<SlurmJob>> pending = ParseSqueueJson(Fixture("squeue-22.05-pending.json"));
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  found = false;
+  for (const SlurmJob& j : *pending) {
+    if (j.state != SlurmState::kPending) continue;
+    found = true;
+    EXPECT_FALSE(j.reason.empty());
+    EXPECT_NE(j.reason, "None");
+  }
+  EXPECT_TRUE(found) << "a pending job in the fixture";
+}
+
+// Slurm 23.02 and later: states are lists, numbers {"set", "infinite", "number"}, the exit
+// code an object (slurmrestd's v0.0.40 job schema, which squeue --json prints).
+TEST(SlurmTest, Squeue2311JsonParses) {
+  StatusOr<std::vector<SlurmJob>> jobs = ParseSqueueJson(Fixture("squeue-23.11-doc.json"));
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].slurm_id, "1041");
+  EXPECT_EQ((*jobs)[0].state, SlurmState::kPending);
+  EXPECT_EQ((*jobs)[0].reason, "Priority");
+  EXPECT_EQ((*jobs)[1].state, SlurmState::kRunning);
+  EXPECT_EQ((*jobs)[1].nodes, "gpu[01-02]");
+  EXPECT_EQ((*jobs)[2].state, SlurmState::kNodeFail);
+  EXPECT_EQ((*jobs)[2].exit_code, 128 + 9);
+}
+
+TEST(SlurmTest, SqueueOutputThatIsNotJobsIsAnError) {
+  EXPECT_EQ(ParseSqueueJson("not json").status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(ParseSqueueJson("{\"meta\": {}}").status().code(), Status::kInvalidArgument);
+  EXPECT_EQ(ParseSqueueJson("{\"jobs\": [{\"name\": \"x\"}]}").status().code(), Status::kInvalidArgument);
+  const Status down = ParseSqueueJson(R"({"errors": [{"description": "Unable to contact slurm controller"}], "jobs": []})").status();
+  EXPECT_EQ(down.code(), Status::kUnavailable);
+  EXPECT_NE(down.message().find("Unable to contact slurm controller"), std::string::npos) << down.ToString();
+  // 22.05's exit code is the wait status: exit 3, and killed by signal 15.
+  StatusOr<std::vector<SlurmJob>> j = ParseSqueueJson(
+      R"({"jobs": [{"job_id": 7, "name": "a", "job_state": "FAILED", "exit_code": 768},
+                   {"job_id": 8, "name": "b", "job_state": "CANCELLED", "exit_code": 15},
+                   {"job_id": 9, "name": "c", "job_state": "SOMETHING_NEW"}]})");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ((*j)[0].exit_code, 3);
+  EXPECT_EQ((*j)[1].exit_code, 128 + 15);
+  EXPECT_EQ((*j)[2].state, SlurmState::kUnknown);
+  EXPECT_EQ((*j)[2].slurm_state, "SOMETHING_NEW");
+}
+
+// Records what it was asked to run and answers from a script.
+class FakeRunner : public CommandRunner {
+ public:
+  StatusOr<CommandResult> Run(const std::vector<std::string>& argv, const std::string& input,
+                              const std::map<std::string, std::string>& env, double) override {
+    calls.push_back(argv);
+    inputs.push_back(input);
+    envs.push_back(env);
+    if (answers.empty()) return Status::Internal("no answer");
+    StatusOr<CommandResult> a = answers.front();
+    answers.erase(answers.begin());
+    return a;
+  }
+  std::vector<std::vector<std::string>> calls;
+  std::vector<std::string> inputs;
+  std::vector<std::map<std::string, std::string>> envs;
+  std::vector<StatusOr<CommandResult>> answers;
+};
+
+TEST(SlurmTest, TheClusterSubmitsCancelsAndPollsItsOwnJobsOnly) {
+  FakeRunner fake;
+  SlurmOptions o;
+  o.sbatch = "/usr/bin/sbatch";
+  o.env = {{"SLURM_CONF", "/etc/slurm/test.conf"}};
+  SlurmCluster cluster(o, &fake);
+  fake.answers = {CommandResult{0, "4242;main\n", ""}, CommandResult{1, "", "sbatch: error: Batch job submission failed: Invalid qos specification\n"},
+                  Status::NotFound("command `squeue` could not be run"),
+                  CommandResult{0, R"({"jobs": [{"job_id": 4242, "name": "nightshift-j-0c1f-a2", "job_state": "PENDING", "state_reason": "Resources"},
+                                                {"job_id": 17, "name": "someone-elses", "job_state": "RUNNING"}]})", ""},
+                  CommandResult{1, "", "scancel: error: Kill job error on job id 4242: Invalid job id specified\n"},
+                  CommandResult{1, "", "scancel: error: Unable to contact slurm controller\n"}};
+  StatusOr<std::string> id = cluster.Submit(Request());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "4242");
+  EXPECT_EQ(fake.calls[0][0], "/usr/bin/sbatch");
+  EXPECT_EQ(fake.inputs[0], SbatchScript(Request()));
+  EXPECT_EQ(fake.envs[0].at("SLURM_CONF"), "/etc/slurm/test.conf");
+  const Status refused = cluster.Submit(Request()).status();
+  EXPECT_EQ(refused.code(), Status::kInvalidArgument);  // never runs: the job's error, not a retry
+  EXPECT_NE(refused.message().find("Invalid qos specification"), std::string::npos) << refused.ToString();
+  EXPECT_EQ(cluster.Poll().status().code(), Status::kUnavailable);
+  StatusOr<std::map<std::string, SlurmJob>> jobs = cluster.Poll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->at("4242").reason, "Resources");
+  EXPECT_EQ(fake.calls[3], (std::vector<std::string>{"squeue", "--json"}));
+  EXPECT_TRUE(cluster.Cancel("4242").ok());  // already gone
+  EXPECT_EQ(cluster.Cancel("4242").code(), Status::kUnavailable);
+  EXPECT_EQ(fake.calls[5], (std::vector<std::string>{"scancel", "4242"}));
+}
+
+}  // namespace
+}  // namespace nightshift

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Regenerates the Slurm 22.05 fixtures in this folder from a real cluster.
+
+Needs root plus Debian 12's slurm-wlm and munge; starts a throwaway cluster
+with tests/support/slurm_cluster.py (2 nodes x 2 CPUs, partitions low/high)
+and tears it down. Takes about a minute. Usage:
+
+    python3 tests/coordinator/testdata/slurm/regenerate.py [OUTDIR]
+
+Writes the fixtures plus notes.json (state timelines, error outputs).
+"""
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "support"))
+from slurm_cluster import SlurmCluster  # noqa: E402
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else HERE
+NOTES: dict = {}
+
+
+def main() -> int:
+    with SlurmCluster(nodes=2, cpus_per_node=2, min_job_age=300) as c:
+        jobs = os.path.join(c.state["dir"], "jobs")
+
+        def run(argv, check=True):
+            return c.run(argv, check=check, cwd=jobs)
+
+        def squeue():
+            r = run(["squeue", "--json"])
+            return r.stdout
+
+        def jobs_by_id():
+            return {j["job_id"]: j for j in json.loads(squeue())["jobs"]}
+
+        def save(name, text):
+            assert len(text) < 200_000, (name, len(text))
+            with open(os.path.join(OUT, name), "w") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+
+        def wait(job_id, pred, timeout=60, what=""):
+            deadline = time.monotonic() + timeout
+            seen = []
+            while time.monotonic() < deadline:
+                j = jobs_by_id().get(job_id)
+                st = (j["job_state"], j["state_reason"]) if j else ("<absent>", "")
+                if not seen or seen[-1][1:] != st:
+                    seen.append((round(time.monotonic() - t0, 1),) + st)
+                if j and pred(j):
+                    return j, seen
+                time.sleep(0.3)
+            raise RuntimeError(f"timeout waiting for {job_id} {what}: {seen}")
+
+        def sbatch(*args):
+            r = run(["sbatch", "--parsable", f"--output={jobs}/%j.out", *args])
+            return r.stdout
+
+        t0 = time.monotonic()
+        save("squeue-22.05-empty.json", squeue())
+
+        script = os.path.join(jobs, "nightshift.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nsrun --kill-on-bad-exit=1 sleep 30\n")
+        ns_args = ["--nodes=2", "--ntasks-per-node=1",
+                   "--job-name=nightshift-j-abc-a0", "--no-requeue",
+                   "--signal=B:TERM@30", "--time=5"]
+        out = sbatch(*ns_args, script)
+        NOTES["sbatch_parsable_stdout"] = out
+        save("sbatch-22.05-parsable.txt", out)
+        a = int(out.strip())
+        wait(a, lambda j: j["job_state"] == "RUNNING")
+        save("squeue-22.05-running.json", squeue())
+
+        held = int(sbatch("--hold", "--nodes=2", "--ntasks-per-node=1",
+                          "--job-name=nightshift-j-abc-held", "--wrap", "true"))
+        big = int(sbatch("--nodes=2", "--ntasks-per-node=2",
+                         "--job-name=nightshift-j-abc-big", "--wrap", "true"))
+        wait(big, lambda j: j["state_reason"] == "Resources")
+        save("squeue-22.05-pending.json", squeue())
+        run(["scancel", str(held), str(big)])
+
+        # Terminal states: cancelled (running), completed, failed (exit 3).
+        run(["scancel", str(a)])
+        _, NOTES["timeline_cancelled"] = wait(
+            a, lambda j: j["job_state"] == "CANCELLED")
+        ok = int(sbatch("--nodes=2", "--ntasks-per-node=1",
+                        "--job-name=nightshift-j-abc-ok", "--wrap",
+                        "srun --kill-on-bad-exit=1 hostname"))
+        bad = int(sbatch("--nodes=2", "--ntasks-per-node=1",
+                         "--job-name=nightshift-j-abc-fail", "--wrap", "exit 3"))
+        sbad = int(sbatch("--nodes=2", "--ntasks-per-node=1",
+                          "--job-name=nightshift-j-abc-srunfail", "--wrap",
+                          "srun --kill-on-bad-exit=1 sh -c 'exit 7'"))
+        _, NOTES["timeline_completed"] = wait(
+            ok, lambda j: j["job_state"] == "COMPLETED")
+        _, NOTES["timeline_failed"] = wait(bad, lambda j: j["job_state"] == "FAILED")
+        wait(sbad, lambda j: j["job_state"] == "FAILED")
+        save("squeue-22.05-finished.json", squeue())
+
+        # Preemption: low-tier job holds every CPU; a high-tier job arrives.
+        for requeue in (True, False):
+            low = int(sbatch("--partition=low", "--nodes=2", "--exclusive",
+                             "--requeue" if requeue else "--no-requeue",
+                             f"--job-name=nightshift-j-low-{'rq' if requeue else 'norq'}",
+                             "--time=5", "--wrap", "srun sleep 300"))
+            wait(low, lambda j: j["job_state"] == "RUNNING")
+            hi = int(sbatch("--partition=high", *ns_args[:2],
+                            f"--job-name=nightshift-j-high-{'rq' if requeue else 'norq'}",
+                            "--time=5", "--wrap", "srun sleep 300"))
+            tag = "requeue" if requeue else "norequeue"
+            j, tl = wait(hi, lambda j: j["job_state"] == "RUNNING", timeout=90)
+            time.sleep(1)
+            _, tl_low = wait(low, lambda j: j["job_state"] != "RUNNING", 30)
+            time.sleep(2)
+            NOTES[f"timeline_preempt_{tag}_low"] = tl_low
+            save(f"squeue-22.05-preempted-{tag}.json", squeue())
+            run(["scancel", str(low), str(hi)])
+            wait(low, lambda j: j["job_state"] not in ("RUNNING", "PENDING",
+                                                       "COMPLETING"))
+            wait(hi, lambda j: j["job_state"] not in ("RUNNING", "COMPLETING"))
+
+        # Filters and unknown ids.
+        r = run(["squeue", "--json", "--jobs=999999"], check=False)
+        NOTES["squeue_json_unknown_job"] = {
+            "rc": r.returncode, "stderr": r.stderr,
+            "job_ids_returned": [j["job_id"] for j in json.loads(r.stdout)["jobs"]]}
+        r = run(["squeue", "--jobs=999999"], check=False)
+        NOTES["squeue_plain_unknown_job"] = {"rc": r.returncode,
+                                             "stdout": r.stdout, "stderr": r.stderr}
+        r = run(["squeue", "--json", f"--jobs={ok}"], check=False)
+        NOTES["squeue_json_jobs_filter_returns"] = [
+            j["job_id"] for j in json.loads(r.stdout)["jobs"]]
+        r = run(["sacct", "--json"], check=False)
+        NOTES["sacct_json"] = {"rc": r.returncode, "stdout": r.stdout[:300],
+                               "stderr": r.stderr}
+        r = run(["sacct", "-c", "-P", "-o",
+                 "jobid,jobname,partition,state,exitcode,nodelist,start,end"],
+                check=False)
+        NOTES["sacct_completion_filetxt"] = {"rc": r.returncode, "stdout": r.stdout,
+                                             "stderr": r.stderr}
+        r = run(["scontrol", "show", "job", "-o", str(bad)], check=False)
+        NOTES["scontrol_show_job_failed"] = r.stdout
+        with open(os.path.join(OUT, "notes-22.05.json"), "w") as f:
+            json.dump(NOTES, f, indent=1)
+            f.write("\n")
+    print("fixtures written to", OUT, f"in {time.monotonic() - t0:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
