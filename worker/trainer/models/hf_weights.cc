@@ -50,8 +50,9 @@ struct HfWeights::Mapping {
   const char* data = nullptr;
   size_t size = 0;
   uint64_t fingerprint = 0;  // of the file (MappedWeightFingerprint)
-  // Set by the first view (ShareOrCopyTo). Once there are views, no pages are dropped
-  // (CopyTo): a page a view has written is this process's only copy of it.
+  // Set by the first view (ShareOrCopyTo). Once there are views, CopyTo drops only the
+  // pages wholly inside the tensor it converts: a page a view has written is this
+  // process's only copy of it.
   mutable bool has_views = false;
   ~Mapping() {
     if (data != nullptr) ::munmap(const_cast<char*>(data), size);
@@ -208,10 +209,12 @@ void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
     const int64_t len = std::min(per_chunk, count - at);
     const char* from = bytes + at * static_cast<int64_t>(element);
     flat.narrow(0, at, len).copy_(torch::from_blob(const_cast<char*>(from), {len}, torch::TensorOptions().dtype(type)));
-    if (file.has_views) continue;  // (Mapping)
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(from) / page * page;
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(from) + len * element + page - 1) / page * page;
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    // Once the file has views (Mapping), only the pages wholly inside this tensor's bytes:
+    // a page it shares with a neighbour may hold what a view of that neighbour wrote.
+    const uintptr_t first = reinterpret_cast<uintptr_t>(from), last = first + len * element;
+    const uintptr_t begin = file.has_views ? (first + page - 1) / page * page : first / page * page;
+    const uintptr_t end = file.has_views ? last / page * page : (last + page - 1) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   }
 }
 
