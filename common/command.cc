@@ -31,83 +31,54 @@ void CloseBoth(int fds[2]) {
     if (fds[i] >= 0) ::close(fds[i]);
 }
 
-}  // namespace
-
-StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& argv, const std::string& input,
-                                              const std::map<std::string, std::string>& env, double timeout_seconds) {
-  if (argv.empty()) return Status::InvalidArgument("command: no program");
-  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-    const std::string why = std::strerror(errno);
-    CloseBoth(in), CloseBoth(out), CloseBoth(err);
-    return Status::Internal("command " + argv[0] + ": pipe: " + why);
-  }
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // The child's environment, made here: after fork only async-signal-safe calls are safe
-  // (another thread may have held the allocator's lock at the fork).
+// This process's environment with `env` put over it, as NAME=value.
+std::vector<std::string> ChildEnvironment(const std::map<std::string, std::string>& env) {
   std::vector<std::string> vars;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string var = *e;
     if (!env.count(var.substr(0, var.find('=')))) vars.push_back(var);
   }
   for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (std::string& v : vars) envp.push_back(v.data());
-  envp.push_back(nullptr);
-  // The program is looked up in the child's PATH (execvpe would search ours).
-  std::string program = argv[0];
-  if (program.find('/') == std::string::npos) {
-    std::string path = "/usr/bin:/bin";
-    for (const std::string& v : vars)
-      if (v.rfind("PATH=", 0) == 0) path = v.substr(5);
-    for (size_t at = 0; at <= path.size();) {
-      const size_t end = std::min(path.find(':', at), path.size());
-      const std::string candidate = (end > at ? path.substr(at, end - at) : ".") + "/" + argv[0];
-      if (::access(candidate.c_str(), X_OK) == 0) {
-        program = candidate;
-        break;
-      }
-      at = end + 1;
-    }
+  return vars;
+}
+
+// `name` looked up in the PATH of `vars` (execvpe would search this process's).
+std::string InChildPath(const std::string& name, const std::vector<std::string>& vars) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path = "/usr/bin:/bin";
+  for (const std::string& v : vars)
+    if (v.rfind("PATH=", 0) == 0) path = v.substr(5);
+  for (size_t at = 0; at <= path.size();) {
+    const size_t end = std::min(path.find(':', at), path.size());
+    const std::string candidate = (end > at ? path.substr(at, end - at) : ".") + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    at = end + 1;
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const std::string why = std::strerror(errno);
-    CloseBoth(in), CloseBoth(out), CloseBoth(err);
-    return Status::Internal("command " + argv[0] + ": fork: " + why);
-  }
-  if (pid == 0) {  // the child: async-signal-safe calls only, until exec
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    ::execve(program.c_str(), args.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(in[0]), ::close(out[1]), ::close(err[1]);
-  // Writes to the child never block (it may be writing its output, which we drain in the
-  // same loop), and a child that exits without reading all of its input is EPIPE, not a
-  // SIGPIPE that kills this process: SIGPIPE is blocked on this thread meanwhile, and a
-  // pending one taken back.
-  ::fcntl(in[1], F_SETFL, ::fcntl(in[1], F_GETFL) | O_NONBLOCK);
+  return name;  // exec fails: exit code 127
+}
+
+// Feeds `input` to the child's stdin and drains its stdout and stderr together (a large
+// output never blocks the child while we write, nor a large input while it writes),
+// until both outputs end or the time is up (true). Closes the three descriptors.
+// Writes never block, and a child that exits without reading all of its input is EPIPE,
+// not a SIGPIPE that kills this process: SIGPIPE is blocked on this thread meanwhile,
+// and a pending one taken back.
+bool Exchange(int to_child, int out, int err, const std::string& input, double timeout_seconds,
+              CommandResult* result) {
+  ::fcntl(to_child, F_SETFL, ::fcntl(to_child, F_GETFL) | O_NONBLOCK);
   sigset_t pipe_signal, old_mask;
   sigemptyset(&pipe_signal);
   sigaddset(&pipe_signal, SIGPIPE);
   ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
-  CommandResult result;
-  // Feed stdin and drain both outputs together: a large output never blocks the child
-  // while we write, nor a large input while it writes.
   size_t written = 0;
-  int to_child = in[1];
   if (input.empty()) ::close(to_child), to_child = -1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   bool timed_out = false;
   for (int open = 2; open > 0 || to_child >= 0;) {
     pollfd fds[3];
     int n = 0;
-    if (out[0] >= 0) fds[n++] = {out[0], POLLIN, 0};
-    if (err[0] >= 0) fds[n++] = {err[0], POLLIN, 0};
+    if (out >= 0) fds[n++] = {out, POLLIN, 0};
+    if (err >= 0) fds[n++] = {err, POLLIN, 0};
     if (to_child >= 0) fds[n++] = {to_child, POLLOUT, 0};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
@@ -129,21 +100,60 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
       }
       char buf[65536];
       const ssize_t r = ::read(fds[i].fd, buf, sizeof(buf));
-      std::string& into = fds[i].fd == out[0] ? result.out : result.err;
+      std::string& into = fds[i].fd == out ? result->out : result->err;
       if (r > 0) {
         if (into.size() < kMaxOutput) into.append(buf, static_cast<size_t>(r));
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
-      (fds[i].fd == out[0] ? out[0] : err[0]) = -1;
+      (fds[i].fd == out ? out : err) = -1;
       ::close(fds[i].fd);
       --open;
     }
   }
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (to_child >= 0) ::close(to_child);
-  if (out[0] >= 0) ::close(out[0]);
-  if (err[0] >= 0) ::close(err[0]);
+  for (int fd : {to_child, out, err})
+    if (fd >= 0) ::close(fd);
+  return timed_out;
+}
+
+}  // namespace
+
+StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& argv, const std::string& input,
+                                              const std::map<std::string, std::string>& env, double timeout_seconds) {
+  if (argv.empty()) return Status::InvalidArgument("command: no program");
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    const std::string why = std::strerror(errno);
+    CloseBoth(in), CloseBoth(out), CloseBoth(err);
+    return Status::Internal("command " + argv[0] + ": pipe: " + why);
+  }
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // Made here: after fork only async-signal-safe calls are safe (another thread may have
+  // held the allocator's lock at the fork).
+  std::vector<std::string> vars = ChildEnvironment(env);
+  std::vector<char*> envp;
+  for (std::string& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  const std::string program = InChildPath(argv[0], vars);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const std::string why = std::strerror(errno);
+    CloseBoth(in), CloseBoth(out), CloseBoth(err);
+    return Status::Internal("command " + argv[0] + ": fork: " + why);
+  }
+  if (pid == 0) {  // the child: async-signal-safe calls only, until exec
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execve(program.c_str(), args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(in[0]), ::close(out[1]), ::close(err[1]);
+  CommandResult result;
+  const bool timed_out = Exchange(in[1], out[0], err[0], input, timeout_seconds, &result);
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
