@@ -35,7 +35,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<JobS
       workers_(std::make_unique<WorkerRegistry>(options_, clock_)),
       attempts_(std::make_unique<Attempts>(options_, clock_, jobs_.get(), workers_.get())),
       reports_(std::make_unique<TaskReports>(clock_, jobs_.get(), attempts_.get())),
-      placer_(std::make_unique<Placer>(jobs_.get(), workers_.get(), attempts_.get())) {}
+      placer_(std::make_unique<Placer>(jobs_.get(), workers_.get(), attempts_.get(), options.cluster_allocates)) {}
 
 Coordinator::~Coordinator() = default;
 
@@ -155,7 +155,87 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, std::ve
   NS_RETURN_IF_ERROR(jobs_->store_error());  // a change this heartbeat caused was not written: not acknowledged
   for (v1::Assignment& a : reply.start) placer_->AddResumeSources(&a);
   placer_->AddCheckpointCopies(name, now, &reply);
+  // A worker of an allocation whose attempt is over, with no rank left: its allocation
+  // ends when it exits, and the nodes go back to the cluster.
+  const WorkerEntry* w = workers_->Find(name);
+  reply.release = w != nullptr && w->info.has_allocation() && tasks.empty() && reply.start.empty() &&
+                  !placer_->ServesCurrentAttempt(w->info);
   return reply;
+}
+
+std::vector<AllocationNeed> Coordinator::AllocationNeeds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<AllocationNeed> needs;
+  const Clock::TimePoint now = clock_->Now();
+  for (const auto& [id, entry] : jobs_->entries()) {
+    const v1::Job& job = entry.job;
+    if (IsTerminal(job.state())) continue;
+    needs.push_back({id, job.attempt(), job.state(), job.state() == v1::QUEUED && entry.not_before <= now, job.spec(),
+                     job.owner(), job.allocation()});
+  }
+  return needs;
+}
+
+namespace {
+
+// The job's entry if the allocation is of its current attempt and it has not finished.
+JobEntry* CurrentAttempt(JobTable* jobs, const std::string& job_id, int attempt) {
+  JobEntry* entry = jobs->Find(job_id);
+  if (entry == nullptr || IsTerminal(entry->job.state()) || entry->job.attempt() != attempt) return nullptr;
+  return entry;
+}
+
+std::string Describe(const v1::ClusterAllocation& a) {
+  return a.cluster() + " job " + a.id() + " " + a.state() + (a.nodes().empty() ? "" : " on " + a.nodes());
+}
+
+}  // namespace
+
+Status Coordinator::NoteAllocation(const std::string& job_id, const v1::ClusterAllocation& allocation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  JobEntry* entry = CurrentAttempt(jobs_.get(), job_id, allocation.attempt());
+  if (entry == nullptr) return Status::OK();
+  v1::ClusterAllocation& known = *entry->job.mutable_allocation();
+  if (known.SerializeAsString() == allocation.SerializeAsString()) return Status::OK();
+  const bool event = known.id() != allocation.id() || known.state() != allocation.state();
+  known = allocation;
+  if (event) jobs_->AddEvent(&entry->job, Describe(allocation), entry->job.checkpoint_step());
+  jobs_->Persist(entry, /*sync=*/event);
+  return jobs_->store_error();
+}
+
+Status Coordinator::AllocationEnded(const std::string& job_id, const v1::ClusterAllocation& allocation,
+                                    AllocationEnd how, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  JobEntry* entry = CurrentAttempt(jobs_.get(), job_id, allocation.attempt());
+  if (entry == nullptr) return Status::OK();
+  *entry->job.mutable_allocation() = allocation;
+  const std::string what = Describe(allocation) + (detail.empty() ? "" : ": " + detail);
+  switch (how) {
+    case AllocationEnd::kPreempted:
+      attempts_->Requeue(entry, Clock::Duration::zero(), "the cluster took the allocation back (" + what + ")");
+      break;
+    case AllocationEnd::kNodeFail:
+      attempts_->FailAttempt(entry, "a node of the allocation failed (" + what + ")", /*user_error=*/false,
+                             "node_fail");
+      break;
+    case AllocationEnd::kOther:
+      attempts_->FailAttempt(entry, "the allocation ended before the attempt did (" + what + ")",
+                             /*user_error=*/false, "allocation_ended");
+      break;
+  }
+  return jobs_->store_error();
+}
+
+Status Coordinator::AllocationRefused(const std::string& job_id, int attempt, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  JobEntry* entry = CurrentAttempt(jobs_.get(), job_id, attempt);
+  if (entry == nullptr) return Status::OK();
+  attempts_->FailAttempt(entry, error, /*user_error=*/true);
+  return jobs_->store_error();
 }
 
 Status Coordinator::ReportTask(const std::string& worker, v1::TaskStatus status) {

@@ -81,6 +81,26 @@ struct HeartbeatReply {
   std::vector<std::string> evict_cache_keys;  // queued by EvictCache
   bool evict_cache_all = false;
   std::vector<v1::CheckpointCopy> copy_checkpoints;  // see Heartbeat
+  bool release = false;  // to a worker of an allocation whose attempt is over: exit
+};
+
+// What an unfinished job needs from the cluster under the coordinator (--cluster slurm):
+// an allocation for its current attempt. See Coordinator::AllocationNeeds.
+struct AllocationNeed {
+  std::string job_id;
+  int attempt = 0;
+  v1::JobState state = v1::QUEUED;
+  bool may_start = false;            // QUEUED and past its restart backoff
+  v1::JobSpec spec;
+  std::string owner;
+  v1::ClusterAllocation allocation;  // as last noted (job.allocation)
+};
+
+// How an allocation ended, as far as the attempt it served is concerned.
+enum class AllocationEnd {
+  kPreempted,  // the cluster took it back (preemption, time limit): a new attempt, no restart counted
+  kNodeFail,   // a node failed: a restart (counted), away from that node
+  kOther,      // ended before the attempt did (its workers exited or never came): a restart (counted)
 };
 
 // Who registers a worker, as the service saw the call.
@@ -102,6 +122,10 @@ struct CoordinatorOptions {
   double restart_backoff_seconds = 1;   // delay before the first restart; doubles, max 60
   int max_jobs_per_user = 1000;         // unfinished jobs (queued or running) one owner may have
   bool preemption = true;               // higher-priority jobs may preempt lower ones
+  // --cluster slurm: the cluster allocates every attempt; its ranks run only on the
+  // workers started in that allocation (WorkerInfo.allocation), which are told to exit
+  // once the attempt is over. false (--cluster agents): our own workers, our scheduler.
+  bool cluster_allocates = false;
   double forget_workers_after_seconds = 86400;  // a worker LOST this long is forgotten
   // The highest spec.priority a user (role user) may submit; admins may go above it.
   // Priorities are ordered within [-1000000, 1000000] (common/spec_rules/spec_rules.h).
@@ -237,6 +261,23 @@ class Coordinator {
   // Forget a worker now (NOT_FOUND if unknown): its running jobs restart elsewhere, and
   // the name may register again from any host (a worker token still binds it).
   Status RemoveWorker(const std::string& name);
+
+  // The cluster under the coordinator (coordinator/provisioner.h calls these; --cluster
+  // slurm). Every unfinished job, its current attempt and its allocation as last noted.
+  std::vector<AllocationNeed> AllocationNeeds() const;
+  // What the cluster says of the allocation of `allocation.attempt()` of a job: recorded
+  // in job.allocation (an event when its id or state changes; its pending reason becomes
+  // the job's reason at the next scheduling pass). Ignored for a finished job or another
+  // attempt than the current one.
+  Status NoteAllocation(const std::string& job_id, const v1::ClusterAllocation& allocation);
+  // The allocation of the job's current attempt ended before the attempt did: the attempt
+  // ends as `how` says (`detail` in the reason). Ignored for a finished job or another
+  // attempt than the current one.
+  Status AllocationEnded(const std::string& job_id, const v1::ClusterAllocation& allocation, AllocationEnd how,
+                         const std::string& detail);
+  // The cluster refuses the current attempt's allocation as one it can never run (more
+  // nodes than it has, an unknown partition): the job fails with `error`, not retried.
+  Status AllocationRefused(const std::string& job_id, int attempt, const std::string& error);
 
   // One pass of the control loop, at clock time Now(): remove finished jobs past their
   // retention; expire worker leases; requeue

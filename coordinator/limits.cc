@@ -75,6 +75,8 @@ Status CheckWorkerInfo(const v1::WorkerInfo& worker) {
   for (const auto& gpu : worker.gpus()) NS_RETURN_IF_ERROR(CheckSize("gpus.name", gpu.name(), limits::kGpuNameBytes));
   NS_RETURN_IF_ERROR(CheckCount("tasks", worker.tasks_size(), limits::kTasksPerWorker));
   for (const auto& t : worker.tasks()) NS_RETURN_IF_ERROR(CheckSize("tasks.job_id", t.job_id(), limits::kJobIdBytes));
+  NS_RETURN_IF_ERROR(CheckSize("allocation.job_id", worker.allocation().job_id(), limits::kJobIdBytes));
+  NS_RETURN_IF_ERROR(CheckSize("allocation.cluster_id", worker.allocation().cluster_id(), limits::kJobIdBytes));
   return Status::OK();
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "common/client.h"
@@ -14,7 +15,9 @@
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
+#include "coordinator/provisioner.h"
 #include "coordinator/service.h"
+#include "coordinator/slurm.h"
 
 namespace nightshift {
 namespace {
@@ -32,7 +35,61 @@ struct Flags {
   SubmitPolicy policy;
   std::string worker_tls_ca;  // PEM CA of the workers' file service certificates
   StreamLimitOptions streams;   // open WatchJob, StreamLogs and GetArtifacts streams
+  // --cluster slurm: the cluster allocates each attempt (coordinator/provisioner.h).
+  std::string cluster = "agents";
+  ProvisionerOptions provisioner;
+  std::string allocation_worker;               // the worker binary the nodes run
+  std::vector<std::string> slurm_priorities;   // MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]
+  SlurmOptions slurm;
+  double allocation_poll_seconds = 2;
 };
+
+void AddClusterFlags(CLI::App* app, Flags* f) {
+  app->add_option("--cluster", f->cluster,
+                  "who allocates the nodes: agents (our workers, our scheduler; default) or slurm (each attempt "
+                  "is a Slurm batch job running nightshift-worker on its nodes); kubernetes is planned")
+      ->check(CLI::IsMember({"agents", "slurm", "kubernetes"}));
+  app->add_option("--ranks-per-node", f->provisioner.ranks_per_node,
+                  "--cluster slurm: ranks one node runs (its GPUs); a job takes ceil(world_size / this) nodes")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--allocation-worker", f->allocation_worker,
+                  "--cluster slurm: the nightshift-worker binary as the nodes see it (default: beside this one)");
+  app->add_option("--allocation-worker-arg", f->provisioner.worker_command,
+                  "--cluster slurm: a flag for the nodes' workers, e.g. --allocation-worker-arg=--data-root=/data "
+                  "(repeatable; give --work-dir and a shared --checkpoint-root)");
+  app->add_option("--workers-dial", f->provisioner.coordinator_address,
+                  "--cluster slurm: HOST:PORT the nodes' workers reach this coordinator on (default: --listen's "
+                  "host and the bound port)");
+  app->add_option("--slurm-priority", f->slurm_priorities,
+                  "MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]: jobs of at least this priority go there (the row "
+                  "with the largest MIN_PRIORITY at or below a job's applies; repeatable; empty parts not passed)");
+  app->add_option("--slurm-log-dir", f->slurm.log_dir, "where each allocation's slurm-<id>.out goes (sbatch --output)");
+  app->add_option("--slurm-signal-seconds", f->slurm.signal_before_end_seconds,
+                  "SIGTERM to the nodes' workers this long before the time limit, so the ranks checkpoint "
+                  "(default 120)")->check(CLI::Range(1, 65535));
+}
+
+// --slurm-priority MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]].
+StatusOr<std::vector<SlurmPriorityRow>> ParsePriorityRows(const std::vector<std::string>& rows) {
+  std::vector<SlurmPriorityRow> parsed;
+  for (const std::string& row : rows) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t colon; (colon = row.find(':', start)) != std::string::npos; start = colon + 1)
+      parts.push_back(row.substr(start, colon - start));
+    parts.push_back(row.substr(start));
+    SlurmPriorityRow r;
+    char* end = nullptr;
+    r.min_priority = static_cast<int>(std::strtol(parts[0].c_str(), &end, 10));
+    if (parts.size() < 2 || parts.size() > 4 || parts[0].empty() || *end != '\0')
+      return Status::InvalidArgument("--slurm-priority: '" + row + "' is not MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]");
+    r.partition = parts[1];
+    if (parts.size() > 2) r.qos = parts[2];
+    if (parts.size() > 3) r.account = parts[3];
+    parsed.push_back(r);
+  }
+  return parsed;
+}
 
 void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--listen", f->listen, "HOST:PORT to serve gRPC on (port 0: pick one)");
@@ -79,6 +136,7 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--forget-workers-after", f->options.forget_workers_after_seconds,
                   "seconds after which a lost worker is forgotten (default 86400)")
       ->check(CLI::PositiveNumber);
+  AddClusterFlags(app, f);
   app->add_option("--retain-finished-days", f->options.retain_finished_days,
                   "finished jobs are removed, with their history, this many days after they finished "
                   "(default 30; 0: kept until `nightshift job delete`)")
@@ -139,6 +197,59 @@ int Fail(const Status& s) {
   return 2;
 }
 
+// --cluster slurm: a thread that runs provisioning passes until SIGINT/SIGTERM.
+class ProvisionerLoop {
+ public:
+  static StatusOr<std::unique_ptr<ProvisionerLoop>> Start(Flags* f, Coordinator* c, int port) {
+    if (f->cluster == "agents") return std::unique_ptr<ProvisionerLoop>();
+    if (f->cluster == "kubernetes")
+      return Status::InvalidArgument("--cluster kubernetes: not built yet (issue 44); use agents or slurm");
+    auto rows = ParsePriorityRows(f->slurm_priorities);
+    if (!rows.ok()) return rows.status();
+    f->slurm.priorities = *rows;
+    ProvisionerOptions& o = f->provisioner;
+    if (o.coordinator_address.empty()) {
+      const std::string host = f->listen.substr(0, f->listen.rfind(':'));
+      if (host == "0.0.0.0" || host == "[::]" || host.empty())
+        return Status::InvalidArgument("--workers-dial: --listen " + f->listen + " names no address the nodes can dial");
+      o.coordinator_address = host + ":" + std::to_string(port);
+    }
+    std::string worker = f->allocation_worker;
+    if (worker.empty())
+      worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "nightshift-worker").string();
+    o.worker_command.insert(o.worker_command.begin(), worker);
+    auto loop = std::unique_ptr<ProvisionerLoop>(new ProvisionerLoop(*f, c));
+    loop->thread_ = std::thread([p = loop.get()] { p->Run(); });
+    NS_INFO("coordinator: --cluster slurm: each attempt is a Slurm job of ceil(world_size / " << o.ranks_per_node
+                                                                                            << ") nodes; its workers dial "
+                                                                                            << o.coordinator_address);
+    return loop;
+  }
+  ~ProvisionerLoop() {
+    g_stop = true;  // also when the control loop ended on a failed store write
+    thread_.join();
+  }
+
+ private:
+  ProvisionerLoop(const Flags& f, Coordinator* c)
+      : poll_(f.allocation_poll_seconds), slurm_(f.slurm, &runner_), provisioner_(f.provisioner, c, &slurm_) {}
+  void Run() {
+    std::string last_error;
+    while (!g_stop) {
+      Status s = provisioner_.Pass();
+      if (!s.ok() && s.message() != last_error) NS_WARN("coordinator: slurm: " << s.message());
+      last_error = s.ok() ? "" : s.message();
+      for (double waited = 0; waited < poll_ && !g_stop; waited += 0.1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const double poll_;
+  SubprocessRunner runner_;
+  SlurmCluster slurm_;
+  Provisioner provisioner_;
+  std::thread thread_;
+};
+
 }  // namespace
 }  // namespace nightshift
 
@@ -159,6 +270,7 @@ int main(int argc, char** argv) {
 
   CoordinatorMetrics metrics;
   flags.options.observer = &metrics;
+  flags.options.cluster_allocates = flags.cluster != "agents";
   auto coordinator = Coordinator::Open(flags.options);
   if (!coordinator.ok()) return Fail(coordinator.status());
   Coordinator* c = coordinator.value().get();
@@ -201,5 +313,7 @@ int main(int argc, char** argv) {
                                        << ", " << (auth.value()->insecure() ? "insecure mode: no authentication"
                                                                             : "bearer tokens from " + flags.token_file));
   WritePortFile(flags.port_file, port);
+  auto provisioner = ProvisionerLoop::Start(&flags, c, port);
+  if (!provisioner.ok()) return Fail(provisioner.status());
   return RunControlLoop(c, &metrics, server.get());
 }

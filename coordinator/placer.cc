@@ -20,10 +20,29 @@ double ExpectedSeconds(const v1::Job& job) {
   return static_cast<double>(std::max<int64_t>(0, p.total_steps() - job.checkpoint_step())) * p.step_seconds();
 }
 
+// Why a job waits for its allocation, as the cluster last said.
+std::string AllocationWait(const v1::Job& job) {
+  const v1::ClusterAllocation& a = job.allocation();
+  if (a.id().empty() || a.attempt() != job.attempt()) return "waiting for an allocation from the cluster";
+  std::string why = "waiting for " + a.cluster() + " job " + a.id() + " (" + a.state();
+  if (!a.reason().empty() && a.reason() != "None") why += ": " + a.reason();
+  if (!a.nodes().empty()) why += ", on " + a.nodes();
+  return why + ")";
+}
+
 }  // namespace
 
-Placer::Placer(JobTable* jobs, const WorkerRegistry* workers, Attempts* attempts)
-    : jobs_(jobs), workers_(workers), attempts_(attempts) {}
+Placer::Placer(JobTable* jobs, const WorkerRegistry* workers, Attempts* attempts, bool allocated_only)
+    : jobs_(jobs), workers_(workers), attempts_(attempts), allocated_only_(allocated_only) {}
+
+bool Placer::ServesCurrentAttempt(const v1::WorkerInfo& worker) const {
+  const v1::WorkerAllocation& a = worker.allocation();
+  const JobEntry* entry = jobs_->Find(a.job_id());
+  if (entry == nullptr || IsTerminal(entry->job.state()) || entry->job.attempt() != a.attempt()) return false;
+  // ...and it was started in the allocation the provisioner made (or adopted) for it.
+  const v1::ClusterAllocation& made = entry->job.allocation();
+  return made.attempt() == a.attempt() && !made.id().empty() && made.id() == a.cluster_id();
+}
 
 void Placer::SchedulingPass(Clock::TimePoint now, ScheduleOptions options) {
   Snapshot snapshot = SnapshotForScheduler(now);
@@ -42,6 +61,8 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
     j.expected_seconds = ExpectedSeconds(job);  // backfill (scheduler.h)
     j.needs_gpu = job.spec().resources().device() == "cuda";
     j.holders = NewestHolders(id);
+    j.allocated_only = allocated_only_;
+    if (allocated_only_) j.allocation_wait = AllocationWait(job);
     s.pending.push_back(std::move(j));
   }
   // A late worker (Late) is not lost yet, but its free slots are offered to nobody: when a
@@ -50,10 +71,14 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
   // nobody is preempted while a worker is late (its free slots may be back in a moment).
   for (const auto& [name, w] : workers_->entries()) {
     if (w.info.state() != v1::WORKER_READY || w.info.cordoned()) continue;
+    // A worker of an allocation serves the attempt it was started for, and nothing once
+    // that attempt is over (it is told to exit).
+    const std::string& reserved_for = w.info.allocation().job_id();
+    if (!reserved_for.empty() && !ServesCurrentAttempt(w.info)) continue;
     const bool late = workers_->Late(w, now);
     s.any_late |= late;
     s.workers.push_back({name, w.info.slots(), late ? 0 : std::max(0, w.info.slots() - jobs_->UsedSlots(name)),
-                         w.info.gpus_size() > 0});
+                         w.info.gpus_size() > 0, reserved_for});
   }
   for (const auto& [id, entry] : jobs_->entries()) {
     const v1::Job& job = entry.job;

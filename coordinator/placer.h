@@ -38,7 +38,13 @@ class Placer {
   };
 
   // `jobs`, `workers` and `attempts` are not owned and must outlive this.
-  Placer(JobTable* jobs, const WorkerRegistry* workers, Attempts* attempts);
+  // `allocated_only`: every job runs on workers of its own allocation (--cluster slurm).
+  Placer(JobTable* jobs, const WorkerRegistry* workers, Attempts* attempts, bool allocated_only = false);
+
+  // Whether a worker of an allocation (WorkerInfo.allocation) still serves its job: the
+  // job is unfinished, at the attempt the allocation was made for, and that allocation is
+  // the one recorded for the attempt (job.allocation: the same cluster id).
+  bool ServesCurrentAttempt(const v1::WorkerInfo& worker) const;
 
   // One scheduling pass at clock time `now`: the snapshot, Schedule(), its result applied.
   // Preemption only if `options.preemption` and no worker is late.
@@ -73,6 +79,7 @@ class Placer {
   JobTable* const jobs_;                 // not owned
   const WorkerRegistry* const workers_;  // not owned
   Attempts* const attempts_;             // not owned
+  const bool allocated_only_;
   // The step `name` holds of `job`, if the job's records vouch for its claim; else 0.
   int64_t VouchedStep(const v1::Job& job, const std::string& name, const WorkerEntry& w) const;
   // Per worker, the claims (job, step, digest) ignored at its last heartbeat.

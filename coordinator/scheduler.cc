@@ -241,10 +241,41 @@ class Pass {
   ScheduleResult result_;
 };
 
+// Places the jobs that have workers of their own (an allocation) there, or says why they
+// wait; returns the other jobs, and leaves in *workers only those reserved for nobody.
+std::vector<SchedJob> PlaceOnAllocations(std::vector<SchedJob> jobs, std::vector<SchedWorker>* workers,
+                                         ScheduleResult* result) {
+  std::map<std::string, std::vector<SchedWorker>> reserved;
+  std::vector<SchedWorker> shared;
+  for (auto& w : *workers) (w.reserved_for.empty() ? shared : reserved[w.reserved_for]).push_back(std::move(w));
+  *workers = std::move(shared);
+  std::vector<SchedJob> rest;
+  for (auto& job : jobs) {
+    auto own = reserved.find(job.id);
+    if (own == reserved.end() && !job.allocated_only) {
+      rest.push_back(std::move(job));
+      continue;
+    }
+    int free = 0;
+    if (own != reserved.end())
+      for (const auto& w : own->second) free += Eligible(job, w) ? w.free_slots : 0;
+    if (free >= job.world_size) {
+      result->placed[job.id] = Place(job, &own->second);
+      continue;
+    }
+    std::string why = job.allocation_wait.empty() ? "waiting for its allocation" : job.allocation_wait;
+    if (free > 0) why += "; " + std::to_string(free) + " of " + std::to_string(job.world_size) + " slots registered";
+    result->waiting[job.id] = why;
+  }
+  return rest;
+}
+
 }  // namespace
 
 ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> workers,
                         const std::vector<SchedRunning>& running, const ScheduleOptions& options) {
+  ScheduleResult allocated;
+  jobs = PlaceOnAllocations(std::move(jobs), &workers, &allocated);
   Pass pass(std::move(workers), running, options);
   std::unordered_map<std::string, int64_t> usage = pass.SlotsByOwner();  // running plus placed now
   // Priority classes, highest first; within one, fair share between owners.
@@ -268,7 +299,10 @@ ScheduleResult Schedule(std::vector<SchedJob> jobs, std::vector<SchedWorker> wor
       if (!q.empty()) ready.insert({usage[owner], q.front()->submit_seq, owner});
     }
   }
-  return pass.TakeResult();
+  ScheduleResult result = pass.TakeResult();
+  result.placed.merge(allocated.placed);
+  result.waiting.merge(allocated.waiting);
+  return result;
 }
 
 }  // namespace nightshift

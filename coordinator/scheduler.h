@@ -45,6 +45,7 @@ struct SchedWorker {
   int total_slots = 0;
   int free_slots = 0;
   bool gpus = false;  // its slots are GPUs (jobs with resources.device cuda go only here)
+  std::string reserved_for;  // a job id: a worker of that job's allocation, for it alone
 };
 
 struct SchedJob {
@@ -59,6 +60,10 @@ struct SchedJob {
   // Workers whose own disk holds the job's newest checkpoint (no shared checkpoint root):
   // preferred, so that a rank there resumes from it and sends it to the others.
   std::vector<std::string> holders;
+  // Placed only on workers reserved for it (the cluster allocates each attempt); while
+  // they lack its slots it waits with `allocation_wait` as the reason.
+  bool allocated_only = false;
+  std::string allocation_wait;
 };
 
 struct SchedPart {

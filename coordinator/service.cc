@@ -293,6 +293,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
   worker.set_log_address(req->log_address());
   *worker.mutable_gpus() = req->gpus();
   for (const auto& t : req->tasks()) *worker.add_tasks() = t.task();
+  if (req->has_allocation()) *worker.mutable_allocation() = req->allocation();
   RegistrationSource from;
   from.peer_host = PeerHost(ctx->peer());
   from.admin = who.role == Role::kAdmin;
@@ -319,6 +320,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
   for (auto& key : reply->evict_cache_keys) out->add_evict_cache_keys(std::move(key));
   out->set_evict_cache_all(reply->evict_cache_all);
   for (auto& c : reply->copy_checkpoints) *out->add_copy_checkpoints() = std::move(c);
+  out->set_release(reply->release);
   return timer.Done(grpc::Status::OK);
 }
 

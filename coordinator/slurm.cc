@@ -101,7 +101,7 @@ bool ParseSlurmJobName(const std::string& name, std::string* job_id, int* attemp
   return true;
 }
 
-std::vector<std::string> SbatchArgs(const SlurmAllocationRequest& r, const SlurmOptions& o) {
+std::vector<std::string> SbatchArgs(const AllocationRequest& r, const SlurmOptions& o) {
   std::vector<std::string> args = {
       "--parsable",
       "--job-name=" + SlurmJobName(r.job_id, r.attempt),
@@ -119,6 +119,7 @@ std::vector<std::string> SbatchArgs(const SlurmAllocationRequest& r, const Slurm
   if (r.memory_gb_per_node > 0)
     args.push_back("--mem=" + std::to_string(static_cast<int64_t>(std::ceil(r.memory_gb_per_node * 1024))) + "M");
   if (r.time_limit_minutes > 0) args.push_back("--time=" + std::to_string(r.time_limit_minutes));
+  if (!r.exclude_nodes.empty()) args.push_back("--exclude=" + r.exclude_nodes);
   const SlurmPriorityRow* row = nullptr;
   for (const SlurmPriorityRow& candidate : o.priorities)
     if (candidate.min_priority <= r.priority && (row == nullptr || candidate.min_priority > row->min_priority))
@@ -132,7 +133,7 @@ std::vector<std::string> SbatchArgs(const SlurmAllocationRequest& r, const Slurm
   return args;
 }
 
-std::string SbatchScript(const SlurmAllocationRequest& r) {
+std::string SbatchScript(const AllocationRequest& r) {
   std::string command;
   for (const std::string& word : r.node_command) command += " " + Quoted(word);
   // exec: srun gets the batch shell's signals; --kill-on-bad-exit: one node's worker
@@ -180,7 +181,7 @@ StatusOr<CommandResult> SlurmCluster::Run(const std::string& program, const std:
   return runner_->Run(argv, input, options_.env, options_.command_timeout_seconds);
 }
 
-StatusOr<std::string> SlurmCluster::Submit(const SlurmAllocationRequest& request) {
+StatusOr<std::string> SlurmCluster::Submit(const AllocationRequest& request) {
   if (request.node_command.empty()) return Status::InvalidArgument("slurm: no command for the nodes");
   StatusOr<CommandResult> r = Run(options_.sbatch, SbatchArgs(request, options_), SbatchScript(request));
   if (!r.ok()) return Status::Unavailable("sbatch: " + r.status().message());
@@ -224,6 +225,39 @@ StatusOr<std::map<std::string, SlurmJob>> SlurmCluster::Poll() {
     if (ParseSlurmJobName(job.name, &id, &attempt)) ours[job.slurm_id] = std::move(job);
   }
   return ours;
+}
+
+StatusOr<std::vector<Allocation>> SlurmCluster::List() {
+  StatusOr<std::map<std::string, SlurmJob>> jobs = Poll();
+  if (!jobs.ok()) return jobs.status();
+  std::vector<Allocation> allocations;
+  for (const auto& [id, job] : *jobs) {
+    Allocation a;
+    a.id = id;
+    ParseSlurmJobName(job.name, &a.job_id, &a.attempt);
+    a.state = job.slurm_state;
+    a.reason = job.reason;
+    a.nodes = job.nodes;
+    a.exit_code = job.exit_code;
+    switch (job.state) {
+      case SlurmState::kPending: a.phase = Allocation::Phase::kPending; break;
+      // A state this code does not know counts as running: never taken for an end.
+      case SlurmState::kRunning: case SlurmState::kUnknown: a.phase = Allocation::Phase::kRunning; break;
+      case SlurmState::kPreempted: case SlurmState::kTimeout:
+        a.phase = Allocation::Phase::kEnded;
+        a.end = Allocation::End::kPreempted;
+        break;
+      case SlurmState::kNodeFail:
+        a.phase = Allocation::Phase::kEnded;
+        a.end = Allocation::End::kNodeFail;
+        break;
+      case SlurmState::kCompleted: case SlurmState::kFailed: case SlurmState::kCancelled:
+        a.phase = Allocation::Phase::kEnded;
+        break;
+    }
+    allocations.push_back(std::move(a));
+  }
+  return allocations;
 }
 
 }  // namespace nightshift

@@ -8,7 +8,8 @@
 // reading of `squeue --json` (Slurm 22.05's shape and 23.02+'s: states as lists, numbers
 // as {"set", "infinite", "number"}), behind CommandRunner so they are tested with a fake
 // and against real daemons (tests/support/slurm_cluster.py). NOT here yet: the
-// coordinator driving it (placement through allocations, the in-allocation worker).
+// coordinator's side (coordinator/provisioner.h) and the worker's (--allocation-job)
+// are the rest of --cluster slurm.
 #ifndef NIGHTSHIFT_COORDINATOR_SLURM_H_
 #define NIGHTSHIFT_COORDINATOR_SLURM_H_
 
@@ -18,6 +19,7 @@
 
 #include "common/command.h"
 #include "common/status.h"
+#include "coordinator/cluster_allocator.h"
 
 namespace nightshift {
 
@@ -37,28 +39,14 @@ struct SlurmOptions {
   double command_timeout_seconds = 30;
 };
 
-// One attempt of one job, as an allocation.
-struct SlurmAllocationRequest {
-  std::string job_id;  // the coordinator's
-  int attempt = 0;
-  int priority = 0;
-  int nodes = 1;
-  int gpus_per_node = 0;     // --gres=gpu:N
-  int cpus_per_node = 0;     // --cpus-per-task (one task per node: the worker); 0: not passed
-  double memory_gb_per_node = 0;  // --mem; 0: not passed
-  int time_limit_minutes = 0;     // --time; 0: the partition's
-  // What each node runs (the in-allocation worker), started by srun once per node.
-  std::vector<std::string> node_command;
-};
-
 // The allocation's Slurm job name: "nightshift-<job>-a<attempt>".
 std::string SlurmJobName(const std::string& job_id, int attempt);
 // Inverse; false for a name that is not one of ours.
 bool ParseSlurmJobName(const std::string& name, std::string* job_id, int* attempt);
 
 // sbatch's arguments (after the program) and the batch script it reads on stdin.
-std::vector<std::string> SbatchArgs(const SlurmAllocationRequest& request, const SlurmOptions& options);
-std::string SbatchScript(const SlurmAllocationRequest& request);
+std::vector<std::string> SbatchArgs(const AllocationRequest& request, const SlurmOptions& options);
+std::string SbatchScript(const AllocationRequest& request);
 
 enum class SlurmState {
   kPending,    // queued (reason says why), configuring, or requeued
@@ -87,19 +75,23 @@ struct SlurmJob {
 // The jobs of a `squeue --json` output. INVALID_ARGUMENT naming what does not parse.
 StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
 
-class SlurmCluster {
+class SlurmCluster : public ClusterAllocator {
  public:
   SlurmCluster(SlurmOptions options, CommandRunner* runner);  // runner not owned
 
+  const char* name() const override { return "slurm"; }
   // sbatch --parsable: Slurm's job id. With sbatch's message: INVALID_ARGUMENT for a
   // request Slurm can never run (more nodes than there are, an unknown partition, QOS or
   // account), UNAVAILABLE for the rest (the controller down, a limit): retry later.
-  StatusOr<std::string> Submit(const SlurmAllocationRequest& request);
+  StatusOr<std::string> Submit(const AllocationRequest& request) override;
   // scancel; a job Slurm no longer knows is not an error.
-  Status Cancel(const std::string& slurm_id);
+  Status Cancel(const std::string& slurm_id) override;
   // Our allocations Slurm still lists (squeue --json, jobs named nightshift-*), by id.
   // A job that ended leaves the list MinJobAge seconds after its end.
   StatusOr<std::map<std::string, SlurmJob>> Poll();
+  // Poll's jobs as allocations: PREEMPTED and TIMEOUT end as kPreempted, NODE_FAIL as
+  // kNodeFail, every other end as kDone.
+  StatusOr<std::vector<Allocation>> List() override;
 
  private:
   StatusOr<CommandResult> Run(const std::string& program, const std::vector<std::string>& args,

@@ -76,6 +76,8 @@ Status WorkerRegistry::Register(const v1::WorkerInfo& worker, const Registration
   w.info.set_slots(worker.slots());
   w.info.set_log_address(worker.log_address());
   w.info.mutable_gpus()->CopyFrom(worker.gpus());
+  if (worker.has_allocation()) *w.info.mutable_allocation() = worker.allocation();
+  else w.info.clear_allocation();
   *w.info.mutable_last_heartbeat() = ToTimestamp(clock_->WallNow());
   w.last_seen = clock_->Now();
   NS_INFO("worker " << worker.name() << (known ? " re-registered" : " registered") << " with "

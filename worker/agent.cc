@@ -33,10 +33,11 @@ Agent::Agent(const WorkerOptions& options, FeatureCache* cache, std::unique_ptr<
 Agent::~Agent() { StopAll(); }
 
 void Agent::Run(const std::atomic<bool>* stop) {
-  while (!*stop) {
+  while (!*stop && !released_) {
     RunOnce();
     std::this_thread::sleep_for(std::chrono::milliseconds(registered_ ? interval_ms_ : 500));
   }
+  if (released_) NS_INFO("worker " << options_.name << ": released: the attempt it served is over");
   NS_INFO("worker " << options_.name << ": shutting down, stopping " << tasks_.size() << " tasks");
   StopAll();
 }
@@ -71,6 +72,7 @@ bool Agent::Register() {
   req.set_slots(Slots());
   for (const auto& g : options_.gpus) *req.add_gpus() = g;
   req.set_log_address(options_.log_address);
+  if (!options_.allocation.job_id().empty()) *req.mutable_allocation() = options_.allocation;
   for (const auto& [id, task] : tasks_) *req.add_tasks() = task->Snapshot();
   v1::RegisterResponse resp;
   Status s = coordinator_->Register(req, &resp);
@@ -118,6 +120,7 @@ void Agent::HeartbeatOnce() {
     reported_cache_version_ = cache_version;
     next_cache_report_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   }
+  released_ = resp.release() && !options_.allocation.job_id().empty() && tasks_.empty();
   Evict(resp);
   StopTasks(resp);
   for (const auto& a : resp.start()) StartTask(a);

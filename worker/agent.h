@@ -37,8 +37,11 @@ class Agent {
         FileServiceAuth* file_auth = nullptr);
   ~Agent();  // stops every task and waits for it
 
-  // Runs until *stop becomes true, a RunOnce per heartbeat interval; then stops every task.
+  // Runs until *stop becomes true (or, in an allocation, the coordinator releases it), a
+  // RunOnce per heartbeat interval; then stops every task.
   void Run(const std::atomic<bool>* stop);
+  // Whether the coordinator told this worker of an allocation to exit (its attempt is over).
+  bool released() const { return released_; }
   // One turn: register until that succeeds; after that, one heartbeat (whose answer
   // starts, stops and evicts), then the tasks' reports: results as soon as they are
   // known (until acknowledged), progress at most once a second.
@@ -76,6 +79,7 @@ class Agent {
   std::chrono::steady_clock::time_point next_cache_report_{};
   std::chrono::steady_clock::time_point next_progress_report_{};
   bool registered_ = false;
+  bool released_ = false;
   int register_failures_ = 0;  // in a row; every 20th is logged
   int interval_ms_ = 250;      // between heartbeats, as the coordinator says
   std::vector<v1::HeldCheckpoint> held_checkpoints_;  // as of the last scan

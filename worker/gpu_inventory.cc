@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 namespace nightshift {
 namespace {
 
@@ -86,6 +88,25 @@ std::vector<GpuUsage> SampleGpus(const NvmlApi& nvml) {
 std::vector<v1::GpuInfo> DiscoverGpus() {
   Nvml nvml;
   return nvml.Open() ? DiscoverGpus(nvml.Api()) : std::vector<v1::GpuInfo>{};
+}
+
+StatusOr<std::vector<v1::GpuInfo>> VisibleGpus(const std::vector<v1::GpuInfo>& all, const char* visible) {
+  if (visible == nullptr) return all;
+  std::vector<v1::GpuInfo> kept;
+  const std::string list = visible;
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string entry = list.substr(start, comma - start);
+    start = comma + 1;
+    auto it = std::find_if(all.begin(), all.end(), [&](const v1::GpuInfo& g) { return std::to_string(g.index()) == entry; });
+    if (it == all.end())
+      return Status::InvalidArgument("CUDA_VISIBLE_DEVICES: '" + entry + "' is not the index of a GPU here (" +
+                                     std::to_string(all.size()) + " found)");
+    kept.push_back(*it);
+  }
+  return kept;
 }
 
 std::vector<GpuUsage> SampleGpus() {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "nightshift/v1/cluster.pb.h"
 
 namespace nightshift {
@@ -46,6 +47,13 @@ std::vector<GpuUsage> SampleGpus(const NvmlApi& nvml);
 
 // The same through the machine's NVML; empty without a driver or GPUs.
 std::vector<v1::GpuInfo> DiscoverGpus();
+
+// The GPUs of `all` that CUDA_VISIBLE_DEVICES (`visible`; null: unset, all of them)
+// names by index, as Slurm's gres plugin sets it for an allocation; NVML's indices are
+// the PCI order, which ranks are given (CUDA_DEVICE_ORDER=PCI_BUS_ID). An empty value
+// hides every GPU, as it does from CUDA. INVALID_ARGUMENT naming the variable for an entry
+// that is not an index of `all` (UUIDs are not read).
+StatusOr<std::vector<v1::GpuInfo>> VisibleGpus(const std::vector<v1::GpuInfo>& all, const char* visible);
 std::vector<GpuUsage> SampleGpus();
 
 // Hands out GPU indices to tasks; thread-safe.

@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 
 #include "common/client.h"
+#include "common/io/net.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "worker/agent.h"
@@ -31,12 +33,57 @@ struct Flags {
   std::string token_on_command_line;  // --token: refused (every local user can read it)
   std::string metrics_listen;     // HOST:PORT for /metrics; empty: none
   std::string metrics_port_file;  // where to write the metrics port
+  std::string allocation_job, allocation_id;  // --allocation-job, --allocation-id
+  int allocation_attempt = 0;
 };
+
+// --allocation-job: the worker serves one attempt of one job inside a cluster
+// allocation. What the allocation decides is taken from it unless given: the name
+// (<job>-a<attempt>-<Slurm node name or host name>), a work dir of its own under
+// --work-dir, the address the other nodes reach it on (the one that routes to the
+// coordinator), and the file service on that address.
+Status EnterAllocation(Flags* f) {
+  WorkerOptions& o = f->options;
+  if (f->allocation_job.empty()) {
+    if (o.name.empty()) return Status::InvalidArgument("--name is required (outside an allocation)");
+    return Status::OK();
+  }
+  o.allocation.set_job_id(f->allocation_job);
+  o.allocation.set_attempt(f->allocation_attempt);
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  o.allocation.set_cluster_id(!f->allocation_id.empty() ? f->allocation_id : slurm_job != nullptr ? slurm_job : "");
+  if (o.name.empty()) {
+    const char* node = std::getenv("SLURMD_NODENAME");
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    o.name = f->allocation_job + "-a" + std::to_string(f->allocation_attempt) + "-" + (node != nullptr ? node : host);
+  }
+  o.work_dir += "/" + o.name;
+  if (o.advertise_host == "127.0.0.1" || o.advertise_host == "auto") {
+    std::string host = o.coordinator.substr(0, o.coordinator.rfind(':')), error;
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const std::string ours = LocalAddressToward(host, &error);
+    if (ours.empty()) return Status::Unavailable("--advertise-host: " + error + " (the coordinator)");
+    o.advertise_host = ours.find(':') != std::string::npos ? "[" + ours + "]" : ours;
+  }
+  if (o.log_listen == "127.0.0.1:0") o.log_listen = o.advertise_host + ":0";
+  NS_INFO("worker " << o.name << ": serves attempt " << f->allocation_attempt << " of job " << f->allocation_job
+                    << " in allocation " << o.allocation.cluster_id() << ", reached on " << o.advertise_host);
+  return Status::OK();
+}
 
 void AddFlags(CLI::App* app, Flags* f) {
   WorkerOptions& o = f->options;
   app->add_option("--coordinator", o.coordinator, "coordinator HOST:PORT")->required();
-  app->add_option("--name", o.name, "this worker's unique name")->required();
+  app->add_option("--name", o.name,
+                  "this worker's unique name (required, but in an allocation: <job>-a<attempt>-<node>)");
+  app->add_option("--allocation-job", f->allocation_job,
+                  "serve only this job, inside a cluster allocation started for it (--cluster slurm runs this "
+                  "under srun), and exit when its attempt is over");
+  app->add_option("--allocation-attempt", f->allocation_attempt, "with --allocation-job: the attempt served")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--allocation-id", f->allocation_id,
+                  "with --allocation-job: the cluster's id of the allocation (default: $SLURM_JOB_ID)");
   app->add_option("--token", f->token_on_command_line,
                   "refused: a command line is readable by every local user; use --token-file");
   app->add_option("--token-file", o.token_file,
@@ -119,13 +166,17 @@ StatusOr<std::unique_ptr<grpc::Server>> ServeFiles(FileServiceImpl* logs, Worker
   return server;
 }
 
-void FindGpus(WorkerOptions* options) {
-  options->gpus = DiscoverGpus();
+Status FindGpus(WorkerOptions* options) {
+  // Only those the allocation (or whoever started us) gives: CUDA_VISIBLE_DEVICES.
+  StatusOr<std::vector<v1::GpuInfo>> visible = VisibleGpus(DiscoverGpus(), std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (!visible.ok()) return visible.status();
+  options->gpus = *visible;
   for (const auto& g : options->gpus)
     NS_INFO("worker " << options->name << ": GPU " << g.index() << " " << g.name() << ", "
                       << g.memory_bytes() / (1 << 20) << " MiB");
   if (!options->gpus.empty())
     NS_INFO("worker " << options->name << ": one slot per GPU (" << options->gpus.size() << "); --cpu-slots ignored");
+  return Status::OK();
 }
 
 int Fail(const Status& s) {
@@ -169,6 +220,7 @@ Status ConfineJobs(const WorkerOptions& options) {
 int Main(Flags& flags) {
   WorkerOptions& options = flags.options;
   if (Status s = KeepTheTokenToOurselves(&flags); !s.ok()) return Fail(s);
+  if (Status s = EnterAllocation(&flags); !s.ok()) return Fail(s);
   if (Status s = CheckOptions(&options); !s.ok()) return Fail(s);
   if (Status s = ConfineJobs(options); !s.ok()) return Fail(s);
   auto coordinator = ConnectToCoordinator(options);
@@ -188,7 +240,7 @@ int Main(Flags& flags) {
   }, checkpoint_root, options.trainer_path.empty() ? BinaryBesideUs("nightshift-trainer") : options.trainer_path);
   auto log_server = ServeFiles(&logs, &options);
   if (!log_server.ok()) return Fail(log_server.status());
-  FindGpus(&options);
+  if (Status s = FindGpus(&options); !s.ok()) return Fail(s);
   Agent agent(options, cache.value().get(), std::move(coordinator.value()), &file_auth);
   agent_ptr = &agent;
   std::unique_ptr<MetricsServer> metrics;
@@ -205,7 +257,9 @@ int Main(Flags& flags) {
   agent.Run(&g_stop);
   agent_ptr = nullptr;
   log_server.value()->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  return 0;
+  // In an allocation, stopped by a signal (the time limit's --signal, preemption's grace)
+  // rather than released: 143 tells the coordinator the cluster ended the attempt.
+  return !options.allocation.job_id().empty() && !agent.released() ? 128 + SIGTERM : 0;
 }
 
 }  // namespace

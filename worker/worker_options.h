@@ -43,6 +43,10 @@ struct WorkerOptions {
   int log_keep = 3;                  // rotated rank logs kept (rank-R.log.1 .. .N)
   std::string log_listen = "127.0.0.1:0";  // WorkerFileService address (--log-listen; port 0: pick one)
   std::string log_address;       // where the coordinator reaches it (set once it listens)
+  // Set (job_id non-empty): this worker lives inside a cluster allocation (--cluster
+  // slurm; --allocation-job): it registers as serving that attempt of that job alone and
+  // exits when the coordinator says `release`.
+  v1::WorkerAllocation allocation;
 };
 
 // Where the worker's tasks checkpoint: --checkpoint-root, else <work_dir>/checkpoints

@@ -86,6 +86,11 @@ void Describe(const v1::Job& job) {
   std::printf("World size: %d   Attempt: %d   Restarts: %d/%d\n", job.spec().resources().world_size(),
               job.attempt(), job.restarts(), job.spec().restart().max_restarts());
   PrintPlacements(job);
+  const v1::ClusterAllocation& a = job.allocation();
+  if (!a.id().empty())
+    std::printf("Allocation: %s job %s for attempt %d, last seen %s%s%s\n", a.cluster().c_str(), a.id().c_str(), a.attempt(),
+                a.state().c_str(), a.reason().empty() || a.reason() == "None" ? "" : (" (" + a.reason() + ")").c_str(),
+                a.nodes().empty() ? "" : (" on " + a.nodes()).c_str());
   if (job.progress().step() > 0) std::printf("Progress:   %s\n", ProgressLine(job).c_str());
   if (job.checkpoint_step() > 0)
     std::printf("Checkpoint: step %lld at %s\n", static_cast<long long>(job.checkpoint_step()),

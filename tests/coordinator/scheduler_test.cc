@@ -249,3 +249,29 @@ TEST(SchedulerTest, PreemptionNotNeededWhenOnlyCapacityIsMissing) {
 
 }  // namespace
 }  // namespace nightshift
+
+namespace nightshift {
+namespace {
+
+TEST(SchedulerTest, AWorkerOfAnAllocationServesItsJobAloneAheadOfEveryPolicy) {
+  SchedWorker own1{"a-n1", 2, 2}, own2{"a-n2", 2, 2}, other{"b-n1", 8, 8};
+  own1.reserved_for = own2.reserved_for = "a";
+  other.reserved_for = "b";
+  // A higher-priority job cannot take them, nor count them; "a" is placed on its own.
+  auto r = Schedule({{"a", 3, 0, 2}, {"urgent", 1, 100, 1}}, {own1, own2, other, {"shared", 1, 0}});
+  ASSERT_TRUE(r.placed.count("a"));
+  EXPECT_EQ(RanksPlaced(r.placed.at("a")), 3);
+  for (const auto& p : r.placed.at("a")) EXPECT_TRUE(p.worker == "a-n1" || p.worker == "a-n2") << p.worker;
+  EXPECT_FALSE(r.placed.count("urgent"));
+  EXPECT_TRUE(r.preempt.empty());
+  // Allocated only: free shared slots do not place it; the reason says what it waits for.
+  SchedJob c{"c", 1, 0, 3};
+  c.allocated_only = true;
+  c.allocation_wait = "waiting for slurm job 7 (PENDING: Priority)";
+  r = Schedule({c}, {{"shared", 4, 4}});
+  EXPECT_FALSE(r.placed.count("c"));
+  EXPECT_EQ(r.waiting.at("c"), "waiting for slurm job 7 (PENDING: Priority)");
+}
+
+}  // namespace
+}  // namespace nightshift

@@ -25,8 +25,8 @@ std::string Fixture(const std::string& name) {
   return s.str();
 }
 
-SlurmAllocationRequest Request() {
-  SlurmAllocationRequest r;
+AllocationRequest Request() {
+  AllocationRequest r;
   r.job_id = "j-0c1f";
   r.attempt = 2;
   r.priority = 50;
@@ -60,7 +60,7 @@ TEST(SlurmTest, SbatchAsksForTheNodesGpusAndLimitsWhereThePriorityTableSays) {
       "--signal=TERM@300", "--gres=gpu:8", "--cpus-per-task=64", "--mem=1536M", "--time=90",
       "--partition=normal", "--qos=standard", "--account=ml", "--output=/var/log/nightshift/slurm-%j.out"};
   EXPECT_EQ(SbatchArgs(Request(), o), want);
-  SlurmAllocationRequest low = Request();
+  AllocationRequest low = Request();
   low.priority = -5;  // below every row: Slurm's defaults
   low.gpus_per_node = low.cpus_per_node = 0;
   low.memory_gb_per_node = 0;

@@ -5,7 +5,10 @@
 // and completes; one that sleeps is seen running on both nodes and is gone after Cancel;
 // a node command exiting 3 fails the allocation with exit code 3; an unknown partition
 // is refused as the job's error, more nodes than there are waits with Slurm's reason.
-// Needs root (skips otherwise, saying why).
+// Then the coordinator itself with --cluster slurm, inside the controller's host: a
+// two-rank job becomes one Slurm job of both nodes, whose workers register under it,
+// train it (DDP across the two node hosts) to SUCCEEDED and exit, completing the
+// allocation. Needs root (skips otherwise, saying why).
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -19,8 +22,12 @@
 #include <sstream>
 #include <thread>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "common/command.h"
 #include "coordinator/slurm.h"
+#include "nightshift/v1/jobs.pb.h"
+#include "tests/e2e/cluster.h"
 
 namespace nightshift {
 namespace {
@@ -48,7 +55,8 @@ class SlurmE2eTest : public ::testing::Test {
                     "", {}, 120);
     ASSERT_TRUE(up.ok()) << up.status().ToString();
     ASSERT_EQ(up->exit_code, 0) << up->out << up->err;
-    const nlohmann::json state = nlohmann::json::parse(up->out);
+    state_ = nlohmann::json::parse(up->out);
+    const nlohmann::json& state = state_;
     for (const auto& [k, v] : state.at("env").items()) options_.env[k] = v.get<std::string>();
     options_.log_dir = dir_.string();
     cluster_ = std::make_unique<SlurmCluster>(options_, &runner_);
@@ -64,8 +72,8 @@ class SlurmE2eTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  SlurmAllocationRequest Request(const std::string& job, std::vector<std::string> command, int nodes = 2) {
-    SlurmAllocationRequest r;
+  AllocationRequest Request(const std::string& job, std::vector<std::string> command, int nodes = 2) {
+    AllocationRequest r;
     r.job_id = job;
     r.nodes = nodes;
     r.time_limit_minutes = 5;
@@ -89,7 +97,16 @@ class SlurmE2eTest : public ::testing::Test {
     return last;
   }
 
+  // argv run inside the controller's host (its network namespace).
+  std::vector<std::string> InController(std::vector<std::string> argv) const {
+    std::vector<std::string> prefix = state_.at("exec_prefix").get<std::vector<std::string>>();
+    if (prefix[0][0] != '/') prefix[0] = "/usr/bin/" + prefix[0];  // for execv
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    return argv;
+  }
+
   SubprocessRunner runner_;
+  nlohmann::json state_;  // slurm_cluster.py up's answer
   SlurmOptions options_;  // the cluster's client environment
   fs::path dir_;
   std::unique_ptr<SlurmCluster> cluster_;
@@ -140,6 +157,154 @@ TEST_F(SlurmE2eTest, AnImpossibleRequestIsRefusedOrWaitsWithSlurmsReason) {
   WaitFor(*big, [](const SlurmJob& j) { return j.state == SlurmState::kPending && j.reason == "PartitionNodeLimit"; },
           "waited for the partition's node limit");
   EXPECT_TRUE(cluster_->Cancel(*big).ok());
+}
+
+// nightshift-coordinator --cluster slurm inside the controller's host (a folder of its own,
+// killed with this), and the CLI run there against it.
+class CoordinatorOnSlurm {
+ public:
+  CoordinatorOnSlurm(const std::vector<std::string>& in_controller,
+                     const std::map<std::string, std::string>& env, const std::string& ctl_address, int ranks_per_node,
+                     const std::vector<std::string>& extra_args = {})
+      : files_("slurm"), prefix_(in_controller) {
+    data_ = files_.MakeData(60);
+    const std::string dir = files_.dir(), port_file = dir + "/coordinator.port";
+    std::vector<std::string> argv = prefix_;
+    argv.insert(argv.end(),
+                {files_.Bin("nightshift-coordinator"), "--listen", ctl_address + ":0", "--data-dir", dir + "/db",
+                 "--port-file", port_file, "--lease-seconds", "5", "--cluster", "slurm", "--ranks-per-node",
+                 std::to_string(ranks_per_node), "--allocation-worker-arg=--work-dir=" + dir + "/work",
+                 "--allocation-worker-arg=--checkpoint-root=" + dir + "/checkpoints",
+                 "--allocation-worker-arg=--allow-any-path", "--slurm-log-dir", dir});
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    process_ = testing_e2e::Process(argv, dir + "/coordinator.log", env);
+    for (int i = 0; i < 300 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    address_ = ctl_address + ":" + std::to_string(std::atoi(testing_e2e::ReadAll(port_file).c_str()));
+  }
+  ~CoordinatorOnSlurm() { process_.Kill(SIGTERM); }
+
+  std::string dir() const { return files_.dir(); }
+  std::string log() const { return testing_e2e::ReadAll(files_.dir() + "/coordinator.log"); }
+
+  StatusOr<CommandResult> Cli(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = prefix_;
+    argv.insert(argv.end(), {files_.Bin("nightshift"), "--coordinator", address_});
+    argv.insert(argv.end(), args.begin(), args.end());
+    return runner_.Run(argv, "", {}, 30);
+  }
+  // Submits a small classifier of `world_size` ranks, `steps` steps, checkpointed every
+  // 10, at `priority`; its id ("" after ADD_FAILURE).
+  std::string Submit(const std::string& name, int world_size, int steps, int priority = 0) {
+    const std::string spec = files_.dir() + "/" + name + ".yaml";
+    std::ofstream(spec)
+        << "name: " + name + "\n"
+           "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+           "data: {format: text_dir, path: " + data_ + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+           "train: {epochs: 1000, max_steps: " + std::to_string(steps) +
+               ", lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
+           "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 120}\n"
+           "checkpoint: {every_steps: 10, keep_last: 2}\n"
+           "priority: " + std::to_string(priority) + "\n";
+    StatusOr<CommandResult> r = Cli({"job", "submit", spec});
+    if (!r.ok() || r->exit_code != 0) {
+      ADD_FAILURE() << (r.ok() ? r->out + r->err : r.status().ToString()) << log();
+      return "";
+    }
+    std::string id;
+    std::istringstream lines(r->out);
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty()) id = line;  // the last line is the id
+    return id;
+  }
+  bool Describe(const std::string& id, v1::Job* job) {
+    StatusOr<CommandResult> r = Cli({"job", "describe", id, "-o", "json"});
+    if (!r.ok() || r->exit_code != 0) return false;
+    google::protobuf::util::JsonParseOptions o;
+    o.ignore_unknown_fields = true;
+    return google::protobuf::util::JsonStringToMessage(r->out, job, o).ok();
+  }
+  // Polls the job until `done` holds, for at most `seconds`; the last view.
+  v1::Job WaitFor(const std::string& id, int seconds, const std::function<bool(const v1::Job&)>& done) {
+    v1::Job job;
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+         std::chrono::steady_clock::now() < deadline && !(Describe(id, &job) && done(job));)
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return job;
+  }
+  v1::Job WaitForEnd(const std::string& id, int seconds) {
+    return WaitFor(id, seconds, [](const v1::Job& j) { return IsTerminal(j.state()); });
+  }
+
+ private:
+  testing_e2e::Cluster files_;  // the folder and data (its processes are started here)
+  std::vector<std::string> prefix_;
+  std::string data_, address_;
+  SubprocessRunner runner_;
+  testing_e2e::Process process_;
+};
+
+bool HasEvent(const v1::Job& job, const std::string& text) {
+  for (const auto& e : job.events())
+    if (e.reason().find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST_F(SlurmE2eTest, ACoordinatorOnSlurmRunsATwoNodeJobInOneAllocationOfItsOwnWorkers) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1);
+  const std::string id = c.Submit("on-slurm", 2, 30);
+  const v1::Job job = c.WaitForEnd(id, 300);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << "\n" << job.error() << "\ncoordinator:\n" << c.log();
+  // One attempt, in one Slurm job of both nodes, on the two workers started in it.
+  EXPECT_EQ(job.attempt(), 0);
+  EXPECT_EQ(job.allocation().cluster(), "slurm");
+  EXPECT_EQ(job.allocation().attempt(), 0);
+  EXPECT_EQ(job.allocation().nodes(), "n[1-2]");
+  ASSERT_EQ(job.placements_size(), 2);
+  EXPECT_EQ(job.placements(0).worker() + " " + job.placements(1).worker(), id + "-a0-n1 " + id + "-a0-n2");
+  EXPECT_TRUE(HasEvent(job, "slurm job " + job.allocation().id() + " RUNNING on n[1-2]")) << job.DebugString();
+  EXPECT_GT(job.checkpoint_step(), 0);
+  // Released once the job ended, the workers exit 0 and the allocation completes.
+  const SlurmJob done = WaitFor(job.allocation().id(), [](const SlurmJob& j) { return j.state == SlurmState::kCompleted; },
+                                "completed");
+  EXPECT_EQ(done.exit_code, 0) << Read(fs::path(c.dir()) / ("slurm-" + job.allocation().id() + ".out"));
+  StatusOr<CommandResult> described = c.Cli({"job", "describe", id});
+  ASSERT_TRUE(described.ok());
+  EXPECT_NE(described->out.find("Allocation: slurm job " + job.allocation().id() + " for attempt 0, last seen RUNNING on n[1-2]"),
+            std::string::npos)
+      << described->out;
+}
+
+// Slurm preempts: job A (priority 0: partition low, PreemptMode REQUEUE) holds both
+// nodes' CPUs (4 ranks, 2 per node); B (priority 50: partition high, a higher tier) needs
+// one whole node. Slurm signals A's workers (SIGTERM: the ranks checkpoint, the workers
+// exit 143) and ends A's allocation PREEMPTED; the coordinator starts A's next attempt
+// without counting a restart, its allocation waits while B runs, and then resumes A from
+// the checkpoint to the end.
+TEST_F(SlurmE2eTest, ASlurmPreemptionCheckpointsAndTheNextAttemptResumesWithoutARestartCounted) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/2,
+                       {"--slurm-priority", "0:low", "--slurm-priority", "50:high"});
+  const std::string a = c.Submit("low", 4, 100000);
+  v1::Job job = c.WaitFor(a, 240, [](const v1::Job& j) { return j.checkpoint_step() >= 20 || IsTerminal(j.state()); });
+  ASSERT_GE(job.checkpoint_step(), 20) << job.DebugString() << c.log();
+  const std::string b = c.Submit("high", 2, 20, /*priority=*/50);
+  job = c.WaitFor(a, 120, [](const v1::Job& j) { return j.attempt() >= 1 || IsTerminal(j.state()); });
+  ASSERT_EQ(job.attempt(), 1) << job.DebugString() << c.log();
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_TRUE(HasEvent(job, "the cluster took the allocation back (slurm job")) << job.DebugString();
+  const v1::Job high = c.WaitForEnd(b, 240);
+  EXPECT_EQ(high.state(), v1::SUCCEEDED) << high.DebugString() << c.log();
+  EXPECT_EQ(high.allocation().attempt(), 0);
+  // A runs again once B is done, from its checkpoint; then it is cancelled (its steps are
+  // many) and its allocation with it.
+  job = c.WaitFor(a, 240, [](const v1::Job& j) { return j.state() == v1::RUNNING && j.attempt() == 1; });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.DebugString() << c.log();
+  job = c.WaitFor(a, 60, [](const v1::Job& j) { return HasEvent(j, "resumed from step"); });
+  EXPECT_TRUE(HasEvent(job, "attempt 1 resumed from step")) << job.DebugString();
+  EXPECT_EQ(job.restarts(), 0);
+  ASSERT_TRUE(c.Cli({"job", "cancel", a}).ok());
+  EXPECT_EQ(c.WaitForEnd(a, 60).state(), v1::CANCELLED);
+  WaitFor(job.allocation().id(), [](const SlurmJob& j) { return j.state != SlurmState::kRunning && j.state != SlurmState::kPending; },
+          "ended after the cancel");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <future>
 #include <thread>
 
 #include "common/format/checkpoint_layout.h"
@@ -116,6 +117,39 @@ TEST_F(AgentTest, RegistersUntilItCanAndAgainWhenTheCoordinatorForgetsIt) {
   agent->RunOnce();
   EXPECT_EQ(fake_->registers.size(), 3u);
   EXPECT_EQ(fake_->heartbeats.size(), 5u);
+}
+
+// A worker of a cluster allocation registers under its job and attempt, and Run returns
+// by itself once the coordinator releases it (the attempt is over), with no stop asked.
+// An ordinary worker ignores a release.
+TEST_F(AgentTest, AWorkerOfAnAllocationRegistersUnderItAndEndsWhenReleased) {
+  options_.allocation.set_job_id("job-7");
+  options_.allocation.set_attempt(2);
+  options_.allocation.set_cluster_id("1234");
+  auto agent = NewAgent();
+  v1::HeartbeatResponse release;
+  release.set_release(true);
+  fake_->heartbeat_responses = {v1::HeartbeatResponse(), release};
+  std::atomic<bool> stop{false};
+  auto run = std::async(std::launch::async, [&] { agent->Run(&stop); });
+  const bool returned = run.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  stop = true;  // (only if it did not return by itself)
+  run.wait();
+  EXPECT_TRUE(returned) << "Run did not end when released";
+  EXPECT_TRUE(agent->released());
+  ASSERT_FALSE(fake_->registers.empty());
+  EXPECT_EQ(fake_->registers[0].allocation().job_id(), "job-7");
+  EXPECT_EQ(fake_->registers[0].allocation().attempt(), 2);
+  EXPECT_EQ(fake_->registers[0].allocation().cluster_id(), "1234");
+  EXPECT_EQ(fake_->heartbeats.size(), 2u);
+
+  options_.allocation.Clear();
+  auto ordinary = NewAgent();
+  fake_->heartbeat_responses = {release};
+  ordinary->RunOnce();
+  ordinary->RunOnce();
+  EXPECT_FALSE(ordinary->released());
+  EXPECT_FALSE(fake_->registers[0].has_allocation());
 }
 
 // The coordinator's lease sets how long each call may take: half of it, 1 to 30 s, so a

@@ -80,3 +80,27 @@ TEST(GpuInventoryTest, AllocatorHandsOutEachGpuOnce) {
 
 }  // namespace
 }  // namespace nightshift
+
+namespace nightshift {
+namespace {
+
+// Slurm's gres plugin sets CUDA_VISIBLE_DEVICES to the allocation's GPUs by index: only
+// those are offered; unset means all, empty none, and an index the node lacks is an error
+// naming the variable.
+TEST(GpuInventoryTest, OnlyTheGpusCudaVisibleDevicesNamesAreOffered) {
+  std::vector<v1::GpuInfo> all(4);
+  for (int i = 0; i < 4; ++i) all[i].set_index(i);
+  auto visible = VisibleGpus(all, "3,1");
+  ASSERT_TRUE(visible.ok()) << visible.status().ToString();
+  ASSERT_EQ(visible->size(), 2u);
+  EXPECT_EQ((*visible)[0].index(), 3);
+  EXPECT_EQ((*visible)[1].index(), 1);
+  EXPECT_EQ(VisibleGpus(all, nullptr)->size(), 4u);
+  EXPECT_TRUE(VisibleGpus(all, "")->empty());
+  const Status bad = VisibleGpus(all, "0,7").status();
+  EXPECT_EQ(bad.code(), Status::kInvalidArgument);
+  EXPECT_NE(bad.message().find("CUDA_VISIBLE_DEVICES: '7'"), std::string::npos) << bad.ToString();
+}
+
+}  // namespace
+}  // namespace nightshift

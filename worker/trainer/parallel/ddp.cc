@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "common/io/net.h"
 #include "worker/trainer/compat.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/hf_weights.h"
@@ -88,14 +89,19 @@ std::shared_ptr<ProcessGroup> ProcessGroup::Create(const ProcessGroupOptions& o)
     } else {
       auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
       // Bind where peers can reach us: GLOO_SOCKET_IFNAME if set (as in PyTorch), the
-      // loopback when the job is on this host, else the address our hostname resolves to.
+      // loopback when the job is on this host, else our address on the route to the
+      // master (the hostname may resolve to Debian's 127.0.1.1, or, on a Slurm node, to
+      // nothing), else what the hostname resolves to.
       const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
       if (ifname != nullptr && *ifname != '\0') {
         options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       } else if (IsLoopback(host)) {
         options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       } else {
-        options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+        std::string error;
+        const std::string ours = LocalAddressToward(host, &error);
+        options->devices.push_back(ours.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                                : c10d::ProcessGroupGloo::createDeviceForHostname(ours));
       }
       options->threads = 2;
       impl->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, o.rank, o.world_size, options);

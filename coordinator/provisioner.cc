@@ -1,0 +1,131 @@
+#include "coordinator/provisioner.h"
+
+#include <utility>
+
+#include "common/log.h"
+
+namespace nightshift {
+namespace {
+
+constexpr int kStoppedByCluster = 128 + 15;  // nightshift-worker's exit after SIGTERM in an allocation
+
+v1::ClusterAllocation ToProto(const char* cluster, const Allocation& a) {
+  v1::ClusterAllocation p;
+  p.set_cluster(cluster);
+  p.set_id(a.id);
+  p.set_attempt(a.attempt);
+  p.set_state(a.state);
+  p.set_reason(a.reason);
+  p.set_nodes(a.nodes);
+  return p;
+}
+
+AllocationEnd EndOf(const Allocation& a) {
+  // Its workers exit 143 when the cluster's SIGTERM stopped them (before the time limit,
+  // or a preemption's grace) after their ranks checkpointed: the cluster took it back.
+  if (a.exit_code == kStoppedByCluster) return AllocationEnd::kPreempted;
+  switch (a.end) {
+    case Allocation::End::kPreempted: return AllocationEnd::kPreempted;
+    case Allocation::End::kNodeFail: return AllocationEnd::kNodeFail;
+    case Allocation::End::kDone: break;
+  }
+  return AllocationEnd::kOther;
+}
+
+}  // namespace
+
+Provisioner::Provisioner(ProvisionerOptions options, Coordinator* coordinator, ClusterAllocator* cluster)
+    : options_(std::move(options)), coordinator_(coordinator), cluster_(cluster) {}
+
+AllocationRequest Provisioner::RequestFor(const AllocationNeed& need) const {
+  const int world = need.spec.resources().world_size(), per = std::max(1, options_.ranks_per_node);
+  AllocationRequest r;
+  r.job_id = need.job_id;
+  r.attempt = need.attempt;
+  r.priority = need.spec.priority();
+  r.nodes = (world + per - 1) / per;
+  const int ranks_per_node = (world + r.nodes - 1) / r.nodes;  // spread evenly
+  r.gpus_per_node = need.spec.resources().device() == "cuda" ? ranks_per_node : 0;
+  r.cpus_per_node = ranks_per_node;
+  r.memory_gb_per_node = need.spec.resources().memory_gb() * ranks_per_node;
+  auto failed = failed_nodes_.find(need.job_id);
+  if (failed != failed_nodes_.end()) r.exclude_nodes = failed->second;
+  r.node_command = options_.worker_command;
+  for (const std::string& word : {std::string("--coordinator"), options_.coordinator_address,
+                                  std::string("--allocation-job"), need.job_id, std::string("--allocation-attempt"),
+                                  std::to_string(need.attempt), std::string("--cpu-slots"),
+                                  std::to_string(ranks_per_node)})
+    r.node_command.push_back(word);
+  return r;
+}
+
+Status Provisioner::Pass() {
+  StatusOr<std::vector<Allocation>> listed = cluster_->List();
+  if (!listed.ok()) return listed.status();  // nothing submitted blind
+  const std::vector<AllocationNeed> needs = coordinator_->AllocationNeeds();
+  std::map<std::string, const AllocationNeed*> need_of;
+  for (const AllocationNeed& n : needs) need_of[n.job_id] = &n;
+  std::map<std::pair<std::string, int>, const Allocation*> of_attempt;
+  Status first;
+  for (const Allocation& a : *listed) {
+    auto n = need_of.find(a.job_id);
+    const bool wanted = n != need_of.end() && n->second->attempt == a.attempt;
+    if (wanted) {
+      const Allocation*& slot = of_attempt[{a.job_id, a.attempt}];
+      if (slot == nullptr || slot->phase == Allocation::Phase::kEnded) slot = &a;  // a live one first
+    } else if (a.phase != Allocation::Phase::kEnded && cancelled_.insert(a.id).second) {
+      NS_INFO("provisioner: cancelling " << cluster_->name() << " job " << a.id << " (" << a.job_id << " attempt "
+                                         << a.attempt << " is over)");
+      if (Status s = cluster_->Cancel(a.id); !s.ok()) {
+        cancelled_.erase(a.id);  // tried again next pass
+        if (first.ok()) first = s;
+      }
+    }
+  }
+  for (const AllocationNeed& n : needs) {
+    auto a = of_attempt.find({n.job_id, n.attempt});
+    Status s;
+    if (a != of_attempt.end()) {
+      s = Follow(n, *a->second);
+    } else if (n.allocation.attempt() == n.attempt && !n.allocation.id().empty()) {
+      // Ours, and no longer listed: it ended and left the list before we saw how.
+      v1::ClusterAllocation gone = n.allocation;
+      gone.set_state("GONE");
+      s = coordinator_->AllocationEnded(n.job_id, gone, AllocationEnd::kOther,
+                                        "no longer listed by " + std::string(cluster_->name()));
+    } else if (n.may_start) {
+      s = Start(n);
+    }
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Provisioner::Follow(const AllocationNeed& need, const Allocation& a) {
+  const v1::ClusterAllocation noted = ToProto(cluster_->name(), a);
+  if (a.phase != Allocation::Phase::kEnded) return coordinator_->NoteAllocation(need.job_id, noted);
+  if (a.end == Allocation::End::kNodeFail && !a.nodes.empty()) {
+    std::string& failed = failed_nodes_[need.job_id];
+    failed += (failed.empty() ? "" : ",") + a.nodes;
+  }
+  return coordinator_->AllocationEnded(need.job_id, noted, EndOf(a),
+                                       "exit code " + std::to_string(a.exit_code));
+}
+
+Status Provisioner::Start(const AllocationNeed& need) {
+  const AllocationRequest request = RequestFor(need);
+  StatusOr<std::string> id = cluster_->Submit(request);
+  if (id.status().code() == Status::kInvalidArgument)
+    return coordinator_->AllocationRefused(need.job_id, need.attempt, id.status().message());
+  if (!id.ok()) return id.status();
+  NS_INFO("provisioner: " << need.job_id << " attempt " << need.attempt << " is " << cluster_->name() << " job "
+                          << *id << " (" << request.nodes << " nodes)");
+  Allocation submitted;
+  submitted.id = *id;
+  submitted.job_id = need.job_id;
+  submitted.attempt = need.attempt;
+  submitted.state = "SUBMITTED";
+  return coordinator_->NoteAllocation(need.job_id, ToProto(cluster_->name(), submitted));
+}
+
+}  // namespace nightshift

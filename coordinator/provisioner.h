@@ -1,0 +1,71 @@
+// Provisioner: the coordinator's side of a cluster that allocates (--cluster slurm). Each
+// pass lists the cluster's allocations of ours and the coordinator's unfinished jobs, and
+// brings them together:
+// - a QUEUED job past its restart backoff with no allocation for its current attempt gets
+//   one (AllocationRequest: ceil(world_size / ranks_per_node) nodes, the ranks spread
+//   evenly, GPUs for a cuda job, the in-allocation worker as each node's command);
+// - what the cluster says of an allocation (pending and why, running where) is noted on
+//   its job (Coordinator::NoteAllocation), so `job describe` shows it;
+// - an allocation that ended before its attempt did ends the attempt
+//   (Coordinator::AllocationEnded: preempted or timed out: a new attempt, no restart
+//   counted; node failure: a restart, the next allocation excluding those nodes; any
+//   other end: a restart); one the cluster stopped listing unseen counts as any other end;
+// - an allocation whose attempt is over (the job finished, was cancelled or moved to a
+//   new attempt) is cancelled.
+// Nothing is submitted while the cluster cannot be listed, and an allocation of the
+// current attempt that the cluster lists is adopted, so a coordinator restart between a
+// submission and its record submits nothing twice. The workers' side: the scheduler
+// places an attempt only on its allocation's workers (scheduler.h), which exit when told
+// `release`.
+//
+// Thread-safety: one thread calls Pass; the Coordinator is thread-safe.
+#ifndef NIGHTSHIFT_COORDINATOR_PROVISIONER_H_
+#define NIGHTSHIFT_COORDINATOR_PROVISIONER_H_
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/cluster_allocator.h"
+#include "coordinator/coordinator.h"
+
+namespace nightshift {
+
+struct ProvisionerOptions {
+  int ranks_per_node = 8;  // the cluster's nodes' GPUs (or the ranks a CPU node runs)
+  // The in-allocation worker and the operator's flags for it (--data-root, --work-dir,
+  // --checkpoint-root, --token-file, ...); the provisioner adds --coordinator,
+  // --allocation-job, --allocation-attempt and --cpu-slots.
+  std::vector<std::string> worker_command;
+  std::string coordinator_address;  // HOST:PORT the workers dial
+};
+
+class Provisioner {
+ public:
+  // Neither is owned; both must outlive this.
+  Provisioner(ProvisionerOptions options, Coordinator* coordinator, ClusterAllocator* cluster);
+
+  // One pass; the first error met (the cluster unreachable, the store failed), after
+  // doing what could be done.
+  Status Pass();
+
+  // The allocation asked for one attempt of a job.
+  AllocationRequest RequestFor(const AllocationNeed& need) const;
+
+ private:
+  Status Follow(const AllocationNeed& need, const Allocation& a);
+  Status Start(const AllocationNeed& need);
+
+  const ProvisionerOptions options_;
+  Coordinator* const coordinator_;   // not owned
+  ClusterAllocator* const cluster_;  // not owned
+  // Nodes that failed under a job's allocation: its next ones exclude them (in memory: a
+  // restarted coordinator forgets, and Slurm has drained a failed node by then anyway).
+  std::map<std::string, std::string> failed_nodes_;
+  std::set<std::string> cancelled_;  // allocations already cancelled (not cancelled again)
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_PROVISIONER_H_

@@ -1,0 +1,303 @@
+// Provisioner (coordinator/provisioner.h) over a real Coordinator (RocksDB in a temp dir,
+// a fake clock) and a fake cluster: what it asks the cluster for, what it records on the
+// job, how an allocation's end ends the attempt, what it cancels, and that attempts run
+// only on their allocation's workers, which are released when the attempt is over.
+#include "coordinator/provisioner.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/spec.h"
+#include "tests/common/fake_clock.h"
+
+namespace nightshift {
+namespace {
+
+// The cluster as the test says it is: Submit records the request and hands out ids from
+// 100; List returns `listed` (or `list_error`).
+class FakeCluster : public ClusterAllocator {
+ public:
+  const char* name() const override { return "slurm"; }
+  StatusOr<std::string> Submit(const AllocationRequest& request) override {
+    if (!submit_error.ok()) return submit_error;
+    requests.push_back(request);
+    return std::to_string(next_id++);
+  }
+  Status Cancel(const std::string& id) override {
+    cancelled.push_back(id);
+    return Status::OK();
+  }
+  StatusOr<std::vector<Allocation>> List() override {
+    if (!list_error.ok()) return list_error;
+    return listed;
+  }
+  // Lists allocation `id` of (job, attempt) in `phase`.
+  Allocation& Show(const std::string& id, const std::string& job, int attempt, Allocation::Phase phase,
+                   const std::string& state, const std::string& reason = "", const std::string& nodes = "") {
+    for (auto& a : listed)
+      if (a.id == id) {
+        a.phase = phase, a.state = state, a.reason = reason, a.nodes = nodes;
+        return a;
+      }
+    listed.push_back({id, job, attempt, phase, Allocation::End::kDone, state, reason, nodes, 0});
+    return listed.back();
+  }
+
+  std::vector<AllocationRequest> requests;
+  std::vector<std::string> cancelled;
+  std::vector<Allocation> listed;
+  Status submit_error, list_error;
+  int next_id = 100;
+};
+
+class ProvisionerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/prov." + std::to_string(::getpid()) + "." +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    CoordinatorOptions options;
+    options.data_dir = dir_;
+    options.restart_backoff_seconds = 0;
+    options.cluster_allocates = true;
+    options.clock = &clock_;
+    auto c = Coordinator::Open(options);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c.value());
+    ProvisionerOptions p;
+    p.ranks_per_node = 2;
+    p.worker_command = {"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns"};
+    p.coordinator_address = "198.18.0.1:7070";
+    provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
+  }
+  void TearDown() override {
+    provisioner_.reset();
+    c_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Submit(int world_size, const std::string& device = "cpu", int max_restarts = 3) {
+    auto spec = LoadJobSpec("model: {arch: transformer_classifier}\ndata: {path: /data}\n");
+    EXPECT_TRUE(spec.ok());
+    spec->mutable_resources()->set_world_size(world_size);
+    spec->mutable_resources()->set_device(device);
+    spec->mutable_restart()->set_max_restarts(max_restarts);
+    auto job = c_->Submit(*spec);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job->id();
+  }
+  // A worker started in allocation `cluster_id` for (job, attempt), or an ordinary one.
+  void RegisterWorker(const std::string& name, int slots, const std::string& job = "", int attempt = 0,
+                      const std::string& cluster_id = "") {
+    v1::WorkerInfo w;
+    w.set_name(name);
+    w.set_slots(slots);
+    if (!job.empty()) {
+      w.mutable_allocation()->set_job_id(job);
+      w.mutable_allocation()->set_attempt(attempt);
+      w.mutable_allocation()->set_cluster_id(cluster_id);
+    }
+    ASSERT_TRUE(c_->Register(w).ok());
+  }
+  void Pass() { ASSERT_TRUE(provisioner_->Pass().ok()); }
+  v1::Job Get(const std::string& id) { return c_->Get(id).value(); }
+  bool HasEvent(const v1::Job& job, const std::string& text) {
+    for (const auto& e : job.events())
+      if (e.reason().find(text) != std::string::npos) return true;
+    return false;
+  }
+  // Runs attempt `attempt` of a 3-rank job on the two workers of allocation `id`.
+  void RunOnAllocation(const std::string& job, int attempt, const std::string& id) {
+    cluster_.Show(id, job, attempt, Allocation::Phase::kRunning, "RUNNING", "None", "n[1-2]");
+    Pass();
+    RegisterWorker(job + "-a" + std::to_string(attempt) + "-n1", 2, job, attempt, id);
+    RegisterWorker(job + "-a" + std::to_string(attempt) + "-n2", 2, job, attempt, id);
+    c_->Tick();
+    ASSERT_EQ(Get(job).state(), v1::SCHEDULED) << Get(job).reason();
+  }
+
+  FakeClock clock_;
+  std::string dir_;
+  std::unique_ptr<Coordinator> c_;
+  FakeCluster cluster_;
+  std::unique_ptr<Provisioner> provisioner_;
+};
+
+TEST_F(ProvisionerTest, AQueuedJobGetsOneAllocationOfItsNodesAndRunsOnlyOnItsWorkers) {
+  const std::string id = Submit(3);
+  RegisterWorker("ordinary", 8);  // never used: the cluster allocates
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::QUEUED);
+  EXPECT_EQ(Get(id).reason(), "waiting for an allocation from the cluster");
+
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 1u);
+  const AllocationRequest& r = cluster_.requests[0];
+  EXPECT_EQ(r.job_id, id);
+  EXPECT_EQ(r.attempt, 0);
+  EXPECT_EQ(r.nodes, 2);          // ceil(3 / 2)
+  EXPECT_EQ(r.cpus_per_node, 2);  // the ranks spread evenly: 2 + 1
+  EXPECT_EQ(r.gpus_per_node, 0);
+  EXPECT_EQ(r.node_command,
+            (std::vector<std::string>{"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns", "--coordinator",
+                                      "198.18.0.1:7070", "--allocation-job", id, "--allocation-attempt", "0",
+                                      "--cpu-slots", "2"}));
+  EXPECT_EQ(Get(id).allocation().id(), "100");
+  EXPECT_TRUE(HasEvent(Get(id), "slurm job 100 SUBMITTED"));
+
+  // Pending: nothing submitted again; the cluster's reason is the job's.
+  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "PENDING", "Priority");
+  Pass();
+  c_->Tick();
+  EXPECT_EQ(cluster_.requests.size(), 1u);
+  EXPECT_EQ(Get(id).reason(), "waiting for slurm job 100 (PENDING: Priority)");
+
+  // Running; a worker of another job's allocation and one worker of its own are not enough.
+  cluster_.Show("100", id, 0, Allocation::Phase::kRunning, "RUNNING", "None", "n[1-2]");
+  Pass();
+  RegisterWorker("other-n3", 8, "job-other", 0, "99");
+  RegisterWorker(id + "-a0-n1", 2, id, 0, "100");
+  c_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::QUEUED);
+  EXPECT_EQ(Get(id).reason(), "waiting for slurm job 100 (RUNNING, on n[1-2]); 2 of 3 slots registered");
+  RegisterWorker(id + "-a0-n2", 2, id, 0, "100");
+  c_->Tick();
+  const v1::Job placed = Get(id);
+  ASSERT_EQ(placed.state(), v1::SCHEDULED);
+  int ranks = 0;
+  for (const auto& p : placed.placements()) {
+    EXPECT_TRUE(p.worker() == id + "-a0-n1" || p.worker() == id + "-a0-n2") << p.worker();
+    ranks += p.num_ranks();
+  }
+  EXPECT_EQ(ranks, 3);
+  // A cuda job asks for GPUs: one per rank on each node.
+  const std::string gpu = Submit(4, "cuda");
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  EXPECT_EQ(cluster_.requests[1].job_id, gpu);
+  EXPECT_EQ(cluster_.requests[1].nodes, 2);
+  EXPECT_EQ(cluster_.requests[1].gpus_per_node, 2);
+}
+
+TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailureACountedOneElsewhere) {
+  const std::string id = Submit(3);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  // Slurm preempts it: a new attempt, no restart counted; its workers are released once
+  // they hold no rank; the next pass asks for attempt 1's allocation.
+  cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "PREEMPTED").end = Allocation::End::kPreempted;
+  Pass();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("the cluster took the allocation back (slurm job 100 PREEMPTED"), std::string::npos)
+      << job.reason();
+  EXPECT_TRUE(c_->Heartbeat(id + "-a0-n1", {})->release);
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  EXPECT_EQ(cluster_.requests[1].attempt, 1);
+  EXPECT_TRUE(cluster_.cancelled.empty());  // the ended one needs no scancel
+
+  // Attempt 1 loses node n2: a counted restart, and attempt 2 keeps away from n2.
+  RunOnAllocation(id, 1, "101");
+  cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "NODE_FAIL", "", "n2").end = Allocation::End::kNodeFail;
+  Pass();
+  job = Get(id);
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_NE(job.reason().find("a node of the allocation failed"), std::string::npos) << job.reason();
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 3u);
+  EXPECT_EQ(cluster_.requests[2].exclude_nodes, "n2");
+
+  // Its workers stopped by the cluster's SIGTERM (the time limit's --signal) exit 143
+  // after their ranks checkpoint: that is the cluster taking it back too.
+  RunOnAllocation(id, 2, "102");
+  Allocation& timed_out = cluster_.Show("102", id, 2, Allocation::Phase::kEnded, "FAILED");
+  timed_out.exit_code = 143;
+  Pass();
+  job = Get(id);
+  EXPECT_EQ(job.attempt(), 3);
+  EXPECT_EQ(job.restarts(), 1);
+  // Any other end before the attempt's: a counted restart.
+  Pass();
+  RunOnAllocation(id, 3, "103");
+  cluster_.Show("103", id, 3, Allocation::Phase::kEnded, "FAILED").exit_code = 2;
+  Pass();
+  job = Get(id);
+  EXPECT_EQ(job.attempt(), 4);
+  EXPECT_EQ(job.restarts(), 2);
+  EXPECT_NE(job.reason().find("the allocation ended before the attempt did (slurm job 103 FAILED: exit code 2)"),
+            std::string::npos)
+      << job.reason();
+}
+
+TEST_F(ProvisionerTest, WhatIsOverIsCancelledAnAllocationIsAdoptedAndNothingIsSubmittedBlind) {
+  // The cluster cannot be listed: nothing is submitted.
+  const std::string id = Submit(2);
+  cluster_.list_error = Status::Unavailable("squeue: connection refused");
+  EXPECT_FALSE(provisioner_->Pass().ok());
+  EXPECT_TRUE(cluster_.requests.empty());
+  // An allocation of the current attempt that we never recorded (the coordinator died
+  // between sbatch and its record) is adopted, not submitted twice.
+  cluster_.list_error = Status::OK();
+  cluster_.Show("77", id, 0, Allocation::Phase::kPending, "PENDING", "Resources");
+  Pass();
+  EXPECT_TRUE(cluster_.requests.empty());
+  EXPECT_EQ(Get(id).allocation().id(), "77");
+  // Cancelled while pending: the allocation is cancelled, once.
+  ASSERT_TRUE(c_->Cancel(id, "not needed").ok());
+  Pass();
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"77"});
+  // An allocation we recorded that the cluster no longer lists ended unseen: a restart.
+  const std::string gone = Submit(2);
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 1u);
+  cluster_.listed.clear();
+  Pass();
+  const v1::Job job = Get(gone);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_NE(job.reason().find("no longer listed by slurm"), std::string::npos) << job.reason();
+}
+
+TEST_F(ProvisionerTest, AnAllocationTheClusterCanNeverRunFailsTheJobAndAnUnreachableOneIsRetried) {
+  const std::string id = Submit(2);
+  cluster_.submit_error = Status::Unavailable("sbatch: Unable to contact slurm controller");
+  EXPECT_FALSE(provisioner_->Pass().ok());
+  EXPECT_EQ(Get(id).state(), v1::QUEUED);
+  cluster_.submit_error = Status::InvalidArgument(
+      "sbatch refused nightshift-" + id + "-a0: sbatch: error: Batch job submission failed: Invalid partition name specified");
+  Pass();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_NE(job.error().find("Invalid partition name specified"), std::string::npos) << job.error();
+  EXPECT_EQ(job.restarts(), 0);
+}
+
+TEST_F(ProvisionerTest, AWorkerOfAnAllocationIsReleasedOnlyWhenItsAttemptIsOverAndItHoldsNoRank) {
+  const std::string id = Submit(3);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  RegisterWorker("ordinary", 4);
+  const std::string n1 = id + "-a0-n1";
+  HeartbeatReply reply = c_->Heartbeat(n1, {}).value();
+  EXPECT_FALSE(reply.release);  // its attempt is current
+  ASSERT_EQ(reply.start.size(), 1u);
+  ASSERT_TRUE(c_->Cancel(id, "done").ok());
+  v1::TaskStatus running;
+  running.mutable_task()->set_job_id(id);
+  running.mutable_task()->set_attempt(0);
+  running.set_state(v1::TASK_RUNNING);
+  EXPECT_FALSE(c_->Heartbeat(n1, {running})->release);  // still holds a rank
+  EXPECT_TRUE(c_->Heartbeat(n1, {})->release);
+  EXPECT_FALSE(c_->Heartbeat("ordinary", {})->release);  // ours are never released
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
+}
+
+}  // namespace
+}  // namespace nightshift
