@@ -97,11 +97,13 @@ void TaskReports::Reconcile(const std::string& worker, bool reported, JobEntry* 
 bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& status, const v1::Placement& part,
                              JobEntry* entry) {
   v1::Job& job = entry->job;
-  bool changed = TakeCheckpoint(worker, status, &job);
+  // Where rank 0 resumed from is weighed against the checkpoints of the attempts before,
+  // so before this report's own: a late first report may carry newer ones already.
+  bool changed = part.first_rank() == 0 && TakeResumedStep(status, entry);
+  changed = TakeCheckpoint(worker, status, &job) || changed;
   changed = TakeCheckpointCheck(worker, status, &job) || changed;
   changed = TakeStopReason(status, &job) || changed;
   if (part.first_rank() != 0) return changed;
-  changed = TakeResumedStep(status, entry) || changed;
   if (job.master_addr().empty() && !status.master_addr().empty()) {
     job.set_master_addr(status.master_addr());
     changed = true;

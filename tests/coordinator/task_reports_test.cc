@@ -144,5 +144,33 @@ TEST_F(TaskReportsTest, TheStepAnAttemptResumedFromIsRecordedOnce) {
   EXPECT_EQ(again, 1);
 }
 
+// The first report of an attempt may come late, once the attempt has checkpointed after
+// resuming (a busy worker, a slow link): its own newer checkpoint is no reason to call the
+// resumed step stale, nor to take the job's checkpoint back to it. (Seen on Slurm: a
+// restart resumed from step 90 recorded "the newest checkpoint reported was step 120" and
+// set the job's checkpoint back to 90.)
+TEST_F(TaskReportsTest, ALateFirstReportWithNewerCheckpointsKeepsThemAndTellsNoMismatch) {
+  Register("w1");
+  JobEntry* entry = Submit();
+  RunOn(entry, {"w1"});
+  v1::TaskStatus old = Task(entry->job.id(), 0, v1::TASK_RUNNING);
+  old.set_checkpoint_step(90);
+  old.mutable_progress()->set_step(95);
+  Handle("w1", old);
+  attempts_->FailAttempt(entry, "peer died", /*user_error=*/false);
+  RunOn(entry, {"w1"});
+  v1::TaskStatus late = Task(entry->job.id(), 1, v1::TASK_RUNNING);
+  late.set_resumed_step(90);
+  late.set_checkpoint_step(120);
+  late.set_checkpoint_path("/ckpt/j-000001/step-00000120");
+  late.mutable_progress()->set_step(125);
+  Handle("w1", late);
+  EXPECT_EQ(entry->job.checkpoint_step(), 120);
+  EXPECT_EQ(entry->job.checkpoint_path(), "/ckpt/j-000001/step-00000120");
+  int told = 0;
+  for (const auto& ev : entry->job.events()) told += ev.reason() == "attempt 1 resumed from step 90";
+  EXPECT_EQ(told, 1);
+}
+
 }  // namespace
 }  // namespace nightshift

@@ -50,8 +50,9 @@ class SlurmE2eTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("nightshift_slurm_e2e_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     StatusOr<CommandResult> up =
-        runner_.Run({"python3", kScript, "up", "--dir", (dir_ / "cluster").string(), "--nodes", "2", "--min-job-age",
-                     "300", "--lifetime", "600", "--watch-pid", std::to_string(::getpid())},
+        runner_.Run({"python3", kScript, "up", "--dir", (dir_ / "cluster").string(), "--nodes", std::to_string(nodes_),
+                     "--slurmd-timeout", std::to_string(slurmd_timeout_), "--min-job-age", "300", "--lifetime", "600",
+                     "--watch-pid", std::to_string(::getpid())},
                     "", {}, 120);
     ASSERT_TRUE(up.ok()) << up.status().ToString();
     ASSERT_EQ(up->exit_code, 0) << up->out << up->err;
@@ -105,6 +106,8 @@ class SlurmE2eTest : public ::testing::Test {
     return argv;
   }
 
+  int nodes_ = 2;
+  int slurmd_timeout_ = 30;  // a silent node is DOWN after this
   SubprocessRunner runner_;
   nlohmann::json state_;  // slurm_cluster.py up's answer
   SlurmOptions options_;  // the cluster's client environment
@@ -194,7 +197,7 @@ class CoordinatorOnSlurm {
   }
   // Submits a small classifier of `world_size` ranks, `steps` steps, checkpointed every
   // 10, at `priority`; its id ("" after ADD_FAILURE).
-  std::string Submit(const std::string& name, int world_size, int steps, int priority = 0) {
+  std::string Submit(const std::string& name, int world_size, int steps, int priority = 0, int max_restarts = 2) {
     const std::string spec = files_.dir() + "/" + name + ".yaml";
     std::ofstream(spec)
         << "name: " + name + "\n"
@@ -204,7 +207,8 @@ class CoordinatorOnSlurm {
                ", lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
            "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 120}\n"
            "checkpoint: {every_steps: 10, keep_last: 2}\n"
-           "priority: " + std::to_string(priority) + "\n";
+           "priority: " + std::to_string(priority) + "\n"
+           "restart: {max_restarts: " + std::to_string(max_restarts) + "}\n";
     StatusOr<CommandResult> r = Cli({"job", "submit", spec});
     if (!r.ok() || r->exit_code != 0) {
       ADD_FAILURE() << (r.ok() ? r->out + r->err : r.status().ToString()) << log();
@@ -305,6 +309,42 @@ TEST_F(SlurmE2eTest, ASlurmPreemptionCheckpointsAndTheNextAttemptResumesWithoutA
   EXPECT_EQ(c.WaitForEnd(a, 60).state(), v1::CANCELLED);
   WaitFor(job.allocation().id(), [](const SlurmJob& j) { return j.state != SlurmState::kRunning && j.state != SlurmState::kPending; },
           "ended after the cancel");
+}
+
+// Three nodes, and a node is DOWN 10 s after it falls silent.
+class SlurmE2eThreeNodesTest : public SlurmE2eTest {
+ protected:
+  SlurmE2eThreeNodesTest() {
+    nodes_ = 3;
+    slurmd_timeout_ = 10;
+  }
+};
+
+// A node dies mid-job: every process of its host killed at once (slurmd, the step, the
+// worker, the rank). The surviving rank fails on its lost peer, or slurmctld ends the
+// allocation NODE_FAIL: either way the attempt ends with a restart counted, nothing is
+// left of it, and the job finishes on the nodes that are up (an allocation that ends
+// NODE_FAIL is followed by one excluding the node; Slurm offers a DOWN node to nobody).
+TEST_F(SlurmE2eThreeNodesTest, ANodeThatDiesMidJobCostsARestartAndTheJobFinishesOnTheOthers) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1);
+  const std::string id = c.Submit("node-fail", 2, 200, 0, /*max_restarts=*/5);
+  v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) {
+    return (j.state() == v1::RUNNING && j.checkpoint_step() >= 10) || IsTerminal(j.state());
+  });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.DebugString() << c.log();
+  ASSERT_EQ(job.placements_size(), 2);
+  const std::string rank1 = job.placements(1).worker(), node = rank1.substr(rank1.rfind('-') + 1);
+  StatusOr<CommandResult> failed =
+      runner_.Run({"python3", kScript, "fail-node", "--dir", (dir_ / "cluster").string(), "--node", node}, "", {}, 60);
+  ASSERT_TRUE(failed.ok() && failed->exit_code == 0) << (failed.ok() ? failed->out + failed->err : "");
+  job = c.WaitForEnd(id, 420);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString() << c.log();
+  EXPECT_GE(job.attempt(), 1);
+  EXPECT_GE(job.restarts(), 1);
+  for (const auto& p : job.placements()) EXPECT_NE(p.worker().substr(p.worker().rfind('-') + 1), node) << p.worker();
+  // From the newest checkpoint the lost attempt committed: no finished step lost.
+  EXPECT_TRUE(HasEvent(job, "resumed from step")) << job.DebugString();
+  EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
 }
 
 }  // namespace

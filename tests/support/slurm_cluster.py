@@ -22,6 +22,10 @@ CLI use (e.g. from C++ tests through a subprocess):
     python3 slurm_cluster.py up --dir DIR [--nodes 2] [--cpus-per-node 2]
         -> prints one JSON object: env to use, bin dir with client wrappers
     python3 slurm_cluster.py down --dir DIR
+    python3 slurm_cluster.py fail-node --dir DIR --node n2
+        -> every process of that node's host is killed at once (slurmd, its
+           steps and what they started), as when a machine loses power;
+           slurmctld marks it DOWN after --slurmd-timeout
     python3 slurm_cluster.py selftest
 
 Client commands must run in a namespace that reaches the controller; the
@@ -88,9 +92,10 @@ def _ns_pids(ns: str) -> list[int]:
     return [int(x) for x in r.stdout.split() if x.strip().isdigit()]
 
 
-def _kill_ns_processes(namespaces: list[str], grace: float = 5.0) -> None:
+def _kill_ns_processes(namespaces: list[str], grace: float = 5.0,
+                       signals=(signal.SIGTERM, signal.SIGKILL)) -> None:
     me = os.getpid()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in signals:
         pids = [p for ns in namespaces for p in _ns_pids(ns) if p != me]
         if not pids:
             return
@@ -148,6 +153,7 @@ class SlurmCluster:
     dir: str | None = None
     subnet: int | None = None       # x in 198.18.x.0/24; from the pid if None
     min_job_age: int = 30           # seconds a finished job stays in squeue
+    slurmd_timeout: int = 30        # a silent node is DOWN after this
     lifetime: int = 1800            # watchdog tears down after this
     start_timeout: float = 60.0
     jobcomp_file: bool = True       # JobCompType=jobcomp/filetxt into dir
@@ -309,7 +315,7 @@ class SlurmCluster:
             f"MinJobAge={self.min_job_age}",
             "KillWait=5",
             "InactiveLimit=0",
-            "SlurmdTimeout=30",
+            f"SlurmdTimeout={self.slurmd_timeout}",
             "SlurmctldTimeout=30",
             "MessageTimeout=10",
             "TmpFS=/tmp",
@@ -515,8 +521,12 @@ def main(argv=None) -> int:
     u.add_argument("--cpus-per-node", type=int, default=2)
     u.add_argument("--min-job-age", type=int, default=30)
     u.add_argument("--lifetime", type=int, default=1800)
+    u.add_argument("--slurmd-timeout", type=int, default=30)
     u.add_argument("--watch-pid", type=int, default=0,
                    help="tear down as soon as this process (the test) is gone")
+    fn = sub.add_parser("fail-node")
+    fn.add_argument("--dir", required=True)
+    fn.add_argument("--node", required=True)
     dn = sub.add_parser("down")
     dn.add_argument("--dir", required=True)
     s = sub.add_parser("selftest")
@@ -530,7 +540,7 @@ def main(argv=None) -> int:
     if args.cmd == "up":
         c = SlurmCluster(nodes=args.nodes, cpus_per_node=args.cpus_per_node,
                          dir=args.dir, min_job_age=args.min_job_age,
-                         lifetime=args.lifetime)
+                         lifetime=args.lifetime, slurmd_timeout=args.slurmd_timeout)
         try:
             st = c.up(watch_pid=args.watch_pid or None)
         except Exception as e:  # noqa: BLE001
@@ -546,6 +556,15 @@ def main(argv=None) -> int:
         problems = teardown(st)
         print(json.dumps({"ok": not problems, "problems": problems}))
         return 0 if not problems else 1
+    if args.cmd == "fail-node":
+        st = _load_state(args.dir)
+        node = next((n for n in (st or {}).get("nodes", []) if n["name"] == args.node), None)
+        if node is None:
+            print(json.dumps({"error": f"no node {args.node}"}))
+            return 1
+        _kill_ns_processes([node["ns"]], signals=(signal.SIGKILL,))
+        print(json.dumps({"ok": True, "left": _ns_pids(node["ns"])}))
+        return 0
     if args.cmd == "selftest":
         return _selftest(args)
     if args.cmd == "_watchdog":
