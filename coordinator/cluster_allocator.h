@@ -19,6 +19,7 @@ struct AllocationRequest {
   std::string job_id;  // the coordinator's
   int attempt = 0;
   int priority = 0;
+  std::string owner;   // who submitted the job ("" in insecure mode)
   int nodes = 1;
   int gpus_per_node = 0;          // GPUs (Slurm: --gres=gpu:N)
   int cpus_per_node = 0;          // CPUs for the node's worker and ranks; 0: the cluster's default

@@ -63,6 +63,9 @@ void AddClusterFlags(CLI::App* app, Flags* f) {
   app->add_option("--slurm-priority", f->slurm_priorities,
                   "MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]: jobs of at least this priority go there (the row "
                   "with the largest MIN_PRIORITY at or below a job's applies; repeatable; empty parts not passed)");
+  app->add_flag("--slurm-submit-as-owner", f->slurm.submit_as_owner,
+                "submit each allocation as the job's owner (sudo -n -u OWNER sbatch; needs a sudoers rule), so "
+                "Slurm accounts it to them and their ranks run as them");
   app->add_option("--slurm-log-dir", f->slurm.log_dir, "where each allocation's slurm-<id>.out goes (sbatch --output)");
   app->add_option("--slurm-signal-seconds", f->slurm.signal_before_end_seconds,
                   "SIGTERM to the nodes' workers this long before the time limit, so the ranks checkpoint "

@@ -43,6 +43,7 @@ AllocationRequest Provisioner::RequestFor(const AllocationNeed& need) const {
   r.job_id = need.job_id;
   r.attempt = need.attempt;
   r.priority = need.spec.priority();
+  r.owner = need.owner;
   r.nodes = (world + per - 1) / per;
   const int ranks_per_node = (world + r.nodes - 1) / r.nodes;  // spread evenly
   r.gpus_per_node = need.spec.resources().device() == "cuda" ? ranks_per_node : 0;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -183,7 +184,22 @@ StatusOr<CommandResult> SlurmCluster::Run(const std::string& program, const std:
 
 StatusOr<std::string> SlurmCluster::Submit(const AllocationRequest& request) {
   if (request.node_command.empty()) return Status::InvalidArgument("slurm: no command for the nodes");
-  StatusOr<CommandResult> r = Run(options_.sbatch, SbatchArgs(request, options_), SbatchScript(request));
+  std::string program = options_.sbatch;
+  std::vector<std::string> args = SbatchArgs(request, options_);
+  if (options_.submit_as_owner && !request.owner.empty()) {
+    // A Unix user name, so that sudo reads it as one (never an option).
+    const bool unix_name = request.owner.size() <= 32 && (std::islower(request.owner[0]) || request.owner[0] == '_') &&
+                           std::all_of(request.owner.begin(), request.owner.end(), [](char c) {
+                             return std::islower(c) || std::isdigit(c) || c == '_' || c == '-' || c == '.';
+                           });
+    if (!unix_name)
+      return Status::InvalidArgument("owner '" + request.owner +
+                                     "' is not a Unix user name: cannot submit as them (--slurm-submit-as-owner)");
+    std::vector<std::string> as_owner = {"-n", "-u", request.owner, "--preserve-env=SLURM_CONF", "--", program};
+    args.insert(args.begin(), as_owner.begin(), as_owner.end());
+    program = options_.sudo;
+  }
+  StatusOr<CommandResult> r = Run(program, args, SbatchScript(request));
   if (!r.ok()) return Status::Unavailable("sbatch: " + r.status().message());
   if (r->exit_code != 0) {
     // A request Slurm can never run (more nodes than the partition has, an unknown

@@ -37,6 +37,13 @@ struct SlurmOptions {
   std::string log_dir;               // sbatch --output (slurm-%j.out per allocation); "" : Slurm's default
   int signal_before_end_seconds = 120;  // SIGTERM to the steps this long before the time limit
   double command_timeout_seconds = 30;
+  // Submit each allocation as the job's owner (`sudo -n -u OWNER`), so Slurm accounts it
+  // to them and their job runs as them, as Determined and SkyPilot do; the coordinator's
+  // user needs a sudoers rule for sbatch. A job without an owner (insecure mode) is
+  // submitted as the coordinator's user. Cancelling stays the coordinator's (root or
+  // SlurmUser may scancel anyone's job).
+  bool submit_as_owner = false;
+  std::string sudo = "sudo";
 };
 
 // The allocation's Slurm job name: "nightshift-<job>-a<attempt>".

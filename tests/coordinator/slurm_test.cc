@@ -204,5 +204,33 @@ TEST(SlurmTest, TheClusterSubmitsCancelsAndPollsItsOwnJobsOnly) {
   EXPECT_EQ(fake.calls[5], (std::vector<std::string>{"scancel", "4242"}));
 }
 
+// --slurm-submit-as-owner: sbatch runs as the job's owner through sudo, with the
+// cluster's SLURM_CONF kept; an owner that is not a Unix user name is refused before
+// anything runs; a job without an owner goes as the coordinator's user.
+TEST(SlurmTest, AnAllocationIsSubmittedAsItsOwnerThroughSudo) {
+  FakeRunner fake;
+  SlurmOptions o;
+  o.submit_as_owner = true;
+  o.sudo = "/usr/bin/sudo";
+  SlurmCluster cluster(o, &fake);
+  fake.answers = {CommandResult{0, "7\n", ""}, CommandResult{0, "8\n", ""}};
+  AllocationRequest r = Request();
+  r.owner = "alice";
+  ASSERT_TRUE(cluster.Submit(r).ok());
+  std::vector<std::string> want = {"/usr/bin/sudo", "-n", "-u", "alice", "--preserve-env=SLURM_CONF", "--", "sbatch"};
+  for (const std::string& a : SbatchArgs(r, o)) want.push_back(a);
+  EXPECT_EQ(fake.calls[0], want);
+  for (const char* bad : {"-rf", "Alice", "al ice", "root;id"}) {
+    r.owner = bad;
+    const Status refused = cluster.Submit(r).status();
+    EXPECT_EQ(refused.code(), Status::kInvalidArgument) << bad;
+    EXPECT_NE(refused.message().find("is not a Unix user name"), std::string::npos) << refused.ToString();
+  }
+  EXPECT_EQ(fake.calls.size(), 1u);  // none of those ran
+  r.owner = "";
+  ASSERT_TRUE(cluster.Submit(r).ok());
+  EXPECT_EQ(fake.calls[1][0], "sbatch");
+}
+
 }  // namespace
 }  // namespace nightshift
