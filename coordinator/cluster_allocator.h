@@ -37,6 +37,7 @@ struct Allocation {
     kDone,       // its steps exited (completed, failed, cancelled): said by the workers, if they ran it
     kPreempted,  // the cluster took it back: preemption, its time limit
     kNodeFail,   // a node failed
+    kRefused,    // failed for what a retry meets again (the worker refused its flags): the job's error
   };
   std::string id;      // the cluster's
   std::string job_id;  // the coordinator's, and the attempt it serves
@@ -46,6 +47,7 @@ struct Allocation {
   std::string state;   // as the cluster names it (PENDING, RUNNING, PREEMPTED, ...)
   std::string reason;  // why it is pending, as the cluster says
   std::string nodes;   // its nodes, in the cluster's notation
+  std::string failed_nodes;  // once ended kNodeFail: those of its nodes the cluster has down ("": unknown)
   int exit_code = 0;   // once ended
 };
 

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/kubernetes.h"
 #include "coordinator/metrics.h"
 #include "coordinator/provisioner.h"
 #include "coordinator/service.h"
@@ -41,6 +42,8 @@ struct Flags {
   std::string allocation_worker;               // the worker binary the nodes run
   std::vector<std::string> slurm_priorities;   // MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]
   SlurmOptions slurm;
+  std::vector<std::string> kubernetes_priorities;  // MIN_PRIORITY:PRIORITY_CLASS[:QUEUE]
+  KubernetesOptions kubernetes;
   double allocation_poll_seconds = 2;
 };
 
@@ -49,6 +52,21 @@ void AddClusterFlags(CLI::App* app, Flags* f) {
                   "who allocates the nodes: agents (our workers, our scheduler; default) or slurm (each attempt "
                   "is a Slurm batch job running nightshift-worker on its nodes); kubernetes is planned")
       ->check(CLI::IsMember({"agents", "slurm", "kubernetes"}));
+  app->add_option("--kubernetes-api", f->kubernetes.api, "--cluster kubernetes: the API server (default: in-cluster)");
+  app->add_option("--kubernetes-namespace", f->kubernetes.namespace_name, "where the Jobs go (default nightshift)");
+  app->add_option("--kubernetes-image", f->kubernetes.image, "the worker image the pods run");
+  app->add_option("--kubernetes-checkpoint-claim", f->kubernetes.checkpoint_claim,
+                  "a ReadWriteMany PersistentVolumeClaim mounted at /checkpoints (give the workers "
+                  "--allocation-worker-arg=--checkpoint-root=/checkpoints)");
+  app->add_option("--kubernetes-data-claim", f->kubernetes.data_claim, "a PersistentVolumeClaim mounted read-only at /data");
+  app->add_option("--kubernetes-token-secret", f->kubernetes.token_secret,
+                  "a Secret mounted at /etc/nightshift (give --allocation-worker-arg=--token-file=/etc/nightshift/<key>)");
+  app->add_option("--kubernetes-grace-seconds", f->kubernetes.termination_grace_seconds,
+                  "the pods' termination grace period: time to checkpoint after SIGTERM (default 300)")
+      ->check(CLI::Range(1, 86400));
+  app->add_option("--kubernetes-priority", f->kubernetes_priorities,
+                  "MIN_PRIORITY:PRIORITY_CLASS[:KUEUE_QUEUE]: jobs of at least this priority get that PriorityClass "
+                  "and Kueue LocalQueue (then the Job is created suspended for Kueue to admit; repeatable)");
   app->add_option("--ranks-per-node", f->provisioner.ranks_per_node,
                   "--cluster slurm: ranks one node runs (its GPUs); a job takes ceil(world_size / this) nodes")
       ->check(CLI::Range(1, 1024));
@@ -72,8 +90,9 @@ void AddClusterFlags(CLI::App* app, Flags* f) {
                   "(default 120)")->check(CLI::Range(1, 65535));
 }
 
-// --slurm-priority MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]].
-StatusOr<std::vector<SlurmPriorityRow>> ParsePriorityRows(const std::vector<std::string>& rows) {
+// --slurm-priority MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]] (and --kubernetes-priority
+// MIN_PRIORITY:PRIORITY_CLASS[:QUEUE], read into the same three parts).
+StatusOr<std::vector<SlurmPriorityRow>> ParsePriorityRows(const std::vector<std::string>& rows, const std::string& flag) {
   std::vector<SlurmPriorityRow> parsed;
   for (const std::string& row : rows) {
     std::vector<std::string> parts;
@@ -85,7 +104,7 @@ StatusOr<std::vector<SlurmPriorityRow>> ParsePriorityRows(const std::vector<std:
     char* end = nullptr;
     r.min_priority = static_cast<int>(std::strtol(parts[0].c_str(), &end, 10));
     if (parts.size() < 2 || parts.size() > 4 || parts[0].empty() || *end != '\0')
-      return Status::InvalidArgument("--slurm-priority: '" + row + "' is not MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]");
+      return Status::InvalidArgument(flag + ": '" + row + "' is not MIN_PRIORITY:NAME[:NAME[:NAME]]");
     r.partition = parts[1];
     if (parts.size() > 2) r.qos = parts[2];
     if (parts.size() > 3) r.account = parts[3];
@@ -205,11 +224,14 @@ class ProvisionerLoop {
  public:
   static StatusOr<std::unique_ptr<ProvisionerLoop>> Start(Flags* f, Coordinator* c, int port) {
     if (f->cluster == "agents") return std::unique_ptr<ProvisionerLoop>();
-    if (f->cluster == "kubernetes")
-      return Status::InvalidArgument("--cluster kubernetes: not built yet (issue 44); use agents or slurm");
-    auto rows = ParsePriorityRows(f->slurm_priorities);
+    auto rows = f->cluster == "slurm" ? ParsePriorityRows(f->slurm_priorities, "--slurm-priority")
+                                      : ParsePriorityRows(f->kubernetes_priorities, "--kubernetes-priority");
     if (!rows.ok()) return rows.status();
+    for (const SlurmPriorityRow& r : *rows)  // the same three parts: class, queue
+      f->kubernetes.priorities.push_back({r.min_priority, r.partition, r.qos});
     f->slurm.priorities = *rows;
+    if (f->cluster == "kubernetes" && f->kubernetes.image.empty())
+      return Status::InvalidArgument("--cluster kubernetes needs --kubernetes-image");
     ProvisionerOptions& o = f->provisioner;
     if (o.coordinator_address.empty()) {
       const std::string host = f->listen.substr(0, f->listen.rfind(':'));
@@ -218,14 +240,14 @@ class ProvisionerLoop {
       o.coordinator_address = host + ":" + std::to_string(port);
     }
     std::string worker = f->allocation_worker;
+    if (worker.empty() && f->cluster == "kubernetes") worker = "nightshift-worker";  // on the image's PATH
     if (worker.empty())
       worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "nightshift-worker").string();
     o.worker_command.insert(o.worker_command.begin(), worker);
     auto loop = std::unique_ptr<ProvisionerLoop>(new ProvisionerLoop(*f, c));
     loop->thread_ = std::thread([p = loop.get()] { p->Run(); });
-    NS_INFO("coordinator: --cluster slurm: each attempt is a Slurm job of ceil(world_size / " << o.ranks_per_node
-                                                                                            << ") nodes; its workers dial "
-                                                                                            << o.coordinator_address);
+    NS_INFO("coordinator: --cluster " << f->cluster << ": each attempt is one allocation of ceil(world_size / "
+                                       << o.ranks_per_node << ") nodes; its workers dial " << o.coordinator_address);
     return loop;
   }
   ~ProvisionerLoop() {
@@ -235,12 +257,16 @@ class ProvisionerLoop {
 
  private:
   ProvisionerLoop(const Flags& f, Coordinator* c)
-      : poll_(f.allocation_poll_seconds), slurm_(f.slurm, &runner_), provisioner_(f.provisioner, c, &slurm_) {}
+      : poll_(f.allocation_poll_seconds),
+        slurm_(f.slurm, &runner_),
+        api_(MakeCurlKubernetesApi(f.kubernetes)),
+        kubernetes_(f.kubernetes, api_.get()),
+        provisioner_(f.provisioner, c, f.cluster == "slurm" ? static_cast<ClusterAllocator*>(&slurm_) : &kubernetes_) {}
   void Run() {
     std::string last_error;
     while (!g_stop) {
       Status s = provisioner_.Pass();
-      if (!s.ok() && s.message() != last_error) NS_WARN("coordinator: slurm: " << s.message());
+      if (!s.ok() && s.message() != last_error) NS_WARN("coordinator: cluster: " << s.message());
       last_error = s.ok() ? "" : s.message();
       for (double waited = 0; waited < poll_ && !g_stop; waited += 0.1)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -249,6 +275,8 @@ class ProvisionerLoop {
   const double poll_;
   SubprocessRunner runner_;
   SlurmCluster slurm_;
+  std::unique_ptr<KubernetesApi> api_;
+  KubernetesCluster kubernetes_;
   Provisioner provisioner_;
   std::thread thread_;
 };

@@ -27,7 +27,7 @@ AllocationEnd EndOf(const Allocation& a) {
   switch (a.end) {
     case Allocation::End::kPreempted: return AllocationEnd::kPreempted;
     case Allocation::End::kNodeFail: return AllocationEnd::kNodeFail;
-    case Allocation::End::kDone: break;
+    case Allocation::End::kDone: case Allocation::End::kRefused: break;
   }
   return AllocationEnd::kOther;
 }
@@ -61,9 +61,11 @@ AllocationRequest Provisioner::RequestFor(const AllocationNeed& need) const {
 }
 
 Status Provisioner::Pass() {
+  // The needs first: an allocation listed after them that is pending while its attempt
+  // was already placed went back to pending after running (see Follow).
+  const std::vector<AllocationNeed> needs = coordinator_->AllocationNeeds();
   StatusOr<std::vector<Allocation>> listed = cluster_->List();
   if (!listed.ok()) return listed.status();  // nothing submitted blind
-  const std::vector<AllocationNeed> needs = coordinator_->AllocationNeeds();
   std::map<std::string, const AllocationNeed*> need_of;
   for (const AllocationNeed& n : needs) need_of[n.job_id] = &n;
   std::map<std::pair<std::string, int>, const Allocation*> of_attempt;
@@ -104,10 +106,16 @@ Status Provisioner::Pass() {
 
 Status Provisioner::Follow(const AllocationNeed& need, const Allocation& a) {
   const v1::ClusterAllocation noted = ToProto(cluster_->name(), a);
+  const bool placed = need.state == v1::SCHEDULED || need.state == v1::RUNNING;
+  if (a.phase == Allocation::Phase::kPending && placed)  // Kueue suspended it, Slurm requeued it
+    return coordinator_->AllocationEnded(need.job_id, noted, AllocationEnd::kPreempted, "pending again");
   if (a.phase != Allocation::Phase::kEnded) return coordinator_->NoteAllocation(need.job_id, noted);
-  if (a.end == Allocation::End::kNodeFail && !a.nodes.empty()) {
+  if (a.end == Allocation::End::kRefused)
+    return coordinator_->AllocationRefused(need.job_id, need.attempt,
+                                           std::string(cluster_->name()) + " job " + a.id + " failed: " + a.reason);
+  if (a.end == Allocation::End::kNodeFail && !a.failed_nodes.empty()) {
     std::string& failed = failed_nodes_[need.job_id];
-    failed += (failed.empty() ? "" : ",") + a.nodes;
+    failed += (failed.empty() ? "" : ",") + a.failed_nodes;
   }
   return coordinator_->AllocationEnded(need.job_id, noted, EndOf(a),
                                        "exit code " + std::to_string(a.exit_code));
@@ -116,6 +124,12 @@ Status Provisioner::Follow(const AllocationNeed& need, const Allocation& a) {
 Status Provisioner::Start(const AllocationNeed& need) {
   const AllocationRequest request = RequestFor(need);
   StatusOr<std::string> id = cluster_->Submit(request);
+  if (id.status().code() == Status::kInvalidArgument && !request.exclude_nodes.empty()) {
+    // Impossible maybe only without the failed nodes: the next pass asks without them.
+    failed_nodes_.erase(need.job_id);
+    return Status::Unavailable(id.status().message() + " (asked without " + request.exclude_nodes +
+                               "; asking again with every node)");
+  }
   if (id.status().code() == Status::kInvalidArgument)
     return coordinator_->AllocationRefused(need.job_id, need.attempt, id.status().message());
   if (!id.ok()) return id.status();

@@ -8,8 +8,10 @@
 //   its job (Coordinator::NoteAllocation), so `job describe` shows it;
 // - an allocation that ended before its attempt did ends the attempt
 //   (Coordinator::AllocationEnded: preempted or timed out: a new attempt, no restart
-//   counted; node failure: a restart, the next allocation excluding those nodes; any
-//   other end: a restart); one the cluster stopped listing unseen counts as any other end;
+//   counted; node failure: a restart, the next allocation excluding those nodes; refused
+//   (the worker's bad-spec exit): the job fails; any other end: a restart); one the
+//   cluster stopped listing unseen counts as any other end, and one pending again while
+//   its attempt runs (Kueue suspended it, Slurm requeued it) as preempted;
 // - an allocation whose attempt is over (the job finished, was cancelled or moved to a
 //   new attempt) is cancelled.
 // Nothing is submitted while the cluster cannot be listed, and an allocation of the

@@ -243,6 +243,15 @@ StatusOr<std::map<std::string, SlurmJob>> SlurmCluster::Poll() {
   return ours;
 }
 
+std::string SlurmCluster::DownNodes(const std::string& nodes) {
+  if (nodes.empty()) return "";
+  StatusOr<CommandResult> r =
+      Run(options_.sinfo, {"--noheader", "--nodes=" + nodes, "--states=down,drain,fail,no_respond", "--format=%N"});
+  if (!r.ok() || r->exit_code != 0) return "";
+  std::string down = r->out.substr(0, r->out.find('\n'));
+  return down == "n/a" ? "" : down;
+}
+
 StatusOr<std::vector<Allocation>> SlurmCluster::List() {
   StatusOr<std::map<std::string, SlurmJob>> jobs = Poll();
   if (!jobs.ok()) return jobs.status();
@@ -266,6 +275,7 @@ StatusOr<std::vector<Allocation>> SlurmCluster::List() {
       case SlurmState::kNodeFail:
         a.phase = Allocation::Phase::kEnded;
         a.end = Allocation::End::kNodeFail;
+        a.failed_nodes = DownNodes(job.nodes);  // squeue names every node of the job
         break;
       case SlurmState::kCompleted: case SlurmState::kFailed: case SlurmState::kCancelled:
         a.phase = Allocation::Phase::kEnded;

@@ -31,7 +31,7 @@ struct SlurmPriorityRow {
 };
 
 struct SlurmOptions {
-  std::string sbatch = "sbatch", squeue = "squeue", scancel = "scancel";
+  std::string sbatch = "sbatch", squeue = "squeue", scancel = "scancel", sinfo = "sinfo";
   std::map<std::string, std::string> env;  // for every command, e.g. SLURM_CONF
   std::vector<SlurmPriorityRow> priorities;
   std::string log_dir;               // sbatch --output (slurm-%j.out per allocation); "" : Slurm's default
@@ -97,12 +97,16 @@ class SlurmCluster : public ClusterAllocator {
   // A job that ended leaves the list MinJobAge seconds after its end.
   StatusOr<std::map<std::string, SlurmJob>> Poll();
   // Poll's jobs as allocations: PREEMPTED and TIMEOUT end as kPreempted, NODE_FAIL as
-  // kNodeFail, every other end as kDone.
+  // kNodeFail (its failed_nodes: those of its nodes sinfo lists down, drained or failing),
+  // every other end as kDone.
   StatusOr<std::vector<Allocation>> List() override;
 
  private:
   StatusOr<CommandResult> Run(const std::string& program, const std::vector<std::string>& args,
                               const std::string& input = "");
+  // Of `nodes` (a host list), those Slurm has down, drained or failing, as a host list;
+  // "" when none or when sinfo cannot say.
+  std::string DownNodes(const std::string& nodes);
   const SlurmOptions options_;
   CommandRunner* const runner_;
 };

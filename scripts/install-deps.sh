@@ -20,6 +20,8 @@ PACKAGES=(
   # services
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev prometheus-cpp-dev libxxhash-dev
+  # the Kubernetes API client of --cluster kubernetes
+  libcurl4-openssl-dev
   # security: SHA-256 of tokens (libcrypto), test certificates (openssl CLI)
   libssl-dev openssl
   # data, config, CLI

@@ -39,7 +39,8 @@ struct Flags {
 
 // --allocation-job: the worker serves one attempt of one job inside a cluster
 // allocation. What the allocation decides is taken from it unless given: the name
-// (<job>-a<attempt>-<Slurm node name or host name>), a work dir of its own under
+// (<job>-a<attempt>-<Slurm node name, pod<index> of a Kubernetes Indexed Job, or host
+// name>), a work dir of its own under
 // --work-dir, the address the other nodes reach it on (the one that routes to the
 // coordinator), and the file service on that address.
 Status EnterAllocation(Flags* f) {
@@ -52,11 +53,13 @@ Status EnterAllocation(Flags* f) {
   o.allocation.set_attempt(f->allocation_attempt);
   const char* slurm_job = std::getenv("SLURM_JOB_ID");
   o.allocation.set_cluster_id(!f->allocation_id.empty() ? f->allocation_id : slurm_job != nullptr ? slurm_job : "");
-  if (o.name.empty()) {
+  if (o.name.empty()) {  // the Slurm node, the Kubernetes pod's index, else the host
     const char* node = std::getenv("SLURMD_NODENAME");
+    const char* index = std::getenv("JOB_COMPLETION_INDEX");
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
-    o.name = f->allocation_job + "-a" + std::to_string(f->allocation_attempt) + "-" + (node != nullptr ? node : host);
+    o.name = f->allocation_job + "-a" + std::to_string(f->allocation_attempt) + "-" +
+             (node != nullptr ? node : index != nullptr ? "pod" + std::string(index) : std::string(host));
   }
   o.work_dir += "/" + o.name;
   if (o.advertise_host == "127.0.0.1" || o.advertise_host == "auto") {

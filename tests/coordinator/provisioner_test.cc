@@ -41,7 +41,9 @@ class FakeCluster : public ClusterAllocator {
         a.phase = phase, a.state = state, a.reason = reason, a.nodes = nodes;
         return a;
       }
-    listed.push_back({id, job, attempt, phase, Allocation::End::kDone, state, reason, nodes, 0});
+    Allocation a;
+    a.id = id, a.job_id = job, a.attempt = attempt, a.phase = phase, a.state = state, a.reason = reason, a.nodes = nodes;
+    listed.push_back(a);
     return listed.back();
   }
 
@@ -202,7 +204,9 @@ TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailu
 
   // Attempt 1 loses node n2: a counted restart, and attempt 2 keeps away from n2.
   RunOnAllocation(id, 1, "101");
-  cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "NODE_FAIL", "", "n2").end = Allocation::End::kNodeFail;
+  Allocation& node_fail = cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
+  node_fail.end = Allocation::End::kNodeFail;
+  node_fail.failed_nodes = "n2";
   Pass();
   job = Get(id);
   EXPECT_EQ(job.attempt(), 2);
@@ -232,6 +236,55 @@ TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailu
   EXPECT_NE(job.reason().find("the allocation ended before the attempt did (slurm job 103 FAILED: exit code 2)"),
             std::string::npos)
       << job.reason();
+}
+
+// Had the request been impossible without the failed node, the job does not fail for
+// it: the next pass asks again with every node.
+TEST_F(ProvisionerTest, ARequestImpossibleWithoutTheFailedNodesIsAskedAgainWithAllOfThem) {
+  const std::string id = Submit(2);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  Allocation& failed = cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
+  failed.end = Allocation::End::kNodeFail;
+  failed.failed_nodes = "n1";
+  Pass();  // attempt 1, to avoid n1
+  ASSERT_EQ(Get(id).attempt(), 1);
+  cluster_.submit_error = Status::InvalidArgument("sbatch refused: Requested node configuration is not available");
+  EXPECT_FALSE(provisioner_->Pass().ok());
+  EXPECT_EQ(Get(id).state(), v1::QUEUED);
+  cluster_.submit_error = Status::OK();
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  EXPECT_EQ(cluster_.requests[1].attempt, 1);
+  EXPECT_EQ(cluster_.requests[1].exclude_nodes, "");
+}
+
+// Kubernetes: Kueue takes a running Job back by suspending it (pending again while its
+// attempt runs): that is a preemption. A Job failed by the worker's bad-spec exit
+// (podFailurePolicy FailJob) fails the job, with no retry.
+TEST_F(ProvisionerTest, PendingAgainWhileItsAttemptRunsIsAPreemptionAndARefusedAllocationFailsTheJob) {
+  const std::string id = Submit(3);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "Suspended", "Workload evicted: preempted");
+  Pass();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("the cluster took the allocation back (slurm job 100 Suspended: pending again)"),
+            std::string::npos)
+      << job.reason();
+  Pass();  // the suspended one is over: cancelled; attempt 1 asked for
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  Allocation& refused = cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "Failed",
+                                      "PodFailurePolicy: Container worker failed with exit code 2");
+  refused.end = Allocation::End::kRefused;
+  Pass();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.error().find("slurm job 101 failed: PodFailurePolicy"), std::string::npos) << job.error();
 }
 
 TEST_F(ProvisionerTest, WhatIsOverIsCancelledAnAllocationIsAdoptedAndNothingIsSubmittedBlind) {

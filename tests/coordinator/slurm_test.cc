@@ -204,6 +204,28 @@ TEST(SlurmTest, TheClusterSubmitsCancelsAndPollsItsOwnJobsOnly) {
   EXPECT_EQ(fake.calls[5], (std::vector<std::string>{"scancel", "4242"}));
 }
 
+// NODE_FAIL: squeue names every node of the job; which of them failed is sinfo's to say.
+TEST(SlurmTest, ANodeFailureNamesTheNodesSlurmHasDown) {
+  FakeRunner fake;
+  SlurmCluster cluster(SlurmOptions{}, &fake);
+  fake.answers = {CommandResult{0, R"({"jobs": [{"job_id": 9, "name": "nightshift-j-1-a0", "job_state": "NODE_FAIL", "nodes": "n[1-2]"},
+                                                {"job_id": 10, "name": "nightshift-j-2-a0", "job_state": "RUNNING", "nodes": "n3"}]})", ""},
+                  CommandResult{0, "n2\n", ""}};
+  StatusOr<std::vector<Allocation>> listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  const Allocation& failed = (*listed)[0].id == "9" ? (*listed)[0] : (*listed)[1];
+  const Allocation& running = (*listed)[0].id == "9" ? (*listed)[1] : (*listed)[0];
+  EXPECT_EQ(failed.end, Allocation::End::kNodeFail);
+  EXPECT_EQ(failed.phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(failed.failed_nodes, "n2");
+  EXPECT_EQ(failed.job_id, "j-1");
+  EXPECT_EQ(running.phase, Allocation::Phase::kRunning);
+  ASSERT_EQ(fake.calls.size(), 2u);  // sinfo only for the failed one
+  EXPECT_EQ(fake.calls[1], (std::vector<std::string>{"sinfo", "--noheader", "--nodes=n[1-2]",
+                                                     "--states=down,drain,fail,no_respond", "--format=%N"}));
+}
+
 // --slurm-submit-as-owner: sbatch runs as the job's owner through sudo, with the
 // cluster's SLURM_CONF kept; an owner that is not a Unix user name is refused before
 // anything runs; a job without an owner goes as the coordinator's user.

@@ -162,6 +162,21 @@ TEST_F(SlurmE2eTest, AnImpossibleRequestIsRefusedOrWaitsWithSlurmsReason) {
   EXPECT_TRUE(cluster_->Cancel(*big).ok());
 }
 
+// A small classifier of `world_size` ranks, `steps` steps, checkpointed every 10; ranks
+// wait 300 s for a silent peer.
+std::string SpecYaml(const std::string& name, const std::string& data, int world_size, int steps, int priority = 0,
+                     int max_restarts = 2) {
+  return "name: " + name + "\n"
+         "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+         "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+         "train: {epochs: 1000, max_steps: " + std::to_string(steps) +
+         ", lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
+         "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 300}\n"
+         "checkpoint: {every_steps: 10, keep_last: 2}\n"
+         "priority: " + std::to_string(priority) + "\n"
+         "restart: {max_restarts: " + std::to_string(max_restarts) + "}\n";
+}
+
 // nightshift-coordinator --cluster slurm inside the controller's host (a folder of its own,
 // killed with this), and the CLI run there against it.
 class CoordinatorOnSlurm {
@@ -175,11 +190,13 @@ class CoordinatorOnSlurm {
     std::vector<std::string> argv = prefix_;
     argv.insert(argv.end(),
                 {files_.Bin("nightshift-coordinator"), "--listen", ctl_address + ":0", "--data-dir", dir + "/db",
-                 "--port-file", port_file, "--lease-seconds", "5", "--cluster", "slurm", "--ranks-per-node",
+                 "--port-file", port_file, "--cluster", "slurm", "--ranks-per-node",
                  std::to_string(ranks_per_node), "--allocation-worker-arg=--work-dir=" + dir + "/work",
                  "--allocation-worker-arg=--checkpoint-root=" + dir + "/checkpoints",
                  "--allocation-worker-arg=--allow-any-path", "--slurm-log-dir", dir});
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    if (std::find(extra_args.begin(), extra_args.end(), "--lease-seconds") == extra_args.end())
+      argv.insert(argv.end(), {"--lease-seconds", "5"});
     process_ = testing_e2e::Process(argv, dir + "/coordinator.log", env);
     for (int i = 0; i < 300 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     address_ = ctl_address + ":" + std::to_string(std::atoi(testing_e2e::ReadAll(port_file).c_str()));
@@ -187,6 +204,7 @@ class CoordinatorOnSlurm {
   ~CoordinatorOnSlurm() { process_.Kill(SIGTERM); }
 
   std::string dir() const { return files_.dir(); }
+  const std::string& data() const { return data_; }
   std::string log() const { return testing_e2e::ReadAll(files_.dir() + "/coordinator.log"); }
 
   StatusOr<CommandResult> Cli(const std::vector<std::string>& args) {
@@ -195,20 +213,11 @@ class CoordinatorOnSlurm {
     argv.insert(argv.end(), args.begin(), args.end());
     return runner_.Run(argv, "", {}, 30);
   }
-  // Submits a small classifier of `world_size` ranks, `steps` steps, checkpointed every
-  // 10, at `priority`; its id ("" after ADD_FAILURE).
-  std::string Submit(const std::string& name, int world_size, int steps, int priority = 0, int max_restarts = 2) {
+  // Submits SpecYaml (on `data`, else the folder's own); its id ("" after ADD_FAILURE).
+  std::string Submit(const std::string& name, int world_size, int steps, int priority = 0, int max_restarts = 2,
+                     const std::string& data = "") {
     const std::string spec = files_.dir() + "/" + name + ".yaml";
-    std::ofstream(spec)
-        << "name: " + name + "\n"
-           "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
-           "data: {format: text_dir, path: " + data_ + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
-           "train: {epochs: 1000, max_steps: " + std::to_string(steps) +
-               ", lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
-           "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 120}\n"
-           "checkpoint: {every_steps: 10, keep_last: 2}\n"
-           "priority: " + std::to_string(priority) + "\n"
-           "restart: {max_restarts: " + std::to_string(max_restarts) + "}\n";
+    std::ofstream(spec) << SpecYaml(name, data.empty() ? data_ : data, world_size, steps, priority, max_restarts);
     StatusOr<CommandResult> r = Cli({"job", "submit", spec});
     if (!r.ok() || r->exit_code != 0) {
       ADD_FAILURE() << (r.ok() ? r->out + r->err : r.status().ToString()) << log();
@@ -276,6 +285,49 @@ TEST_F(SlurmE2eTest, ACoordinatorOnSlurmRunsATwoNodeJobInOneAllocationOfItsOwnWo
   EXPECT_NE(described->out.find("Allocation: slurm job " + job.allocation().id() + " for attempt 0, last seen RUNNING on n[1-2]"),
             std::string::npos)
       << described->out;
+
+  // The same job on one host over the loopback (our own coordinator and worker, two
+  // ranks on it) ends with the same weights, byte for byte.
+  testing_e2e::Cluster loopback("slurm-loopback");
+  loopback.StartCoordinator();
+  loopback.StartWorker("w1", 2);
+  v1::Job local;
+  ASSERT_TRUE(loopback.Submit(SpecYaml("on-loopback", c.data(), 2, 30), &local).ok());
+  local = loopback.WaitForEnd(local.id(), 300);
+  ASSERT_EQ(local.state(), v1::SUCCEEDED) << local.DebugString();
+  const std::string weights = "/model/model.safetensors";
+  const std::string on_slurm = Read(fs::path(c.dir()) / "checkpoints" / (id + weights));
+  ASSERT_FALSE(on_slurm.empty());
+  EXPECT_TRUE(on_slurm == Read(fs::path(loopback.dir()) / "checkpoints" / (local.id() + weights)))
+      << "the weights trained on Slurm differ from the loopback run's";
+}
+
+// A spec its trainer refuses (the data folder is not there) FAILS at once, with no retry,
+// and its allocation ends; a cancelled job leaves no allocation queued or running.
+TEST_F(SlurmE2eTest, ABadSpecFailsWithoutRetryAndACancelLeavesNothingInTheQueue) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1);
+  const std::string bad = c.Submit("bad", 2, 30, 0, /*max_restarts=*/3, c.dir() + "/no-such-folder");
+  const v1::Job failed = c.WaitForEnd(bad, 240);
+  ASSERT_EQ(failed.state(), v1::FAILED) << failed.DebugString() << c.log();
+  EXPECT_EQ(failed.restarts(), 0);
+  EXPECT_EQ(failed.attempt(), 0);
+  EXPECT_NE(failed.error().find("no-such-folder"), std::string::npos) << failed.error();
+  WaitFor(failed.allocation().id(), [](const SlurmJob& j) { return j.state == SlurmState::kCompleted; }, "completed");
+
+  const std::string cancelled = c.Submit("cancelled", 2, 100000);
+  c.WaitFor(cancelled, 240, [](const v1::Job& j) { return j.state() == v1::RUNNING || IsTerminal(j.state()); });
+  ASSERT_TRUE(c.Cli({"job", "cancel", cancelled}).ok());
+  EXPECT_EQ(c.WaitForEnd(cancelled, 60).state(), v1::CANCELLED);
+  bool any_left = true;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       any_left && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(500))) {
+    StatusOr<std::map<std::string, SlurmJob>> ours = cluster_->Poll();
+    ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+    any_left = false;
+    for (const auto& [slurm_id, j] : *ours)
+      any_left |= j.state == SlurmState::kPending || j.state == SlurmState::kRunning;
+  }
+  EXPECT_FALSE(any_left) << "an allocation is still queued or running after the cancel";
 }
 
 // Slurm preempts: job A (priority 0: partition low, PreemptMode REQUEUE) holds both
@@ -343,6 +395,32 @@ TEST_F(SlurmE2eThreeNodesTest, ANodeThatDiesMidJobCostsARestartAndTheJobFinishes
   EXPECT_GE(job.restarts(), 1);
   for (const auto& p : job.placements()) EXPECT_NE(p.worker().substr(p.worker().rfind('-') + 1), node) << p.worker();
   // From the newest checkpoint the lost attempt committed: no finished step lost.
+  EXPECT_TRUE(HasEvent(job, "resumed from step")) << job.DebugString();
+  EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
+}
+
+// A node cut off (its cable pulled: its processes live on, unreachable) while the
+// coordinator's lease is longer than slurmctld's node timeout: Slurm ends the allocation
+// NODE_FAIL, which costs one counted restart, and the next allocation excludes the node;
+// the job finishes on the other two from its newest checkpoint.
+TEST_F(SlurmE2eThreeNodesTest, ANodeCutOffEndsInNodeFailAndANewAttemptOnTheOtherNodes) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1,
+                       {"--lease-seconds", "120"});
+  const std::string id = c.Submit("node-cut", 2, 200, 0, /*max_restarts=*/5);
+  v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) {
+    return (j.state() == v1::RUNNING && j.checkpoint_step() >= 10) || IsTerminal(j.state());
+  });
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.DebugString() << c.log();
+  const std::string rank1 = job.placements(1).worker(), node = rank1.substr(rank1.rfind('-') + 1);
+  StatusOr<CommandResult> cut =
+      runner_.Run({"python3", kScript, "cut-node", "--dir", (dir_ / "cluster").string(), "--node", node}, "", {}, 60);
+  ASSERT_TRUE(cut.ok() && cut->exit_code == 0) << (cut.ok() ? cut->out + cut->err : "");
+  job = c.WaitForEnd(id, 420);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString() << c.log();
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_TRUE(HasEvent(job, "a node of the allocation failed (slurm job")) << job.DebugString();
+  EXPECT_TRUE(HasEvent(job, "NODE_FAIL")) << job.DebugString();
+  for (const auto& p : job.placements()) EXPECT_NE(p.worker().substr(p.worker().rfind('-') + 1), node) << p.worker();
   EXPECT_TRUE(HasEvent(job, "resumed from step")) << job.DebugString();
   EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
 }

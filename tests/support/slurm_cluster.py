@@ -26,6 +26,9 @@ CLI use (e.g. from C++ tests through a subprocess):
         -> every process of that node's host is killed at once (slurmd, its
            steps and what they started), as when a machine loses power;
            slurmctld marks it DOWN after --slurmd-timeout
+    python3 slurm_cluster.py cut-node --dir DIR --node n2
+        -> that node's cable is pulled at the bridge: its processes live on,
+           nothing reaches it or leaves it (slurmctld: NODE_FAIL, DOWN)
     python3 slurm_cluster.py selftest
 
 Client commands must run in a namespace that reaches the controller; the
@@ -524,9 +527,10 @@ def main(argv=None) -> int:
     u.add_argument("--slurmd-timeout", type=int, default=30)
     u.add_argument("--watch-pid", type=int, default=0,
                    help="tear down as soon as this process (the test) is gone")
-    fn = sub.add_parser("fail-node")
-    fn.add_argument("--dir", required=True)
-    fn.add_argument("--node", required=True)
+    for verb in ("fail-node", "cut-node"):
+        fn = sub.add_parser(verb)
+        fn.add_argument("--dir", required=True)
+        fn.add_argument("--node", required=True)
     dn = sub.add_parser("down")
     dn.add_argument("--dir", required=True)
     s = sub.add_parser("selftest")
@@ -556,12 +560,16 @@ def main(argv=None) -> int:
         problems = teardown(st)
         print(json.dumps({"ok": not problems, "problems": problems}))
         return 0 if not problems else 1
-    if args.cmd == "fail-node":
+    if args.cmd in ("fail-node", "cut-node"):
         st = _load_state(args.dir)
         node = next((n for n in (st or {}).get("nodes", []) if n["name"] == args.node), None)
         if node is None:
             print(json.dumps({"error": f"no node {args.node}"}))
             return 1
+        if args.cmd == "cut-node":
+            _run(["ip", "-n", st["bridge_ns"], "link", "set", "v-" + node["name"], "down"])
+            print(json.dumps({"ok": True}))
+            return 0
         _kill_ns_processes([node["ns"]], signals=(signal.SIGKILL,))
         print(json.dumps({"ok": True, "left": _ns_pids(node["ns"])}))
         return 0

@@ -1,0 +1,313 @@
+#include "coordinator/kubernetes.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace nightshift {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kManagedBy[] = "app.kubernetes.io/managed-by";
+constexpr char kAllocationLabel[] = "nightshift.io/allocation";
+
+const KubernetesPriorityRow* RowFor(int priority, const std::vector<KubernetesPriorityRow>& rows) {
+  const KubernetesPriorityRow* row = nullptr;
+  for (const auto& r : rows)
+    if (r.min_priority <= priority && (row == nullptr || r.min_priority > row->min_priority)) row = &r;
+  return row;
+}
+
+json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::string& name,
+             const KubernetesPriorityRow* row) {
+  json requests = json::object(), limits = json::object();
+  if (r.cpus_per_node > 0) requests["cpu"] = std::to_string(r.cpus_per_node);
+  if (r.memory_gb_per_node > 0) {
+    const std::string mem = std::to_string(static_cast<int64_t>(std::ceil(r.memory_gb_per_node * 1024))) + "Mi";
+    requests["memory"] = mem;
+    limits["memory"] = mem;
+  }
+  if (r.gpus_per_node > 0) limits["nvidia.com/gpu"] = std::to_string(r.gpus_per_node);
+  json mounts = json::array({{{"name", "shm"}, {"mountPath", "/dev/shm"}}});
+  json volumes = json::array({{{"name", "shm"}, {"emptyDir", {{"medium", "Memory"}}}}});
+  if (!o.checkpoint_claim.empty()) {
+    mounts.push_back({{"name", "checkpoints"}, {"mountPath", "/checkpoints"}});
+    volumes.push_back({{"name", "checkpoints"}, {"persistentVolumeClaim", {{"claimName", o.checkpoint_claim}}}});
+  }
+  if (!o.data_claim.empty()) {
+    mounts.push_back({{"name", "data"}, {"mountPath", "/data"}, {"readOnly", true}});
+    volumes.push_back(
+        {{"name", "data"}, {"persistentVolumeClaim", {{"claimName", o.data_claim}, {"readOnly", true}}}});
+  }
+  if (!o.token_secret.empty()) {
+    mounts.push_back({{"name", "token"}, {"mountPath", "/etc/nightshift"}, {"readOnly", true}});
+    volumes.push_back({{"name", "token"}, {"secret", {{"secretName", o.token_secret}}}});
+  }
+  json container = {{"name", "worker"},
+                    {"image", o.image},
+                    {"command", r.node_command},
+                    {"resources", {{"requests", requests}, {"limits", limits}}},
+                    {"volumeMounts", mounts}};
+  json spec = {{"restartPolicy", "Never"},
+               {"subdomain", name},  // the headless Service: <job>-<index>.<name> resolves
+               {"terminationGracePeriodSeconds", o.termination_grace_seconds},
+               {"containers", json::array({container})},
+               {"volumes", volumes}};
+  if (row != nullptr && !row->priority_class.empty()) spec["priorityClassName"] = row->priority_class;
+  return spec;
+}
+
+}  // namespace
+
+std::string KubernetesName(const std::string& job_id, int attempt) {
+  std::string name = "nightshift-" + job_id + "-a" + std::to_string(attempt);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return std::isalnum(c) ? static_cast<char>(std::tolower(c)) : '-'; });
+  return name;
+}
+
+std::vector<json> KubernetesObjects(const AllocationRequest& r, const KubernetesOptions& o) {
+  const std::string name = KubernetesName(r.job_id, r.attempt);
+  const KubernetesPriorityRow* row = RowFor(r.priority, o.priorities);
+  json labels = {{kManagedBy, "nightshift"},
+                 {kAllocationLabel, name},
+                 {"nightshift.io/job", r.job_id},
+                 {"nightshift.io/attempt", std::to_string(r.attempt)}};
+  json job_labels = labels;
+  const bool queued = row != nullptr && !row->queue.empty();
+  if (queued) job_labels["kueue.x-k8s.io/queue-name"] = row->queue;
+  json service = {{"apiVersion", "v1"},
+                  {"kind", "Service"},
+                  {"metadata", {{"name", name}, {"namespace", o.namespace_name}, {"labels", labels}}},
+                  {"spec",
+                   {{"clusterIP", "None"},
+                    {"publishNotReadyAddresses", true},
+                    {"selector", {{kAllocationLabel, name}}}}}};
+  json job_spec = {
+      {"completionMode", "Indexed"},
+      {"completions", r.nodes},
+      {"parallelism", r.nodes},
+      {"backoffLimit", 0},
+      // The worker's bad-spec exit fails the Job (no retry meets anything else); a pod
+      // evicted by a disruption (preemption, a drained node) does not count as a failure.
+      {"podFailurePolicy",
+       {{"rules",
+         json::array({{{"action", "FailJob"},
+                       {"onExitCodes",
+                        {{"containerName", "worker"}, {"operator", "In"}, {"values", {o.bad_spec_exit_code}}}}},
+                      {{"action", "Ignore"},
+                       {"onPodConditions", json::array({{{"type", "DisruptionTarget"}, {"status", "True"}}})}}})}}},
+      {"template", {{"metadata", {{"labels", labels}}}, {"spec", PodSpec(r, o, name, row)}}}};
+  if (queued) job_spec["suspend"] = true;  // Kueue admits it by unsuspending
+  if (r.time_limit_minutes > 0) job_spec["activeDeadlineSeconds"] = r.time_limit_minutes * 60;
+  json job = {{"apiVersion", "batch/v1"},
+              {"kind", "Job"},
+              {"metadata", {{"name", name}, {"namespace", o.namespace_name}, {"labels", job_labels}}},
+              {"spec", job_spec}};
+  return {service, job};
+}
+
+Allocation AllocationOfJob(const json& job) {
+  Allocation a;
+  const json& meta = job.value("metadata", json::object());
+  a.id = meta.value("name", "");
+  const json& labels = meta.value("labels", json::object());
+  a.job_id = labels.value("nightshift.io/job", "");
+  a.attempt = std::atoi(labels.value("nightshift.io/attempt", "0").c_str());
+  const json& status = job.value("status", json::object());
+  for (const json& c : status.value("conditions", json::array())) {
+    if (c.value("status", "") != "True") continue;
+    const std::string type = c.value("type", ""), reason = c.value("reason", "");
+    if (type == "Complete") {
+      a.phase = Allocation::Phase::kEnded;
+      a.state = "Complete";
+      return a;
+    }
+    if (type == "Failed") {
+      a.phase = Allocation::Phase::kEnded;
+      a.state = "Failed";
+      a.reason = reason + (c.contains("message") ? ": " + c.value("message", "") : "");
+      if (reason == "DeadlineExceeded") a.end = Allocation::End::kPreempted;
+      if (reason == "PodFailurePolicy") a.end = Allocation::End::kRefused;
+      return a;
+    }
+    if (type == "Suspended") {
+      a.state = "Suspended";
+      a.reason = c.value("message", reason);
+      return a;
+    }
+  }
+  const int active = status.value("active", 0), ready = status.value("ready", 0);
+  a.phase = active > 0 ? Allocation::Phase::kRunning : Allocation::Phase::kPending;
+  a.state = active > 0 ? "Active" : "Pending";
+  if (active > 0) a.reason = std::to_string(ready) + " of " + std::to_string(active) + " pods ready";
+  return a;
+}
+
+KubernetesCluster::KubernetesCluster(KubernetesOptions options, KubernetesApi* api)
+    : options_(std::move(options)), api_(api) {}
+
+namespace {
+
+// The API's Status object's message, else the body.
+std::string ApiMessage(const HttpResponse& r) {
+  const json body = json::parse(r.body, nullptr, false);
+  if (body.is_object() && body.contains("message")) return body.value("message", "");
+  return r.body.substr(0, 500);
+}
+
+Status Refusal(const std::string& what, const HttpResponse& r) {
+  const std::string message = what + ": HTTP " + std::to_string(r.status) + ": " + ApiMessage(r);
+  // Malformed, forbidden or invalid objects (a quota's or an admission webhook's refusal
+  // included) are not a retry's business.
+  if (r.status == 400 || r.status == 403 || r.status == 422) return Status::InvalidArgument(message);
+  return Status::Unavailable(message);
+}
+
+}  // namespace
+
+StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request) {
+  if (options_.image.empty()) return Status::InvalidArgument("kubernetes: no worker image (--kubernetes-image)");
+  const std::vector<json> objects = KubernetesObjects(request, options_);
+  const std::string ns = "/namespaces/" + options_.namespace_name;
+  const std::string paths[2] = {"/api/v1" + ns + "/services", "/apis/batch/v1" + ns + "/jobs"};
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<HttpResponse> r = api_->Call("POST", paths[i], objects[i].dump(), options_.call_timeout_seconds);
+    if (!r.ok()) return r.status();
+    if (r->status == 409) continue;  // made before (our restart between create and record): adopted
+    if (r->status != 201 && r->status != 200) return Refusal("creating " + paths[i], *r);
+  }
+  return KubernetesName(request.job_id, request.attempt);
+}
+
+Status KubernetesCluster::Cancel(const std::string& id) {
+  const std::string ns = "/namespaces/" + options_.namespace_name;
+  for (const std::string& path : {"/apis/batch/v1" + ns + "/jobs/" + id + "?propagationPolicy=Background",
+                                  "/api/v1" + ns + "/services/" + id}) {
+    StatusOr<HttpResponse> r = api_->Call("DELETE", path, "", options_.call_timeout_seconds);
+    if (!r.ok()) return r.status();
+    if (r->status != 200 && r->status != 202 && r->status != 404) return Refusal("deleting " + path, *r);
+  }
+  return Status::OK();
+}
+
+namespace {
+std::string JobsPath(const KubernetesOptions& o) {
+  return "/apis/batch/v1/namespaces/" + o.namespace_name + "/jobs?labelSelector=" + kManagedBy + "%3Dnightshift";
+}
+}  // namespace
+
+Status KubernetesCluster::Relist() {
+  StatusOr<HttpResponse> r = api_->Call("GET", JobsPath(options_), "", options_.call_timeout_seconds);
+  if (!r.ok()) return r.status();
+  if (r->status != 200) return Status::Unavailable("listing jobs: HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r));
+  const json list = json::parse(r->body, nullptr, false);
+  if (!list.is_object() || !list.contains("items")) return Status::Unavailable("listing jobs: not a list");
+  jobs_.clear();
+  for (const json& item : list["items"]) jobs_[item["metadata"].value("name", "")] = item;
+  resource_version_ = list["metadata"].value("resourceVersion", "");
+  return Status::OK();
+}
+
+// One watch from resource_version_, for options_.watch_seconds: each event applied.
+Status KubernetesCluster::Watch() {
+  const int seconds = std::max(1, static_cast<int>(options_.watch_seconds));
+  StatusOr<HttpResponse> r =
+      api_->Call("GET", JobsPath(options_) + "&watch=1&allowWatchBookmarks=true&resourceVersion=" + resource_version_ +
+                            "&timeoutSeconds=" + std::to_string(seconds),
+                 "", options_.call_timeout_seconds + seconds);
+  if (!r.ok()) return r.status();
+  if (r->status == 410) return Relist();  // the version is gone: start again from a list
+  if (r->status != 200) return Status::Unavailable("watching jobs: HTTP " + std::to_string(r->status));
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);) {
+    const json event = json::parse(line, nullptr, false);
+    if (!event.is_object()) continue;  // a line cut by the timeout
+    const std::string type = event.value("type", "");
+    const json& object = event.value("object", json::object());
+    if (type == "ERROR") {
+      if (object.value("code", 0) == 410) return Relist();
+      return Status::Unavailable("watching jobs: " + object.value("message", line));
+    }
+    const std::string name = object.value("metadata", json::object()).value("name", "");
+    if (type == "ADDED" || type == "MODIFIED") jobs_[name] = object;
+    if (type == "DELETED") jobs_.erase(name);
+    const std::string version = object.value("metadata", json::object()).value("resourceVersion", "");
+    if (!version.empty()) resource_version_ = version;  // BOOKMARK events carry only this
+  }
+  return Status::OK();
+}
+
+StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
+  Status s = resource_version_.empty() ? Relist() : Watch();
+  if (!s.ok()) {
+    resource_version_.clear();  // list again next time
+    return s;
+  }
+  std::vector<Allocation> allocations;
+  for (const auto& [name, job] : jobs_) allocations.push_back(AllocationOfJob(job));
+  return allocations;
+}
+
+// ------------------------------------------------------------------ libcurl
+
+namespace {
+
+size_t Append(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+class CurlKubernetesApi : public KubernetesApi {
+ public:
+  explicit CurlKubernetesApi(KubernetesOptions options) : options_(std::move(options)) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+  }
+  StatusOr<HttpResponse> Call(const std::string& method, const std::string& path, const std::string& body,
+                              double timeout_seconds) override {
+    std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+    if (!curl) return Status::Internal("curl_easy_init failed");
+    const std::string url = options_.api + path;
+    HttpResponse response;
+    curl_slist* headers = curl_slist_append(nullptr, "Accept: application/json");
+    headers = curl_slist_append(headers, "Content-Type: application/json");
+    if (!options_.token_file.empty()) {
+      std::ifstream in(options_.token_file);
+      std::string token;
+      std::getline(in, token);
+      if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
+    }
+    curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, method.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers);
+    if (!body.empty()) curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.c_str());
+    if (!options_.ca_file.empty()) curl_easy_setopt(curl.get(), CURLOPT_CAINFO, options_.ca_file.c_str());
+    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_seconds * 1000));
+    curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, Append);
+    curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &response.body);
+    const CURLcode code = curl_easy_perform(curl.get());
+    curl_slist_free_all(headers);
+    if (code != CURLE_OK) return Status::Unavailable(method + " " + url + ": " + curl_easy_strerror(code));
+    long status = 0;
+    curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
+    response.status = static_cast<int>(status);
+    return response;
+  }
+
+ private:
+  const KubernetesOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<KubernetesApi> MakeCurlKubernetesApi(const KubernetesOptions& options) {
+  return std::make_unique<CurlKubernetesApi>(options);
+}
+
+}  // namespace nightshift

@@ -1,0 +1,103 @@
+// Kubernetes as the cluster under the coordinator (--cluster kubernetes, issue 44): each
+// attempt of a job becomes an Indexed batch/v1 Job of its nodes (one pod per node, each
+// running the in-allocation worker) and a headless Service, so the pods have names;
+// Kubernetes' scheduler, Kueue's quotas and PriorityClasses decide when it runs. Talks
+// to the API server over HTTP(S) with the service account's token (KubernetesApi, libcurl),
+// lists the Jobs it made and follows them with a watch from the list's resourceVersion
+// (410 Gone: listed again).
+//
+// Tested against the schemas of Kubernetes 1.30-1.37 (kubernetes-validate) and a fake API
+// server (tests/support/fake_kube_api.py); no real cluster, kube-scheduler, Kueue or GPU
+// device plugin has run it (docs/operating.md says how to try it on one).
+#ifndef NIGHTSHIFT_COORDINATOR_KUBERNETES_H_
+#define NIGHTSHIFT_COORDINATOR_KUBERNETES_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "coordinator/cluster_allocator.h"
+
+namespace nightshift {
+
+// The operator's table from a job's priority to a PriorityClass and a Kueue LocalQueue:
+// the row with the largest min_priority at or below the job's applies.
+struct KubernetesPriorityRow {
+  int min_priority = 0;
+  std::string priority_class, queue;  // empty: not set
+};
+
+struct KubernetesOptions {
+  std::string api = "https://kubernetes.default.svc";  // the API server
+  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";  // "": none
+  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";    // "": the system's
+  std::string namespace_name = "nightshift";
+  std::string image;                 // the worker image (required)
+  std::string checkpoint_claim;      // a ReadWriteMany PVC mounted at /checkpoints ("": none)
+  std::string data_claim;            // a PVC mounted read-only at /data ("": none)
+  std::string token_secret;          // a Secret with key `worker-token`, at /etc/nightshift ("": none)
+  int termination_grace_seconds = 300;  // SIGTERM, then this long to checkpoint
+  int bad_spec_exit_code = 2;        // the worker's exit when it refuses its flags: fails the Job
+  std::vector<KubernetesPriorityRow> priorities;
+  double call_timeout_seconds = 30;
+  double watch_seconds = 1;          // each List follows the watch this long
+};
+
+// The allocation's name (Job and Service): "nightshift-<job>-a<attempt>", lower case.
+std::string KubernetesName(const std::string& job_id, int attempt);
+
+// The objects of one allocation: [Service, Job], as the API takes them.
+std::vector<nlohmann::json> KubernetesObjects(const AllocationRequest& request, const KubernetesOptions& options);
+
+// One HTTP exchange with the API server.
+struct HttpResponse {
+  int status = 0;  // 0: no answer
+  std::string body;
+};
+class KubernetesApi {
+ public:
+  virtual ~KubernetesApi() = default;
+  // `path` from the server's root ("/apis/batch/v1/..."); `body` JSON or "".
+  // UNAVAILABLE when no answer came within `timeout_seconds`.
+  virtual StatusOr<HttpResponse> Call(const std::string& method, const std::string& path, const std::string& body,
+                                      double timeout_seconds) = 0;
+};
+// The real one: libcurl, TLS verified with options.ca_file, `Authorization: Bearer` from
+// options.token_file (read at every call: the kubelet rotates it).
+std::unique_ptr<KubernetesApi> MakeCurlKubernetesApi(const KubernetesOptions& options);
+
+class KubernetesCluster : public ClusterAllocator {
+ public:
+  KubernetesCluster(KubernetesOptions options, KubernetesApi* api);  // api not owned
+  const char* name() const override { return "kubernetes"; }
+  // Creates the Service and the Job; one that exists already (409) is adopted. The API's
+  // refusal of the objects (400, 403, 422) is INVALID_ARGUMENT with its message.
+  StatusOr<std::string> Submit(const AllocationRequest& request) override;
+  // Deletes the Job (its pods get SIGTERM and the grace period) and the Service.
+  Status Cancel(const std::string& id) override;
+  // Our Jobs: listed once, then followed with a watch from the last resourceVersion;
+  // a 410 (the version is gone) lists again.
+  StatusOr<std::vector<Allocation>> List() override;
+
+ private:
+  Status Relist();
+  Status Watch();
+  const KubernetesOptions options_;
+  KubernetesApi* const api_;
+  std::map<std::string, nlohmann::json> jobs_;  // by name, as last seen
+  std::string resource_version_;                // "" : list first
+};
+
+// A Job as an allocation: Complete -> ended; Failed -> ended (DeadlineExceeded: preempted,
+// the time limit; PodFailurePolicy: refused, the bad-spec exit code); Suspended (Kueue has
+// not admitted it, or took it back) -> pending with the condition's message; pods active
+// -> running; else pending.
+Allocation AllocationOfJob(const nlohmann::json& job);
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_KUBERNETES_H_

@@ -1,0 +1,276 @@
+// coordinator/kubernetes.h: the objects of an allocation checked against the schemas of
+// Kubernetes 1.30 to 1.37 (kubernetes-validate, strict: no field a version lacks), a Job's
+// status read as an allocation, and KubernetesCluster through libcurl against a fake API
+// server (tests/support/fake_kube_api.py): create, 409 adopted, 422 refused, a watch
+// that follows changes, a resourceVersion gap (410) listed again, delete and 404.
+#include "coordinator/kubernetes.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/command.h"
+
+namespace nightshift {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+AllocationRequest Request() {
+  AllocationRequest r;
+  r.job_id = "j-000007";
+  r.attempt = 3;
+  r.priority = 50;
+  r.nodes = 2;
+  r.gpus_per_node = 8;
+  r.cpus_per_node = 8;
+  r.memory_gb_per_node = 64;
+  r.time_limit_minutes = 120;
+  r.node_command = {"nightshift-worker", "--work-dir=/var/lib/nightshift", "--coordinator",
+                    "nightshift-coordinator:7070", "--allocation-job", "j-000007", "--allocation-attempt", "3"};
+  return r;
+}
+
+KubernetesOptions Options() {
+  KubernetesOptions o;
+  o.namespace_name = "ml";
+  o.image = "localhost/nightshift-worker:0.44";
+  o.checkpoint_claim = "nightshift-checkpoints";
+  o.data_claim = "nightshift-data";
+  o.token_secret = "nightshift-worker-token";
+  o.priorities = {{0, "", "batch"}, {50, "high-priority", "urgent"}};
+  return o;
+}
+
+TEST(KubernetesTest, TheObjectsAreAnIndexedJobAndAHeadlessServiceAsTheIssueAsks) {
+  const std::vector<json> objects = KubernetesObjects(Request(), Options());
+  ASSERT_EQ(objects.size(), 2u);
+  const json& service = objects[0];
+  const json& job = objects[1];
+  EXPECT_EQ(service["spec"]["clusterIP"], "None");
+  EXPECT_EQ(service["metadata"]["name"], "nightshift-j-000007-a3");
+  const json& spec = job["spec"];
+  EXPECT_EQ(spec["completionMode"], "Indexed");
+  EXPECT_EQ(spec["completions"], 2);
+  EXPECT_EQ(spec["parallelism"], 2);
+  EXPECT_EQ(spec["backoffLimit"], 0);
+  EXPECT_EQ(spec["suspend"], true);  // Kueue admits it
+  EXPECT_EQ(job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "urgent");
+  EXPECT_EQ(spec["activeDeadlineSeconds"], 7200);
+  const json& rules = spec["podFailurePolicy"]["rules"];
+  EXPECT_EQ(rules[0]["action"], "FailJob");
+  EXPECT_EQ(rules[0]["onExitCodes"]["values"], json::array({2}));
+  EXPECT_EQ(rules[1]["action"], "Ignore");
+  EXPECT_EQ(rules[1]["onPodConditions"][0]["type"], "DisruptionTarget");
+  const json& pod = spec["template"]["spec"];
+  EXPECT_EQ(pod["restartPolicy"], "Never");
+  EXPECT_EQ(pod["subdomain"], "nightshift-j-000007-a3");
+  EXPECT_EQ(pod["priorityClassName"], "high-priority");
+  EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
+  const json& container = pod["containers"][0];
+  EXPECT_EQ(container["command"], json(Request().node_command));
+  EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], "8");
+  EXPECT_EQ(container["resources"]["requests"]["memory"], "65536Mi");
+  EXPECT_EQ(container["volumeMounts"][0]["mountPath"], "/dev/shm");
+  EXPECT_EQ(pod["volumes"][0]["emptyDir"]["medium"], "Memory");
+  // Without a queue: not suspended, no label.
+  KubernetesOptions plain = Options();
+  plain.priorities.clear();
+  const json unqueued = KubernetesObjects(Request(), plain)[1];
+  EXPECT_FALSE(unqueued["spec"].contains("suspend"));
+  EXPECT_FALSE(unqueued["metadata"]["labels"].contains("kueue.x-k8s.io/queue-name"));
+}
+
+// kubernetes-validate --strict for every minor version from 1.30 to 1.37.
+TEST(KubernetesTest, TheObjectsValidateAgainstKubernetes130To137) {
+  const fs::path file = fs::temp_directory_path() / ("nightshift-k8s-" + std::to_string(::getpid()) + ".json");
+  json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", KubernetesObjects(Request(), Options())}};
+  {
+    KubernetesOptions plain = Options();
+    plain.priorities.clear();
+    for (const json& o : KubernetesObjects(Request(), plain)) list["items"].push_back(o);
+  }
+  SubprocessRunner runner;
+  for (const json& object : list["items"]) {
+    std::ofstream(file) << object.dump(1);
+    for (int minor = 30; minor <= 37; ++minor) {
+      const std::string version = "1." + std::to_string(minor) + ".0";
+      StatusOr<CommandResult> r = runner.Run(
+          {NIGHTSHIFT_PYTHON, "-m", "kubernetes_validate", "--strict", "-k", version, file.string()}, "", {}, 120);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->exit_code, 0) << object["kind"] << " against " << version << ":\n" << r->out << r->err;
+    }
+  }
+  fs::remove(file);
+}
+
+json JobWithStatus(const json& status) {
+  return {{"metadata",
+           {{"name", "nightshift-j-000007-a3"},
+            {"labels", {{"nightshift.io/job", "j-000007"}, {"nightshift.io/attempt", "3"}}}}},
+          {"status", status}};
+}
+
+TEST(KubernetesTest, AJobsStatusIsReadAsAnAllocation) {
+  Allocation a = AllocationOfJob(JobWithStatus(json::object()));
+  EXPECT_EQ(a.id, "nightshift-j-000007-a3");
+  EXPECT_EQ(a.job_id, "j-000007");
+  EXPECT_EQ(a.attempt, 3);
+  EXPECT_EQ(a.phase, Allocation::Phase::kPending);
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Suspended"}, {"status", "True"}, {"reason", "JobSuspended"},
+                                                      {"message", "Not admitted by cluster queue"}}}}}));
+  EXPECT_EQ(a.phase, Allocation::Phase::kPending);
+  EXPECT_EQ(a.state, "Suspended");
+  EXPECT_EQ(a.reason, "Not admitted by cluster queue");
+  a = AllocationOfJob(JobWithStatus({{"active", 2}, {"ready", 1}}));
+  EXPECT_EQ(a.phase, Allocation::Phase::kRunning);
+  EXPECT_EQ(a.reason, "1 of 2 pods ready");
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Complete"}, {"status", "True"}}}}}));
+  EXPECT_EQ(a.phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(a.end, Allocation::End::kDone);
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "PodFailurePolicy"},
+                                                      {"message", "Container worker for pod ml/x-0 failed with exit code 2"}}}}}));
+  EXPECT_EQ(a.end, Allocation::End::kRefused);
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "DeadlineExceeded"}}}}}));
+  EXPECT_EQ(a.end, Allocation::End::kPreempted);
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}}}}));
+  EXPECT_EQ(a.end, Allocation::End::kDone);
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "False"}}}}, {"active", 1}}));
+  EXPECT_EQ(a.phase, Allocation::Phase::kRunning);
+}
+
+// The fake API server, started for one test and gone with it (its stdin is ours).
+class FakeApiServer {
+ public:
+  FakeApiServer() {
+    int in[2], out[2];
+    if (::pipe(in) != 0 || ::pipe(out) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::close(in[1]);
+      ::close(out[0]);
+      const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/fake_kube_api.py";
+      ::execl("/usr/bin/python3", "python3", script.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    FILE* f = ::fdopen(out[0], "r");
+    char line[32] = {0};
+    if (f != nullptr && std::fgets(line, sizeof(line), f) != nullptr) port_ = std::atoi(line);
+    if (f != nullptr) std::fclose(f);
+  }
+  ~FakeApiServer() {
+    if (stdin_ >= 0) ::close(stdin_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  int port_ = 0;
+};
+
+TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
+  FakeApiServer server;
+  ASSERT_GT(server.port(), 0);
+  KubernetesOptions o = Options();
+  o.api = server.url();
+  o.token_file = "";
+  o.ca_file = "";
+  std::unique_ptr<KubernetesApi> api = MakeCurlKubernetesApi(o);
+  KubernetesCluster cluster(o, api.get());
+  const auto call = [&](const std::string& method, const std::string& path, const std::string& body) {
+    StatusOr<HttpResponse> r = api->Call(method, path, body, 10);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : HttpResponse{};
+  };
+
+  StatusOr<std::vector<Allocation>> listed = cluster.List();  // the first list
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty());
+  StatusOr<std::string> id = cluster.Submit(Request());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "nightshift-j-000007-a3");
+  StatusOr<std::string> again = cluster.Submit(Request());  // 409: made already, adopted
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *id);
+
+  // The watch from the first list's version sees the Job added, then running.
+  listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].phase, Allocation::Phase::kPending);
+  EXPECT_EQ(call("POST", "/_test/jobs/ml/" + *id + "/status", R"({"active": 2, "ready": 2})").status, 200);
+  listed = cluster.List();
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  EXPECT_EQ((*listed)[0].phase, Allocation::Phase::kRunning);
+
+  // A gap: the history is compacted and the Job completes; the watch answers 410 and the
+  // cluster lists again, seeing the end.
+  EXPECT_EQ(call("POST", "/_test/compact", "").status, 200);
+  EXPECT_EQ(call("POST", "/_test/jobs/ml/" + *id + "/status", R"({"conditions": [{"type": "Complete", "status": "True"}]})")
+                .status,
+            200);
+  listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].phase, Allocation::Phase::kEnded);
+
+  // Deleted: gone from the watch; deleting again is no error (404).
+  EXPECT_TRUE(cluster.Cancel(*id).ok());
+  EXPECT_TRUE(cluster.Cancel(*id).ok());
+  listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty());
+
+  // Objects the API refuses (422) are the job's error, not a retry.
+  AllocationRequest bad = Request();
+  bad.attempt = 4;
+  KubernetesOptions no_image = o;
+  no_image.image = "";
+  EXPECT_EQ(KubernetesCluster(no_image, api.get()).Submit(bad).status().code(), Status::kInvalidArgument);
+
+  const json requests = json::parse(call("GET", "/_test/requests", "").body);
+  bool watched_from_a_version = false, listed_again = false;
+  int lists = 0;
+  for (const json& r : requests) {
+    const std::string path = r[1];
+    if (r[0] == "GET" && path.find("/jobs?labelSelector=app.kubernetes.io/managed-by%3Dnightshift") != std::string::npos) {
+      if (path.find("watch=1") != std::string::npos) watched_from_a_version |= path.find("resourceVersion=1") != std::string::npos;
+      else ++lists;
+    }
+  }
+  listed_again = lists == 2;
+  EXPECT_TRUE(watched_from_a_version);
+  EXPECT_TRUE(listed_again) << requests.dump(1);
+}
+
+// The server is not there: UNAVAILABLE (the provisioner submits nothing blind).
+TEST(KubernetesTest, NoApiServerIsUnavailable) {
+  KubernetesOptions o = Options();
+  o.api = "http://127.0.0.1:1";
+  o.token_file = "";
+  o.ca_file = "";
+  std::unique_ptr<KubernetesApi> api = MakeCurlKubernetesApi(o);
+  KubernetesCluster cluster(o, api.get());
+  EXPECT_EQ(cluster.List().status().code(), Status::kUnavailable);
+  EXPECT_EQ(cluster.Submit(Request()).status().code(), Status::kUnavailable);
+}
+
+}  // namespace
+}  // namespace nightshift

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""A fake Kubernetes API server for tests of coordinator/kubernetes.h, stdlib only.
+
+Serves, on 127.0.0.1 and a port it picks (printed as the first line of stdout), the
+part of the API that --cluster kubernetes uses, with the API's own rules for it:
+
+  POST   /api/v1/namespaces/NS/services            201, or 409 AlreadyExists
+  POST   /apis/batch/v1/namespaces/NS/jobs          201, or 409; 422 without spec.template
+  DELETE .../services/NAME, .../jobs/NAME           200, or 404 NotFound
+  GET    .../jobs?labelSelector=K%3DV               a JobList with metadata.resourceVersion
+  GET    .../jobs?...&watch=1&resourceVersion=RV    the events after RV as JSON lines
+         (ADDED, MODIFIED, DELETED; BOOKMARK when asked), then the stream ends after
+         timeoutSeconds or as soon as there was one; an ERROR event with code 410 when RV
+         is older than the compacted history (the real server's "too old resource version")
+
+Every change takes the next resourceVersion. Test controls (not Kubernetes):
+  POST /_test/jobs/NS/NAME/status   body: a Job status object (sets it, a MODIFIED event)
+  POST /_test/compact               forgets the history: older watches get 410
+  GET  /_test/requests              every request so far, as [method, path, body]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Condition()
+STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": []}
+
+
+def _status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+            "reason": reason, "message": message}
+
+
+def _bump(obj: dict, kind: str) -> None:
+    STATE["rv"] += 1
+    obj.setdefault("metadata", {})["resourceVersion"] = str(STATE["rv"])
+    STATE["events"].append((STATE["rv"], kind, json.loads(json.dumps(obj))))
+    LOCK.notify_all()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, body) -> None:
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> str:
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n).decode() if n else ""
+
+    def _route(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        parts = url.path.strip("/").split("/")
+        body = self._body()
+        with LOCK:
+            STATE["requests"].append([method, self.path, body])
+        if parts[0] == "_test":
+            return self._test(method, parts, body)
+        # /api/v1/namespaces/NS/services[/NAME] or /apis/batch/v1/namespaces/NS/jobs[/NAME]
+        base = 2 if parts[0] == "api" else 3
+        if len(parts) < base + 3 or parts[base] != "namespaces":
+            return self._send(404, _status(404, "NotFound", "no such path " + url.path))
+        ns, kind = parts[base + 1], parts[base + 2]
+        name = parts[base + 3] if len(parts) > base + 3 else None
+        with LOCK:
+            if method == "POST" and name is None:
+                obj = json.loads(body)
+                key = (kind, ns, obj["metadata"]["name"])
+                if kind == "jobs" and "template" not in obj.get("spec", {}):
+                    return self._send(422, _status(422, "Invalid", "Job.batch is invalid: spec.template: Required value"))
+                if key in STATE["objects"]:
+                    return self._send(409, _status(409, "AlreadyExists", f'{kind} "{key[2]}" already exists'))
+                obj["status"] = {}
+                STATE["objects"][key] = obj
+                _bump(obj, "ADDED")
+                return self._send(201, obj)
+            if method == "DELETE" and name is not None:
+                obj = STATE["objects"].pop((kind, ns, name), None)
+                if obj is None:
+                    return self._send(404, _status(404, "NotFound", f'{kind} "{name}" not found'))
+                _bump(obj, "DELETED")
+                return self._send(200, _status(200, "", "deleted"))
+            if method == "GET" and name is None and query.get("watch") in ("1", "true"):
+                return self._watch(kind, ns, query)
+            if method == "GET" and name is None:
+                items = [o for (k, n, _), o in sorted(STATE["objects"].items()) if k == kind and n == ns]
+                return self._send(200, {"kind": "JobList", "apiVersion": "batch/v1",
+                                        "metadata": {"resourceVersion": str(STATE["rv"])}, "items": items})
+        return self._send(405, _status(405, "MethodNotAllowed", method))
+
+    def _watch(self, kind: str, ns: str, query: dict) -> None:  # LOCK held
+        since = int(query.get("resourceVersion") or 0)
+        if since < STATE["compacted"]:
+            line = json.dumps({"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since}")})
+            return self._send(200, line + "\n")
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1)
+        while True:
+            events = [(rv, t, o) for rv, t, o in STATE["events"]
+                      if rv > since and (o.get("metadata", {}).get("namespace", ns) == ns)
+                      and ("template" in o.get("spec", {})) == (kind == "jobs")]
+            left = deadline - time.monotonic()
+            if events or left <= 0:
+                break
+            LOCK.wait(left)
+        lines = [json.dumps({"type": t, "object": o}) for _, t, o in events]
+        if query.get("allowWatchBookmarks") == "true":
+            lines.append(json.dumps({"type": "BOOKMARK", "object": {
+                "kind": "Job", "apiVersion": "batch/v1", "metadata": {"resourceVersion": str(STATE["rv"])}}}))
+        self._send(200, "".join(line + "\n" for line in lines))
+
+    def _test(self, method: str, parts: list, body: str) -> None:
+        with LOCK:
+            if parts[1] == "requests":
+                return self._send(200, STATE["requests"])
+            if parts[1] == "compact":
+                STATE["compacted"] = STATE["rv"] + 1
+                STATE["events"].clear()
+                return self._send(200, {})
+            if parts[1] == "jobs" and len(parts) == 5 and parts[4] == "status":
+                obj = STATE["objects"].get(("jobs", parts[2], parts[3]))
+                if obj is None:
+                    return self._send(404, _status(404, "NotFound", parts[3]))
+                obj["status"] = json.loads(body)
+                _bump(obj, "MODIFIED")
+                return self._send(200, obj)
+        return self._send(404, {})
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+
+def main() -> int:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(server.server_address[1], flush=True)
+    # Ends with its parent (the test): stdin closes.
+    threading.Thread(target=lambda: (sys.stdin.read(), server.shutdown()), daemon=True).start()
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
