@@ -33,6 +33,9 @@ PACKAGES=(
   # Slurm as the cluster under the coordinator: real daemons on test hosts
   # (tests/support/slurm_cluster.py), started by the tests, never as services
   slurm-wlm slurmctld slurmd slurm-client munge
+  # images without a registry (deploy/images/build.sh, tests/deploy/images_test.py); runc
+  # because crun cannot start containers on cgroup v1 hosts like these machines
+  debootstrap buildah podman skopeo runc uidmap
   # fuzzing (libFuzzer comes with clang's runtime library)
   clang libclang-rt-14-dev
   # scripts/function-lengths.sh (the review rule: no function over about 80 lines)
