@@ -370,59 +370,53 @@ class SlurmE2eThreeNodesTest : public SlurmE2eTest {
     nodes_ = 3;
     slurmd_timeout_ = 10;
   }
+
+  // Runs a 2-rank job, one rank per node, until it has a checkpoint; then `verb`
+  // (slurm_cluster.py fail-node or cut-node) strikes the node of rank 1; then the job
+  // must end SUCCEEDED on the other nodes, resumed from the newest checkpoint the lost
+  // attempt committed (no finished step lost). The job as it ended.
+  v1::Job StrikeANodeMidJob(CoordinatorOnSlurm& c, const std::string& verb) {
+    const std::string id = c.Submit(verb, 2, 200, 0, /*max_restarts=*/5);
+    v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) {
+      return (j.state() == v1::RUNNING && j.checkpoint_step() >= 10) || IsTerminal(j.state());
+    });
+    EXPECT_EQ(job.state(), v1::RUNNING) << job.DebugString() << c.log();
+    if (job.state() != v1::RUNNING || job.placements_size() != 2) return job;
+    const std::string rank1 = job.placements(1).worker(), node = rank1.substr(rank1.rfind('-') + 1);
+    StatusOr<CommandResult> struck =
+        runner_.Run({"python3", kScript, verb, "--dir", (dir_ / "cluster").string(), "--node", node}, "", {}, 60);
+    EXPECT_TRUE(struck.ok() && struck->exit_code == 0) << (struck.ok() ? struck->out + struck->err : "");
+    job = c.WaitForEnd(id, 420);
+    EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString() << c.log();
+    for (const auto& p : job.placements()) EXPECT_NE(p.worker().substr(p.worker().rfind('-') + 1), node) << p.worker();
+    EXPECT_TRUE(HasEvent(job, "resumed from step")) << job.DebugString();
+    EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
+    return job;
+  }
 };
 
 // A node dies mid-job: every process of its host killed at once (slurmd, the step, the
-// worker, the rank). The surviving rank fails on its lost peer, or slurmctld ends the
-// allocation NODE_FAIL: either way the attempt ends with a restart counted, nothing is
-// left of it, and the job finishes on the nodes that are up (an allocation that ends
-// NODE_FAIL is followed by one excluding the node; Slurm offers a DOWN node to nobody).
+// worker, the rank). The surviving rank fails on its lost peer (before slurmctld calls
+// the node down): the attempt ends with a restart counted, and the next allocation is
+// of nodes that are up.
 TEST_F(SlurmE2eThreeNodesTest, ANodeThatDiesMidJobCostsARestartAndTheJobFinishesOnTheOthers) {
   CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1);
-  const std::string id = c.Submit("node-fail", 2, 200, 0, /*max_restarts=*/5);
-  v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) {
-    return (j.state() == v1::RUNNING && j.checkpoint_step() >= 10) || IsTerminal(j.state());
-  });
-  ASSERT_EQ(job.state(), v1::RUNNING) << job.DebugString() << c.log();
-  ASSERT_EQ(job.placements_size(), 2);
-  const std::string rank1 = job.placements(1).worker(), node = rank1.substr(rank1.rfind('-') + 1);
-  StatusOr<CommandResult> failed =
-      runner_.Run({"python3", kScript, "fail-node", "--dir", (dir_ / "cluster").string(), "--node", node}, "", {}, 60);
-  ASSERT_TRUE(failed.ok() && failed->exit_code == 0) << (failed.ok() ? failed->out + failed->err : "");
-  job = c.WaitForEnd(id, 420);
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString() << c.log();
+  const v1::Job job = StrikeANodeMidJob(c, "fail-node");
   EXPECT_GE(job.attempt(), 1);
   EXPECT_GE(job.restarts(), 1);
-  for (const auto& p : job.placements()) EXPECT_NE(p.worker().substr(p.worker().rfind('-') + 1), node) << p.worker();
-  // From the newest checkpoint the lost attempt committed: no finished step lost.
-  EXPECT_TRUE(HasEvent(job, "resumed from step")) << job.DebugString();
-  EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
 }
 
 // A node cut off (its cable pulled: its processes live on, unreachable) while the
-// coordinator's lease is longer than slurmctld's node timeout: Slurm ends the allocation
-// NODE_FAIL, which costs one counted restart, and the next allocation excludes the node;
-// the job finishes on the other two from its newest checkpoint.
+// coordinator's lease is longer than slurmctld's node timeout and the ranks wait 300 s
+// for a peer: Slurm ends the allocation NODE_FAIL, which costs one counted restart, and
+// the next allocation excludes the node.
 TEST_F(SlurmE2eThreeNodesTest, ANodeCutOffEndsInNodeFailAndANewAttemptOnTheOtherNodes) {
   CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1,
                        {"--lease-seconds", "120"});
-  const std::string id = c.Submit("node-cut", 2, 200, 0, /*max_restarts=*/5);
-  v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) {
-    return (j.state() == v1::RUNNING && j.checkpoint_step() >= 10) || IsTerminal(j.state());
-  });
-  ASSERT_EQ(job.state(), v1::RUNNING) << job.DebugString() << c.log();
-  const std::string rank1 = job.placements(1).worker(), node = rank1.substr(rank1.rfind('-') + 1);
-  StatusOr<CommandResult> cut =
-      runner_.Run({"python3", kScript, "cut-node", "--dir", (dir_ / "cluster").string(), "--node", node}, "", {}, 60);
-  ASSERT_TRUE(cut.ok() && cut->exit_code == 0) << (cut.ok() ? cut->out + cut->err : "");
-  job = c.WaitForEnd(id, 420);
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString() << c.log();
+  const v1::Job job = StrikeANodeMidJob(c, "cut-node");
   EXPECT_EQ(job.restarts(), 1);
   EXPECT_TRUE(HasEvent(job, "a node of the allocation failed (slurm job")) << job.DebugString();
   EXPECT_TRUE(HasEvent(job, "NODE_FAIL")) << job.DebugString();
-  for (const auto& p : job.placements()) EXPECT_NE(p.worker().substr(p.worker().rfind('-') + 1), node) << p.worker();
-  EXPECT_TRUE(HasEvent(job, "resumed from step")) << job.DebugString();
-  EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
 }
 
 }  // namespace
