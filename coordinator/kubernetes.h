@@ -41,7 +41,7 @@ struct KubernetesOptions {
   std::string data_claim;            // a PVC mounted read-only at /data ("": none)
   std::string token_secret;          // a Secret with key `worker-token`, at /etc/nightshift ("": none)
   int termination_grace_seconds = 300;  // SIGTERM, then this long to checkpoint
-  int bad_spec_exit_code = 2;        // the worker's exit when it refuses its flags: fails the Job
+  int bad_spec_exit_code = 2;        // the worker's exit when it refuses its flags (and only then): fails the Job
   std::vector<KubernetesPriorityRow> priorities;
   double call_timeout_seconds = 30;
   double watch_seconds = 1;          // each List follows the watch this long

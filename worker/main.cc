@@ -182,9 +182,14 @@ Status FindGpus(WorkerOptions* options) {
   return Status::OK();
 }
 
+// Exit codes: 2 when what the worker was given is wrong (a flag, an option's value: a
+// restart fails the same way, and --cluster kubernetes fails the Job on it, see
+// coordinator/kubernetes.h), 1 for the rest (the coordinator unreachable, a disk error:
+// worth another try).
+constexpr int kBadFlags = 2;
 int Fail(const Status& s) {
   NS_ERROR("worker: " << s.ToString());
-  return 2;
+  return s.code() == Status::kInvalidArgument ? kBadFlags : 1;
 }
 
 // Before anything else, while this is the only thread: the token is taken out of the
@@ -272,6 +277,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Nightshift worker: runs the ranks of jobs as nightshift-trainer processes"};
   nightshift::Flags flags;
   AddFlags(&app, &flags);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints the usage or the error
+    return rc == 0 ? 0 : nightshift::kBadFlags;
+  }
   return nightshift::Main(flags);
 }
