@@ -36,7 +36,7 @@ struct Flags {
   SubmitPolicy policy;
   std::string worker_tls_ca;  // PEM CA of the workers' file service certificates
   StreamLimitOptions streams;   // open WatchJob, StreamLogs and GetArtifacts streams
-  // --cluster slurm: the cluster allocates each attempt (coordinator/provisioner.h).
+  // --cluster slurm|kubernetes: the cluster allocates each attempt (coordinator/provisioner.h).
   std::string cluster = "agents";
   ProvisionerOptions provisioner;
   std::string allocation_worker;               // the worker binary the nodes run
@@ -49,8 +49,8 @@ struct Flags {
 
 void AddClusterFlags(CLI::App* app, Flags* f) {
   app->add_option("--cluster", f->cluster,
-                  "who allocates the nodes: agents (our workers, our scheduler; default) or slurm (each attempt "
-                  "is a Slurm batch job running nightshift-worker on its nodes); kubernetes is planned")
+                  "who allocates the nodes: agents (our workers, our scheduler; default), slurm (each attempt "
+                  "is a Slurm batch job running nightshift-worker on its nodes) or kubernetes (an Indexed Job)")
       ->check(CLI::IsMember({"agents", "slurm", "kubernetes"}));
   app->add_option("--kubernetes-api", f->kubernetes.api, "--cluster kubernetes: the API server (default: in-cluster)");
   app->add_option("--kubernetes-namespace", f->kubernetes.namespace_name, "where the Jobs go (default nightshift)");
@@ -68,15 +68,16 @@ void AddClusterFlags(CLI::App* app, Flags* f) {
                   "MIN_PRIORITY:PRIORITY_CLASS[:KUEUE_QUEUE]: jobs of at least this priority get that PriorityClass "
                   "and Kueue LocalQueue (then the Job is created suspended for Kueue to admit; repeatable)");
   app->add_option("--ranks-per-node", f->provisioner.ranks_per_node,
-                  "--cluster slurm: ranks one node runs (its GPUs); a job takes ceil(world_size / this) nodes")
+                  "--cluster slurm|kubernetes: ranks one node runs (its GPUs); a job takes ceil(world_size / this) nodes")
       ->check(CLI::Range(1, 1024));
   app->add_option("--allocation-worker", f->allocation_worker,
-                  "--cluster slurm: the nightshift-worker binary as the nodes see it (default: beside this one)");
+                  "--cluster slurm|kubernetes: the nightshift-worker binary as the nodes see it (default: beside this "
+                  "one; kubernetes: nightshift-worker on the image's PATH)");
   app->add_option("--allocation-worker-arg", f->provisioner.worker_command,
-                  "--cluster slurm: a flag for the nodes' workers, e.g. --allocation-worker-arg=--data-root=/data "
+                  "--cluster slurm|kubernetes: a flag for the nodes' workers, e.g. --allocation-worker-arg=--data-root=/data "
                   "(repeatable; give --work-dir and a shared --checkpoint-root)");
   app->add_option("--workers-dial", f->provisioner.coordinator_address,
-                  "--cluster slurm: HOST:PORT the nodes' workers reach this coordinator on (default: --listen's "
+                  "--cluster slurm|kubernetes: HOST:PORT the nodes' workers reach this coordinator on (default: --listen's "
                   "host and the bound port)");
   app->add_option("--slurm-priority", f->slurm_priorities,
                   "MIN_PRIORITY:PARTITION[:QOS[:ACCOUNT]]: jobs of at least this priority go there (the row "
@@ -219,7 +220,7 @@ int Fail(const Status& s) {
   return 2;
 }
 
-// --cluster slurm: a thread that runs provisioning passes until SIGINT/SIGTERM.
+// --cluster slurm|kubernetes: a thread that runs provisioning passes until SIGINT/SIGTERM.
 class ProvisionerLoop {
  public:
   static StatusOr<std::unique_ptr<ProvisionerLoop>> Start(Flags* f, Coordinator* c, int port) {
@@ -258,10 +259,11 @@ class ProvisionerLoop {
  private:
   ProvisionerLoop(const Flags& f, Coordinator* c)
       : poll_(f.allocation_poll_seconds),
-        slurm_(f.slurm, &runner_),
-        api_(MakeCurlKubernetesApi(f.kubernetes)),
-        kubernetes_(f.kubernetes, api_.get()),
-        provisioner_(f.provisioner, c, f.cluster == "slurm" ? static_cast<ClusterAllocator*>(&slurm_) : &kubernetes_) {}
+        api_(f.cluster == "kubernetes" ? MakeCurlKubernetesApi(f.kubernetes) : nullptr),
+        cluster_(f.cluster == "kubernetes"
+                     ? std::unique_ptr<ClusterAllocator>(new KubernetesCluster(f.kubernetes, api_.get()))
+                     : std::unique_ptr<ClusterAllocator>(new SlurmCluster(f.slurm, &runner_))),
+        provisioner_(f.provisioner, c, cluster_.get()) {}
   void Run() {
     std::string last_error;
     while (!g_stop) {
@@ -273,10 +275,9 @@ class ProvisionerLoop {
     }
   }
   const double poll_;
-  SubprocessRunner runner_;
-  SlurmCluster slurm_;
-  std::unique_ptr<KubernetesApi> api_;
-  KubernetesCluster kubernetes_;
+  SubprocessRunner runner_;            // Slurm's commands
+  std::unique_ptr<KubernetesApi> api_;  // Kubernetes' API server (null for Slurm)
+  std::unique_ptr<ClusterAllocator> cluster_;
   Provisioner provisioner_;
   std::thread thread_;
 };
