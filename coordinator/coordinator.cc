@@ -301,6 +301,16 @@ StatusOr<v1::JobMetrics> Coordinator::Metrics(const std::string& id) const {
   return m;
 }
 
+Status Coordinator::NoteTracked(const std::string& id, const v1::TrackedRun& run) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto entry = jobs_->Get(id);
+  if (!entry.ok()) return entry.status();
+  *entry.value()->job.mutable_tracked_run() = run;
+  jobs_->Persist(entry.value(), /*sync=*/false);
+  return jobs_->store_error();
+}
+
 StatusOr<Coordinator::ModelLocation> Coordinator::ModelOf(const std::string& id, int64_t step) const {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());

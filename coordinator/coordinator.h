@@ -224,6 +224,10 @@ class Coordinator {
   // The job's metric history (every evaluation, the downsampled training curve), per
   // attempt; empty attempts before the first report.
   StatusOr<v1::JobMetrics> Metrics(const std::string& id) const;
+  // How far reporting the job to the tracking server got (coordinator/tracking.h): kept in
+  // job.tracked_run, written unsynced (a point sent again after a crash adds nothing
+  // there). NOT_FOUND for a job deleted meanwhile.
+  Status NoteTracked(const std::string& id, const v1::TrackedRun& run);
 
   // Where the model of a job is: step 0, its final export, FAILED_PRECONDITION naming the
   // job's state when it has none; step N, the kept checkpoint at N, which the worker that

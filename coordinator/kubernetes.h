@@ -2,7 +2,7 @@
 // attempt of a job becomes an Indexed batch/v1 Job of its nodes (one pod per node, each
 // running the in-allocation worker) and a headless Service, so the pods have names;
 // Kubernetes' scheduler, Kueue's quotas and PriorityClasses decide when it runs. Talks
-// to the API server over HTTP(S) with the service account's token (KubernetesApi, libcurl),
+// to the API server over HTTP(S) with the service account's token (HttpApi, libcurl),
 // lists the Jobs it made and follows them with a watch from the list's resourceVersion
 // (410 Gone: listed again).
 //
@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "coordinator/cluster_allocator.h"
+#include "coordinator/http_api.h"
 
 namespace nightshift {
 
@@ -53,26 +54,12 @@ std::string KubernetesName(const std::string& job_id, int attempt);
 // The objects of one allocation: [Service, Job], as the API takes them.
 std::vector<nlohmann::json> KubernetesObjects(const AllocationRequest& request, const KubernetesOptions& options);
 
-// One HTTP exchange with the API server.
-struct HttpResponse {
-  int status = 0;  // 0: no answer
-  std::string body;
-};
-class KubernetesApi {
- public:
-  virtual ~KubernetesApi() = default;
-  // `path` from the server's root ("/apis/batch/v1/..."); `body` JSON or "".
-  // UNAVAILABLE when no answer came within `timeout_seconds`.
-  virtual StatusOr<HttpResponse> Call(const std::string& method, const std::string& path, const std::string& body,
-                                      double timeout_seconds) = 0;
-};
-// The real one: libcurl, TLS verified with options.ca_file, `Authorization: Bearer` from
-// options.token_file (read at every call: the kubelet rotates it).
-std::unique_ptr<KubernetesApi> MakeCurlKubernetesApi(const KubernetesOptions& options);
+// The API server over libcurl: options.api, with options.token_file and options.ca_file.
+std::unique_ptr<HttpApi> MakeKubernetesApi(const KubernetesOptions& options);
 
 class KubernetesCluster : public ClusterAllocator {
  public:
-  KubernetesCluster(KubernetesOptions options, KubernetesApi* api);  // api not owned
+  KubernetesCluster(KubernetesOptions options, HttpApi* api);  // api not owned
   const char* name() const override { return "kubernetes"; }
   // Creates the Service and the Job; one that exists already (409) is adopted. The API's
   // refusal of the objects (400, 403, 422) is INVALID_ARGUMENT with its message.
@@ -87,7 +74,7 @@ class KubernetesCluster : public ClusterAllocator {
   Status Relist();
   Status Watch();
   const KubernetesOptions options_;
-  KubernetesApi* const api_;
+  HttpApi* const api_;
   std::map<std::string, nlohmann::json> jobs_;  // by name, as last seen
   std::string resource_version_;                // "" : list first
 };

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "common/client.h"
@@ -19,6 +20,7 @@
 #include "coordinator/provisioner.h"
 #include "coordinator/service.h"
 #include "coordinator/slurm.h"
+#include "coordinator/tracking.h"
 
 namespace nightshift {
 namespace {
@@ -45,7 +47,23 @@ struct Flags {
   std::vector<std::string> kubernetes_priorities;  // MIN_PRIORITY:PRIORITY_CLASS[:QUEUE]
   KubernetesOptions kubernetes;
   double allocation_poll_seconds = 2;
+  // --mlflow-uri: every job is reported to this MLflow tracking server (coordinator/tracking.h).
+  HttpApiOptions mlflow;
+  std::string mlflow_experiment = "nightshift";
+  double mlflow_poll_seconds = 2;
 };
+
+void AddTrackingFlags(CLI::App* app, Flags* f) {
+  app->add_option("--mlflow-uri", f->mlflow.base,
+                  "report every job (one run each: params, metrics, state, model) to this MLflow tracking server, "
+                  "e.g. http://127.0.0.1:5000 (default: none)");
+  app->add_option("--mlflow-token-file", f->mlflow.token_file,
+                  "a file whose first line is sent to the MLflow server as `Authorization: Bearer` (read at every call)");
+  app->add_option("--mlflow-ca-file", f->mlflow.ca_file, "PEM CA that verifies an https MLflow server (default: the system's)");
+  app->add_option("--mlflow-experiment", f->mlflow_experiment, "the MLflow experiment the runs go to (default nightshift)");
+  app->add_option("--mlflow-poll-seconds", f->mlflow_poll_seconds, "seconds between reporting passes (default 2)")
+      ->check(CLI::PositiveNumber);
+}
 
 void AddClusterFlags(CLI::App* app, Flags* f) {
   app->add_option("--cluster", f->cluster,
@@ -160,6 +178,7 @@ void AddFlags(CLI::App* app, Flags* f) {
                   "seconds after which a lost worker is forgotten (default 86400)")
       ->check(CLI::PositiveNumber);
   AddClusterFlags(app, f);
+  AddTrackingFlags(app, f);
   app->add_option("--retain-finished-days", f->options.retain_finished_days,
                   "finished jobs are removed, with their history, this many days after they finished "
                   "(default 30; 0: kept until `nightshift job delete`)")
@@ -220,6 +239,53 @@ int Fail(const Status& s) {
   return 2;
 }
 
+// A thread that runs `pass` every `seconds` until SIGINT/SIGTERM (or until the control loop
+// ends), logging an error when it first appears and again only when it changes.
+class PassThread {
+ public:
+  PassThread(std::string what, double seconds, std::function<Status()> pass)
+      : thread_([what = std::move(what), seconds, pass = std::move(pass)] {
+          std::string last_error;
+          while (!g_stop) {
+            Status s = pass();
+            if (!s.ok() && s.message() != last_error) NS_WARN("coordinator: " << what << ": " << s.message());
+            last_error = s.ok() ? "" : s.message();
+            for (double waited = 0; waited < seconds && !g_stop; waited += 0.1)
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        }) {}
+  ~PassThread() {
+    g_stop = true;  // also when the control loop ended on a failed store write
+    thread_.join();
+  }
+
+ private:
+  std::thread thread_;
+};
+
+// --mlflow-uri: reporting passes on their own thread (coordinator/tracking.h).
+class TrackingLoop {
+ public:
+  static std::unique_ptr<TrackingLoop> Start(Flags* f, Coordinator* c) {
+    std::string& uri = f->mlflow.base;
+    while (!uri.empty() && uri.back() == '/') uri.pop_back();
+    if (uri.empty()) return nullptr;
+    NS_INFO("coordinator: reporting every job to MLflow at " << uri << ", experiment " << f->mlflow_experiment);
+    return std::unique_ptr<TrackingLoop>(new TrackingLoop(*f, c));
+  }
+
+ private:
+  TrackingLoop(const Flags& f, Coordinator* c)
+      : api_(MakeCurlHttpApi(f.mlflow)),
+        client_(api_.get()),
+        reporter_(c, &client_, f.mlflow_experiment),
+        thread_("MLflow", f.mlflow_poll_seconds, [this] { return reporter_.Pass(); }) {}
+  std::unique_ptr<HttpApi> api_;
+  MlflowClient client_;
+  TrackingReporter reporter_;
+  PassThread thread_;  // last: stopped first
+};
+
 // --cluster slurm|kubernetes: a thread that runs provisioning passes until SIGINT/SIGTERM.
 class ProvisionerLoop {
  public:
@@ -246,40 +312,24 @@ class ProvisionerLoop {
       worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "nightshift-worker").string();
     o.worker_command.insert(o.worker_command.begin(), worker);
     auto loop = std::unique_ptr<ProvisionerLoop>(new ProvisionerLoop(*f, c));
-    loop->thread_ = std::thread([p = loop.get()] { p->Run(); });
     NS_INFO("coordinator: --cluster " << f->cluster << ": each attempt is one allocation of ceil(world_size / "
                                        << o.ranks_per_node << ") nodes; its workers dial " << o.coordinator_address);
     return loop;
   }
-  ~ProvisionerLoop() {
-    g_stop = true;  // also when the control loop ended on a failed store write
-    thread_.join();
-  }
 
  private:
   ProvisionerLoop(const Flags& f, Coordinator* c)
-      : poll_(f.allocation_poll_seconds),
-        api_(f.cluster == "kubernetes" ? MakeCurlKubernetesApi(f.kubernetes) : nullptr),
+      : api_(f.cluster == "kubernetes" ? MakeKubernetesApi(f.kubernetes) : nullptr),
         cluster_(f.cluster == "kubernetes"
                      ? std::unique_ptr<ClusterAllocator>(new KubernetesCluster(f.kubernetes, api_.get()))
                      : std::unique_ptr<ClusterAllocator>(new SlurmCluster(f.slurm, &runner_))),
-        provisioner_(f.provisioner, c, cluster_.get()) {}
-  void Run() {
-    std::string last_error;
-    while (!g_stop) {
-      Status s = provisioner_.Pass();
-      if (!s.ok() && s.message() != last_error) NS_WARN("coordinator: cluster: " << s.message());
-      last_error = s.ok() ? "" : s.message();
-      for (double waited = 0; waited < poll_ && !g_stop; waited += 0.1)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  const double poll_;
+        provisioner_(f.provisioner, c, cluster_.get()),
+        thread_("cluster", f.allocation_poll_seconds, [this] { return provisioner_.Pass(); }) {}
   SubprocessRunner runner_;            // Slurm's commands
-  std::unique_ptr<KubernetesApi> api_;  // Kubernetes' API server (null for Slurm)
+  std::unique_ptr<HttpApi> api_;  // Kubernetes' API server (null for Slurm)
   std::unique_ptr<ClusterAllocator> cluster_;
   Provisioner provisioner_;
-  std::thread thread_;
+  PassThread thread_;  // last: stopped first
 };
 
 }  // namespace
@@ -347,5 +397,6 @@ int main(int argc, char** argv) {
   WritePortFile(flags.port_file, port);
   auto provisioner = ProvisionerLoop::Start(&flags, c, port);
   if (!provisioner.ok()) return Fail(provisioner.status());
+  std::unique_ptr<TrackingLoop> tracking = TrackingLoop::Start(&flags, c);
   return RunControlLoop(c, &metrics, server.get());
 }

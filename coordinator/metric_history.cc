@@ -18,7 +18,7 @@ v1::AttemptMetrics* AttemptOf(int attempt, v1::JobMetrics* m) {
   return nullptr;  // unreachable
 }
 
-bool AddTrainPoint(int attempt, const v1::Progress& p, v1::JobMetrics* m) {
+bool AddTrainPoint(int attempt, const v1::Progress& p, int64_t time_ms, v1::JobMetrics* m) {
   if (p.step() <= 0) return false;  // "start": no loss yet
   v1::AttemptMetrics* a = AttemptOf(attempt, m);
   const int64_t stride = std::max<int64_t>(1, a->stride());
@@ -29,6 +29,7 @@ bool AddTrainPoint(int attempt, const v1::Progress& p, v1::JobMetrics* m) {
   t->set_loss(p.loss());
   t->set_lr(p.lr());
   t->set_tokens_per_second(p.tokens_per_second());
+  t->set_time_ms(time_ms);
   if (a->train_size() > kMaxTrainPoints) {
     auto* train = a->mutable_train();
     int kept = 0;
@@ -39,14 +40,17 @@ bool AddTrainPoint(int attempt, const v1::Progress& p, v1::JobMetrics* m) {
   return true;
 }
 
-bool AddEvals(int attempt, const google::protobuf::RepeatedPtrField<v1::EvalPoint>& evals, v1::JobMetrics* m) {
+bool AddEvals(int attempt, const google::protobuf::RepeatedPtrField<v1::EvalPoint>& evals, int64_t time_ms,
+              v1::JobMetrics* m) {
   if (evals.empty()) return false;
   v1::AttemptMetrics* a = AttemptOf(attempt, m);
   bool changed = false;
   for (const auto& e : evals) {
     if (a->evals_size() >= kMaxEvalPoints) break;
     if (a->evals_size() > 0 && e.step() <= a->evals(a->evals_size() - 1).step()) continue;
-    *a->add_evals() = e;
+    v1::EvalPoint* kept = a->add_evals();
+    *kept = e;
+    kept->set_time_ms(time_ms);
     changed = true;
   }
   return changed;

@@ -4,6 +4,8 @@
 #ifndef NIGHTSHIFT_COORDINATOR_METRIC_HISTORY_H_
 #define NIGHTSHIFT_COORDINATOR_METRIC_HISTORY_H_
 
+#include <cstdint>
+
 #include <google/protobuf/repeated_field.h>
 
 #include "nightshift/v1/jobs.pb.h"
@@ -20,11 +22,13 @@ v1::AttemptMetrics* AttemptOf(int attempt, v1::JobMetrics* m);
 // least `stride` past the last kept one; when the curve then has more than
 // kMaxTrainPoints points, every second one is dropped and the stride doubles, so the
 // curve always spans the whole run. Whether `m` changed.
-bool AddTrainPoint(int attempt, const v1::Progress& p, v1::JobMetrics* m);
+// `time_ms`: now, in Unix milliseconds (the point's time_ms).
+bool AddTrainPoint(int attempt, const v1::Progress& p, int64_t time_ms, v1::JobMetrics* m);
 
 // Adds the evaluations of `attempt` past the last one kept (a worker reports all of
-// them every time). Whether `m` changed.
-bool AddEvals(int attempt, const google::protobuf::RepeatedPtrField<v1::EvalPoint>& evals, v1::JobMetrics* m);
+// them every time), stamped with `time_ms`. Whether `m` changed.
+bool AddEvals(int attempt, const google::protobuf::RepeatedPtrField<v1::EvalPoint>& evals, int64_t time_ms,
+              v1::JobMetrics* m);
 
 }  // namespace nightshift
 

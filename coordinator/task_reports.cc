@@ -1,5 +1,7 @@
 #include "coordinator/task_reports.h"
 
+#include <chrono>
+
 #include "common/log.h"
 #include "coordinator/checkpoint_records.h"
 #include "coordinator/metric_history.h"
@@ -125,8 +127,11 @@ bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& st
     model->set_step(status.model_step());
     changed = true;
   }
-  bool history = AddEvals(job.attempt(), status.evals(), &entry->history);
-  if (status.has_progress()) history = AddTrainPoint(job.attempt(), status.progress(), &entry->history) || history;
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_->WallNow().time_since_epoch()).count();
+  bool history = AddEvals(job.attempt(), status.evals(), now_ms, &entry->history);
+  if (status.has_progress())
+    history = AddTrainPoint(job.attempt(), status.progress(), now_ms, &entry->history) || history;
   if (history) jobs_->PersistHistory(entry);
   if (status.has_progress() &&
       (!entry->progress_is_this_attempts || status.progress().step() >= job.progress().step())) {

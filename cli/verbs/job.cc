@@ -91,6 +91,12 @@ void Describe(const v1::Job& job) {
     std::printf("Allocation: %s job %s for attempt %d, last seen %s%s%s\n", a.cluster().c_str(), a.id().c_str(), a.attempt(),
                 a.state().c_str(), a.reason().empty() || a.reason() == "None" ? "" : (" (" + a.reason() + ")").c_str(),
                 a.nodes().empty() ? "" : (" on " + a.nodes()).c_str());
+  const v1::TrackedRun& tracked = job.tracked_run();
+  if (!tracked.run_id().empty())
+    std::printf("MLflow:     run %s in experiment %s%s\n", tracked.run_id().c_str(), tracked.experiment_id().c_str(),
+                !tracked.error().empty() ? (", not reported further: " + tracked.error()).c_str()
+                : tracked.ended()        ? ", complete"
+                                         : "");
   if (job.progress().step() > 0) std::printf("Progress:   %s\n", ProgressLine(job).c_str());
   if (job.checkpoint_step() > 0)
     std::printf("Checkpoint: step %lld at %s\n", static_cast<long long>(job.checkpoint_step()),

@@ -1008,20 +1008,21 @@ TEST(MetricHistoryTest, DownsamplesToAFewHundredPointsSpanningTheRun) {
     v1::Progress p;
     p.set_step(step);
     p.set_loss(10.0 / step);
-    AddTrainPoint(0, p, &m);
+    AddTrainPoint(0, p, 1000, &m);
   }
   ASSERT_EQ(m.attempts_size(), 1);
   const v1::AttemptMetrics& a = m.attempts(0);
   EXPECT_LE(a.train_size(), kMaxTrainPoints);
   EXPECT_GE(a.train_size(), kMaxTrainPoints / 2);
   EXPECT_EQ(a.train(0).step(), 1);
+  EXPECT_EQ(a.train(0).time_ms(), 1000);
   EXPECT_GE(a.train(a.train_size() - 1).step(), 10000 - a.stride());
   for (int i = 1; i < a.train_size(); ++i) EXPECT_GT(a.train(i).step(), a.train(i - 1).step());
   // The same step again (a report repeated) and step 0 ("start") add nothing.
   v1::Progress again = v1::Progress();
   again.set_step(a.train(a.train_size() - 1).step());
-  EXPECT_FALSE(AddTrainPoint(0, again, &m));
-  EXPECT_FALSE(AddTrainPoint(1, v1::Progress(), &m));
+  EXPECT_FALSE(AddTrainPoint(0, again, 1000, &m));
+  EXPECT_FALSE(AddTrainPoint(1, v1::Progress(), 1000, &m));
 }
 
 TEST(MetricHistoryTest, EvalsAreAddedOncePerStepAndAttemptsStayInOrder) {
@@ -1033,13 +1034,14 @@ TEST(MetricHistoryTest, EvalsAreAddedOncePerStepAndAttemptsStayInOrder) {
     e->set_epoch(i - 1);
     (*e->mutable_metrics())["val_accuracy"] = 0.5 + i / 10.0;
   }
-  EXPECT_TRUE(AddEvals(1, evals, &m));
-  EXPECT_FALSE(AddEvals(1, evals, &m));  // the worker reports all of them every time
-  EXPECT_TRUE(AddEvals(0, evals, &m));
+  EXPECT_TRUE(AddEvals(1, evals, 1000, &m));
+  EXPECT_FALSE(AddEvals(1, evals, 1000, &m));  // the worker reports all of them every time
+  EXPECT_TRUE(AddEvals(0, evals, 1000, &m));
   ASSERT_EQ(m.attempts_size(), 2);
   EXPECT_EQ(m.attempts(0).attempt(), 0);
   EXPECT_EQ(m.attempts(1).attempt(), 1);
   EXPECT_EQ(m.attempts(1).evals_size(), 2);
+  EXPECT_EQ(m.attempts(1).evals(1).time_ms(), 1000);  // the tracking server's timestamp
 }
 
 // What rank 0's worker reports becomes the job's history, kept per attempt, apart from

@@ -192,7 +192,7 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   o.api = server.url();
   o.token_file = "";
   o.ca_file = "";
-  std::unique_ptr<KubernetesApi> api = MakeCurlKubernetesApi(o);
+  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
   KubernetesCluster cluster(o, api.get());
   const auto call = [&](const std::string& method, const std::string& path, const std::string& body) {
     StatusOr<HttpResponse> r = api->Call(method, path, body, 10);
@@ -266,7 +266,7 @@ TEST(KubernetesTest, NoApiServerIsUnavailable) {
   o.api = "http://127.0.0.1:1";
   o.token_file = "";
   o.ca_file = "";
-  std::unique_ptr<KubernetesApi> api = MakeCurlKubernetesApi(o);
+  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
   KubernetesCluster cluster(o, api.get());
   EXPECT_EQ(cluster.List().status().code(), Status::kUnavailable);
   EXPECT_EQ(cluster.Submit(Request()).status().code(), Status::kUnavailable);

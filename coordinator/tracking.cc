@@ -1,0 +1,168 @@
+#include "coordinator/tracking.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+namespace nightshift {
+
+namespace {
+
+using json = nlohmann::json;
+
+int64_t UnixMs(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
+
+void Flatten(const json& j, const std::string& name, std::vector<MlflowPair>* out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [key, value] : j.items()) Flatten(value, name.empty() ? key : name + "." + key, out);
+    return;
+  }
+  std::string value = j.is_string() ? j.get<std::string>() : j.dump();
+  if (value.empty()) return;  // an unset string says nothing
+  if (value.size() > kMlflowParamValueBytes) value = value.substr(0, kMlflowParamValueBytes - 3) + "...";
+  out->push_back({name, value});
+}
+
+std::string RunStatus(v1::JobState state) {
+  switch (state) {
+    case v1::SUCCEEDED: return "FINISHED";
+    case v1::FAILED: return "FAILED";
+    default: return "KILLED";  // CANCELLED
+  }
+}
+
+bool Finished(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+v1::TrackedAttempt* CursorOf(int attempt, v1::TrackedRun* run) {
+  for (auto& a : *run->mutable_attempts())
+    if (a.attempt() == attempt) return &a;
+  v1::TrackedAttempt* a = run->add_attempts();
+  a->set_attempt(attempt);
+  return a;
+}
+
+}  // namespace
+
+std::vector<MlflowPair> SpecParams(const v1::JobSpec& spec) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &text, options);
+  std::vector<MlflowPair> params;
+  Flatten(json::parse(text), "", &params);
+  return params;
+}
+
+std::vector<MlflowMetric> NewPoints(const v1::JobMetrics& metrics, int64_t fallback_time_ms, v1::TrackedRun* run) {
+  std::vector<MlflowMetric> points;
+  for (const v1::AttemptMetrics& a : metrics.attempts()) {
+    v1::TrackedAttempt* cursor = CursorOf(a.attempt(), run);
+    for (const v1::TrainPoint& t : a.train()) {
+      if (t.step() <= cursor->train_step()) continue;
+      const int64_t time = t.time_ms() > 0 ? t.time_ms() : fallback_time_ms;
+      points.push_back({"loss", t.loss(), time, t.step()});
+      points.push_back({"learning_rate", t.lr(), time, t.step()});
+      points.push_back({"tokens_per_second", t.tokens_per_second(), time, t.step()});
+      points.push_back({"epoch", static_cast<double>(t.epoch()), time, t.step()});
+      cursor->set_train_step(t.step());
+    }
+    for (int i = cursor->evals(); i < a.evals_size(); ++i) {
+      const v1::EvalPoint& e = a.evals(i);
+      const int64_t time = e.time_ms() > 0 ? e.time_ms() : fallback_time_ms;
+      std::map<std::string, double> sorted(e.metrics().begin(), e.metrics().end());  // a stable order
+      for (const auto& [name, value] : sorted) points.push_back({name, value, time, e.step()});
+    }
+    cursor->set_evals(a.evals_size());
+  }
+  return points;
+}
+
+Status TrackingReporter::Pass() {
+  JobQuery query;
+  query.limit = 100;
+  for (;;) {
+    StatusOr<JobPage> page = coordinator_->List(query);
+    if (!page.ok()) return page.status();
+    for (const v1::Job& job : page->jobs) {
+      if (job.tracked_run().ended() || !job.tracked_run().error().empty()) continue;
+      v1::TrackedRun run = job.tracked_run();
+      Status s = Report(job, &run);
+      if (s.code() == Status::kInvalidArgument) {
+        NS_WARN("coordinator: MLflow refuses the run of job " << job.id() << ", not reported further: " << s.message());
+        run.set_error(s.message());
+        s = coordinator_->NoteTracked(job.id(), run);
+      }
+      if (s.code() == Status::kNotFound) continue;  // deleted meanwhile
+      if (!s.ok()) return s;
+    }
+    if (page->next_after_seq == 0) return Status::OK();
+    query.after_seq = page->next_after_seq;
+  }
+}
+
+Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {
+  const std::string& id = job.id();
+  if (run->run_id().empty()) {
+    if (experiment_id_.empty()) {
+      StatusOr<std::string> e = mlflow_->ExperimentId(experiment_);
+      if (!e.ok()) return e.status();
+      experiment_id_ = *e;
+    }
+    // Found by its tag first: a run made before a crash that lost the note is reused.
+    StatusOr<std::string> found = mlflow_->FindRun(experiment_id_, "nightshift.job_id", id);
+    if (!found.ok()) return found.status();
+    std::string run_id = *found;
+    if (run_id.empty()) {
+      std::vector<MlflowPair> tags = {{"nightshift.job_id", id}};
+      if (!job.owner().empty()) {
+        tags.push_back({"nightshift.owner", job.owner()});
+        tags.push_back({"mlflow.user", job.owner()});
+      }
+      StatusOr<std::string> made =
+          mlflow_->CreateRun(experiment_id_, job.spec().name().empty() ? id : job.spec().name(), UnixMs(job.created()), tags);
+      if (!made.ok()) return made.status();
+      run_id = *made;
+    }
+    run->set_run_id(run_id);
+    run->set_experiment_id(experiment_id_);
+    NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
+  }
+  if (!run->params_sent()) {
+    NS_RETURN_IF_ERROR(mlflow_->LogBatch(run->run_id(), {}, SpecParams(job.spec()), {}));
+    run->set_params_sent(true);
+    NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
+  }
+  StatusOr<v1::JobMetrics> metrics = coordinator_->Metrics(id);
+  if (!metrics.ok()) return metrics.status();
+  v1::TrackedRun next = *run;
+  std::vector<MlflowMetric> points = NewPoints(*metrics, UnixMs(job.created()), &next);
+  std::vector<MlflowPair> tags;
+  const std::string state = v1::JobState_Name(job.state());
+  if (state != run->state_sent()) {
+    tags = {{"nightshift.state", state}, {"nightshift.attempt", std::to_string(job.attempt())}};
+    next.set_state_sent(state);
+  }
+  const bool finished = Finished(job.state());
+  if (finished && !job.model().path().empty()) {
+    tags.push_back({"nightshift.model", job.model().worker() + ":" + job.model().path()});
+    tags.push_back({"nightshift.model_step", std::to_string(job.model().step())});
+  }
+  if (finished && !job.error().empty()) tags.push_back({"nightshift.error", job.error().substr(0, 5000)});
+  if (!points.empty() || !tags.empty()) {
+    NS_RETURN_IF_ERROR(mlflow_->LogBatch(run->run_id(), points, {}, tags));
+    *run = next;
+    NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
+  }
+  if (finished) {
+    NS_RETURN_IF_ERROR(mlflow_->EndRun(run->run_id(), RunStatus(job.state()), UnixMs(job.updated())));
+    run->set_ended(true);
+    NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
+  }
+  return Status::OK();
+}
+
+}  // namespace nightshift

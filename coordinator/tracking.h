@@ -1,0 +1,65 @@
+// Reports every job to an MLflow tracking server (--mlflow-uri, issue 45): one MLflow run
+// per job, in one experiment (--mlflow-experiment), found again by its tag
+// nightshift.job_id, with the spec's fields as params (dotted names: train.lr), every
+// training point (loss, learning_rate, tokens_per_second, epoch) and every evaluation
+// (val_loss, val_accuracy, ...) the coordinator keeps (v1::JobMetrics) at its step, tags
+// for owner, attempt and state, and at the end the run's status (SUCCEEDED: FINISHED,
+// FAILED: FAILED, CANCELLED: KILLED), its end time and where the model is
+// (nightshift.model: worker and folder; `nightshift job artifacts` fetches it).
+//
+// Why the coordinator and not the workers: it holds every job's history already (workers
+// come and go, a job moves between them), and the tracking server's token stays on one
+// host instead of on every node that runs users' code.
+//
+// Never in a job's way: a pass runs on its own thread, outside the coordinator's lock
+// except for the short calls it makes; while the server is down (or refuses our token)
+// the pass stops and everything waits for the next one; progress is kept in
+// job.tracked_run, so a coordinator restart goes on where it stopped. A point sent twice
+// (a crash between the server's answer and the note) adds nothing on MLflow's SQL store:
+// every point carries the time the coordinator took it, so it is the same row.
+#ifndef NIGHTSHIFT_COORDINATOR_TRACKING_H_
+#define NIGHTSHIFT_COORDINATOR_TRACKING_H_
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/mlflow.h"
+#include "nightshift/v1/jobs.pb.h"
+
+namespace nightshift {
+
+// The spec as MLflow params: every set field, nested names joined with dots, lists and
+// maps as JSON; values longer than kMlflowParamValueBytes cut, ending in "...".
+std::vector<MlflowPair> SpecParams(const v1::JobSpec& spec);
+
+// What of `metrics` is past `run`'s cursors, as MLflow points, in attempt and step order;
+// advances the cursors. `fallback_time_ms` stamps points taken before they carried a time.
+std::vector<MlflowMetric> NewPoints(const v1::JobMetrics& metrics, int64_t fallback_time_ms, v1::TrackedRun* run);
+
+class TrackingReporter {
+ public:
+  // Not owned; both must outlive the reporter.
+  TrackingReporter(Coordinator* coordinator, MlflowClient* mlflow, std::string experiment = "nightshift")
+      : coordinator_(coordinator), mlflow_(mlflow), experiment_(std::move(experiment)) {}
+
+  // Brings every job's run up to date, in submit order. UNAVAILABLE or PERMISSION_DENIED
+  // from the server ends the pass with that error (nothing is lost: the next pass goes on
+  // from job.tracked_run). A run the server refuses otherwise (INVALID_ARGUMENT) is given
+  // up: the reason goes to tracked_run.error, and the other jobs go on.
+  Status Pass();
+
+ private:
+  // Everything `job` lacks on the server; `run` is noted after every step that succeeded.
+  Status Report(const v1::Job& job, v1::TrackedRun* run);
+
+  Coordinator* const coordinator_;
+  MlflowClient* const mlflow_;
+  const std::string experiment_;
+  std::string experiment_id_;  // once known
+};
+
+}  // namespace nightshift
+
+#endif  // NIGHTSHIFT_COORDINATOR_TRACKING_H_

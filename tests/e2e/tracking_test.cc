@@ -1,0 +1,217 @@
+// MLflow tracking end to end (issue 45): a real `mlflow server` (the pinned PyPI package,
+// SQLite store) on 127.0.0.1, a coordinator with --mlflow-uri, a worker, real jobs. Each
+// job is one run whose metric history equals `job metrics` (GetJobMetrics); the server
+// stopped mid-job delays nothing, and the run is complete once it is back.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/cluster.h"
+
+namespace nightshift::testing_e2e {
+namespace {
+
+using json = nlohmann::json;
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// `mlflow server` in a session of its own (it runs uvicorn as a child: stopping it stops
+// the whole group).
+class MlflowServer {
+ public:
+  MlflowServer(const std::string& dir, int port) : dir_(dir), port_(port) {}
+  ~MlflowServer() { Stop(); }
+  bool Start() {
+    fs::create_directories(dir_);
+    process_ = Process({"/usr/bin/setsid", NIGHTSHIFT_PYTHON, "-m", "mlflow", "server", "--host", "127.0.0.1",
+                        "--port", std::to_string(port_), "--workers", "1", "--backend-store-uri",
+                        "sqlite:///" + dir_ + "/mlflow.db", "--default-artifact-root", dir_ + "/artifacts"},
+                       dir_ + "/mlflow.log");
+    std::string out;
+    for (int i = 0; i < 300; ++i) {
+      if (Cluster::Shell("curl -sf " + url() + "/health", &out) == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+  void Stop() {
+    if (process_.pid() > 0) ::kill(-process_.pid(), SIGKILL);
+    process_.Kill(SIGKILL);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // One REST call; null when it failed.
+  json Call(const std::string& method, const std::string& path, const json& body = nullptr) const {
+    std::string cmd = "curl -sf -X " + method + " -H 'Content-Type: application/json' '" + url() + "/api/2.0/mlflow/" + path + "'";
+    if (!body.is_null()) {
+      std::ofstream(dir_ + "/request.json") << body.dump();
+      cmd += " -d @" + dir_ + "/request.json";
+    }
+    std::string out;
+    if (Cluster::Shell(cmd, &out) != 0) return nullptr;
+    return json::parse(out, nullptr, false);
+  }
+  // The run of job `id` in experiment "nightshift" (null when there is none yet).
+  json RunOf(const std::string& id) const {
+    json e = Call("GET", "experiments/get-by-name?experiment_name=nightshift");
+    if (e.is_null() || !e.contains("experiment")) return nullptr;
+    json runs = Call("POST", "runs/search",
+                     {{"experiment_ids", {e["experiment"]["experiment_id"]}},
+                      {"filter", "tags.`nightshift.job_id` = '" + id + "'"}});
+    if (runs.is_null() || !runs.contains("runs") || runs["runs"].empty()) return nullptr;
+    EXPECT_EQ(runs["runs"].size(), 1u) << id;
+    return runs["runs"][0];
+  }
+  // (step, value) of every point of `key`, in step order.
+  std::vector<std::pair<int64_t, double>> History(const std::string& run_id, const std::string& key) const {
+    json h = Call("GET", "metrics/get-history?run_id=" + run_id + "&metric_key=" + key + "&max_results=25000");
+    std::vector<std::pair<int64_t, double>> points;
+    if (!h.is_null() && h.contains("metrics"))
+      for (const json& m : h["metrics"]) points.emplace_back(m["step"].get<int64_t>(), m["value"].get<double>());
+    std::sort(points.begin(), points.end());
+    return points;
+  }
+
+ private:
+  const std::string dir_;
+  const int port_;
+  Process process_;
+};
+
+std::string Tag(const json& run, const std::string& key) {
+  for (const json& t : run["data"].value("tags", json::array()))
+    if (t["key"] == key) return t["value"];
+  return "";
+}
+
+std::string Param(const json& run, const std::string& key) {
+  for (const json& p : run["data"].value("params", json::array()))
+    if (p["key"] == key) return p["value"];
+  return "";
+}
+
+TEST(TrackingE2E, EveryJobIsARunEqualToItsMetricsAndAServerDownDelaysNothing) {
+  Cluster cluster("tracking");
+  const std::string data = cluster.MakeData(150);
+  MlflowServer mlflow(cluster.dir() + "/mlflow", FreePort());
+  ASSERT_TRUE(mlflow.Start()) << "mlflow server did not start; see " << cluster.dir() << "/mlflow/mlflow.log";
+  cluster.StartCoordinator({"--mlflow-uri", mlflow.url() + "/", "--mlflow-poll-seconds", "0.5"});
+  cluster.StartWorker("w1", 1);
+
+  v1::Job job;
+  ASSERT_TRUE(cluster.Submit("name: tracked\n"
+                             "model: {arch: transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 48}\n"
+                             "data: {path: " + data + ", tokenizer: {vocab_size: 64}}\n"
+                             "train: {epochs: 500, max_steps: 8000, lr: 0.002, batching: {batch_size: 8}, threads: 1}\n"
+                             "eval: {every_steps: 500}\n"
+                             "checkpoint: {every_steps: 500}\n", &job).ok());
+  // The run appears while the job runs, with its first points.
+  json run;
+  for (int i = 0; i < 600; ++i) {
+    run = mlflow.RunOf(job.id());
+    if (!run.is_null() && !mlflow.History(run["info"]["run_id"], "loss").empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(run.is_null()) << "no run for " << job.id() << "; see " << cluster.dir() << "/coordinator.log";
+  const std::string run_id = run["info"]["run_id"];
+  EXPECT_EQ(run["info"]["run_name"], "tracked");
+  EXPECT_EQ(run["info"]["status"], "RUNNING");
+
+  // The server goes away mid-job: the job goes on and finishes as if nothing happened.
+  mlflow.Stop();
+  v1::Job now;
+  ASSERT_TRUE(cluster.Get(job.id(), &now).ok());
+  ASSERT_EQ(now.state(), v1::RUNNING) << "the job ended before the server was stopped: make it longer";
+  const int64_t step_at_stop = now.progress().step();
+  v1::Job done = cluster.WaitForEnd(job.id(), 300);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << " " << done.error();
+  EXPECT_GT(done.progress().step(), step_at_stop);
+  // And a second job, cancelled while the server is down.
+  v1::Job cancelled;
+  ASSERT_TRUE(cluster.Submit("name: cancelled\n"
+                             "model: {arch: transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 48}\n"
+                             "data: {path: " + data + ", tokenizer: {vocab_size: 64}}\n"
+                             "train: {epochs: 500, batching: {batch_size: 8}, threads: 1}\n", &cancelled).ok());
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(cancelled.id());
+    v1::Job reply;
+    ASSERT_TRUE(cluster.jobs()->CancelJob(&ctx, req, &reply).ok());
+  }
+  ASSERT_EQ(cluster.WaitForEnd(cancelled.id(), 60).state(), v1::CANCELLED);
+  EXPECT_NE(ReadAll(cluster.dir() + "/coordinator.log").find("coordinator: MLflow:"), std::string::npos)
+      << "the outage was not logged";
+
+  // Back (same port, same store): both runs are completed.
+  ASSERT_TRUE(mlflow.Start());
+  for (int i = 0; i < 600; ++i) {
+    run = mlflow.RunOf(job.id());
+    json other = mlflow.RunOf(cancelled.id());
+    if (!run.is_null() && run["info"]["status"] == "FINISHED" && !other.is_null() &&
+        other["info"]["status"] == "KILLED")
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(run["info"]["status"], "FINISHED") << run.dump();
+  EXPECT_EQ(mlflow.RunOf(cancelled.id())["info"]["status"], "KILLED");
+  EXPECT_EQ(Tag(run, "nightshift.state"), "SUCCEEDED");
+  EXPECT_EQ(Tag(run, "nightshift.model"), done.model().worker() + ":" + done.model().path());
+  EXPECT_EQ(Param(run, "train.lr"), "0.002");
+  std::string described;
+  ASSERT_EQ(cluster.Cli({"job", "describe", job.id()}, &described), 0) << described;
+  EXPECT_NE(described.find("MLflow:     run " + run_id + " in experiment " + run["info"]["experiment_id"].get<std::string>() +
+                           ", complete"),
+            std::string::npos)
+      << described;
+  EXPECT_EQ(Param(run, "eval.every_steps"), "500");
+
+  // Its history equals the job's metrics, point for point: MLflow keeps every point the
+  // coordinator took, `job metrics` at most kMaxTrainPoints a curve (then every other one
+  // is dropped, stride > 1), so past that the job's points are a subset of the run's.
+  v1::JobMetrics metrics;
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobMetricsRequest req;
+    req.set_id(job.id());
+    ASSERT_TRUE(cluster.jobs()->GetJobMetrics(&ctx, req, &metrics).ok());
+  }
+  ASSERT_EQ(metrics.attempts_size(), 1);
+  std::vector<std::pair<int64_t, double>> loss, val_loss, val_accuracy;
+  for (const v1::AttemptMetrics& a : metrics.attempts()) {
+    for (const v1::TrainPoint& t : a.train()) loss.emplace_back(t.step(), t.loss());
+    for (const v1::EvalPoint& e : a.evals()) {
+      val_loss.emplace_back(e.step(), e.metrics().at("val_loss"));
+      val_accuracy.emplace_back(e.step(), e.metrics().at("val_accuracy"));
+    }
+  }
+  ASSERT_GE(loss.size(), 5u);
+  ASSERT_GE(val_loss.size(), 15u);  // every 500 steps of 8,000
+  EXPECT_LE(loss.front().first, step_at_stop);  // points from before the outage...
+  EXPECT_GT(loss.back().first, step_at_stop);   // ...and after it
+  const std::vector<std::pair<int64_t, double>> tracked = mlflow.History(run_id, "loss");
+  if (metrics.attempts(0).stride() == 1) {
+    EXPECT_EQ(tracked, loss);
+  } else {
+    for (const auto& point : loss)
+      EXPECT_TRUE(std::binary_search(tracked.begin(), tracked.end(), point)) << point.first;
+  }
+  EXPECT_EQ(mlflow.History(run_id, "val_loss"), val_loss);
+  EXPECT_EQ(mlflow.History(run_id, "val_accuracy"), val_accuracy);
+}
+
+}  // namespace
+}  // namespace nightshift::testing_e2e
