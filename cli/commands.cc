@@ -11,6 +11,7 @@ Handler Predict(CLI::App* cmd);
 const std::vector<Noun>& Nouns() {
   static const std::vector<Noun> kNouns = {
       {"job", "jobs"},
+      {"sweep", "hyperparameter sweeps: grid, random, ASHA; each trial a job (docs/sweeps.md)"},
       {"worker", "workers"},
       {"cluster", "the cluster as a whole"},
       {"cache", "the workers' preprocessed-feature caches"},
@@ -31,6 +32,11 @@ const std::vector<Verb>& Verbs() {
        JobDelete},
       {"job", "artifacts", "download a job's exported model into DIR (checksums verified)", JobArtifacts},
       {"job", "metrics", "a job's evaluations per epoch and its loss curve (-o json|csv)", JobMetrics},
+      {"sweep", "submit", "submit a sweep file (YAML); prints the sweep id", SweepSubmit},
+      {"sweep", "list", "list sweeps", SweepList},
+      {"sweep", "describe", "show a sweep: its trials with their params, rung, metric and state, and its decisions",
+       SweepDescribe},
+      {"sweep", "cancel", "cancel a sweep and its unfinished trials", SweepCancel},
       {"worker", "list", "list workers", WorkerList},
       {"worker", "cordon", "place no new work on a worker (running jobs stay)", WorkerCordon},
       {"worker", "uncordon", "accept new work on a worker again", WorkerUncordon},

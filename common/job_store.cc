@@ -14,6 +14,7 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kMetricsPrefix[] = "metrics/";
+constexpr char kSweepPrefix[] = "sweep/";
 constexpr char kCorruptPrefix[] = "corrupt/";         // + the key of a record that did not parse
 constexpr char kDeletedSeqKey[] = "meta/deleted_seq";  // decimal: the highest submit_seq deleted
 
@@ -25,6 +26,8 @@ class RocksJobStore : public JobStore {
   Status Delete(const v1::Job& job, bool sync) override;
   Status PutMetrics(const v1::JobMetrics& metrics, bool sync) override;
   Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) override;
+  Status PutSweep(const v1::Sweep& sweep, bool sync) override;
+  Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) override;
 
  private:
   // Moves `key`'s `value` to corrupt/<key>, in one synced write, and says so in the log.
@@ -77,6 +80,36 @@ Status RocksJobStore::LoadAll(StoredJobs* out) {
   auto deleted = DeletedSeq();
   if (!deleted.ok()) return deleted.status();
   out->deleted_seq = deleted.value();
+  return Status::OK();
+}
+
+Status RocksJobStore::PutSweep(const v1::Sweep& sweep, bool sync) {
+  std::string value;
+  if (!sweep.SerializeToString(&value)) return Status::Internal("cannot serialize sweep " + sweep.id());
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  rocksdb::Status s = db_->Put(wo, kSweepPrefix + sweep.id(), value);
+  if (!s.ok()) return Status::IOError("cannot write sweep " + sweep.id() + ": " + s.ToString());
+  return Status::OK();
+}
+
+Status RocksJobStore::LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) {
+  std::vector<std::pair<std::string, std::string>> corrupt;  // (key, value)
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string prefix = kSweepPrefix;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    v1::Sweep sweep;
+    if (sweep.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())))
+      sweeps->push_back(std::move(sweep));
+    else
+      corrupt.emplace_back(it->key().ToString(), it->value().ToString());
+  }
+  if (!it->status().ok()) return Status::IOError("cannot read job store: " + it->status().ToString());
+  it.reset();
+  for (const auto& [key, value] : corrupt) {
+    NS_RETURN_IF_ERROR(MoveAside(key, value));
+    moved_aside->push_back(key);
+  }
   return Status::OK();
 }
 

@@ -1,7 +1,7 @@
 // JobStore: the coordinator's durable job records. The RocksDB store (Open) keeps one
 // key per job ("job/<id>"), the value the serialized v1::Job, and apart from it, so that
 // loading and listing jobs stays cheap, each job's metric history ("metrics/<id>", a
-// serialized v1::JobMetrics); thread-safe (RocksDB is).
+// serialized v1::JobMetrics), and one key per sweep ("sweep/<id>"); thread-safe (RocksDB is).
 // A record that does not parse stops nothing: it is moved aside, to "corrupt/<its key>"
 // (kept for a person to look at, never read again), with an error in the log naming it.
 // Deleting a job leaves "meta/deleted_seq", the highest submit_seq deleted, so that job
@@ -51,6 +51,11 @@ class JobStore {
   // The history of job `id`; NotFound when none was written; Corruption (naming the key)
   // when it does not parse, after moving it aside to corrupt/metrics/<id>.
   virtual Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) = 0;
+
+  // Sweeps ("sweep/<id>", a serialized v1::Sweep): the whole record, and every one that
+  // parses (one that does not is moved aside, as a job's is, and listed in `moved_aside`).
+  virtual Status PutSweep(const v1::Sweep& sweep, bool sync) = 0;
+  virtual Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) = 0;
 };
 
 }  // namespace nightshift

@@ -22,21 +22,38 @@ RungDecision SuccessiveHalving::Report(const std::string& trial, int64_t step, d
       decision.stop = true;
       return decision;
     }
-    std::vector<double> competing = at_rung_[rung];  // the others' values, recorded before
-    competing.push_back(value);
     mine.push_back(value);
-    at_rung_[rung].push_back(value);
-    const int n = static_cast<int>(competing.size());
-    const int index = std::max(0, n / options_.reduction_factor - 1);
-    std::sort(competing.begin(), competing.end());
-    decision.cutoff = options_.maximize ? competing[n - 1 - index] : competing[index];
-    const bool promoted = options_.maximize ? value >= decision.cutoff : value <= decision.cutoff;
-    if (!promoted) {
+    at_rung_[rung].push_back(value);  // the others' values, recorded before, and this one
+    decision.cutoff = Cutoff(at_rung_[rung]);
+    if (!Within(value, decision.cutoff)) {
       decision.stop = true;
       return decision;
     }
   }
   return decision;
+}
+
+RungDecision SuccessiveHalving::Promotion(const std::string& trial, int rung) const {
+  RungDecision decision;
+  decision.rung = rung;
+  decision.stop = true;
+  auto mine = recorded_.find(trial);
+  auto at = at_rung_.find(rung);
+  if (mine == recorded_.end() || static_cast<int>(mine->second.size()) <= rung || at == at_rung_.end()) return decision;
+  decision.cutoff = Cutoff(at->second);
+  decision.stop = !Within(mine->second[rung], decision.cutoff);
+  return decision;
+}
+
+double SuccessiveHalving::Cutoff(std::vector<double> competing) const {
+  const int n = static_cast<int>(competing.size());
+  const int index = std::max(0, n / options_.reduction_factor - 1);
+  std::sort(competing.begin(), competing.end());
+  return options_.maximize ? competing[n - 1 - index] : competing[index];
+}
+
+bool SuccessiveHalving::Within(double value, double cutoff) const {
+  return options_.maximize ? value >= cutoff : value <= cutoff;
 }
 
 void SuccessiveHalving::Restore(std::map<std::string, std::vector<double>> recorded) {

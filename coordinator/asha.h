@@ -12,8 +12,10 @@
 //   max(0, n / eta - 1): the top 1/eta, or the best while fewer than eta have competed.
 // - A NaN value stops the trial at once (nothing recorded).
 //
-// Not here: Optuna's min_resource "auto" (an explicit min_resource is required), and what
-// the coordinator does with a stop (pause the trial's job, keeping its checkpoint).
+// Promotion goes beyond Optuna (whose pruned trials never come back): a stopped trial is
+// judged again at its rung as more values arrive (the ASHA paper's promotion), and the
+// coordinator resumes it from its checkpoint (coordinator/sweeps.h).
+// Not here: Optuna's min_resource "auto" (an explicit min_resource is required).
 // Not thread-safe: the caller serialises reports (the coordinator's lock).
 #ifndef NIGHTSHIFT_COORDINATOR_ASHA_H_
 #define NIGHTSHIFT_COORDINATOR_ASHA_H_
@@ -46,6 +48,10 @@ class SuccessiveHalving {
   int64_t RungStep(int rung) const;
   // `trial` reported `value` at `step` (its steps growing). Records the rungs it reaches.
   RungDecision Report(const std::string& trial, int64_t step, double value);
+  // Asynchronous promotion (ASHA): a trial stopped at `rung` is judged again there against
+  // every value recorded at that rung now (more may have come since); stop false: it is
+  // now within the top 1/eta and goes on. A trial that recorded nothing there (NaN) stays.
+  RungDecision Promotion(const std::string& trial, int rung) const;
 
   // Per trial, the value recorded at each rung it reached: the whole state (to store and
   // to Restore after a restart).
@@ -53,6 +59,11 @@ class SuccessiveHalving {
   void Restore(std::map<std::string, std::vector<double>> recorded);
 
  private:
+  // The value at index max(0, n / eta - 1) of `competing`, best first; whether `value`
+  // equals or beats it.
+  double Cutoff(std::vector<double> competing) const;
+  bool Within(double value, double cutoff) const;
+
   const SuccessiveHalvingOptions options_;
   std::map<std::string, std::vector<double>> recorded_;  // trial -> value at rung 0, 1, ...
   std::map<int, std::vector<double>> at_rung_;           // rung -> every value recorded there

@@ -33,6 +33,10 @@ const char* MethodName(Method m) {
     case Method::kGetArtifacts: return "GetArtifacts";
     case Method::kGetJobMetrics: return "GetJobMetrics";
     case Method::kDeleteJob: return "DeleteJob";
+    case Method::kSubmitSweep: return "SubmitSweep";
+    case Method::kGetSweep: return "GetSweep";
+    case Method::kListSweeps: return "ListSweeps";
+    case Method::kCancelSweep: return "CancelSweep";
     case Method::kRegister: return "Register";
     case Method::kHeartbeat: return "Heartbeat";
     case Method::kReportTask: return "ReportTask";
@@ -98,8 +102,12 @@ Status Permit(const Principal& who, Method method, const std::string* owner) {
     case Method::kGetArtifacts:
     case Method::kGetJobMetrics:
     case Method::kDeleteJob:
+    case Method::kSubmitSweep:
+    case Method::kGetSweep:
+    case Method::kListSweeps:
+    case Method::kCancelSweep:
       if (who.role != Role::kUser) return denied("JobService is for users and admins");
-      if (owner != nullptr && *owner != who.user) return denied("the job belongs to another user");
+      if (owner != nullptr && *owner != who.user) return denied("it belongs to another user");
       return Status::OK();
     case Method::kRegister:
     case Method::kHeartbeat:

@@ -37,6 +37,7 @@ const char* RoleName(Role role);
 enum class Method {
   kSubmitJob, kGetJob, kListJobs, kCancelJob, kWatchJob, kStreamLogs,  // JobService
   kGetArtifacts, kGetJobMetrics, kDeleteJob,
+  kSubmitSweep, kGetSweep, kListSweeps, kCancelSweep,
   kRegister, kHeartbeat, kReportTask,                                  // WorkerService
   kListWorkers, kListCache, kEvictCache, kCordonWorker, kDrainWorker,  // AdminService
   kRemoveWorker,

@@ -73,6 +73,126 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
   return jobs_->Submit(std::move(spec), owner, request_id, options_.max_jobs_per_user);
 }
 
+StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
+                                           const std::string& sweep_id) {
+  NS_RETURN_IF_ERROR(JobTable::CheckRequestId(request_id));
+  NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  StatusOr<v1::Job> job = jobs_->Submit(std::move(spec), owner, request_id, options_.max_jobs_per_user);
+  if (!job.ok() || job->sweep_id() == sweep_id) return job;
+  JobEntry* entry = jobs_->Find(job->id());
+  entry->job.set_sweep_id(sweep_id);
+  jobs_->Persist(entry, /*sync=*/true);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  return entry->job;
+}
+
+StatusOr<v1::Sweep> Coordinator::SubmitSweep(v1::SweepSpec spec, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  v1::Sweep* sweep = jobs_->AddSweep(std::move(spec), owner);
+  jobs_->AddSweepEvent(sweep, "submitted: " + sweep->spec().method() + ", " + std::to_string(sweep->spec().max_trials()) +
+                                  " trials, " + std::to_string(sweep->spec().parallelism()) + " at a time");
+  jobs_->PersistSweep(sweep);
+  if (!jobs_->store_error().ok()) {
+    const std::string id = sweep->id();
+    jobs_->sweeps().erase(id);
+    return jobs_->store_error();
+  }
+  return *sweep;
+}
+
+StatusOr<v1::Sweep> Coordinator::GetSweep(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto it = jobs_->sweeps().find(id);
+  if (it == jobs_->sweeps().end()) return Status::NotFound("no sweep " + id);
+  return it->second;
+}
+
+std::vector<v1::Sweep> Coordinator::ListSweeps(const std::string* owner) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Sweep> out;
+  for (const auto& [id, sweep] : jobs_->sweeps())
+    if (owner == nullptr || sweep.owner() == *owner) out.push_back(sweep);
+  std::sort(out.begin(), out.end(), [](const v1::Sweep& a, const v1::Sweep& b) { return a.submit_seq() < b.submit_seq(); });
+  return out;
+}
+
+StatusOr<v1::Sweep> Coordinator::CancelSweep(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto it = jobs_->sweeps().find(id);
+  if (it == jobs_->sweeps().end()) return Status::NotFound("no sweep " + id);
+  v1::Sweep& sweep = it->second;
+  if (IsTerminal(sweep.state()))
+    return Status::FailedPrecondition("sweep " + id + " already ended " + v1::JobState_Name(sweep.state()));
+  for (v1::Trial& trial : *sweep.mutable_trials()) {
+    JobEntry* entry = jobs_->Find(trial.job_id());
+    if (entry != nullptr && !IsTerminal(entry->job.state()))
+      jobs_->SetState(entry, v1::CANCELLED, "sweep " + id + " cancelled");
+    if (trial.state() == v1::TRIAL_RUNNING || trial.state() == v1::TRIAL_PAUSED) trial.set_state(v1::TRIAL_CANCELLED);
+  }
+  sweep.set_state(v1::CANCELLED);
+  sweep.set_reason("cancelled by user");
+  jobs_->AddSweepEvent(&sweep, "cancelled by user");
+  jobs_->PersistSweep(&sweep);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  return sweep;
+}
+
+Status Coordinator::UpdateSweep(const v1::Sweep& update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto it = jobs_->sweeps().find(update.id());
+  if (it == jobs_->sweeps().end()) return Status::NotFound("no sweep " + update.id());
+  v1::Sweep& sweep = it->second;
+  const bool ended = IsTerminal(sweep.state());
+  const v1::JobState state = sweep.state();
+  const std::string reason = sweep.reason();
+  sweep = update;
+  if (ended) {  // cancelled meanwhile: that stands
+    sweep.set_state(state);
+    sweep.set_reason(reason);
+    for (v1::Trial& trial : *sweep.mutable_trials())
+      if (trial.state() == v1::TRIAL_RUNNING || trial.state() == v1::TRIAL_PAUSED) trial.set_state(v1::TRIAL_CANCELLED);
+  }
+  jobs_->PersistSweep(&sweep);
+  return jobs_->store_error();
+}
+
+Status Coordinator::Hold(const std::string& id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto found = jobs_->Get(id);
+  if (!found.ok()) return found.status();
+  JobEntry* entry = found.value();
+  if (IsTerminal(entry->job.state()) || !entry->job.held_by().empty()) return Status::OK();
+  entry->job.set_held_by(why);
+  if (IsActive(entry->job.state()))
+    attempts_->BeginStopping(entry, v1::PREEMPTED, why);  // ranks checkpoint and stop; then QUEUED, held
+  else if (entry->job.state() == v1::QUEUED)
+    jobs_->SetState(entry, v1::QUEUED, why, entry->job.checkpoint_step());
+  else
+    jobs_->Persist(entry, /*sync=*/true);  // stopping already: requeued held
+  return jobs_->store_error();
+}
+
+Status Coordinator::Release(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto found = jobs_->Get(id);
+  if (!found.ok()) return found.status();
+  JobEntry* entry = found.value();
+  if (IsTerminal(entry->job.state()) || entry->job.held_by().empty()) return Status::OK();
+  const std::string why = entry->job.held_by();
+  entry->job.clear_held_by();
+  jobs_->AddEvent(&entry->job, "released: " + why.substr(0, why.find(':')) + " resumes it", entry->job.checkpoint_step());
+  jobs_->Persist(entry, /*sync=*/true);
+  return jobs_->store_error();
+}
+
 StatusOr<v1::Job> Coordinator::Get(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
@@ -170,7 +290,7 @@ std::vector<AllocationNeed> Coordinator::AllocationNeeds() const {
   for (const auto& [id, entry] : jobs_->entries()) {
     const v1::Job& job = entry.job;
     if (IsTerminal(job.state())) continue;
-    needs.push_back({id, job.attempt(), job.state(), job.state() == v1::QUEUED && entry.not_before <= now, job.spec(),
+    needs.push_back({id, job.attempt(), job.state(), job.state() == v1::QUEUED && entry.not_before <= now && job.held_by().empty(), job.spec(),
                      job.owner(), job.allocation()});
   }
   return needs;

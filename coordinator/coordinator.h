@@ -251,6 +251,27 @@ class Coordinator {
   };
   StatusOr<FileService> LogAddressOf(const std::string& job_id, int rank) const;
 
+  // Sweeps (issue 45; coordinator/sweeps.h decides their trials). `spec` as LoadSweepSpec
+  // checked it; the record is written synced before this returns.
+  StatusOr<v1::Sweep> SubmitSweep(v1::SweepSpec spec, const std::string& owner);
+  StatusOr<v1::Sweep> GetSweep(const std::string& id) const;
+  // `owner` non-null: only that user's; in submit order.
+  std::vector<v1::Sweep> ListSweeps(const std::string* owner = nullptr) const;
+  // CANCELLED, and every unfinished trial job cancelled with it.
+  StatusOr<v1::Sweep> CancelSweep(const std::string& id);
+  // The sweep runner's write: trials, events, best trial, state and reason. A sweep that
+  // ended meanwhile (cancelled) keeps its state and reason.
+  Status UpdateSweep(const v1::Sweep& sweep);
+  // A trial: Submit with the sweep's id on the job (request_id makes it idempotent).
+  StatusOr<v1::Job> SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
+                                const std::string& sweep_id);
+  // Holds a job: not placed while held (job.held_by says why); an active one is stopped
+  // first (as preempted: its ranks checkpoint, no restart counted). Release lets it be
+  // placed again: it resumes from its checkpoint. Both do nothing to a finished job, or
+  // to one already so.
+  Status Hold(const std::string& id, const std::string& why);
+  Status Release(const std::string& id);
+
   // AdminService.
   std::vector<v1::WorkerInfo> ListWorkers() const;
   // `worker` empty: every worker's.

@@ -75,7 +75,42 @@ StatusOr<size_t> JobTable::Load() {
     NS_RETURN_IF_ERROR(LoadHistory(&entry));
     jobs_[entry.job.id()] = std::move(entry);
   }
+  std::vector<v1::Sweep> sweeps;
+  std::vector<std::string> sweeps_aside;
+  NS_RETURN_IF_ERROR(store_->LoadSweeps(&sweeps, &sweeps_aside));
+  moved_aside_.insert(moved_aside_.end(), sweeps_aside.begin(), sweeps_aside.end());
+  for (auto& sweep : sweeps) {
+    next_sweep_seq_ = std::max(next_sweep_seq_, sweep.submit_seq() + 1);
+    sweeps_[sweep.id()] = std::move(sweep);
+  }
   return stored.jobs.size();
+}
+
+v1::Sweep* JobTable::AddSweep(v1::SweepSpec spec, const std::string& owner) {
+  char id[32];
+  std::snprintf(id, sizeof id, "s-%06" PRIu64, next_sweep_seq_);
+  v1::Sweep& sweep = sweeps_[id];
+  sweep.set_id(id);
+  sweep.set_submit_seq(next_sweep_seq_++);
+  *sweep.mutable_spec() = std::move(spec);
+  sweep.set_owner(owner);
+  sweep.set_state(v1::RUNNING);
+  *sweep.mutable_created() = ToTimestamp(clock_->WallNow());
+  return &sweep;
+}
+
+void JobTable::PersistSweep(v1::Sweep* sweep) {
+  if (!store_error_.ok()) return;
+  *sweep->mutable_updated() = ToTimestamp(clock_->WallNow());
+  for (v1::SweepEvent& ev : *sweep->mutable_events())
+    if (!ev.has_time()) *ev.mutable_time() = sweep->updated();
+  CheckWrite(store_->PutSweep(*sweep, /*sync=*/true));
+}
+
+void JobTable::AddSweepEvent(v1::Sweep* sweep, const std::string& text) const {
+  v1::SweepEvent* ev = sweep->add_events();
+  *ev->mutable_time() = ToTimestamp(clock_->WallNow());
+  ev->set_text(text);
 }
 
 Status JobTable::LoadHistory(JobEntry* entry) {

@@ -135,6 +135,16 @@ class JobTable {
   // Slots on `worker` held by jobs (active or stopping).
   int UsedSlots(const std::string& worker) const;
 
+  // Sweeps (loaded by Load, by id). A new one is numbered s-000001, s-000002, ...
+  std::map<std::string, v1::Sweep>& sweeps() { return sweeps_; }
+  const std::map<std::string, v1::Sweep>& sweeps() const { return sweeps_; }
+  v1::Sweep* AddSweep(v1::SweepSpec spec, const std::string& owner);
+  // Writes the sweep (updated time stamped, and every event without a time), synced; on
+  // failure sets store_error().
+  void PersistSweep(v1::Sweep* sweep);
+  // An event on the sweep at the clock's time of day (not written).
+  void AddSweepEvent(v1::Sweep* sweep, const std::string& text) const;
+
  private:
   void CheckWrite(const Status& write);  // a failed write sets store_error_
   Status LoadHistory(JobEntry* entry);   // from the store; one that does not parse starts empty
@@ -149,6 +159,8 @@ class JobTable {
   std::map<std::pair<std::string, std::string>, std::string> by_request_;
   uint64_t next_seq_ = 1;
   std::vector<std::string> moved_aside_;  // by Load
+  std::map<std::string, v1::Sweep> sweeps_;  // by id
+  uint64_t next_sweep_seq_ = 1;
   Status store_error_;  // the first failed write
 };
 

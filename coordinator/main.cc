@@ -20,6 +20,7 @@
 #include "coordinator/provisioner.h"
 #include "coordinator/service.h"
 #include "coordinator/slurm.h"
+#include "coordinator/sweeps.h"
 #include "coordinator/tracking.h"
 
 namespace nightshift {
@@ -51,6 +52,7 @@ struct Flags {
   HttpApiOptions mlflow;
   std::string mlflow_experiment = "nightshift";
   double mlflow_poll_seconds = 2;
+  double sweep_poll_seconds = 1;  // between passes of the sweep runner (coordinator/sweeps.h)
 };
 
 void AddTrackingFlags(CLI::App* app, Flags* f) {
@@ -61,6 +63,9 @@ void AddTrackingFlags(CLI::App* app, Flags* f) {
                   "a file whose first line is sent to the MLflow server as `Authorization: Bearer` (read at every call)");
   app->add_option("--mlflow-ca-file", f->mlflow.ca_file, "PEM CA that verifies an https MLflow server (default: the system's)");
   app->add_option("--mlflow-experiment", f->mlflow_experiment, "the MLflow experiment the runs go to (default nightshift)");
+  app->add_option("--sweep-poll-seconds", f->sweep_poll_seconds,
+                  "seconds between passes over the running sweeps: trials judged, paused, promoted, made (default 1)")
+      ->check(CLI::PositiveNumber);
   app->add_option("--mlflow-poll-seconds", f->mlflow_poll_seconds, "seconds between reporting passes (default 2)")
       ->check(CLI::PositiveNumber);
 }
@@ -398,5 +403,7 @@ int main(int argc, char** argv) {
   auto provisioner = ProvisionerLoop::Start(&flags, c, port);
   if (!provisioner.ok()) return Fail(provisioner.status());
   std::unique_ptr<TrackingLoop> tracking = TrackingLoop::Start(&flags, c);
+  SweepRunner sweeps(c);
+  PassThread sweep_thread("sweeps", flags.sweep_poll_seconds, [&sweeps] { return sweeps.Pass(); });
   return RunControlLoop(c, &metrics, server.get());
 }

@@ -55,7 +55,7 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
   Snapshot s;
   for (const auto& [id, entry] : jobs_->entries()) {
     const v1::Job& job = entry.job;
-    if (job.state() != v1::QUEUED || entry.not_before > now) continue;
+    if (job.state() != v1::QUEUED || entry.not_before > now || !job.held_by().empty()) continue;
     SchedJob j{id, job.spec().resources().world_size(), job.spec().priority(), job.submit_seq()};
     j.owner = job.owner();  // per-user fair share (scheduler.h)
     j.expected_seconds = ExpectedSeconds(job);  // backfill (scheduler.h)

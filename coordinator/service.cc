@@ -10,6 +10,7 @@
 #include "common/spec.h"
 #include "coordinator/limits.h"
 #include "coordinator/metrics.h"
+#include "coordinator/sweep_spec.h"
 
 namespace nightshift {
 namespace {
@@ -106,18 +107,83 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
     if (!parsed.ok()) return timer.Done(ToGrpc(parsed.status()));
     spec = std::move(parsed.value());
   }
-  if (spec.model().arch() == "torchscript" && who.role != Role::kAdmin && !policy_.allow_torchscript &&
-      !policy_.torchscript_users.count(who.user))
-    return timer.Done(ToGrpc(Status::PermissionDenied(
-        "model.arch: torchscript runs your module's code on the workers; user " + who.user +
-        " may not submit it until an admin enables it (coordinator --allow-torchscript or --torchscript-user)")));
-  Status priority = PermitPriority(who, spec.priority(), c_->max_user_priority());
-  if (!priority.ok()) return timer.Done(ToGrpc(priority));
+  Status permitted = PermitSpec(who, spec);
+  if (!permitted.ok()) return timer.Done(ToGrpc(permitted));
   auto job = c_->Submit(std::move(spec), who.user, req->request_id());
   if (!job.ok()) return timer.Done(ToGrpc(job.status()));
   if (DropSubmitReply())
     return timer.Done(ToGrpc(Status::Unavailable("injected fault: reply of job " + job->id() + " dropped")));
   *out = std::move(job.value());
+  return timer.Done(grpc::Status::OK);
+}
+
+Status JobServiceImpl::PermitSpec(const Principal& who, const v1::JobSpec& spec) const {
+  if (spec.model().arch() == "torchscript" && who.role != Role::kAdmin && !policy_.allow_torchscript &&
+      !policy_.torchscript_users.count(who.user))
+    return Status::PermissionDenied(
+        "model.arch: torchscript runs your module's code on the workers; user " + who.user +
+        " may not submit it until an admin enables it (coordinator --allow-torchscript or --torchscript-user)");
+  return PermitPriority(who, spec.priority(), c_->max_user_priority());
+}
+
+grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext* ctx, const v1::SubmitSweepRequest* req, v1::Sweep* out) {
+  RpcTimer timer(metrics_, "SubmitSweep");
+  Principal who;
+  Status allowed = Check(auth_, ctx, Method::kSubmitSweep, nullptr, &who);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  if (req->sweep_yaml().size() > (1 << 20))
+    return timer.Done(ToGrpc(Status::InvalidArgument("sweep_yaml: larger than 1 MiB")));
+  StatusOr<v1::SweepSpec> spec = LoadSweepSpec(req->sweep_yaml());
+  if (!spec.ok()) return timer.Done(ToGrpc(spec.status()));
+  StatusOr<v1::JobSpec> base = LoadJobSpec(spec->base_yaml());  // the search may not touch what PermitSpec checks
+  if (!base.ok()) return timer.Done(ToGrpc(base.status()));
+  Status permitted = PermitSpec(who, *base);
+  if (!permitted.ok()) return timer.Done(ToGrpc(permitted));
+  auto sweep = c_->SubmitSweep(std::move(spec.value()), who.user);
+  if (!sweep.ok()) return timer.Done(ToGrpc(sweep.status()));
+  *out = std::move(sweep.value());
+  return timer.Done(grpc::Status::OK);
+}
+
+StatusOr<v1::Sweep> JobServiceImpl::CheckSweep(const grpc::ServerContext* ctx, Method method, const std::string& id) {
+  Principal who;
+  NS_RETURN_IF_ERROR(Check(auth_, ctx, method, nullptr, &who));
+  if (id.size() > limits::kJobIdBytes) return Status::InvalidArgument("id: longer than a sweep id");
+  StatusOr<v1::Sweep> sweep = c_->GetSweep(id);
+  if (!sweep.ok()) return sweep.status();
+  if (who.role != Role::kAdmin) NS_RETURN_IF_ERROR(Permit(who, method, &sweep->owner()));
+  return sweep;
+}
+
+grpc::Status JobServiceImpl::GetSweep(grpc::ServerContext* ctx, const v1::GetSweepRequest* req, v1::Sweep* out) {
+  RpcTimer timer(metrics_, "GetSweep");
+  StatusOr<v1::Sweep> sweep = CheckSweep(ctx, Method::kGetSweep, req->id());
+  if (!sweep.ok()) return timer.Done(ToGrpc(sweep.status()));
+  *out = std::move(sweep.value());
+  return timer.Done(grpc::Status::OK);
+}
+
+grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::ListSweepsRequest*,
+                                        v1::ListSweepsResponse* out) {
+  RpcTimer timer(metrics_, "ListSweeps");
+  Principal who;
+  Status allowed = Check(auth_, ctx, Method::kListSweeps, nullptr, &who);
+  if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  // Users see their own sweeps only.
+  for (v1::Sweep& sweep : c_->ListSweeps(who.role == Role::kAdmin ? nullptr : &who.user)) {
+    sweep.clear_events();  // a list: `sweep describe` has them
+    *out->add_sweeps() = std::move(sweep);
+  }
+  return timer.Done(grpc::Status::OK);
+}
+
+grpc::Status JobServiceImpl::CancelSweep(grpc::ServerContext* ctx, const v1::CancelSweepRequest* req, v1::Sweep* out) {
+  RpcTimer timer(metrics_, "CancelSweep");
+  StatusOr<v1::Sweep> sweep = CheckSweep(ctx, Method::kCancelSweep, req->id());
+  if (!sweep.ok()) return timer.Done(ToGrpc(sweep.status()));
+  sweep = c_->CancelSweep(req->id());
+  if (!sweep.ok()) return timer.Done(ToGrpc(sweep.status()));
+  *out = std::move(sweep.value());
   return timer.Done(grpc::Status::OK);
 }
 

@@ -77,8 +77,16 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status GetArtifacts(grpc::ServerContext*, const v1::GetArtifactsRequest*,
                             grpc::ServerWriter<v1::ArtifactChunk>*) override;
   grpc::Status GetJobMetrics(grpc::ServerContext*, const v1::GetJobMetricsRequest*, v1::JobMetrics*) override;
+  grpc::Status SubmitSweep(grpc::ServerContext*, const v1::SubmitSweepRequest*, v1::Sweep*) override;
+  grpc::Status GetSweep(grpc::ServerContext*, const v1::GetSweepRequest*, v1::Sweep*) override;
+  grpc::Status ListSweeps(grpc::ServerContext*, const v1::ListSweepsRequest*, v1::ListSweepsResponse*) override;
+  grpc::Status CancelSweep(grpc::ServerContext*, const v1::CancelSweepRequest*, v1::Sweep*) override;
 
  private:
+  // What `who` may not submit: torchscript (unless allowed), a priority above the ceiling.
+  Status PermitSpec(const Principal& who, const v1::JobSpec& spec) const;
+  // The caller may touch sweep `id` (owner or admin); the sweep as it is.
+  StatusOr<v1::Sweep> CheckSweep(const grpc::ServerContext* ctx, Method method, const std::string& id);
   Coordinator* const c_;  // not owned
   CoordinatorMetrics* const metrics_;  // not owned; may be null
   Authenticator* const auth_;  // not owned; may be null

@@ -372,12 +372,6 @@ int Metrics(const Session& s, const std::string& id) {
 }
 
 // For the verbs whose only argument is the job's ID.
-Handler WithId(CLI::App* cmd, int (*run)(const Session&, const std::string&)) {
-  auto id = std::make_shared<std::string>();
-  cmd->add_option("ID", *id)->required();
-  return [id, run](const Session& s) { return run(s, *id); };
-}
-
 }  // namespace
 
 Handler JobSubmit(CLI::App* cmd) {

@@ -33,6 +33,13 @@ struct Session {
 // Runs a parsed verb; returns its exit code.
 using Handler = std::function<int(const Session&)>;
 
+// A verb that takes one ID and runs `run` with it.
+inline Handler WithId(CLI::App* cmd, int (*run)(const Session&, const std::string&)) {
+  auto id = std::make_shared<std::string>();
+  cmd->add_option("ID", *id)->required();
+  return [id, run](const Session& s) { return run(s, *id); };
+}
+
 // cli/verbs/job.cc
 Handler JobSubmit(CLI::App* cmd);
 Handler JobList(CLI::App* cmd);
@@ -43,6 +50,11 @@ Handler JobCancel(CLI::App* cmd);
 Handler JobDelete(CLI::App* cmd);
 Handler JobArtifacts(CLI::App* cmd);
 Handler JobMetrics(CLI::App* cmd);
+// cli/verbs/sweep.cc
+Handler SweepSubmit(CLI::App* cmd);
+Handler SweepList(CLI::App* cmd);
+Handler SweepDescribe(CLI::App* cmd);
+Handler SweepCancel(CLI::App* cmd);
 // cli/verbs/worker.cc
 Handler WorkerList(CLI::App* cmd);
 Handler WorkerCordon(CLI::App* cmd);

@@ -30,7 +30,8 @@ TEST(CommandsTest, TheTableHasEveryVerbOnceWithHelpAndAFunction) {
   }
   // The CLI's surface: scripts and tests call these, so a change here is a change of contract.
   EXPECT_EQ(verbs, (std::vector<std::string>{"job submit", "job list", "job describe", "job watch", "job logs",
-                                             "job cancel", "job delete", "job artifacts", "job metrics", "worker list", "worker cordon", "worker uncordon",
+                                             "job cancel", "job delete", "job artifacts", "job metrics", "sweep submit", "sweep list",
+                                             "sweep describe", "sweep cancel", "worker list", "worker cordon", "worker uncordon",
                                              "worker drain", "worker remove", "cluster status", "cache list", "cache stats",
                                              "cache evict", "predict"}));
 }
@@ -60,6 +61,7 @@ TEST(CommandsTest, EachVerbIsChosenByItsNounAndName) {
       {"job submit", " job.yaml"},  {"job describe", " j1"},   {"job watch", " j1"},
       {"job logs", " j1"},          {"job cancel", " j1"},     {"job delete", " j1"},
       {"worker cordon", " w1"},
+      {"sweep submit", " sweep.yaml"}, {"sweep describe", " s1"}, {"sweep cancel", " s1"},
       {"job artifacts", " j1"},     {"job metrics", " j1"},
       {"worker uncordon", " w1"},   {"worker drain", " w1"},   {"worker remove", " w1"},
       // Everything after `predict` is nightshift-predict's, its --help and -o included.

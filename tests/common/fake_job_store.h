@@ -21,6 +21,7 @@ class FakeJobStore : public JobStore {
     std::mutex mu;
     std::map<std::string, v1::Job> jobs;  // GUARDED_BY(mu), by id
     std::map<std::string, v1::JobMetrics> metrics;  // GUARDED_BY(mu), by job id
+    std::map<std::string, v1::Sweep> sweeps;        // GUARDED_BY(mu), by id
     uint64_t deleted_seq = 0;             // GUARDED_BY(mu), as meta/deleted_seq
     bool fail_writes = false;             // GUARDED_BY(mu)
     int failed_writes = 0;                // GUARDED_BY(mu)
@@ -52,6 +53,21 @@ class FakeJobStore : public JobStore {
     disk_->jobs.erase(job.id());
     disk_->metrics.erase(job.id());
     disk_->deleted_seq = std::max(disk_->deleted_seq, job.submit_seq());
+    return Status::OK();
+  }
+
+  Status PutSweep(const v1::Sweep& sweep, bool /*sync*/) override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    if (disk_->fail_writes) {
+      ++disk_->failed_writes;
+      return Status::IOError("cannot write sweep " + sweep.id() + ": No space left on device");
+    }
+    disk_->sweeps[sweep.id()] = sweep;
+    return Status::OK();
+  }
+  Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* /*moved_aside*/) override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    for (const auto& [id, sweep] : disk_->sweeps) sweeps->push_back(sweep);
     return Status::OK();
   }
 

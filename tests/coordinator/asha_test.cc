@@ -110,6 +110,37 @@ json OptunaDecisions(const Replay& r) {
   return out.ok() ? json::parse(out->out, nullptr, false) : json();
 }
 
+// ASHA's promotion: a trial stopped at a rung because it was second of two (eta 2: only
+// the best goes on) is promoted once four values are there and it is within the top two;
+// the worst stays stopped; a trial stopped on NaN recorded nothing and is never promoted.
+TEST(SuccessiveHalvingTest, AStoppedTrialIsPromotedOnceTheRungsNewValuesPutItInTheTopOneOverEta) {
+  SuccessiveHalving sh({/*min_resource=*/10, /*reduction_factor=*/2, /*min_early_stopping_rate=*/0, /*maximize=*/false});
+  EXPECT_FALSE(sh.Report("a", 10, 1.0).stop);
+  EXPECT_TRUE(sh.Report("b", 10, 2.0).stop);   // n = 2: must equal the best
+  EXPECT_TRUE(sh.Promotion("b", 0).stop);
+  EXPECT_TRUE(sh.Report("c", 10, 3.0).stop);   // n = 3: index 0 still
+  RungDecision d = sh.Promotion("b", 0);
+  EXPECT_TRUE(d.stop);
+  EXPECT_EQ(d.cutoff, 1.0);
+  EXPECT_TRUE(sh.Report("d", 10, 4.0).stop);   // n = 4: index 1, cut-off 2.0
+  d = sh.Promotion("b", 0);
+  EXPECT_FALSE(d.stop);
+  EXPECT_EQ(d.cutoff, 2.0);
+  EXPECT_EQ(d.rung, 0);
+  EXPECT_TRUE(sh.Promotion("c", 0).stop);
+  EXPECT_TRUE(sh.Report("e", 10, std::nan("")).stop);
+  EXPECT_TRUE(sh.Promotion("e", 0).stop);
+  EXPECT_TRUE(sh.Promotion("b", 1).stop);      // nothing recorded at rung 1 yet
+  // Maximizing, the same with the order reversed.
+  SuccessiveHalving up({10, 2, 0, /*maximize=*/true});
+  up.Report("a", 10, 4.0);
+  EXPECT_TRUE(up.Report("b", 10, 3.0).stop);
+  up.Report("c", 10, 2.0);
+  up.Report("d", 10, 1.0);
+  EXPECT_FALSE(up.Promotion("b", 0).stop);
+  EXPECT_TRUE(up.Promotion("c", 0).stop);
+}
+
 TEST(SuccessiveHalvingTest, EveryDecisionEqualsOptunasOnHundredsOfRandomTrials) {
   std::mt19937_64 rng(20261205);
   int decisions = 0, stops = 0;

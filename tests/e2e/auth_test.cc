@@ -60,6 +60,32 @@ struct Caller {
     grpc::Status s = reader->Finish();
     return got ? grpc::Status::OK : s;
   }
+  grpc::Status SubmitSweep(const std::string& base, v1::Sweep* sweep = nullptr) {
+    v1::SubmitSweepRequest req;
+    req.set_sweep_yaml("base: {" + base + "}\nsearch: {train.lr: {choices: [0.001, 0.01]}}\nmethod: grid\nmetric: val_loss\n"
+                       "parallelism: 2\n");
+    v1::Sweep out;
+    return jobs->SubmitSweep(Ctx().get(), req, sweep ? sweep : &out);
+  }
+  grpc::Status GetSweep(const std::string& id) {
+    v1::GetSweepRequest req;
+    req.set_id(id);
+    v1::Sweep out;
+    return jobs->GetSweep(Ctx().get(), req, &out);
+  }
+  grpc::Status CancelSweep(const std::string& id) {
+    v1::CancelSweepRequest req;
+    req.set_id(id);
+    v1::Sweep out;
+    return jobs->CancelSweep(Ctx().get(), req, &out);
+  }
+  std::vector<std::string> SweepIds() {
+    v1::ListSweepsResponse out;
+    EXPECT_TRUE(jobs->ListSweeps(Ctx().get(), v1::ListSweepsRequest(), &out).ok());
+    std::vector<std::string> ids;
+    for (const auto& w : out.sweeps()) ids.push_back(w.id());
+    return ids;
+  }
   grpc::Status Register(const std::string& name) {
     v1::RegisterRequest req;
     req.set_name(name);
@@ -223,6 +249,49 @@ TEST_F(AuthTest, EveryRoleAgainstEveryRpc) {
   v1::Job mine;
   ASSERT_TRUE(alice.Submit(&mine).ok());
   EXPECT_TRUE(alice.Cancel(mine.id()).ok());
+}
+
+// Sweeps are their owner's (and an admin's): another user neither sees, reads nor cancels
+// them; a worker token and no token submit none; a base above the user's priority
+// ceiling is refused, and the search may not raise it; the trials are the owner's jobs.
+TEST_F(AuthTest, SweepsAreTheirOwnersAndTheirTrialsTheOwnersJobs) {
+  cluster_.StartCoordinator({"--token-file", token_file_, "--sweep-poll-seconds", "0.2"});
+  Caller admin(As("admin-secret")), alice(As("alice-secret")), bob(As("bob-secret")), worker(As("worker-secret"));
+  Caller nobody(As(""));
+  using C = grpc::StatusCode;
+  const std::string base = "model: {arch: transformer_classifier}, data: {path: /nonexistent}";
+  v1::Sweep sweep;
+  ASSERT_TRUE(alice.SubmitSweep(base, &sweep).ok());
+  EXPECT_EQ(sweep.owner(), "alice");
+  EXPECT_EQ(nobody.SubmitSweep(base).error_code(), C::UNAUTHENTICATED);
+  EXPECT_EQ(worker.SubmitSweep(base).error_code(), C::PERMISSION_DENIED);
+  EXPECT_EQ(bob.GetSweep(sweep.id()).error_code(), C::PERMISSION_DENIED);
+  EXPECT_EQ(bob.CancelSweep(sweep.id()).error_code(), C::PERMISSION_DENIED);
+  EXPECT_EQ(worker.GetSweep(sweep.id()).error_code(), C::PERMISSION_DENIED);
+  EXPECT_TRUE(bob.SweepIds().empty());
+  EXPECT_EQ(alice.SweepIds(), std::vector<std::string>{sweep.id()});
+  EXPECT_EQ(admin.SweepIds(), std::vector<std::string>{sweep.id()});
+  EXPECT_EQ(alice.SubmitSweep(base + ", priority: 101").error_code(), C::PERMISSION_DENIED);
+  v1::SubmitSweepRequest raise;
+  raise.set_sweep_yaml("base: {" + base + "}\nsearch: {priority: {choices: [1000]}}\nmethod: grid\nmetric: val_loss\n");
+  v1::Sweep out;
+  EXPECT_EQ(alice.jobs->SubmitSweep(Caller::Ctx().get(), raise, &out).error_code(), C::INVALID_ARGUMENT);
+  // Its two trials become alice's jobs (queued: no worker), and go with the sweep.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 100 && ids.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ids = JobIds(alice);
+  }
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_TRUE(JobIds(bob).empty());
+  ASSERT_TRUE(alice.CancelSweep(sweep.id()).ok());
+  for (const std::string& id : ids) {
+    v1::Job job;
+    ASSERT_TRUE(alice.Get(id, &job).ok());
+    EXPECT_EQ(job.state(), v1::CANCELLED) << id;
+    EXPECT_EQ(job.owner(), "alice");
+    EXPECT_EQ(job.sweep_id(), sweep.id());
+  }
 }
 
 TEST_F(AuthTest, UsersSeeAndTouchOnlyTheirOwnJobsAndRefusedCallsChangeNothing) {

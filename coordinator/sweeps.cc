@@ -1,0 +1,212 @@
+#include "coordinator/sweeps.h"
+
+#include <cstdio>
+#include <map>
+
+#include "common/job_state.h"
+#include "common/log.h"
+#include "coordinator/asha.h"
+#include "coordinator/sweep_spec.h"
+
+namespace nightshift {
+namespace {
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+SuccessiveHalving AshaOf(const v1::Sweep& sweep) {
+  SuccessiveHalvingOptions o;
+  o.min_resource = sweep.spec().asha().min_steps();
+  o.reduction_factor = sweep.spec().asha().reduction_factor();
+  o.min_early_stopping_rate = sweep.spec().asha().min_early_stopping_rate();
+  o.maximize = sweep.spec().maximize();
+  SuccessiveHalving asha(o);
+  std::map<std::string, std::vector<double>> recorded;
+  for (const v1::Trial& t : sweep.trials())
+    if (t.rung_values_size() > 0) recorded[t.job_id()] = {t.rung_values().begin(), t.rung_values().end()};
+  asha.Restore(std::move(recorded));
+  return asha;
+}
+
+bool Better(const v1::Sweep& sweep, double a, double b) { return sweep.spec().maximize() ? a > b : a < b; }
+
+std::string TrialName(const v1::Trial& t) {
+  return "trial " + std::to_string(t.index()) + " (" + t.job_id() + ")";
+}
+
+}  // namespace
+
+Status SweepRunner::Pass() {
+  for (v1::Sweep& sweep : coordinator_->ListSweeps())
+    if (sweep.state() == v1::RUNNING) NS_RETURN_IF_ERROR(Step(std::move(sweep)));
+  return Status::OK();
+}
+
+// One pass over one sweep: its state, the coordinator, and what the pass decided.
+struct SweepRunner::SweepPass {
+  Coordinator* c;
+  v1::Sweep sweep;
+  SuccessiveHalving asha;
+  int running = 0;  // trials whose jobs are queued or running
+  std::map<std::string, v1::JobMetrics> metrics;  // by job id, read this pass
+
+  void Event(const std::string& text) { sweep.add_events()->set_text(text); }  // stamped when written
+  bool Asha() const { return sweep.spec().method() == "asha"; }
+
+  // Takes the trial's evaluations past reported_step, in step order; with `judge`, each
+  // one goes to ASHA until one pauses the trial (the later ones wait: if it is promoted
+  // they are judged at their own rungs).
+  Status Judge(v1::Trial* t, bool judge) {
+    const std::string& metric = sweep.spec().metric();
+    for (const v1::AttemptMetrics& a : metrics[t->job_id()].attempts()) {
+      for (const v1::EvalPoint& e : a.evals()) {
+        auto it = e.metrics().find(metric);
+        if (e.step() <= t->reported_step() || it == e.metrics().end()) continue;
+        if (judge && t->state() != v1::TRIAL_RUNNING) return Status::OK();
+        t->set_reported_step(e.step());
+        t->set_has_value(true);
+        t->set_value(it->second);
+        t->set_step(e.step());
+        if (!judge) continue;
+        const RungDecision d = asha.Report(t->job_id(), e.step(), it->second);
+        if (d.rung < 0) continue;
+        const auto& recorded = asha.recorded().at(t->job_id());
+        t->mutable_rung_values()->Assign(recorded.begin(), recorded.end());
+        t->set_rung(d.rung);
+        const std::string judged = "rung " + std::to_string(d.rung) + " (step " + std::to_string(e.step()) + ", " +
+                                   metric + " " + Number(it->second) + ", cut-off " + Number(d.cutoff) + ")";
+        if (!d.stop) {
+          Event(TrialName(*t) + " goes on past " + judged);
+          continue;
+        }
+        NS_RETURN_IF_ERROR(c->Hold(t->job_id(), "sweep " + sweep.id() + ": paused at " + judged));
+        t->set_state(v1::TRIAL_PAUSED);
+        Event(TrialName(*t) + " paused at " + judged);
+      }
+    }
+    return Status::OK();
+  }
+
+  // What each trial's job did since the last pass.
+  Status Observe() {
+    for (v1::Trial& t : *sweep.mutable_trials()) {
+      if (t.state() != v1::TRIAL_RUNNING && t.state() != v1::TRIAL_PAUSED) continue;
+      StatusOr<v1::Job> job = c->Get(t.job_id());
+      if (job.status().code() == Status::kNotFound) {
+        t.set_state(v1::TRIAL_FAILED);
+        Event(TrialName(t) + ": its job was deleted");
+        continue;
+      }
+      if (!job.ok()) return job.status();
+      StatusOr<v1::JobMetrics> m = c->Metrics(t.job_id());
+      if (!m.ok()) return m.status();
+      metrics[t.job_id()] = std::move(*m);
+      NS_RETURN_IF_ERROR(Judge(&t, Asha() && !IsTerminal(job->state())));
+      if (job->state() == v1::SUCCEEDED) t.set_state(v1::TRIAL_COMPLETED);
+      if (job->state() == v1::FAILED) t.set_state(v1::TRIAL_FAILED);
+      if (job->state() == v1::CANCELLED) t.set_state(v1::TRIAL_CANCELLED);
+      if (IsTerminal(job->state()))
+        Event(TrialName(t) + " " + v1::TrialState_Name(t.state()) +
+              (t.has_value() ? ", " + sweep.spec().metric() + " " + Number(t.value()) + " at step " +
+                                   std::to_string(t.step())
+                             : ""));
+      if (t.state() == v1::TRIAL_RUNNING) ++running;
+    }
+    return Status::OK();
+  }
+
+  // A paused trial now within its rung's top 1/eta goes on: first its evaluations that
+  // waited are judged (they may pause it at a later rung); if none does, it resumes.
+  Status Promote() {
+    for (v1::Trial& t : *sweep.mutable_trials()) {
+      if (!Asha() || t.state() != v1::TRIAL_PAUSED || running >= sweep.spec().parallelism()) continue;
+      const RungDecision d = asha.Promotion(t.job_id(), t.rung());
+      if (d.stop) continue;
+      Event(TrialName(t) + " promoted at rung " + std::to_string(t.rung()) + " (" + sweep.spec().metric() + " " +
+            Number(t.rung_values(t.rung())) + ", cut-off now " + Number(d.cutoff) + ")");
+      t.set_state(v1::TRIAL_RUNNING);
+      t.set_promotions(t.promotions() + 1);
+      NS_RETURN_IF_ERROR(Judge(&t, /*judge=*/true));
+      if (t.state() != v1::TRIAL_RUNNING) continue;  // paused again, still held
+      NS_RETURN_IF_ERROR(c->Release(t.job_id()));
+      Event(TrialName(t) + " resumes from its checkpoint");
+      ++running;
+    }
+    return Status::OK();
+  }
+
+  // New trials while the budget and the parallelism allow.
+  Status MakeTrials() {
+    const v1::SweepSpec& spec = sweep.spec();
+    while (running < spec.parallelism() && sweep.trials_size() < spec.max_trials()) {
+      const int index = sweep.trials_size();
+      const std::map<std::string, std::string> params = TrialParams(spec, index);
+      StatusOr<v1::JobSpec> job_spec = TrialSpec(spec, params);
+      if (!job_spec.ok()) {
+        sweep.set_state(v1::FAILED);
+        sweep.set_reason("trial " + std::to_string(index) + ": " + job_spec.status().message());
+        Event(sweep.reason());
+        return Status::OK();
+      }
+      job_spec->set_name(spec.name() + "-t" + std::to_string(index));
+      StatusOr<v1::Job> job =
+          c->SubmitTrial(*job_spec, sweep.owner(), sweep.id() + "-t" + std::to_string(index), sweep.id());
+      if (job.status().code() == Status::kResourceExhausted) return Status::OK();  // the owner's job limit: later
+      if (!job.ok()) return job.status();
+      v1::Trial* t = sweep.add_trials();
+      t->set_index(index);
+      t->set_job_id(job->id());
+      t->mutable_params()->insert(params.begin(), params.end());
+      t->set_state(v1::TRIAL_RUNNING);
+      t->set_rung(-1);
+      ++running;
+      std::string listed;
+      for (const auto& [field, value] : params) listed += (listed.empty() ? "" : ", ") + field + "=" + value;
+      Event("trial " + std::to_string(index) + ": job " + job->id() + " with " + listed);
+    }
+    return Status::OK();
+  }
+
+  // The best so far (completed trials first, then any with a value); the end once the
+  // budget is spent and nothing runs: paused trials are stopped, their jobs cancelled.
+  Status Finish() {
+    const v1::Trial* best = nullptr;
+    for (const v1::Trial& t : sweep.trials()) {
+      if (!t.has_value()) continue;
+      const bool done = t.state() == v1::TRIAL_COMPLETED, best_done = best && best->state() == v1::TRIAL_COMPLETED;
+      if (!best || (done && !best_done) || (done == best_done && Better(sweep, t.value(), best->value()))) best = &t;
+    }
+    if (best) sweep.set_best_job_id(best->job_id());
+    if (sweep.state() != v1::RUNNING || running > 0 || sweep.trials_size() < sweep.spec().max_trials())
+      return Status::OK();
+    for (v1::Trial& t : *sweep.mutable_trials()) {
+      if (t.state() != v1::TRIAL_PAUSED) continue;
+      StatusOr<v1::Job> cancelled =
+          c->Cancel(t.job_id(), "sweep " + sweep.id() + ": stopped at rung " + std::to_string(t.rung()));
+      if (!cancelled.ok() && cancelled.status().code() != Status::kFailedPrecondition) return cancelled.status();
+      t.set_state(v1::TRIAL_STOPPED);
+    }
+    sweep.set_state(v1::SUCCEEDED);
+    sweep.set_reason(best ? "best: " + TrialName(*best) + ", " + sweep.spec().metric() + " " + Number(best->value())
+                          : "no trial reported " + sweep.spec().metric());
+    Event("ended: " + sweep.reason());
+    return Status::OK();
+  }
+};
+
+Status SweepRunner::Step(v1::Sweep sweep) {
+  const std::string before = sweep.SerializeAsString();
+  SuccessiveHalving asha = AshaOf(sweep);
+  SweepPass pass{coordinator_, std::move(sweep), std::move(asha)};
+  NS_RETURN_IF_ERROR(pass.Observe());
+  NS_RETURN_IF_ERROR(pass.Promote());
+  NS_RETURN_IF_ERROR(pass.MakeTrials());
+  NS_RETURN_IF_ERROR(pass.Finish());
+  if (pass.sweep.SerializeAsString() == before) return Status::OK();
+  return coordinator_->UpdateSweep(pass.sweep);
+}
+
+}  // namespace nightshift

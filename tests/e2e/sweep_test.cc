@@ -1,0 +1,146 @@
+// Sweeps end to end (issue 45): an ASHA sweep of 8 trials (each a real job of a tiny
+// classifier) through the CLI, the coordinator SIGKILLed mid-sweep and restarted: the
+// losing trials stop at their rungs (paused, then stopped, their jobs CANCELLED before
+// max_steps), a promoted trial resumes from its checkpoint without recomputing a step,
+// no trial is made twice, and the best trial's model downloads.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tests/e2e/cluster.h"
+
+namespace nightshift::testing_e2e {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxSteps = 400, kTrials = 8;
+
+json Sweep(Cluster& cluster, const std::string& id) {
+  std::string out;
+  if (cluster.Cli({"-o", "json", "sweep", "describe", id}, &out) != 0) return nullptr;
+  return json::parse(out, nullptr, false);
+}
+
+TEST(SweepE2E, AshaStopsTheLosersAtTheirRungsResumesPromotedTrialsAndSurvivesACoordinatorKill) {
+  Cluster cluster("sweep");
+  const std::string data = cluster.MakeData(150);
+  cluster.StartCoordinator({"--sweep-poll-seconds", "0.3"});
+  cluster.StartWorker("w1", 2);
+  std::ofstream(cluster.dir() + "/base.yaml")
+      << "model: {arch: transformer_classifier, layers: 2, d_model: 32, heads: 2, ffn: 64, max_len: 48}\n"
+         "data: {path: " << data << ", tokenizer: {vocab_size: 64}}\n"
+         "train: {epochs: 500, max_steps: " << kMaxSteps << ", batching: {batch_size: 64}, threads: 1}\n";
+  std::ofstream(cluster.dir() + "/sweep.yaml")
+      << "name: lr\n"
+         "base: base.yaml\n"
+         "search:\n"
+         "  train.lr: {log_uniform: [1.0e-5, 3.0e-2]}\n"
+         "method: asha\n"
+         "metric: val_loss\n"
+         "max_trials: " << kTrials << "\n"
+         "parallelism: 1\n"
+         "seed: 7\n"
+         "asha: {min_steps: 50, reduction_factor: 2}\n";
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"sweep", "submit", cluster.dir() + "/sweep.yaml"}, &out), 0) << out;
+  const std::string id = out.substr(0, out.find('\n'));
+  ASSERT_EQ(id, "s-000001");
+
+  // Mid-sweep (a third of the trials made, one of them paused or past a rung), the
+  // coordinator is killed and comes back on its port.
+  json sweep;
+  for (int i = 0; i < 1200; ++i) {
+    sweep = Sweep(cluster, id);
+    if (!sweep.is_null() && sweep.value("trials", json::array()).size() >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(sweep.value("trials", json::array()).size(), 3u) << sweep.dump();
+  cluster.coordinator().Kill(SIGKILL);
+  cluster.StartCoordinator({"--sweep-poll-seconds", "0.3"}, /*same_port=*/true);
+
+  for (int i = 0; i < 3000; ++i) {
+    sweep = Sweep(cluster, id);
+    if (!sweep.is_null() && sweep["state"] == "SUCCEEDED") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(sweep["state"], "SUCCEEDED") << sweep.dump(1);
+  ASSERT_EQ(sweep["trials"].size(), static_cast<size_t>(kTrials));
+
+  // No trial made twice: exactly 8 jobs in the cluster, one per trial.
+  v1::ListJobsResponse jobs;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(cluster.jobs()->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  }
+  ASSERT_EQ(jobs.jobs_size(), kTrials);
+  std::set<std::string> trial_jobs;
+  for (const json& t : sweep["trials"]) trial_jobs.insert(t["job_id"]);
+  EXPECT_EQ(trial_jobs.size(), static_cast<size_t>(kTrials));
+  for (const v1::Job& j : jobs.jobs()) {
+    EXPECT_TRUE(trial_jobs.count(j.id())) << j.id();
+    EXPECT_EQ(j.sweep_id(), id);
+  }
+
+  // Losers stop at their rungs: their jobs end CANCELLED short of max_steps, after an
+  // event naming the rung, the value and the cut-off.
+  int stopped = 0, promoted = 0, resumed = 0;
+  int64_t trial_steps = 0;
+  for (const json& t : sweep["trials"]) {
+    v1::Job job;
+    ASSERT_TRUE(cluster.Get(t["job_id"], &job).ok());
+    trial_steps += job.progress().step();
+    if (t["state"] == "TRIAL_STOPPED") {
+      ++stopped;
+      EXPECT_EQ(job.state(), v1::CANCELLED) << job.id();
+      EXPECT_LT(job.progress().step(), kMaxSteps) << job.id();
+      EXPECT_NE(job.reason().find("stopped at rung"), std::string::npos) << job.reason();
+    } else {
+      EXPECT_EQ(t["state"], "TRIAL_COMPLETED") << t.dump();
+      EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.id() << " " << job.reason();
+    }
+    if (t.value("promotions", 0) == 0) continue;
+    ++promoted;
+    // Promoted: every attempt that trained after a pause starts past every step the ones
+    // before it trained (it resumed from the checkpoint its stop wrote).
+    v1::JobMetrics m;
+    grpc::ClientContext ctx;
+    v1::GetJobMetricsRequest req;
+    req.set_id(job.id());
+    ASSERT_TRUE(cluster.jobs()->GetJobMetrics(&ctx, req, &m).ok());
+    std::string history;
+    for (const v1::JobEvent& e : job.events())
+      history += v1::JobState_Name(e.state()) + " attempt " + std::to_string(e.attempt()) + " step " +
+                 std::to_string(e.step()) + ": " + e.reason() + "\n";
+    int64_t trained_up_to = 0;
+    for (const v1::AttemptMetrics& a : m.attempts()) {
+      if (a.train_size() == 0) continue;
+      if (trained_up_to > 0) {
+        ++resumed;
+        EXPECT_GT(a.train(0).step(), trained_up_to) << job.id() << ": attempt " << a.attempt() << " recomputed steps\n"
+                                                    << history;
+      }
+      trained_up_to = a.train(a.train_size() - 1).step();
+    }
+  }
+  EXPECT_GE(stopped, 1) << sweep.dump(1);
+  // Seed 7, one trial at a time: trial 2 is paused at rung 0 and promoted once four
+  // trials reached it (the decisions at rung 0 depend on the values at step 50 only).
+  EXPECT_GE(promoted, 1) << sweep.dump(1);
+  std::string events;
+  for (const json& e : sweep["events"]) events += e["text"].get<std::string>() + "\n";
+  EXPECT_NE(events.find("paused at rung 0 (step 50, val_loss "), std::string::npos) << events;
+  EXPECT_NE(events.find("cut-off"), std::string::npos) << events;
+  std::printf("sweep: %d stopped, %d promoted, %d attempts resumed, %lld trial-steps of %d for a full grid\n%s", stopped, promoted,
+              resumed, static_cast<long long>(trial_steps), kTrials * kMaxSteps, events.c_str());
+
+  // The best trial's model downloads.
+  const std::string best = sweep["best_job_id"];
+  ASSERT_TRUE(trial_jobs.count(best));
+  ASSERT_EQ(cluster.Cli({"job", "artifacts", best, "--output", cluster.dir() + "/best"}, &out), 0) << out;
+  EXPECT_TRUE(fs::exists(cluster.dir() + "/best/config.json")) << out;
+}
+
+}  // namespace
+}  // namespace nightshift::testing_e2e
