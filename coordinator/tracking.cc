@@ -118,6 +118,7 @@ Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {
     std::string run_id = *found;
     if (run_id.empty()) {
       std::vector<MlflowPair> tags = {{"nightshift.job_id", id}};
+      if (!job.sweep_id().empty()) tags.push_back({"nightshift.sweep", job.sweep_id()});
       if (!job.owner().empty()) {
         tags.push_back({"nightshift.owner", job.owner()});
         tags.push_back({"mlflow.user", job.owner()});

@@ -3,7 +3,7 @@
 // nightshift.job_id, with the spec's fields as params (dotted names: train.lr), every
 // training point (loss, learning_rate, tokens_per_second, epoch) and every evaluation
 // (val_loss, val_accuracy, ...) the coordinator keeps (v1::JobMetrics) at its step, tags
-// for owner, attempt and state, and at the end the run's status (SUCCEEDED: FINISHED,
+// for owner, sweep (a trial's), attempt and state, and at the end the run's status (SUCCEEDED: FINISHED,
 // FAILED: FAILED, CANCELLED: KILLED), its end time and where the model is
 // (nightshift.model: worker and folder; `nightshift job artifacts` fetches it).
 //

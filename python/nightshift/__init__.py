@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     from nightshift.errors import (DownloadCorrupt, FailedPrecondition, NightshiftError, NotFound, PermissionDenied,
                                    SettingsError, SpecRefused, Unauthenticated, Unavailable)
     from nightshift.metrics import Metrics
+    from nightshift.sweeps import Sweep
 
 _LAZY = {"Client": "client", "Job": "client", "RetryPolicy": "client", "Event": "client", "Worker": "client",
-         "Metrics": "metrics", "NightshiftError": "errors", "SpecRefused": "errors", "NotFound": "errors",
+         "Metrics": "metrics", "Sweep": "sweeps", "NightshiftError": "errors", "SpecRefused": "errors", "NotFound": "errors",
          "PermissionDenied": "errors", "Unauthenticated": "errors", "FailedPrecondition": "errors",
          "Unavailable": "errors", "SettingsError": "errors", "DownloadCorrupt": "errors"}
 

@@ -29,6 +29,7 @@ import yaml
 from nightshift import download, settings
 from nightshift.errors import DownloadCorrupt, SettingsError, Unavailable, from_rpc_error
 from nightshift.metrics import Metrics
+from nightshift.sweeps import Sweep, SweepLike, sweep_yaml
 
 try:
     from nightshift.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc, spec_pb2
@@ -197,6 +198,21 @@ class Client:
     def delete(self, id: str) -> None:
         """Removes a finished job and its history now (FailedPrecondition while it runs: cancel it first)."""
         self._unary(self._jobs.DeleteJob, jobs_pb2.DeleteJobRequest(id=id))
+
+    # -- sweeps ----------------------------------------------------------------------------
+    def sweep(self, sweep: SweepLike) -> Sweep:
+        """Submits a sweep (docs/sweeps.md): a path to its YAML file, YAML text or a dict;
+        `base: FILE` names a job spec file relative to the sweep file, as for the CLI."""
+        text, context = sweep_yaml(sweep)
+        return Sweep(self, self._unary(self._jobs.SubmitSweep, jobs_pb2.SubmitSweepRequest(sweep_yaml=text), context))
+
+    def sweeps(self) -> List[Sweep]:
+        """Every sweep the caller may see (a user: their own), oldest first, without their events."""
+        return [Sweep(self, w) for w in self._unary(self._jobs.ListSweeps, jobs_pb2.ListSweepsRequest()).sweeps]
+
+    def get_sweep(self, id: str) -> Sweep:
+        """The sweep `id` now (NotFound if there is none)."""
+        return Sweep(self, self._unary(self._jobs.GetSweep, jobs_pb2.GetSweepRequest(id=id)))
 
     def workers(self) -> List[Worker]:
         """The workers (an admin call: PermissionDenied for a user's token)."""

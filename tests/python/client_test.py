@@ -97,6 +97,26 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(states[-1], "SUCCEEDED")
         self.assertIn("RUNNING", states)
 
+    def test_a_sweep_runs_its_trials_as_jobs(self):
+        sweep = self.alice.sweep({"name": "lrs", "base": spec("base", epochs=1),
+                                  "search": {"train.lr": {"choices": [0.002, 0.02]}},
+                                  "method": "grid", "metric": "val_loss", "parallelism": 2})
+        self.assertRegex(sweep.id, r"^s-\d+$")
+        self.assertEqual(sweep.wait(timeout=200).state, "SUCCEEDED", sweep.events())
+        trials = sweep.trials()
+        self.assertEqual(list(trials["train.lr"]), [0.002, 0.02])
+        self.assertEqual(list(trials["state"]), ["COMPLETED", "COMPLETED"])
+        best = sweep.best()
+        self.assertIn(best.id, list(trials["job"]))
+        self.assertEqual(best.proto.sweep_id, sweep.id)
+        row = trials[trials["job"] == best.id].iloc[0]
+        self.assertEqual(row["val_loss"], min(trials["val_loss"]))
+        self.assertAlmostEqual(row["val_loss"], best.metrics().final["val_loss"], places=6)
+        self.assertEqual([w.id for w in self.alice.sweeps()], [sweep.id])
+        fig = sweep.plot()
+        self.assertEqual(len(fig.axes), 2)  # the curves, and val_loss by train.lr
+        self.assertEqual(len(fig.axes[0].lines), 2)
+
     def test_a_retried_submit_after_a_lost_reply_is_stored_once(self):
         lose = LoseFirstSubmitReply()
         client = self.cluster.client("alice", interceptors=[lose])
