@@ -52,7 +52,7 @@ struct Flags {
   HttpApiOptions mlflow;
   std::string mlflow_experiment = "nightshift";
   double mlflow_poll_seconds = 2;
-  double sweep_poll_seconds = 1;  // between passes of the sweep runner (coordinator/sweeps.h)
+  double sweep_poll_seconds = 0.5;  // between passes of the sweep runner (coordinator/sweeps.h)
 };
 
 void AddTrackingFlags(CLI::App* app, Flags* f) {
@@ -64,7 +64,7 @@ void AddTrackingFlags(CLI::App* app, Flags* f) {
   app->add_option("--mlflow-ca-file", f->mlflow.ca_file, "PEM CA that verifies an https MLflow server (default: the system's)");
   app->add_option("--mlflow-experiment", f->mlflow_experiment, "the MLflow experiment the runs go to (default nightshift)");
   app->add_option("--sweep-poll-seconds", f->sweep_poll_seconds,
-                  "seconds between passes over the running sweeps: trials judged, paused, promoted, made (default 1)")
+                  "seconds between passes over the running sweeps: trials judged, paused, promoted, made (default 0.5)")
       ->check(CLI::PositiveNumber);
   app->add_option("--mlflow-poll-seconds", f->mlflow_poll_seconds, "seconds between reporting passes (default 2)")
       ->check(CLI::PositiveNumber);

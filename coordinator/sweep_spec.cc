@@ -119,6 +119,63 @@ Status CheckKeys(const YAML::Node& node, const std::string& where, const std::se
   return Status::OK();
 }
 
+// base (the job spec, checked) and search (every value at its extremes checked on the base).
+Status ReadBaseAndSearch(const YAML::Node& root, v1::SweepSpec* spec) {
+  if (!root["base"] || !root["base"].IsMap()) return Bad("base", "the job spec every trial starts from (a mapping)");
+  YAML::Emitter base;
+  base << root["base"];
+  spec->set_base_yaml(base.c_str());
+  StatusOr<v1::JobSpec> checked = LoadJobSpec(spec->base_yaml());
+  if (!checked.ok()) return Bad("base", checked.status().message());
+  if (!root["search"] || !root["search"].IsMap() || root["search"].size() == 0)
+    return Bad("search", "the fields to search and their values (a mapping)");
+  for (const auto& kv : root["search"]) {
+    const std::string field = kv.first.as<std::string>();
+    if (field == "priority" || field == "model.arch" || field == "name")
+      return Bad("search." + field, "not searchable: every trial takes the base's");
+    NS_RETURN_IF_ERROR(ParseParam(field, kv.second, spec->add_params()));
+    for (const std::string& value : Extremes(spec->params(spec->params_size() - 1))) {
+      StatusOr<v1::JobSpec> trial = SpecWith(spec->base_yaml(), {{field, value}});
+      if (!trial.ok()) return Bad("search." + field, value + ": " + trial.status().message());
+    }
+  }
+  return Status::OK();
+}
+
+// max_trials (a grid's default: its size) and parallelism.
+Status ReadBudget(int max_trials, int parallelism, v1::SweepSpec* spec) {
+  if (spec->method() == "grid") {
+    for (const v1::SearchParam& p : spec->params())
+      if (SizeOf(p) == 0) return Bad("search." + p.field(), "a grid takes choices or int ranges");
+    const int64_t size = GridSize(*spec);
+    if (size > kMaxTrials) return Bad("search", "the grid has " + std::to_string(size) + " points, more than 1000");
+    if (max_trials == 0 || max_trials > size) max_trials = static_cast<int>(size);
+  }
+  if (max_trials < 1 || max_trials > kMaxTrials) return Bad("max_trials", "must be in [1, 1000]");
+  if (parallelism < 1 || parallelism > max_trials) return Bad("parallelism", "must be in [1, max_trials]");
+  spec->set_max_trials(max_trials);
+  spec->set_parallelism(parallelism);
+  return Status::OK();
+}
+
+Status ReadAsha(const YAML::Node& root, v1::SweepSpec* spec) {
+  if (spec->method() != "asha") return root["asha"] ? Bad("asha", "only for method asha") : Status::OK();
+  if (!root["asha"] || !root["asha"].IsMap()) return Bad("asha", "method asha needs asha: {min_steps: N}");
+  NS_RETURN_IF_ERROR(CheckKeys(root["asha"], "asha.", {"min_steps", "reduction_factor", "min_early_stopping_rate"}));
+  int64_t min_steps = 0;
+  int eta = 4, rate = 0;
+  NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_steps", &min_steps));
+  NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "reduction_factor", &eta));
+  NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_early_stopping_rate", &rate));
+  if (min_steps < 1) return Bad("asha.min_steps", "must be at least 1 (the steps to the first rung)");
+  if (eta < 2) return Bad("asha.reduction_factor", "must be at least 2");
+  if (rate < 0) return Bad("asha.min_early_stopping_rate", "must be at least 0");
+  spec->mutable_asha()->set_min_steps(min_steps);
+  spec->mutable_asha()->set_reduction_factor(eta);
+  spec->mutable_asha()->set_min_early_stopping_rate(rate);
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text) {
@@ -151,55 +208,9 @@ StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text) {
   spec.set_maximize(direction == "maximize");
   spec.set_seed(seed);
 
-  if (!root["base"] || !root["base"].IsMap()) return Bad("base", "the job spec every trial starts from (a mapping)");
-  YAML::Emitter base;
-  base << root["base"];
-  spec.set_base_yaml(base.c_str());
-  StatusOr<v1::JobSpec> checked = LoadJobSpec(spec.base_yaml());
-  if (!checked.ok()) return Bad("base", checked.status().message());
-
-  if (!root["search"] || !root["search"].IsMap() || root["search"].size() == 0)
-    return Bad("search", "the fields to search and their values (a mapping)");
-  for (const auto& kv : root["search"]) {
-    const std::string field = kv.first.as<std::string>();
-    if (field == "priority" || field == "model.arch" || field == "name")
-      return Bad("search." + field, "not searchable: every trial takes the base's");
-    NS_RETURN_IF_ERROR(ParseParam(field, kv.second, spec.add_params()));
-    for (const std::string& value : Extremes(spec.params(spec.params_size() - 1))) {
-      StatusOr<v1::JobSpec> trial = SpecWith(spec.base_yaml(), {{field, value}});
-      if (!trial.ok()) return Bad("search." + field, value + ": " + trial.status().message());
-    }
-  }
-
-  if (method == "grid") {
-    for (const v1::SearchParam& p : spec.params())
-      if (SizeOf(p) == 0) return Bad("search." + p.field(), "a grid takes choices or int ranges");
-    const int64_t size = GridSize(spec);
-    if (size > kMaxTrials) return Bad("search", "the grid has " + std::to_string(size) + " points, more than 1000");
-    if (max_trials == 0 || max_trials > size) max_trials = static_cast<int>(size);
-  }
-  if (max_trials < 1 || max_trials > kMaxTrials) return Bad("max_trials", "must be in [1, 1000]");
-  if (parallelism < 1 || parallelism > max_trials) return Bad("parallelism", "must be in [1, max_trials]");
-  spec.set_max_trials(max_trials);
-  spec.set_parallelism(parallelism);
-
-  if (method == "asha") {
-    if (!root["asha"] || !root["asha"].IsMap()) return Bad("asha", "method asha needs asha: {min_steps: N}");
-    NS_RETURN_IF_ERROR(CheckKeys(root["asha"], "asha.", {"min_steps", "reduction_factor", "min_early_stopping_rate"}));
-    int64_t min_steps = 0;
-    int eta = 4, rate = 0;
-    NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_steps", &min_steps));
-    NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "reduction_factor", &eta));
-    NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_early_stopping_rate", &rate));
-    if (min_steps < 1) return Bad("asha.min_steps", "must be at least 1 (the steps to the first rung)");
-    if (eta < 2) return Bad("asha.reduction_factor", "must be at least 2");
-    if (rate < 0) return Bad("asha.min_early_stopping_rate", "must be at least 0");
-    spec.mutable_asha()->set_min_steps(min_steps);
-    spec.mutable_asha()->set_reduction_factor(eta);
-    spec.mutable_asha()->set_min_early_stopping_rate(rate);
-  } else if (root["asha"]) {
-    return Bad("asha", "only for method asha");
-  }
+  NS_RETURN_IF_ERROR(ReadBaseAndSearch(root, &spec));
+  NS_RETURN_IF_ERROR(ReadBudget(max_trials, parallelism, &spec));
+  NS_RETURN_IF_ERROR(ReadAsha(root, &spec));
   return spec;
 }
 

@@ -1,6 +1,6 @@
 // SweepRunner: runs every sweep's trials (issue 45; the file format: sweep_spec.h; users:
-// docs/sweeps.md). A pass, on its own thread every second or two, reads each RUNNING sweep
-// and through the coordinator's calls:
+// docs/sweeps.md). A pass, on its own thread every --sweep-poll-seconds (0.5 s), reads each
+// RUNNING sweep and through the coordinator's calls:
 //
 // - judges every new evaluation of the sweep's metric of each running trial: method asha
 //   with the rules of coordinator/asha.h, at rungs of min_steps x eta^(s+k) steps; a trial
