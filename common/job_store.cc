@@ -30,6 +30,8 @@ class RocksJobStore : public JobStore {
   Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) override;
 
  private:
+  // Writes `record` serialized under `key`; `what` names it in errors ("job j-000001").
+  Status PutRecord(const std::string& key, const google::protobuf::Message& record, bool sync, const std::string& what);
   // Moves `key`'s `value` to corrupt/<key>, in one synced write, and says so in the log.
   Status MoveAside(const std::string& key, const std::string& value);
   StatusOr<uint64_t> DeletedSeq() const;
@@ -49,14 +51,19 @@ StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir) {
   return std::unique_ptr<JobStore>(new RocksJobStore(db));
 }
 
-Status RocksJobStore::Put(const v1::Job& job, bool sync) {
+Status RocksJobStore::PutRecord(const std::string& key, const google::protobuf::Message& record, bool sync,
+                                const std::string& what) {
   std::string value;
-  if (!job.SerializeToString(&value)) return Status::Internal("cannot serialize job " + job.id());
+  if (!record.SerializeToString(&value)) return Status::Internal("cannot serialize " + what);
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  rocksdb::Status s = db_->Put(wo, kJobPrefix + job.id(), value);
-  if (!s.ok()) return Status::IOError("cannot write job " + job.id() + ": " + s.ToString());
+  rocksdb::Status s = db_->Put(wo, key, value);
+  if (!s.ok()) return Status::IOError("cannot write " + what + ": " + s.ToString());
   return Status::OK();
+}
+
+Status RocksJobStore::Put(const v1::Job& job, bool sync) {
+  return PutRecord(kJobPrefix + job.id(), job, sync, "job " + job.id());
 }
 
 Status RocksJobStore::LoadAll(StoredJobs* out) {
@@ -84,13 +91,7 @@ Status RocksJobStore::LoadAll(StoredJobs* out) {
 }
 
 Status RocksJobStore::PutSweep(const v1::Sweep& sweep, bool sync) {
-  std::string value;
-  if (!sweep.SerializeToString(&value)) return Status::Internal("cannot serialize sweep " + sweep.id());
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  rocksdb::Status s = db_->Put(wo, kSweepPrefix + sweep.id(), value);
-  if (!s.ok()) return Status::IOError("cannot write sweep " + sweep.id() + ": " + s.ToString());
-  return Status::OK();
+  return PutRecord(kSweepPrefix + sweep.id(), sweep, sync, "sweep " + sweep.id());
 }
 
 Status RocksJobStore::LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) {
@@ -149,14 +150,7 @@ Status RocksJobStore::Delete(const v1::Job& job, bool sync) {
 }
 
 Status RocksJobStore::PutMetrics(const v1::JobMetrics& metrics, bool sync) {
-  std::string value;
-  if (!metrics.SerializeToString(&value))
-    return Status::Internal("cannot serialize the metrics of job " + metrics.job_id());
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  rocksdb::Status s = db_->Put(wo, kMetricsPrefix + metrics.job_id(), value);
-  if (!s.ok()) return Status::IOError("cannot write the metrics of job " + metrics.job_id() + ": " + s.ToString());
-  return Status::OK();
+  return PutRecord(kMetricsPrefix + metrics.job_id(), metrics, sync, "the metrics of job " + metrics.job_id());
 }
 
 Status RocksJobStore::GetMetrics(const std::string& id, v1::JobMetrics* metrics) {

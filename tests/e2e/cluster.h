@@ -5,8 +5,11 @@
 #ifndef NIGHTSHIFT_TESTS_E2E_CLUSTER_H_
 #define NIGHTSHIFT_TESTS_E2E_CLUSTER_H_
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +32,19 @@
 namespace nightshift::testing_e2e {
 
 namespace fs = std::filesystem;
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts).
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 // A whole file ("" when it cannot be read).
 inline std::string ReadAll(const std::string& path) {

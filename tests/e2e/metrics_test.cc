@@ -3,10 +3,6 @@
 // query of the Grafana dashboards in deploy/grafana/dashboards with at least one series.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -16,18 +12,6 @@
 
 namespace nightshift::testing_e2e {
 namespace {
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::vector<std::string> DashboardQueries() {
   std::vector<std::string> exprs;

@@ -4,10 +4,6 @@
 // stopped mid-job delays nothing, and the run is complete once it is back.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/cluster.h"
@@ -16,18 +12,6 @@ namespace nightshift::testing_e2e {
 namespace {
 
 using json = nlohmann::json;
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // `mlflow server` in a session of its own (it runs uvicorn as a child: stopping it stops
 // the whole group).
