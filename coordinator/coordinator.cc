@@ -79,6 +79,9 @@ StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& 
   NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
+  auto sweep = jobs_->sweeps().find(sweep_id);
+  if (sweep == jobs_->sweeps().end() || sweep->second.state() != v1::RUNNING)
+    return Status::FailedPrecondition("sweep " + sweep_id + " is not running: no new trial");
   StatusOr<v1::Job> job = jobs_->Submit(std::move(spec), owner, request_id, options_.max_jobs_per_user);
   if (!job.ok() || job->sweep_id() == sweep_id) return job;
   JobEntry* entry = jobs_->Find(job->id());
@@ -128,12 +131,13 @@ StatusOr<v1::Sweep> Coordinator::CancelSweep(const std::string& id) {
   v1::Sweep& sweep = it->second;
   if (IsTerminal(sweep.state()))
     return Status::FailedPrecondition("sweep " + id + " already ended " + v1::JobState_Name(sweep.state()));
-  for (v1::Trial& trial : *sweep.mutable_trials()) {
-    JobEntry* entry = jobs_->Find(trial.job_id());
-    if (entry != nullptr && !IsTerminal(entry->job.state()))
-      jobs_->SetState(entry, v1::CANCELLED, "sweep " + id + " cancelled");
+  // Every unfinished job of the sweep, listed in its record or not yet (a trial the runner
+  // made in the pass now running).
+  for (auto& [job_id, entry] : jobs_->entries())
+    if (entry.job.sweep_id() == id && !IsTerminal(entry.job.state()))
+      jobs_->SetState(&entry, v1::CANCELLED, "sweep " + id + " cancelled");
+  for (v1::Trial& trial : *sweep.mutable_trials())
     if (trial.state() == v1::TRIAL_RUNNING || trial.state() == v1::TRIAL_PAUSED) trial.set_state(v1::TRIAL_CANCELLED);
-  }
   sweep.set_state(v1::CANCELLED);
   sweep.set_reason("cancelled by user");
   jobs_->AddSweepEvent(&sweep, "cancelled by user");
@@ -148,15 +152,14 @@ Status Coordinator::UpdateSweep(const v1::Sweep& update) {
   auto it = jobs_->sweeps().find(update.id());
   if (it == jobs_->sweeps().end()) return Status::NotFound("no sweep " + update.id());
   v1::Sweep& sweep = it->second;
-  const bool ended = IsTerminal(sweep.state());
-  const v1::JobState state = sweep.state();
-  const std::string reason = sweep.reason();
-  sweep = update;
-  if (ended) {  // cancelled meanwhile: that stands
-    sweep.set_state(state);
-    sweep.set_reason(reason);
-    for (v1::Trial& trial : *sweep.mutable_trials())
-      if (trial.state() == v1::TRIAL_RUNNING || trial.state() == v1::TRIAL_PAUSED) trial.set_state(v1::TRIAL_CANCELLED);
+  if (!IsTerminal(sweep.state())) {
+    sweep = update;
+  } else {  // cancelled meanwhile: that stands (its events too); trials made since are cancelled
+    for (int i = sweep.trials_size(); i < update.trials_size(); ++i) {
+      v1::Trial* trial = sweep.add_trials();
+      *trial = update.trials(i);
+      trial->set_state(v1::TRIAL_CANCELLED);
+    }
   }
   jobs_->PersistSweep(&sweep);
   return jobs_->store_error();

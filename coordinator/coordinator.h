@@ -260,9 +260,11 @@ class Coordinator {
   // CANCELLED, and every unfinished trial job cancelled with it.
   StatusOr<v1::Sweep> CancelSweep(const std::string& id);
   // The sweep runner's write: trials, events, best trial, state and reason. A sweep that
-  // ended meanwhile (cancelled) keeps its state and reason.
+  // ended meanwhile (cancelled) keeps its record; trials made since are added cancelled.
   Status UpdateSweep(const v1::Sweep& sweep);
-  // A trial: Submit with the sweep's id on the job (request_id makes it idempotent).
+  // A trial: Submit with the sweep's id on the job (request_id makes it idempotent);
+  // FAILED_PRECONDITION once the sweep is not RUNNING (CancelSweep cancels every
+  // unfinished job with its id, so none runs on after it).
   StatusOr<v1::Job> SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
                                 const std::string& sweep_id);
   // Holds a job: not placed while held (job.held_by says why); an active one is stopped

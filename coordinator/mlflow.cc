@@ -40,11 +40,14 @@ StatusOr<std::string> MlflowClient::Call(const std::string& method, const std::s
     detail = error.value("error_code", std::string()) + ": " + error.value("message", std::string());
   else
     detail = r->body.substr(0, 200);
-  if (code == 0 || code == 429 || code >= 500) return Status::Unavailable(where + " " + detail);
+  const std::string mlflow_code = error.is_object() ? error.value("error_code", "") : "";
   if (code == 401 || code == 403) return Status::PermissionDenied(where + " " + detail);
-  if (error.is_object() && error.value("error_code", "") == "RESOURCE_DOES_NOT_EXIST")
-    return Status::NotFound(where + " " + detail);
-  return Status::InvalidArgument(where + " " + detail);
+  if (mlflow_code == "RESOURCE_DOES_NOT_EXIST") return Status::NotFound(where + " " + detail);
+  // Only MLflow's own refusal of what we sent is about the run; anything else (a proxy's
+  // page, a wrong --mlflow-uri's 404, 5xx, 429) is the server's state: try again later.
+  if (code >= 400 && code < 500 && code != 429 && (mlflow_code == "INVALID_PARAMETER_VALUE" || mlflow_code == "BAD_REQUEST"))
+    return Status::InvalidArgument(where + " " + detail);
+  return Status::Unavailable(where + " " + detail + (code == 404 ? " (is --mlflow-uri the server's root?)" : ""));
 }
 
 StatusOr<std::string> MlflowClient::ExperimentId(const std::string& name) {

@@ -3,9 +3,10 @@
 // log-batch within MLflow's limits, runs/update. Over an HttpApi (libcurl in the daemon,
 // a fake in unit tests, a real `mlflow server` in tests/coordinator/tracking_test.cc).
 //
-// Errors: no answer, 429 and 5xx are UNAVAILABLE (the server is down or busy: try again
-// later); 401 and 403 PERMISSION_DENIED; RESOURCE_DOES_NOT_EXIST NOT_FOUND; any other
-// refusal INVALID_ARGUMENT with MLflow's error_code and message.
+// Errors: 401 and 403 PERMISSION_DENIED; MLflow's RESOURCE_DOES_NOT_EXIST NOT_FOUND; a 4xx
+// with MLflow's INVALID_PARAMETER_VALUE or BAD_REQUEST (a refusal of what was sent)
+// INVALID_ARGUMENT with its error_code and message; anything else (no answer, 5xx, 429, a
+// page that is not MLflow's JSON) UNAVAILABLE: the server's state, try again later.
 #ifndef NIGHTSHIFT_COORDINATOR_MLFLOW_H_
 #define NIGHTSHIFT_COORDINATOR_MLFLOW_H_
 

@@ -167,7 +167,8 @@ Status ReadAsha(const YAML::Node& root, v1::SweepSpec* spec) {
   NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_steps", &min_steps));
   NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "reduction_factor", &eta));
   NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_early_stopping_rate", &rate));
-  if (min_steps < 1) return Bad("asha.min_steps", "must be at least 1 (the steps to the first rung)");
+  if (min_steps < 1 || min_steps > 1000000000)
+    return Bad("asha.min_steps", "must be in [1, 1000000000] (the steps to the first rung)");
   if (eta < 2) return Bad("asha.reduction_factor", "must be at least 2");
   if (rate < 0) return Bad("asha.min_early_stopping_rate", "must be at least 0");
   spec->mutable_asha()->set_min_steps(min_steps);
@@ -258,6 +259,7 @@ StatusOr<v1::JobSpec> TrialSpec(const v1::SweepSpec& spec, const std::map<std::s
     const int64_t every = job->eval().every_steps();
     if (every <= 0 || spec.asha().min_steps() % every != 0)
       job->mutable_eval()->set_every_steps(static_cast<int32_t>(spec.asha().min_steps()));
+    NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&job.value()));
   }
   return job;
 }

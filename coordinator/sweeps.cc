@@ -40,9 +40,14 @@ std::string TrialName(const v1::Trial& t) {
 }  // namespace
 
 Status SweepRunner::Pass() {
-  for (v1::Sweep& sweep : coordinator_->ListSweeps())
-    if (sweep.state() == v1::RUNNING) NS_RETURN_IF_ERROR(Step(std::move(sweep)));
-  return Status::OK();
+  Status first;  // one sweep's trouble does not hold up the others
+  for (v1::Sweep& sweep : coordinator_->ListSweeps()) {
+    if (sweep.state() != v1::RUNNING) continue;
+    const std::string id = sweep.id();
+    Status s = Step(std::move(sweep));
+    if (!s.ok() && first.ok()) first = Status::Unavailable("sweep " + id + ": " + s.message());  // logged by the caller
+  }
+  return first;
 }
 
 // One pass over one sweep: its state, the coordinator, and what the pass decided.
@@ -90,6 +95,17 @@ struct SweepRunner::SweepPass {
     return Status::OK();
   }
 
+  // The record is the truth: a Hold or Release whose pass did not get written (an error
+  // later in it, a crash) is undone here, so a trial the record says runs is not held, and
+  // one it says is paused is.
+  Status Reconcile(const v1::Trial& t, const v1::Job& job) {
+    if (IsTerminal(job.state())) return Status::OK();
+    if (t.state() == v1::TRIAL_RUNNING && !job.held_by().empty()) return c->Release(t.job_id());
+    if (t.state() == v1::TRIAL_PAUSED && job.held_by().empty())
+      return c->Hold(t.job_id(), "sweep " + sweep.id() + ": paused at rung " + std::to_string(t.rung()));
+    return Status::OK();
+  }
+
   // What each trial's job did since the last pass.
   Status Observe() {
     for (v1::Trial& t : *sweep.mutable_trials()) {
@@ -101,6 +117,7 @@ struct SweepRunner::SweepPass {
         continue;
       }
       if (!job.ok()) return job.status();
+      NS_RETURN_IF_ERROR(Reconcile(t, *job));
       StatusOr<v1::JobMetrics> m = c->Metrics(t.job_id());
       if (!m.ok()) return m.status();
       metrics[t.job_id()] = std::move(*m);
@@ -155,6 +172,13 @@ struct SweepRunner::SweepPass {
       StatusOr<v1::Job> job =
           c->SubmitTrial(*job_spec, sweep.owner(), sweep.id() + "-t" + std::to_string(index), sweep.id());
       if (job.status().code() == Status::kResourceExhausted) return Status::OK();  // the owner's job limit: later
+      if (job.status().code() == Status::kFailedPrecondition) return Status::OK();  // cancelled meanwhile
+      if (job.status().code() == Status::kInvalidArgument) {  // e.g. its request id taken by another spec
+        sweep.set_state(v1::FAILED);
+        sweep.set_reason("trial " + std::to_string(index) + ": " + job.status().message());
+        Event(sweep.reason());
+        return Status::OK();
+      }
       if (!job.ok()) return job.status();
       v1::Trial* t = sweep.add_trials();
       t->set_index(index);

@@ -18,8 +18,12 @@
 //   trial is the one with the best final metric.
 //
 // Everything it decides is in the sweep's record (trials, rung values, the step judged up
-// to) written synced, so a coordinator killed mid-sweep goes on where it was: a decision
-// made but not written is made again, the same.
+// to), written synced at the end of the pass, so a coordinator killed mid-sweep goes on
+// where the record was. A pass that did not get written (an error in it, a crash) may have
+// held or released jobs already: the next pass makes each job agree with the record again
+// (released if the record says the trial runs, held if it says paused) and judges again,
+// possibly differently (more values may have come); a trial it made is found again by its
+// request id. One sweep's error does not stop the others' passes.
 #ifndef NIGHTSHIFT_COORDINATOR_SWEEPS_H_
 #define NIGHTSHIFT_COORDINATOR_SWEEPS_H_
 

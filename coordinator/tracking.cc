@@ -105,6 +105,18 @@ Status TrackingReporter::Pass() {
 }
 
 Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {
+  Status s = ReportTo(job, run);
+  if (s.code() != Status::kNotFound || s.message().rfind("MLflow", 0) != 0) return s;
+  // The run or its experiment is gone from the server (deleted there): made again, in full,
+  // at the next pass.
+  NS_WARN("coordinator: " << s.message() << "; the run of job " << job.id() << " is made again");
+  experiment_id_.clear();
+  *run = v1::TrackedRun();
+  NS_RETURN_IF_ERROR(coordinator_->NoteTracked(job.id(), *run));
+  return Status::Unavailable(s.message());
+}
+
+Status TrackingReporter::ReportTo(const v1::Job& job, v1::TrackedRun* run) {
   const std::string& id = job.id();
   if (run->run_id().empty()) {
     if (experiment_id_.empty()) {
@@ -159,7 +171,9 @@ Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {
     NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
   }
   if (finished) {
-    NS_RETURN_IF_ERROR(mlflow_->EndRun(run->run_id(), RunStatus(job.state()), UnixMs(job.updated())));
+    // Its end: the last event's time (job.updated moves with every note of ours).
+    const int64_t end = job.events().empty() ? UnixMs(job.updated()) : UnixMs(job.events().rbegin()->time());
+    NS_RETURN_IF_ERROR(mlflow_->EndRun(run->run_id(), RunStatus(job.state()), end));
     run->set_ended(true);
     NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
   }

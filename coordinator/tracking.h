@@ -46,13 +46,16 @@ class TrackingReporter {
 
   // Brings every job's run up to date, in submit order. UNAVAILABLE or PERMISSION_DENIED
   // from the server ends the pass with that error (nothing is lost: the next pass goes on
-  // from job.tracked_run). A run the server refuses otherwise (INVALID_ARGUMENT) is given
-  // up: the reason goes to tracked_run.error, and the other jobs go on.
+  // from job.tracked_run). A run whose values MLflow refuses (INVALID_ARGUMENT: its
+  // INVALID_PARAMETER_VALUE) is given up: the reason goes to tracked_run.error, and the
+  // other jobs go on.
   Status Pass();
 
  private:
   // Everything `job` lacks on the server; `run` is noted after every step that succeeded.
+  // A run (or experiment) deleted on the server is forgotten and made again next pass.
   Status Report(const v1::Job& job, v1::TrackedRun* run);
+  Status ReportTo(const v1::Job& job, v1::TrackedRun* run);
 
   Coordinator* const coordinator_;
   MlflowClient* const mlflow_;

@@ -1,7 +1,8 @@
 // coordinator/mlflow.h against an HttpApi that answers in memory: log-batch cut within
 // MLflow's limits (1000 entities, 100 params, 100 tags a call), NaN as MLflow writes it,
 // an experiment created when get-by-name finds none, and the server's answers mapped to
-// errors (down or busy: UNAVAILABLE, a refusal: INVALID_ARGUMENT with MLflow's message).
+// errors (down, busy or not MLflow: UNAVAILABLE; a refusal: INVALID_ARGUMENT with MLflow's
+// message).
 // The real server: tests/e2e/tracking_test.cc.
 #include "coordinator/mlflow.h"
 
@@ -103,6 +104,12 @@ TEST(MlflowClientTest, AServerDownOrBusyIsUnavailableAndARefusalIsInvalidArgumen
   EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kUnavailable);
   http.answers.push_back(HttpResponse{429, "{}"});
   EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kUnavailable);
+  http.answers.push_back(HttpResponse{404, "<html>Not Found</html>"});  // a wrong --mlflow-uri, a proxy
+  Status wrong = client.EndRun("r", "FINISHED", 5);
+  EXPECT_EQ(wrong.code(), Status::kUnavailable);
+  EXPECT_NE(wrong.message().find("--mlflow-uri"), std::string::npos) << wrong.message();
+  http.answers.push_back(HttpResponse{404, R"({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "run r"})"});
+  EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kNotFound);
   http.answers.push_back(HttpResponse{403, R"({"error_code": "PERMISSION_DENIED", "message": "token"})"});
   EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kPermissionDenied);
   http.answers.push_back(

@@ -1,0 +1,152 @@
+// coordinator/sweeps.h and the coordinator calls it makes, on an in-process coordinator
+// (no servers): trials made up to the parallelism and once across a restart; a held job is
+// not placed until released; a cancelled sweep cancels every job it made and makes no more;
+// a Hold or Release whose pass was not written is undone from the record.
+#include "coordinator/sweeps.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tests/common/fake_clock.h"
+#include "coordinator/sweep_spec.h"
+
+namespace nightshift {
+namespace {
+
+class SweepsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/sweeps." + std::to_string(::getpid()) + "." +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    options_.data_dir = dir_;
+    options_.restart_backoff_seconds = 0;
+    options_.clock = &clock_;
+    Reopen();
+  }
+  void TearDown() override {
+    c_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen() {
+    c_.reset();
+    auto c = Coordinator::Open(options_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c_ = std::move(c.value());
+  }
+  v1::Sweep Submit(const std::string& method, int trials, int parallelism) {
+    StatusOr<v1::SweepSpec> spec = LoadSweepSpec(
+        "base: {model: {arch: transformer_classifier}, data: {path: /data}}\n"
+        "search: {train.lr: {log_uniform: [1.0e-4, 1.0e-2]}}\nmetric: val_loss\nmethod: " + method +
+        "\nmax_trials: " + std::to_string(trials) + "\nparallelism: " + std::to_string(parallelism) +
+        (method == "asha" ? "\nasha: {min_steps: 10}\n" : "\n"));
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    StatusOr<v1::Sweep> sweep = c_->SubmitSweep(*spec, "alice");
+    EXPECT_TRUE(sweep.ok()) << sweep.status().ToString();
+    return *sweep;
+  }
+  std::vector<v1::Job> Jobs() {
+    JobQuery q;
+    StatusOr<JobPage> page = c_->List(q);
+    EXPECT_TRUE(page.ok());
+    return page.ok() ? page->jobs : std::vector<v1::Job>{};
+  }
+
+  FakeClock clock_;
+  std::string dir_;
+  CoordinatorOptions options_;
+  std::unique_ptr<Coordinator> c_;
+};
+
+TEST_F(SweepsTest, TrialsAreMadeUpToTheParallelismAndOnceAcrossARestart) {
+  const v1::Sweep sweep = Submit("random", 3, 2);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  std::vector<v1::Job> jobs = Jobs();
+  ASSERT_EQ(jobs.size(), 2u);  // two at a time: both still queued
+  for (const v1::Job& j : jobs) {
+    EXPECT_EQ(j.sweep_id(), sweep.id());
+    EXPECT_EQ(j.owner(), "alice");
+  }
+  Reopen();
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_EQ(Jobs().size(), 2u);
+  StatusOr<v1::Sweep> stored = c_->GetSweep(sweep.id());
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->trials_size(), 2);
+  EXPECT_EQ(stored->trials(0).params().at("train.lr"), TrialParams(stored->spec(), 0).at("train.lr"));
+  // A trial made by a pass whose record was lost is found again by its request id.
+  StatusOr<v1::JobSpec> spec = TrialSpec(stored->spec(), TrialParams(stored->spec(), 1));
+  ASSERT_TRUE(spec.ok());
+  spec->set_name("sweep-t1");
+  StatusOr<v1::Job> again = c_->SubmitTrial(*spec, "alice", sweep.id() + "-t1", sweep.id());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id(), stored->trials(1).job_id());
+}
+
+TEST_F(SweepsTest, AHeldJobIsNotPlacedUntilReleased) {
+  v1::WorkerInfo worker;
+  worker.set_name("w1");
+  worker.set_slots(1);
+  ASSERT_TRUE(c_->Register(worker).ok());
+  const v1::Sweep sweep = Submit("random", 1, 1);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  const std::string id = Jobs().at(0).id();
+  ASSERT_TRUE(c_->Hold(id, "sweep " + sweep.id() + ": paused at rung 0").ok());
+  c_->Tick();
+  StatusOr<v1::Job> job = c_->Get(id);
+  EXPECT_EQ(job->state(), v1::QUEUED);
+  EXPECT_EQ(job->reason(), "sweep " + sweep.id() + ": paused at rung 0");
+  ASSERT_TRUE(c_->Release(id).ok());
+  c_->Tick();
+  job = c_->Get(id);
+  EXPECT_EQ(job->state(), v1::SCHEDULED) << job->reason();
+  EXPECT_TRUE(job->held_by().empty());
+  // Held while placed: stopped as a preemption, requeued held.
+  ASSERT_TRUE(c_->Hold(id, "sweep " + sweep.id() + ": paused at rung 1").ok());
+  job = c_->Get(id);
+  EXPECT_EQ(job->state(), v1::PREEMPTED);
+  EXPECT_EQ(job->restarts(), 0);
+}
+
+TEST_F(SweepsTest, ACancelledSweepCancelsEveryJobItMadeAndMakesNoMore) {
+  const v1::Sweep sweep = Submit("random", 4, 2);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  // A trial made after the runner read the record (the race with a cancel).
+  StatusOr<v1::JobSpec> spec = TrialSpec(sweep.spec(), TrialParams(sweep.spec(), 2));
+  ASSERT_TRUE(spec.ok());
+  StatusOr<v1::Job> late = c_->SubmitTrial(*spec, "alice", sweep.id() + "-t2", sweep.id());
+  ASSERT_TRUE(late.ok());
+  StatusOr<v1::Sweep> cancelled = c_->CancelSweep(sweep.id());
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  for (const v1::Job& j : Jobs()) EXPECT_EQ(j.state(), v1::CANCELLED) << j.id();
+  EXPECT_EQ(Jobs().size(), 3u);
+  spec = TrialSpec(sweep.spec(), TrialParams(sweep.spec(), 3));
+  EXPECT_EQ(c_->SubmitTrial(*spec, "alice", sweep.id() + "-t3", sweep.id()).status().code(),
+            Status::kFailedPrecondition);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_EQ(Jobs().size(), 3u);
+  EXPECT_EQ(c_->GetSweep(sweep.id())->state(), v1::CANCELLED);
+}
+
+TEST_F(SweepsTest, AHoldOrReleaseThatThePassDidNotWriteIsUndoneFromTheRecord) {
+  const v1::Sweep sweep = Submit("asha", 2, 2);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  std::vector<v1::Job> jobs = Jobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  // Trial 0 held, but its record says running; trial 1's record says paused, its job is not held.
+  ASSERT_TRUE(c_->Hold(jobs[0].id(), "a pass that was not written").ok());
+  v1::Sweep record = *c_->GetSweep(sweep.id());
+  record.mutable_trials(1)->set_state(v1::TRIAL_PAUSED);
+  record.mutable_trials(1)->set_rung(0);
+  ASSERT_TRUE(c_->UpdateSweep(record).ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_TRUE(c_->Get(jobs[0].id())->held_by().empty());
+  EXPECT_EQ(c_->Get(jobs[1].id())->held_by(), "sweep " + sweep.id() + ": paused at rung 0");
+}
+
+}  // namespace
+}  // namespace nightshift
