@@ -268,7 +268,9 @@ class Coordinator {
   StatusOr<v1::Job> SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
                                 const std::string& sweep_id);
   // Holds a job: not placed while held (job.held_by says why); an active one is stopped
-  // first (as preempted: its ranks checkpoint, no restart counted). Release lets it be
+  // first (as preempted: its ranks checkpoint, no restart counted); under --cluster
+  // slurm|kubernetes a queued one with an allocation for its attempt moves to a new attempt,
+  // so that allocation is cancelled rather than left idle. Release lets it be
   // placed again: it resumes from its checkpoint. Both do nothing to a finished job, or
   // to one already so.
   Status Hold(const std::string& id, const std::string& why);

@@ -317,6 +317,27 @@ TEST_F(ProvisionerTest, WhatIsOverIsCancelledAnAllocationIsAdoptedAndNothingIsSu
   EXPECT_NE(job.reason().find("no longer listed by slurm"), std::string::npos) << job.reason();
 }
 
+// A sweep's paused trial (Coordinator::Hold) gives its allocation back and gets none while
+// held; released, its next attempt gets one.
+TEST_F(ProvisionerTest, AHeldJobGivesItsAllocationBackAndGetsNoneUntilReleased) {
+  const std::string id = Submit(2);
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 1u);
+  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "PENDING", "Priority");
+  Pass();
+  ASSERT_TRUE(c_->Hold(id, "sweep s-000001: paused at rung 0").ok());
+  EXPECT_EQ(Get(id).attempt(), 1);
+  EXPECT_EQ(Get(id).restarts(), 0);
+  Pass();
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
+  EXPECT_EQ(cluster_.requests.size(), 1u);
+  ASSERT_TRUE(c_->Release(id).ok());
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  EXPECT_EQ(cluster_.requests[1].attempt, 1);
+}
+
 TEST_F(ProvisionerTest, AnAllocationTheClusterCanNeverRunFailsTheJobAndAnUnreachableOneIsRetried) {
   const std::string id = Submit(2);
   cluster_.submit_error = Status::Unavailable("sbatch: Unable to contact slurm controller");
