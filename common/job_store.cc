@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/log.h"
 
@@ -30,6 +31,10 @@ class RocksJobStore : public JobStore {
   Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) override;
 
  private:
+  // Every record under `prefix` that parses, into `records`; the keys of those that do not,
+  // moved aside (MoveAside), into `moved_aside`.
+  template <typename Record>
+  Status LoadRecords(const std::string& prefix, std::vector<Record>* records, std::vector<std::string>* moved_aside);
   // Writes `record` serialized under `key`; `what` names it in errors ("job j-000001").
   Status PutRecord(const std::string& key, const google::protobuf::Message& record, bool sync, const std::string& what);
   // Moves `key`'s `value` to corrupt/<key>, in one synced write, and says so in the log.
@@ -66,15 +71,15 @@ Status RocksJobStore::Put(const v1::Job& job, bool sync) {
   return PutRecord(kJobPrefix + job.id(), job, sync, "job " + job.id());
 }
 
-Status RocksJobStore::LoadAll(StoredJobs* out) {
-  *out = StoredJobs();
+template <typename Record>
+Status RocksJobStore::LoadRecords(const std::string& prefix, std::vector<Record>* records,
+                                  std::vector<std::string>* moved_aside) {
   std::vector<std::pair<std::string, std::string>> corrupt;  // (key, value)
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix = kJobPrefix;
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    v1::Job job;
-    if (job.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())))
-      out->jobs.push_back(std::move(job));
+    Record record;
+    if (record.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())))
+      records->push_back(std::move(record));
     else
       corrupt.emplace_back(it->key().ToString(), it->value().ToString());
   }
@@ -82,8 +87,16 @@ Status RocksJobStore::LoadAll(StoredJobs* out) {
   it.reset();
   for (const auto& [key, value] : corrupt) {
     NS_RETURN_IF_ERROR(MoveAside(key, value));
-    out->moved_aside.push_back(key.substr(prefix.size()));
+    moved_aside->push_back(key);
   }
+  return Status::OK();
+}
+
+Status RocksJobStore::LoadAll(StoredJobs* out) {
+  *out = StoredJobs();
+  std::vector<std::string> moved;  // keys
+  NS_RETURN_IF_ERROR(LoadRecords(kJobPrefix, &out->jobs, &moved));
+  for (const std::string& key : moved) out->moved_aside.push_back(key.substr(std::strlen(kJobPrefix)));
   auto deleted = DeletedSeq();
   if (!deleted.ok()) return deleted.status();
   out->deleted_seq = deleted.value();
@@ -95,23 +108,7 @@ Status RocksJobStore::PutSweep(const v1::Sweep& sweep, bool sync) {
 }
 
 Status RocksJobStore::LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) {
-  std::vector<std::pair<std::string, std::string>> corrupt;  // (key, value)
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix = kSweepPrefix;
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    v1::Sweep sweep;
-    if (sweep.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())))
-      sweeps->push_back(std::move(sweep));
-    else
-      corrupt.emplace_back(it->key().ToString(), it->value().ToString());
-  }
-  if (!it->status().ok()) return Status::IOError("cannot read job store: " + it->status().ToString());
-  it.reset();
-  for (const auto& [key, value] : corrupt) {
-    NS_RETURN_IF_ERROR(MoveAside(key, value));
-    moved_aside->push_back(key);
-  }
-  return Status::OK();
+  return LoadRecords(kSweepPrefix, sweeps, moved_aside);
 }
 
 Status RocksJobStore::MoveAside(const std::string& key, const std::string& value) {

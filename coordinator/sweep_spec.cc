@@ -14,12 +14,6 @@ namespace {
 
 constexpr int kMaxTrials = 1000;
 
-std::string Number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 // `root` with the dotted `field` set to the scalar `value`.
 YAML::Node WithField(const YAML::Node& root, const std::string& field, const std::string& value) {
   YAML::Node copy = YAML::Clone(root);
@@ -86,8 +80,7 @@ Status ParseParam(const std::string& field, const YAML::Node& node, v1::SearchPa
 // The values to check of a param: every choice; both ends of a range.
 std::vector<std::string> Extremes(const v1::SearchParam& p) {
   if (p.kind() == "choices") return {p.choices().begin(), p.choices().end()};
-  if (p.kind() == "int") return {Number(p.low()), Number(p.high())};
-  return {Number(p.low()), Number(p.high())};
+  return {FormatNumber(p.low()), FormatNumber(p.high())};
 }
 
 int64_t SizeOf(const v1::SearchParam& p) {
@@ -179,6 +172,12 @@ Status ReadAsha(const YAML::Node& root, v1::SweepSpec* spec) {
 
 }  // namespace
 
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
 StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text) {
   YAML::Node root;
   try {
@@ -229,7 +228,7 @@ std::map<std::string, std::string> TrialParams(const v1::SweepSpec& spec, int in
       const v1::SearchParam& p = spec.params(i);
       const int64_t n = SizeOf(p), at = rest % n;
       rest /= n;
-      params[p.field()] = p.kind() == "choices" ? p.choices(static_cast<int>(at)) : Number(p.low() + at);
+      params[p.field()] = p.kind() == "choices" ? p.choices(static_cast<int>(at)) : FormatNumber(p.low() + at);
     }
     return params;
   }
@@ -240,12 +239,12 @@ std::map<std::string, std::string> TrialParams(const v1::SweepSpec& spec, int in
     if (p.kind() == "choices") {
       params[p.field()] = p.choices(std::uniform_int_distribution<int>(0, p.choices_size() - 1)(rng));
     } else if (p.kind() == "int") {
-      params[p.field()] = Number(static_cast<double>(
+      params[p.field()] = FormatNumber(static_cast<double>(
           std::uniform_int_distribution<int64_t>(static_cast<int64_t>(p.low()), static_cast<int64_t>(p.high()))(rng)));
     } else if (p.kind() == "log_uniform") {
-      params[p.field()] = Number(std::exp(std::uniform_real_distribution<double>(std::log(p.low()), std::log(p.high()))(rng)));
+      params[p.field()] = FormatNumber(std::exp(std::uniform_real_distribution<double>(std::log(p.low()), std::log(p.high()))(rng)));
     } else {
-      params[p.field()] = Number(std::uniform_real_distribution<double>(p.low(), p.high())(rng));
+      params[p.field()] = FormatNumber(std::uniform_real_distribution<double>(p.low(), p.high())(rng));
     }
   }
   return params;

@@ -32,6 +32,9 @@ namespace nightshift {
 // INVALID_ARGUMENT naming the key (`search.train.lr: ...`, `asha.min_steps: ...`).
 StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text);
 
+// A number as a trial's params and the sweep's events write it (%.6g).
+std::string FormatNumber(double v);
+
 // How many trials a grid has (the product of its params' sizes).
 int64_t GridSize(const v1::SweepSpec& spec);
 

@@ -11,12 +11,6 @@
 namespace nightshift {
 namespace {
 
-std::string Number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 SuccessiveHalving AshaOf(const v1::Sweep& sweep) {
   SuccessiveHalvingOptions o;
   o.min_resource = sweep.spec().asha().min_steps();
@@ -82,7 +76,7 @@ struct SweepRunner::SweepPass {
         t->mutable_rung_values()->Assign(recorded.begin(), recorded.end());
         t->set_rung(d.rung);
         const std::string judged = "rung " + std::to_string(d.rung) + " (step " + std::to_string(e.step()) + ", " +
-                                   metric + " " + Number(it->second) + ", cut-off " + Number(d.cutoff) + ")";
+                                   metric + " " + FormatNumber(it->second) + ", cut-off " + FormatNumber(d.cutoff) + ")";
         if (!d.stop) {
           Event(TrialName(*t) + " goes on past " + judged);
           continue;
@@ -127,7 +121,7 @@ struct SweepRunner::SweepPass {
       if (job->state() == v1::CANCELLED) t.set_state(v1::TRIAL_CANCELLED);
       if (IsTerminal(job->state()))
         Event(TrialName(t) + " " + v1::TrialState_Name(t.state()) +
-              (t.has_value() ? ", " + sweep.spec().metric() + " " + Number(t.value()) + " at step " +
+              (t.has_value() ? ", " + sweep.spec().metric() + " " + FormatNumber(t.value()) + " at step " +
                                    std::to_string(t.step())
                              : ""));
       if (t.state() == v1::TRIAL_RUNNING) ++running;
@@ -143,7 +137,7 @@ struct SweepRunner::SweepPass {
       const RungDecision d = asha.Promotion(t.job_id(), t.rung());
       if (d.stop) continue;
       Event(TrialName(t) + " promoted at rung " + std::to_string(t.rung()) + " (" + sweep.spec().metric() + " " +
-            Number(t.rung_values(t.rung())) + ", cut-off now " + Number(d.cutoff) + ")");
+            FormatNumber(t.rung_values(t.rung())) + ", cut-off now " + FormatNumber(d.cutoff) + ")");
       t.set_state(v1::TRIAL_RUNNING);
       t.set_promotions(t.promotions() + 1);
       NS_RETURN_IF_ERROR(Judge(&t, /*judge=*/true));
@@ -214,7 +208,7 @@ struct SweepRunner::SweepPass {
       t.set_state(v1::TRIAL_STOPPED);
     }
     sweep.set_state(v1::SUCCEEDED);
-    sweep.set_reason(best ? "best: " + TrialName(*best) + ", " + sweep.spec().metric() + " " + Number(best->value())
+    sweep.set_reason(best ? "best: " + TrialName(*best) + ", " + sweep.spec().metric() + " " + FormatNumber(best->value())
                           : "no trial reported " + sweep.spec().metric());
     Event("ended: " + sweep.reason());
     return Status::OK();
