@@ -18,6 +18,7 @@ constexpr char kMetricsPrefix[] = "metrics/";
 constexpr char kSweepPrefix[] = "sweep/";
 constexpr char kCorruptPrefix[] = "corrupt/";         // + the key of a record that did not parse
 constexpr char kDeletedSeqKey[] = "meta/deleted_seq";  // decimal: the highest submit_seq deleted
+constexpr char kDeletedSweepSeqKey[] = "meta/deleted_sweep_seq";  // likewise, of sweeps
 
 class RocksJobStore : public JobStore {
  public:
@@ -28,7 +29,9 @@ class RocksJobStore : public JobStore {
   Status PutMetrics(const v1::JobMetrics& metrics, bool sync) override;
   Status GetMetrics(const std::string& id, v1::JobMetrics* metrics) override;
   Status PutSweep(const v1::Sweep& sweep, bool sync) override;
-  Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) override;
+  Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside,
+                    uint64_t* deleted_seq) override;
+  Status DeleteSweep(const v1::Sweep& sweep, bool sync) override;
 
  private:
   // Every record under `prefix` that parses, into `records`; the keys of those that do not,
@@ -39,7 +42,10 @@ class RocksJobStore : public JobStore {
   Status PutRecord(const std::string& key, const google::protobuf::Message& record, bool sync, const std::string& what);
   // Moves `key`'s `value` to corrupt/<key>, in one synced write, and says so in the log.
   Status MoveAside(const std::string& key, const std::string& value);
-  StatusOr<uint64_t> DeletedSeq() const;
+  StatusOr<uint64_t> DeletedSeq(const char* key) const;
+  // Removes `keys` and raises `seq_key` (a deleted_seq) to `seq`, in one write.
+  Status DeleteRecords(const std::vector<std::string>& keys, const char* seq_key, uint64_t seq, bool sync,
+                       const std::string& what);
 
   std::unique_ptr<rocksdb::DB> db_;
 };
@@ -97,7 +103,7 @@ Status RocksJobStore::LoadAll(StoredJobs* out) {
   std::vector<std::string> moved;  // keys
   NS_RETURN_IF_ERROR(LoadRecords(kJobPrefix, &out->jobs, &moved));
   for (const std::string& key : moved) out->moved_aside.push_back(key.substr(std::strlen(kJobPrefix)));
-  auto deleted = DeletedSeq();
+  auto deleted = DeletedSeq(kDeletedSeqKey);
   if (!deleted.ok()) return deleted.status();
   out->deleted_seq = deleted.value();
   return Status::OK();
@@ -107,8 +113,16 @@ Status RocksJobStore::PutSweep(const v1::Sweep& sweep, bool sync) {
   return PutRecord(kSweepPrefix + sweep.id(), sweep, sync, "sweep " + sweep.id());
 }
 
-Status RocksJobStore::LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) {
+Status RocksJobStore::LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside,
+                                 uint64_t* deleted_seq) {
+  auto deleted = DeletedSeq(kDeletedSweepSeqKey);
+  if (!deleted.ok()) return deleted.status();
+  *deleted_seq = deleted.value();
   return LoadRecords(kSweepPrefix, sweeps, moved_aside);
+}
+
+Status RocksJobStore::DeleteSweep(const v1::Sweep& sweep, bool sync) {
+  return DeleteRecords({kSweepPrefix + sweep.id()}, kDeletedSweepSeqKey, sweep.submit_seq(), sync, "sweep " + sweep.id());
 }
 
 Status RocksJobStore::MoveAside(const std::string& key, const std::string& value) {
@@ -124,25 +138,30 @@ Status RocksJobStore::MoveAside(const std::string& key, const std::string& value
   return Status::OK();
 }
 
-StatusOr<uint64_t> RocksJobStore::DeletedSeq() const {
+StatusOr<uint64_t> RocksJobStore::DeletedSeq(const char* key) const {
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kDeletedSeqKey, &value);
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &value);
   if (s.IsNotFound()) return uint64_t{0};
-  if (!s.ok()) return Status::IOError(std::string("cannot read ") + kDeletedSeqKey + ": " + s.ToString());
+  if (!s.ok()) return Status::IOError(std::string("cannot read ") + key + ": " + s.ToString());
   return static_cast<uint64_t>(std::strtoull(value.c_str(), nullptr, 10));  // unparsable: 0, ids of loaded jobs still count
 }
 
 Status RocksJobStore::Delete(const v1::Job& job, bool sync) {
-  auto deleted = DeletedSeq();
+  return DeleteRecords({kJobPrefix + job.id(), kMetricsPrefix + job.id()}, kDeletedSeqKey, job.submit_seq(), sync,
+                       "job " + job.id());
+}
+
+Status RocksJobStore::DeleteRecords(const std::vector<std::string>& keys, const char* seq_key, uint64_t seq, bool sync,
+                                    const std::string& what) {
+  auto deleted = DeletedSeq(seq_key);
   if (!deleted.ok()) return deleted.status();
   rocksdb::WriteBatch batch;
-  batch.Delete(kJobPrefix + job.id());
-  batch.Delete(kMetricsPrefix + job.id());
-  batch.Put(kDeletedSeqKey, std::to_string(std::max(deleted.value(), job.submit_seq())));
+  for (const std::string& key : keys) batch.Delete(key);
+  batch.Put(seq_key, std::to_string(std::max(deleted.value(), seq)));
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, &batch);
-  if (!s.ok()) return Status::IOError("cannot delete job " + job.id() + ": " + s.ToString());
+  if (!s.ok()) return Status::IOError("cannot delete " + what + ": " + s.ToString());
   return Status::OK();
 }
 

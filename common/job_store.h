@@ -5,7 +5,7 @@
 // A record that does not parse stops nothing: it is moved aside, to "corrupt/<its key>"
 // (kept for a person to look at, never read again), with an error in the log naming it.
 // Deleting a job leaves "meta/deleted_seq", the highest submit_seq deleted, so that job
-// ids are not handed out again after a restart.
+// ids are not handed out again after a restart; deleting a sweep, "meta/deleted_sweep_seq".
 // An interface, so tests can inject a store that fails.
 #ifndef NIGHTSHIFT_COMMON_JOB_STORE_H_
 #define NIGHTSHIFT_COMMON_JOB_STORE_H_
@@ -54,8 +54,12 @@ class JobStore {
 
   // Sweeps ("sweep/<id>", a serialized v1::Sweep): the whole record, and every one that
   // parses (one that does not is moved aside, as a job's is, and listed in `moved_aside`).
+  // *deleted_seq: the highest submit_seq of a deleted sweep (0: none).
   virtual Status PutSweep(const v1::Sweep& sweep, bool sync) = 0;
-  virtual Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside) = 0;
+  virtual Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* moved_aside,
+                            uint64_t* deleted_seq) = 0;
+  // Removes the sweep's record and raises meta/deleted_sweep_seq to its submit_seq, in one write.
+  virtual Status DeleteSweep(const v1::Sweep& sweep, bool sync) = 0;
 };
 
 }  // namespace nightshift

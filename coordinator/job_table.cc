@@ -29,8 +29,8 @@ StatusOr<v1::Job> SameSubmission(const v1::Job& job, const v1::JobSpec& spec) {
 }
 
 // The number in an id the table made ("j-000042" -> 42); 0 for any other id.
-uint64_t SeqOfId(const std::string& id) {
-  if (id.rfind("j-", 0) != 0 || id.size() == 2) return 0;
+uint64_t SeqOfId(const std::string& id, const char* prefix = "j-") {
+  if (id.rfind(prefix, 0) != 0 || id.size() == 2) return 0;
   uint64_t seq = 0;
   for (size_t i = 2; i < id.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(id[i])) || seq > (UINT64_MAX - 9) / 10) return 0;
@@ -77,8 +77,12 @@ StatusOr<size_t> JobTable::Load() {
   }
   std::vector<v1::Sweep> sweeps;
   std::vector<std::string> sweeps_aside;
-  NS_RETURN_IF_ERROR(store_->LoadSweeps(&sweeps, &sweeps_aside));
+  uint64_t deleted_sweep_seq = 0;
+  NS_RETURN_IF_ERROR(store_->LoadSweeps(&sweeps, &sweeps_aside, &deleted_sweep_seq));
+  next_sweep_seq_ = std::max(next_sweep_seq_, deleted_sweep_seq + 1);
   moved_aside_.insert(moved_aside_.end(), sweeps_aside.begin(), sweeps_aside.end());
+  for (const std::string& key : sweeps_aside)  // "sweep/s-000003": its id is not handed out again
+    next_sweep_seq_ = std::max(next_sweep_seq_, SeqOfId(key.substr(key.find('/') + 1), "s-") + 1);
   for (auto& sweep : sweeps) {
     next_sweep_seq_ = std::max(next_sweep_seq_, sweep.submit_seq() + 1);
     sweeps_[sweep.id()] = std::move(sweep);
@@ -294,7 +298,21 @@ int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff)
       expired.push_back(&entry);
   }
   for (JobEntry* entry : expired) Remove(entry);
-  return store_error_.ok() ? static_cast<int>(expired.size()) : 0;
+  if (!store_error_.ok()) return 0;
+  // Sweeps likewise, from their last event (their trials ended before it).
+  std::vector<std::string> ended;
+  for (const auto& [id, sweep] : sweeps_) {
+    const google::protobuf::Timestamp& last = sweep.events_size() > 0 ? sweep.events(sweep.events_size() - 1).time()
+                                                                      : sweep.updated();
+    if (IsTerminal(sweep.state()) && SecondsSince(last, cutoff) > 0) ended.push_back(id);
+  }
+  for (const std::string& id : ended) {
+    CheckWrite(store_->DeleteSweep(sweeps_.at(id), /*sync=*/true));
+    if (!store_error_.ok()) return 0;
+    NS_INFO("sweep " << id << " (" << v1::JobState_Name(sweeps_.at(id).state()) << ") removed");
+    sweeps_.erase(id);
+  }
+  return static_cast<int>(expired.size() + ended.size());
 }
 
 int JobTable::UsedSlots(const std::string& worker) const {

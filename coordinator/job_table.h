@@ -8,7 +8,7 @@
 // only while it waits. The returned JobEntry pointers stay valid while the lock is held
 // and until Remove or RemoveFinishedBefore (finished jobs only) is called.
 //
-// Bounded: finished jobs are removed (Remove: `job delete`; RemoveFinishedBefore: the
+// Bounded: finished jobs (and ended sweeps) are removed (Remove: `job delete`; RemoveFinishedBefore: the
 // retention period), with their history and request id, from memory and the store; job
 // ids are never handed out again (JobStore::Delete keeps the highest number).
 //
@@ -129,7 +129,8 @@ class JobTable {
   // keeps the job.
   void Remove(JobEntry* entry);
   // Removes every finished job that finished (its last event) before `cutoff`, a time of
-  // day: the retention period. How many.
+  // day: the retention period; then every ended sweep whose last event is before it. How
+  // many of both.
   int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff);
 
   // Slots on `worker` held by jobs (active or stopping).

@@ -21,7 +21,7 @@ const std::vector<SpecField>& SpecFields() {
       L::kMaxTokens, L::kPrefetch, L::kRows, L::kPrecision, L::kGradClip, L::kActivationCheckpointing, L::kMaxSteps,
       L::kThreads, L::kAccumulateSteps, L::kSchedule, L::kEarlyStoppingMetric, L::kEarlyStoppingPatience,
       L::kEarlyStoppingMinDelta,
-      L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb, L::kSharding,
+      L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb, L::kSharding, L::kReducePrecision,
       L::kEverySteps, L::kEverySeconds, L::kKeepLast,
       L::kMaxRestarts, L::kHangSeconds, L::kPriority,
       L::kEvalEverySteps, L::kExportBest, L::kExportMerge};
@@ -302,7 +302,9 @@ std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = Model(v)) return e;
   if (Error e = Data(v)) return e;
   if (Error e = Train(v)) return e;
-  if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb, L::kSharding}, v))
+  if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb, L::kSharding,
+                         L::kReducePrecision},
+                        v))
     return e;
   if (v->Text(L::kSharding) == "full") {  // parallel/fully_sharded.h
     if (ParseMaxTokens(v->Text(L::kMaxTokens)) == -1)

@@ -132,6 +132,7 @@ inline constexpr SpecField kTimeoutSeconds = Int("resources.timeout_seconds", Ab
 inline constexpr SpecField kBucketMb = Int("resources.bucket_mb", Absent::kFallback, 25, 1, 1024);
 inline constexpr SpecField kDevice = Text("resources.device", "auto", "auto|cpu|cuda", "device");
 inline constexpr SpecField kSharding = Text("resources.sharding", "none", "none|optimizer|full", "sharding");
+inline constexpr SpecField kReducePrecision = Text("resources.reduce_precision", "fp32", "fp32|bf16", "precision");
 inline constexpr SpecField kMemoryGb = Real("resources.memory_gb", Absent::kZero, 0, 0, 65536, false, " (0: no limit)");
 // checkpoint
 inline constexpr SpecField kEverySteps = Int("checkpoint.every_steps", Absent::kDefault, 200, 0, 1e9, " (0 disables)");

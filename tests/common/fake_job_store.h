@@ -23,6 +23,7 @@ class FakeJobStore : public JobStore {
     std::map<std::string, v1::JobMetrics> metrics;  // GUARDED_BY(mu), by job id
     std::map<std::string, v1::Sweep> sweeps;        // GUARDED_BY(mu), by id
     uint64_t deleted_seq = 0;             // GUARDED_BY(mu), as meta/deleted_seq
+    uint64_t deleted_sweep_seq = 0;       // GUARDED_BY(mu), as meta/deleted_sweep_seq
     bool fail_writes = false;             // GUARDED_BY(mu)
     int failed_writes = 0;                // GUARDED_BY(mu)
   };
@@ -65,9 +66,21 @@ class FakeJobStore : public JobStore {
     disk_->sweeps[sweep.id()] = sweep;
     return Status::OK();
   }
-  Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* /*moved_aside*/) override {
+  Status LoadSweeps(std::vector<v1::Sweep>* sweeps, std::vector<std::string>* /*moved_aside*/,
+                    uint64_t* deleted_seq) override {
     std::lock_guard<std::mutex> lock(disk_->mu);
     for (const auto& [id, sweep] : disk_->sweeps) sweeps->push_back(sweep);
+    *deleted_seq = disk_->deleted_sweep_seq;
+    return Status::OK();
+  }
+  Status DeleteSweep(const v1::Sweep& sweep, bool /*sync*/) override {
+    std::lock_guard<std::mutex> lock(disk_->mu);
+    if (disk_->fail_writes) {
+      ++disk_->failed_writes;
+      return Status::IOError("cannot delete sweep " + sweep.id() + ": No space left on device");
+    }
+    disk_->sweeps.erase(sweep.id());
+    disk_->deleted_sweep_seq = std::max(disk_->deleted_sweep_seq, sweep.submit_seq());
     return Status::OK();
   }
 

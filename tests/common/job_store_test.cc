@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 namespace nightshift {
 namespace {
@@ -171,6 +173,36 @@ TEST(JobStoreTest, DeleteRemovesTheRecordAndHistoryAndKeepsTheHighestNumber) {
   v1::JobMetrics m;
   EXPECT_EQ((*store)->GetMetrics("j-000002", &m).code(), Status::kNotFound);
   EXPECT_TRUE((*store)->GetMetrics("j-000001", &m).ok());
+  std::filesystem::remove_all(dir);
+}
+
+// A sweep's deletion keeps its number apart from the jobs': the job's deleted_seq stays.
+TEST(JobStoreTest, DeleteSweepRemovesItsRecordAndKeepsTheHighestSweepNumber) {
+  const std::string dir = testing::TempDir() + "/jobstore-delete-sweep." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  {
+    auto store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok());
+    for (int seq : {1, 2}) {
+      v1::Sweep sweep;
+      sweep.set_id("s-00000" + std::to_string(seq));
+      sweep.set_submit_seq(seq);
+      ASSERT_TRUE((*store)->PutSweep(sweep, true).ok());
+      if (seq == 2) ASSERT_TRUE((*store)->DeleteSweep(sweep, true).ok());
+    }
+  }
+  auto store = JobStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  std::vector<v1::Sweep> sweeps;
+  std::vector<std::string> aside;
+  uint64_t deleted = 0;
+  ASSERT_TRUE((*store)->LoadSweeps(&sweeps, &aside, &deleted).ok());
+  ASSERT_EQ(sweeps.size(), 1u);
+  EXPECT_EQ(sweeps[0].id(), "s-000001");
+  EXPECT_EQ(deleted, 2u);
+  StoredJobs stored;
+  ASSERT_TRUE((*store)->LoadAll(&stored).ok());
+  EXPECT_EQ(stored.deleted_seq, 0u);
   std::filesystem::remove_all(dir);
 }
 

@@ -254,6 +254,29 @@ TEST_F(JobTableTest, FinishedJobsBeforeTheCutoffAreRemovedWithTheirHistoryAndReq
   EXPECT_EQ(jobs_->Submit(Spec(), "alice", "", 1000)->id(), "j-000004");
 }
 
+// Retention, for sweeps: an ended sweep goes once its last event is before the cutoff; a
+// running one stays however old it is. The newest sweep's number is not handed out again
+// after a restart, nor a number whose record was moved aside.
+TEST_F(JobTableTest, EndedSweepsBeforeTheCutoffAreRemovedAndTheirNumbersNotReused) {
+  v1::Sweep* running = jobs_->AddSweep(v1::SweepSpec(), "alice");
+  jobs_->PersistSweep(running);
+  v1::Sweep* ended = jobs_->AddSweep(v1::SweepSpec(), "alice");
+  ended->set_state(v1::SUCCEEDED);
+  jobs_->AddSweepEvent(ended, "finished: best trial j-000007");
+  jobs_->PersistSweep(ended);
+  ASSERT_EQ(ended->id(), "s-000002");
+  clock_.Advance(std::chrono::hours(24));
+  EXPECT_EQ(jobs_->RemoveFinishedBefore(clock_.WallNow() - std::chrono::hours(25)), 0);
+  EXPECT_EQ(jobs_->RemoveFinishedBefore(clock_.WallNow()), 1);
+  EXPECT_EQ(jobs_->sweeps().count("s-000002"), 0u);
+  EXPECT_EQ(disk_->sweeps.count("s-000002"), 0u);
+  EXPECT_EQ(jobs_->sweeps().count("s-000001"), 1u);
+  EXPECT_EQ(disk_->sweeps.count("s-000001"), 1u);
+  Reopen();
+  EXPECT_EQ(jobs_->sweeps().size(), 1u);
+  EXPECT_EQ(jobs_->AddSweep(v1::SweepSpec(), "bob")->id(), "s-000003");
+}
+
 TEST_F(JobTableTest, UsedSlotsCountUnfinishedPartsOfJobsThatHoldSlots) {
   Register("w1", 4);
   JobEntry* running = Submit(Spec(2));

@@ -173,35 +173,36 @@ void ReadSpec(const json& obj, const std::string& path, spec_rules::SpecValues* 
   }
 }
 
-// The resolved spec into the trainer's structs.
-void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
-  ModelConfig& m = c->model;
+// "a, b,c" -> {"a", "b", "c"}: a list field's items, trimmed, empty ones dropped.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == ',') {
+      const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+      if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+      item.clear();
+    } else {
+      item += text[i];
+    }
+  }
+  return out;
+}
+
+void TakeModel(const spec_rules::SpecValues& v, ModelConfig* out) {
+  ModelConfig& m = *out;
   m.arch = v.Text(L::kArch);
   m.path = v.Text(L::kPath);
   m.init_from = v.Text(L::kInitFrom);
   m.pretrained = v.Text(L::kPretrained);
   m.task = v.Text(L::kTask);
   m.pooling = v.Text(L::kPooling);
-  auto split = [](const std::string& text) {
-    std::vector<std::string> out;
-    std::string item;
-    for (size_t i = 0; i <= text.size(); ++i) {
-      if (i == text.size() || text[i] == ',') {
-        const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
-        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-        item.clear();
-      } else {
-        item += text[i];
-      }
-    }
-    return out;
-  };
   m.adapter.type = v.Text(L::kAdapterType);
   m.adapter.r = static_cast<int>(v.Int(L::kAdapterR));
   m.adapter.alpha = v.Real(L::kAdapterAlpha);
   m.adapter.dropout = v.Real(L::kAdapterDropout);
-  m.adapter.target_modules = split(v.Text(L::kAdapterTargets));
-  m.adapter.modules_to_save = split(v.Text(L::kAdapterModulesToSave));
+  m.adapter.target_modules = SplitList(v.Text(L::kAdapterTargets));
+  m.adapter.modules_to_save = SplitList(v.Text(L::kAdapterModulesToSave));
   m.adapter.init_from = v.Text(L::kAdapterInitFrom);
   m.adapter.rslora = v.Int(L::kAdapterRslora) != 0;
   m.base_precision = v.Text(L::kBasePrecision);
@@ -212,7 +213,10 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   m.dropout = v.Has(L::kDropout) ? v.Real(L::kDropout) : -1;  // absent only with model.pretrained
   m.attention_dropout = v.Real(L::kAttentionDropout);
   m.max_len = static_cast<int>(v.Int(L::kMaxLen));
-  TrainSection& t = c->train;
+}
+
+void TakeTrain(const spec_rules::SpecValues& v, TrainSection* out) {
+  TrainSection& t = *out;
   t.epochs = static_cast<int>(v.Int(L::kEpochs));
   t.optimizer = v.Text(L::kOptimizer);
   t.lr = v.Real(L::kLr);
@@ -236,6 +240,12 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   t.early_stopping.metric = v.Text(L::kEarlyStoppingMetric);
   t.early_stopping.patience = static_cast<int>(v.Int(L::kEarlyStoppingPatience));
   t.early_stopping.min_delta = v.Real(L::kEarlyStoppingMinDelta);
+}
+
+// The resolved spec into the trainer's structs.
+void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
+  TakeModel(v, &c->model);
+  TakeTrain(v, &c->train);
   c->eval_every_steps = v.Int(L::kEvalEverySteps);
   c->export_best = v.Text(L::kExportBest);
   c->export_merge = v.Int(L::kExportMerge) != 0;
@@ -243,6 +253,7 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   c->data_parallel.timeout_seconds = static_cast<int>(v.Int(L::kTimeoutSeconds));
   c->data_parallel.bucket_mb = static_cast<int>(v.Int(L::kBucketMb));
   c->data_parallel.sharding = v.Text(L::kSharding);
+  c->data_parallel.reduce_bf16 = v.Text(L::kReducePrecision) == "bf16";
   c->device = v.Text(L::kDevice);
   c->checkpoint.every_steps = static_cast<int>(v.Int(L::kEverySteps));
   c->checkpoint.every_seconds = static_cast<int>(v.Int(L::kEverySeconds));

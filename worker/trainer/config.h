@@ -109,7 +109,8 @@ struct DataParallelConfig {
   int world_size = 1;                                 // must match WORLD_SIZE when above 1
   int timeout_seconds = Default(L::kTimeoutSeconds);  // rendezvous and every collective
   int bucket_mb = Default(L::kBucketMb);              // gradient all-reduce bucket, MiB
-  std::string sharding = L::kSharding.text_default;   // none | optimizer (sharded_adamw.h)
+  std::string sharding = L::kSharding.text_default;   // none | optimizer (sharded_adamw.h) | full
+  bool reduce_bf16 = false;                           // resources.reduce_precision bf16
 };
 
 struct TrainConfig {

@@ -54,7 +54,6 @@ int Export(const std::string& config_path, int64_t step, const std::string& dir)
 }  // namespace
 
 int main(int argc, char** argv) {
-  nightshift::trainer::KeepFreedHostMemory();
   std::string config_path, export_dir;
   long long memory_limit = 0;  // bytes; 0: NIGHTSHIFT_MEMORY_LIMIT_BYTES or MemAvailable
   long long export_step = -1;
@@ -83,7 +82,10 @@ int main(int argc, char** argv) {
                  "       nightshift-trainer --config FILE.json --export-step N --export-dir DIR\n");
     return 2;
   }
-  if (export_step >= 0) return Export(config_path, export_step, export_dir);
+  if (export_step >= 0) {
+    nt::KeepFreedHostMemory();
+    return Export(config_path, export_step, export_dir);
+  }
 
   int fd = 1;
   std::string fd_error = nt::ProgressFdFromEnv(&fd);
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
     nt::TrainConfig config;
     if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty())
       return Fail(progress, err, /*permanent=*/true);
+    if (config.data_parallel.sharding != "full") nt::KeepFreedHostMemory();
     if (std::string err = nt::hf::ResolvePretrained(&config); !err.empty())
       return Fail(progress, err, /*permanent=*/true);
     nt::RankInfo rank;

@@ -167,6 +167,7 @@ void BuildOptimizer(Run& run) {
   if (cfg.data_parallel.sharding == "optimizer" && run.rank.world_size > 1) {
     auto sharded = ShardedAdamW::Create(trainable, adamw, run.rank.rank, run.rank.world_size,
                                         int64_t{cfg.data_parallel.bucket_mb} << 20);
+    sharded->set_reduce_bf16(cfg.data_parallel.reduce_bf16);
     run.sharded = sharded.get();
     run.optimizer = std::move(sharded);
   } else if (cfg.data_parallel.sharding == "full" && run.rank.world_size > 1) {
@@ -180,6 +181,7 @@ void BuildOptimizer(Run& run) {
     auto full = FullyShardedAdamW::Create(trainable, BlockOf(*run.model, trainable), adamw, run.rank.rank,
                                           run.rank.world_size);
     plan->sharded = full->block_params(static_cast<int64_t>(run.model->blocks().size()));
+    full->set_reduce_bf16(cfg.data_parallel.reduce_bf16);
     run.full = full.get();
     run.optimizer = std::move(full);
   } else {
@@ -443,6 +445,9 @@ ModelStateBytes StateBytes(const Run& run) {
     if (p.requires_grad()) b.gradients += 4.0 * double(p.numel());
   }
   b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : 2 * b.gradients;
+  // Unsharded data parallelism also holds a flat copy of every gradient, all-reduced in
+  // place (GradientSync's buckets, allocated at the first backward).
+  if (run.ddp && run.ddp->num_buckets() > 0) b.gradients *= 2;
   if (run.full) {  // the trainable tensors: shards, resident units whole, and two blocks at a time
     // (parameters: one computing, the next being gathered; gradients: one accumulating,
     // the one before being reduce-scattered)
@@ -539,7 +544,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
 Run::Run(const TrainConfig& c, const RankInfo& r, ProgressSink& p)
     : cfg(c), rank(r), progress(p), faults(r.faults) {}
 
-void Run::Export() {
+void Run::Export(const std::function<void(const torch::Tensor&)>& before) {
   const auto t0 = Clock::now();
   ExportInfo info;
   info.job_id = cfg.job_id;
@@ -554,7 +559,7 @@ void Run::Export() {
   const std::string dir = cfg.checkpoint_dir + "/model";
   checkpoints->CheckFence();  // a superseded attempt does not replace the model either
   if (cfg.model.adapter.type.empty()) {
-    ExportModel(dir, cfg, *model, info);
+    ExportModel(dir, cfg, *model, info, before);
   } else {  // the adapter alone, as PEFT saves one, for PeftModel.from_pretrained(base, dir)
     ExportJobAdapter(dir, cfg, *model, adapter);
     if (cfg.export_merge) {  // the run is over: the adapter can go into the weights in place
@@ -761,17 +766,27 @@ void Run::TrackEarlyStopping() {
 void Run::Finish() {
   if (last_eval_step_ != position.step) Evaluate();
   if (last_saved_step_ != position.step) SaveCheckpoint();
-  if (full) full->Unshard(/*only_rank=*/0);  // rank 0 exports whole tensors; the others hold a block at a time
+  const bool best_elsewhere = position.best_step >= 0 && position.best_step != position.step;
+  // Sharding full: the model is exported a block at a time, rank 0 writing each block the
+  // walk gathers, the others taking part in the same gathers. Another step's model
+  // (export.best) and an adapter's export are read whole: gathered on rank 0.
+  const bool walk = full && !best_elsewhere && cfg.model.adapter.type.empty();
+  if (full && !walk) full->Unshard(/*only_rank=*/0);
   if (!stop_early.empty()) Warn(progress, stop_early);
   if (rank.rank == 0) {
-    if (position.best_step >= 0 && position.best_step != position.step) {
+    if (best_elsewhere) {
       // export.best: the best evaluated step's model (its checkpoint was kept for this).
       checkpoints->LoadModelAt(position.best_step, *model);
       Log("export.best: exporting step %lld (%s %.6g)", static_cast<long long>(position.best_step),
           cfg.export_best.c_str(), position.best_metric);
     }
-    Export();
+    if (walk) {
+      Export([this](const torch::Tensor& p) { full->GatherFor(p); });
+    } else {
+      Export();
+    }
   }
+  if (walk) full->EndWalk();
   progress.Emit(ProgressRecord{"done",
                                {{"step", double(position.step)}, {"val_loss", last_eval.loss},
                                 {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},

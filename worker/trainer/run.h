@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,7 +94,7 @@ class Run {
   // (rank 0: checkpoint_dir/model, export.h, that of the best step with export.best; an
   // `export` event); the `done` event (with the early stop's reason).
   void Finish();
-  void Export();
+  void Export(const std::function<void(const torch::Tensor&)>& before = {});  // before: ExportModel's
   double TrainSeconds() const;
   // The loss of a batch, summed over its samples or predicted tokens (the mean is sum /
   // LossCount), its forward in the run's precision.

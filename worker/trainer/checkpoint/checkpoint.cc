@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -392,6 +393,14 @@ RunPosition ReadCheckpoint(const fs::path& dir) {
   return p;
 }
 
+// An allocation that failed: std::bad_alloc, or LibTorch's CPU or CUDA allocator.
+bool OutOfMemory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  const std::string what = e.what();
+  return what.find("can't allocate memory") != std::string::npos ||
+         what.find("CUDA out of memory") != std::string::npos;
+}
+
 }  // namespace
 
 bool CheckpointManager::PeekLatest(RunPosition* position, std::string* path) const {
@@ -543,6 +552,9 @@ bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optim
     } catch (const CheckpointVersionError&) {
       throw;
     } catch (const std::exception& e) {
+      // Out of memory says nothing about the checkpoint: an older one would lose the steps
+      // since, and the advice below to delete them would lose them all.
+      if (OutOfMemory(e)) throw;
       // An older checkpoint overwrites every parameter and optimizer state it loads.
       std::string what = e.what();
       what = what.substr(0, what.find('\n'));

@@ -3,9 +3,11 @@
 #include <c10/util/hash.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -194,17 +196,23 @@ void CopyTensor(const std::map<std::string, torch::Tensor>& tensors, const std::
 
 }  // namespace
 
+std::vector<ExportEntry> ExportEntries(const std::string& arch, SequenceModel& model) {
+  std::vector<ExportEntry> out;
+  for (const auto& p : model.named_parameters()) {
+    const Gpt2Name g = arch == "gpt_lm" ? ToGpt2(p.key()) : Gpt2Name{p.key()};
+    if (!g.name.empty()) out.push_back({g.name, p.value(), g.transposed});  // empty: tied
+  }
+  return out;
+}
+
+torch::Tensor ExportEntry::Values() const {
+  torch::Tensor t = param.detach().to(torch::kCPU, torch::kFloat32);
+  return (transposed ? t.t() : t).contiguous();
+}
+
 std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, SequenceModel& model) {
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model.named_parameters()) {
-    torch::Tensor t = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    if (arch != "gpt_lm") {
-      out[p.key()] = t;
-      continue;
-    }
-    const Gpt2Name g = ToGpt2(p.key());
-    if (!g.name.empty()) out[g.name] = g.transposed ? t.t().contiguous() : t;
-  }
+  for (const ExportEntry& e : ExportEntries(arch, model)) out[e.name] = e.Values();
   return out;
 }
 
@@ -228,15 +236,13 @@ void LoadExportTensors(const std::string& arch, const std::map<std::string, torc
   }
 }
 
-std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
-  std::vector<format::SafetensorsTensor> entries;
-  for (const auto& [name, t] : tensors) {
-    const torch::ScalarType type = t.scalar_type();
-    if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kFloat16)
-      throw std::runtime_error("safetensors: " + name + " is not float32, bfloat16 or float16");
-    entries.push_back({name, type == torch::kFloat32 ? format::DType::kF32 : type == torch::kBFloat16 ? format::DType::kBF16 : format::DType::kF16,
-                       t.sizes().vec()});
-  }
+namespace {
+
+// The file `path` of `entries` in their order, entry i's data from tensor(i) (CPU,
+// contiguous, of the entry's dtype and shape), read one at a time: never the whole
+// model in memory. Returns the file's SHA-256.
+std::string WriteSafetensorsEntries(const std::string& path, std::vector<format::SafetensorsTensor> entries,
+                                    const std::function<torch::Tensor(size_t)>& tensor) {
   io::AtomicFileWriter out(path);
   crypto::Sha256 sha;
   auto append = [&](const char* data, size_t n) {
@@ -245,12 +251,44 @@ std::string WriteSafetensors(const std::string& path, const std::map<std::string
   };
   const std::string header = format::SafetensorsHeaderBytes(&entries, {{"format", "pt"}});
   append(header.data(), header.size());
-  for (const auto& [name, t] : tensors) {  // one tensor at a time: no copy of the model in memory
-    const torch::Tensor c = t.cpu().contiguous();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const torch::Tensor c = tensor(i);
+    if (static_cast<uint64_t>(c.nbytes()) != entries[i].end - entries[i].begin)
+      throw std::logic_error("export: " + entries[i].name + " has " + std::to_string(c.nbytes()) + " bytes, not its header's");
     append(static_cast<const char*>(c.data_ptr()), c.nbytes());
   }
   if (std::string err = out.Commit(); !err.empty()) throw std::runtime_error("export: " + err);
   return sha.HexDigest();
+}
+
+}  // namespace
+
+std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
+  std::vector<format::SafetensorsTensor> entries;
+  std::vector<const torch::Tensor*> values;
+  for (const auto& [name, t] : tensors) {
+    const torch::ScalarType type = t.scalar_type();
+    if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kFloat16)
+      throw std::runtime_error("safetensors: " + name + " is not float32, bfloat16 or float16");
+    entries.push_back({name, type == torch::kFloat32 ? format::DType::kF32 : type == torch::kBFloat16 ? format::DType::kBF16 : format::DType::kF16,
+                       t.sizes().vec()});
+    values.push_back(&t);
+  }
+  return WriteSafetensorsEntries(path, std::move(entries), [&](size_t i) { return values[i]->cpu().contiguous(); });
+}
+
+std::string WriteExportSafetensors(const std::string& path, const std::vector<ExportEntry>& entries,
+                                   const std::function<void(const torch::Tensor&)>& before) {
+  std::vector<format::SafetensorsTensor> header;
+  for (const ExportEntry& e : entries) {
+    std::vector<int64_t> shape = e.param.sizes().vec();
+    if (e.transposed) std::reverse(shape.begin(), shape.end());
+    header.push_back({e.name, format::DType::kF32, shape});
+  }
+  return WriteSafetensorsEntries(path, std::move(header), [&](size_t i) {
+    if (before) before(entries[i].param);
+    return entries[i].Values();
+  });
 }
 
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path, const std::vector<std::string>& roots) {
@@ -350,12 +388,14 @@ void CommitExportFolder(const fs::path& tmp, const std::string& dir, const json&
     throw std::runtime_error("export: " + err);
 }
 
-void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model, const ExportInfo& info) {
+void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model, const ExportInfo& info,
+                 const std::function<void(const torch::Tensor&)>& before) {
   const fs::path tmp = NewExportFolder(dir);
   json files = json::object();
   const bool pretrained = config.model.arch == "pretrained";
   const fs::path weights = tmp / "model.safetensors";
-  const std::string digest = WriteSafetensors(weights.string(), ExportTensors(config.model.arch, model));
+  const std::string digest =
+      WriteExportSafetensors(weights.string(), ExportEntries(config.model.arch, model), before);
   files["model.safetensors"] = {{"bytes", fs::file_size(weights)}, {crypto::kChecksumAlgorithm, digest}};
   const json config_json = pretrained ? PretrainedConfigJson(config, info) : ConfigJson(config, info);
   WriteChecked(tmp / "config.json", config_json.dump(2) + "\n", &files);

@@ -5,7 +5,8 @@
 //   model.safetensors  the weights: an 8-byte little-endian header length N, N bytes of
 //                      JSON {name: {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
 //                      "__metadata__": {"format": "pt"}}, then the raw little-endian data
-//                      (offsets relative to the end of the header, in name order, 8-aligned).
+//                      (offsets relative to the end of the header, in the model's
+//                      parameter order, 8-aligned).
 //   config.json        {"format": "nightshift-model", "version": 1, "arch", "layers",
 //                      "d_model", "heads", "ffn", "max_len", "dropout", "attention_dropout",
 //                      "vocab_size", "num_classes", "labels" (class names in index order),
@@ -45,8 +46,10 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "worker/trainer/config.h"
 #include "worker/trainer/models/lora.h"
@@ -72,11 +75,22 @@ struct ExportInfo {
 std::string TokenizerOf(const TrainConfig& config);
 
 // Writes the folder `dir` (replacing one that is there). Throws std::runtime_error naming
-// the file on failure.
+// the file on failure. The weights are read a tensor at a time, in the model's parameter
+// order, each after `before(parameter)` (resources.sharding full: there the block that
+// holds it is gathered, the one before freed).
 void ExportModel(const std::string& dir, const TrainConfig& config, SequenceModel& model,
-                 const ExportInfo& info);
+                 const ExportInfo& info, const std::function<void(const torch::Tensor&)>& before = {});
 
-// The tensors of `model` under their export names (see above), on the CPU, contiguous.
+// A tensor of the export: its name (see above) and the model's parameter it comes from
+// (GPT-2's Conv1D weights transposed; the tied head is not one).
+struct ExportEntry {
+  std::string name;
+  torch::Tensor param;
+  bool transposed = false;
+  torch::Tensor Values() const;  // on the CPU, float32, contiguous, transposed if it is
+};
+std::vector<ExportEntry> ExportEntries(const std::string& arch, SequenceModel& model);
+// The tensors of `model` under their export names, on the CPU, contiguous.
 std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, SequenceModel& model);
 // Copies export-named tensors into `model`'s parameters (the inverse of ExportTensors).
 // Throws naming the first missing, extra or mis-shaped tensor.
@@ -95,6 +109,9 @@ void ExportPeftAdapter(const std::string& dir, torch::nn::Module& model, const h
                        const std::string& task, const std::string& base_model);
 
 std::string WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
+// The export's float32 weights, `entries` in their order, each read after `before(param)`.
+std::string WriteExportSafetensors(const std::string& path, const std::vector<ExportEntry>& entries,
+                                   const std::function<void(const torch::Tensor&)>& before = {});
 std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path,
                                                      const std::vector<std::string>& roots = {});
 

@@ -239,7 +239,12 @@ bool ProcessGroup::AnyRank(bool local) { return AnyRank(std::vector<bool>{local}
 struct GradientSync::Bucket {
   std::vector<size_t> params;     // indices into params_
   std::vector<int64_t> offsets;   // element offset of each in `flat`
-  torch::Tensor flat;             // the flattened gradients, all-reduced in place
+  // The flattened gradients, all-reduced in place: allocated by the first Launch, so that
+  // the memory check before the first step (run.cc) runs before this copy of the
+  // gradients counts against a rank's RLIMIT_DATA.
+  torch::Tensor flat;
+  int64_t numel = 0;
+  torch::TensorOptions options;
   std::vector<bool> ready_mark;   // per entry of `params`: its gradient is ready
   size_t ready = 0;               // how many are
   bool launched = false;
@@ -276,10 +281,9 @@ GradientSync::GradientSync(std::shared_ptr<ProcessGroup> group, std::vector<torc
   auto close = [&] {
     if (!open) return;
     int64_t numel = open->offsets.empty() ? 0 : open->offsets.back() + params_[open->params.back()].numel();
-    const torch::Tensor& first = params_[open->params.front()];
-    // Unwritten until Launch writes every slice (a gradient or zeros) before reducing it:
-    // its pages are not resident before training starts.
-    open->flat = torch::empty({numel}, first.options().requires_grad(false));
+    open->numel = numel;
+    open->options = params_[open->params.front()].options().requires_grad(false);
+    if (options_.reduce_bf16 && open->options.dtype() == torch::kFloat32) open->options = open->options.dtype(torch::kBFloat16);
     open->ready_mark.assign(open->params.size(), false);
     buckets_.push_back(std::move(open));
     open_bytes = 0;
@@ -349,6 +353,7 @@ void GradientSync::LaunchReady() {
 
 void GradientSync::Launch(Bucket& b) {
   torch::NoGradGuard no_grad;
+  if (!b.flat.defined()) b.flat = torch::empty({b.numel}, b.options);  // every slice is written below
   for (size_t i = 0; i < b.params.size(); ++i) {
     const torch::Tensor& p = params_[b.params[i]];
     torch::Tensor slice = b.flat.narrow(0, b.offsets[i], p.numel());
@@ -418,7 +423,7 @@ SyncStats GradientSync::Run(bool apply) {
         if (p.grad().defined()) {
           p.mutable_grad().copy_(slice);
         } else {
-          p.mutable_grad() = slice.clone();
+          p.mutable_grad() = slice.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
         }
       }
     }
@@ -493,6 +498,7 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   if (options.cuda) options.cuda_device = parameters.front().device().index();
   GradientSyncOptions sync_options;
   sync_options.bucket_bytes = int64_t{config.data_parallel.bucket_mb} << 20;
+  sync_options.reduce_bf16 = config.data_parallel.reduce_bf16;
   // Sharded (sharded_adamw.h): the optimizer reduce-scatters the gradients at the step;
   // the GradientSync then holds no parameters (no hooks, no all-reduce) and is the group.
   const bool sharded = config.data_parallel.sharding == "optimizer" || config.data_parallel.sharding == "full";

@@ -108,6 +108,7 @@ class ProcessGroup {
 struct GradientSyncOptions {
   int64_t bucket_bytes = 25 << 20;  // gradient bytes per all-reduce bucket (>= 1)
   bool overlap = true;  // launch buckets from backward hooks; false: all at Finish()
+  bool reduce_bf16 = false;  // float32 gradients all-reduced as bf16 (resources.reduce_precision)
 };
 
 // What the last synchronised step's communication cost.

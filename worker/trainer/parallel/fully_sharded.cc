@@ -52,6 +52,10 @@ class FullyShardedAdamW::Unit : public BlockParams {
 
   bool block() const { return block_ >= 0; }
   int64_t block_index() const { return block_; }
+  bool Holds(const torch::Tensor& param) const {
+    return std::any_of(params_.begin(), params_.end(),
+                       [&](const torch::Tensor& p) { return p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl(); });
+  }
   int64_t shard_numel() const { return shard_numel_; }
   int64_t padded_numel() const { return shard_numel_ * world_size_; }
 
@@ -141,7 +145,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
   // at a time per unit.
   void StartReduce(ProcessGroup& group) {
     torch::NoGradGuard no_grad;
-    const auto options = shard_.options();
+    const auto options = owner_ != nullptr && owner_->reduce_bf16_ ? shard_.options().dtype(torch::kBFloat16) : shard_.options();
     reduce_from_ = torch::zeros({padded_numel()}, options);
     for (size_t i = 0; i < params_.size(); ++i)
       if (params_[i].grad().defined())
@@ -156,7 +160,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     reducing_.reset();
     group.Wait(pending);
     torch::NoGradGuard no_grad;
-    torch::Tensor mine = std::move(reduce_into_);
+    torch::Tensor mine = reduce_into_.to(torch::kFloat32);  // the same tensor when it is float32
     reduce_from_ = reduce_into_ = torch::Tensor();
     mine.div_(world_size_);
     if (shard_.grad().defined()) shard_.mutable_grad().add_(mine);
@@ -321,6 +325,30 @@ void FullyShardedAdamW::Unshard(int only_rank) {
     if (!keep) units_[u]->Free();  // gathered for only_rank: one block at a time here
   }
   sharded_ = !keep;
+}
+
+void FullyShardedAdamW::GatherFor(const torch::Tensor& param) {
+  for (size_t u = walk_; u < units_.size(); ++u)
+    if (units_[u]->block() && units_[u]->Holds(param)) return WalkTo(u + 1);
+}
+
+void FullyShardedAdamW::EndWalk() {
+  WalkTo(units_.size());
+  if (walked_ != nullptr) walked_->Free();
+  walked_ = nullptr;
+  walk_ = 0;
+}
+
+void FullyShardedAdamW::WalkTo(size_t end) {
+  if (!sharded_) throw std::logic_error("FullyShardedAdamW: the export's walk needs the blocks sharded");
+  if (walk_ == 0) Settle();  // a gather prefetched by the last evaluation, a reduction
+  for (; walk_ < end; ++walk_) {
+    Unit& unit = *units_[walk_];
+    if (!unit.block()) continue;
+    if (walked_ != nullptr) walked_->Free();
+    unit.Gather(*group_, shards_[walk_]);
+    walked_ = &unit;
+  }
 }
 
 void FullyShardedAdamW::ReduceGradients() {

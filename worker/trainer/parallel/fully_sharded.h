@@ -77,6 +77,8 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   ~FullyShardedAdamW() override;
   // Not owned; must outlive every collective below.
   void set_group(ProcessGroup* group) { group_ = group; }
+  // Gradients reduce-scattered as bf16 (resources.reduce_precision), the result float32.
+  void set_reduce_bf16(bool on) { reduce_bf16_ = on; }
   // One entry per block of the model's `num_blocks` (null for a block without trainable
   // parameters): BlockPlan::sharded.
   std::vector<BlockParams*> block_params(int64_t num_blocks) const;
@@ -89,6 +91,13 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // (the export's writer): the others free each block as soon as its gather ends and
   // stay sharded.
   void Unshard(int only_rank = -1);
+  // The export's walk, a block at a time (the blocks sharded): GatherFor(p) gathers, in
+  // order, each block not walked yet up to the one that holds p, freeing the one before
+  // (p outside the blocks: nothing); EndWalk() walks the rest the same way and frees the
+  // last. So the writer (rank 0, which calls GatherFor before reading each parameter) and
+  // the others (EndWalk alone) make the same gathers, and hold one block whole at a time.
+  void GatherFor(const torch::Tensor& param);
+  void EndWalk();
   void ReduceGradients();
   torch::Tensor step(LossClosure closure = nullptr) override;
   void ExchangeShards(ShardSink* sink) override;
@@ -127,6 +136,11 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   const int64_t total_;  // trainable values, unpadded
   ProcessGroup* group_ = nullptr;
   bool sharded_ = false;
+  bool reduce_bf16_ = false;
+  // The walk: gathers the blocks among units_[walk_, end), each freeing the one before.
+  void WalkTo(size_t end);
+  size_t walk_ = 0;          // the next unit the walk may gather
+  Unit* walked_ = nullptr;   // the block it gathered last, whole until the next
 };
 
 }  // namespace nightshift::trainer

@@ -103,7 +103,9 @@ void ShardedAdamW::ReduceGradients() {
   const auto options = params_.front().options().requires_grad(false);
   shard_grad_ = torch::empty({shard_numel_}, options);
   const int64_t chunk = ChunkNumel();
-  torch::Tensor input = torch::empty({chunk * world_size_}, options);
+  const auto wire = reduce_bf16_ ? options.dtype(torch::kBFloat16) : options;
+  torch::Tensor input = torch::empty({chunk * world_size_}, wire);
+  torch::Tensor reduced = reduce_bf16_ ? torch::empty({chunk}, wire) : torch::Tensor();
   // Chunk k of every rank's shard, rank after rank: reduce_scatter hands rank r the sum
   // of the r-th slices.
   for (int64_t at = 0; at < shard_numel_; at += chunk) {
@@ -112,7 +114,13 @@ void ShardedAdamW::ReduceGradients() {
     for (int r = 0; r < world_size_; ++r)
       Gather(r * shard_numel_ + at, r * shard_numel_ + at + n, /*grads=*/true, in.narrow(0, r * n, n));
     torch::Tensor out = shard_grad_.narrow(0, at, n);
-    group_->ReduceScatterSum(out, in);
+    if (reduce_bf16_) {
+      torch::Tensor low = reduced.narrow(0, 0, n);
+      group_->ReduceScatterSum(low, in);
+      out.copy_(low);
+    } else {
+      group_->ReduceScatterSum(out, in);
+    }
   }
   shard_grad_.div_(world_size_);
   for (const torch::Tensor& p : params_) const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the shard holds them now

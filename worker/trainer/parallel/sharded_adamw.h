@@ -54,6 +54,8 @@ class ShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
                                               int rank, int world_size, int64_t chunk_bytes, int64_t align = 64);
   // Not owned; must outlive every collective below.
   void set_group(ProcessGroup* group) { group_ = group; }
+  // Gradients reduce-scattered as bf16 (resources.reduce_precision), the result float32.
+  void set_reduce_bf16(bool on) { reduce_bf16_ = on; }
 
   // Collectives (every rank, same order; throw on a communication error).
   void ReduceGradients();
@@ -91,6 +93,7 @@ class ShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   const int rank_, world_size_;
   const int64_t total_, shard_numel_, begin_, end_, chunk_bytes_;  // begin_, end_, total_: unpadded
   ProcessGroup* group_ = nullptr;
+  bool reduce_bf16_ = false;
   torch::Tensor shard_grad_;  // [shard_numel]: the reduce-scatter's output, during ReduceGradients
 };
 

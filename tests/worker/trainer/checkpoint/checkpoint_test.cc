@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -287,6 +289,49 @@ TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("none of the 3 checkpoints"), std::string::npos) << e.what();
   }
+}
+
+// Running out of memory while loading the newest checkpoint says nothing about it: the
+// error is the allocation's, not "none is loadable (delete them)", and no older checkpoint
+// is loaded in its place (that would lose the steps since). In a child process whose
+// RLIMIT_DATA leaves 1 MiB above what it holds, for a 64 MiB weight.
+TEST(CheckpointManagerTest, OutOfMemoryWhileLoadingNeitherFallsBackNorBlamesTheCheckpoint) {
+  const std::string dir = FreshDir("load_oom");
+  torch::nn::Linear model(4096, 4096);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 5});
+  RunPosition pos;
+  pos.rng_cpu = GetCpuRngState();
+  for (pos.step = 1; pos.step <= 2; ++pos.step) manager.Save(pos, *model, optimizer);
+  const std::string message_file = dir + "/child-message";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::ifstream status("/proc/self/status");
+    long long data_kb = 0;
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmData:", 0) == 0) data_kb = std::atoll(line.c_str() + 7);
+    const rlimit limit{rlim_t(data_kb + 1024) * 1024, rlim_t(data_kb + 1024) * 1024};
+    ::setrlimit(RLIMIT_DATA, &limit);
+    int code = 3;
+    try {
+      RunPosition loaded;
+      code = manager.LoadLatest(*model, optimizer, &loaded) ? 1 : 2;
+    } catch (const std::exception& e) {
+      std::ofstream(message_file) << e.what();
+      code = 0;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  std::ifstream in(message_file);
+  const std::string message((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child loaded a checkpoint (1) or found none (2)";
+  // LibTorch's allocator's error, or std::bad_alloc where the C++ runtime failed first.
+  EXPECT_TRUE(message.find("can't allocate memory") != std::string::npos || message == "std::bad_alloc") << message;
+  EXPECT_EQ(message.find("delete them"), std::string::npos) << message;
 }
 
 // A checkpoint a trainer of manifest version 1 wrote: position at the top level, the rest
