@@ -8,7 +8,8 @@
 
 namespace nightshift::trainer {
 
-// Keeps freed memory in the heap; call first thing in main. LibTorch's CPU allocator
+// Keeps freed memory in the heap; call before training allocates (main.cc, once the
+// config is read). LibTorch's CPU allocator
 // mallocs and frees activations of 100+ MB every step (a [32, 4, 512, 512] attention
 // tensor is 128 MiB); glibc serves blocks that large with mmap and returns them with
 // munmap, so each training step or predict batch would fault them in and zero them again

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     nt::TrainConfig config;
     if (std::string err = nt::LoadTrainConfig(config_path, &config); !err.empty())
       return Fail(progress, err, /*permanent=*/true);
-    if (config.data_parallel.sharding != "full") nt::KeepFreedHostMemory();
+    // sharding full frees each block after use (host_memory.h); on one rank it is plain AdamW
+    if (config.data_parallel.sharding != "full" || config.data_parallel.world_size <= 1) nt::KeepFreedHostMemory();
     if (std::string err = nt::hf::ResolvePretrained(&config); !err.empty())
       return Fail(progress, err, /*permanent=*/true);
     nt::RankInfo rank;

@@ -447,7 +447,7 @@ ModelStateBytes StateBytes(const Run& run) {
   b.optimizer_state = run.sharded ? double(run.sharded->state_bytes()) : 2 * b.gradients;
   // Unsharded data parallelism also holds a flat copy of every gradient, all-reduced in
   // place (GradientSync's buckets, allocated at the first backward).
-  if (run.ddp && run.ddp->num_buckets() > 0) b.gradients *= 2;
+  if (run.ddp) b.gradients += double(run.ddp->bucket_bytes());
   if (run.full) {  // the trainable tensors: shards, resident units whole, and two blocks at a time
     // (parameters: one computing, the next being gathered; gradients: one accumulating,
     // the one before being reduce-scattered)
@@ -481,11 +481,12 @@ void CheckModelStateFits(Run& run) {
   if (fits)
     throw PermanentError("resources.memory_gb: another rank's parameters, gradients and AdamW state exceed its limit");
   const int world = run.rank.world_size;
+  // Sharded, the buckets go too (the gradients are reduce-scattered at the step).
+  const double sharded = b.total() - b.optimizer_state * (1.0 - 1.0 / world) - double(run.ddp ? run.ddp->bucket_bytes() : 0);
   std::string hint = world > 1 && !run.sharded && !run.full
                          ? "; with resources.sharding: optimizer each of the " + std::to_string(world) +
-                               " ranks would keep " + GiB(b.optimizer_state / world) +
-                               " of optimizer state instead, " + GiB(b.total() - b.optimizer_state * (1.0 - 1.0 / world)) +
-                               " in all"
+                               " ranks would keep " + GiB(b.optimizer_state / world) + " of optimizer state instead, " +
+                               GiB(sharded) + " in all"
                          : "";
   throw PermanentError("resources.memory_gb: rank " + std::to_string(run.rank.rank) + " needs " + GiB(b.total()) +
                        " for its parameters (" + GiB(b.parameters) + "), their gradients (" + GiB(b.gradients) +
@@ -781,12 +782,25 @@ void Run::Finish() {
           cfg.export_best.c_str(), position.best_metric);
     }
     if (walk) {
-      Export([this](const torch::Tensor& p) { full->GatherFor(p); });
+      try {
+        Export([this](const torch::Tensor& p) { full->GatherFor(p); });
+      } catch (...) {  // the other ranks are in the walk's gathers: end them, then fail
+        try {
+          full->EndWalk();
+        } catch (...) {
+        }
+        throw;
+      }
     } else {
       Export();
     }
   }
-  if (walk) full->EndWalk();
+  if (walk) {
+    full->EndWalk();
+    // NCCL's waits only order the stream: no rank leaves (and tears its communicator
+    // down) before rank 0 has taken its part of every gather.
+    ddp->group().Barrier();
+  }
   progress.Emit(ProgressRecord{"done",
                                {{"step", double(position.step)}, {"val_loss", last_eval.loss},
                                 {"val_accuracy", last_eval.accuracy}, {"val_f1", last_eval.f1},

@@ -328,6 +328,12 @@ GradientSync::~GradientSync() {
 
 void GradientSync::set_sync(bool sync) { sync_.store(sync); }
 
+int64_t GradientSync::bucket_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : buckets_) bytes += b->numel * static_cast<int64_t>(b->options.dtype().itemsize());
+  return bytes;
+}
+
 void GradientSync::OnGradReady(size_t param_index) {
   if (!sync_.load()) return;
   std::lock_guard<std::mutex> lock(mu_);

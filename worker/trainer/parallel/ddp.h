@@ -154,6 +154,7 @@ class GradientSync {
   bool AnyRank(bool local) { return group_->AnyRank(local); }
   ProcessGroup& group() { return *group_; }
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  int64_t bucket_bytes() const;  // the buckets' flat gradients (bf16 with reduce_bf16), allocated or not
 
  private:
   struct Bucket;
