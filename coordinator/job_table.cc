@@ -28,11 +28,12 @@ StatusOr<v1::Job> SameSubmission(const v1::Job& job, const v1::JobSpec& spec) {
   return job;
 }
 
-// The number in an id the table made ("j-000042" -> 42); 0 for any other id.
-uint64_t SeqOfId(const std::string& id, const char* prefix = "j-") {
-  if (id.rfind(prefix, 0) != 0 || id.size() == 2) return 0;
+// The number in an id the table made ("j-000042" -> 42, with prefix "s-" "s-000003" -> 3);
+// 0 for any other id.
+uint64_t SeqOfId(const std::string& id, const std::string& prefix = "j-") {
+  if (id.rfind(prefix, 0) != 0 || id.size() == prefix.size()) return 0;
   uint64_t seq = 0;
-  for (size_t i = 2; i < id.size(); ++i) {
+  for (size_t i = prefix.size(); i < id.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(id[i])) || seq > (UINT64_MAX - 9) / 10) return 0;
     seq = seq * 10 + static_cast<uint64_t>(id[i] - '0');
   }
