@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--r", type=int, default=16)
     ap.add_argument("--only", default="full,lora,lora-bf16,peft,peft-bf16")
     ap.add_argument("--ac", action="store_true", help="activation checkpointing in every run")
+    ap.add_argument("--precision", default="fp32", help="our runs' train.precision (fp32 or bf16: autocast)")
     a = ap.parse_args()
     build, folder, d, val, meta = llama210m(a.work, a.bin)
     params = None
@@ -87,7 +88,8 @@ def main():
                 model["base_precision"] = base
             r = run_trainer(build, d, dict(meta, num_classes=0), tmp, name, max_len=db.MAX_LEN, model=model, lr=5e-5,
                             warmup=10, trainer=wrapper, rows="packed", max_steps=a.steps + 2, skip_steps=2,
-                            val_dir=val, max_tokens=str(a.budget), ac="full" if a.ac else "none")
+                            val_dir=val, max_tokens=str(a.budget), ac="full" if a.ac else "none",
+                            precision=a.precision)
             rss = int(open(os.path.join(tmp, "rss")).read().split("MAXRSS ")[-1].split()[0]) * 1024
             r.update(step_memory_peak_bytes=r["peak_rss_bytes"], peak_rss_bytes=rss,
                      setting=("lora r %d all-linear" % a.r + (", base " + base if base else "")) if adapter

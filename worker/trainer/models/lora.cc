@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "common/io/atomic_file.h"
@@ -111,9 +112,23 @@ void MergeLora(torch::nn::Module& model) {
   }
 }
 
+namespace {
+
+// Whether a projection's output stays in its weight's dtype: x has that dtype, or autocast
+// to it is on for x's device (whose next op would cast an output converted back to x's
+// dtype down again).
+bool ComputesAsIs(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (weight.scalar_type() == x.scalar_type()) return true;
+  const auto device = x.device().type();
+  return at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) == weight.scalar_type();
+}
+
+}  // namespace
+
+// A base kept in half precision (CastFrozenBase) computes in it; its output is cast back
+// to x's dtype unless ComputesAsIs.
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  // A base kept in half precision (CastFrozenBase) computes in it.
-  torch::Tensor y = weight.scalar_type() == x.scalar_type()
+  torch::Tensor y = ComputesAsIs(x, weight)
                         ? torch::nn::LinearImpl::forward(x)
                         : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
@@ -129,8 +144,8 @@ Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
   bias = register_parameter("bias", torch::zeros({out}));
 }
 
-torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = weight.scalar_type() == x.scalar_type()
+torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {  // as ProjectionImpl::forward
+  torch::Tensor y = ComputesAsIs(x, weight)
                         ? torch::matmul(x, weight) + bias
                         : (torch::matmul(x.to(weight.scalar_type()), weight) + bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;

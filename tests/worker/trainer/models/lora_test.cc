@@ -18,6 +18,7 @@
 #include "worker/trainer/errors.h"
 #include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/pretrained.h"
+#include "worker/trainer/optim/amp.h"
 
 namespace nightshift::trainer::hf {
 namespace {
@@ -238,6 +239,54 @@ TEST_F(LoraTest, AHalfPrecisionBaseKeepsItsProjectionsAndEmbeddingsInBf16WithinI
     ASSERT_EQ(half_grads.size(), full_grads.size());
     for (size_t i = 0; i < half_grads.size(); ++i) EXPECT_LT(MaxRelative(half_grads[i], full_grads[i]), 1e-1) << name << " " << i;
   }
+}
+
+// train.precision bf16 (autocast) over a bf16 base: a frozen projection's output stays
+// bf16 (the next op would cast it down again), with the very values the bf16 base gives
+// outside autocast and casts back to float32; its update computes under autocast as
+// autocast computes any Linear.
+TEST_F(LoraTest, AHalfPrecisionBaseUnderAutocastKeepsItsOutputInBf16) {
+  torch::manual_seed(7);
+  Projection projection(torch::nn::LinearOptions(48, 24).bias(true));
+  Conv1D conv(48, 24);
+  LoraOptions lora;
+  lora.r = 4;
+  lora.alpha = 8;
+  projection->AttachLora(lora);
+  conv->AttachLora(lora);
+  for (torch::Tensor* t : {&projection->weight, &projection->bias, &conv->weight, &conv->bias}) t->requires_grad_(false);
+  torch::nn::Module host;  // CastFrozenBase walks a model's submodules
+  host.register_module("projection", projection);
+  host.register_module("conv", conv);
+  CastFrozenBase(host, torch::kBFloat16);
+  ASSERT_EQ(projection->weight.scalar_type(), torch::kBFloat16);
+  const torch::Tensor x = torch::randn({5, 48});
+  const auto check = [&](const std::function<torch::Tensor(const torch::Tensor&)>& f, const char* what) {
+    const torch::Tensor plain = f(x);
+    torch::Tensor autocast;
+    {
+      AutocastRegion region("bf16", torch::kCPU);
+      autocast = f(x);
+    }
+    EXPECT_EQ(plain.scalar_type(), torch::kFloat32) << what;
+    EXPECT_EQ(autocast.scalar_type(), torch::kBFloat16) << what;
+    EXPECT_LT((autocast.to(torch::kFloat) - plain).abs().max().item<double>(),
+              1e-2 * plain.abs().max().item<double>()) << what;
+  };
+  {
+    torch::NoGradGuard no_grad;  // B zero: the update adds nothing yet
+    check([&](const torch::Tensor& in) { return projection->forward(in); }, "projection");
+    check([&](const torch::Tensor& in) { return conv->forward(in); }, "conv1d");
+  }
+  // Without an update the base's output is bit for bit the plain path's, cast.
+  Projection bare(torch::nn::LinearOptions(48, 24).bias(true));
+  bare->weight.requires_grad_(false);
+  bare->bias.requires_grad_(false);
+  host.register_module("bare", bare);
+  CastFrozenBase(host, torch::kBFloat16);
+  const torch::Tensor plain = bare->forward(x);
+  AutocastRegion region("bf16", torch::kCPU);
+  EXPECT_TRUE(torch::equal(bare->forward(x).to(torch::kFloat), plain));
 }
 
 // A BF16 folder under a bf16 base (PretrainedOptions::base_dtype, as model.base_precision
