@@ -28,7 +28,8 @@
 
 namespace nightshift::trainer {
 
-// One block's forward: x [B, L, D], attn_bias (broadcastable to [B, H, L, L]) -> [B, L, D].
+// One block's forward: x [B, L, D], attn_bias (what the model's blocks take beside x: an
+// additive bias broadcastable to [B, H, L, L], or a decoder's packed spans) -> [B, L, D].
 using BlockForward = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& attn_bias)>;
 
 // A block whose parameters live sharded across ranks (resources.sharding full,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "worker/trainer/models/dropout.h"
 #include "worker/trainer/models/common.h"
@@ -27,27 +28,66 @@ torch::Tensor CausalBias(int64_t lq, int64_t l, const torch::TensorOptions& opti
 
 }  // namespace
 
-torch::Tensor Segments::Mask(const torch::TensorOptions& options) const {
-  const int64_t l = ids.size(1);
-  auto allowed = ids.unsqueeze(2).eq(ids.unsqueeze(1)).logical_and_(
-      torch::ones({l, l}, ids.options().dtype(torch::kBool)).tril());  // [B, L, L]
-  return torch::zeros(allowed.sizes(), options).masked_fill_(allowed.logical_not(), kNegInf).unsqueeze(1);
+torch::Tensor Segments::Spans() const {
+  const torch::Tensor cpu = ids.to(torch::kCPU).contiguous();
+  const int64_t rows = cpu.size(0), l = cpu.size(1);
+  const int64_t* id = cpu.data_ptr<int64_t>();
+  std::vector<int64_t> spans;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t s = 0, e; s < l; s = e) {
+      for (e = s + 1; e < l && id[r * l + e] == id[r * l + s];) ++e;
+      spans.insert(spans.end(), {r, s, e - s});
+    }
+  return torch::tensor(spans, torch::kLong).view({-1, 3});
 }
 
-torch::Tensor CausalAttention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
+namespace {
+
+// The additive mask [B, 1, L, L] of spans (Segments::Spans): 0 where query t may see key
+// s (s <= t, same span), -inf elsewhere.
+torch::Tensor SpanMask(const torch::Tensor& spans, int64_t b, int64_t l, const torch::TensorOptions& options) {
+  torch::Tensor mask = torch::full({b, 1, l, l}, kNegInf, options);
+  const auto span = spans.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < spans.size(0); ++i)
+    mask[span[i][0]][0].narrow(0, span[i][1], span[i][2]).narrow(1, span[i][1], span[i][2]).copy_(
+        CausalBias(span[i][2], span[i][2], options));
+  return mask;
+}
+
+// Causal SDPA inside each span, its outputs side by side again: [B, H, L, Dh].
+torch::Tensor SpanAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& spans, double drop) {
+  const auto span = spans.accessor<int64_t, 2>();
+  std::vector<torch::Tensor> rows, parts;
+  for (int64_t i = 0; i < spans.size(0); ++i) {
+    const int64_t r = span[i][0], s = span[i][1], n = span[i][2];
+    const auto cut = [&](const torch::Tensor& t) { return t.narrow(0, r, 1).narrow(2, s, n); };
+    parts.push_back(at::scaled_dot_product_attention(cut(q), cut(k), cut(v), std::nullopt, drop, /*is_causal=*/true));
+    if (i + 1 == spans.size(0) || span[i + 1][0] != r) {
+      rows.push_back(torch::cat(parts, 2));
+      parts.clear();
+    }
+  }
+  return torch::cat(rows, 0);
+}
+
+}  // namespace
+
+torch::Tensor CausalAttention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& spans,
                               double p, bool training) {
   const int64_t b = q.size(0), heads = q.size(1), lq = q.size(2), dh = q.size(3), l = k.size(2);
+  TORCH_CHECK(!spans.defined() || lq == l, "CausalAttention: packed rows without a cache");
   k = RepeatKv(k, heads);
   v = RepeatKv(v, heads);
   torch::Tensor y;
   if (training && p > 0 && q.device().is_cpu()) {  // our dropout (common.h's Attention says why)
     auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(dh)));
-    if (mask.defined()) scores = scores + mask;
+    if (spans.defined()) scores = scores + SpanMask(spans, b, l, scores.options());
     else if (lq > 1) scores = scores + CausalBias(lq, l, scores.options());
     y = torch::matmul(Dropout(torch::softmax(scores, -1), p, true), v);
   } else {
     const double drop = training ? p : 0.0;
-    if (mask.defined()) y = at::scaled_dot_product_attention(q, k, v, mask, drop);
+    if (spans.defined()) y = SpanAttention(q, k, v, spans, drop);
     else if (lq == l) y = at::scaled_dot_product_attention(q, k, v, std::nullopt, drop, /*is_causal=*/true);
     else if (lq == 1) y = at::scaled_dot_product_attention(q, k, v, std::nullopt, drop);
     else y = at::scaled_dot_product_attention(q, k, v, CausalBias(lq, l, q.options()), drop);

@@ -33,17 +33,20 @@ struct Segments {
   torch::Tensor positions;  // int64 [B, L]
   torch::Tensor ids;        // int64 [B, L]
   bool defined() const { return ids.defined(); }
-  // The additive mask [B, 1, L, L]: 0 where query t may see key s (s <= t, same segment),
-  // -inf elsewhere.
-  torch::Tensor Mask(const torch::TensorOptions& options) const;
+  // The segments as spans: int64 [S, 3] on the CPU, (row, start, length) in row order,
+  // covering every position. A segment's positions are contiguous (Collate packs them so,
+  // its padding a segment of its own): query t sees key s when s <= t in its span.
+  torch::Tensor Spans() const;
 };
 
 // Causal attention of q [B, H, Lq, Dh] over k, v [B, Hkv, L, Dh] (L >= Lq; the queries are
 // the last Lq positions), Hkv dividing H (each key/value head serves H / Hkv query heads).
-// mask: an additive [B, 1, Lq, L] mask replacing the causal one (packed rows), or undefined.
+// spans: packed rows' segments (Segments::Spans; Lq == L), attended one span at a time, as
+// flash-attention's variable-length kernels do (a block-diagonal mask would compute every
+// query against every key of its row), or undefined: causal over the whole row.
 // Dropout p on the probabilities in training (explicit path on the CPU, as common.h's
 // Attention; SDPA otherwise). Returns [B, Lq, H * Dh].
-torch::Tensor CausalAttention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
+torch::Tensor CausalAttention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& spans,
                               double p, bool training);
 
 // Appends k, v [B, Hkv, Lq, Dh] to layer `layer` of `cache` (when set) and returns the

@@ -19,13 +19,13 @@ Gpt2BlockImpl::Gpt2BlockImpl(const HfConfig& c)
   mlp_proj_ = mlp->register_module("c_proj", Conv1D(c.intermediate_size, d));
 }
 
-torch::Tensor Gpt2BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& mask, KvCache* cache, size_t layer) {
+torch::Tensor Gpt2BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& spans, KvCache* cache, size_t layer) {
   const bool training = is_training();
   const int64_t b = x.size(0), l = x.size(1), d = x.size(2), dh = d / heads_;
   auto qkv = c_attn_(ln_1_(x)).split(d, -1);
   auto heads = [&](const torch::Tensor& t) { return t.view({b, l, heads_, dh}).transpose(1, 2); };  // [B, H, L, Dh]
   auto [k, v] = CacheKv(cache, layer, heads(qkv[1]), heads(qkv[2]));
-  auto a = CausalAttention(heads(qkv[0]), k, v, mask, attention_dropout_, training);
+  auto a = CausalAttention(heads(qkv[0]), k, v, spans, attention_dropout_, training);
   auto h = x + Dropout(c_proj_(a), hidden_dropout_, training);
   auto m = mlp_proj_(torch::gelu(c_fc_(ln_2_(h)), "tanh"));
   return h + Dropout(m, hidden_dropout_, training);
@@ -44,13 +44,13 @@ torch::Tensor Gpt2ModelImpl::forward(const torch::Tensor& tokens, const Segments
   CheckLength(start + l, config_.max_position_embeddings);
   auto positions = segments.defined() ? segments.positions : torch::arange(start, start + l, tokens.options());
   auto x = Dropout(wte_(tokens) + wpe_(positions), config_.embedding_dropout, is_training());
-  const torch::Tensor mask = segments.defined() ? segments.Mask(x.options()) : torch::Tensor();
+  const torch::Tensor spans = segments.defined() ? segments.Spans() : torch::Tensor();
   for (size_t i = 0; i < h_->size(); ++i) {
     std::shared_ptr<Gpt2BlockImpl> block = h_->ptr<Gpt2BlockImpl>(i);
     BlockForward run = [block, cache, i](const torch::Tensor& in, const torch::Tensor& m) {
       return block->forward(in, m, cache, i);
     };
-    x = plan.Run(i, run, x, mask, /*cached=*/cache != nullptr);
+    x = plan.Run(i, run, x, spans, /*cached=*/cache != nullptr);
   }
   return ln_f_(x);
 }

@@ -23,8 +23,8 @@ namespace nightshift::trainer::hf {
 class Gpt2BlockImpl : public torch::nn::Module {
  public:
   explicit Gpt2BlockImpl(const HfConfig& config);
-  // x [B, L, D]; mask: packed rows' mask (decoder.h Segments::Mask) or undefined (causal).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask, KvCache* cache, size_t layer);
+  // x [B, L, D]; spans: packed rows' segments (decoder.h Segments::Spans) or undefined (causal).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& spans, KvCache* cache, size_t layer);
 
  private:
   int64_t heads_;

@@ -44,7 +44,7 @@ LlamaLayerImpl::LlamaLayerImpl(const HfConfig& c)
   down_proj_ = AddProjection(*mlp, "down_proj", c.intermediate_size, d, c.mlp_bias);
 }
 
-torch::Tensor LlamaLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& rope, const torch::Tensor& mask,
+torch::Tensor LlamaLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& rope, const torch::Tensor& spans,
                                       KvCache* cache, size_t layer) {
   const int64_t b = x.size(0), l = x.size(1);
   auto h = input_layernorm_(x);
@@ -52,7 +52,7 @@ torch::Tensor LlamaLayerImpl::forward(const torch::Tensor& x, const torch::Tenso
   const torch::Tensor cos = rope[0].to(x.scalar_type()), sin = rope[1].to(x.scalar_type());
   auto q = Rotate(heads(q_proj_(h), heads_), cos, sin);
   auto [k, v] = CacheKv(cache, layer, Rotate(heads(k_proj_(h), kv_heads_), cos, sin), heads(v_proj_(h), kv_heads_));
-  auto out = x + o_proj_(CausalAttention(q, k, v, mask, attention_dropout_, is_training()));
+  auto out = x + o_proj_(CausalAttention(q, k, v, spans, attention_dropout_, is_training()));
   h = post_attention_layernorm_(out);
   return out + down_proj_(torch::silu(gate_proj_(h)) * up_proj_(h));
 }
@@ -75,13 +75,13 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens, const Segment
   auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);                               // [B or 1, 1, L, Dh]
   const torch::Tensor rope = torch::stack({angles.cos(), angles.sin()});
   auto x = embed_tokens_(tokens);
-  const torch::Tensor mask = segments.defined() ? segments.Mask(x.options()) : torch::Tensor();
+  const torch::Tensor spans = segments.defined() ? segments.Spans() : torch::Tensor();
   for (size_t i = 0; i < layers_->size(); ++i) {
     std::shared_ptr<LlamaLayerImpl> layer = layers_->ptr<LlamaLayerImpl>(i);
     BlockForward run = [layer, rope, cache, i](const torch::Tensor& in, const torch::Tensor& m) {
       return layer->forward(in, rope, m, cache, i);
     };
-    x = plan.Run(i, run, x, mask, /*cached=*/cache != nullptr);
+    x = plan.Run(i, run, x, spans, /*cached=*/cache != nullptr);
   }
   return norm_(x);
 }

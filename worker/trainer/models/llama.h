@@ -36,9 +36,9 @@ TORCH_MODULE(RmsNorm);
 class LlamaLayerImpl : public torch::nn::Module {
  public:
   explicit LlamaLayerImpl(const HfConfig& config);
-  // x [B, L, D]; rope: cos and sin stacked, [2, B or 1, 1, L, Dh]; mask: packed rows' mask
-  // or undefined (causal).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope, const torch::Tensor& mask, KvCache* cache,
+  // x [B, L, D]; rope: cos and sin stacked, [2, B or 1, 1, L, Dh]; spans: packed rows'
+  // segments (decoder.h Segments::Spans) or undefined (causal).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope, const torch::Tensor& spans, KvCache* cache,
                         size_t layer);
 
  private:
