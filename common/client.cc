@@ -75,12 +75,12 @@ Status ResolveToken(ClientOptions* o) {
   return Status::OK();
 }
 
-std::string TakeTokenFromEnvironment() {
-  char* value = std::getenv("NIGHTSHIFT_TOKEN");
+std::string TakeTokenFromEnvironment(const char* name) {
+  char* value = std::getenv(name);
   if (value == nullptr) return "";
   const std::string token = Trim(value);
   ::explicit_bzero(value, std::strlen(value));
-  ::unsetenv("NIGHTSHIFT_TOKEN");
+  ::unsetenv(name);
   return token;
 }
 

@@ -29,11 +29,11 @@ struct ClientOptions {
 // when it is empty. Missing or unreadable files are errors naming the file.
 Status ResolveToken(ClientOptions* options);
 
-// For a daemon, once at start, before it starts a thread: the value of NIGHTSHIFT_TOKEN
-// ("" when unset, trimmed), which is then wiped from this process (its bytes in the
+// For a daemon, once at start, before it starts a thread: the value of the variable
+// `name` ("" when unset, trimmed), which is then wiped from this process (its bytes in the
 // initial environment too, which /proc/PID/environ shows) and unset, so that no process it
 // starts inherits it.
-std::string TakeTokenFromEnvironment();
+std::string TakeTokenFromEnvironment(const char* name = "NIGHTSHIFT_TOKEN");
 
 // For a daemon, once at start: makes this process non-dumpable (PR_SET_DUMPABLE 0), so a
 // process of the same user (a job's) can neither ptrace it nor read its memory,

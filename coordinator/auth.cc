@@ -173,6 +173,14 @@ StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContext& ctx) 
   }
   auto token = BearerToken(ctx);
   if (!token.ok()) return Status::Unauthenticated(token.status().message() + " (nightshift --token)");
+  if (allocations_ != nullptr) {
+    if (auto opens = allocations_->Verify(token.value())) {
+      Principal p{Role::kWorker, opens->job_id + "-a" + std::to_string(opens->attempt)};
+      p.allocation_job = opens->job_id;
+      p.allocation_attempt = opens->attempt;
+      return p;
+    }
+  }
   const std::string hash = Sha256Hex(token.value());
   std::lock_guard<std::mutex> lock(mu_);
   auto t = tokens_.find(hash);

@@ -6,7 +6,8 @@
 // revoked without a restart. Roles:
 //   admin   every RPC
 //   user    JobService on the user's own jobs (ListJobs lists only them)
-//   worker  WorkerService only
+//   worker  WorkerService only, as the worker its token names (or, by an allocation's
+//           token, as that attempt's workers: allocation_tokens.h)
 // No token, or an unknown one: UNAUTHENTICATED. A known caller calling what its role may
 // not: PERMISSION_DENIED. Without a token file the coordinator runs in insecure mode:
 // every caller is an admin with no user name.
@@ -23,6 +24,7 @@
 
 #include "common/crypto/sha256.h"
 #include "common/status.h"
+#include "coordinator/allocation_tokens.h"
 
 namespace grpc {
 class ServerContext;
@@ -47,6 +49,11 @@ const char* MethodName(Method method);
 struct Principal {
   Role role = Role::kAdmin;
   std::string user;  // empty in insecure mode
+  // A worker by an allocation's token (allocation_tokens.h): user is "<job>-a<attempt>",
+  // the prefix of the worker names it may act as.
+  std::string allocation_job;
+  int allocation_attempt = -1;
+  bool allocation() const { return !allocation_job.empty(); }
 };
 
 // One token: its SHA-256 (lower-case hex) -> who presents it.
@@ -75,6 +82,9 @@ class Authenticator {
 
   bool insecure() const { return token_file_.empty(); }
 
+  // Accept allocations' tokens too (--cluster slurm|kubernetes). Call before serving.
+  void TrustAllocations(const AllocationTokens* tokens) { allocations_ = tokens; }
+
   // Who is calling: from the `authorization` metadata, or UNAUTHENTICATED.
   StatusOr<Principal> Authenticate(const grpc::ServerContext& ctx);
 
@@ -88,6 +98,7 @@ class Authenticator {
   Status ReloadIfChanged();
 
   const std::string token_file_;  // constant after construction
+  const AllocationTokens* allocations_ = nullptr;  // not owned; set before serving
 
   std::mutex mu_;
   TokenTable tokens_;             // GUARDED_BY(mu_)

@@ -27,6 +27,9 @@ struct AllocationRequest {
   int time_limit_minutes = 0;     // 0: the partition's
   std::string exclude_nodes;      // nodes not to use (the cluster's host list), after a node failed
   std::vector<std::string> node_command;
+  // The attempt's worker token (allocation_tokens.h), for the nodes' environment as
+  // NIGHTSHIFT_ALLOCATION_TOKEN and never their command line; "" in insecure mode.
+  std::string token;
 };
 
 // An allocation of ours as the cluster lists it.

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "coordinator/allocation_tokens.h"
+
 namespace nightshift {
 namespace {
 
@@ -50,6 +52,9 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
                     {"command", r.node_command},
                     {"resources", {{"requests", requests}, {"limits", limits}}},
                     {"volumeMounts", mounts}};
+  // In the Job's pod template: read by whoever may read Jobs or Pods in the namespace.
+  if (!r.token.empty())
+    container["env"] = json::array({{{"name", kAllocationTokenEnv}, {"value", r.token}}});
   json spec = {{"restartPolicy", "Never"},
                {"subdomain", name},  // the headless Service: <job>-<index>.<name> resolves
                {"terminationGracePeriodSeconds", o.termination_grace_seconds},

@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/client.h"
 #include "common/log.h"
+#include "coordinator/allocation_tokens.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/kubernetes.h"
@@ -363,6 +365,16 @@ int main(int argc, char** argv) {
   Coordinator* c = coordinator.value().get();
   auto metrics_server = StartMetrics(flags, &metrics, c);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
+  // --cluster slurm|kubernetes with tokens: each allocation's workers get a token of their
+  // own, opening that attempt only (allocation_tokens.h).
+  std::optional<AllocationTokens> allocation_tokens;
+  if (flags.cluster != "agents" && !auth.value()->insecure()) {
+    auto opened = AllocationTokens::Open(flags.options.data_dir + "/allocation-secret");
+    if (!opened.ok()) return Fail(opened.status());
+    allocation_tokens.emplace(std::move(opened.value()));
+    auth.value()->TrustAllocations(&*allocation_tokens);
+    flags.provisioner.tokens = &*allocation_tokens;
+  }
 
   auto faults = FaultsFromEnv();
   if (!faults.ok()) return Fail(faults.status());

@@ -57,6 +57,7 @@ AllocationRequest Provisioner::RequestFor(const AllocationNeed& need) const {
                                   std::to_string(need.attempt), std::string("--cpu-slots"),
                                   std::to_string(ranks_per_node)})
     r.node_command.push_back(word);
+  if (options_.tokens != nullptr) r.token = options_.tokens->For(need.job_id, need.attempt);
   return r;
 }
 

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/allocation_tokens.h"
 #include "coordinator/cluster_allocator.h"
 #include "coordinator/coordinator.h"
 
@@ -41,6 +42,9 @@ struct ProvisionerOptions {
   // --allocation-job, --allocation-attempt and --cpu-slots.
   std::vector<std::string> worker_command;
   std::string coordinator_address;  // HOST:PORT the workers dial
+  // With a token file: each request carries its attempt's token (not owned; null in
+  // insecure mode).
+  const AllocationTokens* tokens = nullptr;
 };
 
 class Provisioner {

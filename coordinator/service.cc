@@ -46,8 +46,10 @@ Status CheckWorker(Authenticator* auth, const grpc::ServerContext* ctx, Method m
                    Principal* who = nullptr) {
   Principal caller;
   NS_RETURN_IF_ERROR(Check(auth, ctx, method, nullptr, &caller));
-  if (caller.role == Role::kWorker && name != caller.user)
-    return Status::PermissionDenied("the token of worker " + caller.user + " may not act as worker " + name);
+  const bool own = caller.allocation() ? name.rfind(caller.user + "-", 0) == 0 : name == caller.user;
+  if (caller.role == Role::kWorker && !own)
+    return Status::PermissionDenied((caller.allocation() ? "the token of allocation " : "the token of worker ") +
+                                    caller.user + " may not act as worker " + name);
   if (who != nullptr) *who = caller;
   return Status::OK();
 }
@@ -353,6 +355,16 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
   Principal who;
   Status allowed = CheckWorker(auth_, ctx, Method::kRegister, req->name(), &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
+  // An allocation's worker only by that allocation's token (or an admin's); a worker token
+  // registers workers outside allocations.
+  if (who.role == Role::kWorker &&
+      (who.allocation() != req->has_allocation() ||
+       (who.allocation() && (req->allocation().job_id() != who.allocation_job ||
+                             static_cast<int>(req->allocation().attempt()) != who.allocation_attempt))))
+    return timer.Done(ToGrpc(Status::PermissionDenied(
+        who.allocation() ? "the token of allocation " + who.user + " registers its own attempt's workers only"
+                         : "worker " + who.user + ": a worker token may not register an allocation's worker (its "
+                                                  "token is in " + std::string(kAllocationTokenEnv) + ")")));
   v1::WorkerInfo worker;
   worker.set_name(req->name());
   worker.set_slots(req->slots());

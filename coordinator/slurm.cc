@@ -139,8 +139,11 @@ std::string SbatchScript(const AllocationRequest& r) {
   for (const std::string& word : r.node_command) command += " " + Quoted(word);
   // exec: srun gets the batch shell's signals; --kill-on-bad-exit: one node's worker
   // failing ends the others' at once (the attempt is over), as TorchX does.
-  return "#!/bin/sh\n# Nightshift job " + r.job_id + ", attempt " + std::to_string(r.attempt) +
-         "\nexec srun --kill-on-bad-exit=1 --ntasks-per-node=1" + command + "\n";
+  // The token in the script, which Slurm shows its owner and operators only (srun passes
+  // the environment on), and never in an argument, which `ps` and `squeue` show anyone.
+  const std::string token = r.token.empty() ? "" : "export NIGHTSHIFT_ALLOCATION_TOKEN=" + Quoted(r.token) + "\n";
+  return "#!/bin/sh\n# Nightshift job " + r.job_id + ", attempt " + std::to_string(r.attempt) + "\n" + token +
+         "exec srun --kill-on-bad-exit=1 --ntasks-per-node=1" + command + "\n";
 }
 
 StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {

@@ -201,7 +201,15 @@ Status KeepTheTokenToOurselves(Flags* flags) {
         "--token: a command line is readable by every user of this machine (ps, /proc/PID/cmdline); put the "
         "token in a file only the worker can read and pass --token-file FILE (or set NIGHTSHIFT_TOKEN)");
   const std::string from_environment = TakeTokenFromEnvironment();
-  if (flags->options.token_file.empty()) flags->options.token = from_environment;
+  // An allocation's worker: the attempt's own token (coordinator/allocation_tokens.h) when
+  // the coordinator gave one, else --token-file's (an admin's) or insecure mode.
+  const std::string allocation = TakeTokenFromEnvironment("NIGHTSHIFT_ALLOCATION_TOKEN");
+  if (!allocation.empty() && !flags->allocation_job.empty()) {
+    flags->options.token = allocation;
+    flags->options.token_file.clear();
+  } else if (flags->options.token_file.empty()) {
+    flags->options.token = from_environment;
+  }
   return MakeUndumpable();
 }
 

@@ -34,6 +34,7 @@ AllocationRequest Request() {
   r.time_limit_minutes = 120;
   r.node_command = {"nightshift-worker", "--work-dir=/var/lib/nightshift", "--coordinator",
                     "nightshift-coordinator:7070", "--allocation-job", "j-000007", "--allocation-attempt", "3"};
+  r.token = "allocation:j-000007:3:" + std::string(64, 'e');
   return r;
 }
 
@@ -75,6 +76,9 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAndAHeadlessServiceAsTheIssueAsks)
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
   const json& container = pod["containers"][0];
   EXPECT_EQ(container["command"], json(Request().node_command));
+  // The attempt's token in its environment (allocation_tokens.h), never its command.
+  EXPECT_EQ(container["env"], json::array({{{"name", "NIGHTSHIFT_ALLOCATION_TOKEN"}, {"value", Request().token}}}));
+  EXPECT_EQ(container["command"].dump().find(Request().token), std::string::npos);
   EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], "8");
   EXPECT_EQ(container["resources"]["requests"]["memory"], "65536Mi");
   EXPECT_EQ(container["volumeMounts"][0]["mountPath"], "/dev/shm");

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/spec.h"
+#include "coordinator/allocation_tokens.h"
 #include "tests/common/fake_clock.h"
 
 namespace nightshift {
@@ -72,6 +73,7 @@ class ProvisionerTest : public testing::Test {
     p.ranks_per_node = 2;
     p.worker_command = {"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns"};
     p.coordinator_address = "198.18.0.1:7070";
+    p.tokens = &tokens_;
     provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
   }
   void TearDown() override {
@@ -120,6 +122,7 @@ class ProvisionerTest : public testing::Test {
   }
 
   FakeClock clock_;
+  const AllocationTokens tokens_{std::string(64, 'a')};
   std::string dir_;
   std::unique_ptr<Coordinator> c_;
   FakeCluster cluster_;
@@ -145,6 +148,11 @@ TEST_F(ProvisionerTest, AQueuedJobGetsOneAllocationOfItsNodesAndRunsOnlyOnItsWor
             (std::vector<std::string>{"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns", "--coordinator",
                                       "198.18.0.1:7070", "--allocation-job", id, "--allocation-attempt", "0",
                                       "--cpu-slots", "2"}));
+  // The attempt's own token rides beside the command, not in it (allocation_tokens.h).
+  const auto opens = tokens_.Verify(r.token);
+  ASSERT_TRUE(opens.has_value()) << r.token;
+  EXPECT_EQ(opens->job_id, id);
+  EXPECT_EQ(opens->attempt, 0);
   EXPECT_EQ(Get(id).allocation().id(), "100");
   EXPECT_TRUE(HasEvent(Get(id), "slurm job 100 SUBMITTED"));
 

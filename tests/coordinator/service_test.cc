@@ -2,6 +2,7 @@
 // callers are told apart by their bearer tokens (coordinator/auth.h), and the services
 // translate between the protos and the Coordinator's calls. Time is a fake clock; the
 // job store is in memory.
+#include "coordinator/allocation_tokens.h"
 #include "coordinator/service.h"
 
 #include <gtest/gtest.h>
@@ -509,6 +510,70 @@ TEST_F(CoordinatorServiceTest, AWorkerTokenActsAsItsOwnWorkerOnly) {
   auto admin = v1::WorkerService::NewStub(As("admin-secret"));
   hb.set_name("node2");
   EXPECT_TRUE(admin->Heartbeat(Ctx().get(), hb, &orders).ok());
+}
+
+// An allocation's token (--cluster slurm|kubernetes) acts as its own attempt's workers
+// only: it registers "<job>-a<attempt>-..." serving that allocation, never another job's
+// or attempt's, nor a worker outside allocations; a worker token cannot register an
+// allocation's worker (it would be served that job's ranks); a forged token is unknown.
+TEST_F(CoordinatorServiceTest, AnAllocationTokenActsAsItsAttemptsWorkersOnly) {
+  auto tokens = AllocationTokens::Open(dir_ + "/allocation-secret");
+  ASSERT_TRUE(tokens.ok()) << tokens.status().message();
+  auth_->TrustAllocations(&tokens.value());
+  const auto reg = [](const std::string& name, const std::string& job, int attempt) {
+    v1::RegisterRequest r;
+    r.set_name(name);
+    r.set_slots(1);
+    r.set_log_address("127.0.0.1:1");
+    if (!job.empty()) {
+      r.mutable_allocation()->set_job_id(job);
+      r.mutable_allocation()->set_attempt(attempt);
+      r.mutable_allocation()->set_cluster_id("1234");
+    }
+    return r;
+  };
+  v1::RegisterResponse registered;
+  auto j1 = v1::WorkerService::NewStub(As(tokens->For("j-1", 0)));
+  grpc::Status s = j1->Register(Ctx().get(), reg("j-1-a0-node1", "j-1", 0), &registered);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  s = j1->Register(Ctx().get(), reg("j-2-a0-node1", "j-2", 0), &registered);  // another job
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("may not act as worker j-2-a0-node1"), std::string::npos) << s.error_message();
+  s = j1->Register(Ctx().get(), reg("j-1-a0-node2", "j-1", 1), &registered);  // its name, another attempt
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  s = j1->Register(Ctx().get(), reg("j-1-a0-node2", "", 0), &registered);  // outside any allocation
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  s = j1->Register(Ctx().get(), reg("node1", "", 0), &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  v1::HeartbeatRequest hb;
+  hb.set_name("j-1-a0-node1");
+  v1::HeartbeatResponse orders;
+  EXPECT_TRUE(j1->Heartbeat(Ctx().get(), hb, &orders).ok());
+  hb.set_name("node1");
+  EXPECT_EQ(j1->Heartbeat(Ctx().get(), hb, &orders).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // A worker token, whatever name it carries, registers no allocation's worker.
+  auto node1 = v1::WorkerService::NewStub(As("worker-secret"));
+  s = node1->Register(Ctx().get(), reg("node1", "j-1", 0), &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("NIGHTSHIFT_ALLOCATION_TOKEN"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(node1->Register(Ctx().get(), reg("node1", "", 0), &registered).ok());
+
+  // Forged: another secret's token, the attempt changed, the MAC cut short.
+  const AllocationTokens other("00" + std::string(62, 'f'));
+  std::string changed = tokens->For("j-1", 0);
+  changed.replace(changed.find(":0:"), 3, ":1:");
+  for (const std::string& forged : {other.For("j-1", 0), changed, tokens->For("j-1", 0).substr(0, 40)}) {
+    s = v1::WorkerService::NewStub(As(forged))->Register(Ctx().get(), reg("j-1-a0-node3", "j-1", 0), &registered);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << forged << ": " << s.error_message();
+  }
+  // The secret outlives the coordinator: opened again, the same tokens.
+  auto again = AllocationTokens::Open(dir_ + "/allocation-secret");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->For("j-1", 0), tokens->For("j-1", 0));
+  EXPECT_NE(tokens->For("j-1", 0), tokens->For("j-1", 1));
+  EXPECT_EQ(std::filesystem::status(dir_ + "/allocation-secret").permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
 // A TorchScript module is the user's code, run on the workers as the worker's user: a

@@ -36,6 +36,7 @@ AllocationRequest Request() {
   r.memory_gb_per_node = 1.5;
   r.time_limit_minutes = 90;
   r.node_command = {"/opt/nightshift/bin/nightshift-worker", "--allocation", "j-0c1f/2", "--label", "it's \"quoted\" $HOME"};
+  r.token = "allocation:j-0c1f:2:" + std::string(64, 'e');
   return r;
 }
 
@@ -79,7 +80,8 @@ TEST(SlurmTest, TheBatchScriptHandsSrunTheNodeCommandWordForWord) {
   fs::create_directories(dir);
   {
     std::ofstream srun(dir / "srun");
-    srun << "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n";
+    srun << "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\nprintf 'token %s\\n' "
+            "\"$NIGHTSHIFT_ALLOCATION_TOKEN\"\n";
   }
   fs::permissions(dir / "srun", fs::perms::owner_all);
   SubprocessRunner runner;
@@ -90,7 +92,7 @@ TEST(SlurmTest, TheBatchScriptHandsSrunTheNodeCommandWordForWord) {
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_EQ(r->out,
             "--kill-on-bad-exit=1\n--ntasks-per-node=1\n/opt/nightshift/bin/nightshift-worker\n--allocation\n"
-            "j-0c1f/2\n--label\nit's \"quoted\" $HOME\n");
+            "j-0c1f/2\n--label\nit's \"quoted\" $HOME\ntoken " + Request().token + "\n");  // in the environment only
 }
 
 TEST(SlurmTest, Squeue2205JsonParses) {

@@ -25,6 +25,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "common/command.h"
+#include "common/crypto/sha256.h"
 #include "coordinator/slurm.h"
 #include "nightshift/v1/jobs.pb.h"
 #include "tests/e2e/cluster.h"
@@ -178,7 +179,9 @@ std::string SpecYaml(const std::string& name, const std::string& data, int world
 }
 
 // nightshift-coordinator --cluster slurm inside the controller's host (a folder of its own,
-// killed with this), and the CLI run there against it.
+// killed with this), and the CLI run there against it. With tokens: the CLI is an admin,
+// and the allocations' workers have no token but the one each attempt's script gives them
+// (coordinator/allocation_tokens.h).
 class CoordinatorOnSlurm {
  public:
   CoordinatorOnSlurm(const std::vector<std::string>& in_controller,
@@ -187,13 +190,15 @@ class CoordinatorOnSlurm {
       : files_("slurm"), prefix_(in_controller) {
     data_ = files_.MakeData(60);
     const std::string dir = files_.dir(), port_file = dir + "/coordinator.port";
+    std::ofstream(dir + "/tokens") << crypto::Sha256Hex("e2e-admin-token") << " admin e2e\n";
+    std::ofstream(dir + "/admin-token") << "e2e-admin-token\n";
     std::vector<std::string> argv = prefix_;
     argv.insert(argv.end(),
                 {files_.Bin("nightshift-coordinator"), "--listen", ctl_address + ":0", "--data-dir", dir + "/db",
                  "--port-file", port_file, "--cluster", "slurm", "--ranks-per-node",
                  std::to_string(ranks_per_node), "--allocation-worker-arg=--work-dir=" + dir + "/work",
                  "--allocation-worker-arg=--checkpoint-root=" + dir + "/checkpoints",
-                 "--allocation-worker-arg=--allow-any-path", "--slurm-log-dir", dir});
+                 "--allocation-worker-arg=--allow-any-path", "--slurm-log-dir", dir, "--token-file", dir + "/tokens"});
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     if (std::find(extra_args.begin(), extra_args.end(), "--lease-seconds") == extra_args.end())
       argv.insert(argv.end(), {"--lease-seconds", "5"});
@@ -209,7 +214,8 @@ class CoordinatorOnSlurm {
 
   StatusOr<CommandResult> Cli(const std::vector<std::string>& args) {
     std::vector<std::string> argv = prefix_;
-    argv.insert(argv.end(), {files_.Bin("nightshift"), "--coordinator", address_});
+    argv.insert(argv.end(), {files_.Bin("nightshift"), "--coordinator", address_, "--token-file",
+                             files_.dir() + "/admin-token"});
     argv.insert(argv.end(), args.begin(), args.end());
     return runner_.Run(argv, "", {}, 30);
   }
@@ -280,6 +286,11 @@ TEST_F(SlurmE2eTest, ACoordinatorOnSlurmRunsATwoNodeJobInOneAllocationOfItsOwnWo
   const SlurmJob done = WaitFor(job.allocation().id(), [](const SlurmJob& j) { return j.state == SlurmState::kCompleted; },
                                 "completed");
   EXPECT_EQ(done.exit_code, 0) << Read(fs::path(c.dir()) / ("slurm-" + job.allocation().id() + ".out"));
+  // The workers registered by the attempt's token (they have no other), which neither the
+  // coordinator's log nor the allocation's output shows.
+  EXPECT_EQ(c.log().find("allocation:" + id), std::string::npos);
+  EXPECT_EQ(Read(fs::path(c.dir()) / ("slurm-" + job.allocation().id() + ".out")).find("allocation:" + id),
+            std::string::npos);
   StatusOr<CommandResult> described = c.Cli({"job", "describe", id});
   ASSERT_TRUE(described.ok());
   EXPECT_NE(described->out.find("Allocation: slurm job " + job.allocation().id() + " for attempt 0, last seen RUNNING on n[1-2]"),
