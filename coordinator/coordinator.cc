@@ -1,5 +1,7 @@
 #include "coordinator/coordinator.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <algorithm>
 #include <random>
 #include <set>
@@ -91,10 +93,21 @@ StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& 
   return entry->job;
 }
 
-StatusOr<v1::Sweep> Coordinator::SubmitSweep(v1::SweepSpec spec, const std::string& owner) {
+StatusOr<v1::Sweep> Coordinator::SubmitSweep(v1::SweepSpec spec, const std::string& owner,
+                                             const std::string& request_id) {
+  NS_RETURN_IF_ERROR(JobTable::CheckRequestId(request_id));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
+  for (const auto& [id, known] : jobs_->sweeps()) {  // a retried submission (sweeps are few)
+    if (request_id.empty() || known.owner() != owner || known.request_id() != request_id) continue;
+    if (!google::protobuf::util::MessageDifferencer::Equals(known.spec(), spec))
+      return Status::InvalidArgument("request_id: '" + request_id + "' already submitted sweep " + id +
+                                     " with a different sweep; use a new request_id for a new sweep");
+    NS_INFO("sweep " << id << ": submitted again with request_id " << request_id);
+    return known;
+  }
   v1::Sweep* sweep = jobs_->AddSweep(std::move(spec), owner);
+  sweep->set_request_id(request_id);
   jobs_->AddSweepEvent(sweep, "submitted: " + sweep->spec().method() + ", " + std::to_string(sweep->spec().max_trials()) +
                                   " trials, " + std::to_string(sweep->spec().parallelism()) + " at a time");
   jobs_->PersistSweep(sweep);

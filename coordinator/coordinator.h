@@ -253,7 +253,8 @@ class Coordinator {
 
   // Sweeps (issue 45; coordinator/sweeps.h decides their trials). `spec` as LoadSweepSpec
   // checked it; the record is written synced before this returns.
-  StatusOr<v1::Sweep> SubmitSweep(v1::SweepSpec spec, const std::string& owner);
+  // request_id as for Submit: a retry gets the sweep the first call made.
+  StatusOr<v1::Sweep> SubmitSweep(v1::SweepSpec spec, const std::string& owner, const std::string& request_id = "");
   StatusOr<v1::Sweep> GetSweep(const std::string& id) const;
   // `owner` non-null: only that user's; in submit order.
   std::vector<v1::Sweep> ListSweeps(const std::string* owner = nullptr) const;

@@ -141,7 +141,7 @@ grpc::Status JobServiceImpl::SubmitSweep(grpc::ServerContext* ctx, const v1::Sub
   if (!base.ok()) return timer.Done(ToGrpc(base.status()));
   Status permitted = PermitSpec(who, *base);
   if (!permitted.ok()) return timer.Done(ToGrpc(permitted));
-  auto sweep = c_->SubmitSweep(std::move(spec.value()), who.user);
+  auto sweep = c_->SubmitSweep(std::move(spec.value()), who.user, req->request_id());
   if (!sweep.ok()) return timer.Done(ToGrpc(sweep.status()));
   *out = std::move(sweep.value());
   return timer.Done(grpc::Status::OK);

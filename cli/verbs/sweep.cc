@@ -9,6 +9,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/format.h"
+#include "cli/retry.h"
 #include "cli/verbs/verbs.h"
 #include "nightshift/v1/jobs.grpc.pb.h"
 
@@ -51,10 +52,15 @@ int Submit(const Session& s, const std::string& file) {
   if (!text.ok()) return LocalError(text.status());
   v1::SubmitSweepRequest req;
   req.set_sweep_yaml(*text);
+  // One id for every attempt: a retry after a lost reply gets the sweep the first made.
+  req.set_request_id(NewRequestId());
+  auto stub = v1::JobService::NewStub(s.channel);
   v1::Sweep out;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(s.Deadline());
-  grpc::Status status = v1::JobService::NewStub(s.channel)->SubmitSweep(&ctx, req, &out);
+  grpc::Status status = CallWithRetry(RetryPolicy(), [&](std::chrono::system_clock::time_point deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::min(deadline, s.Deadline()));
+    return stub->SubmitSweep(&ctx, req, &out);
+  });
   if (!status.ok()) return CallFailed(status, file);
   std::printf("%s\n", s.json ? ToJson(out).c_str() : out.id().c_str());
   return kExitOk;

@@ -200,11 +200,20 @@ class Client:
         self._unary(self._jobs.DeleteJob, jobs_pb2.DeleteJobRequest(id=id))
 
     # -- sweeps ----------------------------------------------------------------------------
-    def sweep(self, sweep: SweepLike) -> Sweep:
+    def sweep(self, sweep: SweepLike, request_id: Optional[str] = None) -> Sweep:
         """Submits a sweep (docs/sweeps.md): a path to its YAML file, YAML text or a dict;
-        `base: FILE` names a job spec file relative to the sweep file, as for the CLI."""
+        `base: FILE` names a job spec file relative to the sweep file, as for the CLI.
+        request_id (default: a new one): a retry with the same id gets the sweep the first
+        call made, as for submit()."""
         text, context = sweep_yaml(sweep)
-        return Sweep(self, self._unary(self._jobs.SubmitSweep, jobs_pb2.SubmitSweepRequest(sweep_yaml=text), context))
+        request = jobs_pb2.SubmitSweepRequest(sweep_yaml=text,
+                                              request_id=request_id if request_id is not None else uuid.uuid4().hex)
+        try:
+            out = call_with_retry(self.retry, lambda seconds: self._jobs.SubmitSweep(
+                request, timeout=seconds, metadata=self._metadata))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, context) from None
+        return Sweep(self, out)
 
     def sweeps(self) -> List[Sweep]:
         """Every sweep the caller may see (a user: their own), oldest first, without their events."""

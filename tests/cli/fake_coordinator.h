@@ -188,6 +188,7 @@ class FakeJobService final : public v1::JobService::Service {
   int submit_failures = 0;
   grpc::Status submit_failure{grpc::StatusCode::UNAVAILABLE, "connection reset"};
   std::vector<v1::SubmitJobRequest> submits;
+  std::vector<v1::SubmitSweepRequest> sweep_submits;  // the first `submit_failures` fail too
   std::vector<v1::ListJobsRequest> lists;
   std::vector<v1::StreamLogsRequest> log_requests;
   std::vector<std::string> deletes;         // ids DeleteJob was asked for
@@ -200,6 +201,15 @@ class FakeJobService final : public v1::JobService::Service {
     if (!fail.ok()) return fail;
     out->set_id("j9");
     out->set_state(v1::QUEUED);
+    return grpc::Status::OK;
+  }
+  grpc::Status SubmitSweep(grpc::ServerContext*, const v1::SubmitSweepRequest* req, v1::Sweep* out) override {
+    std::lock_guard<std::mutex> l(mu);
+    sweep_submits.push_back(*req);
+    if (static_cast<int>(sweep_submits.size()) <= submit_failures) return submit_failure;
+    if (!fail.ok()) return fail;
+    out->set_id("s-000001");
+    out->set_state(v1::RUNNING);
     return grpc::Status::OK;
   }
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* out) override {

@@ -60,6 +60,42 @@ class SweepsTest : public testing::Test {
   std::unique_ptr<Coordinator> c_;
 };
 
+// SubmitSweep with a request id, as the CLI and the client retry it after a lost reply:
+// the same id (same owner) gets the sweep the first call made, across a restart too; the
+// same id with another sweep is refused naming request_id; another owner's id is theirs.
+TEST_F(SweepsTest, ARetriedSubmissionGetsTheSweepTheFirstMade) {
+  const auto spec = [](int trials) {
+    StatusOr<v1::SweepSpec> s = LoadSweepSpec(
+        "base: {model: {arch: transformer_classifier}, data: {path: /data}}\n"
+        "search: {train.lr: {log_uniform: [1.0e-4, 1.0e-2]}}\nmetric: val_loss\nmethod: random\nmax_trials: " +
+        std::to_string(trials) + "\n");
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return *s;
+  };
+  StatusOr<v1::Sweep> first = c_->SubmitSweep(spec(3), "alice", "req-1");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  StatusOr<v1::Sweep> again = c_->SubmitSweep(spec(3), "alice", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id(), first->id());
+  Reopen();
+  again = c_->SubmitSweep(spec(3), "alice", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id(), first->id());
+  EXPECT_EQ(c_->ListSweeps(nullptr).size(), 1u);
+
+  const Status other = c_->SubmitSweep(spec(4), "alice", "req-1").status();
+  EXPECT_EQ(other.code(), Status::kInvalidArgument);
+  EXPECT_NE(other.message().find("request_id"), std::string::npos) << other.ToString();
+  StatusOr<v1::Sweep> bobs = c_->SubmitSweep(spec(3), "bob", "req-1");
+  ASSERT_TRUE(bobs.ok());
+  EXPECT_NE(bobs->id(), first->id());
+  EXPECT_EQ(c_->SubmitSweep(spec(3), "alice", "no spaces").status().code(), Status::kInvalidArgument);
+  StatusOr<v1::Sweep> fresh = c_->SubmitSweep(spec(3), "alice", "");  // no id: always a new sweep
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(fresh->id(), first->id());
+  EXPECT_EQ(c_->ListSweeps(nullptr).size(), 3u);
+}
+
 TEST_F(SweepsTest, TrialsAreMadeUpToTheParallelismAndOnceAcrossARestart) {
   const v1::Sweep sweep = Submit("random", 3, 2);
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());

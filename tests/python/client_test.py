@@ -98,10 +98,13 @@ class ClientTest(unittest.TestCase):
         self.assertIn("RUNNING", states)
 
     def test_a_sweep_runs_its_trials_as_jobs(self):
-        sweep = self.alice.sweep({"name": "lrs", "base": spec("base", epochs=1),
-                                  "search": {"train.lr": {"choices": [0.002, 0.02]}},
-                                  "method": "grid", "metric": "val_loss", "parallelism": 2})
+        definition = {"name": "lrs", "base": spec("base", epochs=1),
+                      "search": {"train.lr": {"choices": [0.002, 0.02]}},
+                      "method": "grid", "metric": "val_loss", "parallelism": 2}
+        sweep = self.alice.sweep(definition, request_id="nb-sweep-1")
         self.assertRegex(sweep.id, r"^s-\d+$")
+        # The same request id again (a retry after a lost reply): the first call's sweep.
+        self.assertEqual(self.alice.sweep(definition, request_id="nb-sweep-1").id, sweep.id)
         self.assertEqual(sweep.wait(timeout=200).state, "SUCCEEDED", sweep.events())
         trials = sweep.trials()
         self.assertEqual(list(trials["train.lr"]), [0.002, 0.02])

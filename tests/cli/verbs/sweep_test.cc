@@ -1,0 +1,42 @@
+// nightshift sweep ...: requests and exit codes against a fake coordinator.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "tests/cli/fake_coordinator.h"
+
+namespace nightshift::cli {
+namespace {
+
+using testing::FakeCoordinator;
+using testing::RunCli;
+
+// As `job submit`: a submit whose calls fail UNAVAILABLE is sent again with the same
+// request id until one succeeds (the coordinator gives a retry the sweep the first call
+// made: SweepsTest.ARetriedSubmissionGetsTheSweepTheFirstMade); a refusal is not retried.
+TEST(SweepVerbsTest, SubmitRetriesUnreachableWithOneRequestIdUntilAccepted) {
+  FakeCoordinator fake;
+  const std::string path = ::testing::TempDir() + "/sweep_verbs_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << "base: {model: {arch: transformer_classifier}, data: {path: /data}}\n"
+                         "search: {train.lr: {choices: [0.001, 0.01]}}\nmetric: val_loss\nmethod: grid\n";
+  fake.jobs.submit_failures = 2;
+  auto r = RunCli({"sweep", "submit", path}, fake.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "s-000001\n");
+  ASSERT_EQ(fake.jobs.sweep_submits.size(), 3u);
+  const std::string id = fake.jobs.sweep_submits[0].request_id();
+  EXPECT_EQ(id.size(), 32u) << id;
+  for (const auto& req : fake.jobs.sweep_submits) EXPECT_EQ(req.request_id(), id);
+
+  fake.jobs.sweep_submits.clear();
+  fake.jobs.submit_failures = 0;
+  fake.jobs.fail = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "metric: unknown");
+  EXPECT_EQ(RunCli({"sweep", "submit", path}, fake.Channel()).code, 3);
+  EXPECT_EQ(fake.jobs.sweep_submits.size(), 1u);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace nightshift::cli
