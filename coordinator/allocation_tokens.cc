@@ -1,12 +1,13 @@
 #include "coordinator/allocation_tokens.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
-#include <random>
-#include <sstream>
+#include <cstring>
+#include <filesystem>
 
 #include "common/crypto/sha256.h"
 
@@ -15,38 +16,48 @@ namespace {
 
 constexpr char kPrefix[] = "allocation:";
 
-// Writes `bytes` to `path` readable by this user only: a temporary file made 0600, synced,
-// renamed over the target.
+// Writes `bytes` to `path` readable by this user only: a new temporary file made 0600
+// (never one left there, nor a link), synced, renamed over the target, the folder synced.
 Status WritePrivate(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::IOError("cannot create " + tmp);
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IOError("cannot create " + tmp + ": " + std::strerror(errno));
   const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!written || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     return Status::IOError("cannot write " + path);
   }
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  const int dir = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = dir >= 0 && ::fsync(dir) == 0;
+  if (dir >= 0) ::close(dir);
+  if (!synced) return Status::IOError("cannot sync the folder of " + path);
   return Status::OK();
 }
 
 }  // namespace
 
 StatusOr<AllocationTokens> AllocationTokens::Open(const std::string& path) {
-  std::ifstream in(path);
-  if (in) {
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string secret = text.str();
+  // Made only where there is none: a secret that exists but cannot be read is an error
+  // (a new one would void the tokens of the allocations running).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT) return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
+  if (fd >= 0) {
+    std::string secret(128, '\0');
+    const ssize_t n = ::read(fd, secret.data(), secret.size());
+    ::close(fd);
+    secret.resize(n > 0 ? static_cast<size_t>(n) : 0);
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == ' ')) secret.pop_back();
     if (!crypto::IsLowerHex(secret, 64))
       return Status::InvalidArgument(path + ": not the 64 hex digits of an allocation secret (removing it voids the "
                                             "tokens of the allocations running)");
     return AllocationTokens(secret);
   }
-  std::random_device os;  // /dev/urandom on Linux
   unsigned char bytes[32];
-  for (unsigned char& b : bytes) b = static_cast<unsigned char>(os());
+  if (::getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes)))
+    return Status::IOError(std::string("getrandom: ") + std::strerror(errno));
   const std::string secret = crypto::ToHex(bytes, sizeof(bytes));
   NS_RETURN_IF_ERROR(WritePrivate(path, secret + "\n"));
   return AllocationTokens(secret);

@@ -252,6 +252,9 @@ Status Coordinator::Delete(const std::string& id) {
   if (!IsTerminal(state))
     return Status::FailedPrecondition("job " + id + " is " + v1::JobState_Name(state) +
                                       ": only a finished job can be deleted; cancel it first");
+  if (options_.tracking && !JobTable::TrackingComplete(found.value()->job))
+    return Status::FailedPrecondition("job " + id + ": its MLflow run is not complete yet (the tracking server has "
+                                      "not taken its last metrics and final state); try again once it has");
   jobs_->Remove(found.value());
   return jobs_->store_error();  // not written: not deleted
 }
@@ -392,7 +395,8 @@ void Coordinator::Tick() {
   if (!jobs_->store_error().ok()) return;  // stopped (fail-stop, see store_status())
   if (options_.retain_finished_days > 0)
     jobs_->RemoveFinishedBefore(clock_->WallNow() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                                        Seconds(options_.retain_finished_days * 86400)));
+                                                        Seconds(options_.retain_finished_days * 86400)),
+                                 options_.tracking);
   const Clock::TimePoint now = clock_->Now();
   // After our own outage hang detection starts over: progress could not reach us.
   if (workers_->ExpireLeases(now))

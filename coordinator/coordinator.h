@@ -140,6 +140,10 @@ struct CoordinatorOptions {
   // many days after they finished (their last event, on the clock's time of day, which
   // survives restarts); 0: kept until `job delete`.
   double retain_finished_days = 30;
+  // --mlflow-uri: a finished job is removed (retention, `job delete`) only once its run on
+  // the tracking server is complete (job.tracked_run ended, or given up), so no run is
+  // left RUNNING there for a job nobody can report any more.
+  bool tracking = false;
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
   Clock* clock = nullptr;                   // not owned; null: Clock::Real()
 };

@@ -290,11 +290,11 @@ void JobTable::Remove(JobEntry* entry) {
   changed_.notify_all();  // its watchers see NOT_FOUND
 }
 
-int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff) {
+int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff, bool tracked_only) {
   std::vector<JobEntry*> expired;
   for (auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;
-    if (IsTerminal(job.state()) && job.events_size() > 0 &&
+    if (IsTerminal(job.state()) && job.events_size() > 0 && (!tracked_only || TrackingComplete(job)) &&
         SecondsSince(job.events(job.events_size() - 1).time(), cutoff) > 0)
       expired.push_back(&entry);
   }

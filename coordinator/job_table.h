@@ -130,8 +130,13 @@ class JobTable {
   void Remove(JobEntry* entry);
   // Removes every finished job that finished (its last event) before `cutoff`, a time of
   // day: the retention period; then every ended sweep whose last event is before it. How
-  // many of both.
-  int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff);
+  // many of both. `tracked_only`: a job whose tracking run is not complete
+  // (TrackingComplete) stays until it is.
+  int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff, bool tracked_only = false);
+  // Whether the tracking server has all of `job` it will get: its run ended, or given up.
+  static bool TrackingComplete(const v1::Job& job) {
+    return job.tracked_run().ended() || !job.tracked_run().error().empty();
+  }
 
   // Slots on `worker` held by jobs (active or stopping).
   int UsedSlots(const std::string& worker) const;

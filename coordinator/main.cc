@@ -360,6 +360,7 @@ int main(int argc, char** argv) {
   CoordinatorMetrics metrics;
   flags.options.observer = &metrics;
   flags.options.cluster_allocates = flags.cluster != "agents";
+  flags.options.tracking = !flags.mlflow.base.empty();
   auto coordinator = Coordinator::Open(flags.options);
   if (!coordinator.ok()) return Fail(coordinator.status());
   Coordinator* c = coordinator.value().get();

@@ -365,6 +365,12 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
         who.allocation() ? "the token of allocation " + who.user + " registers its own attempt's workers only"
                          : "worker " + who.user + ": a worker token may not register an allocation's worker (its "
                                                   "token is in " + std::string(kAllocationTokenEnv) + ")")));
+  if (who.allocation()) {  // the token of an attempt that is over (it never expires) registers nothing
+    auto job = c_->Get(who.allocation_job);
+    if (!job.ok() || IsTerminal(job->state()) || job->attempt() != who.allocation_attempt)
+      return timer.Done(ToGrpc(Status::PermissionDenied("the token of allocation " + who.user +
+                                                        ": that attempt of the job is over")));
+  }
   v1::WorkerInfo worker;
   worker.set_name(req->name());
   worker.set_slots(req->slots());

@@ -143,7 +143,7 @@ std::string SbatchScript(const AllocationRequest& r) {
   // the environment on), and never in an argument, which `ps` and `squeue` show anyone.
   const std::string token = r.token.empty() ? "" : "export NIGHTSHIFT_ALLOCATION_TOKEN=" + Quoted(r.token) + "\n";
   return "#!/bin/sh\n# Nightshift job " + r.job_id + ", attempt " + std::to_string(r.attempt) + "\n" + token +
-         "exec srun --kill-on-bad-exit=1 --ntasks-per-node=1" + command + "\n";
+         "exec srun --export=ALL --kill-on-bad-exit=1 --ntasks-per-node=1" + command + "\n";
 }
 
 StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {

@@ -202,11 +202,11 @@ Status KeepTheTokenToOurselves(Flags* flags) {
         "token in a file only the worker can read and pass --token-file FILE (or set NIGHTSHIFT_TOKEN)");
   const std::string from_environment = TakeTokenFromEnvironment();
   // An allocation's worker: the attempt's own token (coordinator/allocation_tokens.h) when
-  // the coordinator gave one, else --token-file's (an admin's) or insecure mode.
+  // the coordinator gave one (it beats --token-file, which stays hidden from the jobs all
+  // the same), else --token-file's (an admin's) or insecure mode.
   const std::string allocation = TakeTokenFromEnvironment("NIGHTSHIFT_ALLOCATION_TOKEN");
   if (!allocation.empty() && !flags->allocation_job.empty()) {
     flags->options.token = allocation;
-    flags->options.token_file.clear();
   } else if (flags->options.token_file.empty()) {
     flags->options.token = from_environment;
   }

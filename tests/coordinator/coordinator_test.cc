@@ -684,6 +684,37 @@ TEST_F(CoordinatorTest, FinishedJobsAreRemovedAfterTheRetentionPeriod) {
   EXPECT_EQ(c_->List(JobQuery())->jobs.size(), 1u);
 }
 
+// With a tracking server (--mlflow-uri), a finished job stays, through retention and
+// `job delete`, until its run there is complete (ended, or given up): nobody could end the
+// run of a job that is gone.
+TEST_F(CoordinatorTest, AFinishedJobStaysUntilItsTrackingRunIsComplete) {
+  options_.tracking = true;
+  Reopen();
+  const std::string ended = c_->Submit(Spec())->id(), given_up = c_->Submit(Spec())->id();
+  const std::string waiting = c_->Submit(Spec())->id();
+  for (const std::string& id : {ended, given_up, waiting}) ASSERT_TRUE(c_->Cancel(id, "").ok());
+  const nightshift::Status refused = c_->Delete(waiting);
+  EXPECT_EQ(refused.code(), Status::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("MLflow run is not complete"), std::string::npos) << refused.message();
+  v1::TrackedRun run;
+  run.set_run_id("r1");
+  run.set_ended(true);
+  ASSERT_TRUE(c_->NoteTracked(ended, run).ok());
+  run.set_ended(false);
+  run.set_error("INVALID_PARAMETER_VALUE: too long");
+  ASSERT_TRUE(c_->NoteTracked(given_up, run).ok());
+  EXPECT_TRUE(c_->Delete(ended).ok());
+  clock_.Advance(std::chrono::hours(24 * 31));
+  c_->Tick();
+  EXPECT_EQ(c_->Get(given_up).status().code(), Status::kNotFound);
+  EXPECT_TRUE(c_->Get(waiting).ok());  // past the retention period, but its run is not complete
+  run.set_error("");
+  run.set_ended(true);
+  ASSERT_TRUE(c_->NoteTracked(waiting, run).ok());
+  c_->Tick();
+  EXPECT_EQ(c_->Get(waiting).status().code(), Status::kNotFound);
+}
+
 // `job delete`: a finished job goes at once; one that has not finished is refused.
 TEST_F(CoordinatorTest, DeleteRemovesAFinishedJobAndRefusesAnUnfinishedOne) {
   const std::string id = RunningJobOnW1();

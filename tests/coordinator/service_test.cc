@@ -520,6 +520,7 @@ TEST_F(CoordinatorServiceTest, AnAllocationTokenActsAsItsAttemptsWorkersOnly) {
   auto tokens = AllocationTokens::Open(dir_ + "/allocation-secret");
   ASSERT_TRUE(tokens.ok()) << tokens.status().message();
   auth_->TrustAllocations(&tokens.value());
+  const std::string j1 = Submit("alice-secret").id(), j2 = Submit("alice-secret").id();
   const auto reg = [](const std::string& name, const std::string& job, int attempt) {
     v1::RegisterRequest r;
     r.set_name(name);
@@ -533,45 +534,50 @@ TEST_F(CoordinatorServiceTest, AnAllocationTokenActsAsItsAttemptsWorkersOnly) {
     return r;
   };
   v1::RegisterResponse registered;
-  auto j1 = v1::WorkerService::NewStub(As(tokens->For("j-1", 0)));
-  grpc::Status s = j1->Register(Ctx().get(), reg("j-1-a0-node1", "j-1", 0), &registered);
+  auto alloc = v1::WorkerService::NewStub(As(tokens->For(j1, 0)));
+  grpc::Status s = alloc->Register(Ctx().get(), reg(j1 + "-a0-node1", j1, 0), &registered);
   EXPECT_TRUE(s.ok()) << s.error_message();
-  s = j1->Register(Ctx().get(), reg("j-2-a0-node1", "j-2", 0), &registered);  // another job
+  s = alloc->Register(Ctx().get(), reg(j2 + "-a0-node1", j2, 0), &registered);  // another job
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  EXPECT_NE(s.error_message().find("may not act as worker j-2-a0-node1"), std::string::npos) << s.error_message();
-  s = j1->Register(Ctx().get(), reg("j-1-a0-node2", "j-1", 1), &registered);  // its name, another attempt
+  EXPECT_NE(s.error_message().find("may not act as worker " + j2 + "-a0-node1"), std::string::npos) << s.error_message();
+  s = alloc->Register(Ctx().get(), reg(j1 + "-a0-node2", j1, 1), &registered);  // its name, another attempt
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  s = j1->Register(Ctx().get(), reg("j-1-a0-node2", "", 0), &registered);  // outside any allocation
+  s = alloc->Register(Ctx().get(), reg(j1 + "-a0-node2", "", 0), &registered);  // outside any allocation
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  s = j1->Register(Ctx().get(), reg("node1", "", 0), &registered);
+  s = alloc->Register(Ctx().get(), reg("node1", "", 0), &registered);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   v1::HeartbeatRequest hb;
-  hb.set_name("j-1-a0-node1");
+  hb.set_name(j1 + "-a0-node1");
   v1::HeartbeatResponse orders;
-  EXPECT_TRUE(j1->Heartbeat(Ctx().get(), hb, &orders).ok());
+  EXPECT_TRUE(alloc->Heartbeat(Ctx().get(), hb, &orders).ok());
   hb.set_name("node1");
-  EXPECT_EQ(j1->Heartbeat(Ctx().get(), hb, &orders).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(alloc->Heartbeat(Ctx().get(), hb, &orders).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
   // A worker token, whatever name it carries, registers no allocation's worker.
   auto node1 = v1::WorkerService::NewStub(As("worker-secret"));
-  s = node1->Register(Ctx().get(), reg("node1", "j-1", 0), &registered);
+  s = node1->Register(Ctx().get(), reg("node1", j1, 0), &registered);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   EXPECT_NE(s.error_message().find("NIGHTSHIFT_ALLOCATION_TOKEN"), std::string::npos) << s.error_message();
   EXPECT_TRUE(node1->Register(Ctx().get(), reg("node1", "", 0), &registered).ok());
 
   // Forged: another secret's token, the attempt changed, the MAC cut short.
   const AllocationTokens other("00" + std::string(62, 'f'));
-  std::string changed = tokens->For("j-1", 0);
+  std::string changed = tokens->For(j1, 0);
   changed.replace(changed.find(":0:"), 3, ":1:");
-  for (const std::string& forged : {other.For("j-1", 0), changed, tokens->For("j-1", 0).substr(0, 40)}) {
-    s = v1::WorkerService::NewStub(As(forged))->Register(Ctx().get(), reg("j-1-a0-node3", "j-1", 0), &registered);
+  for (const std::string& forged : {other.For(j1, 0), changed, tokens->For(j1, 0).substr(0, 40)}) {
+    s = v1::WorkerService::NewStub(As(forged))->Register(Ctx().get(), reg(j1 + "-a0-node3", j1, 0), &registered);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << forged << ": " << s.error_message();
   }
+  // A token never expires, but once its attempt is over it registers nothing.
+  ASSERT_TRUE(c_->Cancel(j1, "").ok());
+  s = alloc->Register(Ctx().get(), reg(j1 + "-a0-node4", j1, 0), &registered);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("attempt of the job is over"), std::string::npos) << s.error_message();
   // The secret outlives the coordinator: opened again, the same tokens.
   auto again = AllocationTokens::Open(dir_ + "/allocation-secret");
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->For("j-1", 0), tokens->For("j-1", 0));
-  EXPECT_NE(tokens->For("j-1", 0), tokens->For("j-1", 1));
+  EXPECT_EQ(again->For(j1, 0), tokens->For(j1, 0));
+  EXPECT_NE(tokens->For(j1, 0), tokens->For(j1, 1));
   EXPECT_EQ(std::filesystem::status(dir_ + "/allocation-secret").permissions() & std::filesystem::perms::all,
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }

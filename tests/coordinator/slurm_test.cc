@@ -91,7 +91,7 @@ TEST(SlurmTest, TheBatchScriptHandsSrunTheNodeCommandWordForWord) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_EQ(r->out,
-            "--kill-on-bad-exit=1\n--ntasks-per-node=1\n/opt/nightshift/bin/nightshift-worker\n--allocation\n"
+            "--export=ALL\n--kill-on-bad-exit=1\n--ntasks-per-node=1\n/opt/nightshift/bin/nightshift-worker\n--allocation\n"
             "j-0c1f/2\n--label\nit's \"quoted\" $HOME\ntoken " + Request().token + "\n");  // in the environment only
 }
 

@@ -54,21 +54,27 @@ torch::Tensor SpanMask(const torch::Tensor& spans, int64_t b, int64_t l, const t
   return mask;
 }
 
-// Causal SDPA inside each span, its outputs side by side again: [B, H, L, Dh].
+// Causal SDPA inside each span, its outputs side by side again: [B, H, L, Dh]. Cut by
+// unbind and split_with_sizes, whose backward is one stack or cat (a narrow's would be a
+// zero tensor of the whole input per span).
 torch::Tensor SpanAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& spans, double drop) {
   const auto span = spans.accessor<int64_t, 2>();
-  std::vector<torch::Tensor> rows, parts;
-  for (int64_t i = 0; i < spans.size(0); ++i) {
-    const int64_t r = span[i][0], s = span[i][1], n = span[i][2];
-    const auto cut = [&](const torch::Tensor& t) { return t.narrow(0, r, 1).narrow(2, s, n); };
-    parts.push_back(at::scaled_dot_product_attention(cut(q), cut(k), cut(v), std::nullopt, drop, /*is_causal=*/true));
-    if (i + 1 == spans.size(0) || span[i + 1][0] != r) {
-      rows.push_back(torch::cat(parts, 2));
-      parts.clear();
-    }
+  const std::vector<torch::Tensor> q_rows = q.unbind(0), k_rows = k.unbind(0), v_rows = v.unbind(0);
+  std::vector<torch::Tensor> rows;
+  for (int64_t i = 0; i < spans.size(0);) {
+    const int64_t r = span[i][0];
+    std::vector<int64_t> lengths;
+    for (; i < spans.size(0) && span[i][0] == r; ++i) lengths.push_back(span[i][2]);
+    const auto qs = q_rows[r].split_with_sizes(lengths, 1), ks = k_rows[r].split_with_sizes(lengths, 1),
+               vs = v_rows[r].split_with_sizes(lengths, 1);
+    std::vector<torch::Tensor> parts;
+    for (size_t j = 0; j < lengths.size(); ++j)
+      parts.push_back(at::scaled_dot_product_attention(qs[j].unsqueeze(0), ks[j].unsqueeze(0), vs[j].unsqueeze(0),
+                                                       std::nullopt, drop, /*is_causal=*/true).squeeze(0));
+    rows.push_back(torch::cat(parts, 1));
   }
-  return torch::cat(rows, 0);
+  return torch::stack(rows, 0);
 }
 
 }  // namespace

@@ -146,7 +146,9 @@ class FullyShardedAdamW::Unit : public BlockParams {
   void StartReduce(ProcessGroup& group) {
     torch::NoGradGuard no_grad;
     const auto options = owner_ != nullptr && owner_->reduce_bf16_ ? shard_.options().dtype(torch::kBFloat16) : shard_.options();
-    reduce_from_ = torch::zeros({padded_numel()}, options);
+    reduce_from_ = block() && owner_ != nullptr ? owner_->TakeReduceBuffer(padded_numel(), options)
+                                                : torch::empty({padded_numel()}, options);
+    reduce_from_.zero_();  // the padding between parameters, and any without a gradient
     for (size_t i = 0; i < params_.size(); ++i)
       if (params_[i].grad().defined())
         reduce_from_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].grad().reshape({-1}));
@@ -161,6 +163,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     group.Wait(pending);
     torch::NoGradGuard no_grad;
     torch::Tensor mine = reduce_into_.to(torch::kFloat32);  // the same tensor when it is float32
+    if (block() && owner_ != nullptr) owner_->KeepReduceBuffer(std::move(reduce_from_));
     reduce_from_ = reduce_into_ = torch::Tensor();
     mine.div_(world_size_);
     if (shard_.grad().defined()) shard_.mutable_grad().add_(mine);
@@ -282,6 +285,20 @@ c10::DataPtr FullyShardedAdamW::TakeSpare(size_t bytes) const {
     return memory;
   }
   return c10::DataPtr();
+}
+
+torch::Tensor FullyShardedAdamW::TakeReduceBuffer(int64_t numel, const torch::TensorOptions& options) const {
+  for (auto it = reduce_spare_.begin(); it != reduce_spare_.end(); ++it) {
+    if (it->numel() != numel || it->scalar_type() != options.dtype().toScalarType()) continue;
+    torch::Tensor buffer = std::move(*it);
+    reduce_spare_.erase(it);
+    return buffer;
+  }
+  return torch::empty({numel}, options);
+}
+
+void FullyShardedAdamW::KeepReduceBuffer(torch::Tensor buffer) const {
+  if (reduce_spare_.size() < 2) reduce_spare_.push_back(std::move(buffer));
 }
 
 std::vector<BlockParams*> FullyShardedAdamW::block_params(int64_t num_blocks) const {

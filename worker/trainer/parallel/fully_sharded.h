@@ -122,6 +122,13 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // gathered two or three times a step: no allocation and page faults each time).
   void KeepSpare(size_t bytes, c10::DataPtr memory) const;
   c10::DataPtr TakeSpare(size_t bytes) const;
+  // Likewise up to two blocks' gradient-reduction buffers (the block's gradients laid out
+  // flat, reduce-scattered; one reduction runs beside the next block's backward): a block's
+  // is filled every backward, and allocated afresh glibc would map and fault it in each
+  // time. The resident units' (embeddings, head: once a step) are not kept.
+  torch::Tensor TakeReduceBuffer(int64_t numel, const torch::TensorOptions& options) const;
+  void KeepReduceBuffer(torch::Tensor buffer) const;
+  mutable std::vector<torch::Tensor> reduce_spare_;
   // One block's gradient reduction runs beside the next block's backward: `unit` starts
   // its own, the one before it is finished first.
   void Reducing(Unit* unit) const;
