@@ -154,6 +154,16 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e, context) from None
 
+    def _submit(self, method: Callable[..., T], request: Any, request_id: Optional[str], context: str) -> T:
+        """Sends a submission with one request id (random unless given) on every attempt,
+        UNAVAILABLE and DEADLINE_EXCEEDED retried for self.retry.retry_for seconds: a reply
+        lost on the way back never makes a second job or sweep."""
+        request.request_id = request_id if request_id is not None else uuid.uuid4().hex
+        try:
+            return call_with_retry(self.retry, lambda seconds: method(request, timeout=seconds, metadata=self._metadata))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, context) from None
+
     # -- jobs ------------------------------------------------------------------------------
     def submit(self, spec: SpecLike, request_id: Optional[str] = None) -> "Job":
         """Submits a job: `spec` is a path to a YAML or JSON file, YAML text, a dict or a JobSpec.
@@ -163,13 +173,7 @@ class Client:
         the way back never makes two jobs. SpecRefused names the field the coordinator refused.
         """
         request, context = spec_request(spec)
-        request.request_id = request_id if request_id is not None else uuid.uuid4().hex
-        try:
-            job = call_with_retry(self.retry, lambda seconds: self._jobs.SubmitJob(
-                request, timeout=seconds, metadata=self._metadata))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, context) from None
-        return Job(self, job)
+        return Job(self, self._submit(self._jobs.SubmitJob, request, request_id, context))
 
     def job(self, id: str) -> "Job":
         """The job `id` now (NotFound if there is none)."""
@@ -206,14 +210,8 @@ class Client:
         request_id (default: a new one): a retry with the same id gets the sweep the first
         call made, as for submit()."""
         text, context = sweep_yaml(sweep)
-        request = jobs_pb2.SubmitSweepRequest(sweep_yaml=text,
-                                              request_id=request_id if request_id is not None else uuid.uuid4().hex)
-        try:
-            out = call_with_retry(self.retry, lambda seconds: self._jobs.SubmitSweep(
-                request, timeout=seconds, metadata=self._metadata))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, context) from None
-        return Sweep(self, out)
+        return Sweep(self, self._submit(self._jobs.SubmitSweep, jobs_pb2.SubmitSweepRequest(sweep_yaml=text),
+                                        request_id, context))
 
     def sweeps(self) -> List[Sweep]:
         """Every sweep the caller may see (a user: their own), oldest first, without their events."""
