@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
-#include <optional>
+#include <memory>
 #include <thread>
 
 #include "common/client.h"
@@ -293,6 +293,19 @@ class TrackingLoop {
   PassThread thread_;  // last: stopped first
 };
 
+// --cluster slurm|kubernetes with tokens: each allocation's workers get a token of their
+// own, opening that attempt only (allocation_tokens.h), which `auth` accepts and the
+// provisioner hands out. Null otherwise. The tokens must outlive both.
+StatusOr<std::unique_ptr<AllocationTokens>> TrustAllocations(Flags* f, Authenticator* auth) {
+  if (f->cluster == "agents" || auth->insecure()) return std::unique_ptr<AllocationTokens>();
+  auto opened = AllocationTokens::Open(f->options.data_dir + "/allocation-secret");
+  if (!opened.ok()) return opened.status();
+  auto tokens = std::make_unique<AllocationTokens>(std::move(opened.value()));
+  auth->TrustAllocations(tokens.get());
+  f->provisioner.tokens = tokens.get();
+  return tokens;
+}
+
 // --cluster slurm|kubernetes: a thread that runs provisioning passes until SIGINT/SIGTERM.
 class ProvisionerLoop {
  public:
@@ -366,16 +379,8 @@ int main(int argc, char** argv) {
   Coordinator* c = coordinator.value().get();
   auto metrics_server = StartMetrics(flags, &metrics, c);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
-  // --cluster slurm|kubernetes with tokens: each allocation's workers get a token of their
-  // own, opening that attempt only (allocation_tokens.h).
-  std::optional<AllocationTokens> allocation_tokens;
-  if (flags.cluster != "agents" && !auth.value()->insecure()) {
-    auto opened = AllocationTokens::Open(flags.options.data_dir + "/allocation-secret");
-    if (!opened.ok()) return Fail(opened.status());
-    allocation_tokens.emplace(std::move(opened.value()));
-    auth.value()->TrustAllocations(&*allocation_tokens);
-    flags.provisioner.tokens = &*allocation_tokens;
-  }
+  auto allocation_tokens = TrustAllocations(&flags, auth.value().get());
+  if (!allocation_tokens.ok()) return Fail(allocation_tokens.status());
 
   auto faults = FaultsFromEnv();
   if (!faults.ok()) return Fail(faults.status());
