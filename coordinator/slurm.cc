@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "coordinator/allocation_tokens.h"
+
 namespace nightshift {
 namespace {
 
@@ -141,7 +143,7 @@ std::string SbatchScript(const AllocationRequest& r) {
   // failing ends the others' at once (the attempt is over), as TorchX does.
   // The token in the script, which Slurm shows its owner and operators only (srun passes
   // the environment on), and never in an argument, which `ps` and `squeue` show anyone.
-  const std::string token = r.token.empty() ? "" : "export NIGHTSHIFT_ALLOCATION_TOKEN=" + Quoted(r.token) + "\n";
+  const std::string token = r.token.empty() ? "" : "export " + std::string(kAllocationTokenEnv) + "=" + Quoted(r.token) + "\n";
   return "#!/bin/sh\n# Nightshift job " + r.job_id + ", attempt " + std::to_string(r.attempt) + "\n" + token +
          "exec srun --export=ALL --kill-on-bad-exit=1 --ntasks-per-node=1" + command + "\n";
 }
