@@ -1,5 +1,6 @@
 #include "coordinator/sweeps.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -51,20 +52,24 @@ struct SweepRunner::SweepPass {
   SuccessiveHalving asha;
   int running = 0;  // trials whose jobs are queued or running
   std::map<std::string, v1::JobMetrics> metrics;  // by job id, read this pass
-  std::map<std::string, int64_t> last_steps;      // by job id: its last step; 0 unknown
+  struct Steps {
+    int64_t done = 0;  // the job's progress
+    int64_t last = 0;  // its last step (max_steps, or what its epochs come to); 0: unknown
+  };
+  std::map<std::string, Steps> steps;  // by job id, read this pass
 
   void Event(const std::string& text) { sweep.add_events()->set_text(text); }  // stamped when written
   bool Asha() const { return sweep.spec().method() == "asha"; }
 
   // Takes the trial's evaluations past reported_step, in step order; with `judge`, each
   // one goes to ASHA until one pauses the trial (the later ones wait: if it is promoted
-  // they are judged at their own rungs). An evaluation at or past the job's last step
-  // pauses nothing: the trial has trained every step it had, and its
-  // job is finishing, so it completes with that value (as Determined's ASHA completes the
-  // trials that reach max_length), which still counts at its rung for the others.
+  // they are judged at their own rungs). Once the job has trained its last step nothing
+  // pauses it: pausing would save no step, and its job is writing its model; it completes
+  // (as Determined's ASHA completes the trials that reach max_length), its values still
+  // counted at their rungs for the others.
   Status Judge(v1::Trial* t, bool judge) {
     const std::string& metric = sweep.spec().metric();
-    const int64_t last_step = last_steps[t->job_id()];
+    const Steps job_steps = steps[t->job_id()];
     for (const v1::AttemptMetrics& a : metrics[t->job_id()].attempts()) {
       for (const v1::EvalPoint& e : a.evals()) {
         auto it = e.metrics().find(metric);
@@ -82,8 +87,9 @@ struct SweepRunner::SweepPass {
         t->set_rung(d.rung);
         const std::string judged = "rung " + std::to_string(d.rung) + " (step " + std::to_string(e.step()) + ", " +
                                    metric + " " + FormatNumber(it->second) + ", cut-off " + FormatNumber(d.cutoff) + ")";
-        if (!d.stop || (last_step > 0 && e.step() >= last_step)) {
-          Event(TrialName(*t) + (d.stop ? " reached its last step at " : " goes on past ") + judged);
+        const bool trained_all = job_steps.last > 0 && std::max(job_steps.done, e.step()) >= job_steps.last;
+        if (!d.stop || trained_all) {
+          Event(TrialName(*t) + (d.stop ? " trained every step it had: not paused at " : " goes on past ") + judged);
           continue;
         }
         NS_RETURN_IF_ERROR(c->Hold(t->job_id(), "sweep " + sweep.id() + ": paused at " + judged));
@@ -120,8 +126,8 @@ struct SweepRunner::SweepPass {
       StatusOr<v1::JobMetrics> m = c->Metrics(t.job_id());
       if (!m.ok()) return m.status();
       metrics[t.job_id()] = std::move(*m);
-      last_steps[t.job_id()] =
-          job->progress().total_steps() > 0 ? job->progress().total_steps() : job->spec().train().max_steps();
+      steps[t.job_id()] = {job->progress().step(), job->progress().total_steps() > 0 ? job->progress().total_steps()
+                                                                                      : job->spec().train().max_steps()};
       NS_RETURN_IF_ERROR(Judge(&t, Asha() && !IsTerminal(job->state())));
       if (job->state() == v1::SUCCEEDED) t.set_state(v1::TRIAL_COMPLETED);
       if (job->state() == v1::FAILED) t.set_state(v1::TRIAL_FAILED);

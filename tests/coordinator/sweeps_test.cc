@@ -1,8 +1,8 @@
 // coordinator/sweeps.h and the coordinator calls it makes, on an in-process coordinator
 // (no servers): trials made up to the parallelism and once across a restart; a held job is
 // not placed until released; a cancelled sweep cancels every job it made and makes no more;
-// a Hold or Release whose pass was not written is undone from the record; a trial judged
-// at its last step is not paused.
+// a Hold or Release whose pass was not written is undone from the record; a trial that
+// trained its last step is not paused.
 #include "coordinator/sweeps.h"
 
 #include <gtest/gtest.h>
@@ -185,57 +185,63 @@ TEST_F(SweepsTest, AHoldOrReleaseThatThePassDidNotWriteIsUndoneFromTheRecord) {
   EXPECT_EQ(c_->Get(jobs[1].id())->held_by(), "sweep " + sweep.id() + ": paused at rung 0");
 }
 
-// A rung at a trial's last step pauses nothing: the trial trained every step it had (its
+// A trial whose job has trained its last step is not paused: pausing saves no step (its
 // job is writing its model when the pass reads the evaluation), so it completes, and its
-// value still counts at the rung. The CI saw a trial "paused at rung 3 (step 400)" of 400.
-TEST_F(SweepsTest, ATrialJudgedAtItsLastStepCompletesInsteadOfPausing) {
+// values still count at their rungs. The CI saw a trial "paused at rung 3 (step 400)" of 400.
+TEST_F(SweepsTest, ATrialThatTrainedItsLastStepCompletesInsteadOfPausing) {
   v1::WorkerInfo worker;
   worker.set_name("w1");
-  worker.set_slots(3);
+  worker.set_slots(4);
   ASSERT_TRUE(c_->Register(worker).ok());
-  const v1::Sweep sweep = Submit("asha", 3, 3);
+  const v1::Sweep sweep = Submit("asha", 4, 4);
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   c_->Tick();
   ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
   const v1::Sweep made = *c_->GetSweep(sweep.id());
   std::vector<std::string> job;  // by trial index
   for (const v1::Trial& t : made.trials()) job.push_back(t.job_id());
-  ASSERT_EQ(job.size(), 3u);
-  // Each trial at step 10 (rung 0): t0 first and best; t1 worse, 90 steps to go; t2 worse,
-  // at its last step.
-  const auto report = [&](const std::string& id, double value, int64_t total_steps, v1::TaskState state) {
+  ASSERT_EQ(job.size(), 4u);
+  // Each trial evaluated at step 10 (rung 0): t0 first and best; t1 worse, at step 10 of
+  // 100; t2 worse, already at its last step 20 when the pass reads its evaluation; t3
+  // worse, evaluated at its last step.
+  const auto report = [&](const std::string& id, double value, int64_t step, int64_t total_steps,
+                          v1::TaskState state) {
     v1::TaskStatus s;
     s.mutable_task()->set_job_id(id);
     s.mutable_task()->set_attempt(0);
     s.set_state(state);
-    s.mutable_progress()->set_step(10);
+    s.mutable_progress()->set_step(step);
     s.mutable_progress()->set_total_steps(total_steps);
     v1::EvalPoint* e = s.add_evals();
     e->set_step(10);
     (*e->mutable_metrics())["val_loss"] = value;
     ASSERT_TRUE(c_->ReportTask("w1", s).ok());
   };
-  report(job[0], 0.5, 100, v1::TASK_RUNNING);
-  report(job[1], 0.7, 100, v1::TASK_RUNNING);
-  report(job[2], 0.9, 10, v1::TASK_RUNNING);
+  report(job[0], 0.5, 10, 100, v1::TASK_RUNNING);
+  report(job[1], 0.7, 10, 100, v1::TASK_RUNNING);
+  report(job[2], 0.9, 20, 20, v1::TASK_RUNNING);
+  report(job[3], 0.8, 10, 10, v1::TASK_RUNNING);
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   v1::Sweep after = *c_->GetSweep(sweep.id());
   EXPECT_EQ(after.trials(0).state(), v1::TRIAL_RUNNING);
   EXPECT_EQ(after.trials(1).state(), v1::TRIAL_PAUSED);
   EXPECT_NE(c_->Get(job[1])->held_by().find("paused at rung 0 (step 10"), std::string::npos);
-  EXPECT_EQ(after.trials(2).state(), v1::TRIAL_RUNNING);
-  EXPECT_TRUE(c_->Get(job[2])->held_by().empty());
-  ASSERT_EQ(after.trials(2).rung_values_size(), 1);  // recorded at rung 0 all the same
-  bool told = false;
+  int told = 0;
   for (const v1::SweepEvent& e : after.events())
-    told |= e.text().find("reached its last step at rung 0") != std::string::npos;
-  EXPECT_TRUE(told);
-
-  report(job[2], 0.9, 10, v1::TASK_SUCCEEDED);
+    told += e.text().find("trained every step it had: not paused at rung 0") != std::string::npos;
+  EXPECT_EQ(told, 2);
+  for (int i : {2, 3}) {
+    EXPECT_EQ(after.trials(i).state(), v1::TRIAL_RUNNING) << i;
+    EXPECT_TRUE(c_->Get(job[i])->held_by().empty()) << i;
+    EXPECT_EQ(after.trials(i).rung_values_size(), 1) << i;  // recorded at rung 0 all the same
+    report(job[i], i == 2 ? 0.9 : 0.8, i == 2 ? 20 : 10, i == 2 ? 20 : 10, v1::TASK_SUCCEEDED);
+  }
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   after = *c_->GetSweep(sweep.id());
-  EXPECT_EQ(after.trials(2).state(), v1::TRIAL_COMPLETED);
-  EXPECT_EQ(c_->Get(job[2])->state(), v1::SUCCEEDED);
+  for (int i : {2, 3}) {
+    EXPECT_EQ(after.trials(i).state(), v1::TRIAL_COMPLETED) << i;
+    EXPECT_EQ(c_->Get(job[i])->state(), v1::SUCCEEDED) << i;
+  }
 }
 
 }  // namespace
