@@ -127,12 +127,14 @@ StatusOr<v1::Sweep> Coordinator::GetSweep(const std::string& id) const {
   return it->second;
 }
 
-std::vector<v1::Sweep> Coordinator::ListSweeps(const std::string* owner) const {
+std::vector<v1::Sweep> Coordinator::ListSweeps(const std::string* owner, uint64_t after_seq, size_t limit) const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<v1::Sweep> out;
+  std::vector<const v1::Sweep*> found;
   for (const auto& [id, sweep] : jobs_->sweeps())
-    if (owner == nullptr || sweep.owner() == *owner) out.push_back(sweep);
-  std::sort(out.begin(), out.end(), [](const v1::Sweep& a, const v1::Sweep& b) { return a.submit_seq() < b.submit_seq(); });
+    if ((owner == nullptr || sweep.owner() == *owner) && sweep.submit_seq() > after_seq) found.push_back(&sweep);
+  std::sort(found.begin(), found.end(), [](const v1::Sweep* a, const v1::Sweep* b) { return a->submit_seq() < b->submit_seq(); });
+  std::vector<v1::Sweep> out;
+  for (size_t i = 0; i < found.size() && i < limit; ++i) out.push_back(*found[i]);
   return out;
 }
 

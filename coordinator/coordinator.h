@@ -16,6 +16,7 @@
 #define NIGHTSHIFT_COORDINATOR_COORDINATOR_H_
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -260,8 +261,10 @@ class Coordinator {
   // request_id as for Submit: a retry gets the sweep the first call made.
   StatusOr<v1::Sweep> SubmitSweep(v1::SweepSpec spec, const std::string& owner, const std::string& request_id = "");
   StatusOr<v1::Sweep> GetSweep(const std::string& id) const;
-  // `owner` non-null: only that user's; in submit order.
-  std::vector<v1::Sweep> ListSweeps(const std::string* owner = nullptr) const;
+  // `owner` non-null: only that user's; in submit order, those submitted after `after_seq`,
+  // at most `limit`.
+  std::vector<v1::Sweep> ListSweeps(const std::string* owner = nullptr, uint64_t after_seq = 0,
+                                    size_t limit = SIZE_MAX) const;
   // CANCELLED, and every unfinished trial job cancelled with it.
   StatusOr<v1::Sweep> CancelSweep(const std::string& id);
   // The sweep runner's write: trials, events, best trial, state and reason. A sweep that

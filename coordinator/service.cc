@@ -165,15 +165,33 @@ grpc::Status JobServiceImpl::GetSweep(grpc::ServerContext* ctx, const v1::GetSwe
   return timer.Done(grpc::Status::OK);
 }
 
-grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::ListSweepsRequest*,
+// Pages of sweeps, as of jobs (the token: the last submit_seq of the page before), of at
+// most page_size (default 10, at most 100) and, past the first sweep, at most 2 MiB: a
+// sweep holds up to 1,000 trials, and a reply must stay under gRPC's 4 MiB default.
+grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::ListSweepsRequest* req,
                                         v1::ListSweepsResponse* out) {
   RpcTimer timer(metrics_, "ListSweeps");
   Principal who;
   Status allowed = Check(auth_, ctx, Method::kListSweeps, nullptr, &who);
   if (!allowed.ok()) return timer.Done(ToGrpc(allowed));
-  // Users see their own sweeps only.
-  for (v1::Sweep& sweep : c_->ListSweeps(who.role == Role::kAdmin ? nullptr : &who.user)) {
+  const int limit = req->page_size() == 0 ? 10 : req->page_size();
+  if (limit < 1 || limit > 100) return timer.Done(ToGrpc(Status::InvalidArgument("page_size: must be in [1, 100]")));
+  uint64_t after_seq = 0;
+  if (!req->page_token().empty()) {
+    char* end = nullptr;
+    after_seq = std::strtoull(req->page_token().c_str(), &end, 10);
+    if (*end != '\0') return timer.Done(ToGrpc(Status::InvalidArgument("page_token: not a token from ListSweeps")));
+  }
+  constexpr size_t kMaxPageBytes = 2 << 20;
+  size_t bytes = 0;
+  // Users see their own sweeps only. One more than the page: whether another follows.
+  for (v1::Sweep& sweep : c_->ListSweeps(who.role == Role::kAdmin ? nullptr : &who.user, after_seq, limit + 1)) {
     sweep.clear_events();  // a list: `sweep describe` has them
+    bytes += sweep.ByteSizeLong();
+    if (out->sweeps_size() == limit || (out->sweeps_size() > 0 && bytes > kMaxPageBytes)) {
+      out->set_next_page_token(std::to_string(out->sweeps(out->sweeps_size() - 1).submit_seq()));
+      break;
+    }
     *out->add_sweeps() = std::move(sweep);
   }
   return timer.Done(grpc::Status::OK);

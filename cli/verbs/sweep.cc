@@ -66,12 +66,20 @@ int Submit(const Session& s, const std::string& file) {
   return kExitOk;
 }
 
+// Every page of ListSweeps.
 int List(const Session& s, const std::string&) {
+  auto stub = v1::JobService::NewStub(s.channel);
+  v1::ListSweepsRequest req;
   v1::ListSweepsResponse out;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(s.Deadline());
-  grpc::Status status = v1::JobService::NewStub(s.channel)->ListSweeps(&ctx, v1::ListSweepsRequest(), &out);
-  if (!status.ok()) return CallFailed(status);
+  do {
+    v1::ListSweepsResponse page;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(s.Deadline());
+    grpc::Status status = stub->ListSweeps(&ctx, req, &page);
+    if (!status.ok()) return CallFailed(status);
+    for (auto& w : *page.mutable_sweeps()) *out.add_sweeps() = std::move(w);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
   if (s.json) {
     std::printf("%s\n", ToJson(out).c_str());
     return kExitOk;

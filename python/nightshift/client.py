@@ -215,7 +215,14 @@ class Client:
 
     def sweeps(self) -> List[Sweep]:
         """Every sweep the caller may see (a user: their own), oldest first, without their events."""
-        return [Sweep(self, w) for w in self._unary(self._jobs.ListSweeps, jobs_pb2.ListSweepsRequest()).sweeps]
+        request = jobs_pb2.ListSweepsRequest()
+        out: List[Sweep] = []
+        while True:
+            page = self._unary(self._jobs.ListSweeps, request)
+            out += [Sweep(self, w) for w in page.sweeps]
+            if not page.next_page_token:
+                return out
+            request.page_token = page.next_page_token
 
     def get_sweep(self, id: str) -> Sweep:
         """The sweep `id` now (NotFound if there is none)."""

@@ -189,6 +189,8 @@ class FakeJobService final : public v1::JobService::Service {
   grpc::Status submit_failure{grpc::StatusCode::UNAVAILABLE, "connection reset"};
   std::vector<v1::SubmitJobRequest> submits;
   std::vector<v1::SubmitSweepRequest> sweep_submits;  // the first `submit_failures` fail too
+  std::vector<std::vector<v1::Sweep>> sweep_pages;  // what ListSweeps answers, a page a call
+  std::vector<v1::ListSweepsRequest> sweep_lists;
   std::vector<v1::ListJobsRequest> lists;
   std::vector<v1::StreamLogsRequest> log_requests;
   std::vector<std::string> deletes;         // ids DeleteJob was asked for
@@ -210,6 +212,17 @@ class FakeJobService final : public v1::JobService::Service {
     if (!fail.ok()) return fail;
     out->set_id("s-000001");
     out->set_state(v1::RUNNING);
+    return grpc::Status::OK;
+  }
+  // Page i's token for the next is "i+1".
+  grpc::Status ListSweeps(grpc::ServerContext*, const v1::ListSweepsRequest* req, v1::ListSweepsResponse* out) override {
+    std::lock_guard<std::mutex> l(mu);
+    sweep_lists.push_back(*req);
+    if (!fail.ok()) return fail;
+    const size_t page = req->page_token().empty() ? 0 : std::stoul(req->page_token());
+    if (page < sweep_pages.size())
+      for (const v1::Sweep& w : sweep_pages[page]) *out->add_sweeps() = w;
+    if (page + 1 < sweep_pages.size()) out->set_next_page_token(std::to_string(page + 1));
     return grpc::Status::OK;
   }
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* out) override {

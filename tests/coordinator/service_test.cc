@@ -15,6 +15,7 @@
 
 #include "common/client.h"
 #include "common/file_access.h"
+#include "coordinator/sweep_spec.h"
 #include "tests/common/fake_clock.h"
 #include "tests/common/fake_job_store.h"
 #include "tests/common/test_model_folder.h"
@@ -350,6 +351,70 @@ TEST_F(CoordinatorServiceTest, ListJobsPagesWithTokens) {
   req.set_page_token("");
   req.set_page_size(1001);
   s = jobs->ListJobs(Ctx().get(), req, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("page_size"), std::string::npos) << s.error_message();
+}
+
+// ListSweeps pages as ListJobs does, and a page also stops before 2 MiB (a sweep holds up
+// to 1,000 trials; a reply of every sweep would pass gRPC's 4 MiB); a user's own only, no
+// events; bad page fields refused naming them.
+TEST_F(CoordinatorServiceTest, ListSweepsPagesByCountAndBytes) {
+  StatusOr<v1::SweepSpec> spec = LoadSweepSpec(std::string("base: {") + "model: {arch: transformer_classifier}, " +
+                                               "data: {path: /data}}\nsearch: {train.lr: {uniform: [0.001, 0.01]}}\n" +
+                                               "metric: val_loss\nmethod: random\nmax_trials: 1000\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  std::vector<std::string> made;
+  for (int i = 0; i < 5; ++i) {
+    StatusOr<v1::Sweep> sweep = c_->SubmitSweep(*spec, "alice");
+    ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
+    made.push_back(sweep->id());
+    if (i >= 3) continue;
+    for (int t = 0; t < 1000; ++t) {  // the first three: 1,000 trials of ~900 bytes each
+      v1::Trial* trial = sweep->add_trials();
+      trial->set_index(t);
+      (*trial->mutable_params())["model.note"] = std::string(900, 'x');
+    }
+    sweep->add_events()->set_text("an event");
+    ASSERT_TRUE(c_->UpdateSweep(*sweep).ok());
+  }
+  ASSERT_TRUE(c_->SubmitSweep(*spec, "bob").ok());
+
+  auto jobs = v1::JobService::NewStub(As("alice-secret"));
+  const auto list = [&](int page_size, std::vector<int>* sizes) {
+    v1::ListSweepsRequest req;
+    req.set_page_size(page_size);
+    std::vector<std::string> ids;
+    do {
+      v1::ListSweepsResponse page;
+      grpc::Status s = jobs->ListSweeps(Ctx().get(), req, &page);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      EXPECT_LE(page.ByteSizeLong(), 2u << 20);
+      sizes->push_back(page.sweeps_size());
+      for (const v1::Sweep& w : page.sweeps()) {
+        ids.push_back(w.id());
+        EXPECT_EQ(w.events_size(), 0);
+      }
+      req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
+    return ids;
+  };
+  std::vector<int> sizes;
+  EXPECT_EQ(list(0, &sizes), made);  // default size 10, cut by bytes: 2 large, 1 large + 2 small
+  EXPECT_EQ(sizes, (std::vector<int>{2, 3}));
+  sizes.clear();
+  EXPECT_EQ(list(1, &sizes), made);
+  EXPECT_EQ(sizes, (std::vector<int>{1, 1, 1, 1, 1}));
+
+  v1::ListSweepsRequest req;
+  v1::ListSweepsResponse out;
+  req.set_page_token("not-a-token");
+  grpc::Status s = jobs->ListSweeps(Ctx().get(), req, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("page_token"), std::string::npos) << s.error_message();
+  req.set_page_token("");
+  req.set_page_size(101);
+  s = jobs->ListSweeps(Ctx().get(), req, &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("page_size"), std::string::npos) << s.error_message();
 }

@@ -38,5 +38,24 @@ TEST(SweepVerbsTest, SubmitRetriesUnreachableWithOneRequestIdUntilAccepted) {
   std::remove(path.c_str());
 }
 
+// `sweep list` asks for every page and lists them all, in the order given.
+TEST(SweepVerbsTest, ListReadsEveryPage) {
+  FakeCoordinator fake;
+  fake.jobs.sweep_pages.resize(2);
+  for (int i = 1; i <= 3; ++i) {
+    v1::Sweep w;
+    w.set_id("s-00000" + std::to_string(i));
+    w.set_state(v1::RUNNING);
+    w.mutable_spec()->set_method("asha");
+    fake.jobs.sweep_pages[i <= 2 ? 0 : 1].push_back(w);
+  }
+  auto r = RunCli({"sweep", "list"}, fake.Channel());
+  EXPECT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(fake.jobs.sweep_lists.size(), 2u);
+  EXPECT_EQ(fake.jobs.sweep_lists[1].page_token(), "1");
+  const size_t one = r.out.find("s-000001"), two = r.out.find("s-000002"), three = r.out.find("s-000003");
+  EXPECT_TRUE(one < two && two < three && three != std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace nightshift::cli
