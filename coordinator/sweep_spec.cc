@@ -153,18 +153,28 @@ Status ReadBudget(int max_trials, int parallelism, v1::SweepSpec* spec) {
 
 Status ReadAsha(const YAML::Node& root, v1::SweepSpec* spec) {
   if (spec->method() != "asha") return root["asha"] ? Bad("asha", "only for method asha") : Status::OK();
-  if (!root["asha"] || !root["asha"].IsMap()) return Bad("asha", "method asha needs asha: {min_steps: N}");
-  NS_RETURN_IF_ERROR(CheckKeys(root["asha"], "asha.", {"min_steps", "reduction_factor", "min_early_stopping_rate"}));
-  int64_t min_steps = 0;
+  if (!root["asha"] || !root["asha"].IsMap())
+    return Bad("asha", "method asha needs asha: {min_steps: N} or asha: {min_epochs: N}");
+  NS_RETURN_IF_ERROR(
+      CheckKeys(root["asha"], "asha.", {"min_steps", "min_epochs", "reduction_factor", "min_early_stopping_rate"}));
+  int64_t min_steps = 0, min_epochs = 0;
   int eta = 4, rate = 0;
   NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_steps", &min_steps));
+  NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_epochs", &min_epochs));
   NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "reduction_factor", &eta));
   NS_RETURN_IF_ERROR(ReadScalar(root["asha"], "min_early_stopping_rate", &rate));
-  if (min_steps < 1 || min_steps > 1000000000)
+  if (root["asha"]["min_steps"] && root["asha"]["min_epochs"])
+    return Bad("asha.min_epochs", "rungs count steps (min_steps) or epochs (min_epochs), not both");
+  if (root["asha"]["min_epochs"]) {
+    if (min_epochs < 1 || min_epochs > 1000000)
+      return Bad("asha.min_epochs", "must be in [1, 1000000] (the epochs to the first rung)");
+  } else if (min_steps < 1 || min_steps > 1000000000) {
     return Bad("asha.min_steps", "must be in [1, 1000000000] (the steps to the first rung)");
+  }
   if (eta < 2) return Bad("asha.reduction_factor", "must be at least 2");
   if (rate < 0) return Bad("asha.min_early_stopping_rate", "must be at least 0");
   spec->mutable_asha()->set_min_steps(min_steps);
+  spec->mutable_asha()->set_min_epochs(min_epochs);
   spec->mutable_asha()->set_reduction_factor(eta);
   spec->mutable_asha()->set_min_early_stopping_rate(rate);
   return Status::OK();
@@ -253,7 +263,10 @@ std::map<std::string, std::string> TrialParams(const v1::SweepSpec& spec, int in
 StatusOr<v1::JobSpec> TrialSpec(const v1::SweepSpec& spec, const std::map<std::string, std::string>& params) {
   StatusOr<v1::JobSpec> job = SpecWith(spec.base_yaml(), params);
   if (!job.ok()) return job;
-  if (spec.method() == "asha") {
+  if (spec.method() == "asha" && spec.asha().min_epochs() > 0) {
+    job->mutable_eval()->clear_every_steps();  // rungs fall at epochs' ends: evaluations too
+    NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&job.value()));
+  } else if (spec.method() == "asha") {
     // Rungs fall at multiples of min_steps: evaluations must too.
     const int64_t every = job->eval().every_steps();
     if (every <= 0 || spec.asha().min_steps() % every != 0)

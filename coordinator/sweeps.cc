@@ -14,7 +14,8 @@ namespace {
 
 SuccessiveHalving AshaOf(const v1::Sweep& sweep) {
   SuccessiveHalvingOptions o;
-  o.min_resource = sweep.spec().asha().min_steps();
+  const v1::AshaSpec& a = sweep.spec().asha();
+  o.min_resource = a.min_epochs() > 0 ? a.min_epochs() : a.min_steps();
   o.reduction_factor = sweep.spec().asha().reduction_factor();
   o.min_early_stopping_rate = sweep.spec().asha().min_early_stopping_rate();
   o.maximize = sweep.spec().maximize();
@@ -80,13 +81,18 @@ struct SweepRunner::SweepPass {
         t->set_value(it->second);
         t->set_step(e.step());
         if (!judge) continue;
-        const RungDecision d = asha.Report(t->job_id(), e.step(), it->second);
+        // Rungs by epochs: an evaluation in epoch e (from 0) counts as e + 1 epochs (trials
+        // evaluate at each epoch's end then: TrialSpec).
+        const bool epochs = sweep.spec().asha().min_epochs() > 0;
+        const RungDecision d = asha.Report(t->job_id(), epochs ? e.epoch() + 1 : e.step(), it->second);
         if (d.rung < 0) continue;
         const auto& recorded = asha.recorded().at(t->job_id());
         t->mutable_rung_values()->Assign(recorded.begin(), recorded.end());
         t->set_rung(d.rung);
-        const std::string judged = "rung " + std::to_string(d.rung) + " (step " + std::to_string(e.step()) + ", " +
-                                   metric + " " + FormatNumber(it->second) + ", cut-off " + FormatNumber(d.cutoff) + ")";
+        const std::string judged = "rung " + std::to_string(d.rung) + " (" +
+                                   (epochs ? "epoch " + std::to_string(e.epoch() + 1) + ", " : "") + "step " +
+                                   std::to_string(e.step()) + ", " + metric + " " + FormatNumber(it->second) +
+                                   ", cut-off " + FormatNumber(d.cutoff) + ")";
         const bool trained_all = job_steps.last > 0 && std::max(job_steps.done, e.step()) >= job_steps.last;
         if (!d.stop || trained_all) {
           Event(TrialName(*t) + (d.stop ? " trained every step it had: not paused at " : " goes on past ") + judged);

@@ -100,8 +100,10 @@ void Describe(const v1::Sweep& w) {
   std::printf("Method:     %s, %s %s, %d trials, %d at a time\n", spec.method().c_str(),
               spec.maximize() ? "maximize" : "minimize", spec.metric().c_str(), spec.max_trials(), spec.parallelism());
   if (spec.method() == "asha")
-    std::printf("Rungs:      every %lld x %d^k steps (from k = %d)\n", static_cast<long long>(spec.asha().min_steps()),
-                spec.asha().reduction_factor(), spec.asha().min_early_stopping_rate());
+    std::printf("Rungs:      every %lld x %d^k %s (from k = %d)\n",
+                static_cast<long long>(spec.asha().min_epochs() > 0 ? spec.asha().min_epochs() : spec.asha().min_steps()),
+                spec.asha().reduction_factor(), spec.asha().min_epochs() > 0 ? "epochs" : "steps",
+                spec.asha().min_early_stopping_rate());
   if (!w.best_job_id().empty()) std::printf("Best:       %s\n", w.best_job_id().c_str());
   std::printf("\n%-5s %-10s %-10s %-4s %-12s %-7s %s\n", "TRIAL", "JOB", "STATE", "RUNG", spec.metric().c_str(), "STEP",
               "PARAMS");

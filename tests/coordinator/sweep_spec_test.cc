@@ -55,6 +55,32 @@ TEST(SweepSpecTest, AnAshaSweepIsRead) {
   EXPECT_EQ(job->eval().every_steps(), 50);
 }
 
+// Rungs by epochs: min_epochs instead of min_steps; a trial evaluates at each epoch's end
+// (the base's eval.every_steps cleared), whatever the base said.
+TEST(SweepSpecTest, AshaRungsCountEpochsWithMinEpochs) {
+  StatusOr<v1::SweepSpec> spec = LoadSweepSpec(
+      std::string(kBase) + "  eval: {every_steps: 30}\n" +
+      "search:\n  train.lr: {log_uniform: [1.0e-4, 1.0e-2]}\nmethod: asha\nmetric: val_loss\nmax_trials: 4\n"
+      "asha: {min_epochs: 2}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->asha().min_epochs(), 2);
+  EXPECT_EQ(spec->asha().min_steps(), 0);
+  StatusOr<v1::JobSpec> job = TrialSpec(*spec, TrialParams(*spec, 0));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->eval().every_steps(), 0);
+
+  for (const auto& [asha, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"{min_steps: 50, min_epochs: 2}", "asha.min_epochs: rungs count steps (min_steps) or epochs"},
+           {"{min_epochs: 0}", "asha.min_epochs: must be in [1, 1000000]"},
+           {"{reduction_factor: 3}", "asha.min_steps: must be in"}}) {
+    StatusOr<v1::SweepSpec> bad = LoadSweepSpec(
+        Sweep("search:\n  train.lr: {choices: [0.01]}\nmethod: asha\nmetric: val_loss\nmax_trials: 2\nasha: " +
+              asha + "\n"));
+    ASSERT_FALSE(bad.ok()) << asha;
+    EXPECT_EQ(bad.status().message().rfind(expected, 0), 0u) << bad.status().message();
+  }
+}
+
 TEST(SweepSpecTest, AGridVisitsEveryPointOnceLastParamFastest) {
   StatusOr<v1::SweepSpec> spec = LoadSweepSpec(Sweep(
       "search:\n  train.lr: {choices: [0.001, 0.01]}\n  train.warmup_steps: {int: [0, 2]}\n"

@@ -244,5 +244,52 @@ TEST_F(SweepsTest, ATrialThatTrainedItsLastStepCompletesInsteadOfPausing) {
   }
 }
 
+// Rungs by epochs (asha.min_epochs): an evaluation at the end of epoch e (from 0) counts
+// e + 1 epochs, not its step; the events name the epoch.
+TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
+  v1::WorkerInfo worker;
+  worker.set_name("w1");
+  worker.set_slots(2);
+  ASSERT_TRUE(c_->Register(worker).ok());
+  StatusOr<v1::SweepSpec> spec = LoadSweepSpec(
+      "base: {model: {arch: transformer_classifier}, data: {path: /data}}\n"
+      "search: {train.lr: {log_uniform: [1.0e-4, 1.0e-2]}}\nmetric: val_loss\nmethod: asha\nmax_trials: 2\n"
+      "parallelism: 2\nasha: {min_epochs: 1, reduction_factor: 2}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StatusOr<v1::Sweep> sweep = c_->SubmitSweep(*spec, "alice");
+  ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  c_->Tick();
+  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
+  const v1::Sweep made = *c_->GetSweep(sweep->id());
+  ASSERT_EQ(made.trials_size(), 2);
+  const auto report = [&](const std::string& id, std::vector<std::pair<int, double>> epoch_values) {
+    v1::TaskStatus s;
+    s.mutable_task()->set_job_id(id);
+    s.mutable_task()->set_attempt(0);
+    s.set_state(v1::TASK_RUNNING);
+    s.mutable_progress()->set_step(7 * static_cast<int64_t>(epoch_values.size()));
+    s.mutable_progress()->set_total_steps(100);
+    for (const auto& [epoch, value] : epoch_values) {
+      v1::EvalPoint* e = s.add_evals();
+      e->set_step(7 * (epoch + 1));  // 7 steps an epoch
+      e->set_epoch(epoch);
+      (*e->mutable_metrics())["val_loss"] = value;
+    }
+    ASSERT_TRUE(c_->ReportTask("w1", s).ok());
+  };
+  report(made.trials(0).job_id(), {{0, 0.5}, {1, 0.4}});  // rungs at 1 and 2 epochs
+  report(made.trials(1).job_id(), {{0, 0.7}});
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  const v1::Sweep after = *c_->GetSweep(sweep->id());
+  EXPECT_EQ(after.trials(0).state(), v1::TRIAL_RUNNING);
+  EXPECT_EQ(after.trials(0).rung(), 1);
+  EXPECT_EQ(after.trials(0).rung_values_size(), 2);  // by steps (7, 14) it would have passed 4 rungs
+  EXPECT_EQ(after.trials(1).state(), v1::TRIAL_PAUSED);
+  EXPECT_NE(c_->Get(made.trials(1).job_id())->held_by().find("paused at rung 0 (epoch 1, step 7, val_loss 0.7"),
+            std::string::npos)
+      << c_->Get(made.trials(1).job_id())->held_by();
+}
+
 }  // namespace
 }  // namespace nightshift
