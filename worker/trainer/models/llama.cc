@@ -47,13 +47,13 @@ LlamaLayerImpl::LlamaLayerImpl(const HfConfig& c)
 torch::Tensor LlamaLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& rope, const torch::Tensor& spans,
                                       KvCache* cache, size_t layer) {
   const int64_t b = x.size(0), l = x.size(1);
-  auto h = input_layernorm_(x);
+  auto h = AsProjectionInput(input_layernorm_(x), q_proj_->weight);
   auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({b, l, n, head_dim_}).transpose(1, 2); };
   const torch::Tensor cos = rope[0].to(x.scalar_type()), sin = rope[1].to(x.scalar_type());
   auto q = Rotate(heads(q_proj_(h), heads_), cos, sin);
   auto [k, v] = CacheKv(cache, layer, Rotate(heads(k_proj_(h), kv_heads_), cos, sin), heads(v_proj_(h), kv_heads_));
   auto out = x + o_proj_(CausalAttention(q, k, v, spans, attention_dropout_, is_training()));
-  h = post_attention_layernorm_(out);
+  h = AsProjectionInput(post_attention_layernorm_(out), gate_proj_->weight);
   return out + down_proj_(torch::silu(gate_proj_(h)) * up_proj_(h));
 }
 

@@ -125,6 +125,10 @@ bool ComputesAsIs(const torch::Tensor& x, const torch::Tensor& weight) {
 
 }  // namespace
 
+torch::Tensor AsProjectionInput(const torch::Tensor& x, const torch::Tensor& weight) {
+  return weight.scalar_type() != x.scalar_type() && ComputesAsIs(x, weight) ? x.to(weight.scalar_type()) : x;
+}
+
 // A base kept in half precision (CastFrozenBase) computes in it; its output is cast back
 // to x's dtype unless ComputesAsIs.
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {

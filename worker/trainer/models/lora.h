@@ -148,6 +148,14 @@ void BuildFrozenBaseIn(torch::nn::Module& model, torch::ScalarType dtype, const 
 // they are.
 void CastFrozenBase(torch::nn::Module& model, torch::ScalarType dtype);
 
+// `x` as the projections of `weight`'s dtype that read it will take it: cast to that dtype
+// once when each would cast it on its own (a half-precision frozen base under autocast to
+// that dtype: ComputesAsIs), else `x` itself. For an input that several projections read
+// (q, k and v; gate and up), so they share one cast and one cast back in backward instead
+// of one each, their input gradients summed in that dtype (as PEFT's half-precision model
+// sums them). Float32 weights (a full fine-tune, a float32 base) take `x` as it is.
+torch::Tensor AsProjectionInput(const torch::Tensor& x, const torch::Tensor& weight);
+
 // Folds every update of `model` into the weight it adapts and removes it, leaving the
 // base model's parameter names: the model PEFT's merge_and_unload() returns.
 void MergeLora(torch::nn::Module& model);
