@@ -287,6 +287,13 @@ TEST_F(LoraTest, AHalfPrecisionBaseUnderAutocastKeepsItsOutputInBf16) {
   const torch::Tensor plain = bare->forward(x);
   AutocastRegion region("bf16", torch::kCPU);
   EXPECT_TRUE(torch::equal(bare->forward(x).to(torch::kFloat), plain));
+  // An input several projections read is cast once for them under autocast (the values
+  // each would have cast it to), and left as it is for float32 weights.
+  const torch::Tensor shared = AsProjectionInput(x, bare->weight);
+  EXPECT_EQ(shared.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(shared, x.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(bare->forward(shared).to(torch::kFloat), plain));
+  EXPECT_TRUE(AsProjectionInput(x, torch::ones({24, 48})).is_same(x));
 }
 
 // A BF16 folder under a bf16 base (PretrainedOptions::base_dtype, as model.base_precision
