@@ -292,6 +292,7 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, std::ve
     reported.insert({status.task().job_id(), status.task().attempt()});
     reports_->Handle(name, status, &reply);
   }
+  if (reports_->TakeTrialEvaluated() && options_.on_trial_evaluation) options_.on_trial_evaluation();
   const int ignored = placer_->JudgeClaims(name);  // after the reports: they record what ran here
   if (ignored > 0 && options_.observer != nullptr) options_.observer->CheckpointClaimsIgnored(ignored);
   for (auto& [id, entry] : jobs_->entries())
@@ -389,6 +390,7 @@ Status Coordinator::ReportTask(const std::string& worker, v1::TaskStatus status)
   NS_RETURN_IF_ERROR(jobs_->store_error());
   HeartbeatReply ignored;  // stops are told at the next heartbeat
   reports_->Handle(worker, status, &ignored);
+  if (reports_->TakeTrialEvaluated() && options_.on_trial_evaluation) options_.on_trial_evaluation();
   return jobs_->store_error();  // not written: the worker keeps the result and sends it again
 }
 

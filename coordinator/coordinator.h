@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -145,6 +146,10 @@ struct CoordinatorOptions {
   // the tracking server is complete (job.tracked_run ended, or given up), so no run is
   // left RUNNING there for a job nobody can report any more.
   bool tracking = false;
+  // Called when a report (ReportTask, Heartbeat) brought a sweep trial new evaluations:
+  // the sweep runner's cue to judge them now rather than at its next poll. Called under
+  // the coordinator's lock: it must not call the coordinator. May be empty.
+  std::function<void()> on_trial_evaluation;
   CoordinatorObserver* observer = nullptr;  // not owned; may be null
   Clock* clock = nullptr;                   // not owned; null: Clock::Real()
 };

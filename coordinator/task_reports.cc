@@ -130,6 +130,7 @@ bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& st
   const int64_t now_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(clock_->WallNow().time_since_epoch()).count();
   bool history = AddEvals(job.attempt(), status.evals(), now_ms, &entry->history);
+  trial_evaluated_ = trial_evaluated_ || (history && !job.sweep_id().empty());
   if (status.has_progress())
     history = AddTrainPoint(job.attempt(), status.progress(), now_ms, &entry->history) || history;
   if (history) jobs_->PersistHistory(entry);

@@ -13,6 +13,7 @@
 #define NIGHTSHIFT_COORDINATOR_TASK_REPORTS_H_
 
 #include <string>
+#include <utility>
 
 #include "common/clock.h"
 #include "coordinator/attempts.h"
@@ -35,6 +36,9 @@ class TaskReports {
   // attempt: a stopping job's unlisted parts are gone; an active job's unlisted parts
   // are started (added to reply->start), or fail the attempt if they ran before.
   void Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply);
+  // Whether a report since the last call brought a sweep trial evaluations it had not
+  // (the sweep runner has something to judge); clears it.
+  bool TakeTrialEvaluated() { return std::exchange(trial_evaluated_, false); }
 
  private:
   // Takes rank 0's rendezvous address, data-cache use and progress, and any newer
@@ -48,6 +52,7 @@ class TaskReports {
   Clock* const clock_;          // not owned
   JobTable* const jobs_;        // not owned
   Attempts* const attempts_;    // not owned
+  bool trial_evaluated_ = false;
 };
 
 }  // namespace nightshift

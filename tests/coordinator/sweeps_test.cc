@@ -291,5 +291,46 @@ TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
       << c_->Get(made.trials(1).job_id())->held_by();
 }
 
+// The sweep runner's cue (CoordinatorOptions::on_trial_evaluation): once per report that
+// brings a trial evaluations the coordinator did not have, by ReportTask or Heartbeat;
+// not for the same evaluations again, nor for a job outside any sweep.
+TEST_F(SweepsTest, AReportWithATrialsNewEvaluationCuesTheRunner) {
+  int cues = 0;
+  options_.on_trial_evaluation = [&cues] { ++cues; };
+  Reopen();
+  v1::WorkerInfo worker;
+  worker.set_name("w1");
+  worker.set_slots(2);
+  ASSERT_TRUE(c_->Register(worker).ok());
+  const v1::Sweep sweep = Submit("random", 1, 1);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  StatusOr<v1::JobSpec> plain_spec = TrialSpec(sweep.spec(), TrialParams(sweep.spec(), 0));
+  ASSERT_TRUE(plain_spec.ok());
+  StatusOr<v1::Job> plain = c_->Submit(*plain_spec, "alice");  // not a trial
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  c_->Tick();
+  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
+  const std::string trial = c_->GetSweep(sweep.id())->trials(0).job_id();
+  const auto status = [](const std::string& id, std::vector<int64_t> steps) {
+    v1::TaskStatus s;
+    s.mutable_task()->set_job_id(id);
+    s.mutable_task()->set_attempt(0);
+    s.set_state(v1::TASK_RUNNING);
+    for (int64_t step : steps) {
+      v1::EvalPoint* e = s.add_evals();
+      e->set_step(step);
+      (*e->mutable_metrics())["val_loss"] = 0.5;
+    }
+    return s;
+  };
+  ASSERT_TRUE(c_->ReportTask("w1", status(trial, {10})).ok());
+  EXPECT_EQ(cues, 1);
+  ASSERT_TRUE(c_->ReportTask("w1", status(trial, {10})).ok());  // nothing new
+  ASSERT_TRUE(c_->ReportTask("w1", status(plain->id(), {10, 20})).ok());
+  EXPECT_EQ(cues, 1);
+  ASSERT_TRUE(c_->Heartbeat("w1", {status(trial, {10, 20}), status(plain->id(), {10, 20, 30})}).ok());
+  EXPECT_EQ(cues, 2);
+}
+
 }  // namespace
 }  // namespace nightshift
