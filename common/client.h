@@ -34,6 +34,9 @@ Status ResolveToken(ClientOptions* options);
 // initial environment too, which /proc/PID/environ shows) and unset, so that no process it
 // starts inherits it.
 std::string TakeTokenFromEnvironment(const char* name = "NIGHTSHIFT_TOKEN");
+// The variable an allocation's workers (--cluster slurm|kubernetes) find their attempt's
+// token in (coordinator/allocation_tokens.h).
+inline constexpr char kAllocationTokenEnv[] = "NIGHTSHIFT_ALLOCATION_TOKEN";
 
 // For a daemon, once at start: makes this process non-dumpable (PR_SET_DUMPABLE 0), so a
 // process of the same user (a job's) can neither ptrace it nor read its memory,

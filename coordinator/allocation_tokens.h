@@ -13,12 +13,10 @@
 #include <optional>
 #include <string>
 
+#include "common/client.h"  // kAllocationTokenEnv
 #include "common/status.h"
 
 namespace nightshift {
-
-// The environment variable an allocation's workers find their token in.
-inline constexpr char kAllocationTokenEnv[] = "NIGHTSHIFT_ALLOCATION_TOKEN";
 
 class AllocationTokens {
  public:

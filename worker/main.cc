@@ -204,7 +204,7 @@ Status KeepTheTokenToOurselves(Flags* flags) {
   // An allocation's worker: the attempt's own token (coordinator/allocation_tokens.h) when
   // the coordinator gave one (it beats --token-file, which stays hidden from the jobs all
   // the same), else --token-file's (an admin's) or insecure mode.
-  const std::string allocation = TakeTokenFromEnvironment("NIGHTSHIFT_ALLOCATION_TOKEN");
+  const std::string allocation = TakeTokenFromEnvironment(kAllocationTokenEnv);
   if (!allocation.empty() && !flags->allocation_job.empty()) {
     flags->options.token = allocation;
   } else if (flags->options.token_file.empty()) {
