@@ -78,16 +78,20 @@ std::unique_ptr<v1::WorkerFileService::Stub> WorkerFiles(const std::string& addr
       grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()));
 }
 
-// A ListJobs request as a query: page_size 0 means 100; the page token is the last
-// submit_seq of the previous page.
+// A page token of `rpc` (ListJobs, ListSweeps): the last submit_seq of the page before;
+// "" is the first page (0).
+Status ParsePageToken(const std::string& token, const char* rpc, uint64_t* after_seq) {
+  if (token.empty()) return Status::OK();
+  char* end = nullptr;
+  *after_seq = std::strtoull(token.c_str(), &end, 10);
+  return *end == '\0' ? Status::OK() : Status::InvalidArgument(std::string("page_token: not a token from ") + rpc);
+}
+
+// A ListJobs request as a query: page_size 0 means 100.
 Status ToJobQuery(const v1::ListJobsRequest& req, JobQuery* query) {
   query->limit = req.page_size() == 0 ? 100 : req.page_size();
   if (query->limit < 0 || query->limit > 1000) return Status::InvalidArgument("page_size: must be in [1, 1000]");
-  if (!req.page_token().empty()) {
-    char* end = nullptr;
-    query->after_seq = std::strtoull(req.page_token().c_str(), &end, 10);
-    if (*end != '\0') return Status::InvalidArgument("page_token: not a token from ListJobs");
-  }
+  NS_RETURN_IF_ERROR(ParsePageToken(req.page_token(), "ListJobs", &query->after_seq));
   for (int state : req.states()) query->states.insert(static_cast<v1::JobState>(state));
   return Status::OK();
 }
@@ -177,11 +181,8 @@ grpc::Status JobServiceImpl::ListSweeps(grpc::ServerContext* ctx, const v1::List
   const int limit = req->page_size() == 0 ? 10 : req->page_size();
   if (limit < 1 || limit > 100) return timer.Done(ToGrpc(Status::InvalidArgument("page_size: must be in [1, 100]")));
   uint64_t after_seq = 0;
-  if (!req->page_token().empty()) {
-    char* end = nullptr;
-    after_seq = std::strtoull(req->page_token().c_str(), &end, 10);
-    if (*end != '\0') return timer.Done(ToGrpc(Status::InvalidArgument("page_token: not a token from ListSweeps")));
-  }
+  Status token = ParsePageToken(req->page_token(), "ListSweeps", &after_seq);
+  if (!token.ok()) return timer.Done(ToGrpc(token));
   constexpr size_t kMaxPageBytes = 2 << 20;
   size_t bytes = 0;
   // Users see their own sweeps only. One more than the page: whether another follows.
