@@ -251,7 +251,7 @@ int Fail(const Status& s) {
 
 // A thread that runs `pass` every `seconds` until SIGINT/SIGTERM (or until the control loop
 // ends), logging an error when it first appears and again only when it changes. With
-// `cue`: also within 0.1 s of *cue turning true (cleared when the pass starts).
+// `cue`: also within 0.1 s of *cue turning true (cleared as the wait ends).
 class PassThread {
  public:
   PassThread(std::string what, double seconds, std::function<Status()> pass, std::atomic<bool>* cue = nullptr)

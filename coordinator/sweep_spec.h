@@ -44,7 +44,8 @@ int64_t GridSize(const v1::SweepSpec& spec);
 std::map<std::string, std::string> TrialParams(const v1::SweepSpec& spec, int index);
 
 // The base with `params` set, checked (LoadJobSpec). For asha, evaluations every
-// asha.min_steps steps unless the base's already fall on every rung.
+// asha.min_steps steps unless the base's already fall on every rung; with
+// asha.min_epochs, at every epoch's end (eval.every_steps cleared).
 StatusOr<v1::JobSpec> TrialSpec(const v1::SweepSpec& spec, const std::map<std::string, std::string>& params);
 
 }  // namespace nightshift

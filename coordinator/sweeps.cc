@@ -1,6 +1,7 @@
 #include "coordinator/sweeps.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -207,12 +208,13 @@ struct SweepRunner::SweepPass {
     return Status::OK();
   }
 
-  // The best so far (completed trials first, then any with a value); the end once the
-  // budget is spent and nothing runs: paused trials are stopped, their jobs cancelled.
+  // The best so far (completed trials first, then any with a finite value: a NaN is never
+  // best); the end once the budget is spent and nothing runs: paused trials are stopped,
+  // their jobs cancelled.
   Status Finish() {
     const v1::Trial* best = nullptr;
     for (const v1::Trial& t : sweep.trials()) {
-      if (!t.has_value()) continue;
+      if (!t.has_value() || !std::isfinite(t.value())) continue;
       const bool done = t.state() == v1::TRIAL_COMPLETED, best_done = best && best->state() == v1::TRIAL_COMPLETED;
       if (!best || (done && !best_done) || (done == best_done && Better(sweep, t.value(), best->value()))) best = &t;
     }

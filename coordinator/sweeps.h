@@ -3,10 +3,11 @@
 // RUNNING sweep and through the coordinator's calls:
 //
 // - judges every new evaluation of the sweep's metric of each running trial: method asha
-//   with the rules of coordinator/asha.h, at rungs of min_steps x eta^(s+k) steps; a trial
-//   not in its rung's top 1/eta is paused (Coordinator::Hold: its ranks checkpoint and
-//   stop, its slots free at once), and an event on the sweep (and the job) gives the rung,
-//   the value and the cut-off;
+//   with the rules of coordinator/asha.h, at rungs of min_steps x eta^(s+k) steps (or
+//   min_epochs x eta^(s+k) epochs); a trial whose job has trained its last step completes
+//   whatever its rung says; any other trial not in its rung's top 1/eta is paused
+//   (Coordinator::Hold: its ranks checkpoint and stop, its slots free at once), and an
+//   event on the sweep (and the job) gives the rung, the value and the cut-off;
 // - promotes a paused trial that the values recorded since put within its rung's top
 //   1/eta (Release: it resumes from its checkpoint, no step recomputed), before making
 //   new ones;

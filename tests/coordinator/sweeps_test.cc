@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "tests/common/fake_clock.h"
@@ -330,6 +331,36 @@ TEST_F(SweepsTest, AReportWithATrialsNewEvaluationCuesTheRunner) {
   EXPECT_EQ(cues, 1);
   ASSERT_TRUE(c_->Heartbeat("w1", {status(trial, {10, 20}), status(plain->id(), {10, 20, 30})}).ok());
   EXPECT_EQ(cues, 2);
+}
+
+// A trial that completes with a NaN metric is never the sweep's best (every comparison
+// with NaN is false: first in order, it would have stayed best).
+TEST_F(SweepsTest, ANaNIsNeverTheBest) {
+  v1::WorkerInfo worker;
+  worker.set_name("w1");
+  worker.set_slots(2);
+  ASSERT_TRUE(c_->Register(worker).ok());
+  const v1::Sweep sweep = Submit("random", 2, 2);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  c_->Tick();
+  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
+  const v1::Sweep made = *c_->GetSweep(sweep.id());
+  ASSERT_EQ(made.trials_size(), 2);
+  for (int i : {0, 1}) {
+    v1::TaskStatus s;
+    s.mutable_task()->set_job_id(made.trials(i).job_id());
+    s.mutable_task()->set_attempt(0);
+    s.set_state(v1::TASK_SUCCEEDED);
+    v1::EvalPoint* e = s.add_evals();
+    e->set_step(10);
+    (*e->mutable_metrics())["val_loss"] = i == 0 ? std::nan("") : 0.9;
+    ASSERT_TRUE(c_->ReportTask("w1", s).ok());
+  }
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  const v1::Sweep after = *c_->GetSweep(sweep.id());
+  EXPECT_EQ(after.trials(0).state(), v1::TRIAL_COMPLETED);
+  EXPECT_EQ(after.state(), v1::SUCCEEDED);
+  EXPECT_EQ(after.best_job_id(), made.trials(1).job_id()) << after.reason();
 }
 
 }  // namespace
