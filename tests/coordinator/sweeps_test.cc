@@ -49,6 +49,42 @@ class SweepsTest : public testing::Test {
     EXPECT_TRUE(sweep.ok()) << sweep.status().ToString();
     return *sweep;
   }
+  // Worker w1 with `slots` slots, a pass of the runner over `sweep_id`, and the trials it
+  // made placed on w1; the sweep's record then.
+  v1::Sweep PlaceTrials(const std::string& sweep_id, int slots) {
+    v1::WorkerInfo worker;
+    worker.set_name("w1");
+    worker.set_slots(slots);
+    EXPECT_TRUE(c_->Register(worker).ok());
+    EXPECT_TRUE(SweepRunner(c_.get()).Pass().ok());
+    c_->Tick();
+    EXPECT_TRUE(c_->Heartbeat("w1", {}).ok());
+    StatusOr<v1::Sweep> sweep = c_->GetSweep(sweep_id);
+    EXPECT_TRUE(sweep.ok());
+    return sweep.ok() ? *sweep : v1::Sweep();
+  }
+  struct Eval {
+    int64_t step;
+    double val_loss;
+    int epoch = 0;
+  };
+  // What w1 reports of attempt 0 of `job`: `state`, at `step` of `total_steps`, `evals`.
+  static v1::TaskStatus Report(const std::string& job, v1::TaskState state, int64_t step, int64_t total_steps,
+                               const std::vector<Eval>& evals) {
+    v1::TaskStatus s;
+    s.mutable_task()->set_job_id(job);
+    s.mutable_task()->set_attempt(0);
+    s.set_state(state);
+    s.mutable_progress()->set_step(step);
+    s.mutable_progress()->set_total_steps(total_steps);
+    for (const Eval& eval : evals) {
+      v1::EvalPoint* e = s.add_evals();
+      e->set_step(eval.step);
+      e->set_epoch(eval.epoch);
+      (*e->mutable_metrics())["val_loss"] = eval.val_loss;
+    }
+    return s;
+  }
   std::vector<v1::Job> Jobs() {
     JobQuery q;
     StatusOr<JobPage> page = c_->List(q);
@@ -190,15 +226,8 @@ TEST_F(SweepsTest, AHoldOrReleaseThatThePassDidNotWriteIsUndoneFromTheRecord) {
 // job is writing its model when the pass reads the evaluation), so it completes, and its
 // values still count at their rungs. The CI saw a trial "paused at rung 3 (step 400)" of 400.
 TEST_F(SweepsTest, ATrialThatTrainedItsLastStepCompletesInsteadOfPausing) {
-  v1::WorkerInfo worker;
-  worker.set_name("w1");
-  worker.set_slots(4);
-  ASSERT_TRUE(c_->Register(worker).ok());
   const v1::Sweep sweep = Submit("asha", 4, 4);
-  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
-  c_->Tick();
-  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
-  const v1::Sweep made = *c_->GetSweep(sweep.id());
+  const v1::Sweep made = PlaceTrials(sweep.id(), 4);
   std::vector<std::string> job;  // by trial index
   for (const v1::Trial& t : made.trials()) job.push_back(t.job_id());
   ASSERT_EQ(job.size(), 4u);
@@ -207,16 +236,7 @@ TEST_F(SweepsTest, ATrialThatTrainedItsLastStepCompletesInsteadOfPausing) {
   // worse, evaluated at its last step.
   const auto report = [&](const std::string& id, double value, int64_t step, int64_t total_steps,
                           v1::TaskState state) {
-    v1::TaskStatus s;
-    s.mutable_task()->set_job_id(id);
-    s.mutable_task()->set_attempt(0);
-    s.set_state(state);
-    s.mutable_progress()->set_step(step);
-    s.mutable_progress()->set_total_steps(total_steps);
-    v1::EvalPoint* e = s.add_evals();
-    e->set_step(10);
-    (*e->mutable_metrics())["val_loss"] = value;
-    ASSERT_TRUE(c_->ReportTask("w1", s).ok());
+    ASSERT_TRUE(c_->ReportTask("w1", Report(id, state, step, total_steps, {{10, value}})).ok());
   };
   report(job[0], 0.5, 10, 100, v1::TASK_RUNNING);
   report(job[1], 0.7, 10, 100, v1::TASK_RUNNING);
@@ -248,10 +268,6 @@ TEST_F(SweepsTest, ATrialThatTrainedItsLastStepCompletesInsteadOfPausing) {
 // Rungs by epochs (asha.min_epochs): an evaluation at the end of epoch e (from 0) counts
 // e + 1 epochs, not its step; the events name the epoch.
 TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
-  v1::WorkerInfo worker;
-  worker.set_name("w1");
-  worker.set_slots(2);
-  ASSERT_TRUE(c_->Register(worker).ok());
   StatusOr<v1::SweepSpec> spec = LoadSweepSpec(
       "base: {model: {arch: transformer_classifier}, data: {path: /data}}\n"
       "search: {train.lr: {log_uniform: [1.0e-4, 1.0e-2]}}\nmetric: val_loss\nmethod: asha\nmax_trials: 2\n"
@@ -259,28 +275,13 @@ TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   StatusOr<v1::Sweep> sweep = c_->SubmitSweep(*spec, "alice");
   ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
-  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
-  c_->Tick();
-  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
-  const v1::Sweep made = *c_->GetSweep(sweep->id());
+  const v1::Sweep made = PlaceTrials(sweep->id(), 2);
   ASSERT_EQ(made.trials_size(), 2);
-  const auto report = [&](const std::string& id, std::vector<std::pair<int, double>> epoch_values) {
-    v1::TaskStatus s;
-    s.mutable_task()->set_job_id(id);
-    s.mutable_task()->set_attempt(0);
-    s.set_state(v1::TASK_RUNNING);
-    s.mutable_progress()->set_step(7 * static_cast<int64_t>(epoch_values.size()));
-    s.mutable_progress()->set_total_steps(100);
-    for (const auto& [epoch, value] : epoch_values) {
-      v1::EvalPoint* e = s.add_evals();
-      e->set_step(7 * (epoch + 1));  // 7 steps an epoch
-      e->set_epoch(epoch);
-      (*e->mutable_metrics())["val_loss"] = value;
-    }
-    ASSERT_TRUE(c_->ReportTask("w1", s).ok());
-  };
-  report(made.trials(0).job_id(), {{0, 0.5}, {1, 0.4}});  // rungs at 1 and 2 epochs
-  report(made.trials(1).job_id(), {{0, 0.7}});
+  // 7 steps an epoch: trial 0 at the ends of epochs 0 and 1 (rungs at 1 and 2 epochs).
+  ASSERT_TRUE(
+      c_->ReportTask("w1", Report(made.trials(0).job_id(), v1::TASK_RUNNING, 14, 100, {{7, 0.5, 0}, {14, 0.4, 1}}))
+          .ok());
+  ASSERT_TRUE(c_->ReportTask("w1", Report(made.trials(1).job_id(), v1::TASK_RUNNING, 7, 100, {{7, 0.7, 0}})).ok());
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   const v1::Sweep after = *c_->GetSweep(sweep->id());
   EXPECT_EQ(after.trials(0).state(), v1::TRIAL_RUNNING);
@@ -299,30 +300,16 @@ TEST_F(SweepsTest, AReportWithATrialsNewEvaluationCuesTheRunner) {
   int cues = 0;
   options_.on_trial_evaluation = [&cues] { ++cues; };
   Reopen();
-  v1::WorkerInfo worker;
-  worker.set_name("w1");
-  worker.set_slots(2);
-  ASSERT_TRUE(c_->Register(worker).ok());
   const v1::Sweep sweep = Submit("random", 1, 1);
-  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   StatusOr<v1::JobSpec> plain_spec = TrialSpec(sweep.spec(), TrialParams(sweep.spec(), 0));
   ASSERT_TRUE(plain_spec.ok());
   StatusOr<v1::Job> plain = c_->Submit(*plain_spec, "alice");  // not a trial
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-  c_->Tick();
-  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
-  const std::string trial = c_->GetSweep(sweep.id())->trials(0).job_id();
-  const auto status = [](const std::string& id, std::vector<int64_t> steps) {
-    v1::TaskStatus s;
-    s.mutable_task()->set_job_id(id);
-    s.mutable_task()->set_attempt(0);
-    s.set_state(v1::TASK_RUNNING);
-    for (int64_t step : steps) {
-      v1::EvalPoint* e = s.add_evals();
-      e->set_step(step);
-      (*e->mutable_metrics())["val_loss"] = 0.5;
-    }
-    return s;
+  const std::string trial = PlaceTrials(sweep.id(), 2).trials(0).job_id();
+  const auto status = [](const std::string& id, const std::vector<int64_t>& steps) {
+    std::vector<Eval> evals;
+    for (int64_t step : steps) evals.push_back({step, 0.5});
+    return Report(id, v1::TASK_RUNNING, steps.back(), 100, evals);
   };
   ASSERT_TRUE(c_->ReportTask("w1", status(trial, {10})).ok());
   EXPECT_EQ(cues, 1);
@@ -336,26 +323,13 @@ TEST_F(SweepsTest, AReportWithATrialsNewEvaluationCuesTheRunner) {
 // A trial that completes with a NaN metric is never the sweep's best (every comparison
 // with NaN is false: first in order, it would have stayed best).
 TEST_F(SweepsTest, ANaNIsNeverTheBest) {
-  v1::WorkerInfo worker;
-  worker.set_name("w1");
-  worker.set_slots(2);
-  ASSERT_TRUE(c_->Register(worker).ok());
   const v1::Sweep sweep = Submit("random", 2, 2);
-  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
-  c_->Tick();
-  ASSERT_TRUE(c_->Heartbeat("w1", {}).ok());
-  const v1::Sweep made = *c_->GetSweep(sweep.id());
+  const v1::Sweep made = PlaceTrials(sweep.id(), 2);
   ASSERT_EQ(made.trials_size(), 2);
-  for (int i : {0, 1}) {
-    v1::TaskStatus s;
-    s.mutable_task()->set_job_id(made.trials(i).job_id());
-    s.mutable_task()->set_attempt(0);
-    s.set_state(v1::TASK_SUCCEEDED);
-    v1::EvalPoint* e = s.add_evals();
-    e->set_step(10);
-    (*e->mutable_metrics())["val_loss"] = i == 0 ? std::nan("") : 0.9;
-    ASSERT_TRUE(c_->ReportTask("w1", s).ok());
-  }
+  for (int i : {0, 1})
+    ASSERT_TRUE(c_->ReportTask("w1", Report(made.trials(i).job_id(), v1::TASK_SUCCEEDED, 10, 10,
+                                            {{10, i == 0 ? std::nan("") : 0.9}}))
+                    .ok());
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   const v1::Sweep after = *c_->GetSweep(sweep.id());
   EXPECT_EQ(after.trials(0).state(), v1::TRIAL_COMPLETED);
