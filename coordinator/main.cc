@@ -356,6 +356,26 @@ class ProvisionerLoop {
   PassThread thread_;  // last: stopped first
 };
 
+// JobService's settings: injected faults (tests), the checkpoint root, the scheduling
+// policy, stream caps, and how workers' file services are reached.
+StatusOr<JobServiceOptions> JobServiceOptionsFrom(const Flags& flags) {
+  auto faults = FaultsFromEnv();
+  if (!faults.ok()) return faults.status();
+  JobServiceOptions options;
+  options.checkpoint_root = flags.checkpoint_root;
+  options.faults = faults.value();
+  options.policy = flags.policy;
+  options.streams = flags.streams;
+  ClientOptions to_workers;
+  to_workers.tls_ca = flags.worker_tls_ca;
+  auto worker_credentials = ChannelCredentialsFor(to_workers);
+  if (!worker_credentials.ok()) return worker_credentials.status();
+  options.worker_credentials = worker_credentials.value();
+  if (flags.worker_tls_ca.empty() && !flags.tls.cert.empty())
+    NS_WARN("coordinator: serving TLS, but the workers' file services are reached in plaintext (give --worker-tls-ca)");
+  return options;
+}
+
 }  // namespace
 }  // namespace nightshift
 
@@ -387,21 +407,9 @@ int main(int argc, char** argv) {
   auto allocation_tokens = TrustAllocations(&flags, auth.value().get());
   if (!allocation_tokens.ok()) return Fail(allocation_tokens.status());
 
-  auto faults = FaultsFromEnv();
-  if (!faults.ok()) return Fail(faults.status());
-  JobServiceOptions job_options;
-  job_options.checkpoint_root = flags.checkpoint_root;
-  job_options.faults = faults.value();
-  job_options.policy = flags.policy;
-  job_options.streams = flags.streams;
-  ClientOptions to_workers;
-  to_workers.tls_ca = flags.worker_tls_ca;
-  auto worker_credentials = ChannelCredentialsFor(to_workers);
-  if (!worker_credentials.ok()) return Fail(worker_credentials.status());
-  job_options.worker_credentials = worker_credentials.value();
-  if (flags.worker_tls_ca.empty() && !flags.tls.cert.empty())
-    NS_WARN("coordinator: serving TLS, but the workers' file services are reached in plaintext (give --worker-tls-ca)");
-  JobServiceImpl jobs(c, &metrics, auth.value().get(), job_options);
+  auto job_options = JobServiceOptionsFrom(flags);
+  if (!job_options.ok()) return Fail(job_options.status());
+  JobServiceImpl jobs(c, &metrics, auth.value().get(), job_options.value());
   WorkerServiceImpl workers(c, &metrics, auth.value().get());
   AdminServiceImpl admin(c, &metrics, auth.value().get());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -262,17 +262,13 @@ std::map<std::string, std::string> TrialParams(const v1::SweepSpec& spec, int in
 
 StatusOr<v1::JobSpec> TrialSpec(const v1::SweepSpec& spec, const std::map<std::string, std::string>& params) {
   StatusOr<v1::JobSpec> job = SpecWith(spec.base_yaml(), params);
-  if (!job.ok()) return job;
-  if (spec.method() == "asha" && spec.asha().min_epochs() > 0) {
+  if (!job.ok() || spec.method() != "asha") return job;
+  const int64_t every = job->eval().every_steps();
+  if (spec.asha().min_epochs() > 0)
     job->mutable_eval()->clear_every_steps();  // rungs fall at epochs' ends: evaluations too
-    NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&job.value()));
-  } else if (spec.method() == "asha") {
-    // Rungs fall at multiples of min_steps: evaluations must too.
-    const int64_t every = job->eval().every_steps();
-    if (every <= 0 || spec.asha().min_steps() % every != 0)
-      job->mutable_eval()->set_every_steps(static_cast<int32_t>(spec.asha().min_steps()));
-    NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&job.value()));
-  }
+  else if (every <= 0 || spec.asha().min_steps() % every != 0)  // rungs at multiples of min_steps: evaluations too
+    job->mutable_eval()->set_every_steps(static_cast<int32_t>(spec.asha().min_steps()));
+  NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&job.value()));
   return job;
 }
 
