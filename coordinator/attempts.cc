@@ -97,10 +97,27 @@ void Attempts::BeginStopping(JobEntry* entry, v1::JobState state, const std::str
   jobs_->SetState(entry, state, reason, entry->job.progress().step());
 }
 
+void Attempts::PartGone(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
+  part->set_finished(true);
+  if (status.state() == v1::TASK_SUCCEEDED) {
+    part->set_succeeded(true);
+    if (part->first_rank() == 0) *entry->job.mutable_metrics() = status.metrics();
+  }
+  MaybeFinishStopping(entry);
+}
+
 void Attempts::MaybeFinishStopping(JobEntry* entry, bool force) {
   v1::Job& job = entry->job;
   if (!IsStopping(job.state())) return;
   if (!force && !AllPlacements(job, &v1::Placement::finished)) return;
+  if (!job.placements().empty() && AllPlacements(job, &v1::Placement::succeeded)) {
+    // A requeue would discard the finished work (a paused sweep trial's, say) or rerun
+    // nothing; the hold is moot once the job ends.
+    job.clear_held_by();
+    jobs_->SetState(entry, v1::SUCCEEDED, "all ranks finished before the stop took effect (" + job.reason() + ")",
+                    job.progress().step());
+    return;
+  }
   if (job.state() == v1::STUCK) {
     FailAttempt(entry, job.reason(), /*user_error=*/false, "stuck");
     return;

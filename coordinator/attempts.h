@@ -4,7 +4,9 @@
 //     --PartSucceeded (all parts)--> SUCCEEDED
 //   SCHEDULED/RUNNING --FailAttempt--> QUEUED (Requeue: next attempt, backoff) or FAILED
 //   SCHEDULED/RUNNING --BeginStopping--> PREEMPTED or STUCK (placements held, ranks told to
-//     stop) --MaybeFinishStopping (all parts gone, or the stop timeout)--> QUEUED
+//     stop) --PartGone (each part)--> MaybeFinishStopping (all parts gone, or the stop
+//     timeout)--> QUEUED, or SUCCEEDED when every part's ranks trained their last step
+//     before the stop took effect (their work kept, not requeued)
 //
 // Each attempt has a growing number (job.attempt) that fences the older ones: a report
 // of an older attempt changes nothing. The checks that Tick runs on every job
@@ -52,7 +54,11 @@ class Attempts {
   void Requeue(JobEntry* entry, Clock::Duration delay, const std::string& reason);
   // PREEMPTED or STUCK: placements are held and the workers are told to stop the ranks.
   void BeginStopping(JobEntry* entry, v1::JobState state, const std::string& reason);
-  // Once every part of a stopping job is gone (or `force`): requeued, as a restart if STUCK.
+  // A stopping job's part ended: `status` is its last report (TASK_SUCCEEDED: every rank
+  // exited 0, having trained every step; the part's metrics are kept if it holds rank 0).
+  void PartGone(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status);
+  // Once every part of a stopping job is gone (or `force`): SUCCEEDED if every part
+  // succeeded, else requeued, as a restart if STUCK.
   void MaybeFinishStopping(JobEntry* entry, bool force = false);
 
   // Tick's checks of one job, at clock time `now`.

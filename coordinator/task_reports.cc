@@ -44,8 +44,7 @@ void TaskReports::Handle(const std::string& worker, const v1::TaskStatus& status
       reply->stop.push_back(status.task());
       if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());
     } else if (part != nullptr && !part->finished()) {
-      part->set_finished(true);  // here: its ranks are gone
-      attempts_->MaybeFinishStopping(&entry);
+      attempts_->PartGone(&entry, part, status);  // here: its ranks are gone
     }
     return;
   }

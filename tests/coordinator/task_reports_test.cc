@@ -83,6 +83,45 @@ TEST_F(TaskReportsTest, AStoppingJobsRanksAreStoppedAndItsLastCheckpointKept) {
   EXPECT_EQ(entry->job.restarts(), 1);
 }
 
+// A stopping job (held, say, by a sweep that paused it) whose ranks all exited 0 trained
+// its last step before the stop took effect: it SUCCEEDED with rank 0's metrics, neither
+// requeued (its finished work discarded) nor held. One part's stopped rank (exit 143, a
+// TASK_FAILED) is enough to requeue it.
+TEST_F(TaskReportsTest, AStoppingJobWhoseRanksAllFinishedSucceedsInsteadOfBeingRequeued) {
+  for (const bool both : {true, false}) {
+    Register("w1");
+    Register("w2");
+    JobEntry* entry = Submit(Spec(2));
+    RunOn(entry, {"w1", "w2"});
+    entry->job.set_held_by("sweep s-1: paused at rung 0");
+    attempts_->BeginStopping(entry, v1::PREEMPTED, "sweep s-1: paused at rung 0");
+    v1::TaskStatus done = Task(entry->job.id(), 0, v1::TASK_SUCCEEDED);
+    (*done.mutable_metrics())["val_loss"] = 0.25;
+    EXPECT_TRUE(Handle("w1", done).stop.empty());
+    EXPECT_EQ(entry->job.state(), v1::PREEMPTED);  // rank 1 not gone yet
+    Handle("w2", Task(entry->job.id(), 0, both ? v1::TASK_SUCCEEDED : v1::TASK_FAILED));
+    if (both) {
+      EXPECT_EQ(entry->job.state(), v1::SUCCEEDED);
+      EXPECT_EQ(entry->job.reason(), "all ranks finished before the stop took effect (sweep s-1: paused at rung 0)");
+      EXPECT_EQ(entry->job.metrics().at("val_loss"), 0.25);
+      EXPECT_TRUE(entry->job.held_by().empty());
+      EXPECT_EQ(entry->job.attempt(), 0);
+    } else {
+      EXPECT_EQ(entry->job.state(), v1::QUEUED);
+      EXPECT_EQ(entry->job.attempt(), 1);
+      EXPECT_EQ(entry->job.held_by(), "sweep s-1: paused at rung 0");
+      EXPECT_EQ(entry->job.restarts(), 0);  // a preemption, not a failure
+    }
+    // The record on disk says the same (a coordinator restart finds it so).
+    const std::string id = entry->job.id();
+    Build();
+    ASSERT_TRUE(jobs_->Load().ok());
+    entry = jobs_->Find(id);
+    ASSERT_NE(entry, nullptr);
+    EXPECT_EQ(entry->job.state(), both ? v1::SUCCEEDED : v1::QUEUED);
+  }
+}
+
 TEST_F(TaskReportsTest, RankZerosReportIsTheJobsProgressCacheUseAndModel) {
   Register("w1");
   JobEntry* entry = Submit();

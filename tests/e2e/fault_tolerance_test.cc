@@ -173,7 +173,9 @@ TEST_F(FaultToleranceTest, HighPriorityPreemptsAndTheVictimResumes) {
   cluster.StartCoordinator();
   cluster.StartWorker("w1", 1);
   v1::Job low, high;
-  ASSERT_TRUE(cluster.Submit(Spec(data, 100, 0, "restart: {max_restarts: 1}\n"), &low).ok());
+  // Steps of a few milliseconds: enough of them that the stop lands before the last (a job
+  // whose ranks all finished before it took effect SUCCEEDS instead: not this test's case).
+  ASSERT_TRUE(cluster.Submit(Spec(data, 2000, 0, "restart: {max_restarts: 1}\n"), &low).ok());
   low = cluster.WaitFor(low.id(), 40, [](const v1::Job& j) { return Running(j) && j.progress().step() >= 15; });
   ASSERT_EQ(low.state(), v1::RUNNING);
   ASSERT_TRUE(cluster.Submit(Spec(data, 20, 10), &high).ok());
