@@ -1,7 +1,5 @@
 #include "coordinator/coordinator.h"
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include <algorithm>
 #include <random>
 #include <set>
@@ -98,25 +96,7 @@ StatusOr<v1::Sweep> Coordinator::SubmitSweep(v1::SweepSpec spec, const std::stri
   NS_RETURN_IF_ERROR(JobTable::CheckRequestId(request_id));
   std::lock_guard<std::mutex> lock(mu_);
   NS_RETURN_IF_ERROR(jobs_->store_error());
-  for (const auto& [id, known] : jobs_->sweeps()) {  // a retried submission (sweeps are few)
-    if (request_id.empty() || known.owner() != owner || known.request_id() != request_id) continue;
-    if (!google::protobuf::util::MessageDifferencer::Equals(known.spec(), spec))
-      return Status::InvalidArgument("request_id: '" + request_id + "' already submitted sweep " + id +
-                                     " with a different sweep; use a new request_id for a new sweep");
-    NS_INFO("sweep " << id << ": submitted again with request_id " << request_id);
-    return known;
-  }
-  v1::Sweep* sweep = jobs_->AddSweep(std::move(spec), owner);
-  sweep->set_request_id(request_id);
-  jobs_->AddSweepEvent(sweep, "submitted: " + sweep->spec().method() + ", " + std::to_string(sweep->spec().max_trials()) +
-                                  " trials, " + std::to_string(sweep->spec().parallelism()) + " at a time");
-  jobs_->PersistSweep(sweep);
-  if (!jobs_->store_error().ok()) {
-    const std::string id = sweep->id();
-    jobs_->sweeps().erase(id);
-    return jobs_->store_error();
-  }
-  return *sweep;
+  return jobs_->SubmitSweep(std::move(spec), owner, request_id);
 }
 
 StatusOr<v1::Sweep> Coordinator::GetSweep(const std::string& id) const {
@@ -135,6 +115,14 @@ std::vector<v1::Sweep> Coordinator::ListSweeps(const std::string* owner, uint64_
   std::sort(found.begin(), found.end(), [](const v1::Sweep* a, const v1::Sweep* b) { return a->submit_seq() < b->submit_seq(); });
   std::vector<v1::Sweep> out;
   for (size_t i = 0; i < found.size() && i < limit; ++i) out.push_back(*found[i]);
+  return out;
+}
+
+std::vector<v1::Sweep> Coordinator::RunningSweeps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Sweep> out;
+  for (const auto& [id, sweep] : jobs_->sweeps())
+    if (sweep.state() == v1::RUNNING) out.push_back(sweep);
   return out;
 }
 

@@ -146,7 +146,7 @@ struct CoordinatorOptions {
   // the tracking server is complete (job.tracked_run ended, or given up), so no run is
   // left RUNNING there for a job nobody can report any more.
   bool tracking = false;
-  // Called when a report (ReportTask, Heartbeat) brought a sweep trial new evaluations:
+  // Called when a report (ReportTask, Heartbeat) brought an ASHA sweep's trial new evaluations:
   // the sweep runner's cue to judge them now rather than at its next poll. Called under
   // the coordinator's lock: it must not call the coordinator. May be empty.
   std::function<void()> on_trial_evaluation;
@@ -270,6 +270,8 @@ class Coordinator {
   // at most `limit`.
   std::vector<v1::Sweep> ListSweeps(const std::string* owner = nullptr, uint64_t after_seq = 0,
                                     size_t limit = SIZE_MAX) const;
+  // The RUNNING sweeps (the runner's pass: ended ones are not copied).
+  std::vector<v1::Sweep> RunningSweeps() const;
   // CANCELLED, and every unfinished trial job cancelled with it.
   StatusOr<v1::Sweep> CancelSweep(const std::string& id);
   // The sweep runner's write: trials, events, best trial, state and reason. A sweep that

@@ -86,12 +86,22 @@ StatusOr<size_t> JobTable::Load() {
     next_sweep_seq_ = std::max(next_sweep_seq_, SeqOfId(key.substr(key.find('/') + 1), "s-") + 1);
   for (auto& sweep : sweeps) {
     next_sweep_seq_ = std::max(next_sweep_seq_, sweep.submit_seq() + 1);
+    if (!sweep.request_id().empty()) sweep_by_request_[{sweep.owner(), sweep.request_id()}] = sweep.id();
     sweeps_[sweep.id()] = std::move(sweep);
   }
   return stored.jobs.size();
 }
 
-v1::Sweep* JobTable::AddSweep(v1::SweepSpec spec, const std::string& owner) {
+StatusOr<v1::Sweep> JobTable::SubmitSweep(v1::SweepSpec spec, const std::string& owner,
+                                          const std::string& request_id) {
+  if (auto it = sweep_by_request_.find({owner, request_id}); !request_id.empty() && it != sweep_by_request_.end()) {
+    const v1::Sweep& known = sweeps_.at(it->second);
+    if (!google::protobuf::util::MessageDifferencer::Equals(known.spec(), spec))
+      return Status::InvalidArgument("request_id: '" + request_id + "' already submitted sweep " + known.id() +
+                                     " with a different sweep; use a new request_id for a new sweep");
+    NS_INFO("sweep " << known.id() << ": submitted again with request_id " << request_id);
+    return known;
+  }
   char id[32];
   std::snprintf(id, sizeof id, "s-%06" PRIu64, next_sweep_seq_);
   v1::Sweep& sweep = sweeps_[id];
@@ -99,9 +109,18 @@ v1::Sweep* JobTable::AddSweep(v1::SweepSpec spec, const std::string& owner) {
   sweep.set_submit_seq(next_sweep_seq_++);
   *sweep.mutable_spec() = std::move(spec);
   sweep.set_owner(owner);
+  sweep.set_request_id(request_id);
   sweep.set_state(v1::RUNNING);
   *sweep.mutable_created() = ToTimestamp(clock_->WallNow());
-  return &sweep;
+  AddSweepEvent(&sweep, "submitted: " + sweep.spec().method() + ", " + std::to_string(sweep.spec().max_trials()) +
+                            " trials, " + std::to_string(sweep.spec().parallelism()) + " at a time");
+  PersistSweep(&sweep);
+  if (!store_error_.ok()) {
+    sweeps_.erase(id);
+    return store_error_;
+  }
+  if (!request_id.empty()) sweep_by_request_[{owner, request_id}] = id;
+  return sweep;
 }
 
 void JobTable::PersistSweep(v1::Sweep* sweep) {
@@ -310,7 +329,9 @@ int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff,
   for (const std::string& id : ended) {
     CheckWrite(store_->DeleteSweep(sweeps_.at(id), /*sync=*/true));
     if (!store_error_.ok()) return 0;
-    NS_INFO("sweep " << id << " (" << v1::JobState_Name(sweeps_.at(id).state()) << ") removed");
+    const v1::Sweep& sweep = sweeps_.at(id);
+    NS_INFO("sweep " << id << " (" << v1::JobState_Name(sweep.state()) << ") removed");
+    if (!sweep.request_id().empty()) sweep_by_request_.erase({sweep.owner(), sweep.request_id()});
     sweeps_.erase(id);
   }
   return static_cast<int>(expired.size() + ended.size());

@@ -144,7 +144,11 @@ class JobTable {
   // Sweeps (loaded by Load, by id). A new one is numbered s-000001, s-000002, ...
   std::map<std::string, v1::Sweep>& sweeps() { return sweeps_; }
   const std::map<std::string, v1::Sweep>& sweeps() const { return sweeps_; }
-  v1::Sweep* AddSweep(v1::SweepSpec spec, const std::string& owner);
+  // A new sweep, RUNNING, written (synced) before it is returned; a failed write sets
+  // store_error() and adds nothing. With a `request_id` the owner used before (checked
+  // by CheckRequestId), the sweep that made (same spec) or INVALID_ARGUMENT (another),
+  // as Submit does for jobs.
+  StatusOr<v1::Sweep> SubmitSweep(v1::SweepSpec spec, const std::string& owner, const std::string& request_id);
   // Writes the sweep (updated time stamped, and every event without a time), synced; on
   // failure sets store_error().
   void PersistSweep(v1::Sweep* sweep);
@@ -166,6 +170,8 @@ class JobTable {
   uint64_t next_seq_ = 1;
   std::vector<std::string> moved_aside_;  // by Load
   std::map<std::string, v1::Sweep> sweeps_;  // by id
+  // (owner, request_id) -> sweep id, as by_request_ for jobs.
+  std::map<std::pair<std::string, std::string>, std::string> sweep_by_request_;
   uint64_t next_sweep_seq_ = 1;
   Status store_error_;  // the first failed write
 };

@@ -38,8 +38,7 @@ std::string TrialName(const v1::Trial& t) {
 
 Status SweepRunner::Pass() {
   Status first;  // one sweep's trouble does not hold up the others
-  for (v1::Sweep& sweep : coordinator_->ListSweeps()) {
-    if (sweep.state() != v1::RUNNING) continue;
+  for (v1::Sweep& sweep : coordinator_->RunningSweeps()) {
     const std::string id = sweep.id();
     Status s = Step(std::move(sweep));
     if (!s.ok() && first.ok()) first = Status::Unavailable("sweep " + id + ": " + s.message());  // logged by the caller

@@ -129,7 +129,11 @@ bool TaskReports::TakeReport(const std::string& worker, const v1::TaskStatus& st
   const int64_t now_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(clock_->WallNow().time_since_epoch()).count();
   bool history = AddEvals(job.attempt(), status.evals(), now_ms, &entry->history);
-  trial_evaluated_ = trial_evaluated_ || (history && !job.sweep_id().empty());
+  if (history && !job.sweep_id().empty() && !trial_evaluated_) {
+    // Only ASHA judges evaluations as they come; random and grid act on trials' ends.
+    auto sweep = jobs_->sweeps().find(job.sweep_id());
+    trial_evaluated_ = sweep != jobs_->sweeps().end() && sweep->second.spec().method() == "asha";
+  }
   if (status.has_progress())
     history = AddTrainPoint(job.attempt(), status.progress(), now_ms, &entry->history) || history;
   if (history) jobs_->PersistHistory(entry);

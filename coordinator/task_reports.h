@@ -36,8 +36,8 @@ class TaskReports {
   // attempt: a stopping job's unlisted parts are gone; an active job's unlisted parts
   // are started (added to reply->start), or fail the attempt if they ran before.
   void Reconcile(const std::string& worker, bool reported, JobEntry* entry, HeartbeatReply* reply);
-  // Whether a report since the last call brought a sweep trial evaluations it had not
-  // (the sweep runner has something to judge); clears it.
+  // Whether a report since the last call brought an ASHA sweep's trial evaluations it
+  // had not (the sweep runner has something to judge); clears it.
   bool TakeTrialEvaluated() { return std::exchange(trial_evaluated_, false); }
 
  private:

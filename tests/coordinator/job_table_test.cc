@@ -258,9 +258,10 @@ TEST_F(JobTableTest, FinishedJobsBeforeTheCutoffAreRemovedWithTheirHistoryAndReq
 // running one stays however old it is. The newest sweep's number is not handed out again
 // after a restart, nor a number whose record was moved aside.
 TEST_F(JobTableTest, EndedSweepsBeforeTheCutoffAreRemovedAndTheirNumbersNotReused) {
-  v1::Sweep* running = jobs_->AddSweep(v1::SweepSpec(), "alice");
-  jobs_->PersistSweep(running);
-  v1::Sweep* ended = jobs_->AddSweep(v1::SweepSpec(), "alice");
+  ASSERT_TRUE(jobs_->SubmitSweep(v1::SweepSpec(), "alice", "").ok());
+  StatusOr<v1::Sweep> submitted = jobs_->SubmitSweep(v1::SweepSpec(), "alice", "req-1");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  v1::Sweep* ended = &jobs_->sweeps().at(submitted->id());
   ended->set_state(v1::SUCCEEDED);
   jobs_->AddSweepEvent(ended, "finished: best trial j-000007");
   jobs_->PersistSweep(ended);
@@ -274,7 +275,9 @@ TEST_F(JobTableTest, EndedSweepsBeforeTheCutoffAreRemovedAndTheirNumbersNotReuse
   EXPECT_EQ(disk_->sweeps.count("s-000001"), 1u);
   Reopen();
   EXPECT_EQ(jobs_->sweeps().size(), 1u);
-  EXPECT_EQ(jobs_->AddSweep(v1::SweepSpec(), "bob")->id(), "s-000003");
+  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "bob", "")->id(), "s-000003");
+  // The removed sweep's request id is free again: a new sweep, as for a removed job.
+  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "alice", "req-1")->id(), "s-000004");
 }
 
 TEST_F(JobTableTest, UsedSlotsCountUnfinishedPartsOfJobsThatHoldSlots) {

@@ -294,18 +294,21 @@ TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
 }
 
 // The sweep runner's cue (CoordinatorOptions::on_trial_evaluation): once per report that
-// brings a trial evaluations the coordinator did not have, by ReportTask or Heartbeat;
-// not for the same evaluations again, nor for a job outside any sweep.
-TEST_F(SweepsTest, AReportWithATrialsNewEvaluationCuesTheRunner) {
+// brings an ASHA trial evaluations the coordinator did not have, by ReportTask or
+// Heartbeat; not for the same evaluations again, nor for a random sweep's trial (its
+// runner acts on trials' ends, which the poll finds), nor for a job outside any sweep.
+TEST_F(SweepsTest, AReportWithAnAshaTrialsNewEvaluationCuesTheRunner) {
   int cues = 0;
   options_.on_trial_evaluation = [&cues] { ++cues; };
   Reopen();
-  const v1::Sweep sweep = Submit("random", 1, 1);
-  StatusOr<v1::JobSpec> plain_spec = TrialSpec(sweep.spec(), TrialParams(sweep.spec(), 0));
+  const v1::Sweep random = Submit("random", 1, 1);
+  const v1::Sweep asha = Submit("asha", 1, 1);
+  StatusOr<v1::JobSpec> plain_spec = TrialSpec(random.spec(), TrialParams(random.spec(), 0));
   ASSERT_TRUE(plain_spec.ok());
   StatusOr<v1::Job> plain = c_->Submit(*plain_spec, "alice");  // not a trial
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-  const std::string trial = PlaceTrials(sweep.id(), 2).trials(0).job_id();
+  const std::string trial = PlaceTrials(asha.id(), 3).trials(0).job_id();
+  const std::string random_trial = c_->GetSweep(random.id())->trials(0).job_id();
   const auto status = [](const std::string& id, const std::vector<int64_t>& steps) {
     std::vector<Eval> evals;
     for (int64_t step : steps) evals.push_back({step, 0.5});
@@ -315,6 +318,7 @@ TEST_F(SweepsTest, AReportWithATrialsNewEvaluationCuesTheRunner) {
   EXPECT_EQ(cues, 1);
   ASSERT_TRUE(c_->ReportTask("w1", status(trial, {10})).ok());  // nothing new
   ASSERT_TRUE(c_->ReportTask("w1", status(plain->id(), {10, 20})).ok());
+  ASSERT_TRUE(c_->ReportTask("w1", status(random_trial, {10, 20})).ok());
   EXPECT_EQ(cues, 1);
   ASSERT_TRUE(c_->Heartbeat("w1", {status(trial, {10, 20}), status(plain->id(), {10, 20, 30})}).ok());
   EXPECT_EQ(cues, 2);
