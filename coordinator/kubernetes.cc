@@ -52,9 +52,11 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
                     {"command", r.node_command},
                     {"resources", {{"requests", requests}, {"limits", limits}}},
                     {"volumeMounts", mounts}};
-  // In the Job's pod template: read by whoever may read Jobs or Pods in the namespace.
+  // From the attempt's own Secret (KubernetesObjects): not in the pod template, which
+  // whoever may read Jobs or Pods in the namespace reads.
   if (!r.token.empty())
-    container["env"] = json::array({{{"name", kAllocationTokenEnv}, {"value", r.token}}});
+    container["env"] = json::array(
+        {{{"name", kAllocationTokenEnv}, {"valueFrom", {{"secretKeyRef", {{"name", name}, {"key", "token"}}}}}}});
   json spec = {{"restartPolicy", "Never"},
                {"subdomain", name},  // the headless Service: <job>-<index>.<name> resolves
                {"terminationGracePeriodSeconds", o.termination_grace_seconds},
@@ -83,6 +85,13 @@ std::vector<json> KubernetesObjects(const AllocationRequest& r, const Kubernetes
   json job_labels = labels;
   const bool queued = row != nullptr && !row->queue.empty();
   if (queued) job_labels["kueue.x-k8s.io/queue-name"] = row->queue;
+  std::vector<json> objects;
+  if (!r.token.empty())
+    objects.push_back({{"apiVersion", "v1"},
+                       {"kind", "Secret"},
+                       {"metadata", {{"name", name}, {"namespace", o.namespace_name}, {"labels", labels}}},
+                       {"type", "Opaque"},
+                       {"stringData", {{"token", r.token}}}});
   json service = {{"apiVersion", "v1"},
                   {"kind", "Service"},
                   {"metadata", {{"name", name}, {"namespace", o.namespace_name}, {"labels", labels}}},
@@ -111,7 +120,9 @@ std::vector<json> KubernetesObjects(const AllocationRequest& r, const Kubernetes
               {"kind", "Job"},
               {"metadata", {{"name", name}, {"namespace", o.namespace_name}, {"labels", job_labels}}},
               {"spec", job_spec}};
-  return {service, job};
+  objects.push_back(std::move(service));
+  objects.push_back(std::move(job));
+  return objects;
 }
 
 Allocation AllocationOfJob(const json& job) {
@@ -173,24 +184,32 @@ Status Refusal(const std::string& what, const HttpResponse& r) {
 
 }  // namespace
 
+namespace {
+// Where objects of `kind` (Secret, Service, Job) of the options' namespace are created;
+// NAME appended, where one is deleted.
+std::string CollectionPath(const KubernetesOptions& o, const std::string& kind) {
+  const std::string ns = "/namespaces/" + o.namespace_name;
+  if (kind == "Job") return "/apis/batch/v1" + ns + "/jobs";
+  return "/api/v1" + ns + (kind == "Service" ? "/services" : "/secrets");
+}
+}  // namespace
+
 StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request) {
   if (options_.image.empty()) return Status::InvalidArgument("kubernetes: no worker image (--kubernetes-image)");
-  const std::vector<json> objects = KubernetesObjects(request, options_);
-  const std::string ns = "/namespaces/" + options_.namespace_name;
-  const std::string paths[2] = {"/api/v1" + ns + "/services", "/apis/batch/v1" + ns + "/jobs"};
-  for (int i = 0; i < 2; ++i) {
-    StatusOr<HttpResponse> r = api_->Call("POST", paths[i], objects[i].dump(), options_.call_timeout_seconds);
+  for (const json& object : KubernetesObjects(request, options_)) {  // the Job last: its pods need the rest
+    const std::string path = CollectionPath(options_, object["kind"]);
+    StatusOr<HttpResponse> r = api_->Call("POST", path, object.dump(), options_.call_timeout_seconds);
     if (!r.ok()) return r.status();
     if (r->status == 409) continue;  // made before (our restart between create and record): adopted
-    if (r->status != 201 && r->status != 200) return Refusal("creating " + paths[i], *r);
+    if (r->status != 201 && r->status != 200) return Refusal("creating " + path, *r);
   }
   return KubernetesName(request.job_id, request.attempt);
 }
 
 Status KubernetesCluster::Cancel(const std::string& id) {
-  const std::string ns = "/namespaces/" + options_.namespace_name;
-  for (const std::string& path : {"/apis/batch/v1" + ns + "/jobs/" + id + "?propagationPolicy=Background",
-                                  "/api/v1" + ns + "/services/" + id}) {
+  for (const std::string& path : {CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background",
+                                  CollectionPath(options_, "Service") + "/" + id,
+                                  CollectionPath(options_, "Secret") + "/" + id}) {
     StatusOr<HttpResponse> r = api_->Call("DELETE", path, "", options_.call_timeout_seconds);
     if (!r.ok()) return r.status();
     if (r->status != 200 && r->status != 202 && r->status != 404) return Refusal("deleting " + path, *r);

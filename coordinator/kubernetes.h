@@ -1,6 +1,7 @@
 // Kubernetes as the cluster under the coordinator (--cluster kubernetes, issue 44): each
 // attempt of a job becomes an Indexed batch/v1 Job of its nodes (one pod per node, each
-// running the in-allocation worker) and a headless Service, so the pods have names;
+// running the in-allocation worker), a headless Service, so the pods have names, and a
+// Secret holding the attempt's worker token (when the coordinator has tokens);
 // Kubernetes' scheduler, Kueue's quotas and PriorityClasses decide when it runs. Talks
 // to the API server over HTTP(S) with the service account's token (HttpApi, libcurl),
 // lists the Jobs it made and follows them with a watch from the list's resourceVersion
@@ -48,10 +49,12 @@ struct KubernetesOptions {
   double watch_seconds = 1;          // each List follows the watch this long
 };
 
-// The allocation's name (Job and Service): "nightshift-<job>-a<attempt>", lower case.
+// The allocation's name (Job, Service and Secret): "nightshift-<job>-a<attempt>", lower case.
 std::string KubernetesName(const std::string& job_id, int attempt);
 
-// The objects of one allocation: [Service, Job], as the API takes them.
+// The objects of one allocation in the order they are created: [Secret (with a token:
+// key `token`, which the pods' NIGHTSHIFT_ALLOCATION_TOKEN reads), Service, Job], as the
+// API takes them. Cancel deletes all three.
 std::vector<nlohmann::json> KubernetesObjects(const AllocationRequest& request, const KubernetesOptions& options);
 
 // The API server over libcurl: options.api, with options.token_file and options.ca_file.

@@ -49,6 +49,7 @@ AllocationRequest Provisioner::RequestFor(const AllocationNeed& need) const {
   r.gpus_per_node = need.spec.resources().device() == "cuda" ? ranks_per_node : 0;
   r.cpus_per_node = ranks_per_node;
   r.memory_gb_per_node = need.spec.resources().memory_gb() * ranks_per_node;
+  r.time_limit_minutes = need.spec.resources().time_limit_minutes();
   auto failed = failed_nodes_.find(need.job_id);
   if (failed != failed_nodes_.end()) r.exclude_nodes = failed->second;
   r.node_command = options_.worker_command;

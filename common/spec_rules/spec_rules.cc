@@ -22,7 +22,7 @@ const std::vector<SpecField>& SpecFields() {
       L::kThreads, L::kAccumulateSteps, L::kSchedule, L::kEarlyStoppingMetric, L::kEarlyStoppingPatience,
       L::kEarlyStoppingMinDelta,
       L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb, L::kSharding, L::kReducePrecision,
-      L::kEverySteps, L::kEverySeconds, L::kKeepLast,
+      L::kTimeLimitMinutes, L::kEverySteps, L::kEverySeconds, L::kKeepLast,
       L::kMaxRestarts, L::kHangSeconds, L::kPriority,
       L::kEvalEverySteps, L::kExportBest, L::kExportMerge};
   return kFields;
@@ -303,7 +303,7 @@ std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = Data(v)) return e;
   if (Error e = Train(v)) return e;
   if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb, L::kSharding,
-                         L::kReducePrecision},
+                         L::kReducePrecision, L::kTimeLimitMinutes},
                         v))
     return e;
   if (v->Text(L::kSharding) == "full") {  // parallel/fully_sharded.h

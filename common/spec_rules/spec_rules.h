@@ -134,6 +134,8 @@ inline constexpr SpecField kDevice = Text("resources.device", "auto", "auto|cpu|
 inline constexpr SpecField kSharding = Text("resources.sharding", "none", "none|optimizer|full", "sharding");
 inline constexpr SpecField kReducePrecision = Text("resources.reduce_precision", "fp32", "fp32|bf16", "precision");
 inline constexpr SpecField kMemoryGb = Real("resources.memory_gb", Absent::kZero, 0, 0, 65536, false, " (0: no limit)");
+inline constexpr SpecField kTimeLimitMinutes =
+    Int("resources.time_limit_minutes", Absent::kZero, 0, 0, 525600, " (0: the cluster's default)");
 // checkpoint
 inline constexpr SpecField kEverySteps = Int("checkpoint.every_steps", Absent::kDefault, 200, 0, 1e9, " (0 disables)");
 inline constexpr SpecField kEverySeconds =

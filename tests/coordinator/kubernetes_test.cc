@@ -49,11 +49,15 @@ KubernetesOptions Options() {
   return o;
 }
 
-TEST(KubernetesTest, TheObjectsAreAnIndexedJobAndAHeadlessServiceAsTheIssueAsks) {
+TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret) {
   const std::vector<json> objects = KubernetesObjects(Request(), Options());
-  ASSERT_EQ(objects.size(), 2u);
-  const json& service = objects[0];
-  const json& job = objects[1];
+  ASSERT_EQ(objects.size(), 3u);
+  const json& secret = objects[0];  // made first: the Job's pods read it
+  const json& service = objects[1];
+  const json& job = objects[2];
+  EXPECT_EQ(secret["kind"], "Secret");
+  EXPECT_EQ(secret["metadata"]["name"], "nightshift-j-000007-a3");
+  EXPECT_EQ(secret["stringData"]["token"], Request().token);
   EXPECT_EQ(service["spec"]["clusterIP"], "None");
   EXPECT_EQ(service["metadata"]["name"], "nightshift-j-000007-a3");
   const json& spec = job["spec"];
@@ -76,9 +80,12 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAndAHeadlessServiceAsTheIssueAsks)
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
   const json& container = pod["containers"][0];
   EXPECT_EQ(container["command"], json(Request().node_command));
-  // The attempt's token in its environment (allocation_tokens.h), never its command.
-  EXPECT_EQ(container["env"], json::array({{{"name", "NIGHTSHIFT_ALLOCATION_TOKEN"}, {"value", Request().token}}}));
-  EXPECT_EQ(container["command"].dump().find(Request().token), std::string::npos);
+  // The attempt's token in its environment (allocation_tokens.h), from the Secret: not in
+  // the Job (whoever may read Jobs reads it), nor in the command.
+  EXPECT_EQ(container["env"],
+            json::array({{{"name", "NIGHTSHIFT_ALLOCATION_TOKEN"},
+                          {"valueFrom", {{"secretKeyRef", {{"name", "nightshift-j-000007-a3"}, {"key", "token"}}}}}}}));
+  EXPECT_EQ(job.dump().find(Request().token), std::string::npos);
   EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], "8");
   EXPECT_EQ(container["resources"]["requests"]["memory"], "65536Mi");
   EXPECT_EQ(container["volumeMounts"][0]["mountPath"], "/dev/shm");
@@ -86,9 +93,16 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAndAHeadlessServiceAsTheIssueAsks)
   // Without a queue: not suspended, no label.
   KubernetesOptions plain = Options();
   plain.priorities.clear();
-  const json unqueued = KubernetesObjects(Request(), plain)[1];
+  const json unqueued = KubernetesObjects(Request(), plain)[2];
   EXPECT_FALSE(unqueued["spec"].contains("suspend"));
   EXPECT_FALSE(unqueued["metadata"]["labels"].contains("kueue.x-k8s.io/queue-name"));
+  // Without tokens (no --token-file): no Secret, no env.
+  AllocationRequest tokenless = Request();
+  tokenless.token.clear();
+  const std::vector<json> plain_objects = KubernetesObjects(tokenless, plain);
+  ASSERT_EQ(plain_objects.size(), 2u);
+  EXPECT_EQ(plain_objects[0]["kind"], "Service");
+  EXPECT_FALSE(plain_objects[1]["spec"]["template"]["spec"]["containers"][0].contains("env"));
 }
 
 // kubernetes-validate --strict for every minor version from 1.30 to 1.37.
@@ -213,6 +227,8 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   StatusOr<std::string> again = cluster.Submit(Request());  // 409: made already, adopted
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, *id);
+  const std::string secret = "/_test/objects/secrets/ml/" + *id;
+  EXPECT_EQ(json::parse(call("GET", secret, "").body)["stringData"]["token"], Request().token);
 
   // The watch from the first list's version sees the Job added, then running.
   listed = cluster.List();
@@ -235,8 +251,10 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].phase, Allocation::Phase::kEnded);
 
-  // Deleted: gone from the watch; deleting again is no error (404).
+  // Deleted, its Secret too: gone from the watch; deleting again is no error (404).
   EXPECT_TRUE(cluster.Cancel(*id).ok());
+  EXPECT_EQ(call("GET", secret, "").status, 404);
+  EXPECT_EQ(call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
   EXPECT_TRUE(cluster.Cancel(*id).ok());
   listed = cluster.List();
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();

@@ -86,6 +86,7 @@ class ProvisionerTest : public testing::Test {
     EXPECT_TRUE(spec.ok());
     spec->mutable_resources()->set_world_size(world_size);
     spec->mutable_resources()->set_device(device);
+    spec->mutable_resources()->set_time_limit_minutes(45);
     spec->mutable_restart()->set_max_restarts(max_restarts);
     auto job = c_->Submit(*spec);
     EXPECT_TRUE(job.ok()) << job.status().ToString();
@@ -144,6 +145,7 @@ TEST_F(ProvisionerTest, AQueuedJobGetsOneAllocationOfItsNodesAndRunsOnlyOnItsWor
   EXPECT_EQ(r.nodes, 2);          // ceil(3 / 2)
   EXPECT_EQ(r.cpus_per_node, 2);  // the ranks spread evenly: 2 + 1
   EXPECT_EQ(r.gpus_per_node, 0);
+  EXPECT_EQ(r.time_limit_minutes, 45);  // resources.time_limit_minutes: sbatch --time
   EXPECT_EQ(r.node_command,
             (std::vector<std::string>{"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns", "--coordinator",
                                       "198.18.0.1:7070", "--allocation-job", id, "--allocation-attempt", "0",

@@ -83,10 +83,11 @@ class SlurmE2eTest : public ::testing::Test {
     return r;
   }
 
-  // Polls until `done` holds for the allocation (as squeue lists it), within 60 s.
-  SlurmJob WaitFor(const std::string& id, const std::function<bool(const SlurmJob&)>& done, const std::string& what) {
+  // Polls until `done` holds for the allocation (as squeue lists it), within `seconds`.
+  SlurmJob WaitFor(const std::string& id, const std::function<bool(const SlurmJob&)>& done, const std::string& what,
+                   int seconds = 60) {
     SlurmJob last;
-    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
          std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(200))) {
       StatusOr<std::map<std::string, SlurmJob>> jobs = cluster_->Poll();
       EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
@@ -141,6 +142,41 @@ TEST_F(SlurmE2eTest, ARunningAllocationIsCancelledAndANodeCommandsExitCodeFailsI
   ASSERT_TRUE(failing.ok()) << failing.status().ToString();
   const SlurmJob failed = WaitFor(*failing, [](const SlurmJob& j) { return j.state == SlurmState::kFailed; }, "failed");
   EXPECT_EQ(failed.exit_code, 3);
+}
+
+// A real time limit (resources.time_limit_minutes: sbatch --time): Slurm sends SIGTERM to
+// every node's command --signal's seconds before it (each writes a file when it gets it,
+// and goes on), then ends the allocation TIMEOUT, which the coordinator takes as the
+// cluster taking it back (a new attempt, no restart counted). Slurm's one-minute minimum
+// and its time-limit checks make this take 60-100 s.
+TEST_F(SlurmE2eTest, ATimeLimitSignalsEveryNodeFirstThenEndsTheAllocationInTimeout) {
+  SlurmOptions options = options_;
+  options.signal_before_end_seconds = 30;
+  SlurmCluster cluster(options, &runner_);
+  const std::string out = (dir_ / "out").string();
+  AllocationRequest r = Request(
+      "j-timed", {"sh", "-c", "trap 'echo term >> " + out + "/term-$SLURM_NODEID' TERM; while :; do sleep 1; done"});
+  r.time_limit_minutes = 1;
+  StatusOr<std::string> id = cluster.Submit(r);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto started = std::chrono::steady_clock::now();
+  const SlurmJob ended =
+      WaitFor(*id, [](const SlurmJob& j) { return j.state == SlurmState::kTimeout; }, "timed out", 180);
+  EXPECT_EQ(ended.slurm_state, "TIMEOUT");
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::seconds(50));  // not the partition's limit
+  for (const char* node : {"term-0", "term-1"})
+    EXPECT_TRUE(fs::exists(dir_ / "out" / node)) << node << ": the node's command never got SIGTERM";
+  StatusOr<std::vector<Allocation>> listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  bool seen = false;
+  for (const Allocation& a : *listed)
+    if (a.id == *id) {
+      seen = true;
+      EXPECT_EQ(a.phase, Allocation::Phase::kEnded);
+      EXPECT_EQ(a.end, Allocation::End::kPreempted);
+      EXPECT_EQ(a.job_id, "j-timed");
+    }
+  EXPECT_TRUE(seen);
 }
 
 // An unknown partition (from the operator's priority table) is refused at submission: the

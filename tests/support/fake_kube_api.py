@@ -4,9 +4,9 @@
 Serves, on 127.0.0.1 and a port it picks (printed as the first line of stdout), the
 part of the API that --cluster kubernetes uses, with the API's own rules for it:
 
-  POST   /api/v1/namespaces/NS/services            201, or 409 AlreadyExists
+  POST   /api/v1/namespaces/NS/services|secrets    201, or 409 AlreadyExists
   POST   /apis/batch/v1/namespaces/NS/jobs          201, or 409; 422 without spec.template
-  DELETE .../services/NAME, .../jobs/NAME           200, or 404 NotFound
+  DELETE .../services|secrets|jobs/NAME             200, or 404 NotFound
   GET    .../jobs?labelSelector=K%3DV               a JobList with metadata.resourceVersion
   GET    .../jobs?...&watch=1&resourceVersion=RV    the events after RV as JSON lines
          (ADDED, MODIFIED, DELETED; BOOKMARK when asked), then the stream ends after
@@ -16,6 +16,7 @@ part of the API that --cluster kubernetes uses, with the API's own rules for it:
 Every change takes the next resourceVersion. Test controls (not Kubernetes):
   POST /_test/jobs/NS/NAME/status   body: a Job status object (sets it, a MODIFIED event)
   POST /_test/compact               forgets the history: older watches get 410
+  GET  /_test/objects/KIND/NS/NAME   the stored object (KIND: jobs, services, secrets), or 404
   GET  /_test/requests              every request so far, as [method, path, body]
 """
 
@@ -127,6 +128,9 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if parts[1] == "requests":
                 return self._send(200, STATE["requests"])
+            if parts[1] == "objects" and len(parts) == 5:
+                obj = STATE["objects"].get((parts[2], parts[3], parts[4]))
+                return self._send(200, obj) if obj is not None else self._send(404, _status(404, "NotFound", parts[4]))
             if parts[1] == "compact":
                 STATE["compacted"] = STATE["rv"] + 1
                 STATE["events"].clear()
