@@ -47,6 +47,7 @@ bool Attempts::PartStarted(JobEntry* entry, v1::Placement* part) {
 bool Attempts::PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
   if (part->finished()) return false;
   part->set_finished(true);
+  part->set_succeeded(true);  // a stop that comes before the other parts end still takes it
   v1::Job& job = entry->job;
   if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
   if (AllPlacements(job, &v1::Placement::finished)) {
@@ -103,7 +104,11 @@ void Attempts::PartGone(JobEntry* entry, v1::Placement* part, const v1::TaskStat
     part->set_succeeded(true);
     if (part->first_rank() == 0) *entry->job.mutable_metrics() = status.metrics();
   }
+  const uint64_t version = entry->version;
   MaybeFinishStopping(entry);
+  // Written before the worker drops the task (the report is acknowledged): after a
+  // coordinator restart, Reconcile would take an unreported part for a stopped one.
+  if (entry->version == version) jobs_->Persist(entry, /*sync=*/true);
 }
 
 void Attempts::MaybeFinishStopping(JobEntry* entry, bool force) {

@@ -65,6 +65,9 @@ class ClusterAllocator {
   virtual Status Cancel(const std::string& id) = 0;
   // Every allocation of ours the cluster still lists (an ended one stays listed a while).
   virtual StatusOr<std::vector<Allocation>> List() = 0;
+  // Whether an ended allocation stays until Cancel deletes it (a Kubernetes Job, with its
+  // Service and Secret), rather than leaving the list by itself (Slurm's MinJobAge).
+  virtual bool KeepsEndedAllocations() const { return false; }
 };
 
 }  // namespace nightshift

@@ -94,8 +94,10 @@ StatusOr<size_t> JobTable::Load() {
 
 StatusOr<v1::Sweep> JobTable::SubmitSweep(v1::SweepSpec spec, const std::string& owner,
                                           const std::string& request_id) {
-  if (auto it = sweep_by_request_.find({owner, request_id}); !request_id.empty() && it != sweep_by_request_.end()) {
-    const v1::Sweep& known = sweeps_.at(it->second);
+  auto it = sweep_by_request_.find({owner, request_id});
+  auto found = it == sweep_by_request_.end() ? sweeps_.end() : sweeps_.find(it->second);
+  if (!request_id.empty() && found != sweeps_.end()) {
+    const v1::Sweep& known = found->second;
     if (!google::protobuf::util::MessageDifferencer::Equals(known.spec(), spec))
       return Status::InvalidArgument("request_id: '" + request_id + "' already submitted sweep " + known.id() +
                                      " with a different sweep; use a new request_id for a new sweep");

@@ -201,6 +201,12 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
     StatusOr<HttpResponse> r = api_->Call("POST", path, object.dump(), options_.call_timeout_seconds);
     if (!r.ok()) return r.status();
     if (r->status == 409) continue;  // made before (our restart between create and record): adopted
+    // Forbidden to make the token's Secret: the coordinator's role, not the job (a role from
+    // before Secrets were made): retried, never the job's error.
+    if (r->status == 403 && object["kind"] == "Secret")
+      return Status::Unavailable("creating " + path + ": HTTP 403: " + ApiMessage(*r) +
+                                 " (the coordinator's role needs create and delete on secrets: "
+                                 "apply deploy/kubernetes/rbac.yaml)");
     if (r->status != 201 && r->status != 200) return Refusal("creating " + path, *r);
   }
   return KubernetesName(request.job_id, request.attempt);

@@ -64,6 +64,7 @@ class KubernetesCluster : public ClusterAllocator {
  public:
   KubernetesCluster(KubernetesOptions options, HttpApi* api);  // api not owned
   const char* name() const override { return "kubernetes"; }
+  bool KeepsEndedAllocations() const override { return true; }
   // Creates the Service and the Job; one that exists already (409) is adopted. The API's
   // refusal of the objects (400, 403, 422) is INVALID_ARGUMENT with its message.
   StatusOr<std::string> Submit(const AllocationRequest& request) override;

@@ -78,7 +78,8 @@ Status Provisioner::Pass() {
     if (wanted) {
       const Allocation*& slot = of_attempt[{a.job_id, a.attempt}];
       if (slot == nullptr || slot->phase == Allocation::Phase::kEnded) slot = &a;  // a live one first
-    } else if (a.phase != Allocation::Phase::kEnded && cancelled_.insert(a.id).second) {
+    } else if ((a.phase != Allocation::Phase::kEnded || cluster_->KeepsEndedAllocations()) &&
+               cancelled_.insert(a.id).second) {
       NS_INFO("provisioner: cancelling " << cluster_->name() << " job " << a.id << " (" << a.job_id << " attempt "
                                          << a.attempt << " is over)");
       if (Status s = cluster_->Cancel(a.id); !s.ok()) {

@@ -189,6 +189,12 @@ StatusOr<CommandResult> SlurmCluster::Run(const std::string& program, const std:
 
 StatusOr<std::string> SlurmCluster::Submit(const AllocationRequest& request) {
   if (request.node_command.empty()) return Status::InvalidArgument("slurm: no command for the nodes");
+  // SIGTERM would come at once: every attempt would stop before it trained, uncounted.
+  if (request.time_limit_minutes > 0 && request.time_limit_minutes * 60 <= options_.signal_before_end_seconds)
+    return Status::InvalidArgument("resources.time_limit_minutes: " + std::to_string(request.time_limit_minutes) +
+                                   " leaves no time before Slurm's SIGTERM, " +
+                                   std::to_string(options_.signal_before_end_seconds) +
+                                   " s before the end (--slurm-signal-seconds): give more minutes");
   std::string program = options_.sbatch;
   std::vector<std::string> args = SbatchArgs(request, options_);
   if (options_.submit_as_owner && !request.owner.empty()) {

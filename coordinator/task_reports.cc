@@ -44,7 +44,10 @@ void TaskReports::Handle(const std::string& worker, const v1::TaskStatus& status
       reply->stop.push_back(status.task());
       if (entry.job.state() == v1::STUCK) reply->dump_stacks.push_back(status.task());
     } else if (part != nullptr && !part->finished()) {
-      attempts_->PartGone(&entry, part, status);  // here: its ranks are gone
+      // Ranks that all exited 0 trained their last step: the report is the attempt's
+      // results (model, progress, evaluations), taken as a running job's are.
+      if (status.state() == v1::TASK_SUCCEEDED) TakeReport(worker, status, *part, &entry);
+      attempts_->PartGone(&entry, part, status);  // here: its ranks are gone; written
     }
     return;
   }

@@ -273,11 +273,12 @@ TEST_F(JobTableTest, EndedSweepsBeforeTheCutoffAreRemovedAndTheirNumbersNotReuse
   EXPECT_EQ(disk_->sweeps.count("s-000002"), 0u);
   EXPECT_EQ(jobs_->sweeps().count("s-000001"), 1u);
   EXPECT_EQ(disk_->sweeps.count("s-000001"), 1u);
-  Reopen();
-  EXPECT_EQ(jobs_->sweeps().size(), 1u);
-  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "bob", "")->id(), "s-000003");
   // The removed sweep's request id is free again: a new sweep, as for a removed job.
-  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "alice", "req-1")->id(), "s-000004");
+  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "alice", "req-1")->id(), "s-000003");
+  Reopen();
+  EXPECT_EQ(jobs_->sweeps().size(), 2u);
+  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "bob", "")->id(), "s-000004");
+  EXPECT_EQ(jobs_->SubmitSweep(v1::SweepSpec(), "alice", "req-1")->id(), "s-000003");  // that one, after a restart
 }
 
 TEST_F(JobTableTest, UsedSlotsCountUnfinishedPartsOfJobsThatHoldSlots) {

@@ -260,6 +260,14 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_TRUE(listed->empty());
 
+  // A role that may not make Secrets (one from before they were made): the coordinator's
+  // trouble, retried (UNAVAILABLE naming rbac.yaml), never the job's error.
+  EXPECT_EQ(call("POST", "/_test/forbid/secrets", "").status, 200);
+  const Status forbidden = cluster.Submit(Request()).status();
+  EXPECT_EQ(forbidden.code(), Status::kUnavailable) << forbidden.ToString();
+  EXPECT_NE(forbidden.message().find("deploy/kubernetes/rbac.yaml"), std::string::npos) << forbidden.ToString();
+  EXPECT_EQ(call("POST", "/_test/forbid/secrets", "").status, 200);
+
   // Objects the API refuses (422) are the job's error, not a retry.
   AllocationRequest bad = Request();
   bad.attempt = 4;

@@ -21,6 +21,7 @@ namespace {
 class FakeCluster : public ClusterAllocator {
  public:
   const char* name() const override { return "slurm"; }
+  bool KeepsEndedAllocations() const override { return keeps_ended; }
   StatusOr<std::string> Submit(const AllocationRequest& request) override {
     if (!submit_error.ok()) return submit_error;
     requests.push_back(request);
@@ -53,6 +54,7 @@ class FakeCluster : public ClusterAllocator {
   std::vector<Allocation> listed;
   Status submit_error, list_error;
   int next_id = 100;
+  bool keeps_ended = false;  // as Kubernetes' Jobs
 };
 
 class ProvisionerTest : public testing::Test {
@@ -190,6 +192,23 @@ TEST_F(ProvisionerTest, AQueuedJobGetsOneAllocationOfItsNodesAndRunsOnlyOnItsWor
   EXPECT_EQ(cluster_.requests[1].job_id, gpu);
   EXPECT_EQ(cluster_.requests[1].nodes, 2);
   EXPECT_EQ(cluster_.requests[1].gpus_per_node, 2);
+}
+
+// A cluster whose ended allocations stay until deleted (Kubernetes: the Job, its Service
+// and the token's Secret): once the attempt is over, its ended allocation is deleted, once;
+// while it is the current attempt's, it is only read (its end decides the next attempt).
+TEST_F(ProvisionerTest, AnEndedAllocationThatStaysListedIsDeletedOnceItsAttemptIsOver) {
+  cluster_.keeps_ended = true;
+  const std::string id = Submit(1);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "DeadlineExceeded").end = Allocation::End::kPreempted;
+  Pass();
+  EXPECT_EQ(Get(id).attempt(), 1);
+  EXPECT_TRUE(cluster_.cancelled.empty());
+  Pass();
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
 }
 
 TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailureACountedOneElsewhere) {

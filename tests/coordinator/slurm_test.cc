@@ -204,6 +204,14 @@ TEST(SlurmTest, TheClusterSubmitsCancelsAndPollsItsOwnJobsOnly) {
   EXPECT_TRUE(cluster.Cancel("4242").ok());  // already gone
   EXPECT_EQ(cluster.Cancel("4242").code(), Status::kUnavailable);
   EXPECT_EQ(fake.calls[5], (std::vector<std::string>{"scancel", "4242"}));
+  // A time limit no longer than --signal's warning (120 s by default): every attempt would
+  // be told to stop at once. Refused naming the field, before sbatch runs.
+  AllocationRequest short_limit = Request();
+  short_limit.time_limit_minutes = 2;
+  const Status too_short = cluster.Submit(short_limit).status();
+  EXPECT_EQ(too_short.code(), Status::kInvalidArgument);
+  EXPECT_EQ(too_short.message().rfind("resources.time_limit_minutes: 2 ", 0), 0u) << too_short.ToString();
+  EXPECT_EQ(fake.calls.size(), 6u);
 }
 
 // NODE_FAIL: squeue names every node of the job; which of them failed is sinfo's to say.

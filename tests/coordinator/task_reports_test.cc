@@ -84,26 +84,46 @@ TEST_F(TaskReportsTest, AStoppingJobsRanksAreStoppedAndItsLastCheckpointKept) {
 }
 
 // A stopping job (held, say, by a sweep that paused it) whose ranks all exited 0 trained
-// its last step before the stop took effect: it SUCCEEDED with rank 0's metrics, neither
-// requeued (its finished work discarded) nor held. One part's stopped rank (exit 143, a
-// TASK_FAILED) is enough to requeue it.
+// its last step before the stop took effect: it SUCCEEDED with rank 0's results (metrics,
+// model, progress), neither requeued (its finished work discarded) nor held, whether a
+// part succeeded before the stop or after it, and across a coordinator restart between
+// two parts' reports. One part's stopped rank (exit 143, a TASK_FAILED) requeues it.
 TEST_F(TaskReportsTest, AStoppingJobWhoseRanksAllFinishedSucceedsInsteadOfBeingRequeued) {
-  for (const bool both : {true, false}) {
+  enum Case { kBothAfterTheStop, kOneStopped, kFirstBeforeTheStop };
+  for (const Case c : {kBothAfterTheStop, kOneStopped, kFirstBeforeTheStop}) {
+    SCOPED_TRACE(c);
     Register("w1");
     Register("w2");
     JobEntry* entry = Submit(Spec(2));
+    const std::string id = entry->job.id();
     RunOn(entry, {"w1", "w2"});
+    v1::TaskStatus done = Task(id, 0, v1::TASK_SUCCEEDED);
+    (*done.mutable_metrics())["val_loss"] = 0.25;
+    done.set_model_path("/ckpt/" + id + "/model");
+    done.set_model_step(400);
+    done.mutable_progress()->set_step(400);
+    if (c == kFirstBeforeTheStop) Handle("w1", done);
     entry->job.set_held_by("sweep s-1: paused at rung 0");
     attempts_->BeginStopping(entry, v1::PREEMPTED, "sweep s-1: paused at rung 0");
-    v1::TaskStatus done = Task(entry->job.id(), 0, v1::TASK_SUCCEEDED);
-    (*done.mutable_metrics())["val_loss"] = 0.25;
-    EXPECT_TRUE(Handle("w1", done).stop.empty());
-    EXPECT_EQ(entry->job.state(), v1::PREEMPTED);  // rank 1 not gone yet
-    Handle("w2", Task(entry->job.id(), 0, both ? v1::TASK_SUCCEEDED : v1::TASK_FAILED));
-    if (both) {
+    if (c != kFirstBeforeTheStop) {
+      EXPECT_TRUE(Handle("w1", done).stop.empty());
+      EXPECT_EQ(entry->job.state(), v1::PREEMPTED);  // rank 1 not gone yet
+      // The coordinator restarts before rank 1's report: rank 0's success was written.
+      Build();
+      ASSERT_TRUE(jobs_->Load().ok());
+      Register("w1");
+      Register("w2");
+      entry = jobs_->Find(id);
+      ASSERT_NE(entry, nullptr);
+    }
+    Handle("w2", Task(id, 0, c == kOneStopped ? v1::TASK_FAILED : v1::TASK_SUCCEEDED));
+    if (c != kOneStopped) {
       EXPECT_EQ(entry->job.state(), v1::SUCCEEDED);
       EXPECT_EQ(entry->job.reason(), "all ranks finished before the stop took effect (sweep s-1: paused at rung 0)");
       EXPECT_EQ(entry->job.metrics().at("val_loss"), 0.25);
+      EXPECT_EQ(entry->job.model().path(), "/ckpt/" + id + "/model");
+      EXPECT_EQ(entry->job.model().step(), 400);
+      EXPECT_EQ(entry->job.progress().step(), 400);
       EXPECT_TRUE(entry->job.held_by().empty());
       EXPECT_EQ(entry->job.attempt(), 0);
     } else {
@@ -112,13 +132,12 @@ TEST_F(TaskReportsTest, AStoppingJobWhoseRanksAllFinishedSucceedsInsteadOfBeingR
       EXPECT_EQ(entry->job.held_by(), "sweep s-1: paused at rung 0");
       EXPECT_EQ(entry->job.restarts(), 0);  // a preemption, not a failure
     }
-    // The record on disk says the same (a coordinator restart finds it so).
-    const std::string id = entry->job.id();
+    // The record on disk says the same.
     Build();
     ASSERT_TRUE(jobs_->Load().ok());
     entry = jobs_->Find(id);
     ASSERT_NE(entry, nullptr);
-    EXPECT_EQ(entry->job.state(), both ? v1::SUCCEEDED : v1::QUEUED);
+    EXPECT_EQ(entry->job.state(), c == kOneStopped ? v1::QUEUED : v1::SUCCEEDED);
   }
 }
 

@@ -17,6 +17,7 @@ Every change takes the next resourceVersion. Test controls (not Kubernetes):
   POST /_test/jobs/NS/NAME/status   body: a Job status object (sets it, a MODIFIED event)
   POST /_test/compact               forgets the history: older watches get 410
   GET  /_test/objects/KIND/NS/NAME   the stored object (KIND: jobs, services, secrets), or 404
+  POST /_test/forbid/KIND             creating KIND answers 403 from now on (again: not)
   GET  /_test/requests              every request so far, as [method, path, body]
 """
 
@@ -30,7 +31,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Condition()
-STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": []}
+STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": [], "forbidden": set()}
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -82,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
             if method == "POST" and name is None:
                 obj = json.loads(body)
                 key = (kind, ns, obj["metadata"]["name"])
+                if kind in STATE["forbidden"]:
+                    return self._send(403, _status(403, "Forbidden", f'{kind} is forbidden: cannot create {kind}'))
                 if kind == "jobs" and "template" not in obj.get("spec", {}):
                     return self._send(422, _status(422, "Invalid", "Job.batch is invalid: spec.template: Required value"))
                 if key in STATE["objects"]:
@@ -131,6 +134,9 @@ class Handler(BaseHTTPRequestHandler):
             if parts[1] == "objects" and len(parts) == 5:
                 obj = STATE["objects"].get((parts[2], parts[3], parts[4]))
                 return self._send(200, obj) if obj is not None else self._send(404, _status(404, "NotFound", parts[4]))
+            if parts[1] == "forbid" and len(parts) == 3:
+                STATE["forbidden"].symmetric_difference_update({parts[2]})
+                return self._send(200, {})
             if parts[1] == "compact":
                 STATE["compacted"] = STATE["rv"] + 1
                 STATE["events"].clear()
