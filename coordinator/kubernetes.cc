@@ -207,7 +207,13 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
       return Status::Unavailable("creating " + path + ": HTTP 403: " + ApiMessage(*r) +
                                  " (the coordinator's role needs create and delete on secrets: "
                                  "apply deploy/kubernetes/rbac.yaml)");
-    if (r->status != 201 && r->status != 200) return Refusal("creating " + path, *r);
+    if (r->status != 201 && r->status != 200) {
+      const Status refused = Refusal("creating " + path, *r);
+      // Refused for good (the job fails): what was made before it would never be listed,
+      // so never deleted. Best effort; a transient refusal keeps them for the retry.
+      if (refused.code() == Status::kInvalidArgument) Cancel(KubernetesName(request.job_id, request.attempt));
+      return refused;
+    }
   }
   return KubernetesName(request.job_id, request.attempt);
 }

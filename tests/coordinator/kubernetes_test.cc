@@ -267,6 +267,14 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   EXPECT_EQ(forbidden.code(), Status::kUnavailable) << forbidden.ToString();
   EXPECT_NE(forbidden.message().find("deploy/kubernetes/rbac.yaml"), std::string::npos) << forbidden.ToString();
   EXPECT_EQ(call("POST", "/_test/forbid/secrets", "").status, 200);
+  // A Job refused for good (403: a quota or an admission webhook) fails the job, and the
+  // Secret and Service made before it are deleted (they would never be listed).
+  EXPECT_EQ(call("POST", "/_test/forbid/jobs", "").status, 200);
+  const Status refused = cluster.Submit(Request()).status();
+  EXPECT_EQ(refused.code(), Status::kInvalidArgument) << refused.ToString();
+  EXPECT_EQ(call("GET", secret, "").status, 404);
+  EXPECT_EQ(call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
+  EXPECT_EQ(call("POST", "/_test/forbid/jobs", "").status, 200);
 
   // Objects the API refuses (422) are the job's error, not a retry.
   AllocationRequest bad = Request();
