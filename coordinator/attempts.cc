@@ -44,12 +44,16 @@ bool Attempts::PartStarted(JobEntry* entry, v1::Placement* part) {
   return true;
 }
 
+void Attempts::TakeSuccess(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
+  part->set_finished(true);
+  part->set_succeeded(true);
+  if (part->first_rank() == 0) *entry->job.mutable_metrics() = status.metrics();
+}
+
 bool Attempts::PartSucceeded(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
   if (part->finished()) return false;
-  part->set_finished(true);
-  part->set_succeeded(true);  // a stop that comes before the other parts end still takes it
+  TakeSuccess(entry, part, status);  // a stop that comes before the other parts end still counts it
   v1::Job& job = entry->job;
-  if (part->first_rank() == 0) *job.mutable_metrics() = status.metrics();
   if (AllPlacements(job, &v1::Placement::finished)) {
     jobs_->SetState(entry, v1::SUCCEEDED, "all ranks finished", job.progress().step());
   } else {
@@ -100,10 +104,7 @@ void Attempts::BeginStopping(JobEntry* entry, v1::JobState state, const std::str
 
 void Attempts::PartGone(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status) {
   part->set_finished(true);
-  if (status.state() == v1::TASK_SUCCEEDED) {
-    part->set_succeeded(true);
-    if (part->first_rank() == 0) *entry->job.mutable_metrics() = status.metrics();
-  }
+  if (status.state() == v1::TASK_SUCCEEDED) TakeSuccess(entry, part, status);
   const uint64_t version = entry->version;
   MaybeFinishStopping(entry);
   // Written before the worker drops the task (the report is acknowledged): after a

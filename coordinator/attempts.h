@@ -67,6 +67,10 @@ class Attempts {
   void FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now); // an active part on a gone worker
 
  private:
+  // The part's ranks all exited 0: finished and succeeded, its metrics the job's if it
+  // holds rank 0 (PartSucceeded, and PartGone while stopping).
+  void TakeSuccess(JobEntry* entry, v1::Placement* part, const v1::TaskStatus& status);
+
   const CoordinatorOptions options_;
   Clock* const clock_;                    // not owned
   JobTable* const jobs_;                  // not owned

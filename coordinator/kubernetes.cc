@@ -182,9 +182,6 @@ Status Refusal(const std::string& what, const HttpResponse& r) {
   return Status::Unavailable(message);
 }
 
-}  // namespace
-
-namespace {
 // Where objects of `kind` (Secret, Service, Job) of the options' namespace are created;
 // NAME appended, where one is deleted.
 std::string CollectionPath(const KubernetesOptions& o, const std::string& kind) {

@@ -65,10 +65,12 @@ class KubernetesCluster : public ClusterAllocator {
   KubernetesCluster(KubernetesOptions options, HttpApi* api);  // api not owned
   const char* name() const override { return "kubernetes"; }
   bool KeepsEndedAllocations() const override { return true; }
-  // Creates the Service and the Job; one that exists already (409) is adopted. The API's
-  // refusal of the objects (400, 403, 422) is INVALID_ARGUMENT with its message.
+  // Creates the Secret, the Service and the Job (KubernetesObjects); one that exists
+  // already (409) is adopted. The API's refusal of the objects (400, 403, 422) is
+  // INVALID_ARGUMENT with its message, and what was created before it is deleted; a 403
+  // on the Secret is the coordinator's role's, UNAVAILABLE.
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
-  // Deletes the Job (its pods get SIGTERM and the grace period) and the Service.
+  // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
   Status Cancel(const std::string& id) override;
   // Our Jobs: listed once, then followed with a watch from the last resourceVersion;
   // a 410 (the version is gone) lists again.
