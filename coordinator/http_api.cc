@@ -35,6 +35,15 @@ class CurlHttpApi : public HttpApi {
       std::getline(in, token);
       if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
     }
+    if (!options_.basic_auth_file.empty()) {
+      std::ifstream in(options_.basic_auth_file);
+      std::string user_password;
+      std::getline(in, user_password);
+      if (!user_password.empty()) {  // libcurl keeps its own copy
+        curl_easy_setopt(curl.get(), CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
+        curl_easy_setopt(curl.get(), CURLOPT_USERPWD, user_password.c_str());
+      }
+    }
     curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, method.c_str());
     curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers);

@@ -55,7 +55,8 @@ struct Flags {
   double allocation_poll_seconds = 2;
   // --mlflow-uri: every job is reported to this MLflow tracking server (coordinator/tracking.h).
   HttpApiOptions mlflow;
-  std::string mlflow_experiment = "nightshift";
+  std::string mlflow_experiment = "nightshift/{owner}";
+  std::string mlflow_owner_permission;
   double mlflow_poll_seconds = 2;
   double sweep_poll_seconds = 0.5;  // between passes of the sweep runner (coordinator/sweeps.h)
 };
@@ -67,7 +68,16 @@ void AddTrackingFlags(CLI::App* app, Flags* f) {
   app->add_option("--mlflow-token-file", f->mlflow.token_file,
                   "a file whose first line is sent to the MLflow server as `Authorization: Bearer` (read at every call)");
   app->add_option("--mlflow-ca-file", f->mlflow.ca_file, "PEM CA that verifies an https MLflow server (default: the system's)");
-  app->add_option("--mlflow-experiment", f->mlflow_experiment, "the MLflow experiment the runs go to (default nightshift)");
+  app->add_option("--mlflow-user-file", f->mlflow.basic_auth_file,
+                  "a file whose first line, user:password, is sent to the MLflow server as HTTP Basic (its basic-auth "
+                  "app; read at every call)");
+  app->add_option("--mlflow-experiment", f->mlflow_experiment,
+                  "the MLflow experiment a job's run goes to, {owner} replaced by the job's owner (default "
+                  "nightshift/{owner}: one per user)");
+  app->add_option("--mlflow-owner-permission", f->mlflow_owner_permission,
+                  "grant the MLflow user named as each owner this permission on their experiment (MLflow's basic-auth "
+                  "app; default: none granted)")
+      ->check(CLI::IsMember({"READ", "EDIT", "MANAGE"}));
   app->add_option("--sweep-poll-seconds", f->sweep_poll_seconds,
                   "seconds between passes over the running sweeps: trials judged, paused, promoted, made (default 0.5)")
       ->check(CLI::PositiveNumber);
@@ -289,7 +299,7 @@ class TrackingLoop {
   TrackingLoop(const Flags& f, Coordinator* c)
       : api_(MakeCurlHttpApi(f.mlflow)),
         client_(api_.get()),
-        reporter_(c, &client_, f.mlflow_experiment),
+        reporter_(c, &client_, f.mlflow_experiment, f.mlflow_owner_permission),
         thread_("MLflow", f.mlflow_poll_seconds, [this] { return reporter_.Pass(); }) {}
   std::unique_ptr<HttpApi> api_;
   MlflowClient client_;

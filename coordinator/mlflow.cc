@@ -29,7 +29,7 @@ json MetricValue(double v) {
 }  // namespace
 
 StatusOr<std::string> MlflowClient::Call(const std::string& method, const std::string& path, const std::string& body) {
-  StatusOr<HttpResponse> r = api_->Call(method, kApi + path, body, timeout_seconds_);
+  StatusOr<HttpResponse> r = api_->Call(method, path[0] == '/' ? path : kApi + path, body, timeout_seconds_);
   if (!r.ok()) return r.status();
   const int code = r->status;
   if (code >= 200 && code < 300) return r->body;
@@ -41,7 +41,8 @@ StatusOr<std::string> MlflowClient::Call(const std::string& method, const std::s
   else
     detail = r->body.substr(0, 200);
   const std::string mlflow_code = error.is_object() ? error.value("error_code", "") : "";
-  if (code == 401 || code == 403) return Status::PermissionDenied(where + " " + detail);
+  if (code == 401) return Status::Unauthenticated(where + " " + detail);
+  if (code == 403) return Status::PermissionDenied(where + " " + detail);
   if (mlflow_code == "RESOURCE_DOES_NOT_EXIST") return Status::NotFound(where + " " + detail);
   // Only MLflow's own refusal of what we sent is about the run; anything else (a proxy's
   // page, a wrong --mlflow-uri's 404, 5xx, 429) is the server's state: try again later.
@@ -65,6 +66,16 @@ StatusOr<std::string> MlflowClient::ExperimentId(const std::string& name) {
   if (!j.is_object() || !j.contains("experiment_id"))
     return Status::Unavailable("MLflow experiments/create: an answer without experiment_id");
   return j["experiment_id"].get<std::string>();
+}
+
+Status MlflowClient::Grant(const std::string& experiment_id, const std::string& username,
+                           const std::string& permission) {
+  const json body = {{"username", username}, {"resource_type", "experiment"}, {"resource_id", experiment_id},
+                     {"permission", permission}};
+  StatusOr<std::string> got = Call("POST", "/api/3.0/mlflow/users/permissions/grant", body.dump());
+  // A grant made before (by an earlier pass, or by hand) stays as it is.
+  if (!got.ok() && got.status().message().find("RESOURCE_ALREADY_EXISTS") != std::string::npos) return Status::OK();
+  return got.status();
 }
 
 StatusOr<std::string> MlflowClient::FindRun(const std::string& experiment_id, const std::string& key,

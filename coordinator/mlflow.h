@@ -3,7 +3,7 @@
 // log-batch within MLflow's limits, runs/update. Over an HttpApi (libcurl in the daemon,
 // a fake in unit tests, a real `mlflow server` in tests/coordinator/tracking_test.cc).
 //
-// Errors: 401 and 403 PERMISSION_DENIED; MLflow's RESOURCE_DOES_NOT_EXIST NOT_FOUND; a 4xx
+// Errors: 401 UNAUTHENTICATED (our credentials), 403 PERMISSION_DENIED (not allowed there); MLflow's RESOURCE_DOES_NOT_EXIST NOT_FOUND; a 4xx
 // with MLflow's INVALID_PARAMETER_VALUE or BAD_REQUEST (a refusal of what was sent)
 // INVALID_ARGUMENT with its error_code and message; anything else (no answer, 5xx, 429, a
 // page that is not MLflow's JSON) UNAVAILABLE: the server's state, try again later.
@@ -42,6 +42,13 @@ class MlflowClient {
 
   // The id of experiment `name`, created when it does not exist.
   StatusOr<std::string> ExperimentId(const std::string& name);
+  // MLflow's basic-auth app (`mlflow server --app-name basic-auth`, 3.x's
+  // /api/3.0/mlflow/users/permissions/grant): MLflow user `username` gets `permission`
+  // (READ, EDIT, MANAGE, NO_PERMISSIONS) on the experiment. Our user needs MANAGE there
+  // (its creator has it). OK when that user already has a grant there (kept as it is);
+  // NOT_FOUND when MLflow has no such user; PERMISSION_DENIED when ours may not grant; a
+  // server without the basic-auth app answers 404: UNAVAILABLE, as any wrong path.
+  Status Grant(const std::string& experiment_id, const std::string& username, const std::string& permission);
   // The id of the run of `experiment_id` whose tag `key` is `value`; "" when there is none.
   StatusOr<std::string> FindRun(const std::string& experiment_id, const std::string& key, const std::string& value);
   // A new RUNNING run; its id.
@@ -55,7 +62,8 @@ class MlflowClient {
   Status EndRun(const std::string& run_id, const std::string& status, int64_t end_time_ms);
 
  private:
-  // `body` "" for a GET. The answer's JSON text.
+  // `path` under /api/2.0/mlflow/, or from the root when it starts with '/'; `body` "" for
+  // a GET. The answer's JSON text.
   StatusOr<std::string> Call(const std::string& method, const std::string& path, const std::string& body);
 
   HttpApi* const api_;

@@ -47,6 +47,14 @@ v1::TrackedAttempt* CursorOf(int attempt, v1::TrackedRun* run) {
 
 }  // namespace
 
+std::string ExperimentName(const std::string& pattern, const std::string& owner) {
+  const std::string who = owner.empty() ? "anonymous" : owner;
+  std::string name = pattern;
+  for (size_t at = name.find("{owner}"); at != std::string::npos; at = name.find("{owner}", at + who.size()))
+    name.replace(at, 7, who);
+  return name;
+}
+
 std::vector<MlflowPair> SpecParams(const v1::JobSpec& spec) {
   std::string text;
   google::protobuf::util::JsonPrintOptions options;
@@ -104,13 +112,42 @@ Status TrackingReporter::Pass() {
   }
 }
 
+StatusOr<std::string> TrackingReporter::ExperimentOf(const v1::Job& job) {
+  const std::string name = ExperimentName(experiment_, job.owner());
+  const auto known = experiment_ids_.find(name);
+  if (known != experiment_ids_.end()) return known->second;
+  const bool share = !owner_permission_.empty() && !job.owner().empty();
+  // Shared with owners, an experiment ours may not read or manage was made by someone
+  // else, who could read what went there: this job's run is given up (INVALID_ARGUMENT),
+  // the other jobs go on. (Without sharing, a 403 is taken as the server's state: wait.)
+  const auto squatted = [&](const Status& s) {
+    return Status::InvalidArgument("MLflow experiment " + name + " is not one the coordinator's MLflow user may " +
+                                   "manage (made by someone else?): " + job.owner() + "'s runs are not reported " +
+                                   "there: " + s.message());
+  };
+  StatusOr<std::string> id = mlflow_->ExperimentId(name);
+  if (share && id.status().code() == Status::kPermissionDenied) return squatted(id.status());
+  if (!id.ok()) return id.status();
+  if (share) {
+    const Status s = mlflow_->Grant(*id, job.owner(), owner_permission_);
+    if (s.code() == Status::kPermissionDenied) return squatted(s);
+    // A user MLflow does not know: the runs go there all the same, readable by admins.
+    if (s.code() == Status::kNotFound)
+      NS_WARN("coordinator: MLflow experiment " << name << " is not shared with " << job.owner() << ": " << s.message());
+    else if (!s.ok())
+      return s;
+  }
+  experiment_ids_.emplace(name, *id);
+  return *id;
+}
+
 Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {
   Status s = ReportTo(job, run);
   if (s.code() != Status::kNotFound || s.message().rfind("MLflow", 0) != 0) return s;
   // The run or its experiment is gone from the server (deleted there): made again, in full,
   // at the next pass.
   NS_WARN("coordinator: " << s.message() << "; the run of job " << job.id() << " is made again");
-  experiment_id_.clear();
+  experiment_ids_.clear();
   *run = v1::TrackedRun();
   NS_RETURN_IF_ERROR(coordinator_->NoteTracked(job.id(), *run));
   return Status::Unavailable(s.message());
@@ -119,13 +156,10 @@ Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {
 Status TrackingReporter::ReportTo(const v1::Job& job, v1::TrackedRun* run) {
   const std::string& id = job.id();
   if (run->run_id().empty()) {
-    if (experiment_id_.empty()) {
-      StatusOr<std::string> e = mlflow_->ExperimentId(experiment_);
-      if (!e.ok()) return e.status();
-      experiment_id_ = *e;
-    }
+    StatusOr<std::string> experiment = ExperimentOf(job);
+    if (!experiment.ok()) return experiment.status();
     // Found by its tag first: a run made before a crash that lost the note is reused.
-    StatusOr<std::string> found = mlflow_->FindRun(experiment_id_, "nightshift.job_id", id);
+    StatusOr<std::string> found = mlflow_->FindRun(*experiment, "nightshift.job_id", id);
     if (!found.ok()) return found.status();
     std::string run_id = *found;
     if (run_id.empty()) {
@@ -136,12 +170,12 @@ Status TrackingReporter::ReportTo(const v1::Job& job, v1::TrackedRun* run) {
         tags.push_back({"mlflow.user", job.owner()});
       }
       StatusOr<std::string> made =
-          mlflow_->CreateRun(experiment_id_, job.spec().name().empty() ? id : job.spec().name(), UnixMs(job.created()), tags);
+          mlflow_->CreateRun(*experiment, job.spec().name().empty() ? id : job.spec().name(), UnixMs(job.created()), tags);
       if (!made.ok()) return made.status();
       run_id = *made;
     }
     run->set_run_id(run_id);
-    run->set_experiment_id(experiment_id_);
+    run->set_experiment_id(*experiment);
     NS_RETURN_IF_ERROR(coordinator_->NoteTracked(id, *run));
   }
   if (!run->params_sent()) {

@@ -1,5 +1,6 @@
 // Reports every job to an MLflow tracking server (--mlflow-uri, issue 45): one MLflow run
-// per job, in one experiment (--mlflow-experiment), found again by its tag
+// per job, in its owner's experiment (--mlflow-experiment, "nightshift/{owner}" unless
+// the operator names one for all), found again by its tag
 // nightshift.job_id, with the spec's fields as params (dotted names: train.lr), every
 // training point (loss, learning_rate, tokens_per_second, epoch) and every evaluation
 // (val_loss, val_accuracy, ...) the coordinator keeps (v1::JobMetrics) at its step, tags
@@ -17,9 +18,17 @@
 // job.tracked_run, so a coordinator restart goes on where it stopped. A point sent twice
 // (a crash between the server's answer and the note) adds nothing on MLflow's SQL store:
 // every point carries the time the coordinator took it, so it is the same row.
+//
+// Who sees a run: whoever the server lets read its experiment. With MLflow's basic-auth
+// app (default_permission NO_PERMISSIONS) the coordinator's MLflow user makes each owner's
+// experiment (and so may manage it) and, with --mlflow-owner-permission, grants the MLflow
+// user of the owner's name that permission on it, once per experiment and process: each
+// user reads their own runs and no one else's. An owner's experiment that ours may not
+// read or manage was made by someone else: that owner's runs are given up, not put there.
 #ifndef NIGHTSHIFT_COORDINATOR_TRACKING_H_
 #define NIGHTSHIFT_COORDINATOR_TRACKING_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,14 +47,23 @@ std::vector<MlflowPair> SpecParams(const v1::JobSpec& spec);
 // advances the cursors. `fallback_time_ms` stamps points taken before they carried a time.
 std::vector<MlflowMetric> NewPoints(const v1::JobMetrics& metrics, int64_t fallback_time_ms, v1::TrackedRun* run);
 
+// The experiment a job of `owner` goes to: `pattern` with every "{owner}" replaced by the
+// owner, or by "anonymous" for a job without one (insecure mode).
+std::string ExperimentName(const std::string& pattern, const std::string& owner);
+
 class TrackingReporter {
  public:
-  // Not owned; both must outlive the reporter.
-  TrackingReporter(Coordinator* coordinator, MlflowClient* mlflow, std::string experiment = "nightshift")
-      : coordinator_(coordinator), mlflow_(mlflow), experiment_(std::move(experiment)) {}
+  // Not owned; both must outlive the reporter. `owner_permission`: what an owner's MLflow
+  // user is granted on their experiment (READ, EDIT, MANAGE); "": nothing is granted.
+  TrackingReporter(Coordinator* coordinator, MlflowClient* mlflow, std::string experiment = "nightshift/{owner}",
+                   std::string owner_permission = "")
+      : coordinator_(coordinator),
+        mlflow_(mlflow),
+        experiment_(std::move(experiment)),
+        owner_permission_(std::move(owner_permission)) {}
 
-  // Brings every job's run up to date, in submit order. UNAVAILABLE or PERMISSION_DENIED
-  // from the server ends the pass with that error (nothing is lost: the next pass goes on
+  // Brings every job's run up to date, in submit order. UNAVAILABLE, UNAUTHENTICATED or
+  // PERMISSION_DENIED from the server ends the pass with that error (nothing is lost: the next pass goes on
   // from job.tracked_run). A run whose values MLflow refuses (INVALID_ARGUMENT: its
   // INVALID_PARAMETER_VALUE) is given up: the reason goes to tracked_run.error, and the
   // other jobs go on.
@@ -56,11 +74,13 @@ class TrackingReporter {
   // A run (or experiment) deleted on the server is forgotten and made again next pass.
   Status Report(const v1::Job& job, v1::TrackedRun* run);
   Status ReportTo(const v1::Job& job, v1::TrackedRun* run);
+  // The id of `job`'s experiment, made (and shared with its owner) when new.
+  StatusOr<std::string> ExperimentOf(const v1::Job& job);
 
   Coordinator* const coordinator_;
   MlflowClient* const mlflow_;
-  const std::string experiment_;
-  std::string experiment_id_;  // once known
+  const std::string experiment_, owner_permission_;
+  std::map<std::string, std::string> experiment_ids_;  // name -> id, once known (and shared)
 };
 
 }  // namespace nightshift

@@ -95,6 +95,23 @@ TEST(MlflowClientTest, AnExperimentThatDoesNotExistIsCreated) {
   EXPECT_EQ(http.calls.size(), 1u);
 }
 
+TEST(MlflowClientTest, AGrantGoesToTheBasicAuthAppsApiAndOneMadeBeforeStands) {
+  FakeHttp http;
+  MlflowClient client(&http);
+  ASSERT_TRUE(client.Grant("4", "alice", "READ").ok());
+  ASSERT_EQ(http.calls.size(), 1u);
+  EXPECT_EQ(http.calls[0].method, "POST");
+  EXPECT_EQ(http.calls[0].path, "/api/3.0/mlflow/users/permissions/grant");
+  EXPECT_EQ(http.calls[0].body, json({{"username", "alice"}, {"resource_type", "experiment"}, {"resource_id", "4"},
+                                      {"permission", "READ"}}));
+  http.answers.push_back(HttpResponse{400, R"({"error_code": "RESOURCE_ALREADY_EXISTS", "message": "exists"})"});
+  EXPECT_TRUE(client.Grant("4", "alice", "READ").ok());
+  http.answers.push_back(HttpResponse{404, R"({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no user"})"});
+  EXPECT_EQ(client.Grant("4", "carol", "READ").code(), Status::kNotFound);
+  http.answers.push_back(HttpResponse{403, R"({"error_code": "PERMISSION_DENIED", "message": "no"})"});
+  EXPECT_EQ(client.Grant("4", "alice", "READ").code(), Status::kPermissionDenied);
+}
+
 TEST(MlflowClientTest, AServerDownOrBusyIsUnavailableAndARefusalIsInvalidArgumentWithItsMessage) {
   FakeHttp http;
   MlflowClient client(&http);
@@ -112,6 +129,8 @@ TEST(MlflowClientTest, AServerDownOrBusyIsUnavailableAndARefusalIsInvalidArgumen
   EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kNotFound);
   http.answers.push_back(HttpResponse{403, R"({"error_code": "PERMISSION_DENIED", "message": "token"})"});
   EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kPermissionDenied);
+  http.answers.push_back(HttpResponse{401, "You are not authenticated."});
+  EXPECT_EQ(client.EndRun("r", "FINISHED", 5).code(), Status::kUnauthenticated);
   http.answers.push_back(
       HttpResponse{400, R"({"error_code": "INVALID_PARAMETER_VALUE", "message": "Changing param values is not allowed"})"});
   Status s = client.LogBatch("r", {}, {{"a", "b"}}, {});

@@ -25,6 +25,13 @@ TEST(TrackingTest, TheSpecBecomesDottedParamsWithLongValuesCut) {
   EXPECT_EQ(params["data.path"].substr(kMlflowParamValueBytes - 3), "...");
 }
 
+TEST(TrackingTest, EachOwnerHasAnExperimentOfTheirName) {
+  EXPECT_EQ(ExperimentName("nightshift/{owner}", "alice"), "nightshift/alice");
+  EXPECT_EQ(ExperimentName("{owner}: {owner}'s runs", "bob"), "bob: bob's runs");
+  EXPECT_EQ(ExperimentName("nightshift/{owner}", ""), "nightshift/anonymous");  // insecure mode
+  EXPECT_EQ(ExperimentName("shared", "alice"), "shared");
+}
+
 v1::TrainPoint Point(int64_t step, double loss, int64_t time_ms) {
   v1::TrainPoint t;
   t.set_step(step);

@@ -1,11 +1,16 @@
 // MLflow tracking end to end (issue 45): a real `mlflow server` (the pinned PyPI package,
 // SQLite store) on 127.0.0.1, a coordinator with --mlflow-uri, a worker, real jobs. Each
 // job is one run whose metric history equals `job metrics` (GetJobMetrics); the server
-// stopped mid-job delays nothing, and the run is complete once it is back.
+// stopped mid-job delays nothing, and the run is complete once it is back. Behind MLflow's
+// basic-auth app, each user reads their own runs and no one else's.
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "common/client.h"
+#include "common/crypto/sha256.h"
 #include "tests/e2e/cluster.h"
 
 namespace nightshift::testing_e2e {
@@ -17,17 +22,30 @@ using json = nlohmann::json;
 // the whole group).
 class MlflowServer {
  public:
-  MlflowServer(const std::string& dir, int port) : dir_(dir), port_(port) {}
+  // `admin_password` non-empty: MLflow's basic-auth app, every user denied what they were
+  // not granted (default_permission NO_PERMISSIONS), its admin `admin`.
+  MlflowServer(const std::string& dir, int port, const std::string& admin_password = "")
+      : dir_(dir), port_(port), admin_password_(admin_password) {}
   ~MlflowServer() { Stop(); }
   bool Start() {
     fs::create_directories(dir_);
-    process_ = Process({"/usr/bin/setsid", NIGHTSHIFT_PYTHON, "-m", "mlflow", "server", "--host", "127.0.0.1",
-                        "--port", std::to_string(port_), "--workers", "1", "--backend-store-uri",
-                        "sqlite:///" + dir_ + "/mlflow.db", "--default-artifact-root", dir_ + "/artifacts"},
-                       dir_ + "/mlflow.log");
+    std::vector<std::string> argv = {"/usr/bin/setsid", NIGHTSHIFT_PYTHON, "-m", "mlflow", "server", "--host",
+                                     "127.0.0.1", "--port", std::to_string(port_), "--workers", "1",
+                                     "--backend-store-uri", "sqlite:///" + dir_ + "/mlflow.db",
+                                     "--default-artifact-root", dir_ + "/artifacts"};
+    std::map<std::string, std::string> env;
+    if (!admin_password_.empty()) {
+      std::ofstream(dir_ + "/auth.ini") << "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
+                                        << "database_uri = sqlite:///" << dir_ << "/auth.db\n"
+                                        << "admin_username = admin\nadmin_password = " << admin_password_ << "\n"
+                                        << "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n";
+      argv.insert(argv.end(), {"--app-name", "basic-auth"});
+      env = {{"MLFLOW_AUTH_CONFIG_PATH", dir_ + "/auth.ini"}, {"MLFLOW_FLASK_SERVER_SECRET_KEY", "test-only"}};
+    }
+    process_ = Process(argv, dir_ + "/mlflow.log", env);
     std::string out;
     for (int i = 0; i < 300; ++i) {
-      if (Cluster::Shell("curl -sf " + url() + "/health", &out) == 0) return true;
+      if (Cluster::Shell("curl -s -o /dev/null " + url() + "/health", &out) == 0) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     return false;
@@ -37,20 +55,29 @@ class MlflowServer {
     process_.Kill(SIGKILL);
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  // One REST call; null when it failed.
-  json Call(const std::string& method, const std::string& path, const json& body = nullptr) const {
-    std::string cmd = "curl -sf -X " + method + " -H 'Content-Type: application/json' '" + url() + "/api/2.0/mlflow/" + path + "'";
+  // One REST call (as `user`:`password` when given; the admin on a basic-auth server);
+  // null when it failed. `status`: the HTTP status.
+  json Call(const std::string& method, const std::string& path, const json& body = nullptr, int* status = nullptr,
+            const std::string& user_password = "") const {
+    std::string cmd = "curl -s -w '\\n%{http_code}' -X " + method + " -H 'Content-Type: application/json' '" + url() +
+                      (path[0] == '/' ? path : "/api/2.0/mlflow/" + path) + "'";
+    if (!user_password.empty()) cmd += " -u '" + user_password + "'";
+    else if (!admin_password_.empty()) cmd += " -u 'admin:" + admin_password_ + "'";
     if (!body.is_null()) {
       std::ofstream(dir_ + "/request.json") << body.dump();
       cmd += " -d @" + dir_ + "/request.json";
     }
     std::string out;
     if (Cluster::Shell(cmd, &out) != 0) return nullptr;
-    return json::parse(out, nullptr, false);
+    const size_t cut = out.find_last_of('\n');
+    const int code = cut == std::string::npos ? 0 : std::atoi(out.c_str() + cut + 1);
+    if (status != nullptr) *status = code;
+    if (code < 200 || code >= 300) return nullptr;
+    return json::parse(out.substr(0, cut), nullptr, false);
   }
-  // The run of job `id` in experiment "nightshift" (null when there is none yet).
-  json RunOf(const std::string& id) const {
-    json e = Call("GET", "experiments/get-by-name?experiment_name=nightshift");
+  // The run of job `id` in `experiment` (null when there is none yet).
+  json RunOf(const std::string& id, const std::string& experiment = "nightshift/anonymous") const {
+    json e = Call("GET", "experiments/get-by-name?experiment_name=" + experiment);
     if (e.is_null() || !e.contains("experiment")) return nullptr;
     json runs = Call("POST", "runs/search",
                      {{"experiment_ids", {e["experiment"]["experiment_id"]}},
@@ -72,6 +99,7 @@ class MlflowServer {
  private:
   const std::string dir_;
   const int port_;
+  const std::string admin_password_;
   Process process_;
 };
 
@@ -195,6 +223,110 @@ TEST(TrackingE2E, EveryJobIsARunEqualToItsMetricsAndAServerDownDelaysNothing) {
   }
   EXPECT_EQ(mlflow.History(run_id, "val_loss"), val_loss);
   EXPECT_EQ(mlflow.History(run_id, "val_accuracy"), val_accuracy);
+}
+
+// Behind MLflow's basic-auth app: the coordinator's own MLflow user (not an admin) makes
+// each owner's experiment and grants the owner's MLflow user READ there; alice reads her
+// run and not bob's, bob his and not alice's, and a search over both experiments finds
+// each only their own. carol has no MLflow account: her run is made all the same and
+// shared with no one (the coordinator says so), and an unauthenticated caller reads none.
+// bob made "nightshift/dave" before dave's first job: dave's run is given up, not put in
+// bob's experiment.
+TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
+  Cluster cluster("tracking-auth");
+  MlflowServer mlflow(cluster.dir() + "/mlflow", FreePort(), "admin-password-1");
+  ASSERT_TRUE(mlflow.Start()) << "mlflow server did not start; see " << cluster.dir() << "/mlflow/mlflow.log";
+  for (const char* user : {"nightshift", "alice", "bob", "dave"})
+    ASSERT_FALSE(mlflow.Call("POST", "users/create", {{"username", user}, {"password", std::string(user) + "-password-1"}})
+                     .is_null())
+        << user;
+  std::ofstream(cluster.dir() + "/mlflow-user") << "nightshift:nightshift-password-1\n";
+  std::ofstream(cluster.dir() + "/tokens") << crypto::Sha256Hex("alice-secret") << " user alice\n"
+                                           << crypto::Sha256Hex("bob-secret") << " user bob\n"
+                                           << crypto::Sha256Hex("carol-secret") << " user carol\n"
+                                           << crypto::Sha256Hex("dave-secret") << " user dave\n";
+  int made = 0;
+  const json squatted = mlflow.Call("POST", "experiments/create", {{"name", "nightshift/dave"}}, &made, "bob:bob-password-1");
+  ASSERT_EQ(made, 200);
+  cluster.StartCoordinator({"--token-file", cluster.dir() + "/tokens", "--mlflow-uri", mlflow.url(), "--mlflow-user-file",
+                            cluster.dir() + "/mlflow-user", "--mlflow-owner-permission", "READ", "--mlflow-poll-seconds",
+                            "0.3"});
+  // No worker: a queued job is reported as well (a run RUNNING, with its params).
+  std::map<std::string, std::string> job_of;
+  std::map<std::string, std::unique_ptr<v1::JobService::Stub>> stub_of;
+  for (const char* user : {"alice", "bob", "carol", "dave"}) {
+    auto channel = MakeChannel(ClientOptions{cluster.address(), std::string(user) + "-secret", "", "", "", ""});
+    ASSERT_TRUE(channel.ok()) << channel.status().ToString();
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml("name: " + std::string(user) + "s\nmodel: {arch: transformer_classifier}\ndata: {path: /nonexistent}\n");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::Job job;
+    stub_of[user] = v1::JobService::NewStub(*channel);
+    const grpc::Status s = stub_of[user]->SubmitJob(&ctx, req, &job);
+    ASSERT_TRUE(s.ok()) << user << ": " << s.error_message();
+    ASSERT_EQ(job.owner(), user);
+    job_of[user] = job.id();
+  }
+  std::map<std::string, json> run_of;
+  for (int i = 0; i < 300 && run_of.size() < 3; ++i) {
+    for (const char* user : {"alice", "bob", "carol"})
+      if (!run_of.count(user)) {
+        json run = mlflow.RunOf(job_of[user], "nightshift/" + std::string(user));
+        if (!run.is_null()) run_of[user] = run;
+      }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(run_of.size(), 3u) << "runs missing; see " << cluster.dir() << "/coordinator.log";
+  const auto read = [&](const std::string& user, const std::string& owner) {
+    int status = 0;
+    mlflow.Call("GET", "runs/get?run_id=" + run_of[owner]["info"]["run_id"].get<std::string>(), nullptr, &status,
+                user.empty() ? "" : user + ":" + user + "-password-1");
+    return status;
+  };
+  EXPECT_EQ(read("alice", "alice"), 200);
+  EXPECT_EQ(read("alice", "bob"), 403);
+  EXPECT_EQ(read("bob", "bob"), 200);
+  EXPECT_EQ(read("bob", "alice"), 403);
+  EXPECT_EQ(read("alice", "carol"), 403);
+  EXPECT_EQ(read("bob", "carol"), 403);
+  EXPECT_EQ(mlflow.RunOf(job_of["carol"], "nightshift/carol").is_null(), false);  // the admin reads every run
+  // A search over every experiment finds each user's own run only.
+  json all_experiments = json::array();
+  for (const char* user : {"alice", "bob", "carol"}) all_experiments.push_back(run_of[user]["info"]["experiment_id"]);
+  for (const char* user : {"alice", "bob"}) {
+    int status = 0;
+    json found = mlflow.Call("POST", "runs/search", {{"experiment_ids", all_experiments}}, &status,
+                             std::string(user) + ":" + user + "-password-1");
+    ASSERT_EQ(status, 200) << user;
+    ASSERT_EQ(found.value("runs", json::array()).size(), 1u) << user << ": " << found.dump();
+    EXPECT_EQ(found["runs"][0]["info"]["run_id"], run_of[user]["info"]["run_id"]) << user;
+  }
+  int status = 0;
+  mlflow.Call("GET", "runs/get?run_id=" + run_of["alice"]["info"]["run_id"].get<std::string>(), nullptr, &status,
+              "nobody:wrong");
+  EXPECT_EQ(status, 401);
+  EXPECT_NE(ReadAll(cluster.dir() + "/coordinator.log").find("nightshift/carol is not shared with carol"),
+            std::string::npos);
+  EXPECT_EQ(Tag(run_of["alice"], "nightshift.owner"), "alice");
+
+  // dave's run is given up, with the reason in his job; bob's experiment holds nothing.
+  v1::Job dave;
+  for (int i = 0; i < 100 && dave.tracked_run().error().empty(); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetJobRequest req;
+    req.set_id(job_of["dave"]);
+    ASSERT_TRUE(stub_of["dave"]->GetJob(&ctx, req, &dave).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(dave.tracked_run().error().find("nightshift/dave is not one the coordinator's MLflow user may manage"),
+            std::string::npos)
+      << dave.tracked_run().DebugString();
+  EXPECT_TRUE(dave.tracked_run().run_id().empty());
+  json in_bobs = mlflow.Call("POST", "runs/search", {{"experiment_ids", {squatted["experiment_id"]}}});
+  ASSERT_FALSE(in_bobs.is_null());
+  EXPECT_TRUE(in_bobs.value("runs", json::array()).empty()) << in_bobs.dump();
 }
 
 }  // namespace
