@@ -28,7 +28,8 @@ class CurlHttpApi : public HttpApi {
     const std::string url = options_.base + path;
     HttpResponse response;
     curl_slist* headers = curl_slist_append(nullptr, "Accept: application/json");
-    headers = curl_slist_append(headers, "Content-Type: application/json");
+    headers = curl_slist_append(headers, method == "PATCH" ? "Content-Type: application/merge-patch+json"
+                                                           : "Content-Type: application/json");
     if (!options_.token_file.empty()) {
       std::ifstream in(options_.token_file);
       std::string token;

@@ -20,7 +20,7 @@ class HttpApi {
  public:
   virtual ~HttpApi() = default;
   // `path` from the server's root ("/apis/batch/v1/...", "/api/2.0/mlflow/..."), query
-  // included; `body` JSON or "". UNAVAILABLE when no answer came within `timeout_seconds`.
+  // included; `body` JSON or "" (a PATCH's: a JSON merge patch, RFC 7386). UNAVAILABLE when no answer came within `timeout_seconds`.
   virtual StatusOr<HttpResponse> Call(const std::string& method, const std::string& path, const std::string& body,
                                       double timeout_seconds) = 0;
 };

@@ -193,26 +193,51 @@ std::string CollectionPath(const KubernetesOptions& o, const std::string& kind) 
 
 StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request) {
   if (options_.image.empty()) return Status::InvalidArgument("kubernetes: no worker image (--kubernetes-image)");
+  const std::string name = KubernetesName(request.job_id, request.attempt);
+  std::string job_uid;
   for (const json& object : KubernetesObjects(request, options_)) {  // the Job last: its pods need the rest
     const std::string path = CollectionPath(options_, object["kind"]);
     StatusOr<HttpResponse> r = api_->Call("POST", path, object.dump(), options_.call_timeout_seconds);
     if (!r.ok()) return r.status();
-    if (r->status == 409) continue;  // made before (our restart between create and record): adopted
+    if (r->status == 409) {  // made before (our restart between create and record): adopted
+      if (object["kind"] != "Job") continue;
+      r = api_->Call("GET", path + "/" + name, "", options_.call_timeout_seconds);
+      if (!r.ok()) return r.status();
+      if (r->status != 200) return Status::Unavailable("reading " + path + "/" + name + ": HTTP " + std::to_string(r->status));
+    }
     // Forbidden to make the token's Secret: the coordinator's role, not the job (a role from
     // before Secrets were made): retried, never the job's error.
     if (r->status == 403 && object["kind"] == "Secret")
       return Status::Unavailable("creating " + path + ": HTTP 403: " + ApiMessage(*r) +
-                                 " (the coordinator's role needs create and delete on secrets: "
+                                 " (the coordinator's role needs create, patch and delete on secrets: "
                                  "apply deploy/kubernetes/rbac.yaml)");
     if (r->status != 201 && r->status != 200) {
       const Status refused = Refusal("creating " + path, *r);
       // Refused for good (the job fails): what was made before it would never be listed,
       // so never deleted. Best effort; a transient refusal keeps them for the retry.
-      if (refused.code() == Status::kInvalidArgument) Cancel(KubernetesName(request.job_id, request.attempt));
+      if (refused.code() == Status::kInvalidArgument) Cancel(name);
       return refused;
     }
+    if (object["kind"] == "Job")
+      job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
   }
-  return KubernetesName(request.job_id, request.attempt);
+  // The Secret and Service become the Job's (ownerReferences): Kubernetes' garbage
+  // collector deletes them with it, whoever deletes it (Cancel, a person, a coordinator
+  // that never comes back). Until then Cancel's deletes are what removes them.
+  if (job_uid.empty()) return Status::Unavailable("the API server gave Job " + name + " no metadata.uid");
+  const json owned = {{"metadata",
+                       {{"ownerReferences",
+                         {{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", name}, {"uid", job_uid}}}}}}};
+  for (const char* kind : {"Secret", "Service"}) {
+    const std::string path = CollectionPath(options_, kind) + "/" + name;
+    StatusOr<HttpResponse> r = api_->Call("PATCH", path, owned.dump(), options_.call_timeout_seconds);
+    if (!r.ok()) return r.status();
+    // Retried as a whole (each object is adopted): a role without patch is the coordinator's.
+    if (r->status != 200)
+      return Status::Unavailable("patching " + path + ": HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) +
+                                 (r->status == 403 ? " (apply deploy/kubernetes/rbac.yaml)" : ""));
+  }
+  return name;
 }
 
 Status KubernetesCluster::Cancel(const std::string& id) {

@@ -68,7 +68,10 @@ class KubernetesCluster : public ClusterAllocator {
   // Creates the Secret, the Service and the Job (KubernetesObjects); one that exists
   // already (409) is adopted. The API's refusal of the objects (400, 403, 422) is
   // INVALID_ARGUMENT with its message, and what was created before it is deleted; a 403
-  // on the Secret is the coordinator's role's, UNAVAILABLE.
+  // on the Secret is the coordinator's role's, UNAVAILABLE. Then the Secret and the
+  // Service are patched to be owned by the Job (ownerReferences with its uid), so that
+  // Kubernetes deletes them with it; a failed patch is UNAVAILABLE (the retry adopts all
+  // three and patches again).
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
   // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
   Status Cancel(const std::string& id) override;

@@ -229,6 +229,16 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   EXPECT_EQ(*again, *id);
   const std::string secret = "/_test/objects/secrets/ml/" + *id;
   EXPECT_EQ(json::parse(call("GET", secret, "").body)["stringData"]["token"], Request().token);
+  // The Secret and the Service are the Job's: deleted with it by Kubernetes.
+  const json job_object = json::parse(call("GET", "/_test/objects/jobs/ml/" + *id, "").body);
+  const std::string uid = job_object["metadata"].value("uid", "");
+  ASSERT_FALSE(uid.empty());
+  for (const std::string kind : {"secrets", "services"}) {
+    const json owned = json::parse(call("GET", "/_test/objects/" + kind + "/ml/" + *id, "").body);
+    EXPECT_EQ(owned["metadata"]["ownerReferences"],
+              json::array({{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", *id}, {"uid", uid}}}))
+        << kind << " " << owned.dump();
+  }
 
   // The watch from the first list's version sees the Job added, then running.
   listed = cluster.List();
@@ -296,6 +306,32 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   listed_again = lists == 2;
   EXPECT_TRUE(watched_from_a_version);
   EXPECT_TRUE(listed_again) << requests.dump(1);
+}
+
+// A Job deleted by someone else (kubectl delete job; a coordinator that never comes back
+// is someone else too) takes its Secret and Service with it: the fake API server does
+// the garbage collector's work by ownerReferences' uid, so this holds only if ours name
+// the Job that was made, also when it was adopted (made before: 409, read back).
+TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
+  FakeApiServer server;
+  ASSERT_GT(server.port(), 0);
+  KubernetesOptions o = Options();
+  o.api = server.url();
+  o.token_file = "";
+  o.ca_file = "";
+  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
+  KubernetesCluster cluster(o, api.get());
+  ASSERT_TRUE(cluster.Submit(Request()).ok());
+  StatusOr<std::string> id = cluster.Submit(Request());  // all three adopted, patched again
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto status = [&](const std::string& method, const std::string& path) {
+    StatusOr<HttpResponse> r = api->Call(method, path, "", 10);
+    return r.ok() ? r->status : -1;
+  };
+  EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 200);
+  EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
+  EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 404);
+  EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
 }
 
 // The server is not there: UNAVAILABLE (the provisioner submits nothing blind).

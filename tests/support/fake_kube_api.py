@@ -4,9 +4,14 @@
 Serves, on 127.0.0.1 and a port it picks (printed as the first line of stdout), the
 part of the API that --cluster kubernetes uses, with the API's own rules for it:
 
-  POST   /api/v1/namespaces/NS/services|secrets    201, or 409 AlreadyExists
+  POST   /api/v1/namespaces/NS/services|secrets    201 (metadata.uid set), or 409 AlreadyExists
   POST   /apis/batch/v1/namespaces/NS/jobs          201, or 409; 422 without spec.template
-  DELETE .../services|secrets|jobs/NAME             200, or 404 NotFound
+  GET    .../services|secrets|jobs/NAME             the object, or 404 NotFound
+  PATCH  .../services|secrets|jobs/NAME             a JSON merge patch (RFC 7386; 415 for any
+                                                    other Content-Type, as the real server)
+  DELETE .../services|secrets|jobs/NAME             200, or 404 NotFound; the objects whose
+         metadata.ownerReferences name the deleted one's uid go with it (the garbage
+         collector's work, done at once here)
   GET    .../jobs?labelSelector=K%3DV               a JobList with metadata.resourceVersion
   GET    .../jobs?...&watch=1&resourceVersion=RV    the events after RV as JSON lines
          (ADDED, MODIFIED, DELETED; BOOKMARK when asked), then the stream ends after
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 import threading
 import time
 import urllib.parse
@@ -44,6 +50,17 @@ def _bump(obj: dict, kind: str) -> None:
     obj.setdefault("metadata", {})["resourceVersion"] = str(STATE["rv"])
     STATE["events"].append((STATE["rv"], kind, json.loads(json.dumps(obj))))
     LOCK.notify_all()
+
+
+def _merge(target: dict, patch: dict) -> None:
+    """RFC 7386: objects merged key by key, null removes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -90,14 +107,34 @@ class Handler(BaseHTTPRequestHandler):
                 if key in STATE["objects"]:
                     return self._send(409, _status(409, "AlreadyExists", f'{kind} "{key[2]}" already exists'))
                 obj["status"] = {}
+                obj["metadata"]["uid"] = str(uuid.uuid4())
                 STATE["objects"][key] = obj
                 _bump(obj, "ADDED")
                 return self._send(201, obj)
+            if method == "GET" and name is not None:
+                obj = STATE["objects"].get((kind, ns, name))
+                if obj is None:
+                    return self._send(404, _status(404, "NotFound", f'{kind} "{name}" not found'))
+                return self._send(200, obj)
+            if method == "PATCH" and name is not None:
+                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                    return self._send(415, _status(415, "UnsupportedMediaType",
+                                                   "the body of the request was in an unknown format"))
+                obj = STATE["objects"].get((kind, ns, name))
+                if obj is None:
+                    return self._send(404, _status(404, "NotFound", f'{kind} "{name}" not found'))
+                _merge(obj, json.loads(body))
+                _bump(obj, "MODIFIED")
+                return self._send(200, obj)
             if method == "DELETE" and name is not None:
                 obj = STATE["objects"].pop((kind, ns, name), None)
                 if obj is None:
                     return self._send(404, _status(404, "NotFound", f'{kind} "{name}" not found'))
                 _bump(obj, "DELETED")
+                uid = obj["metadata"].get("uid")
+                for key, other in list(STATE["objects"].items()):
+                    if any(r.get("uid") == uid for r in other["metadata"].get("ownerReferences", [])):
+                        _bump(STATE["objects"].pop(key), "DELETED")
                 return self._send(200, _status(200, "", "deleted"))
             if method == "GET" and name is None and query.get("watch") in ("1", "true"):
                 return self._watch(kind, ns, query)
@@ -158,6 +195,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self._route("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
 
 
 def main() -> int:
