@@ -35,7 +35,9 @@ Agent::~Agent() { StopAll(); }
 void Agent::Run(const std::atomic<bool>* stop) {
   while (!*stop && !released_) {
     RunOnce();
-    std::this_thread::sleep_for(std::chrono::milliseconds(registered_ ? interval_ms_ : 500));
+    const auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(registered_ ? interval_ms_ : 500);
+    while (!*stop && std::chrono::steady_clock::now() < next && !(registered_ && HeartbeatDueEarly()))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (released_) NS_INFO("worker " << options_.name << ": released: the attempt it served is over");
   NS_INFO("worker " << options_.name << ": shutting down, stopping " << tasks_.size() << " tasks");
@@ -91,9 +93,21 @@ bool Agent::Register() {
   return true;
 }
 
+bool Agent::HeartbeatDueEarly() const {
+  if (follow_up_ && std::chrono::steady_clock::now() >= *follow_up_) return true;
+  for (const auto& [id, task] : tasks_) {
+    const auto sent = evaluations_sent_.find(id);
+    if (task->Evaluations() > (sent == evaluations_sent_.end() ? 0 : sent->second)) return true;
+  }
+  return false;
+}
+
 void Agent::HeartbeatOnce() {
   v1::HeartbeatRequest req;
   req.set_name(options_.name);
+  // Counted before the snapshots: a count never exceeds what they carry.
+  std::map<TaskKey, int64_t> evaluations;
+  for (const auto& [id, task] : tasks_) evaluations[id] = task->Evaluations();
   for (const auto& [id, task] : tasks_) *req.add_tasks() = task->Snapshot();
   // The cache report rides along when it changed, and every 30 s regardless.
   const uint64_t cache_version = cache_->version();
@@ -116,6 +130,11 @@ void Agent::HeartbeatOnce() {
     return;
   }
   if (!s.ok()) return;
+  // A new evaluation went out: ask again shortly for what the coordinator makes of it.
+  follow_up_.reset();
+  for (const auto& [id, n] : evaluations)
+    if (n > evaluations_sent_[id]) follow_up_ = std::chrono::steady_clock::now() + kFollowUp;
+  evaluations_sent_ = std::move(evaluations);
   if (send_cache) {
     reported_cache_version_ = cache_version;
     next_cache_report_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,14 @@ class Agent {
   // starts, stops and evicts), then the tasks' reports: results as soon as they are
   // known (until acknowledged), progress at most once a second.
   void RunOnce();
+
+  // Whether the next heartbeat should go before the interval is up: a task has an
+  // evaluation the coordinator has not had (an ASHA sweep judges its trials by them, and
+  // a trial it pauses trains on until the stop arrives: issue 45), or kFollowUp has passed
+  // since a heartbeat that carried one (the coordinator's sweep runner has decided by
+  // then: the stop comes back in its answer).
+  bool HeartbeatDueEarly() const;
+  static constexpr std::chrono::milliseconds kFollowUp{150};
 
   // Rank slots offered: one per GPU, else --cpu-slots.
   int Slots() const;
@@ -83,6 +92,8 @@ class Agent {
   int register_failures_ = 0;  // in a row; every 20th is logged
   int interval_ms_ = 250;      // between heartbeats, as the coordinator says
   std::vector<v1::HeldCheckpoint> held_checkpoints_;  // as of the last scan
+  std::map<TaskKey, int64_t> evaluations_sent_;        // each task's, as of the last heartbeat
+  std::optional<std::chrono::steady_clock::time_point> follow_up_;  // HeartbeatDueEarly
   std::chrono::steady_clock::time_point next_checkpoint_scan_{};
 
   // Only the agent thread changes the map, under tasks_mu_; it reads it without the

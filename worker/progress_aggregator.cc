@@ -58,6 +58,7 @@ bool ProgressAggregator::Add(int rank, const format::ProgressRecord& r) {
       point.set_epoch(static_cast<int32_t>(r.Number("epoch")));
       if (evals_.size() >= static_cast<size_t>(kMaxEvals)) evals_.erase(evals_.begin());
       evals_.push_back(std::move(point));
+      ++evaluations_;
     }
   }
   return true;

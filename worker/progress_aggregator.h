@@ -38,6 +38,8 @@ class ProgressAggregator {
   void Fill(v1::TaskStatus* status) const;
 
   const std::map<int, RankRecords>& ranks() const { return ranks_; }  // by global rank
+  // How many "eval" records the first rank sent (all of them, not only the kept ones).
+  int64_t evaluations() const { return evaluations_; }
   // The message of the rank's last "error" event; empty if it sent none.
   std::string LastError(int rank) const;
 
@@ -49,6 +51,7 @@ class ProgressAggregator {
   std::string checkpoint_path_;
   std::map<std::string, double> metrics_;
   std::vector<v1::EvalPoint> evals_;  // in order, at most kMaxEvals
+  int64_t evaluations_ = 0;
   std::string model_path_;
   int64_t model_step_ = 0;
   std::string stop_reason_;  // the "done" event's (train.early_stopping)

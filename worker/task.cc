@@ -101,6 +101,11 @@ v1::TaskStatus Task::Snapshot() const {
   return status;
 }
 
+int64_t Task::Evaluations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return progress_.evaluations();
+}
+
 std::map<int, Task::RankRecords> Task::RankSnapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return progress_.ranks();

@@ -48,6 +48,8 @@ class Task {
   bool stopping() const { return supervisor_.stopping(); }
 
   v1::TaskStatus Snapshot() const;
+  // ProgressAggregator::evaluations (any thread).
+  int64_t Evaluations() const;
   // The latest "step" and "checkpoint" progress records of each local rank (for metrics),
   // by global rank.
   std::map<int, RankRecords> RankSnapshot() const;

@@ -278,6 +278,57 @@ TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
   ASSERT_TRUE(RunUntil(agent.get(), [&] { return fake_->reports.back().status().state() == v1::TASK_SUCCEEDED; }));
 }
 
+// Issue 45: an evaluation goes to the coordinator at once, not at the next interval (an
+// ASHA sweep judges trials by them, and a trial it pauses trains on until its stop comes
+// back), and a heartbeat follows kFollowUp later to fetch the decision; then the agent is
+// back to its interval.
+TEST_F(AgentTest, AnEvaluationIsSentAtOnceAndItsAnswerFetchedSoonAfter) {
+  v1::Assignment a;
+  a.mutable_task()->set_job_id("job-1");
+  a.set_first_rank(0);
+  a.set_num_ranks(1);
+  a.set_world_size(1);
+  a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
+  a.mutable_spec()->mutable_data()->set_format("text_dir");
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
+  const std::string go = dir_ + "/go";
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path) << "#!/bin/sh\n"
+                                       << "trap 'exit 0' TERM\n"
+                                       << "echo '{\"event\":\"start\",\"total_steps\":10}' >&3\n"
+                                       << "echo '{\"event\":\"step\",\"step\":1,\"loss\":2.5}' >&3\n"
+                                       << "while [ ! -e " << go << " ]; do sleep 0.02; done\n"
+                                       << "echo '{\"event\":\"eval\",\"step\":1,\"val_loss\":0.5}' >&3\n"
+                                       << "sleep 30 &\nwait\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+  auto agent = NewAgent();
+  agent->RunOnce();
+  v1::HeartbeatResponse start;
+  *start.add_start() = a;
+  fake_->heartbeat_responses = {start};
+  ASSERT_TRUE(RunUntil(agent.get(), [&] {
+    return !fake_->reports.empty() && fake_->reports.back().status().progress().step() == 1;
+  }));
+  agent->RunOnce();
+  EXPECT_FALSE(agent->HeartbeatDueEarly());  // nothing new: the interval's turn
+
+  std::ofstream(go) << "";
+  bool due = false;
+  for (int i = 0; i < 500 && !due; ++i) {  // the trainer's line reaches the task
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    due = agent->HeartbeatDueEarly();
+  }
+  ASSERT_TRUE(due) << "an evaluation did not make the next heartbeat due";
+  agent->RunOnce();
+  ASSERT_EQ(fake_->heartbeats.back().tasks_size(), 1);
+  EXPECT_EQ(fake_->heartbeats.back().tasks(0).evals_size(), 1);
+  std::this_thread::sleep_for(Agent::kFollowUp + std::chrono::milliseconds(50));
+  EXPECT_TRUE(agent->HeartbeatDueEarly());  // the follow-up for the coordinator's answer
+  agent->RunOnce();
+  std::this_thread::sleep_for(Agent::kFollowUp + std::chrono::milliseconds(50));
+  EXPECT_FALSE(agent->HeartbeatDueEarly());  // one follow-up only
+}
+
 // Issue 40: a task resumes only from a checkpoint the coordinator vouches for. Before the
 // ranks start, the job's local checkpoint that matches no recorded digest (here a newer
 // step, as a tampered or planted one would be) is set aside, and the worker says so; the
