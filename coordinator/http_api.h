@@ -29,9 +29,9 @@ struct HttpApiOptions {
   std::string base;        // scheme, host and port (and a path prefix): "https://kubernetes.default.svc"
   std::string token_file;  // its first line is sent as `Authorization: Bearer`, read at every call
                            // (a kubelet rotates it); "": none
+  std::string ca_file;     // PEM CA that verifies the server's TLS certificate; "": the system's
   std::string basic_auth_file;  // its first line, `user:password`, is sent as HTTP Basic
                                 // (MLflow's basic-auth app), read at every call; "": none
-  std::string ca_file;     // PEM CA that verifies the server's TLS certificate; "": the system's
 };
 
 // The real one: libcurl, JSON in and out.

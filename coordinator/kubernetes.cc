@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/log.h"
 #include "coordinator/allocation_tokens.h"
 
 namespace nightshift {
@@ -133,6 +134,10 @@ Allocation AllocationOfJob(const json& job) {
   a.job_id = labels.value("nightshift.io/job", "");
   a.attempt = std::atoi(labels.value("nightshift.io/attempt", "0").c_str());
   const json& status = job.value("status", json::object());
+  // Pods still running, and (Kubernetes 1.29+) pods deleted but not yet gone: in their
+  // grace period after SIGTERM, writing their checkpoint.
+  const int active = status.value("active", 0), ready = status.value("ready", 0),
+            terminating = status.value("terminating", 0);
   for (const json& c : status.value("conditions", json::array())) {
     if (c.value("status", "") != "True") continue;
     const std::string type = c.value("type", ""), reason = c.value("reason", "");
@@ -142,9 +147,16 @@ Allocation AllocationOfJob(const json& job) {
       return a;
     }
     if (type == "Failed") {
-      a.phase = Allocation::Phase::kEnded;
       a.state = "Failed";
       a.reason = reason + (c.contains("message") ? ": " + c.value("message", "") : "");
+      // Over once its pods are gone (a deadline's SIGTERM is no warning: they checkpoint in
+      // their grace period, and the next attempt must resume from that checkpoint).
+      if (active + terminating > 0) {
+        a.phase = Allocation::Phase::kRunning;
+        a.reason += " (" + std::to_string(active + terminating) + " pods stopping)";
+        return a;
+      }
+      a.phase = Allocation::Phase::kEnded;
       if (reason == "DeadlineExceeded") a.end = Allocation::End::kPreempted;
       if (reason == "PodFailurePolicy") a.end = Allocation::End::kRefused;
       return a;
@@ -155,7 +167,6 @@ Allocation AllocationOfJob(const json& job) {
       return a;
     }
   }
-  const int active = status.value("active", 0), ready = status.value("ready", 0);
   a.phase = active > 0 ? Allocation::Phase::kRunning : Allocation::Phase::kPending;
   a.state = active > 0 ? "Active" : "Pending";
   if (active > 0) a.reason = std::to_string(ready) + " of " + std::to_string(active) + " pods ready";
@@ -195,7 +206,9 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
   if (options_.image.empty()) return Status::InvalidArgument("kubernetes: no worker image (--kubernetes-image)");
   const std::string name = KubernetesName(request.job_id, request.attempt);
   std::string job_uid;
+  std::vector<std::string> owned_kinds;  // the Secret (with tokens) and the Service
   for (const json& object : KubernetesObjects(request, options_)) {  // the Job last: its pods need the rest
+    if (object["kind"] != "Job") owned_kinds.push_back(object["kind"]);
     const std::string path = CollectionPath(options_, object["kind"]);
     StatusOr<HttpResponse> r = api_->Call("POST", path, object.dump(), options_.call_timeout_seconds);
     if (!r.ok()) return r.status();
@@ -222,20 +235,20 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
       job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
   }
   // The Secret and Service become the Job's (ownerReferences): Kubernetes' garbage
-  // collector deletes them with it, whoever deletes it (Cancel, a person, a coordinator
-  // that never comes back). Until then Cancel's deletes are what removes them.
-  if (job_uid.empty()) return Status::Unavailable("the API server gave Job " + name + " no metadata.uid");
+  // collector deletes them with it, whoever deletes it (a person, or after a coordinator
+  // that never came back); Cancel deletes them anyway. Best effort: the Job runs either
+  // way, and once it is listed it is followed, never submitted again.
   const json owned = {{"metadata",
                        {{"ownerReferences",
                          {{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", name}, {"uid", job_uid}}}}}}};
-  for (const char* kind : {"Secret", "Service"}) {
+  for (const std::string& kind : owned_kinds) {
     const std::string path = CollectionPath(options_, kind) + "/" + name;
-    StatusOr<HttpResponse> r = api_->Call("PATCH", path, owned.dump(), options_.call_timeout_seconds);
-    if (!r.ok()) return r.status();
-    // Retried as a whole (each object is adopted): a role without patch is the coordinator's.
-    if (r->status != 200)
-      return Status::Unavailable("patching " + path + ": HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) +
-                                 (r->status == 403 ? " (apply deploy/kubernetes/rbac.yaml)" : ""));
+    StatusOr<HttpResponse> r = job_uid.empty() ? StatusOr<HttpResponse>(Status::Unavailable("the Job has no metadata.uid"))
+                                               : api_->Call("PATCH", path, owned.dump(), options_.call_timeout_seconds);
+    if (!r.ok() || r->status != 200)
+      NS_WARN("kubernetes: " << path << " is not owned by its Job (deleted with the attempt only): "
+                             << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
+                             << (r.ok() && r->status == 403 ? " (apply deploy/kubernetes/rbac.yaml)" : ""));
   }
   return name;
 }
@@ -310,7 +323,11 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
 }
 
 std::unique_ptr<HttpApi> MakeKubernetesApi(const KubernetesOptions& options) {
-  return MakeCurlHttpApi({options.api, options.token_file, options.ca_file});
+  HttpApiOptions http;
+  http.base = options.api;
+  http.token_file = options.token_file;
+  http.ca_file = options.ca_file;
+  return MakeCurlHttpApi(http);
 }
 
 }  // namespace nightshift

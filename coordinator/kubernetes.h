@@ -70,8 +70,8 @@ class KubernetesCluster : public ClusterAllocator {
   // INVALID_ARGUMENT with its message, and what was created before it is deleted; a 403
   // on the Secret is the coordinator's role's, UNAVAILABLE. Then the Secret and the
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
-  // Kubernetes deletes them with it; a failed patch is UNAVAILABLE (the retry adopts all
-  // three and patches again).
+  // Kubernetes deletes them with it; best effort: a failed patch is logged (Cancel still
+  // deletes them).
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
   // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
   Status Cancel(const std::string& id) override;
@@ -88,8 +88,10 @@ class KubernetesCluster : public ClusterAllocator {
   std::string resource_version_;                // "" : list first
 };
 
-// A Job as an allocation: Complete -> ended; Failed -> ended (DeadlineExceeded: preempted,
-// the time limit; PodFailurePolicy: refused, the bad-spec exit code); Suspended (Kueue has
+// A Job as an allocation: Complete -> ended; Failed -> ended once no pod is active or
+// terminating (status.terminating, Kubernetes 1.29+; running until then: pods deleted at a
+// deadline checkpoint in their grace period) (DeadlineExceeded: preempted, the time
+// limit; PodFailurePolicy: refused, the bad-spec exit code); Suspended (Kueue has
 // not admitted it, or took it back) -> pending with the condition's message; pods active
 // -> running; else pending.
 Allocation AllocationOfJob(const nlohmann::json& job);

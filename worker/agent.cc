@@ -94,7 +94,9 @@ bool Agent::Register() {
 }
 
 bool Agent::HeartbeatDueEarly() const {
-  if (follow_up_ && std::chrono::steady_clock::now() >= *follow_up_) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < last_heartbeat_ + kEarliest) return false;
+  if (follow_up_ && now >= *follow_up_) return true;
   for (const auto& [id, task] : tasks_) {
     const auto sent = evaluations_sent_.find(id);
     if (task->Evaluations() > (sent == evaluations_sent_.end() ? 0 : sent->second)) return true;
@@ -124,17 +126,20 @@ void Agent::HeartbeatOnce() {
     for (const auto& h : held_checkpoints_) *req.add_checkpoints() = h;
   }
   v1::HeartbeatResponse resp;
+  last_heartbeat_ = std::chrono::steady_clock::now();
   Status s = coordinator_->Heartbeat(req, &resp);
+  // The counts are taken as sent even when the call failed (the next heartbeat carries
+  // every evaluation again): a coordinator that is down gets the interval's heartbeats,
+  // not one per kEarliest.
+  follow_up_.reset();
+  for (const auto& [id, n] : evaluations)
+    if (s.ok() && n > evaluations_sent_[id]) follow_up_ = std::chrono::steady_clock::now() + kFollowUp;
+  evaluations_sent_ = std::move(evaluations);
   if (s.code() == Status::kNotFound) {
     registered_ = false;
     return;
   }
   if (!s.ok()) return;
-  // A new evaluation went out: ask again shortly for what the coordinator makes of it.
-  follow_up_.reset();
-  for (const auto& [id, n] : evaluations)
-    if (n > evaluations_sent_[id]) follow_up_ = std::chrono::steady_clock::now() + kFollowUp;
-  evaluations_sent_ = std::move(evaluations);
   if (send_cache) {
     reported_cache_version_ = cache_version;
     next_cache_report_ = std::chrono::steady_clock::now() + std::chrono::seconds(30);

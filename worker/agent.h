@@ -52,9 +52,10 @@ class Agent {
   // evaluation the coordinator has not had (an ASHA sweep judges its trials by them, and
   // a trial it pauses trains on until the stop arrives: issue 45), or kFollowUp has passed
   // since a heartbeat that carried one (the coordinator's sweep runner has decided by
-  // then: the stop comes back in its answer).
+  // then: the stop comes back in its answer; a failed heartbeat asks for no follow-up).
+  // Never sooner than kEarliest after the last heartbeat.
   bool HeartbeatDueEarly() const;
-  static constexpr std::chrono::milliseconds kFollowUp{150};
+  static constexpr std::chrono::milliseconds kFollowUp{150}, kEarliest{50};
 
   // Rank slots offered: one per GPU, else --cpu-slots.
   int Slots() const;
@@ -94,6 +95,7 @@ class Agent {
   std::vector<v1::HeldCheckpoint> held_checkpoints_;  // as of the last scan
   std::map<TaskKey, int64_t> evaluations_sent_;        // each task's, as of the last heartbeat
   std::optional<std::chrono::steady_clock::time_point> follow_up_;  // HeartbeatDueEarly
+  std::chrono::steady_clock::time_point last_heartbeat_{};          // the last call, ok or not
   std::chrono::steady_clock::time_point next_checkpoint_scan_{};
 
   // Only the agent thread changes the map, under tasks_mu_; it reads it without the

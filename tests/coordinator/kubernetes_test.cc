@@ -156,7 +156,17 @@ TEST(KubernetesTest, AJobsStatusIsReadAsAnAllocation) {
                                                       {"message", "Container worker for pod ml/x-0 failed with exit code 2"}}}}}));
   EXPECT_EQ(a.end, Allocation::End::kRefused);
   a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "DeadlineExceeded"}}}}}));
+  EXPECT_EQ(a.phase, Allocation::Phase::kEnded);
   EXPECT_EQ(a.end, Allocation::End::kPreempted);
+  // At the deadline the Job controller deletes the pods (SIGTERM, then their grace period to
+  // checkpoint): not over while they are terminating, so the next attempt resumes from the
+  // checkpoint they are writing.
+  for (const char* count : {"terminating", "active"}) {
+    a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "DeadlineExceeded"}}}},
+                                       {count, 2}}));
+    EXPECT_EQ(a.phase, Allocation::Phase::kRunning) << count;
+    EXPECT_NE(a.reason.find("2 pods stopping"), std::string::npos) << a.reason;
+  }
   a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"}}}}}));
   EXPECT_EQ(a.end, Allocation::End::kDone);
   a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "False"}}}}, {"active", 1}}));
@@ -331,6 +341,16 @@ TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
   EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 200);
   EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
   EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 404);
+  EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
+
+  // Without tokens (insecure mode) there is no Secret: the Service alone is patched.
+  AllocationRequest insecure = Request();
+  insecure.attempt = 5;
+  insecure.token = "";
+  id = cluster.Submit(insecure);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 404);
+  EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
   EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
 }
 

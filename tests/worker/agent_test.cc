@@ -297,8 +297,10 @@ TEST_F(AgentTest, AnEvaluationIsSentAtOnceAndItsAnswerFetchedSoonAfter) {
                                        << "trap 'exit 0' TERM\n"
                                        << "echo '{\"event\":\"start\",\"total_steps\":10}' >&3\n"
                                        << "echo '{\"event\":\"step\",\"step\":1,\"loss\":2.5}' >&3\n"
-                                       << "while [ ! -e " << go << " ]; do sleep 0.02; done\n"
+                                       << "while [ ! -e " << go << "1 ]; do sleep 0.02; done\n"
                                        << "echo '{\"event\":\"eval\",\"step\":1,\"val_loss\":0.5}' >&3\n"
+                                       << "while [ ! -e " << go << "2 ]; do sleep 0.02; done\n"
+                                       << "echo '{\"event\":\"eval\",\"step\":1,\"val_loss\":0.4}' >&3\n"
                                        << "sleep 30 &\nwait\n";
   ::chmod(options_.trainer_path.c_str(), 0755);
   auto agent = NewAgent();
@@ -312,16 +314,31 @@ TEST_F(AgentTest, AnEvaluationIsSentAtOnceAndItsAnswerFetchedSoonAfter) {
   agent->RunOnce();
   EXPECT_FALSE(agent->HeartbeatDueEarly());  // nothing new: the interval's turn
 
-  std::ofstream(go) << "";
-  bool due = false;
-  for (int i = 0; i < 500 && !due; ++i) {  // the trainer's line reaches the task
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    due = agent->HeartbeatDueEarly();
-  }
-  ASSERT_TRUE(due) << "an evaluation did not make the next heartbeat due";
+  const auto wait_due = [&] {  // until the trainer's line reaches the task
+    for (int i = 0; i < 500; ++i) {
+      if (agent->HeartbeatDueEarly()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  // The first evaluation's heartbeat fails (the coordinator is away): no heartbeat is due
+  // early after it (no storm against a coordinator that is down, no follow-up); the next
+  // turn's heartbeat carries the evaluation.
+  std::ofstream(go + "1") << "";
+  ASSERT_TRUE(wait_due()) << "an evaluation did not make the next heartbeat due";
+  fake_->heartbeat_statuses.push_back(Status::Unavailable("down"));
+  agent->RunOnce();
+  std::this_thread::sleep_for(Agent::kFollowUp + std::chrono::milliseconds(50));
+  EXPECT_FALSE(agent->HeartbeatDueEarly());
   agent->RunOnce();
   ASSERT_EQ(fake_->heartbeats.back().tasks_size(), 1);
   EXPECT_EQ(fake_->heartbeats.back().tasks(0).evals_size(), 1);
+  // The second goes out at once and is followed up.
+  std::ofstream(go + "2") << "";
+  ASSERT_TRUE(wait_due()) << "an evaluation did not make the next heartbeat due";
+  agent->RunOnce();
+  ASSERT_EQ(fake_->heartbeats.back().tasks_size(), 1);
+  EXPECT_EQ(fake_->heartbeats.back().tasks(0).evals_size(), 2);
   std::this_thread::sleep_for(Agent::kFollowUp + std::chrono::milliseconds(50));
   EXPECT_TRUE(agent->HeartbeatDueEarly());  // the follow-up for the coordinator's answer
   agent->RunOnce();
