@@ -63,6 +63,10 @@ StatusOr<AllocationTokens> AllocationTokens::Open(const std::string& path) {
   return AllocationTokens(secret);
 }
 
+std::string AllocationTokens::Derive(const std::string& purpose) const {
+  return crypto::HmacSha256Hex(secret_, "derive:" + purpose);
+}
+
 std::string AllocationTokens::For(const std::string& job_id, int attempt) const {
   const std::string what = job_id + ":" + std::to_string(attempt);
   return kPrefix + what + ":" + crypto::HmacSha256Hex(secret_, what);

@@ -6,7 +6,9 @@
 // registering that allocation), so a worker token, or one attempt's token, cannot take
 // another job's ranks. The coordinator stores no token: it recomputes them from a secret
 // of 32 random bytes kept in DATA_DIR/allocation-secret (mode 0600, made at first start),
-// so the tokens of running allocations still hold after the coordinator restarts.
+// so the tokens of running allocations still hold after the coordinator restarts. Other
+// keys the coordinator needs across restarts are derived from the same secret (Derive:
+// the MLflow experiments' seal, tracking.h).
 #ifndef NIGHTSHIFT_COORDINATOR_ALLOCATION_TOKENS_H_
 #define NIGHTSHIFT_COORDINATOR_ALLOCATION_TOKENS_H_
 
@@ -27,6 +29,8 @@ class AllocationTokens {
   explicit AllocationTokens(std::string secret) : secret_(std::move(secret)) {}
 
   std::string For(const std::string& job_id, int attempt) const;
+  // A key for another use, named by `purpose` (HMAC of the secret over it): never a token.
+  std::string Derive(const std::string& purpose) const;
 
   struct Opens {
     std::string job_id;

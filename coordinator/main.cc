@@ -68,9 +68,11 @@ void AddTrackingFlags(CLI::App* app, Flags* f) {
   app->add_option("--mlflow-token-file", f->mlflow.token_file,
                   "a file whose first line is sent to the MLflow server as `Authorization: Bearer` (read at every call)");
   app->add_option("--mlflow-ca-file", f->mlflow.ca_file, "PEM CA that verifies an https MLflow server (default: the system's)");
+  CLI::Option* token = app->get_option("--mlflow-token-file");
   app->add_option("--mlflow-user-file", f->mlflow.basic_auth_file,
                   "a file whose first line, user:password, is sent to the MLflow server as HTTP Basic (its basic-auth "
-                  "app; read at every call)");
+                  "app; read at every call)")
+      ->excludes(token);
   app->add_option("--mlflow-experiment", f->mlflow_experiment,
                   "the MLflow experiment a job's run goes to, {owner} replaced by the job's owner (default "
                   "nightshift/{owner}: one per user)");
@@ -287,19 +289,23 @@ class PassThread {
 // --mlflow-uri: reporting passes on their own thread (coordinator/tracking.h).
 class TrackingLoop {
  public:
-  static std::unique_ptr<TrackingLoop> Start(Flags* f, Coordinator* c) {
+  static StatusOr<std::unique_ptr<TrackingLoop>> Start(Flags* f, Coordinator* c) {
     std::string& uri = f->mlflow.base;
     while (!uri.empty() && uri.back() == '/') uri.pop_back();
-    if (uri.empty()) return nullptr;
+    if (uri.empty()) return std::unique_ptr<TrackingLoop>();
+    // The experiments' seal key (tracking.h), derived from the coordinator's secret: the
+    // same across restarts, known to no one else.
+    StatusOr<AllocationTokens> secret = AllocationTokens::Open(f->options.data_dir + "/allocation-secret");
+    if (!secret.ok()) return secret.status();
     NS_INFO("coordinator: reporting every job to MLflow at " << uri << ", experiment " << f->mlflow_experiment);
-    return std::unique_ptr<TrackingLoop>(new TrackingLoop(*f, c));
+    return std::unique_ptr<TrackingLoop>(new TrackingLoop(*f, c, secret->Derive("mlflow-experiment-seal")));
   }
 
  private:
-  TrackingLoop(const Flags& f, Coordinator* c)
+  TrackingLoop(const Flags& f, Coordinator* c, const std::string& seal_key)
       : api_(MakeCurlHttpApi(f.mlflow)),
         client_(api_.get()),
-        reporter_(c, &client_, f.mlflow_experiment, f.mlflow_owner_permission),
+        reporter_(c, &client_, f.mlflow_experiment, f.mlflow_owner_permission, seal_key),
         thread_("MLflow", f.mlflow_poll_seconds, [this] { return reporter_.Pass(); }) {}
   std::unique_ptr<HttpApi> api_;
   MlflowClient client_;
@@ -443,7 +449,8 @@ int main(int argc, char** argv) {
   WritePortFile(flags.port_file, port);
   auto provisioner = ProvisionerLoop::Start(&flags, c, port);
   if (!provisioner.ok()) return Fail(provisioner.status());
-  std::unique_ptr<TrackingLoop> tracking = TrackingLoop::Start(&flags, c);
+  auto tracking = TrackingLoop::Start(&flags, c);
+  if (!tracking.ok()) return Fail(tracking.status());
   SweepRunner sweeps(c);
   PassThread sweep_thread("sweeps", flags.sweep_poll_seconds, [&sweeps] { return sweeps.Pass(); }, &g_sweep_cue);
   return RunControlLoop(c, &metrics, server.get());

@@ -51,21 +51,24 @@ StatusOr<std::string> MlflowClient::Call(const std::string& method, const std::s
   return Status::Unavailable(where + " " + detail + (code == 404 ? " (is --mlflow-uri the server's root?)" : ""));
 }
 
-StatusOr<std::string> MlflowClient::ExperimentId(const std::string& name) {
+StatusOr<MlflowExperiment> MlflowClient::Experiment(const std::string& name, const std::vector<MlflowPair>& tags) {
   StatusOr<std::string> got = Call("GET", "experiments/get-by-name?experiment_name=" + UrlEncode(name), "");
   if (got.ok()) {
     json j = json::parse(*got, nullptr, false);
-    if (j.is_object() && j.contains("experiment"))
-      return j["experiment"].value("experiment_id", std::string());
-    return Status::Unavailable("MLflow experiments/get-by-name: an answer without an experiment");
+    if (!j.is_object() || !j.contains("experiment") || !j["experiment"].is_object())
+      return Status::Unavailable("MLflow experiments/get-by-name: an answer without an experiment");
+    MlflowExperiment e{j["experiment"].value("experiment_id", std::string()), {}};
+    for (const json& t : j["experiment"].value("tags", json::array()))
+      if (t.is_object()) e.tags.push_back({t.value("key", ""), t.value("value", "")});
+    return e;
   }
   if (got.status().code() != Status::kNotFound) return got.status();
-  StatusOr<std::string> made = Call("POST", "experiments/create", json{{"name", name}}.dump());
+  StatusOr<std::string> made = Call("POST", "experiments/create", json{{"name", name}, {"tags", Pairs(tags, 0, tags.size())}}.dump());
   if (!made.ok()) return made.status();
   json j = json::parse(*made, nullptr, false);
   if (!j.is_object() || !j.contains("experiment_id"))
     return Status::Unavailable("MLflow experiments/create: an answer without experiment_id");
-  return j["experiment_id"].get<std::string>();
+  return MlflowExperiment{j["experiment_id"].get<std::string>(), tags};
 }
 
 Status MlflowClient::Grant(const std::string& experiment_id, const std::string& username,

@@ -31,6 +31,11 @@ struct MlflowPair {  // a param or a tag
   std::string key, value;
 };
 
+struct MlflowExperiment {
+  std::string id;
+  std::vector<MlflowPair> tags;  // as the server has them (or as made)
+};
+
 // MLflow's limits on one runs/log-batch call.
 inline constexpr size_t kMlflowBatchMetrics = 1000, kMlflowBatchParams = 100, kMlflowBatchTags = 100;
 inline constexpr size_t kMlflowParamValueBytes = 6000;  // longer values are cut (and marked)
@@ -40,8 +45,8 @@ class MlflowClient {
   // `api` is not owned and must outlive the client.
   explicit MlflowClient(HttpApi* api, double timeout_seconds = 10) : api_(api), timeout_seconds_(timeout_seconds) {}
 
-  // The id of experiment `name`, created when it does not exist.
-  StatusOr<std::string> ExperimentId(const std::string& name);
+  // Experiment `name`, created with `tags` when it does not exist.
+  StatusOr<MlflowExperiment> Experiment(const std::string& name, const std::vector<MlflowPair>& tags = {});
   // MLflow's basic-auth app (`mlflow server --app-name basic-auth`, 3.x's
   // /api/3.0/mlflow/users/permissions/grant): MLflow user `username` gets `permission`
   // (READ, EDIT, MANAGE, NO_PERMISSIONS) on the experiment. Our user needs MANAGE there

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/crypto/sha256.h"
 #include "common/log.h"
 
 namespace nightshift {
@@ -90,6 +91,7 @@ std::vector<MlflowMetric> NewPoints(const v1::JobMetrics& metrics, int64_t fallb
 }
 
 Status TrackingReporter::Pass() {
+  bool denied_logged = false;  // once a pass
   JobQuery query;
   query.limit = 100;
   for (;;) {
@@ -99,6 +101,13 @@ Status TrackingReporter::Pass() {
       if (job.tracked_run().ended() || !job.tracked_run().error().empty()) continue;
       v1::TrackedRun run = job.tracked_run();
       Status s = Report(job, &run);
+      // Refused here only (an experiment our MLflow user may not read or manage): the other
+      // jobs go on; this one is tried again next pass.
+      if (s.code() == Status::kPermissionDenied) {
+        if (!denied_logged) NS_WARN("coordinator: MLflow denies reporting job " << job.id() << ": " << s.message());
+        denied_logged = true;
+        continue;
+      }
       if (s.code() == Status::kInvalidArgument) {
         NS_WARN("coordinator: MLflow refuses the run of job " << job.id() << ", not reported further: " << s.message());
         run.set_error(s.message());
@@ -112,33 +121,40 @@ Status TrackingReporter::Pass() {
   }
 }
 
+std::string TrackingReporter::Seal(const std::string& name, const std::string& owner) const {
+  return seal_key_.empty() ? "" : crypto::HmacSha256Hex(seal_key_, name + "\n" + owner);
+}
+
 StatusOr<std::string> TrackingReporter::ExperimentOf(const v1::Job& job) {
   const std::string name = ExperimentName(experiment_, job.owner());
   const auto known = experiment_ids_.find(name);
   if (known != experiment_ids_.end()) return known->second;
-  const bool share = !owner_permission_.empty() && !job.owner().empty();
-  // Shared with owners, an experiment ours may not read or manage was made by someone
-  // else, who could read what went there: this job's run is given up (INVALID_ARGUMENT),
-  // the other jobs go on. (Without sharing, a 403 is taken as the server's state: wait.)
-  const auto squatted = [&](const Status& s) {
-    return Status::InvalidArgument("MLflow experiment " + name + " is not one the coordinator's MLflow user may " +
-                                   "manage (made by someone else?): " + job.owner() + "'s runs are not reported " +
-                                   "there: " + s.message());
-  };
-  StatusOr<std::string> id = mlflow_->ExperimentId(name);
-  if (share && id.status().code() == Status::kPermissionDenied) return squatted(id.status());
-  if (!id.ok()) return id.status();
-  if (share) {
-    const Status s = mlflow_->Grant(*id, job.owner(), owner_permission_);
-    if (s.code() == Status::kPermissionDenied) return squatted(s);
-    // A user MLflow does not know: the runs go there all the same, readable by admins.
-    if (s.code() == Status::kNotFound)
+  const std::string seal = Seal(name, job.owner());
+  std::vector<MlflowPair> tags = {{"nightshift.owner", job.owner()}};
+  if (!seal.empty()) tags.push_back({kSealTag, seal});
+  StatusOr<MlflowExperiment> e = mlflow_->Experiment(name, tags);
+  if (!e.ok()) return e.status();
+  if (!owner_permission_.empty() && !job.owner().empty()) {
+    // Shared with its owner only if this coordinator made it for them: any MLflow user may
+    // make (or rename one of theirs to) `name` first, and would read what goes there.
+    std::string found;
+    for (const MlflowPair& t : e->tags)
+      if (t.key == kSealTag) found = t.value;
+    if (seal.empty() || !crypto::ConstantTimeEqual(found, seal))
+      return Status::InvalidArgument("MLflow experiment " + name + " was not made by this coordinator for " +
+                                     job.owner() + " (no valid " + kSealTag + " tag): " + job.owner() +
+                                     "'s runs are not reported there");
+    const Status s = mlflow_->Grant(e->id, job.owner(), owner_permission_);
+    if (s.code() == Status::kNotFound) {
+      // Not yet an MLflow user: the runs go there all the same (readable by admins); the
+      // grant is tried again for the owner's next run.
       NS_WARN("coordinator: MLflow experiment " << name << " is not shared with " << job.owner() << ": " << s.message());
-    else if (!s.ok())
-      return s;
+      return e->id;
+    }
+    if (!s.ok()) return s;
   }
-  experiment_ids_.emplace(name, *id);
-  return *id;
+  experiment_ids_.emplace(name, e->id);
+  return e->id;
 }
 
 Status TrackingReporter::Report(const v1::Job& job, v1::TrackedRun* run) {

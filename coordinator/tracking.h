@@ -23,8 +23,9 @@
 // app (default_permission NO_PERMISSIONS) the coordinator's MLflow user makes each owner's
 // experiment (and so may manage it) and, with --mlflow-owner-permission, grants the MLflow
 // user of the owner's name that permission on it, once per experiment and process: each
-// user reads their own runs and no one else's. An owner's experiment that ours may not
-// read or manage was made by someone else: that owner's runs are given up, not put there.
+// user reads their own runs and no one else's. Each experiment it makes carries a seal
+// (kSealTag); an owner's experiment found without a valid one was made (or renamed) by
+// someone else: that owner's runs are given up, not put there.
 #ifndef NIGHTSHIFT_COORDINATOR_TRACKING_H_
 #define NIGHTSHIFT_COORDINATOR_TRACKING_H_
 
@@ -55,15 +56,22 @@ class TrackingReporter {
  public:
   // Not owned; both must outlive the reporter. `owner_permission`: what an owner's MLflow
   // user is granted on their experiment (READ, EDIT, MANAGE); "": nothing is granted.
+  // `seal_key`: the key of the experiments' kSealTag ("": none made, none shared).
   TrackingReporter(Coordinator* coordinator, MlflowClient* mlflow, std::string experiment = "nightshift/{owner}",
-                   std::string owner_permission = "")
+                   std::string owner_permission = "", std::string seal_key = "")
       : coordinator_(coordinator),
         mlflow_(mlflow),
         experiment_(std::move(experiment)),
-        owner_permission_(std::move(owner_permission)) {}
+        owner_permission_(std::move(owner_permission)),
+        seal_key_(std::move(seal_key)) {}
 
-  // Brings every job's run up to date, in submit order. UNAVAILABLE, UNAUTHENTICATED or
-  // PERMISSION_DENIED from the server ends the pass with that error (nothing is lost: the next pass goes on
+  // The tag that marks an experiment this coordinator made for an owner:
+  // HMAC-SHA256(seal key, name "\n" owner) as hex. Nobody without the key can make one that
+  // verifies, and a renamed experiment's no longer does.
+  static constexpr char kSealTag[] = "nightshift.seal";
+
+  // Brings every job's run up to date, in submit order. UNAVAILABLE or UNAUTHENTICATED
+  // from the server ends the pass; PERMISSION_DENIED skips that job until the next pass with that error (nothing is lost: the next pass goes on
   // from job.tracked_run). A run whose values MLflow refuses (INVALID_ARGUMENT: its
   // INVALID_PARAMETER_VALUE) is given up: the reason goes to tracked_run.error, and the
   // other jobs go on.
@@ -74,12 +82,14 @@ class TrackingReporter {
   // A run (or experiment) deleted on the server is forgotten and made again next pass.
   Status Report(const v1::Job& job, v1::TrackedRun* run);
   Status ReportTo(const v1::Job& job, v1::TrackedRun* run);
-  // The id of `job`'s experiment, made (and shared with its owner) when new.
+  // The id of `job`'s experiment, made (and shared with its owner) when new. Shared:
+  // INVALID_ARGUMENT for one this coordinator did not make for that owner (no valid seal).
   StatusOr<std::string> ExperimentOf(const v1::Job& job);
+  std::string Seal(const std::string& name, const std::string& owner) const;
 
   Coordinator* const coordinator_;
   MlflowClient* const mlflow_;
-  const std::string experiment_, owner_permission_;
+  const std::string experiment_, owner_permission_, seal_key_;
   std::map<std::string, std::string> experiment_ids_;  // name -> id, once known (and shared)
 };
 

@@ -82,16 +82,23 @@ TEST(MlflowClientTest, AnExperimentThatDoesNotExistIsCreated) {
   FakeHttp http;
   http.answers.push_back(HttpResponse{404, R"({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no"})"});
   http.answers.push_back(HttpResponse{200, R"({"experiment_id": "7"})"});
-  StatusOr<std::string> id = MlflowClient(&http).ExperimentId("my runs");
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
-  EXPECT_EQ(*id, "7");
+  StatusOr<MlflowExperiment> made = MlflowClient(&http).Experiment("my runs", {{"k", "v"}});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(made->id, "7");
   ASSERT_EQ(http.calls.size(), 2u);
   EXPECT_EQ(http.calls[0].path, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=my%20runs");
   EXPECT_EQ(http.calls[1].body["name"], "my runs");
-  // Found: no create.
+  EXPECT_EQ(http.calls[1].body["tags"], json::array({{{"key", "k"}, {"value", "v"}}}));
+  // Found: no create; its tags as the server has them.
   http.calls.clear();
-  http.answers.push_back(HttpResponse{200, R"({"experiment": {"experiment_id": "3", "name": "x"}})"});
-  EXPECT_EQ(*MlflowClient(&http).ExperimentId("x"), "3");
+  http.answers.push_back(
+      HttpResponse{200, R"({"experiment": {"experiment_id": "3", "name": "x", "tags": [{"key": "a", "value": "b"}]}})"});
+  StatusOr<MlflowExperiment> found = MlflowClient(&http).Experiment("x", {{"k", "v"}});
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->id, "3");
+  ASSERT_EQ(found->tags.size(), 1u);
+  EXPECT_EQ(found->tags[0].key, "a");
+  EXPECT_EQ(found->tags[0].value, "b");
   EXPECT_EQ(http.calls.size(), 1u);
 }
 

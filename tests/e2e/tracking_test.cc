@@ -230,8 +230,9 @@ TEST(TrackingE2E, EveryJobIsARunEqualToItsMetricsAndAServerDownDelaysNothing) {
 // run and not bob's, bob his and not alice's, and a search over both experiments finds
 // each only their own. carol has no MLflow account: her run is made all the same and
 // shared with no one (the coordinator says so), and an unauthenticated caller reads none.
-// bob made "nightshift/dave" before dave's first job: dave's run is given up, not put in
-// bob's experiment.
+// bob made "nightshift/dave" before dave's first job, and let the coordinator's user
+// manage it: dave's run is given up (the experiment has no seal of this coordinator's),
+// not put in bob's experiment.
 TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
   Cluster cluster("tracking-auth");
   MlflowServer mlflow(cluster.dir() + "/mlflow", FreePort(), "admin-password-1");
@@ -247,6 +248,11 @@ TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
                                            << crypto::Sha256Hex("dave-secret") << " user dave\n";
   int made = 0;
   const json squatted = mlflow.Call("POST", "experiments/create", {{"name", "nightshift/dave"}}, &made, "bob:bob-password-1");
+  ASSERT_EQ(made, 200);
+  mlflow.Call("POST", "/api/3.0/mlflow/users/permissions/grant",
+              {{"username", "nightshift"}, {"resource_type", "experiment"},
+               {"resource_id", squatted["experiment_id"]}, {"permission", "MANAGE"}},
+              &made, "bob:bob-password-1");
   ASSERT_EQ(made, 200);
   cluster.StartCoordinator({"--token-file", cluster.dir() + "/tokens", "--mlflow-uri", mlflow.url(), "--mlflow-user-file",
                             cluster.dir() + "/mlflow-user", "--mlflow-owner-permission", "READ", "--mlflow-poll-seconds",
@@ -320,7 +326,7 @@ TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
     ASSERT_TRUE(stub_of["dave"]->GetJob(&ctx, req, &dave).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_NE(dave.tracked_run().error().find("nightshift/dave is not one the coordinator's MLflow user may manage"),
+  EXPECT_NE(dave.tracked_run().error().find("nightshift/dave was not made by this coordinator for dave"),
             std::string::npos)
       << dave.tracked_run().DebugString();
   EXPECT_TRUE(dave.tracked_run().run_id().empty());
