@@ -206,6 +206,14 @@ class FakeApiServer {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
+  // The test's options, pointed at this server over plain http.
+  KubernetesOptions Options() const {
+    KubernetesOptions o = nightshift::Options();
+    o.api = url();
+    o.token_file = "";
+    o.ca_file = "";
+    return o;
+  }
 
  private:
   pid_t pid_ = -1;
@@ -216,10 +224,7 @@ class FakeApiServer {
 TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   FakeApiServer server;
   ASSERT_GT(server.port(), 0);
-  KubernetesOptions o = Options();
-  o.api = server.url();
-  o.token_file = "";
-  o.ca_file = "";
+  const KubernetesOptions o = server.Options();
   std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
   KubernetesCluster cluster(o, api.get());
   const auto call = [&](const std::string& method, const std::string& path, const std::string& body) {
@@ -325,10 +330,7 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
 TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
   FakeApiServer server;
   ASSERT_GT(server.port(), 0);
-  KubernetesOptions o = Options();
-  o.api = server.url();
-  o.token_file = "";
-  o.ca_file = "";
+  const KubernetesOptions o = server.Options();
   std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
   KubernetesCluster cluster(o, api.get());
   ASSERT_TRUE(cluster.Submit(Request()).ok());

@@ -50,6 +50,26 @@ class AgentTest : public testing::Test {
     fake_ = fake.get();
     return std::make_unique<Agent>(options_, cache_.get(), std::move(fake));
   }
+  // An assignment of job `job_id`'s `ranks` ranks (all here) on the test's corpus.
+  v1::Assignment Assignment(const std::string& job_id, int ranks = 1) const {
+    v1::Assignment a;
+    a.mutable_task()->set_job_id(job_id);
+    a.set_first_rank(0);
+    a.set_num_ranks(ranks);
+    a.set_world_size(ranks);
+    a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
+    a.mutable_spec()->mutable_data()->set_format("text_dir");
+    return a;
+  }
+  // A new agent, registered, whose next `times` heartbeats' answers start `a`.
+  std::unique_ptr<Agent> AgentAssigned(const v1::Assignment& a, int times = 1) {
+    auto agent = NewAgent();
+    agent->RunOnce();
+    v1::HeartbeatResponse start;
+    *start.add_start() = a;
+    fake_->heartbeat_responses.assign(times, start);
+    return agent;
+  }
   // Turns of the agent until `done` holds, for at most 20 s.
   static bool RunUntil(Agent* agent, const std::function<bool()>& done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -226,13 +246,7 @@ TEST_F(AgentTest, AResultIsResentUntilAcknowledged) {
 // The coordinator repeats an assignment until the worker reports it: one task, one
 // process per rank. A stop in a heartbeat answer reaches every rank (SIGTERM).
 TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
-  v1::Assignment a;
-  a.mutable_task()->set_job_id("job-1");
-  a.set_first_rank(0);
-  a.set_num_ranks(2);
-  a.set_world_size(2);
-  a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
-  a.mutable_spec()->mutable_data()->set_format("text_dir");
+  v1::Assignment a = Assignment("job-1", 2);
   CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));  // no nightshift-prepare needed
   const std::string ranks_file = dir_ + "/ranks";
   options_.trainer_path = dir_ + "/fake-trainer";
@@ -244,11 +258,7 @@ TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
                                        << "sleep 30 &\nwait\n";
   ::chmod(options_.trainer_path.c_str(), 0755);
 
-  auto agent = NewAgent();
-  agent->RunOnce();
-  v1::HeartbeatResponse start;
-  *start.add_start() = a;
-  fake_->heartbeat_responses = {start, start, start};
+  auto agent = AgentAssigned(a, 3);
   auto running_at_step_1 = [&] {
     for (const auto& r : fake_->reports)
       if (r.status().state() == v1::TASK_RUNNING && r.status().progress().step() == 1) return true;
@@ -283,13 +293,7 @@ TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
 // back), and a heartbeat follows kFollowUp later to fetch the decision; then the agent is
 // back to its interval.
 TEST_F(AgentTest, AnEvaluationIsSentAtOnceAndItsAnswerFetchedSoonAfter) {
-  v1::Assignment a;
-  a.mutable_task()->set_job_id("job-1");
-  a.set_first_rank(0);
-  a.set_num_ranks(1);
-  a.set_world_size(1);
-  a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
-  a.mutable_spec()->mutable_data()->set_format("text_dir");
+  v1::Assignment a = Assignment("job-1");
   CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
   const std::string go = dir_ + "/go";
   options_.trainer_path = dir_ + "/fake-trainer";
@@ -303,11 +307,7 @@ TEST_F(AgentTest, AnEvaluationIsSentAtOnceAndItsAnswerFetchedSoonAfter) {
                                        << "echo '{\"event\":\"eval\",\"step\":1,\"val_loss\":0.4}' >&3\n"
                                        << "sleep 30 &\nwait\n";
   ::chmod(options_.trainer_path.c_str(), 0755);
-  auto agent = NewAgent();
-  agent->RunOnce();
-  v1::HeartbeatResponse start;
-  *start.add_start() = a;
-  fake_->heartbeat_responses = {start};
+  auto agent = AgentAssigned(a);
   ASSERT_TRUE(RunUntil(agent.get(), [&] {
     return !fake_->reports.empty() && fake_->reports.back().status().progress().step() == 1;
   }));
@@ -361,13 +361,7 @@ TEST_F(AgentTest, ATaskSeesOnlyTheLocalCheckpointsTheCoordinatorVouchesFor) {
   };
   write_checkpoint(40, "{\"recorded\": 40}");
   write_checkpoint(50, "{\"planted\": 50}");
-  v1::Assignment a;
-  a.mutable_task()->set_job_id("job-1");
-  a.set_first_rank(0);
-  a.set_num_ranks(1);
-  a.set_world_size(1);
-  a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
-  a.mutable_spec()->mutable_data()->set_format("text_dir");
+  v1::Assignment a = Assignment("job-1");
   v1::HeldCheckpoint* verified = a.add_verified_checkpoints();
   verified->set_job_id("job-1");
   verified->set_step(40);
@@ -380,11 +374,7 @@ TEST_F(AgentTest, ATaskSeesOnlyTheLocalCheckpointsTheCoordinatorVouchesFor) {
                                        << "echo '{\"event\":\"checkpoint\",\"step\":40,\"path\":\"/elsewhere\"}' >&3\n"
                                        << "echo '{\"event\":\"done\"}' >&3\n";
   ::chmod(options_.trainer_path.c_str(), 0755);
-  auto agent = NewAgent();
-  agent->RunOnce();
-  v1::HeartbeatResponse start;
-  *start.add_start() = a;
-  fake_->heartbeat_responses = {start};
+  auto agent = AgentAssigned(a);
   ASSERT_TRUE(RunUntil(agent.get(), [&] {
     return !fake_->reports.empty() && fake_->reports.back().status().state() == v1::TASK_SUCCEEDED;
   }));
@@ -405,24 +395,14 @@ TEST_F(AgentTest, ATaskSeesOnlyTheLocalCheckpointsTheCoordinatorVouchesFor) {
 // user error, so the coordinator fails the job at once; any other failure is not.
 TEST_F(AgentTest, ATrainerThatWouldFailAgainIsReportedAsAUserError) {
   for (const int code : {format::kTrainerExitPermanent, 1}) {
-    v1::Assignment a;
-    a.mutable_task()->set_job_id("job-" + std::to_string(code));
-    a.set_first_rank(0);
-    a.set_num_ranks(1);
-    a.set_world_size(1);
-    a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
-    a.mutable_spec()->mutable_data()->set_format("text_dir");
+    v1::Assignment a = Assignment("job-" + std::to_string(code));
     CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
     options_.trainer_path = dir_ + "/fake-trainer-" + std::to_string(code);
     std::ofstream(options_.trainer_path) << "#!/bin/sh\n"
                                          << "echo '{\"event\":\"error\",\"permanent\":1,\"message\":\"ranks disagree\"}' >&3\n"
                                          << "exit " << code << "\n";
     ::chmod(options_.trainer_path.c_str(), 0755);
-    auto agent = NewAgent();
-    agent->RunOnce();
-    v1::HeartbeatResponse start;
-    *start.add_start() = a;
-    fake_->heartbeat_responses = {start};
+    auto agent = AgentAssigned(a);
     auto failed = [&]() -> const v1::TaskStatus* {
       for (const auto& r : fake_->reports)
         if (r.status().task().job_id() == a.task().job_id() && r.status().state() == v1::TASK_FAILED) return &r.status();
