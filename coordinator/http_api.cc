@@ -15,6 +15,14 @@ size_t Append(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
+// A credentials file's first line; "" for no file (path "") or an unreadable one.
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
 class CurlHttpApi : public HttpApi {
  public:
   explicit CurlHttpApi(HttpApiOptions options) : options_(std::move(options)) {
@@ -30,20 +38,12 @@ class CurlHttpApi : public HttpApi {
     curl_slist* headers = curl_slist_append(nullptr, "Accept: application/json");
     headers = curl_slist_append(headers, method == "PATCH" ? "Content-Type: application/merge-patch+json"
                                                            : "Content-Type: application/json");
-    if (!options_.token_file.empty()) {
-      std::ifstream in(options_.token_file);
-      std::string token;
-      std::getline(in, token);
-      if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
-    }
-    if (!options_.basic_auth_file.empty()) {
-      std::ifstream in(options_.basic_auth_file);
-      std::string user_password;
-      std::getline(in, user_password);
-      if (!user_password.empty()) {  // libcurl keeps its own copy
-        curl_easy_setopt(curl.get(), CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
-        curl_easy_setopt(curl.get(), CURLOPT_USERPWD, user_password.c_str());
-      }
+    const std::string token = FirstLine(options_.token_file);
+    if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
+    const std::string user_password = FirstLine(options_.basic_auth_file);
+    if (!user_password.empty()) {  // libcurl keeps its own copy
+      curl_easy_setopt(curl.get(), CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
+      curl_easy_setopt(curl.get(), CURLOPT_USERPWD, user_password.c_str());
     }
     curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, method.c_str());

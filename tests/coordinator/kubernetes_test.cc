@@ -173,10 +173,15 @@ TEST(KubernetesTest, AJobsStatusIsReadAsAnAllocation) {
   EXPECT_EQ(a.phase, Allocation::Phase::kRunning);
 }
 
-// The fake API server, started for one test and gone with it (its stdin is ours).
+// The fake API server, started for one test and gone with it (its stdin is ours); `args`:
+// fake_kube_api.py's options (--tls, --token).
 class FakeApiServer {
  public:
-  FakeApiServer() {
+  explicit FakeApiServer(const std::vector<std::string>& args = {}) {
+    const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/fake_kube_api.py";
+    std::vector<const char*> argv = {"python3", script.c_str()};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
     int in[2], out[2];
     if (::pipe(in) != 0 || ::pipe(out) != 0) return;
     pid_ = ::fork();
@@ -185,8 +190,7 @@ class FakeApiServer {
       ::dup2(out[1], 1);
       ::close(in[1]);
       ::close(out[0]);
-      const std::string script = std::string(NIGHTSHIFT_SOURCE_DIR) + "/tests/support/fake_kube_api.py";
-      ::execl("/usr/bin/python3", "python3", script.c_str(), nullptr);
+      ::execv("/usr/bin/python3", const_cast<char* const*>(argv.data()));
       ::_exit(127);
     }
     ::close(in[0]);
@@ -354,6 +358,53 @@ TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
   EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 404);
   EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
   EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
+}
+
+// In a cluster the API server speaks https with a certificate of the cluster's CA and wants
+// the service account's token, which the kubelet rotates in place: the options' ca_file
+// and token_file reach libcurl (a review once found the CA file passed as another field),
+// the token is read at every call, and a server the CA did not sign is refused.
+TEST(KubernetesTest, InClusterCallsVerifyTheServerWithTheCaFileAndCarryTheCurrentToken) {
+  const fs::path dir = fs::temp_directory_path() / ("nightshift-k8s-tls-" + std::to_string(::getpid()));
+  SubprocessRunner runner;
+  for (const char* ca : {"cluster", "other"}) {
+    StatusOr<CommandResult> made =
+        runner.Run({std::string(NIGHTSHIFT_SOURCE_DIR) + "/scripts/make-test-ca.sh", (dir / ca).string()}, "", {}, 120);
+    ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.status().ToString());
+  }
+  const auto token = [&](const std::string& value) { std::ofstream(dir / "token") << value << "\n"; };
+  token("sa-token-1");
+  FakeApiServer server({"--tls", (dir / "cluster").string(), "--token", "sa-token-1", "--token", "sa-token-2"});
+  ASSERT_GT(server.port(), 0);
+  KubernetesOptions o = Options();
+  o.api = "https://127.0.0.1:" + std::to_string(server.port());
+  o.ca_file = (dir / "cluster" / "ca.crt").string();
+  o.token_file = (dir / "token").string();
+  {
+    std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
+    KubernetesCluster cluster(o, api.get());
+    StatusOr<std::string> id = cluster.Submit(Request());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    token("sa-token-2");  // rotated: the next call carries the new one
+    StatusOr<std::vector<Allocation>> listed = cluster.List();
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_EQ(listed->front().id, *id);
+    token("revoked");
+    listed = cluster.List();
+    EXPECT_EQ(listed.status().code(), Status::kUnavailable);
+    EXPECT_NE(listed.status().message().find("HTTP 401"), std::string::npos) << listed.status().ToString();
+  }
+  token("sa-token-2");
+  for (const std::string& ca : {(dir / "other" / "ca.crt").string(), std::string()}) {  // "": the system's CAs
+    o.ca_file = ca;
+    std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
+    KubernetesCluster cluster(o, api.get());
+    StatusOr<std::vector<Allocation>> listed = cluster.List();
+    EXPECT_EQ(listed.status().code(), Status::kUnavailable) << ca;
+    EXPECT_NE(listed.status().message().find("certificate"), std::string::npos) << listed.status().ToString();
+  }
+  fs::remove_all(dir);
 }
 
 // The server is not there: UNAVAILABLE (the provisioner submits nothing blind).

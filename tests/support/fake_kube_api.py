@@ -18,6 +18,11 @@ part of the API that --cluster kubernetes uses, with the API's own rules for it:
          timeoutSeconds or as soon as there was one; an ERROR event with code 410 when RV
          is older than the compacted history (the real server's "too old resource version")
 
+Options, as an in-cluster API server: `--tls DIR` serves https with DIR/server.crt and
+DIR/server.key (scripts/make-test-ca.sh); `--token T` (repeatable) answers 401
+Unauthorized, as the real server, to any request without `Authorization: Bearer T` for
+one of them (test controls included).
+
 Every change takes the next resourceVersion. Test controls (not Kubernetes):
   POST /_test/jobs/NS/NAME/status   body: a Job status object (sets it, a MODIFIED event)
   POST /_test/compact               forgets the history: older watches get 410
@@ -28,7 +33,9 @@ Every change takes the next resourceVersion. Test controls (not Kubernetes):
 
 from __future__ import annotations
 
+import argparse
 import json
+import ssl
 import sys
 import uuid
 import threading
@@ -37,6 +44,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Condition()
+TOKENS: list = []  # --token: the bearer tokens accepted (none: any request)
 STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": [], "forbidden": set()}
 
 
@@ -86,6 +94,8 @@ class Handler(BaseHTTPRequestHandler):
         query = dict(urllib.parse.parse_qsl(url.query))
         parts = url.path.strip("/").split("/")
         body = self._body()
+        if TOKENS and self.headers.get("Authorization") not in ["Bearer " + t for t in TOKENS]:
+            return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
         with LOCK:
             STATE["requests"].append([method, self.path, body])
         if parts[0] == "_test":
@@ -201,7 +211,16 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tls", default="", help="serve https with DIR/server.crt and DIR/server.key")
+    parser.add_argument("--token", action="append", default=[], help="a bearer token requests may carry")
+    args = parser.parse_args()
+    TOKENS.extend(args.token)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if args.tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls + "/server.crt", args.tls + "/server.key")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], flush=True)
     # Ends with its parent (the test): stdin closes.
     threading.Thread(target=lambda: (sys.stdin.read(), server.shutdown()), daemon=True).start()
