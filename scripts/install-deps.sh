@@ -33,6 +33,8 @@ PACKAGES=(
   # Slurm as the cluster under the coordinator: real daemons on test hosts
   # (tests/support/slurm_cluster.py), started by the tests, never as services
   slurm-wlm slurmctld slurmd slurm-client munge
+  # --slurm-submit-as-owner runs sbatch through sudo (tests/e2e/slurm_test.cc)
+  sudo
   # images without a registry (deploy/images/build.sh, tests/deploy/images_test.py); runc
   # because crun cannot start containers on cgroup v1 hosts like these machines
   debootstrap buildah podman skopeo runc uidmap

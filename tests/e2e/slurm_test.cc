@@ -129,6 +129,47 @@ TEST_F(SlurmE2eTest, AnAllocationRunsItsCommandOncePerNodeAndCompletes) {
             "n1 nightshift-j-e2e-a0\nn2 nightshift-j-e2e-a0\n");
 }
 
+// --slurm-submit-as-owner on the real daemons: sbatch runs through sudo as the job's owner
+// (a Unix user this test makes and removes), so the allocation's commands run as that user
+// on every node, not as the coordinator's (root here). sudo is reached through a wrapper
+// that enters the controller's network namespace first (a coordinator on the
+// controller's host, as in the tests below, runs sudo itself); sudo and sbatch are real.
+TEST_F(SlurmE2eTest, AnAllocationSubmittedAsItsOwnerRunsAsThatUserOnEveryNode) {
+  const std::string user = "nsowner" + std::to_string(::getpid() % 100000);
+  StatusOr<CommandResult> made =
+      runner_.Run({"useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user}, "", {}, 30);
+  ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.status().ToString());
+  struct Removed {
+    SubprocessRunner* runner;
+    std::string user;
+    ~Removed() { runner->Run({"userdel", user}, "", {}, 30); }
+  } removed{&runner_, user};
+  const fs::path out = dir_ / "out";
+  fs::permissions(out, fs::perms::all);  // the owner's commands and Slurm's log write here
+  const fs::path sudo = dir_ / "sudo-in-controller";
+  {
+    std::ofstream f(sudo);
+    f << "#!/bin/sh\nexec";
+    for (const std::string& a : InController({"/usr/bin/sudo"})) f << " '" << a << "'";
+    f << " \"$@\"\n";
+  }
+  fs::permissions(sudo, fs::perms::owner_all);
+  SlurmOptions o = options_;
+  o.submit_as_owner = true;
+  o.sudo = sudo.string();
+  o.sbatch = "/usr/bin/sbatch";
+  o.log_dir = out.string();
+  SlurmCluster as_owner(o, &runner_);
+  AllocationRequest r = Request("j-owner", {"sh", "-c", "id -un > " + out.string() + "/user-$SLURM_NODEID"});
+  r.owner = user;
+  StatusOr<std::string> id = as_owner.Submit(r);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const SlurmJob done = WaitFor(*id, [](const SlurmJob& j) { return j.state == SlurmState::kCompleted; }, "completed");
+  EXPECT_EQ(done.exit_code, 0) << "the allocation's output:\n" << Read(out / ("slurm-" + *id + ".out"));
+  EXPECT_EQ(Read(out / "user-0"), user + "\n");
+  EXPECT_EQ(Read(out / "user-1"), user + "\n");
+}
+
 TEST_F(SlurmE2eTest, ARunningAllocationIsCancelledAndANodeCommandsExitCodeFailsIt) {
   StatusOr<std::string> sleeping = cluster_->Submit(Request("j-sleep", {"sleep", "120"}));
   ASSERT_TRUE(sleeping.ok()) << sleeping.status().ToString();

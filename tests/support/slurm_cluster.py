@@ -204,7 +204,9 @@ class SlurmCluster:
                 owns_dir = False
             else:
                 os.makedirs(d, mode=0o700)
-        os.chmod(d, 0o700)
+        # Others may pass through (not list): the users an allocation is submitted as
+        # (--slurm-submit-as-owner) read slurm.conf and reach munged's socket.
+        os.chmod(d, 0o711)
         x = self.subnet if self.subnet is not None else (pid % 250) + 1
         net = f"198.18.{x}"
         st = {
@@ -274,6 +276,9 @@ class SlurmCluster:
             os.makedirs(os.path.join(d, sub), mode=0o700, exist_ok=True)
         os.chmod(os.path.join(d, "munge"), 0o711)  # munged wants o+x
         os.chmod(os.path.join(d, "jobs"), 0o777)  # job stdout/stderr go here
+        for n in st["nodes"]:  # the batch script runs from the spool as the job's user
+            for sub in (n["name"], n["name"] + "/spool"):
+                os.chmod(os.path.join(d, sub), 0o711)
         key = os.path.join(d, "munge", "munge.key")
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
         os.write(fd, os.urandom(1024))
