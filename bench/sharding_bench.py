@@ -14,7 +14,10 @@ would start them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
   activation-checkpointed (full-ac);
 - PyTorch: transformers' model in DistributedDataParallel with fused AdamW whole, and with
   ZeroRedundancyOptimizer(AdamW fused), and in FSDP2 (fully_shard per layer, fused AdamW)
-  with and without activation checkpointing (bench/baseline_zero.py).
+  with and without activation checkpointing (bench/baseline_zero.py);
+- with --only lora-none,lora-full: a LoRA adapter (r 16, all-linear) on the base kept in
+  bf16 (model.base_precision, from the float32 folder: a private copy per rank), bf16
+  autocast, unsharded and with sharding full, which cuts the frozen base's blocks too.
 
 Each: --steps timed steps after 2 warm-up steps; tokens per second of both ranks together,
 each rank's peak resident memory (/usr/bin/time's maximum RSS) and the optimizer state
@@ -62,11 +65,16 @@ def two_ranks(cmd, tmp, name):
     return outs, peaks
 
 
-def ours(binary, folder, data, meta, tmp, sharding, a, ac=False):
+def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
+    model = {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"}
+    if lora:
+        model.update(adapter={"type": "lora", "r": 16, "alpha": 32, "target_modules": "all-linear"},
+                     base_precision="bf16")
     spec = {"name": "sharding-" + sharding,
-            "model": {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"},
+            "model": model,
             "train": {"epochs": 1, "optimizer": "adamw", "lr": 5e-5, "weight_decay": 0.01, "warmup_steps": 2,
-                      "batching": {"max_tokens": str(a.budget), "rows": "packed"}, "precision": "fp32",
+                      "batching": {"max_tokens": str(a.budget), "rows": "packed"},
+                      "precision": "bf16" if lora else "fp32",
                       "grad_clip": 1.0, "max_steps": str(a.steps + 2), "threads": a.threads,
                       "activation_checkpointing": "full" if ac else "none"},
             "data": {"path": data}, "resources": {"world_size": 2, "sharding": sharding},
@@ -75,9 +83,10 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False):
     cfg = {"job_id": "sharding-" + sharding, "attempt": 0, "spec": spec, "checkpoint_dir": ckpt,
            "data": dict(meta, num_classes=0, train_shard=os.path.join(data, "train.shard"),
                         val_shard=os.path.join(data + "-val", "val.shard"))}
-    path = os.path.join(tmp, f"sharding-{sharding}{'-ac' if ac else ''}.json")
+    name = ("lora-" if lora else "") + sharding + ("-ac" if ac else "")
+    path = os.path.join(tmp, f"sharding-{name}.json")
     json.dump(cfg, open(path, "w"))
-    outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + sharding + ("-ac" if ac else ""))
+    outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + name)
     tokens = seconds = 0.0
     state, model_state = [], []
     for out in outs:
@@ -92,7 +101,9 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False):
                 rank_tokens += ev["tokens_per_second"] * ev["step_seconds"]
         tokens += rank_tokens
         seconds = max(seconds, rank_seconds)
-    return {"who": "nightshift", "sharding": sharding + ("+ac" if ac else ""), "tokens_per_second": round(tokens / seconds, 1),
+    return {"who": "nightshift", "sharding": sharding + ("+ac" if ac else ""),
+            "setting": "lora r16 all-linear, base bf16, bf16 autocast" if lora else "full fine-tune, fp32",
+            "tokens_per_second": round(tokens / seconds, 1),
             "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": state,
             "model_state_bytes_per_rank": model_state}
 
@@ -120,8 +131,9 @@ def main():
     binary = os.path.join(os.path.abspath(a.bin), "nightshift-trainer")
     with tempfile.TemporaryDirectory(dir=a.work) as tmp:
         for key in a.only.split(","):
-            if key in ("none", "optimizer", "full", "full-ac"):
-                r = ours(binary, folder, data, meta, tmp, key.replace("-ac", ""), a, ac=key.endswith("-ac"))
+            if key in ("none", "optimizer", "full", "full-ac", "lora-none", "lora-full"):
+                r = ours(binary, folder, data, meta, tmp, key.replace("-ac", "").replace("lora-", ""), a,
+                         ac=key.endswith("-ac"), lora=key.startswith("lora-"))
             else:
                 zero = {"pytorch": "off", "pytorch-zero": "on", "pytorch-fsdp2": "fsdp2", "pytorch-fsdp2-ac": "fsdp2"}[key]
                 r = theirs(folder, data, tmp, zero, a, ac=key.endswith("-ac"))

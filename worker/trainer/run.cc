@@ -180,6 +180,10 @@ void BuildOptimizer(Run& run) {
                            "would run the blocks' collectives alone): set a number");
     auto full = FullyShardedAdamW::Create(trainable, BlockOf(*run.model, trainable), adamw, run.rank.rank,
                                           run.rank.world_size);
+    std::vector<torch::Tensor> frozen;  // an adapter's base: its blocks' part sharded too
+    for (const torch::Tensor& p : run.model->parameters())
+      if (!p.requires_grad()) frozen.push_back(p);
+    full->AddFrozen(frozen, BlockOf(*run.model, frozen));
     plan->sharded = full->block_params(static_cast<int64_t>(run.model->blocks().size()));
     full->set_reduce_bf16(cfg.data_parallel.reduce_bf16);
     run.full = full.get();
@@ -456,6 +460,10 @@ ModelStateBytes StateBytes(const Run& run) {
     b.parameters += held - whole;
     b.gradients = held;
     b.optimizer_state = double(run.full->state_bytes());
+    // An adapter's frozen base in the blocks: its shards, and up to three blocks whole in
+    // backward (fully_sharded.h)
+    const FullyShardedAdamW::FrozenBytes frozen = run.full->frozen_bytes();
+    b.parameters += double(frozen.held - frozen.whole);
   }
   return b;
 }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 #include "worker/trainer/checkpoint/optimizer_shards.h"
@@ -34,14 +36,19 @@ class AfterAccumulation : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
+// A unit of trainable parameters, or (frozen) of a block's frozen parameters of one dtype:
+// an adapter's base. A frozen unit rides along with its block's trainable unit (one of its
+// `frozen_`): gathered and freed with it, except after the block's backward (see
+// Accumulated), and never reduced.
 class FullyShardedAdamW::Unit : public BlockParams {
  public:
   ~Unit() override {  // the hooks call this unit: the parameters may outlive it
-    if (block())
+    if (block() && !frozen())
       for (torch::Tensor& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   }
-  Unit(std::vector<torch::Tensor> params, int64_t block, int64_t flat_begin, int world_size, int64_t align)
-      : params_(std::move(params)), block_(block), flat_begin_(flat_begin), world_size_(world_size) {
+  Unit(std::vector<torch::Tensor> params, int64_t block, int64_t flat_begin, int world_size, int64_t align,
+       bool frozen = false)
+      : params_(std::move(params)), block_(block), flat_begin_(flat_begin), world_size_(world_size), frozen_unit_(frozen) {
     int64_t padded = 0;
     for (const torch::Tensor& p : params_) {
       offsets_.push_back(padded);
@@ -51,11 +58,22 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
 
   bool block() const { return block_ >= 0; }
+  bool frozen() const { return frozen_unit_; }
   int64_t block_index() const { return block_; }
   bool Holds(const torch::Tensor& param) const {
     return std::any_of(params_.begin(), params_.end(),
-                       [&](const torch::Tensor& p) { return p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl(); });
+                       [&](const torch::Tensor& p) { return p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl(); }) ||
+           std::any_of(frozen_.begin(), frozen_.end(), [&](const auto& f) { return f->Holds(param); });
   }
+  // The block's frozen parameters of one dtype, sharded with this unit; `shard` their
+  // shard on this rank (not the optimizer's).
+  void AddFrozen(std::unique_ptr<Unit> unit, torch::Tensor shard) {
+    unit->owner_ = owner_;
+    unit->shard_ = std::move(shard);
+    frozen_.push_back(std::move(unit));
+  }
+  const std::vector<std::unique_ptr<Unit>>& frozen_units() const { return frozen_; }
+  int64_t bytes() const { return padded_numel() * static_cast<int64_t>(params_.front().element_size()); }
   int64_t shard_numel() const { return shard_numel_; }
   int64_t padded_numel() const { return shard_numel_ * world_size_; }
 
@@ -105,13 +123,21 @@ class FullyShardedAdamW::Unit : public BlockParams {
     torch::NoGradGuard no_grad;
     shard.copy_(Flat().narrow(0, rank * shard_numel_, shard_numel_));
   }
+  // Shard(): the frozen units' shards from their whole parameters (built the first time).
+  void ShardFrozen(int rank) {
+    for (auto& f : frozen_) {
+      if (!f->Views()) f->Build();
+      f->TakeShard(rank, f->shard_);
+    }
+  }
   // Starts all-gathering the shards into the storage (allocated again when freed) unless
   // a gather is under way; WaitGather() ends it. The storage is written only through a
   // tensor of its own: the parameters' version counters stay.
   void StartGather(ProcessGroup& group, torch::Tensor shard) {
+    for (auto& f : frozen_) f->StartGather(group, f->shard_);
     if (gathering_) return;
     torch::NoGradGuard no_grad;
-    const size_t bytes = static_cast<size_t>(padded_numel()) * 4;
+    const size_t bytes = static_cast<size_t>(this->bytes());
     if (storage_.nbytes() != bytes) {
       c10::DataPtr memory = owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
       storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
@@ -122,6 +148,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     gathering_ = group.AllGatherAsync(gather_into_, gather_from_);
   }
   void WaitGather(ProcessGroup& group) {
+    for (auto& f : frozen_) f->WaitGather(group);
     if (!gathering_) return;
     std::shared_ptr<ProcessGroup::Pending> pending = std::move(gathering_);
     gathering_.reset();
@@ -132,7 +159,12 @@ class FullyShardedAdamW::Unit : public BlockParams {
     StartGather(group, std::move(shard));
     WaitGather(group);
   }
+  // Frees the parameters (the frozen units' too).
   void Free() {
+    for (auto& f : frozen_) f->Free();
+    FreeOwn();
+  }
+  void FreeOwn() {
     if (gathering_) WaitGather(*owner_->group_);  // Gloo is still writing into it
     const size_t bytes = storage_.nbytes();
     if (bytes == 0) return;
@@ -181,18 +213,26 @@ class FullyShardedAdamW::Unit : public BlockParams {
   void Bind(const FullyShardedAdamW* owner, torch::Tensor shard) {
     owner_ = owner;
     shard_ = std::move(shard);
-    if (!block()) return;
+    if (!block() || frozen()) return;
     for (torch::Tensor& p : params_)
       torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<AfterAccumulation>([this] { Accumulated(); }));
   }
   // The reduction overlaps the next block's backward: the owner finishes it when the
-  // next block's starts, or at ReduceGradients.
+  // next block's starts, or at ReduceGradients. The frozen units stay whole: a node that
+  // reads a frozen weight for its input's gradient alone (the block's first norm, say) may
+  // still run; they are freed at the next Acquire of another block, which comes after the
+  // gradient of this block's input, or at the end of backward (FreeFrozenLeft).
   void Accumulated() {
     if (++accumulated_ < params_.size()) return;
     accumulated_ = 0;
     owner_->Reducing(this);
     StartReduce(*owner_->group_);
-    if (owner_->sharded_) Free();
+    if (!owner_->sharded_) return;
+    FreeOwn();
+    if (!frozen_.empty()) owner_->frozen_left_ = this;
+  }
+  void FreeFrozen() {
+    for (auto& f : frozen_) f->Free();
   }
   // Gradients accumulated since the last reduction (0 between backwards).
   size_t pending() const { return accumulated_; }
@@ -202,6 +242,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     if (owner_->sharded_) StartGather(*owner_->group_, shard_);
   }
   void Acquire() override {
+    owner_->FreeFrozenLeft(this);
     if (owner_->sharded_) Gather(*owner_->group_, shard_);
   }
   void Release() override {
@@ -213,11 +254,13 @@ class FullyShardedAdamW::Unit : public BlockParams {
   std::vector<torch::Tensor> params_;
   std::vector<int64_t> offsets_;  // params_[i] starts here in the padded range
   const int64_t block_;       // its block's index, or -1: resident
-  const int64_t flat_begin_;  // the unit's first value in the flat layout (unpadded)
+  const int64_t flat_begin_;  // the unit's first value in the flat layout (unpadded; trainable units)
   const int world_size_;
+  const bool frozen_unit_;
+  std::vector<std::unique_ptr<Unit>> frozen_;  // the block's frozen units (trainable units only)
   int64_t shard_numel_ = 0;
   c10::Storage storage_;  // the padded range the parameters view; 0 bytes while freed
-  torch::Tensor shard_;   // this rank's shard (shards_[i] of the optimizer)
+  torch::Tensor shard_;   // this rank's shard (shards_[i] of the optimizer; a frozen unit's own)
   size_t accumulated_ = 0;
   // Collectives under way, and the tensors they read and write until they end.
   std::shared_ptr<ProcessGroup::Pending> gathering_, reducing_;
@@ -273,8 +316,37 @@ FullyShardedAdamW::FullyShardedAdamW(std::vector<std::unique_ptr<Unit>> units, s
 
 FullyShardedAdamW::~FullyShardedAdamW() = default;
 
+int64_t FullyShardedAdamW::AddFrozen(const std::vector<torch::Tensor>& params, const std::vector<int64_t>& block_of,
+                                     int64_t align) {
+  if (block_of.size() != params.size()) throw std::invalid_argument("FullyShardedAdamW::AddFrozen: one block per parameter");
+  int64_t added = 0;
+  if (shards_.empty()) return added;
+  for (auto& unit : units_) {
+    if (!unit->block() || !unit->frozen_units().empty()) continue;
+    std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;  // one flat range per dtype
+    std::set<const c10::TensorImpl*> seen;                                // a tied weight once
+    for (size_t i = 0; i < params.size(); ++i)
+      if (block_of[i] == unit->block_index() && !params[i].requires_grad() &&
+          params[i].device() == shards_.front().device() && seen.insert(params[i].unsafeGetTensorImpl()).second)
+        by_dtype[params[i].scalar_type()].push_back(params[i]);
+    for (auto& [dtype, members] : by_dtype) {
+      for (const torch::Tensor& p : members) added += p.numel();
+      auto frozen = std::make_unique<Unit>(std::move(members), unit->block_index(), 0, world_size_, align, true);
+      torch::Tensor shard = torch::zeros({frozen->shard_numel()}, shards_.front().options().dtype(dtype));
+      unit->AddFrozen(std::move(frozen), std::move(shard));
+    }
+    spare_cap_ = std::max(spare_cap_, 2 * (1 + unit->frozen_units().size()));
+  }
+  return added;
+}
+
+void FullyShardedAdamW::FreeFrozenLeft(const Unit* acquiring) const {
+  if (frozen_left_ != nullptr && frozen_left_ != acquiring) frozen_left_->FreeFrozen();
+  frozen_left_ = nullptr;
+}
+
 void FullyShardedAdamW::KeepSpare(size_t bytes, c10::DataPtr memory) const {
-  if (spare_.size() < 2) spare_.emplace_back(bytes, std::move(memory));
+  if (spare_.size() < spare_cap_) spare_.emplace_back(bytes, std::move(memory));
 }
 
 c10::DataPtr FullyShardedAdamW::TakeSpare(size_t bytes) const {
@@ -316,6 +388,7 @@ void FullyShardedAdamW::Reducing(Unit* unit) const {
 void FullyShardedAdamW::Settle() {
   for (auto& unit : units_) unit->Settle(*group_);
   reducing_ = nullptr;
+  if (sharded_) FreeFrozenLeft(nullptr);
 }
 
 void FullyShardedAdamW::Shard() {
@@ -327,6 +400,7 @@ void FullyShardedAdamW::Shard() {
     if (!unit.Views()) unit.Build();  // the first time, or the parameters were loaded anew
     torch::Tensor shard = shards_[u];
     unit.TakeShard(rank_, shard);
+    unit.ShardFrozen(rank_);
     if (unit.block()) unit.Free();
   }
   sharded_ = true;
@@ -465,6 +539,23 @@ int64_t FullyShardedAdamW::largest_block_bytes() const {
   for (const auto& unit : units_)
     if (unit->block()) n = std::max(n, unit->padded_numel());
   return 4 * n;
+}
+
+FullyShardedAdamW::FrozenBytes FullyShardedAdamW::frozen_bytes() const {
+  FrozenBytes b;
+  int64_t blocks = 0;
+  for (const auto& unit : units_) {
+    int64_t block = 0;
+    for (const auto& f : unit->frozen_units()) {
+      for (const torch::Tensor& p : f->params()) b.whole += p.numel() * static_cast<int64_t>(p.element_size());
+      b.shards += f->shard_numel() * static_cast<int64_t>(f->params().front().element_size());
+      block += f->bytes();
+    }
+    b.largest_block = std::max(b.largest_block, block);
+    blocks += unit->frozen_units().empty() ? 0 : 1;
+  }
+  b.held = b.shards + std::min<int64_t>(3, blocks) * b.largest_block;
+  return b;
 }
 
 }  // namespace nightshift::trainer

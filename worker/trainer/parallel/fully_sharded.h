@@ -37,6 +37,17 @@
 //   step()            fused AdamW on the shards; the resident units all-gathered
 // Every parameter equals DDP's after each step up to the order of sums.
 //
+// An adapter's frozen base (AddFrozen). A block's frozen parameters (LoRA's base weights,
+// its norms) are cut across the ranks as its trainable ones are, one flat range per dtype
+// (a bf16 base's own): gathered and freed with the block's trainable unit, never reduced
+// and not in the optimizer or the checkpoints. One difference: after the block's backward
+// they stay whole until the next block's parameters are acquired (that is after the
+// gradient of this block's input, the last thing that reads them) or the backward ends,
+// since a node that reads a frozen weight only for its input's gradient (the block's first
+// norm) may run after the last trainable gradient was accumulated. So up to three blocks'
+// frozen parameters are whole at once in backward. Frozen parameters outside the blocks
+// (embeddings, a frozen head), or of a block with nothing trainable, stay whole.
+//
 // Whole and sharded. Create leaves every parameter whole and as it was (loading, the
 // first broadcast and resuming write into whole parameters); Shard() takes each rank's
 // shards from them and frees the blocks; Unshard() gathers every block again (before a
@@ -79,6 +90,10 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void set_group(ProcessGroup* group) { group_ = group; }
   // Gradients reduce-scattered as bf16 (resources.reduce_precision), the result float32.
   void set_reduce_bf16(bool on) { reduce_bf16_ = on; }
+  // The frozen parameters (params[i] in block block_of[i], or -1) of the blocks that have
+  // trainable ones, sharded from the next Shard() on; before Shard(), once. Returns how
+  // many values that cuts. No collective.
+  int64_t AddFrozen(const std::vector<torch::Tensor>& params, const std::vector<int64_t>& block_of, int64_t align = 64);
   // One entry per block of the model's `num_blocks` (null for a block without trainable
   // parameters): BlockPlan::sharded.
   std::vector<BlockParams*> block_params(int64_t num_blocks) const;
@@ -112,6 +127,13 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   int64_t resident_bytes() const;
   int64_t largest_block_bytes() const;
   int64_t state_bytes() const { return 2 * shard_bytes(); }
+  // The frozen units' bytes: their parameters whole, this rank's shards of them, the
+  // largest block's (all of its dtypes, padded) gathered, and what a rank holds at most:
+  // its shards and three blocks gathered (as many as there are, if fewer).
+  struct FrozenBytes {
+    int64_t whole = 0, shards = 0, largest_block = 0, held = 0;
+  };
+  FrozenBytes frozen_bytes() const;
 
  private:
   class Unit;
@@ -121,6 +143,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // Up to two freed blocks' memory, for the next gathers of their size (a block is
   // gathered two or three times a step: no allocation and page faults each time).
   void KeepSpare(size_t bytes, c10::DataPtr memory) const;
+  size_t spare_cap_ = 2;  // 2 x the storages a block has (its trainable unit and frozen ones)
   c10::DataPtr TakeSpare(size_t bytes) const;
   // Likewise up to two blocks' gradient-reduction buffers (the block's gradients laid out
   // flat, reduce-scattered; one reduction runs beside the next block's backward): a block's
@@ -133,8 +156,13 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // its own, the one before it is finished first.
   void Reducing(Unit* unit) const;
   mutable Unit* reducing_ = nullptr;
-  // Ends every collective under way (gathers, reductions).
+  // Ends every collective under way (gathers, reductions); frees the frozen units left
+  // whole by the last backward.
   void Settle();
+  // The block whose backward ended with its frozen units whole (Unit::Accumulated); freed
+  // when another block is acquired.
+  mutable Unit* frozen_left_ = nullptr;
+  void FreeFrozenLeft(const Unit* acquiring) const;
   mutable std::vector<std::pair<size_t, c10::DataPtr>> spare_;  // before units_: outlives their storages' use
 
   const std::vector<std::unique_ptr<Unit>> units_;

@@ -247,14 +247,20 @@ TEST_F(ShardedAdamWTest, Bf16ReductionTakesTheSameStepsWithEverySharding) {
 }
 
 // LoRA (model.adapter) on 2 ranks with sharding full: each block's unit is its A and B
-// matrices (the frozen base stays whole), and 20 steps end where unsharded LoRA ends.
+// matrices, its frozen base cut beside them (AddFrozen), and 20 steps end where unsharded
+// LoRA ends: BERT's classifier in float32, and the causal Llama on a bf16 base under bf16
+// autocast with every block recomputed in backward (the frozen bf16 and float32 ranges
+// gathered again for the recompute).
 TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
+ for (const bool llama : {false, true}) {
+  SCOPED_TRACE(llama ? "llama on a bf16 base" : "bert");
   auto config = [&](const std::string& name) {
-    TrainConfig c = Classifier(name, *encoders_ + "/bert");
+    TrainConfig c = llama ? Llama(name + "_llama") : Classifier(name, *encoders_ + "/bert");
     c.model.adapter.type = "lora";
     c.model.adapter.r = 4;
     c.model.adapter.alpha = 8;
-    c.train.checkpoint_every_blocks = 0;
+    if (llama) c.model.base_precision = "bf16";
+    else c.train.checkpoint_every_blocks = 0;
     return c;
   };
   // The adapter starts from a folder, not from random draws: the rank threads share one
@@ -274,6 +280,7 @@ TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
   ExpectClose(final_params(sharded), final_params(ddp), "lora");
   for (const auto& st : starts)  // the adapter's and the head's moments cut in two, give or take padding
     EXPECT_LT(st.Number("optimizer_state_bytes"), 0.75 * ddp_starts[0].Number("optimizer_state_bytes"));
+ }
 }
 
 // A sharded run's checkpoint written by 4 ranks, resumed at its step 6 on 2 ranks (two
@@ -512,6 +519,94 @@ TEST(ShardedAdamWUnitTest, AFullyShardedBlockIsFreedGatheredAndStepsAsAWholeAdam
   for (int r = 0; r < world; ++r)
     for (size_t i = 0; i < shapes.size(); ++i)
       EXPECT_LE((got[r][i] - want[i].detach()).abs().max().item<double>(), 1e-6) << "rank " << r << " tensor " << i;
+}
+
+// An adapter's frozen base under sharding full (AddFrozen), on 2 ranks through BlockPlan:
+// two blocks, each a frozen bf16 weight and a frozen float32 norm around a trainable LoRA
+// pair (out = x + y W^T + y A^T B^T, y = x * norm). Sharded, the frozen tensors hold no
+// memory. In backward the norm of block 1 computes its input's gradient after the block's
+// last trainable gradient was accumulated (A and B already reduced and freed): its weight
+// and W must still be whole then. Every frozen tensor is freed when backward ends; one
+// step equals a whole AdamW's on the averaged gradients, and the frozen values are kept.
+TEST(ShardedAdamWUnitTest, AnAdaptersFrozenBaseIsCutWithItsBlockAndWholeUntilTheBlocksInputGradient) {
+  const int world = 2;
+  const int64_t d = 8, rank_r = 2;
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> init;  // per block: W, norm, A, B
+  for (int b = 0; b < 2; ++b) {
+    init.push_back(torch::randn({d, d}).to(torch::kBFloat16));
+    init.push_back(1 + 0.1 * torch::randn({d}));
+    init.push_back(0.1 * torch::randn({rank_r, d}));
+    init.push_back(0.1 * torch::randn({d, rank_r}));
+  }
+  std::vector<torch::Tensor> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(torch::randn({3, d}));
+  // The loss of `x` through the blocks (params as init's layout), each run by `plan` when given.
+  using Hook = std::function<void(size_t block)>;
+  auto loss_of = [](const std::vector<torch::Tensor>& p, const torch::Tensor& x, BlockPlan* plan, Hook at_norm) {
+    torch::Tensor h = x;
+    for (size_t b = 0; b < 2; ++b) {
+      BlockForward block = [&p, b, at_norm](const torch::Tensor& in, const torch::Tensor&) {
+        torch::Tensor y = in * p[4 * b + 1];
+        if (y.requires_grad() && at_norm) y.register_hook([at_norm, b](const torch::Tensor&) { at_norm(b); });
+        return in + torch::matmul(y, p[4 * b].to(torch::kFloat).t()) +
+               torch::matmul(torch::matmul(y, p[4 * b + 2].t()), p[4 * b + 3].t());
+      };
+      h = plan != nullptr ? plan->Run(b, block, h, torch::Tensor()) : block(h, torch::Tensor());
+    }
+    return h.pow(2).mean();
+  };
+  const std::vector<size_t> trainable_at = {2, 3, 6, 7}, frozen_at = {0, 1, 4, 5};
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  std::vector<torch::Tensor> want;
+  for (size_t i : trainable_at) want.push_back(init[i].clone().requires_grad_(true));
+  for (int r = 0; r < world; ++r) {
+    std::vector<torch::Tensor> p = init;
+    for (size_t k = 0; k < trainable_at.size(); ++k) p[trainable_at[k]] = want[k];
+    (loss_of(p, inputs[r], nullptr, nullptr) / world).backward();  // the average over ranks
+  }
+  FusedAdamW whole(want, options);
+  whole.step();
+
+  const int port = testing::FreePort();
+  testing::RunRanks(world, [&](int r) {
+    auto group = ProcessGroup::Create(testing::Options(r, world, port));
+    std::vector<torch::Tensor> p;
+    for (size_t i = 0; i < init.size(); ++i) p.push_back(init[i].clone());
+    std::vector<torch::Tensor> trainable, frozen;
+    for (size_t i : trainable_at) trainable.push_back(p[i].requires_grad_(true));
+    for (size_t i : frozen_at) frozen.push_back(p[i]);
+    auto opt = FullyShardedAdamW::Create(trainable, {0, 0, 1, 1}, options, r, world);
+    EXPECT_EQ(opt->AddFrozen(frozen, {0, 0, 1, 1}), 2 * (d * d + d));
+    opt->set_group(group.get());
+    opt->Shard();
+    const auto freed = [&](size_t i) { return p[i].storage().nbytes() == 0; };
+    for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(freed(i)) << i << ": every block's tensor cut";
+    const FullyShardedAdamW::FrozenBytes bytes = opt->frozen_bytes();
+    EXPECT_EQ(bytes.whole, 2 * (d * d * 2 + d * 4));
+    // Each dtype's range is padded to shards of a multiple of 64 values: 64 a rank here.
+    EXPECT_EQ(bytes.largest_block, 128 * 2 + 128 * 4);
+    EXPECT_EQ(bytes.shards, 2 * (64 * 2 + 64 * 4));
+    EXPECT_EQ(bytes.held, bytes.shards + 2 * bytes.largest_block);  // two blocks: both whole at most
+    BlockPlan plan;
+    plan.sharded = opt->block_params(2);
+    int norms_seen = 0;
+    const Hook at_norm = [&](size_t b) {  // the norm's backward is next
+      ++norms_seen;
+      EXPECT_TRUE(freed(4 * b + 2) && freed(4 * b + 3)) << "block " << b << "'s A and B reduced before its norm's backward";
+      EXPECT_FALSE(freed(4 * b) || freed(4 * b + 1)) << "block " << b << "'s W and norm freed before its norm's backward";
+    };
+    loss_of(p, inputs[r], &plan, at_norm).backward();
+    EXPECT_EQ(norms_seen, 1);  // block 1's (block 0's input needs no gradient)
+    opt->ReduceGradients();
+    for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(freed(i)) << i << ": freed when backward ended";
+    opt->step();
+    opt->Unshard();
+    for (size_t k = 0; k < trainable_at.size(); ++k)
+      EXPECT_LE((p[trainable_at[k]].detach() - want[k].detach()).abs().max().item<double>(), 1e-6)
+          << "rank " << r << " tensor " << trainable_at[k];
+    for (size_t i : frozen_at) EXPECT_TRUE(torch::equal(p[i], init[i])) << "rank " << r << " frozen " << i;
+  });
 }
 
 // The export's walk: rank 0 asks for every parameter in order (GatherFor) and reads it
