@@ -38,7 +38,8 @@ struct Allocation {
   // How an ended allocation ended, for the attempt it served.
   enum class End {
     kDone,       // its steps exited (completed, failed, cancelled): said by the workers, if they ran it
-    kPreempted,  // the cluster took it back: preemption, its time limit
+    kPreempted,  // the cluster took it back: preemption
+    kTimeLimit,  // its time limit (resources.time_limit_minutes) ended it
     kNodeFail,   // a node failed
     kRefused,    // failed for what a retry meets again (the worker refused its flags): the job's error
   };

@@ -318,6 +318,15 @@ JobEntry* CurrentAttempt(JobTable* jobs, const std::string& job_id, int attempt)
   return entry;
 }
 
+// The step the job's current attempt started from: the least step its events record (the
+// newest checkpoint when it was queued, or the one its trainer said it resumed from).
+int64_t ResumedStep(const v1::Job& job) {
+  int64_t step = job.checkpoint_step();
+  for (const auto& ev : job.events())
+    if (ev.attempt() == job.attempt()) step = std::min(step, ev.step());
+  return step;
+}
+
 std::string Describe(const v1::ClusterAllocation& a) {
   return a.cluster() + " job " + a.id() + " " + a.state() + (a.nodes().empty() ? "" : " on " + a.nodes());
 }
@@ -349,6 +358,19 @@ Status Coordinator::AllocationEnded(const std::string& job_id, const v1::Cluster
   switch (how) {
     case AllocationEnd::kPreempted:
       attempts_->Requeue(entry, Clock::Duration::zero(), "the cluster took the allocation back (" + what + ")");
+      break;
+    case AllocationEnd::kTimeLimit:
+      if (entry->job.checkpoint_step() > ResumedStep(entry->job)) {
+        attempts_->Requeue(entry, Clock::Duration::zero(), "the allocation's time limit ended it (" + what + ")");
+      } else {
+        attempts_->FailAttempt(entry,
+                               "resources.time_limit_minutes: attempt " + std::to_string(allocation.attempt()) +
+                                   " reached its time limit without a new checkpoint (still step " +
+                                   std::to_string(entry->job.checkpoint_step()) +
+                                   "): a slice must leave time for set-up and a checkpoint; give more minutes (" +
+                                   what + ")",
+                               /*user_error=*/false, "time_limit");
+      }
       break;
     case AllocationEnd::kNodeFail:
       attempts_->FailAttempt(entry, "a node of the allocation failed (" + what + ")", /*user_error=*/false,

@@ -100,7 +100,11 @@ struct AllocationNeed {
 
 // How an allocation ended, as far as the attempt it served is concerned.
 enum class AllocationEnd {
-  kPreempted,  // the cluster took it back (preemption, time limit): a new attempt, no restart counted
+  kPreempted,  // the cluster took it back (preemption): a new attempt, no restart counted
+  // Its time limit ended it: a new attempt, no restart counted when the attempt committed
+  // a checkpoint past the one it resumed from; one that did not (a slice shorter than
+  // set-up and a step) counts a restart, so such slices end in FAILED, not for ever.
+  kTimeLimit,
   kNodeFail,   // a node failed: a restart (counted), away from that node
   kOther,      // ended before the attempt did (its workers exited or never came): a restart (counted)
 };

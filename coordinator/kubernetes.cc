@@ -157,7 +157,7 @@ Allocation AllocationOfJob(const json& job) {
         return a;
       }
       a.phase = Allocation::Phase::kEnded;
-      if (reason == "DeadlineExceeded") a.end = Allocation::End::kPreempted;
+      if (reason == "DeadlineExceeded") a.end = Allocation::End::kTimeLimit;
       if (reason == "PodFailurePolicy") a.end = Allocation::End::kRefused;
       return a;
     }

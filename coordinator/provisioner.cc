@@ -21,11 +21,13 @@ v1::ClusterAllocation ToProto(const char* cluster, const Allocation& a) {
 }
 
 AllocationEnd EndOf(const Allocation& a) {
+  if (a.end == Allocation::End::kTimeLimit) return AllocationEnd::kTimeLimit;  // its workers exit 143 too
   // Its workers exit 143 when the cluster's SIGTERM stopped them (before the time limit,
   // or a preemption's grace) after their ranks checkpointed: the cluster took it back.
   if (a.exit_code == kStoppedByCluster) return AllocationEnd::kPreempted;
   switch (a.end) {
     case Allocation::End::kPreempted: return AllocationEnd::kPreempted;
+    case Allocation::End::kTimeLimit: return AllocationEnd::kTimeLimit;
     case Allocation::End::kNodeFail: return AllocationEnd::kNodeFail;
     case Allocation::End::kDone: case Allocation::End::kRefused: break;
   }

@@ -281,7 +281,7 @@ StatusOr<std::vector<Allocation>> SlurmCluster::List() {
       case SlurmState::kRunning: case SlurmState::kUnknown: a.phase = Allocation::Phase::kRunning; break;
       case SlurmState::kPreempted: case SlurmState::kTimeout:
         a.phase = Allocation::Phase::kEnded;
-        a.end = Allocation::End::kPreempted;
+        a.end = job.state == SlurmState::kTimeout ? Allocation::End::kTimeLimit : Allocation::End::kPreempted;
         break;
       case SlurmState::kNodeFail:
         a.phase = Allocation::Phase::kEnded;

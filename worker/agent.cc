@@ -59,12 +59,36 @@ void Agent::RunOnce() {
 }
 
 void Agent::StopAll() {
+  for (const auto& [id, task] : tasks_) task->Stop();  // all at once: one grace, not one per task
+  if (!options_.allocation.job_id().empty() && registered_ && !released_) {
+    // The cluster ended the allocation (its time limit's or a preemption's SIGTERM): the
+    // ranks write a checkpoint as they stop. Reported once before leaving, so that the
+    // coordinator knows what the attempt achieved when it judges its end (a time slice
+    // without a new checkpoint counts a restart). At most the ranks' grace and a call each.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(options_.stop_grace_seconds * 1000) + 2000);
+    const auto all_finished = [this] {
+      return std::all_of(tasks_.begin(), tasks_.end(), [](const auto& t) { return t.second->finished(); });
+    };
+    while (!all_finished() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (const auto& [id, task] : tasks_) {
+      v1::ReportTaskRequest req;
+      req.set_name(options_.name);
+      *req.mutable_status() = task->Snapshot();
+      // Ranks stopped by the cluster exit 143, a failure to the task: the allocation's end,
+      // not this report, says how the attempt ended (a success stays one).
+      if (req.status().state() == v1::TASK_FAILED) req.mutable_status()->set_state(v1::TASK_RUNNING);
+      v1::ReportTaskResponse resp;
+      if (Status s = coordinator_->ReportTask(req, &resp); !s.ok())
+        NS_WARN("worker " << options_.name << ": the stopped " << id.first << "'s last report: " << s.ToString());
+    }
+  }
   std::map<TaskKey, std::unique_ptr<Task>> stopping;
   {
     std::lock_guard<std::mutex> lock(tasks_mu_);
     stopping.swap(tasks_);
   }
-  for (const auto& [id, task] : stopping) task->Stop();  // all at once: one grace, not one per task
   stopping.clear();  // each Task's destructor waits for its ranks and joins its thread
 }
 

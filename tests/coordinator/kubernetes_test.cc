@@ -157,7 +157,7 @@ TEST(KubernetesTest, AJobsStatusIsReadAsAnAllocation) {
   EXPECT_EQ(a.end, Allocation::End::kRefused);
   a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Failed"}, {"status", "True"}, {"reason", "DeadlineExceeded"}}}}}));
   EXPECT_EQ(a.phase, Allocation::Phase::kEnded);
-  EXPECT_EQ(a.end, Allocation::End::kPreempted);
+  EXPECT_EQ(a.end, Allocation::End::kTimeLimit);
   // At the deadline the Job controller deletes the pods (SIGTERM, then their grace period to
   // checkpoint): not over while they are terminating, so the next attempt resumes from the
   // checkpoint they are writing.

@@ -202,13 +202,60 @@ TEST_F(ProvisionerTest, AnEndedAllocationThatStaysListedIsDeletedOnceItsAttemptI
   const std::string id = Submit(1);
   Pass();
   RunOnAllocation(id, 0, "100");
-  cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "DeadlineExceeded").end = Allocation::End::kPreempted;
+  cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "Evicted").end = Allocation::End::kPreempted;
   Pass();
   EXPECT_EQ(Get(id).attempt(), 1);
   EXPECT_TRUE(cluster_.cancelled.empty());
   Pass();
   Pass();
   EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
+}
+
+// resources.time_limit_minutes is a time slice: an attempt whose limit ends it after a new
+// checkpoint goes on in a new attempt, uncounted; one that committed none since it started
+// (set-up longer than the slice) counts a restart, so such slices end in FAILED instead of
+// cycling for ever.
+TEST_F(ProvisionerTest, ATimeLimitWithoutANewCheckpointCountsARestart) {
+  const std::string id = Submit(3, "cpu", /*max_restarts=*/1);
+  Pass();
+  const auto checkpoint = [&](int attempt, int64_t step) {  // rank 0's report
+    v1::TaskStatus s;
+    s.mutable_task()->set_job_id(id);
+    s.mutable_task()->set_attempt(attempt);
+    s.set_state(v1::TASK_RUNNING);
+    s.set_resumed_step(attempt == 0 ? 0 : 30);
+    if (step > 0) s.set_checkpoint_step(step);
+    const v1::Job job = Get(id);
+    for (const auto& p : job.placements())
+      if (p.first_rank() == 0) ASSERT_TRUE(c_->ReportTask(p.worker(), s).ok());
+  };
+  const auto time_limit = [&](int attempt, const std::string& cluster_id) {
+    RunOnAllocation(id, attempt, cluster_id);
+    checkpoint(attempt, attempt == 0 ? 30 : 0);
+    cluster_.Show(cluster_id, id, attempt, Allocation::Phase::kEnded, "TIMEOUT").end = Allocation::End::kTimeLimit;
+    Pass();
+    return Get(id);
+  };
+  v1::Job job = time_limit(0, "100");  // checkpointed step 30 in its slice
+  EXPECT_EQ(job.checkpoint_step(), 30);
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("the allocation's time limit ended it (slurm job 100 TIMEOUT"), std::string::npos)
+      << job.reason();
+  Pass();
+  job = time_limit(1, "101");  // resumed from 30, cut before its next checkpoint
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_NE(job.reason().find("resources.time_limit_minutes: attempt 1 reached its time limit without a new "
+                              "checkpoint (still step 30)"),
+            std::string::npos)
+      << job.reason();
+  Pass();
+  job = time_limit(2, "102");  // again: no restart left
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_NE(job.reason().find("failed after 1 restarts: resources.time_limit_minutes: attempt 2"), std::string::npos)
+      << job.reason();
 }
 
 TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailureACountedOneElsewhere) {

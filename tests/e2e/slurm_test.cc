@@ -214,7 +214,7 @@ TEST_F(SlurmE2eTest, ATimeLimitSignalsEveryNodeFirstThenEndsTheAllocationInTimeo
     if (a.id == *id) {
       seen = true;
       EXPECT_EQ(a.phase, Allocation::Phase::kEnded);
-      EXPECT_EQ(a.end, Allocation::End::kPreempted);
+      EXPECT_EQ(a.end, Allocation::End::kTimeLimit);
       EXPECT_EQ(a.job_id, "j-timed");
     }
   EXPECT_TRUE(seen);

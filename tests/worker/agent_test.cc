@@ -288,6 +288,35 @@ TEST_F(AgentTest, ARepeatedAssignmentStartsOnceAndAStopReachesItsRanks) {
   ASSERT_TRUE(RunUntil(agent.get(), [&] { return fake_->reports.back().status().state() == v1::TASK_SUCCEEDED; }));
 }
 
+// A worker of a cluster allocation that the cluster stops (its time limit's or a
+// preemption's SIGTERM) reports its task once more after the ranks stopped: the checkpoint
+// they wrote while stopping reaches the coordinator before the worker exits (a time slice
+// is judged by it), as RUNNING: the ranks' exit 143 is the cluster's stop, and the
+// allocation's end says how the attempt ended.
+TEST_F(AgentTest, AnAllocationWorkerStoppedByTheClusterReportsTheCheckpointWrittenWhileStopping) {
+  options_.allocation.set_job_id("job-1");
+  options_.allocation.set_cluster_id("100");
+  v1::Assignment a = Assignment("job-1");
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path) << "#!/bin/sh\n"
+                                       << "trap 'echo \"{\\\"event\\\":\\\"checkpoint\\\",\\\"step\\\":7}\" >&3; exit 143' TERM\n"
+                                       << "echo '{\"event\":\"start\",\"total_steps\":10}' >&3\n"
+                                       << "echo '{\"event\":\"step\",\"step\":5,\"loss\":2.5}' >&3\n"
+                                       << "sleep 30 &\nwait\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+  auto agent = AgentAssigned(a);
+  ASSERT_TRUE(RunUntil(agent.get(), [&] {
+    return !fake_->reports.empty() && fake_->reports.back().status().progress().step() == 5;
+  }));
+  const std::atomic<bool> stop{true};  // SIGTERM to the worker
+  agent->Run(&stop);
+  const v1::TaskStatus& last = fake_->reports.back().status();
+  EXPECT_EQ(last.state(), v1::TASK_RUNNING);
+  EXPECT_EQ(last.checkpoint_step(), 7);
+  EXPECT_FALSE(agent->IsRunning("job-1"));
+}
+
 // Issue 45: an evaluation goes to the coordinator at once, not at the next interval (an
 // ASHA sweep judges trials by them, and a trial it pauses trains on until its stop comes
 // back), and a heartbeat follows kFollowUp later to fetch the decision; then the agent is
