@@ -318,13 +318,17 @@ JobEntry* CurrentAttempt(JobTable* jobs, const std::string& job_id, int attempt)
   return entry;
 }
 
-// The step the job's current attempt started from: the least step its events record (the
-// newest checkpoint when it was queued, or the one its trainer said it resumed from).
+// The step the job's current attempt started from: what its trainer said it resumed from
+// (TaskReports::TakeResumedStep's "attempt N ..." event), else the newest checkpoint when
+// the attempt began (its first event: queued, or the job accepted).
 int64_t ResumedStep(const v1::Job& job) {
-  int64_t step = job.checkpoint_step();
-  for (const auto& ev : job.events())
-    if (ev.attempt() == job.attempt()) step = std::min(step, ev.step());
-  return step;
+  const v1::JobEvent* first = nullptr;
+  for (const auto& ev : job.events()) {
+    if (ev.attempt() != job.attempt()) continue;
+    if (ev.reason().rfind("attempt ", 0) == 0) return ev.step();
+    if (first == nullptr) first = &ev;
+  }
+  return first != nullptr ? first->step() : 0;
 }
 
 std::string Describe(const v1::ClusterAllocation& a) {
@@ -360,7 +364,8 @@ Status Coordinator::AllocationEnded(const std::string& job_id, const v1::Cluster
       attempts_->Requeue(entry, Clock::Duration::zero(), "the cluster took the allocation back (" + what + ")");
       break;
     case AllocationEnd::kTimeLimit:
-      if (entry->job.checkpoint_step() > ResumedStep(entry->job)) {
+      // Held or preempted by the coordinator meanwhile: its stop, not the slice, ended it.
+      if (IsStopping(entry->job.state()) || entry->job.checkpoint_step() > ResumedStep(entry->job)) {
         attempts_->Requeue(entry, Clock::Duration::zero(), "the allocation's time limit ended it (" + what + ")");
       } else {
         attempts_->FailAttempt(entry,

@@ -172,6 +172,14 @@ StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     job.nodes = j.contains("nodes") ? SlurmString(j["nodes"]) : "";
     job.partition = j.contains("partition") ? SlurmString(j["partition"]) : "";
     job.exit_code = j.contains("exit_code") ? ExitCodeOf(j["exit_code"]) : 0;
+    // 23.02+ lists flags after the base state: a job COMPLETING still has processes
+    // (ranks writing their checkpoint), so it has not ended yet.
+    if (j.contains("job_state") && j["job_state"].is_array())
+      for (const json& flag : j["job_state"])
+        if (flag.is_string() && flag.get<std::string>() == "COMPLETING") job.state = SlurmState::kRunning;
+    job.start_time = j.contains("start_time") ? SlurmNumber(j["start_time"], 0) : 0;
+    job.end_time = j.contains("end_time") ? SlurmNumber(j["end_time"], 0) : 0;
+    job.time_limit_minutes = j.contains("time_limit") ? SlurmNumber(j["time_limit"], 0) : 0;
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -263,6 +271,21 @@ std::string SlurmCluster::DownNodes(const std::string& nodes) {
   return down == "n/a" ? "" : down;
 }
 
+// Whether the job ended because its time limit's warning (--signal's SIGTERM, `signal_seconds`
+// before the limit) stopped its steps: they exit 143 on it (the worker does, after its ranks
+// checkpoint), so Slurm says FAILED with exit code 143 at about the limit less the warning,
+// not TIMEOUT. Slurm may send the warning up to 60 s early (sbatch(1)); a SIGTERM before
+// that (a preemption's, an operator's) is not the limit's. One in the last minute before
+// the warning is taken for it.
+bool StoppedByTimeLimitWarning(const SlurmJob& job, int signal_seconds) {
+  constexpr int kStoppedBySignal = 128 + 15;
+  if (job.exit_code != kStoppedBySignal || job.time_limit_minutes <= 0 || job.start_time <= 0 ||
+      job.end_time < job.start_time)
+    return false;
+  const int64_t warned_at = job.time_limit_minutes * 60 - signal_seconds;
+  return job.end_time - job.start_time >= warned_at - 65;  // 60 s early at most, whole seconds
+}
+
 StatusOr<std::vector<Allocation>> SlurmCluster::List() {
   StatusOr<std::map<std::string, SlurmJob>> jobs = Poll();
   if (!jobs.ok()) return jobs.status();
@@ -290,6 +313,7 @@ StatusOr<std::vector<Allocation>> SlurmCluster::List() {
         break;
       case SlurmState::kCompleted: case SlurmState::kFailed: case SlurmState::kCancelled:
         a.phase = Allocation::Phase::kEnded;
+        if (StoppedByTimeLimitWarning(job, options_.signal_before_end_seconds)) a.end = Allocation::End::kTimeLimit;
         break;
     }
     allocations.push_back(std::move(a));

@@ -77,6 +77,8 @@ struct SlurmJob {
   std::string nodes;        // Slurm's host list ("n[1-2]"), empty while pending
   std::string partition;
   int exit_code = 0;        // the batch script's; 128 + N when killed by signal N
+  int64_t start_time = 0, end_time = 0;  // Unix seconds; 0: not yet (or not given)
+  int64_t time_limit_minutes = 0;        // 0: none given
 };
 
 // The jobs of a `squeue --json` output. INVALID_ARGUMENT naming what does not parse.

@@ -59,6 +59,10 @@ void Agent::RunOnce() {
 }
 
 void Agent::StopAll() {
+  // What each task was when the stop came: ranks running (their stop writes a checkpoint),
+  // ended (a result of its own), or still preparing (nothing to tell).
+  std::map<TaskKey, v1::TaskState> before;
+  for (const auto& [id, task] : tasks_) before[id] = task->Snapshot().state();
   for (const auto& [id, task] : tasks_) task->Stop();  // all at once: one grace, not one per task
   if (!options_.allocation.job_id().empty() && registered_ && !released_) {
     // The cluster ended the allocation (its time limit's or a preemption's SIGTERM): the
@@ -73,12 +77,15 @@ void Agent::StopAll() {
     while (!all_finished() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (const auto& [id, task] : tasks_) {
+      if (before[id] == v1::TASK_PREPARING) continue;  // as before: the allocation's end tells
       v1::ReportTaskRequest req;
       req.set_name(options_.name);
       *req.mutable_status() = task->Snapshot();
-      // Ranks stopped by the cluster exit 143, a failure to the task: the allocation's end,
-      // not this report, says how the attempt ended (a success stays one).
-      if (req.status().state() == v1::TASK_FAILED) req.mutable_status()->set_state(v1::TASK_RUNNING);
+      // Running ranks stopped by the cluster exit 143, a failure to the task: the
+      // allocation's end, not this report, says how the attempt ended (a success stays
+      // one, and a task that had ended before the stop reports its own result).
+      if (before[id] == v1::TASK_RUNNING && req.status().state() == v1::TASK_FAILED)
+        req.mutable_status()->set_state(v1::TASK_RUNNING);
       v1::ReportTaskResponse resp;
       if (Status s = coordinator_->ReportTask(req, &resp); !s.ok())
         NS_WARN("worker " << options_.name << ": the stopped " << id.first << "'s last report: " << s.ToString());

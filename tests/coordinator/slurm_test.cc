@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -234,6 +236,40 @@ TEST(SlurmTest, ANodeFailureNamesTheNodesSlurmHasDown) {
   ASSERT_EQ(fake.calls.size(), 2u);  // sinfo only for the failed one
   EXPECT_EQ(fake.calls[1], (std::vector<std::string>{"sinfo", "--noheader", "--nodes=n[1-2]",
                                                      "--states=down,drain,fail,no_respond", "--format=%N"}));
+}
+
+// resources.time_limit_minutes: the limit's warning (--signal, 120 s before it by default)
+// stops the worker, which exits 143 once its ranks checkpointed, so Slurm ends the job
+// FAILED 143 at about the limit less the warning: that is the time limit, as TIMEOUT is
+// (a command that ignores the warning). 143 early in the slice is not (a preemption's or
+// an operator's SIGTERM; the provisioner takes it as the cluster's stop). A job still
+// COMPLETING (23.02+ lists the flag after the state) has not ended.
+TEST(SlurmTest, TheTimeLimitsWarningOrTimeoutEndsAnAllocationAsItsTimeLimit) {
+  FakeRunner fake;
+  SlurmCluster cluster(SlurmOptions{}, &fake);
+  const int status143 = 143 << 8;  // 22.05's exit_code: the wait status
+  fake.answers = {CommandResult{0, R"({"jobs": [
+      {"job_id": 11, "name": "nightshift-j-1-a0", "job_state": "FAILED", "exit_code": )" + std::to_string(status143) +
+                                       R"(, "start_time": 1000, "end_time": 4480, "time_limit": 60},
+      {"job_id": 12, "name": "nightshift-j-2-a0", "job_state": "FAILED", "exit_code": )" + std::to_string(status143) +
+                                       R"(, "start_time": 1000, "end_time": 3000, "time_limit": 60},
+      {"job_id": 13, "name": "nightshift-j-3-a0", "job_state": ["TIMEOUT", "COMPLETING"],
+       "time_limit": {"set": true, "infinite": false, "number": 60}},
+      {"job_id": 14, "name": "nightshift-j-4-a0", "job_state": ["TIMEOUT"],
+       "exit_code": {"return_code": {"set": true, "infinite": false, "number": 0}}}]})",
+                                  ""}};
+  StatusOr<std::vector<Allocation>> listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  std::map<std::string, Allocation> by_id;
+  for (const Allocation& a : *listed) by_id[a.id] = a;
+  ASSERT_EQ(by_id.size(), 4u);
+  EXPECT_EQ(by_id["11"].phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(by_id["11"].end, Allocation::End::kTimeLimit);  // 3,480 s: the 60 minutes less the 120 s warning
+  EXPECT_EQ(by_id["12"].phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(by_id["12"].end, Allocation::End::kDone);       // 2,000 s into a 60-minute slice
+  EXPECT_EQ(by_id["12"].exit_code, 143);
+  EXPECT_EQ(by_id["13"].phase, Allocation::Phase::kRunning);  // its processes still stopping
+  EXPECT_EQ(by_id["14"].end, Allocation::End::kTimeLimit);
 }
 
 // --slurm-submit-as-owner: sbatch runs as the job's owner through sudo, with the

@@ -186,38 +186,47 @@ TEST_F(SlurmE2eTest, ARunningAllocationIsCancelledAndANodeCommandsExitCodeFailsI
 }
 
 // A real time limit (resources.time_limit_minutes: sbatch --time): Slurm sends SIGTERM to
-// every node's command --signal's seconds before it (each writes a file when it gets it,
-// and goes on), then ends the allocation TIMEOUT, which the coordinator takes as the
-// cluster taking it back (a new attempt, no restart counted). Slurm's one-minute minimum
-// and its time-limit checks make this take 60-100 s.
-TEST_F(SlurmE2eTest, ATimeLimitSignalsEveryNodeFirstThenEndsTheAllocationInTimeout) {
+// every node's command --signal's seconds before it (each writes a file when it gets it).
+// Two allocations side by side (each node has a CPU for both): one whose commands go on
+// ends TIMEOUT; one whose commands exit 143 on the warning, as the worker does once its
+// ranks checkpointed, ends FAILED with exit code 143 before the limit. The coordinator
+// reads both as the time limit (a new attempt; a restart counted only when the slice
+// committed no new checkpoint). Slurm's one-minute minimum and its time-limit checks make
+// this take 60-100 s.
+TEST_F(SlurmE2eTest, ATimeLimitSignalsEveryNodeFirstThenEndsTheAllocationAsItsTimeLimit) {
   SlurmOptions options = options_;
   options.signal_before_end_seconds = 30;
   SlurmCluster cluster(options, &runner_);
   const std::string out = (dir_ / "out").string();
-  AllocationRequest r = Request(
-      "j-timed", {"sh", "-c", "trap 'echo term >> " + out + "/term-$SLURM_NODEID' TERM; while :; do sleep 1; done"});
-  r.time_limit_minutes = 1;
-  StatusOr<std::string> id = cluster.Submit(r);
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto command = [&](const std::string& name, const std::string& then) {
+    return std::vector<std::string>{
+        "sh", "-c", "trap 'echo term >> " + out + "/" + name + "-$SLURM_NODEID" + then + "' TERM; while :; do sleep 1; done"};
+  };
+  AllocationRequest timed = Request("j-timed", command("timed", "")), warned = Request("j-warned", command("warned", "; exit 143"));
+  timed.time_limit_minutes = warned.time_limit_minutes = 1;
+  StatusOr<std::string> timed_id = cluster.Submit(timed), warned_id = cluster.Submit(warned);
+  ASSERT_TRUE(timed_id.ok()) << timed_id.status().ToString();
+  ASSERT_TRUE(warned_id.ok()) << warned_id.status().ToString();
   const auto started = std::chrono::steady_clock::now();
+  const SlurmJob stopped = WaitFor(*warned_id, [](const SlurmJob& j) { return j.state == SlurmState::kFailed; },
+                                   "ended on the warning", 180);
+  EXPECT_EQ(stopped.exit_code, 143);
   const SlurmJob ended =
-      WaitFor(*id, [](const SlurmJob& j) { return j.state == SlurmState::kTimeout; }, "timed out", 180);
+      WaitFor(*timed_id, [](const SlurmJob& j) { return j.state == SlurmState::kTimeout; }, "timed out", 180);
   EXPECT_EQ(ended.slurm_state, "TIMEOUT");
   EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::seconds(50));  // not the partition's limit
-  for (const char* node : {"term-0", "term-1"})
+  for (const char* node : {"timed-0", "timed-1", "warned-0", "warned-1"})
     EXPECT_TRUE(fs::exists(dir_ / "out" / node)) << node << ": the node's command never got SIGTERM";
   StatusOr<std::vector<Allocation>> listed = cluster.List();
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
-  bool seen = false;
+  int seen = 0;
   for (const Allocation& a : *listed)
-    if (a.id == *id) {
-      seen = true;
-      EXPECT_EQ(a.phase, Allocation::Phase::kEnded);
-      EXPECT_EQ(a.end, Allocation::End::kTimeLimit);
-      EXPECT_EQ(a.job_id, "j-timed");
+    if (a.id == *timed_id || a.id == *warned_id) {
+      ++seen;
+      EXPECT_EQ(a.phase, Allocation::Phase::kEnded) << a.job_id;
+      EXPECT_EQ(a.end, Allocation::End::kTimeLimit) << a.job_id << " " << a.state << " exit " << a.exit_code;
     }
-  EXPECT_TRUE(seen);
+  EXPECT_EQ(seen, 2);
 }
 
 // An unknown partition (from the operator's priority table) is refused at submission: the

@@ -460,8 +460,8 @@ ModelStateBytes StateBytes(const Run& run) {
     b.parameters += held - whole;
     b.gradients = held;
     b.optimizer_state = double(run.full->state_bytes());
-    // An adapter's frozen base in the blocks: its shards, and up to three blocks whole in
-    // backward (fully_sharded.h)
+    // An adapter's frozen base in the blocks: its shards, and up to two blocks whole
+    // (fully_sharded.h)
     const FullyShardedAdamW::FrozenBytes frozen = run.full->frozen_bytes();
     b.parameters += double(frozen.held - frozen.whole);
   }

@@ -229,7 +229,9 @@ class FullyShardedAdamW::Unit : public BlockParams {
     StartReduce(*owner_->group_);
     if (!owner_->sharded_) return;
     FreeOwn();
-    if (!frozen_.empty()) owner_->frozen_left_ = this;
+    if (frozen_.empty()) return;
+    owner_->FreeFrozenLeft(this);  // one block's base left whole at a time
+    owner_->frozen_left_ = this;
   }
   void FreeFrozen() {
     for (auto& f : frozen_) f->Free();
@@ -554,7 +556,7 @@ FullyShardedAdamW::FrozenBytes FullyShardedAdamW::frozen_bytes() const {
     b.largest_block = std::max(b.largest_block, block);
     blocks += unit->frozen_units().empty() ? 0 : 1;
   }
-  b.held = b.shards + std::min<int64_t>(3, blocks) * b.largest_block;
+  b.held = b.shards + std::min<int64_t>(2, blocks) * b.largest_block;
   return b;
 }
 

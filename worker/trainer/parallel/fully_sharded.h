@@ -44,8 +44,9 @@
 // they stay whole until the next block's parameters are acquired (that is after the
 // gradient of this block's input, the last thing that reads them) or the backward ends,
 // since a node that reads a frozen weight only for its input's gradient (the block's first
-// norm) may run after the last trainable gradient was accumulated. So up to three blocks'
-// frozen parameters are whole at once in backward. Frozen parameters outside the blocks
+// norm) may run after the last trainable gradient was accumulated. Acquiring the next block
+// frees them before that block prefetches the one after, so up to two blocks' frozen
+// parameters are whole at once, as with the trainable ones. Frozen parameters outside the blocks
 // (embeddings, a frozen head), or of a block with nothing trainable, stay whole.
 //
 // Whole and sharded. Create leaves every parameter whole and as it was (loading, the
@@ -129,7 +130,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   int64_t state_bytes() const { return 2 * shard_bytes(); }
   // The frozen units' bytes: their parameters whole, this rank's shards of them, the
   // largest block's (all of its dtypes, padded) gathered, and what a rank holds at most:
-  // its shards and three blocks gathered (as many as there are, if fewer).
+  // its shards and two blocks gathered (one, if there is only one).
   struct FrozenBytes {
     int64_t whole = 0, shards = 0, largest_block = 0, held = 0;
   };
