@@ -236,24 +236,33 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
   }
   // The Secret and Service become the Job's (ownerReferences): Kubernetes' garbage
   // collector deletes them with it, whoever deletes it (a person, or after a coordinator
-  // that never came back); Cancel deletes them anyway. Best effort: the Job runs either
-  // way, and once it is listed it is followed, never submitted again.
-  const json owned = {{"metadata",
-                       {{"ownerReferences",
-                         {{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", name}, {"uid", job_uid}}}}}}};
-  for (const std::string& kind : owned_kinds) {
-    const std::string path = CollectionPath(options_, kind) + "/" + name;
-    StatusOr<HttpResponse> r = job_uid.empty() ? StatusOr<HttpResponse>(Status::Unavailable("the Job has no metadata.uid"))
-                                               : api_->Call("PATCH", path, owned.dump(), options_.call_timeout_seconds);
-    if (!r.ok() || r->status != 200)
-      NS_WARN("kubernetes: " << path << " is not owned by its Job (deleted with the attempt only): "
-                             << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
-                             << (r.ok() && r->status == 403 ? " (apply deploy/kubernetes/rbac.yaml)" : ""));
-  }
+  // that never came back); Cancel deletes them anyway. The Job runs either way, and once
+  // it is listed it is followed, never submitted again: a failed patch is tried again at
+  // the next List.
+  for (const std::string& kind : owned_kinds)
+    if (!OwnByJob(name, job_uid, kind)) unowned_[name].insert(kind);
   return name;
 }
 
+bool KubernetesCluster::OwnByJob(const std::string& name, const std::string& uid, const std::string& kind) {
+  const std::string path = CollectionPath(options_, kind) + "/" + name;
+  const json owned = {
+      {"metadata", {{"ownerReferences", {{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", name}, {"uid", uid}}}}}}};
+  StatusOr<HttpResponse> r = uid.empty() ? StatusOr<HttpResponse>(Status::Unavailable("the Job has no metadata.uid"))
+                                         : api_->Call("PATCH", path, owned.dump(), options_.call_timeout_seconds);
+  if (r.ok() && (r->status == 200 || r->status == 404)) {
+    if (unowned_.count(name)) NS_INFO("kubernetes: " << path << " is owned by its Job now");
+    return true;
+  }
+  if (!unowned_.count(name) || !unowned_[name].count(kind))  // once, not at every List
+    NS_WARN("kubernetes: " << path << " is not owned by its Job yet (deleted with the attempt only until it is): "
+                           << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
+                           << (r.ok() && r->status == 403 ? " (apply deploy/kubernetes/rbac.yaml)" : ""));
+  return false;
+}
+
 Status KubernetesCluster::Cancel(const std::string& id) {
+  unowned_.erase(id);
   for (const std::string& path : {CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background",
                                   CollectionPath(options_, "Service") + "/" + id,
                                   CollectionPath(options_, "Secret") + "/" + id}) {
@@ -316,6 +325,16 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
   if (!s.ok()) {
     resource_version_.clear();  // list again next time
     return s;
+  }
+  // Secrets and Services whose ownerReferences patch failed: again while their Job is listed.
+  for (auto it = unowned_.begin(); it != unowned_.end();) {
+    auto job = jobs_.find(it->first);
+    if (job != jobs_.end()) {
+      const std::string uid = job->second.value("metadata", json::object()).value("uid", "");
+      for (auto kind = it->second.begin(); kind != it->second.end();)
+        kind = OwnByJob(it->first, uid, *kind) ? it->second.erase(kind) : std::next(kind);
+    }
+    it = it->second.empty() ? unowned_.erase(it) : std::next(it);
   }
   std::vector<Allocation> allocations;
   for (const auto& [name, job] : jobs_) allocations.push_back(AllocationOfJob(job));

@@ -15,6 +15,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,8 +71,9 @@ class KubernetesCluster : public ClusterAllocator {
   // INVALID_ARGUMENT with its message, and what was created before it is deleted; a 403
   // on the Secret is the coordinator's role's, UNAVAILABLE. Then the Secret and the
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
-  // Kubernetes deletes them with it; best effort: a failed patch is logged (Cancel still
-  // deletes them).
+  // Kubernetes deletes them with it; a failed patch does not fail the submission (the Job
+  // runs; Cancel still deletes them): it is tried again at each List while the Job is
+  // listed (in memory: a coordinator restart forgets it).
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
   // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
   Status Cancel(const std::string& id) override;
@@ -82,6 +84,12 @@ class KubernetesCluster : public ClusterAllocator {
  private:
   Status Relist();
   Status Watch();
+  // PATCHes `kind`'s object of attempt `name` to be owned by the Job of uid `uid`; true
+  // when it is (or is gone), else logged once per attempt and kind.
+  bool OwnByJob(const std::string& name, const std::string& uid, const std::string& kind);
+  // The attempts whose Secret or Service is not owned yet, and those kinds (Submit);
+  // tried again while their Job is listed, forgotten when owned or cancelled.
+  std::map<std::string, std::set<std::string>> unowned_;
   const KubernetesOptions options_;
   HttpApi* const api_;
   std::map<std::string, nlohmann::json> jobs_;  // by name, as last seen
@@ -90,8 +98,7 @@ class KubernetesCluster : public ClusterAllocator {
 
 // A Job as an allocation: Complete -> ended; Failed -> ended once no pod is active or
 // terminating (status.terminating, Kubernetes 1.29+; running until then: pods deleted at a
-// deadline checkpoint in their grace period) (DeadlineExceeded: preempted, the time
-// limit; PodFailurePolicy: refused, the bad-spec exit code); Suspended (Kueue has
+// deadline checkpoint in their grace period) (DeadlineExceeded: its time limit; PodFailurePolicy: refused, the bad-spec exit code); Suspended (Kueue has
 // not admitted it, or took it back) -> pending with the condition's message; pods active
 // -> running; else pending.
 Allocation AllocationOfJob(const nlohmann::json& job);

@@ -360,6 +360,46 @@ TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
   EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
 }
 
+// A failed ownerReferences patch (a role without patch, a moment's error) does not fail
+// the submission; it is tried again at each List while the Job is listed, and not once
+// it has succeeded.
+TEST(KubernetesTest, AFailedOwnershipPatchIsTriedAgainWhileTheJobIsListed) {
+  FakeApiServer server;
+  ASSERT_GT(server.port(), 0);
+  const KubernetesOptions o = server.Options();
+  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
+  KubernetesCluster cluster(o, api.get());
+  const auto call = [&](const std::string& method, const std::string& path) {
+    StatusOr<HttpResponse> r = api->Call(method, path, "", 10);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? json::parse(r->body, nullptr, false) : json();
+  };
+  call("POST", "/_test/forbid-patch/services");
+  StatusOr<std::string> id = cluster.Submit(Request());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto owners = [&](const std::string& kind) {
+    return call("GET", "/_test/objects/" + kind + "/ml/" + *id)["metadata"].value("ownerReferences", json::array());
+  };
+  EXPECT_TRUE(owners("services").empty());
+  EXPECT_EQ(owners("secrets").size(), 1u);
+  const auto patches = [&] {
+    int n = 0;
+    for (const json& r : call("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
+    return n;
+  };
+  ASSERT_TRUE(cluster.List().ok());  // still forbidden: tried, not owned
+  EXPECT_TRUE(owners("services").empty());
+  const int tried = patches();
+  call("POST", "/_test/forbid-patch/services");  // allowed again
+  ASSERT_TRUE(cluster.List().ok());
+  const json now = owners("services");
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0]["uid"], call("GET", "/_test/objects/jobs/ml/" + *id)["metadata"]["uid"]);
+  EXPECT_EQ(patches(), tried + 1);
+  ASSERT_TRUE(cluster.List().ok());
+  EXPECT_EQ(patches(), tried + 1);  // owned: not patched again
+}
+
 // In a cluster the API server speaks https with a certificate of the cluster's CA and wants
 // the service account's token, which the kubelet rotates in place: the options' ca_file
 // and token_file reach libcurl (a review once found the CA file passed as another field),
