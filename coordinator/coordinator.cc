@@ -322,13 +322,10 @@ JobEntry* CurrentAttempt(JobTable* jobs, const std::string& job_id, int attempt)
 // (TaskReports::TakeResumedStep's "attempt N ..." event), else the newest checkpoint when
 // the attempt began (its first event: queued, or the job accepted).
 int64_t ResumedStep(const v1::Job& job) {
-  const v1::JobEvent* first = nullptr;
-  for (const auto& ev : job.events()) {
-    if (ev.attempt() != job.attempt()) continue;
-    if (ev.reason().rfind("attempt ", 0) == 0) return ev.step();
-    if (first == nullptr) first = &ev;
-  }
-  return first != nullptr ? first->step() : 0;
+  if (const v1::JobEvent* resumed = ResumedEvent(job)) return resumed->step();
+  for (const auto& ev : job.events())
+    if (ev.attempt() == job.attempt()) return ev.step();
+  return 0;
 }
 
 std::string Describe(const v1::ClusterAllocation& a) {

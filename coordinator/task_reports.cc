@@ -176,6 +176,12 @@ bool TaskReports::TakeStopReason(const v1::TaskStatus& status, v1::Job* job) {
   return true;
 }
 
+const v1::JobEvent* ResumedEvent(const v1::Job& job) {
+  for (const auto& ev : job.events())
+    if (ev.attempt() == job.attempt() && ev.reason().rfind("attempt ", 0) == 0) return &ev;
+  return nullptr;
+}
+
 // The step the attempt's trainer says it resumed from is what the record shows: one event
 // per attempt (restarts, or a first attempt that found a checkpoint), and the job's
 // checkpoint becomes that step when it differs from the newest one reported before (the
@@ -183,8 +189,7 @@ bool TaskReports::TakeStopReason(const v1::TaskStatus& status, v1::Job* job) {
 bool TaskReports::TakeResumedStep(const v1::TaskStatus& status, JobEntry* entry) {
   v1::Job& job = entry->job;
   if (!status.has_resumed_step() || (job.attempt() == 0 && status.resumed_step() == 0)) return false;
-  for (const auto& ev : job.events())
-    if (ev.attempt() == job.attempt() && ev.reason().rfind("attempt ", 0) == 0) return false;  // told already
+  if (ResumedEvent(job) != nullptr) return false;  // told already
   const int64_t step = status.resumed_step();
   std::string reason = "attempt " + std::to_string(job.attempt()) +
                        (step > 0 ? " resumed from step " + std::to_string(step) : " started from step 0 (no checkpoint)");

@@ -23,6 +23,10 @@
 
 namespace nightshift {
 
+// The current attempt's "attempt N resumed from step S" (or "... started from step 0")
+// event, which TaskReports writes once from rank 0's first report; null before it.
+const v1::JobEvent* ResumedEvent(const v1::Job& job);
+
 class TaskReports {
  public:
   // `clock`, `jobs` and `attempts` are not owned and must outlive this.

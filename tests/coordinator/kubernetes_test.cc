@@ -225,17 +225,27 @@ class FakeApiServer {
   int port_ = 0;
 };
 
-TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
-  FakeApiServer server;
-  ASSERT_GT(server.port(), 0);
-  const KubernetesOptions o = server.Options();
-  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
-  KubernetesCluster cluster(o, api.get());
-  const auto call = [&](const std::string& method, const std::string& path, const std::string& body) {
+// A cluster talking to a fake API server of its own over plain http; Call() reaches the
+// server directly (its /_test/ routes set the scene and show what the cluster did).
+class KubernetesApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GT(server.port(), 0); }
+  HttpResponse Call(const std::string& method, const std::string& path, const std::string& body = "") {
     StatusOr<HttpResponse> r = api->Call(method, path, body, 10);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : HttpResponse{};
-  };
+  }
+  json CallJson(const std::string& method, const std::string& path) {
+    return json::parse(Call(method, path).body, nullptr, false);
+  }
+
+  FakeApiServer server;
+  const KubernetesOptions o = server.Options();
+  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
+  KubernetesCluster cluster{o, api.get()};
+};
+
+TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
 
   StatusOr<std::vector<Allocation>> listed = cluster.List();  // the first list
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
@@ -247,13 +257,13 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, *id);
   const std::string secret = "/_test/objects/secrets/ml/" + *id;
-  EXPECT_EQ(json::parse(call("GET", secret, "").body)["stringData"]["token"], Request().token);
+  EXPECT_EQ(json::parse(Call("GET", secret, "").body)["stringData"]["token"], Request().token);
   // The Secret and the Service are the Job's: deleted with it by Kubernetes.
-  const json job_object = json::parse(call("GET", "/_test/objects/jobs/ml/" + *id, "").body);
+  const json job_object = json::parse(Call("GET", "/_test/objects/jobs/ml/" + *id, "").body);
   const std::string uid = job_object["metadata"].value("uid", "");
   ASSERT_FALSE(uid.empty());
   for (const std::string kind : {"secrets", "services"}) {
-    const json owned = json::parse(call("GET", "/_test/objects/" + kind + "/ml/" + *id, "").body);
+    const json owned = json::parse(Call("GET", "/_test/objects/" + kind + "/ml/" + *id, "").body);
     EXPECT_EQ(owned["metadata"]["ownerReferences"],
               json::array({{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", *id}, {"uid", uid}}}))
         << kind << " " << owned.dump();
@@ -264,15 +274,15 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].phase, Allocation::Phase::kPending);
-  EXPECT_EQ(call("POST", "/_test/jobs/ml/" + *id + "/status", R"({"active": 2, "ready": 2})").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/jobs/ml/" + *id + "/status", R"({"active": 2, "ready": 2})").status, 200);
   listed = cluster.List();
   ASSERT_TRUE(listed.ok() && listed->size() == 1u);
   EXPECT_EQ((*listed)[0].phase, Allocation::Phase::kRunning);
 
   // A gap: the history is compacted and the Job completes; the watch answers 410 and the
   // cluster lists again, seeing the end.
-  EXPECT_EQ(call("POST", "/_test/compact", "").status, 200);
-  EXPECT_EQ(call("POST", "/_test/jobs/ml/" + *id + "/status", R"({"conditions": [{"type": "Complete", "status": "True"}]})")
+  EXPECT_EQ(Call("POST", "/_test/compact", "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/jobs/ml/" + *id + "/status", R"({"conditions": [{"type": "Complete", "status": "True"}]})")
                 .status,
             200);
   listed = cluster.List();
@@ -282,8 +292,8 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
 
   // Deleted, its Secret too: gone from the watch; deleting again is no error (404).
   EXPECT_TRUE(cluster.Cancel(*id).ok());
-  EXPECT_EQ(call("GET", secret, "").status, 404);
-  EXPECT_EQ(call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
+  EXPECT_EQ(Call("GET", secret, "").status, 404);
+  EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
   EXPECT_TRUE(cluster.Cancel(*id).ok());
   listed = cluster.List();
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
@@ -291,19 +301,19 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
 
   // A role that may not make Secrets (one from before they were made): the coordinator's
   // trouble, retried (UNAVAILABLE naming rbac.yaml), never the job's error.
-  EXPECT_EQ(call("POST", "/_test/forbid/secrets", "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/forbid/secrets", "").status, 200);
   const Status forbidden = cluster.Submit(Request()).status();
   EXPECT_EQ(forbidden.code(), Status::kUnavailable) << forbidden.ToString();
   EXPECT_NE(forbidden.message().find("deploy/kubernetes/rbac.yaml"), std::string::npos) << forbidden.ToString();
-  EXPECT_EQ(call("POST", "/_test/forbid/secrets", "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/forbid/secrets", "").status, 200);
   // A Job refused for good (403: a quota or an admission webhook) fails the job, and the
   // Secret and Service made before it are deleted (they would never be listed).
-  EXPECT_EQ(call("POST", "/_test/forbid/jobs", "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
   const Status refused = cluster.Submit(Request()).status();
   EXPECT_EQ(refused.code(), Status::kInvalidArgument) << refused.ToString();
-  EXPECT_EQ(call("GET", secret, "").status, 404);
-  EXPECT_EQ(call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
-  EXPECT_EQ(call("POST", "/_test/forbid/jobs", "").status, 200);
+  EXPECT_EQ(Call("GET", secret, "").status, 404);
+  EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
+  EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
 
   // Objects the API refuses (422) are the job's error, not a retry.
   AllocationRequest bad = Request();
@@ -312,7 +322,7 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
   no_image.image = "";
   EXPECT_EQ(KubernetesCluster(no_image, api.get()).Submit(bad).status().code(), Status::kInvalidArgument);
 
-  const json requests = json::parse(call("GET", "/_test/requests", "").body);
+  const json requests = json::parse(Call("GET", "/_test/requests", "").body);
   bool watched_from_a_version = false, listed_again = false;
   int lists = 0;
   for (const json& r : requests) {
@@ -331,19 +341,11 @@ TEST(KubernetesTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi) {
 // is someone else too) takes its Secret and Service with it: the fake API server does
 // the garbage collector's work by ownerReferences' uid, so this holds only if ours name
 // the Job that was made, also when it was adopted (made before: 409, read back).
-TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
-  FakeApiServer server;
-  ASSERT_GT(server.port(), 0);
-  const KubernetesOptions o = server.Options();
-  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
-  KubernetesCluster cluster(o, api.get());
+TEST_F(KubernetesApiTest, TheSecretAndServiceGoWithTheirJob) {
   ASSERT_TRUE(cluster.Submit(Request()).ok());
   StatusOr<std::string> id = cluster.Submit(Request());  // all three adopted, patched again
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  const auto status = [&](const std::string& method, const std::string& path) {
-    StatusOr<HttpResponse> r = api->Call(method, path, "", 10);
-    return r.ok() ? r->status : -1;
-  };
+  const auto status = [&](const std::string& method, const std::string& path) { return Call(method, path).status; };
   EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 200);
   EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
   EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 404);
@@ -363,38 +365,28 @@ TEST(KubernetesTest, TheSecretAndServiceGoWithTheirJob) {
 // A failed ownerReferences patch (a role without patch, a moment's error) does not fail
 // the submission; it is tried again at each List while the Job is listed, and not once
 // it has succeeded.
-TEST(KubernetesTest, AFailedOwnershipPatchIsTriedAgainWhileTheJobIsListed) {
-  FakeApiServer server;
-  ASSERT_GT(server.port(), 0);
-  const KubernetesOptions o = server.Options();
-  std::unique_ptr<HttpApi> api = MakeKubernetesApi(o);
-  KubernetesCluster cluster(o, api.get());
-  const auto call = [&](const std::string& method, const std::string& path) {
-    StatusOr<HttpResponse> r = api->Call(method, path, "", 10);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? json::parse(r->body, nullptr, false) : json();
-  };
-  call("POST", "/_test/forbid-patch/services");
+TEST_F(KubernetesApiTest, AFailedOwnershipPatchIsTriedAgainWhileTheJobIsListed) {
+  Call("POST", "/_test/forbid-patch/services");
   StatusOr<std::string> id = cluster.Submit(Request());
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   const auto owners = [&](const std::string& kind) {
-    return call("GET", "/_test/objects/" + kind + "/ml/" + *id)["metadata"].value("ownerReferences", json::array());
+    return CallJson("GET", "/_test/objects/" + kind + "/ml/" + *id)["metadata"].value("ownerReferences", json::array());
   };
   EXPECT_TRUE(owners("services").empty());
   EXPECT_EQ(owners("secrets").size(), 1u);
   const auto patches = [&] {
     int n = 0;
-    for (const json& r : call("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
+    for (const json& r : CallJson("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
     return n;
   };
   ASSERT_TRUE(cluster.List().ok());  // still forbidden: tried, not owned
   EXPECT_TRUE(owners("services").empty());
   const int tried = patches();
-  call("POST", "/_test/forbid-patch/services");  // allowed again
+  Call("POST", "/_test/forbid-patch/services");  // allowed again
   ASSERT_TRUE(cluster.List().ok());
   const json now = owners("services");
   ASSERT_EQ(now.size(), 1u);
-  EXPECT_EQ(now[0]["uid"], call("GET", "/_test/objects/jobs/ml/" + *id)["metadata"]["uid"]);
+  EXPECT_EQ(now[0]["uid"], CallJson("GET", "/_test/objects/jobs/ml/" + *id)["metadata"]["uid"]);
   EXPECT_EQ(patches(), tried + 1);
   ASSERT_TRUE(cluster.List().ok());
   EXPECT_EQ(patches(), tried + 1);  // owned: not patched again
