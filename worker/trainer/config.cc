@@ -358,6 +358,7 @@ std::string ReadRankInfo(RankInfo* info) {
     err = read_int("NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", 0, kI64, &r.faults.oom_above_tokens);
   if (err.empty())
     err = read_int("NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP", 0, kI64, &r.faults.nan_loss_from_step);
+  if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_NAN_LOSSES", 0, kI64, &r.faults.nan_losses);
   if (err.empty()) err = read_int("NIGHTSHIFT_MEMORY_LIMIT_BYTES", 0, kI64, &r.memory_limit_bytes);
   if (!err.empty()) return err;
   if (err.empty()) err = read_int("TORCHELASTIC_RESTART_COUNT", 0, kI32, &r.restart_count);

@@ -15,6 +15,8 @@ struct FaultPlan {
                                    // padded tokens runs out of memory before its forward
   int64_t nan_loss_from_step = 0;  // NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP: the loss of this
                                    // step and every later one counts as not finite
+  int64_t nan_losses = 0;          // NIGHTSHIFT_FAULT_NAN_LOSSES: only the first this many
+                                   // of those (0: all); a roll-back's steps run clean after
 };
 
 class FaultInjector {
@@ -25,13 +27,15 @@ class FaultInjector {
   void BeforeStep(int64_t step) const;
   // Throws the c10::OutOfMemoryError an allocator would, before a micro-batch's forward.
   void BeforeMicroBatch(int64_t padded_tokens) const;
-  // Whether step `step`'s loss is to be treated as not finite.
+  // Whether step `step`'s loss is to be treated as not finite (asked once a step).
   bool PoisonsLoss(int64_t step) const {
-    return plan_.nan_loss_from_step > 0 && step >= plan_.nan_loss_from_step;
+    if (plan_.nan_loss_from_step <= 0 || step < plan_.nan_loss_from_step) return false;
+    return plan_.nan_losses <= 0 || poisoned_++ < plan_.nan_losses;
   }
 
  private:
   FaultPlan plan_;
+  mutable int64_t poisoned_ = 0;  // losses poisoned so far (nan_losses)
 };
 
 // The out-of-memory error injection throws (a c10::OutOfMemoryError naming the limit).

@@ -688,8 +688,17 @@ void Run::Advance(const StepBatches& step) {
 void Run::RollBack() {
   const std::string times = std::to_string(nan_guard.max_consecutive());
   std::string path;
-  if (full) full->Unshard();  // loaded whole, then cut again
-  if (!checkpoints->LoadLatest(*model, *optimizer, &position, &path))
+  bool loaded = false;
+  std::string gathered;
+  try {  // sharding full: each rank reads its shards, no block gathered
+    loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
+  } catch (const WholeParametersNeeded& e) {  // a checkpoint written unsharded: loaded whole, cut again
+    Log("%s", e.what());
+    gathered = " (written without sharding full: the blocks were gathered whole to load it)";
+    full->Unshard();
+    loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
+  }
+  if (!loaded)
     throw std::runtime_error("the loss was not finite for " + times +
                              " steps in a row and there is no checkpoint to roll back to; lower "
                              "spec.train.lr or use precision fp32");
@@ -697,7 +706,7 @@ void Run::RollBack() {
   if (full) full->Shard();
   SetCpuRngState(position.rng_cpu);
   position.lr_scale *= 0.5;
-  Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path +
+  Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path + gathered +
                      " and halved the learning rate");
 }
 

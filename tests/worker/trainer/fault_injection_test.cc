@@ -35,6 +35,13 @@ TEST(FaultInjectionTest, NanLossFromAStepOn) {
   EXPECT_FALSE(faults.PoisonsLoss(3));
   EXPECT_TRUE(faults.PoisonsLoss(4));
   EXPECT_TRUE(faults.PoisonsLoss(40));
+  // nan_losses: the first two steps so poisoned, then none (a roll-back's repeated steps run clean).
+  const FaultInjector twice(FaultPlan{.nan_loss_from_step = 4, .nan_losses = 2});
+  EXPECT_FALSE(twice.PoisonsLoss(3));
+  EXPECT_TRUE(twice.PoisonsLoss(4));
+  EXPECT_TRUE(twice.PoisonsLoss(5));
+  EXPECT_FALSE(twice.PoisonsLoss(6));
+  EXPECT_FALSE(twice.PoisonsLoss(4));
 }
 
 TEST(FaultInjectionDeathTest, AbortsBeforeThatStepOnly) {

@@ -67,20 +67,31 @@ bool SaveModel(torch::nn::Module& module, torch::serialize::OutputArchive& archi
 }
 
 // SaveModel's (and Module::save's) inverse: the parameters the archive lacks are listed in
-// *missing with their names; a missing buffer throws (c10::Error) naming it.
+// *missing with their names; a missing buffer throws (c10::Error) naming it. The `freed`
+// parameters are never written (listed as missing); an archive holding one throws
+// WholeParametersNeeded.
 void LoadModel(torch::nn::Module& module, torch::serialize::InputArchive& archive, bool trainable_only,
-               const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>* missing) {
+               const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>* missing,
+               const std::set<const c10::TensorImpl*>& freed) {
   torch::NoGradGuard no_grad;
-  for (auto& p : module.named_parameters(/*recurse=*/false))
-    if ((!trainable_only || p.value().requires_grad()) && !archive.try_read(p.key(), p.value()))
+  for (auto& p : module.named_parameters(/*recurse=*/false)) {
+    if (trainable_only && !p.value().requires_grad()) continue;
+    if (freed.count(p.value().unsafeGetTensorImpl()) != 0) {
+      if (torch::Tensor whole; archive.try_read(p.key(), whole))  // read aside: p stays as it is
+        throw WholeParametersNeeded("checkpoint: model.pt holds " + prefix + p.key() +
+                                    ", which this run holds in shards (written without sharding full)");
       missing->emplace_back(prefix + p.key(), p.value());
+    } else if (!archive.try_read(p.key(), p.value())) {
+      missing->emplace_back(prefix + p.key(), p.value());
+    }
+  }
   if (!trainable_only)
     for (auto& b : module.named_buffers(/*recurse=*/false)) archive.read(b.key(), b.value(), /*is_buffer=*/true);
   for (const auto& child : module.named_children()) {
     if (trainable_only && !HasTrainable(*child.value())) continue;
     torch::serialize::InputArchive sub;
     if (archive.try_read(child.key(), sub)) {
-      LoadModel(*child.value(), sub, trainable_only, prefix + child.key() + ".", missing);
+      LoadModel(*child.value(), sub, trainable_only, prefix + child.key() + ".", missing, freed);
       continue;
     }
     for (auto& p : child.value()->named_parameters())
@@ -468,15 +479,26 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
   std::vector<std::string> shards;
   for (const auto& [name, entry] : m.files)
     if (IsOptimizerShardFile(name)) shards.push_back(name);
+  // Sharding full between steps: the blocks' values go into the shards (LoadShards).
+  auto* sharded = dynamic_cast<ShardedOptimizerState*>(optimizer);
+  std::set<const c10::TensorImpl*> freed;
+  if (sharded != nullptr && sharded->ParametersFreed()) {
+    if (shards.empty())
+      throw WholeParametersNeeded("checkpoint: " + dir.string() + " has no optimizer shard files (written unsharded)");
+    for (const torch::Tensor& t : sharded->ParametersInShards()) freed.insert(t.unsafeGetTensorImpl());
+  }
   std::vector<std::pair<std::string, torch::Tensor>> missing;
   {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "model.pt").string(), device);
-    LoadModel(model, archive, HasFrozen(model), "", &missing);
+    LoadModel(model, archive, HasFrozen(model), "", &missing, freed);
   }
+  missing.erase(std::remove_if(missing.begin(), missing.end(),
+                               [&](const auto& m) { return freed.count(m.second.unsafeGetTensorImpl()) != 0; }),
+                missing.end());
   if (!missing.empty()) ReadParametersFromShards(dir, shards, model, missing);
   if (optimizer == nullptr) return p;
-  if (auto* sharded = dynamic_cast<ShardedOptimizerState*>(optimizer)) {
+  if (sharded != nullptr) {
     sharded->LoadShards(dir.string(), shards);
   } else if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer); adamw != nullptr && !shards.empty()) {
     // A sharded run's checkpoint resumed unsharded: the whole flat range, from every shard.
@@ -550,6 +572,8 @@ bool CheckpointManager::LoadLatest(torch::nn::Module& model, torch::optim::Optim
       if (path != nullptr) *path = dir.string();
       return true;
     } catch (const CheckpointVersionError&) {
+      throw;
+    } catch (const WholeParametersNeeded&) {
       throw;
     } catch (const std::exception& e) {
       // Out of memory says nothing about the checkpoint: an older one would lose the steps

@@ -56,6 +56,14 @@ class CheckpointVersionError : public PermanentError {
   using PermanentError::PermanentError;
 };
 
+// A load into an optimizer whose ParametersInShards are freed (sharding full between steps)
+// of a checkpoint that holds their values whole in model.pt (written without sharding
+// full): the caller gathers them (FullyShardedAdamW::Unshard) and loads again. Not damage.
+class WholeParametersNeeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // This attempt was superseded: a later attempt claimed the checkpoint folder.
 class FencedError : public std::runtime_error {
  public:
@@ -86,6 +94,10 @@ class ShardedOptimizerState {
   // model.pt (sharding full: the blocks', whole on no rank between their runs, so saving
   // gathers none of them); every load reads them back from the shards.
   virtual std::vector<torch::Tensor> ParametersInShards() const { return {}; }
+  // Whether ParametersInShards are freed now (each rank holds its shards only): a load then
+  // reads their values from the shard files into the shards (LoadShards) and never writes
+  // the parameters, or throws WholeParametersNeeded when the checkpoint has no such files.
+  virtual bool ParametersFreed() const { return false; }
 };
 
 struct CheckpointOptions {
@@ -125,7 +137,8 @@ class CheckpointManager {
   // file matches its recorded size and checksum, archives load) into model, optimizer
   // (built as when saved) and *position; a damaged one is skipped, with a warning on
   // stderr, for the one before it. False when there is none; throws when every one is
-  // damaged, and CheckpointVersionError at the first of a version it does not read.
+  // damaged, and CheckpointVersionError at the first of a version it does not read
+  // (WholeParametersNeeded likewise: see there).
   bool LoadLatest(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                   RunPosition* position, std::string* path = nullptr);
 

@@ -521,6 +521,28 @@ void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std
     st->exp_avg_sq(v);
     state()[shards_[u].unsafeGetTensorImpl()] = std::move(st);
   }
+  if (sharded_) LoadShardValues(dir, shards, ranges, device);
+}
+
+void FullyShardedAdamW::LoadShardValues(const std::string& dir, const std::vector<std::string>& shards,
+                                        const std::vector<std::pair<int64_t, int64_t>>& ranges, torch::Device device) {
+  if (group_ != nullptr) Settle();  // nothing may still write a storage or a gradient
+  std::vector<std::pair<int64_t, int64_t>> block_ranges;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u]->block()) block_ranges.push_back(ranges[u]);
+  const std::vector<FlatAdamState> values = ReadFlatRanges(dir, shards, block_ranges, total_, device, /*values=*/true);
+  for (size_t u = 0, b = 0; u < units_.size(); ++u) {
+    Unit& unit = *units_[u];
+    torch::Tensor shard = shards_[u];
+    if (!unit.block()) {  // the load wrote the parameters' own storages (InputArchive's set_)
+      if (!unit.Views()) unit.Build();
+      unit.TakeShard(rank_, shard);
+      continue;
+    }
+    const FlatAdamState& read = values[b++];
+    for (const Piece& p : unit.PiecesOf(rank_))
+      shard.narrow(0, p.shard_at, p.length).copy_(read.values.narrow(0, p.flat_at - read.begin, p.length));
+  }
 }
 
 int64_t FullyShardedAdamW::shard_bytes() const {

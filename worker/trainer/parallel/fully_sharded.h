@@ -51,9 +51,10 @@
 //
 // Whole and sharded. Create leaves every parameter whole and as it was (loading, the
 // first broadcast and resuming write into whole parameters); Shard() takes each rank's
-// shards from them and frees the blocks; Unshard() gathers every block again (before a
-// roll-back, whose load writes whole parameters, or, on rank 0 only, the export), and
-// Shard() frees them after.
+// shards from them and frees the blocks; Unshard() gathers every block again (on rank 0
+// only, for the export; or before a roll-back to a checkpoint written without sharding
+// full, whose model.pt holds the blocks whole), and Shard() frees them after. A roll-back
+// to a checkpoint of sharding full gathers nothing: LoadShards reads each rank's shards.
 //
 // Checkpoints. The shards' state is written as one file per unit and rank,
 // optimizer-shard-{unit x world + rank}-of-{units x world}.pt, each holding its values of
@@ -118,8 +119,12 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   torch::Tensor step(LossClosure closure = nullptr) override;
   void ExchangeShards(ShardSink* sink) override;
   std::vector<torch::Tensor> ParametersInShards() const override;  // the blocks'
+  bool ParametersFreed() const override { return sharded_; }
 
-  // No collective.
+  // No collective. Whole (before Shard(), or after Unshard()) the load has written every
+  // parameter and this reads the moments; sharded, it also reads the blocks' values into
+  // their shards (the blocks stay freed) and cuts the resident units' shards from the
+  // values the load wrote (a roll-back that gathers nothing).
   void LoadShards(const std::string& dir, const std::vector<std::string>& shards) override;
   const std::vector<torch::Tensor>& shards() const { return shards_; }
   // This rank's bytes: its shards (float32), the resident units whole, and the largest
@@ -173,6 +178,10 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   ProcessGroup* group_ = nullptr;
   bool sharded_ = false;
   bool reduce_bf16_ = false;
+  // LoadShards while sharded: the blocks' shards from the files' values (`ranges`: each
+  // unit's of this rank), the resident units' from their parameters.
+  void LoadShardValues(const std::string& dir, const std::vector<std::string>& shards,
+                       const std::vector<std::pair<int64_t, int64_t>>& ranges, torch::Device device);
   // The walk: gathers the blocks among units_[walk_, end), each freeing the one before.
   void WalkTo(size_t end);
   size_t walk_ = 0;          // the next unit the walk may gather

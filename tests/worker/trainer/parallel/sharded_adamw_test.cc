@@ -104,18 +104,28 @@ class ShardedAdamWTest : public ::testing::Test {
 
   // `world` ranks train `c` to its end (one checkpoint folder, rank 0 writes); returns each
   // rank's start record.
-  static std::vector<format::ProgressRecord> Train(TrainConfig c, int world, const std::string& sharding) {
+  static std::vector<format::ProgressRecord> Train(TrainConfig c, int world, const std::string& sharding,
+                                                   const FaultPlan& faults = {}, std::vector<std::string>* warnings = nullptr) {
     c.data_parallel.world_size = world;
     c.data_parallel.timeout_seconds = 60;
     c.data_parallel.sharding = sharding;
     std::vector<MemoryProgressSink> progress(world);
     std::vector<int> exit_codes(world, -1);
     if (world == 1) {
-      exit_codes[0] = RunTraining(c, RankInfo{}, progress[0]);
+      RankInfo rank;
+      rank.faults = faults;
+      exit_codes[0] = RunTraining(c, rank, progress[0]);
     } else {
       const int port = testing::FreePort();
-      testing::RunRanks(world, [&](int r) { exit_codes[r] = RunTraining(c, testing::LoopbackRank(r, world, port), progress[r]); });
+      testing::RunRanks(world, [&](int r) {
+        RankInfo rank = testing::LoopbackRank(r, world, port);
+        rank.faults = faults;
+        exit_codes[r] = RunTraining(c, rank, progress[r]);
+      });
     }
+    if (warnings != nullptr)
+      for (const auto& record : progress[0].records)
+        if (record.event == "warning") warnings->push_back(record.String("message"));
     std::vector<format::ProgressRecord> starts;
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(exit_codes[r], kExitOk) << "rank " << r << ": " << progress[r].records.back().String("message");
@@ -339,6 +349,61 @@ TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
     ExpectClose(Final(c), want, name);
   }
  }
+}
+
+// A roll-back under sharding full (five losses in a row not finite) to a checkpoint the run
+// wrote itself reads each rank's shards and gathers no block; to one written without
+// sharding full (resumed from, nothing saved since) it gathers the blocks to load it. Either
+// way the run goes on as today's data parallelism does from the same checkpoint.
+TEST_F(ShardedAdamWTest, ARollBackLoadsTheShardsAndEqualsDataParallel) {
+  FaultPlan faults;
+  faults.nan_losses = 5;
+  auto config = [&](const std::string& name) {
+    TrainConfig c = Classifier(name, *decoders_ + "/llama_cls", /*n_train=*/256);  // 32 batches an epoch
+    c.train.checkpoint_every_blocks = 0;
+    c.train.grad_clip = 1.0;
+    return c;
+  };
+  const auto rolled_back = [](const std::vector<std::string>& warnings) {
+    for (const std::string& w : warnings)
+      if (w.find("rolled back to") != std::string::npos) return w;
+    return std::string();
+  };
+  // Skipped steps change nothing, so a checkpoint written among them holds the state the
+  // roll-back starts from: here the last one (step 6) comes before a clean step (7). Steps
+  // 8-12 poisoned, and step 12 rolls back to step 6; steps 7-14 run at half the rate.
+  faults.nan_loss_from_step = 8;
+  std::vector<torch::Tensor> want;
+  for (const std::string sharding : {"none", "full"}) {
+    TrainConfig c = config("rollback_own_" + sharding);
+    Until(&c, 14);
+    c.checkpoint.every_steps = 6;
+    std::vector<std::string> warnings;
+    ASSERT_EQ(Train(c, 2, sharding, faults, &warnings).size(), 2u) << sharding;
+    const std::string w = rolled_back(warnings);
+    EXPECT_NE(w.find("step-00000006"), std::string::npos) << sharding << ": " << w;
+    EXPECT_EQ(w.find("gathered"), std::string::npos) << sharding << ": " << w;
+    if (sharding == "none") want = Final(c);
+    else ExpectClose(Final(c), want, "rolled back under full to its own checkpoint");
+  }
+  // A checkpoint of step 6 written without sharding (by DDP), resumed; nothing saved until
+  // the last step; the same steps poisoned.
+  TrainConfig first = config("rollback_unsharded_first");
+  Until(&first, 6);
+  ASSERT_EQ(Train(first, 2, "none").size(), 2u);
+  for (const std::string sharding : {"none", "full"}) {
+    TrainConfig c = config("rollback_unsharded_" + sharding);
+    Until(&c, 14);
+    fs::create_directories(c.checkpoint_dir);
+    fs::copy(first.checkpoint_dir + "/step-00000006", c.checkpoint_dir + "/step-00000006");
+    std::vector<std::string> warnings;
+    ASSERT_EQ(Train(c, 2, sharding, faults, &warnings).size(), 2u) << sharding;
+    const std::string w = rolled_back(warnings);
+    EXPECT_NE(w.find("step-00000006"), std::string::npos) << sharding << ": " << w;
+    EXPECT_EQ(w.find("the blocks were gathered whole") != std::string::npos, sharding == "full") << w;
+    if (sharding == "none") want = Final(c);
+    else ExpectClose(Final(c), want, "rolled back under full to an unsharded checkpoint");
+  }
 }
 
 // A limit between what a rank's parameters, gradients and AdamW state need unsharded and
