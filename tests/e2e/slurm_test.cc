@@ -252,13 +252,14 @@ TEST_F(SlurmE2eTest, AnImpossibleRequestIsRefusedOrWaitsWithSlurmsReason) {
 // A small classifier of `world_size` ranks, `steps` steps, checkpointed every 10; ranks
 // wait 300 s for a silent peer.
 std::string SpecYaml(const std::string& name, const std::string& data, int world_size, int steps, int priority = 0,
-                     int max_restarts = 2) {
+                     int max_restarts = 2, int time_limit_minutes = 0) {
   return "name: " + name + "\n"
          "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
          "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
          "train: {epochs: 1000, max_steps: " + std::to_string(steps) +
          ", lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
-         "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 300}\n"
+         "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 300" +
+         (time_limit_minutes > 0 ? ", time_limit_minutes: " + std::to_string(time_limit_minutes) : "") + "}\n"
          "checkpoint: {every_steps: 10, keep_last: 2}\n"
          "priority: " + std::to_string(priority) + "\n"
          "restart: {max_restarts: " + std::to_string(max_restarts) + "}\n";
@@ -307,9 +308,10 @@ class CoordinatorOnSlurm {
   }
   // Submits SpecYaml (on `data`, else the folder's own); its id ("" after ADD_FAILURE).
   std::string Submit(const std::string& name, int world_size, int steps, int priority = 0, int max_restarts = 2,
-                     const std::string& data = "") {
+                     const std::string& data = "", int time_limit_minutes = 0) {
     const std::string spec = files_.dir() + "/" + name + ".yaml";
-    std::ofstream(spec) << SpecYaml(name, data.empty() ? data_ : data, world_size, steps, priority, max_restarts);
+    std::ofstream(spec) << SpecYaml(name, data.empty() ? data_ : data, world_size, steps, priority, max_restarts,
+                                    time_limit_minutes);
     StatusOr<CommandResult> r = Cli({"job", "submit", spec});
     if (!r.ok() || r->exit_code != 0) {
       ADD_FAILURE() << (r.ok() ? r->out + r->err : r.status().ToString()) << log();
@@ -463,6 +465,31 @@ TEST_F(SlurmE2eTest, ASlurmPreemptionCheckpointsAndTheNextAttemptResumesWithoutA
   EXPECT_EQ(c.WaitForEnd(a, 60).state(), v1::CANCELLED);
   WaitFor(job.allocation().id(), [](const SlurmJob& j) { return j.state != SlurmState::kRunning && j.state != SlurmState::kPending; },
           "ended after the cancel");
+}
+
+// A job longer than its time slice (resources.time_limit_minutes: 1; the coordinator's
+// --slurm-signal-seconds 30): Slurm's warning stops the workers, whose ranks checkpoint on
+// the SIGTERM, and the allocation ends (FAILED 143, or TIMEOUT). The checkpoint moved past
+// the step the attempt started from, so the next attempt goes on in a new allocation
+// without a restart counted (with max_restarts 0 a counted one would fail the job) and
+// resumes from the newest checkpoint, the one written while stopping.
+TEST_F(SlurmE2eTest, ATimeSliceThatCheckpointedGoesOnInTheNextWithoutARestartCounted) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1,
+                       {"--slurm-signal-seconds", "30"});
+  const std::string id = c.Submit("sliced", 2, 100000, 0, /*max_restarts=*/0, "", /*time_limit_minutes=*/1);
+  v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) { return j.attempt() >= 1 || IsTerminal(j.state()); });
+  ASSERT_EQ(job.attempt(), 1) << job.DebugString() << c.log();
+  EXPECT_FALSE(IsTerminal(job.state())) << job.DebugString();
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_TRUE(HasEvent(job, "the allocation's time limit ended it (slurm job")) << job.DebugString();
+  const int64_t slice_end = job.checkpoint_step();
+  EXPECT_GT(slice_end, 0);
+  job = c.WaitFor(id, 240, [](const v1::Job& j) { return HasEvent(j, "attempt 1 resumed from step") || IsTerminal(j.state()); });
+  EXPECT_TRUE(HasEvent(job, "attempt 1 resumed from step " + std::to_string(slice_end))) << job.DebugString() << c.log();
+  EXPECT_FALSE(HasEvent(job, "the newest checkpoint reported was")) << job.DebugString();
+  EXPECT_EQ(job.restarts(), 0);
+  ASSERT_TRUE(c.Cli({"job", "cancel", id}).ok());
+  EXPECT_EQ(c.WaitForEnd(id, 60).state(), v1::CANCELLED);
 }
 
 // Three nodes, and a node is DOWN 10 s after it falls silent.
