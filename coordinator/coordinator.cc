@@ -74,7 +74,7 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
 }
 
 StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
-                                           const std::string& sweep_id) {
+                                           const std::string& sweep_id, const std::vector<int64_t>& await_steps) {
   NS_RETURN_IF_ERROR(JobTable::CheckRequestId(request_id));
   NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
   std::lock_guard<std::mutex> lock(mu_);
@@ -86,9 +86,20 @@ StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& 
   if (!job.ok() || job->sweep_id() == sweep_id) return job;
   JobEntry* entry = jobs_->Find(job->id());
   entry->job.set_sweep_id(sweep_id);
+  entry->job.mutable_await_steps()->Assign(await_steps.begin(), await_steps.end());
   jobs_->Persist(entry, /*sync=*/true);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   return entry->job;
+}
+
+Status Coordinator::Judged(const std::string& id, int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NS_RETURN_IF_ERROR(jobs_->store_error());
+  JobEntry* entry = jobs_->Find(id);
+  if (entry == nullptr || IsTerminal(entry->job.state()) || step <= entry->job.judged_step()) return Status::OK();
+  entry->job.set_judged_step(step);
+  jobs_->Persist(entry, /*sync=*/false);  // lost in a crash: the ranks' wait runs out, or the next judgement
+  return jobs_->store_error();
 }
 
 StatusOr<v1::Sweep> Coordinator::SubmitSweep(v1::SweepSpec spec, const std::string& owner,

@@ -84,6 +84,7 @@ struct HeartbeatReply {
   bool evict_cache_all = false;
   std::vector<v1::CheckpointCopy> copy_checkpoints;  // see Heartbeat
   bool release = false;  // to a worker of an allocation whose attempt is over: exit
+  std::vector<v1::TaskJudged> judged;  // see HeartbeatResponse.judged
 };
 
 // What an unfinished job needs from the cluster under the coordinator (--cluster slurm):
@@ -284,8 +285,12 @@ class Coordinator {
   // A trial: Submit with the sweep's id on the job (request_id makes it idempotent);
   // FAILED_PRECONDITION once the sweep is not RUNNING (CancelSweep cancels every
   // unfinished job with its id, so none runs on after it).
+  // `await_steps`: its ASHA rungs by steps (Job.await_steps).
   StatusOr<v1::Job> SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
-                                const std::string& sweep_id);
+                                const std::string& sweep_id, const std::vector<int64_t>& await_steps = {});
+  // The sweep judged the trial's evaluations up to `step` and the trial goes on
+  // (Job.judged_step; never lowered). Its waiting ranks hear it in their next heartbeat.
+  Status Judged(const std::string& id, int64_t step);
   // Holds a job: not placed while held (job.held_by says why); an active one is stopped
   // first (as preempted: its ranks checkpoint, no restart counted); under --cluster
   // slurm|kubernetes a queued one with an allocation for its attempt moves to a new attempt,

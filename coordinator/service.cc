@@ -424,6 +424,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
   out->set_evict_cache_all(reply->evict_cache_all);
   for (auto& c : reply->copy_checkpoints) *out->add_copy_checkpoints() = std::move(c);
   out->set_release(reply->release);
+  for (auto& j : reply->judged) *out->add_judged() = std::move(j);
   return timer.Done(grpc::Status::OK);
 }
 

@@ -135,6 +135,9 @@ struct SweepRunner::SweepPass {
       steps[t.job_id()] = {job->progress().step(), job->progress().total_steps() > 0 ? job->progress().total_steps()
                                                                                       : job->spec().train().max_steps()};
       NS_RETURN_IF_ERROR(Judge(&t, Asha() && !IsTerminal(job->state())));
+      // Judged and going on: ranks waiting at that rung go on (Coordinator::Judged).
+      if (Asha() && t.state() == v1::TRIAL_RUNNING && !IsTerminal(job->state()) && t.reported_step() > job->judged_step())
+        NS_RETURN_IF_ERROR(c->Judged(t.job_id(), t.reported_step()));
       if (job->state() == v1::SUCCEEDED) t.set_state(v1::TRIAL_COMPLETED);
       if (job->state() == v1::FAILED) t.set_state(v1::TRIAL_FAILED);
       if (job->state() == v1::CANCELLED) t.set_state(v1::TRIAL_CANCELLED);
@@ -168,6 +171,21 @@ struct SweepRunner::SweepPass {
     return Status::OK();
   }
 
+  // An ASHA trial's rungs by steps, up to its last step (a run its epochs end: the first
+  // 32), where its ranks wait for the judgement; none for rungs by epochs.
+  std::vector<int64_t> AwaitSteps(int64_t max_steps) const {
+    std::vector<int64_t> steps;
+    if (!Asha() || sweep.spec().asha().min_steps() <= 0) return steps;
+    for (int k = 0; k < 32; ++k) {
+      const int64_t step = asha.RungStep(k);
+      if (step <= 0 || step > (int64_t{1} << 40) || (max_steps > 0 && step >= max_steps) ||
+          (!steps.empty() && step <= steps.back()))
+        break;
+      steps.push_back(step);
+    }
+    return steps;
+  }
+
   // New trials while the budget and the parallelism allow.
   Status MakeTrials() {
     const v1::SweepSpec& spec = sweep.spec();
@@ -182,8 +200,8 @@ struct SweepRunner::SweepPass {
         return Status::OK();
       }
       job_spec->set_name(spec.name() + "-t" + std::to_string(index));
-      StatusOr<v1::Job> job =
-          c->SubmitTrial(*job_spec, sweep.owner(), sweep.id() + "-t" + std::to_string(index), sweep.id());
+      StatusOr<v1::Job> job = c->SubmitTrial(*job_spec, sweep.owner(), sweep.id() + "-t" + std::to_string(index),
+                                             sweep.id(), AwaitSteps(job_spec->train().max_steps()));
       if (job.status().code() == Status::kResourceExhausted) return Status::OK();  // the owner's job limit: later
       if (job.status().code() == Status::kFailedPrecondition) return Status::OK();  // cancelled meanwhile
       if (job.status().code() == Status::kInvalidArgument) {  // e.g. its request id taken by another spec

@@ -178,6 +178,10 @@ void Agent::HeartbeatOnce() {
   released_ = resp.release() && !options_.allocation.job_id().empty() && tasks_.empty();
   Evict(resp);
   StopTasks(resp);
+  for (const auto& j : resp.judged()) {
+    auto it = tasks_.find({j.task().job_id(), j.task().attempt()});
+    if (it != tasks_.end()) it->second->Judged(j.step());
+  }
   for (const auto& a : resp.start()) StartTask(a);
   if (copier_)
     for (const auto& c : resp.copy_checkpoints()) copier_->Request(c);

@@ -172,12 +172,28 @@ v1::Assignment WithResolvedModelFolders(v1::Assignment a) {
 
 }  // namespace
 
+std::string Task::JobDir() const {
+  return options_.work_dir + "/jobs/" + assignment_.task().job_id() + "/attempt-" +
+         std::to_string(assignment_.task().attempt());
+}
+
+std::string Task::JudgedFile() const { return JobDir() + "/judged-step"; }
+
+void Task::Judged(int64_t step) {
+  std::error_code ec;  // before Run() made the folder no rank waits yet: the next reply repeats it
+  if (assignment_.await_steps_size() == 0 || step <= judged_.load() || !fs::is_directory(JobDir(), ec)) return;
+  if (std::string err = io::WriteFileAtomically(JudgedFile(), std::to_string(step) + "\n"); !err.empty()) {
+    NS_WARN("task " << assignment_.task().job_id() << ": " << err);  // the ranks' wait runs out instead
+    return;
+  }
+  judged_ = step;
+}
+
 void Task::Run() {
   const std::string& job_id = assignment_.task().job_id();
   const std::string refusal = Refusal();
   if (!refusal.empty()) return Finish(v1::TASK_FAILED, refusal, true);
-  const std::string job_dir = options_.work_dir + "/jobs/" + job_id + "/attempt-" +
-                              std::to_string(assignment_.task().attempt());
+  const std::string job_dir = JobDir();
   std::error_code ec;
   fs::create_directories(job_dir, ec);
   if (ec) return Finish(v1::TASK_FAILED, "cannot create " + job_dir + ": " + ec.message(), false);
@@ -201,9 +217,13 @@ void Task::Run() {
     status_.set_checkpoint_check(note);
     progress_dirty_ = true;
   }
-  const nlohmann::json config =
+  nlohmann::json config =
       TrainerConfig(WithResolvedModelFolders(assignment_), data, CheckpointRoot(options_) + "/" + job_id,
                     /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty(), options_.data_roots);
+  if (assignment_.await_steps_size() > 0) {  // an ASHA trial: its ranks wait at rungs for Judged()
+    config["await_steps"] = std::vector<int64_t>(assignment_.await_steps().begin(), assignment_.await_steps().end());
+    config["judged_file"] = JudgedFile();
+  }
   const std::string config_path = job_dir + "/trainer-config.json";
   std::string err = io::WriteFileAtomically(config_path, config.dump(2));
   if (!err.empty()) return Finish(v1::TASK_FAILED, err, false);

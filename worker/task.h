@@ -46,6 +46,10 @@ class Task {
   void Stop(bool dump_stacks = false) { supervisor_.Stop(dump_stacks); }
   // Once Stop was called or a rank failed (which stops the others).
   bool stopping() const { return supervisor_.stopping(); }
+  // The coordinator judged the job's evaluations up to `step` and it goes on
+  // (HeartbeatResponse.judged): written to JudgedFile() for ranks waiting at a rung
+  // (Assignment.await_steps; nothing without). Agent's thread.
+  void Judged(int64_t step);
 
   v1::TaskStatus Snapshot() const;
   // ProgressAggregator::evaluations (any thread).
@@ -59,6 +63,8 @@ class Task {
 
  private:
   void Run();
+  std::string JobDir() const;      // the attempt's folder on this worker
+  std::string JudgedFile() const;  // in it: the last judged step (config.judged_file)
   // Why this worker will not run the assignment (a user error); "" when it will.
   std::string Refusal() const;
   // Gets the data from the cache, built there when missing; on success fills *data (the
@@ -89,6 +95,7 @@ class Task {
   v1::TaskStatus status_;        // GUARDED_BY(mu_): all but what progress_ fills in
   ProgressAggregator progress_;  // GUARDED_BY(mu_)
   std::atomic<bool> progress_dirty_{false};
+  std::atomic<int64_t> judged_{0};  // the step last written to JudgedFile()
   std::thread thread_;
 };
 

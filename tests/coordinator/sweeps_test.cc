@@ -265,6 +265,56 @@ TEST_F(SweepsTest, ATrialThatTrainedItsLastStepCompletesInsteadOfPausing) {
   }
 }
 
+// An ASHA trial's ranks wait at its rungs by steps: its job and assignment list them
+// (asha.min_steps 10, eta 4: 10, 40, 160, ...; none for a random sweep's trial), and once
+// the runner lets an evaluation go on, every heartbeat answer that lists the task tells
+// its worker the judged step. A paused trial is told nothing: it is stopped.
+TEST_F(SweepsTest, AnAshaTrialIsToldItsRungsAndEachJudgementThatLetsItGoOn) {
+  const v1::Sweep random = Submit("random", 1, 1);
+  const v1::Sweep sweep = Submit("asha", 2, 2);
+  v1::WorkerInfo worker;
+  worker.set_name("w1");
+  worker.set_slots(3);
+  ASSERT_TRUE(c_->Register(worker).ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  c_->Tick();
+  StatusOr<HeartbeatReply> placed = c_->Heartbeat("w1", {});
+  ASSERT_TRUE(placed.ok());
+  ASSERT_EQ(placed->start.size(), 3u);
+  const std::string t0 = c_->GetSweep(sweep.id())->trials(0).job_id(), t1 = c_->GetSweep(sweep.id())->trials(1).job_id();
+  for (const v1::Assignment& a : placed->start) {
+    const std::vector<int64_t> steps(a.await_steps().begin(), a.await_steps().end());
+    if (a.task().job_id() == c_->GetSweep(random.id())->trials(0).job_id()) {
+      EXPECT_TRUE(steps.empty());
+    } else {
+      ASSERT_GE(steps.size(), 3u) << a.task().job_id();
+      EXPECT_EQ(std::vector<int64_t>(steps.begin(), steps.begin() + 3), (std::vector<int64_t>{10, 40, 160}));
+    }
+  }
+  const std::string plain = c_->GetSweep(random.id())->trials(0).job_id();
+  const std::vector<v1::TaskStatus> running = {Report(t0, v1::TASK_RUNNING, 10, 1000, {{10, 0.5}}),
+                                               Report(t1, v1::TASK_RUNNING, 10, 1000, {{10, 0.7}}),
+                                               Report(plain, v1::TASK_RUNNING, 10, 1000, {{10, 0.6}})};
+  StatusOr<HeartbeatReply> before = c_->Heartbeat("w1", running);
+  ASSERT_TRUE(before.ok());
+  EXPECT_TRUE(before->judged.empty());  // not judged yet: the ranks keep waiting
+  EXPECT_TRUE(before->stop.empty());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_EQ(c_->Get(t0)->judged_step(), 10);
+  EXPECT_EQ(c_->Get(t1)->judged_step(), 0);
+  EXPECT_NE(c_->Get(t1)->held_by().find("paused at rung 0"), std::string::npos) << c_->Get(t1)->DebugString();
+  StatusOr<HeartbeatReply> after = c_->Heartbeat("w1", running);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->judged.size(), 1u);
+  EXPECT_EQ(after->judged[0].task().job_id(), t0);
+  EXPECT_EQ(after->judged[0].step(), 10);
+  ASSERT_EQ(after->stop.size(), 1u);
+  EXPECT_EQ(after->stop[0].job_id(), t1);
+  Reopen();  // the record keeps both
+  EXPECT_EQ(c_->Get(t0)->judged_step(), 10);
+  EXPECT_EQ(c_->Get(t0)->await_steps(1), 40);
+}
+
 // Rungs by epochs (asha.min_epochs): an evaluation at the end of epoch e (from 0) counts
 // e + 1 epochs, not its step; the events name the epoch.
 TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {

@@ -2,7 +2,7 @@
 // small BERT folder that transformers saves here, tests/support/hf_folders.py, on the
 // SpamAssassin corpus) through the CLI, the coordinator SIGKILLed mid-sweep and restarted: the
 // losing trials stop at their rungs (paused, then stopped, their jobs CANCELLED before
-// max_steps), a promoted trial resumes from its checkpoint without recomputing a step,
+// max_steps, checkpointed at the rung's step), a promoted trial resumes from its checkpoint without recomputing a step,
 // no trial is made twice, and the best trial's model downloads.
 #include <gtest/gtest.h>
 
@@ -113,6 +113,20 @@ TEST(SweepE2E, AshaStopsTheLosersAtTheirRungsResumesPromotedTrialsAndSurvivesACo
       EXPECT_EQ(job.state(), v1::CANCELLED) << job.id();
       EXPECT_LT(job.progress().step(), kMaxSteps) << job.id();
       EXPECT_NE(job.reason().find("stopped at rung"), std::string::npos) << job.reason();
+      // Its ranks waited at the rung for the judgement (Job.await_steps): no step past the
+      // rung's was trained, and the pause's checkpoint is of that step (when it was taken
+      // in before the sweep's end cancelled the job).
+      const int64_t rung_step = int64_t{50} << t.value("rung", 0);
+      v1::JobMetrics m;
+      grpc::ClientContext ctx;
+      v1::GetJobMetricsRequest req;
+      req.set_id(job.id());
+      ASSERT_TRUE(cluster.jobs()->GetJobMetrics(&ctx, req, &m).ok());
+      int64_t furthest = 0;
+      for (const v1::AttemptMetrics& a : m.attempts())
+        for (const auto& p : a.train()) furthest = std::max(furthest, p.step());
+      EXPECT_LE(furthest, rung_step) << job.id() << " trained past its rung";
+      if (job.checkpoint_step() > 0) EXPECT_EQ(job.checkpoint_step(), rung_step) << job.id() << " paused past its rung";
     } else {
       EXPECT_EQ(t["state"], "TRIAL_COMPLETED") << t.dump();
       EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.id() << " " << job.reason();

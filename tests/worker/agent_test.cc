@@ -375,6 +375,37 @@ TEST_F(AgentTest, AnEvaluationIsSentAtOnceAndItsAnswerFetchedSoonAfter) {
   EXPECT_FALSE(agent->HeartbeatDueEarly());  // one follow-up only
 }
 
+// An ASHA trial's ranks wait at their rungs (Assignment.await_steps) for the coordinator's
+// judgement: the trainer's config names the steps and the file to watch, and a judgement
+// in a heartbeat answer is written there (the fake trainer exits 0 once it reads step 5).
+TEST_F(AgentTest, AJudgementInAHeartbeatAnswerReachesTheRanksWaitingAtTheirRung) {
+  v1::Assignment a = Assignment("job-1");
+  a.add_await_steps(5);
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path)
+      << "#!/bin/sh\n"
+      << "judged=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); "
+         "print(c[\"judged_file\"] if c[\"await_steps\"] == [5] else \"\")' \"$2\")\n"
+      << "[ -n \"$judged\" ] || exit 3\n"
+      << "echo '{\"event\":\"eval\",\"step\":5,\"val_loss\":0.5}' >&3\n"
+      << "while ! grep -qx 5 \"$judged\" 2>/dev/null; do sleep 0.02; done\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+  auto agent = AgentAssigned(a);
+  ASSERT_TRUE(RunUntil(agent.get(), [&] {
+    return !fake_->heartbeats.empty() && fake_->heartbeats.back().tasks_size() == 1 &&
+           fake_->heartbeats.back().tasks(0).evals_size() == 1;
+  })) << "the trainer never reached its rung";
+  v1::HeartbeatResponse judged;
+  v1::TaskJudged* j = judged.add_judged();
+  *j->mutable_task() = a.task();
+  j->set_step(5);
+  fake_->heartbeat_responses.assign(1, judged);
+  ASSERT_TRUE(RunUntil(agent.get(), [&] {
+    return !fake_->reports.empty() && fake_->reports.back().status().state() == v1::TASK_SUCCEEDED;
+  })) << (fake_->reports.empty() ? "no report" : fake_->reports.back().status().DebugString());
+}
+
 // Issue 40: a task resumes only from a checkpoint the coordinator vouches for. Before the
 // ranks start, the job's local checkpoint that matches no recorded digest (here a newer
 // step, as a tampered or planted one would be) is set aside, and the worker says so; the

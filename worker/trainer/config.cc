@@ -297,6 +297,14 @@ void Parse(const json& root, TrainConfig* c) {
   if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
   top.Bool("checkpoint_dir_shared", &c->checkpoint_dir_shared);
   top.Strings("data_roots", &c->model.data_roots);
+  if (const json* steps = top.Find("await_steps")) {
+    if (!steps->is_array()) throw ConfigError("config.await_steps must be a list of steps");
+    for (const json& s : *steps) c->await_steps.push_back(IntOf(s, "config.await_steps"));
+    std::sort(c->await_steps.begin(), c->await_steps.end());
+  }
+  top.String("judged_file", &c->judged_file);
+  if (!c->await_steps.empty() && c->judged_file.empty()) throw ConfigError("config.await_steps needs config.judged_file");
+  top.Int("await_seconds", &c->await_seconds, 0, 3600);
   const json* spec = top.Find("spec");
   if (spec == nullptr) throw ConfigError("config.spec is required");
   if (!spec->is_object()) throw ConfigError("config.spec must be an object");

@@ -131,6 +131,13 @@ struct TrainConfig {
   // their own (its disk), and the first rank on each (local rank 0) writes a complete
   // checkpoint there, so any worker's copy can resume the job.
   bool checkpoint_dir_shared = true;
+  // An ASHA trial's rungs by steps (config.await_steps, from its assignment): after the
+  // evaluation at each, the ranks wait until judged_file (the worker writes it from the
+  // coordinator's heartbeat reply) holds that step or more, or a stop comes, for at most
+  // await_seconds; then a stop ends the run there (Run::AwaitJudgement).
+  std::vector<int64_t> await_steps;
+  std::string judged_file;
+  int await_seconds = 30;
 };
 
 // Fills *config from the JSON text; returns "" or a message naming the field. The spec

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -683,6 +684,25 @@ void Run::Advance(const StepBatches& step) {
   ++position.step;
   position.batch_in_epoch += static_cast<int64_t>(step.batches.size());
   position.tokens_seen += step.real_tokens;
+}
+
+bool Run::AwaitJudgement() {
+  const int64_t step = position.step;
+  if (!std::binary_search(cfg.await_steps.begin(), cfg.await_steps.end(), step) || step >= total_steps) return false;
+  const auto judged = [&] {
+    std::ifstream in(cfg.judged_file);
+    int64_t through = 0;
+    return in >> through && through >= step;
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(cfg.await_seconds);
+  while (!StopRequested() && !judged() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!StopRequested() && !judged())
+    Warn(progress, "no judgement of the evaluation at step " + std::to_string(step) + " within " +
+                       std::to_string(cfg.await_seconds) + " s: going on");
+  const bool stop = ddp ? ddp->group().SumOverRanks(StopRequested() ? 1.0 : 0.0) > 0 : StopRequested();
+  if (stop && last_saved_step_ != step) SaveCheckpoint();
+  return stop;
 }
 
 void Run::RollBack() {

@@ -90,6 +90,12 @@ class Run {
   // The validation split; an `eval` event. Then export.best's bookkeeping (a better value
   // is checkpointed at once and kept) and train.early_stopping's (sets stop_early).
   void Evaluate();
+  // After the evaluation at one of cfg.await_steps (an ASHA trial's rung; not its last
+  // step): waits, polling cfg.judged_file, until it holds this step or more (the sweep let
+  // the trial go on) or a stop is requested (it paused the trial), for at most
+  // cfg.await_seconds; then the ranks agree (one collective): if any was asked to stop,
+  // every rank saves a checkpoint of this step and the run stops here. Whether it stops.
+  bool AwaitJudgement();
   // After the last step: evaluates and saves unless done at this step, exports the model
   // (rank 0: checkpoint_dir/model, export.h, that of the best step with export.best; an
   // `export` event); the `done` event (with the early stop's reason).

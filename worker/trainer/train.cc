@@ -70,7 +70,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       report.Add(batches, fb, lr, wait, Seconds(t_step));
       stopped = agreed.stop;
       if (agreed.stop || agreed.save) run->SaveCheckpoint();
-      if (!stopped && run->EvalDue()) run->Evaluate();  // eval.every_steps (may stop early)
+      if (!stopped && run->EvalDue()) {
+        run->Evaluate();                   // eval.every_steps (may stop early)
+        stopped = run->AwaitJudgement();  // at an ASHA trial's rung: go on, or stop here
+      }
     }
     if (stopped || rolled_back || !run->EpochDone()) continue;  // a roll-back resumes mid-epoch
     if (cfg.eval_every_steps == 0) run->Evaluate();

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
 
 #include "common/format/step_metrics.h"
@@ -71,6 +73,61 @@ TEST(TrainTest, MaxStepsStopsEarlyWithEvalCheckpointAndDone) {
     tail.push_back(progress.records[i].event);
   EXPECT_EQ(tail, (std::vector<std::string>{"eval", "checkpoint", "export", "done"}));
   EXPECT_EQ(progress.records.back().Number("step"), 4);
+}
+
+// An ASHA trial's ranks wait after the evaluation at each rung (config.await_steps) for the
+// sweep's judgement. Here the sink plays the worker: the evaluation at step 2 is judged
+// (judged_file written: the run goes on), the one at step 6 pauses the trial (a SIGTERM
+// while waiting): the run checkpoints step 6 and stops there, not a step past it.
+TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
+  const std::string dir = FreshDir("await");
+  TrainConfig c = TinyConfig(dir);  // 5 batches an epoch
+  c.train.epochs = 3;
+  c.eval_every_steps = 2;
+  c.checkpoint.every_steps = 0;
+  c.await_steps = {2, 6};
+  c.judged_file = dir + "/judged-step";
+  class Worker : public ProgressSink {
+   public:
+    explicit Worker(std::string judged) : judged_(std::move(judged)) {}
+    void Emit(const format::ProgressRecord& r) override {
+      records.push_back(r);
+      if (r.event != "eval") return;
+      if (r.Number("step") == 2) std::ofstream(judged_) << "2\n";
+      if (r.Number("step") == 6) RequestStop();
+    }
+    std::vector<format::ProgressRecord> records;
+
+   private:
+    const std::string judged_;
+  } worker(c.judged_file);
+  EXPECT_EQ(RunTraining(c, RankInfo{}, worker), kExitStopped);
+  ClearStopRequest();
+  std::vector<double> saved;
+  double last_step = 0;
+  for (const auto& r : worker.records) {
+    if (r.event == "checkpoint") saved.push_back(r.Number("step"));
+    if (r.event == "step") last_step = std::max(last_step, r.Number("step"));
+    if (r.event == "warning") EXPECT_EQ(r.String("message").find("no judgement"), std::string::npos) << r.String("message");
+  }
+  EXPECT_EQ(saved, std::vector<double>{6});
+  EXPECT_LE(last_step, 6);
+
+  // Nothing judged (a coordinator that is down): each rung's wait runs out, and the run
+  // goes on to its end.
+  TrainConfig unjudged = TinyConfig(FreshDir("await_unjudged"));
+  unjudged.eval_every_steps = 2;
+  unjudged.await_steps = {2, 6};
+  unjudged.judged_file = dir + "/never-written";
+  unjudged.await_seconds = 1;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(unjudged, RankInfo{}, progress), kExitOk);
+  std::vector<std::string> waits;
+  for (const auto& r : progress.records)
+    if (r.event == "warning") waits.push_back(r.String("message"));
+  EXPECT_EQ(waits, (std::vector<std::string>{"no judgement of the evaluation at step 2 within 1 s: going on",
+                                             "no judgement of the evaluation at step 6 within 1 s: going on"}));
+  EXPECT_EQ(progress.records.back().event, "done");
 }
 
 TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
