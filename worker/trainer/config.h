@@ -134,7 +134,8 @@ struct TrainConfig {
   // An ASHA trial's rungs by steps (config.await_steps, from its assignment): after the
   // evaluation at each, the ranks wait until judged_file (the worker writes it from the
   // coordinator's heartbeat reply) holds that step or more, or a stop comes, for at most
-  // await_seconds; then a stop ends the run there (Run::AwaitJudgement).
+  // await_seconds (half the group's timeout at most); then a stop ends the run there
+  // (Run::AwaitJudgement).
   std::vector<int64_t> await_steps;
   std::string judged_file;
   int await_seconds = 30;

@@ -694,12 +694,15 @@ bool Run::AwaitJudgement() {
     int64_t through = 0;
     return in >> through && through >= step;
   };
-  const auto deadline = Clock::now() + std::chrono::seconds(cfg.await_seconds);
+  // Ranks whose waits end differently (one judged, one stopped or out of time) meet in the
+  // collective below: the longest a rank waits there must stay under the group's timeout.
+  const int seconds = ddp ? std::min(cfg.await_seconds, cfg.data_parallel.timeout_seconds / 2) : cfg.await_seconds;
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
   while (!StopRequested() && !judged() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (!StopRequested() && !judged())
     Warn(progress, "no judgement of the evaluation at step " + std::to_string(step) + " within " +
-                       std::to_string(cfg.await_seconds) + " s: going on");
+                       std::to_string(seconds) + " s: going on");
   const bool stop = ddp ? ddp->group().SumOverRanks(StopRequested() ? 1.0 : 0.0) > 0 : StopRequested();
   if (stop && last_saved_step_ != step) SaveCheckpoint();
   return stop;
