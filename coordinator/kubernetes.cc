@@ -326,6 +326,14 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     resource_version_.clear();  // list again next time
     return s;
   }
+  // The first list of this process: a patch that failed before a restart was forgotten
+  // with it, so every listed Job's Secret and Service is patched once (the patch is the
+  // same each time; a Secret that is not there, without tokens, is a 404: done).
+  if (!owners_checked_) {
+    owners_checked_ = true;
+    for (const auto& [name, job] : jobs_) unowned_[name].insert({"Secret", "Service"});
+    if (!jobs_.empty()) NS_INFO("kubernetes: making sure the Secrets and Services of " << jobs_.size() << " listed Jobs are theirs");
+  }
   // Secrets and Services whose ownerReferences patch failed: again while their Job is listed.
   for (auto it = unowned_.begin(); it != unowned_.end();) {
     auto job = jobs_.find(it->first);

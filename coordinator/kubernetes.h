@@ -73,7 +73,8 @@ class KubernetesCluster : public ClusterAllocator {
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
   // Kubernetes deletes them with it; a failed patch does not fail the submission (the Job
   // runs; Cancel still deletes them): it is tried again at each List while the Job is
-  // listed (in memory: a coordinator restart forgets it).
+  // listed, and, after a coordinator's restart (which forgets which failed), once for
+  // every Job of the first List.
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
   // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
   Status Cancel(const std::string& id) override;
@@ -90,6 +91,7 @@ class KubernetesCluster : public ClusterAllocator {
   // The attempts whose Secret or Service is not owned yet, and those kinds (Submit);
   // tried again while their Job is listed, forgotten when owned or cancelled.
   std::map<std::string, std::set<std::string>> unowned_;
+  bool owners_checked_ = false;  // the first List filled unowned_ with every listed Job's
   const KubernetesOptions options_;
   HttpApi* const api_;
   std::map<std::string, nlohmann::json> jobs_;  // by name, as last seen

@@ -392,6 +392,34 @@ TEST_F(KubernetesApiTest, AFailedOwnershipPatchIsTriedAgainWhileTheJobIsListed) 
   EXPECT_EQ(patches(), tried + 1);  // owned: not patched again
 }
 
+// A coordinator that restarts forgets which patches failed: its first List patches every
+// listed Job's Secret and Service once (the test's cluster object stands for the process
+// that ended; a new one for the restarted coordinator), and later Lists do not again.
+TEST_F(KubernetesApiTest, AfterARestartTheFirstListMakesEveryListedJobOwnItsObjects) {
+  Call("POST", "/_test/forbid-patch/services");
+  StatusOr<std::string> id = cluster.Submit(Request());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const auto owners = [&](const std::string& kind) {
+    return CallJson("GET", "/_test/objects/" + kind + "/ml/" + *id)["metadata"].value("ownerReferences", json::array());
+  };
+  ASSERT_TRUE(owners("services").empty());
+  Call("POST", "/_test/forbid-patch/services");  // allowed again, but nobody remembers
+  KubernetesCluster restarted(o, api.get());
+  const auto patches = [&] {
+    int n = 0;
+    for (const json& r : CallJson("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
+    return n;
+  };
+  const int before = patches();
+  ASSERT_TRUE(restarted.List().ok());
+  ASSERT_EQ(owners("services").size(), 1u);
+  EXPECT_EQ(owners("services")[0]["uid"], CallJson("GET", "/_test/objects/jobs/ml/" + *id)["metadata"]["uid"]);
+  EXPECT_EQ(owners("secrets").size(), 1u);
+  EXPECT_EQ(patches(), before + 2);  // its Secret and its Service
+  ASSERT_TRUE(restarted.List().ok());
+  EXPECT_EQ(patches(), before + 2);
+}
+
 // In a cluster the API server speaks https with a certificate of the cluster's CA and wants
 // the service account's token, which the kubelet rotates in place: the options' ca_file
 // and token_file reach libcurl (a review once found the CA file passed as another field),
