@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "common/job_state.h"
@@ -58,6 +59,10 @@ struct SweepRunner::SweepPass {
     int64_t last = 0;  // its last step (max_steps, or what its epochs come to); 0: unknown
   };
   std::map<std::string, Steps> steps;  // by job id, read this pass
+
+  // Coordinator::Judged's calls, made after the pass is written (a pass that fails would
+  // judge the evaluations again, and may pause a trial its ranks were told goes on).
+  std::vector<std::pair<std::string, int64_t>> judged;
 
   void Event(const std::string& text) { sweep.add_events()->set_text(text); }  // stamped when written
   bool Asha() const { return sweep.spec().method() == "asha"; }
@@ -135,9 +140,14 @@ struct SweepRunner::SweepPass {
       steps[t.job_id()] = {job->progress().step(), job->progress().total_steps() > 0 ? job->progress().total_steps()
                                                                                       : job->spec().train().max_steps()};
       NS_RETURN_IF_ERROR(Judge(&t, Asha() && !IsTerminal(job->state())));
-      // Judged and going on: ranks waiting at that rung go on (Coordinator::Judged).
-      if (Asha() && t.state() == v1::TRIAL_RUNNING && !IsTerminal(job->state()) && t.reported_step() > job->judged_step())
-        NS_RETURN_IF_ERROR(c->Judged(t.job_id(), t.reported_step()));
+      // Judged through its newest evaluation (one without the metric has nothing to judge)
+      // and going on: its ranks waiting at that rung go on, once this pass is written.
+      if (Asha() && t.state() == v1::TRIAL_RUNNING && !IsTerminal(job->state())) {
+        int64_t newest = 0;
+        for (const v1::AttemptMetrics& a : metrics[t.job_id()].attempts())
+          for (const v1::EvalPoint& e : a.evals()) newest = std::max(newest, e.step());
+        if (newest > job->judged_step()) judged.emplace_back(t.job_id(), newest);
+      }
       if (job->state() == v1::SUCCEEDED) t.set_state(v1::TRIAL_COMPLETED);
       if (job->state() == v1::FAILED) t.set_state(v1::TRIAL_FAILED);
       if (job->state() == v1::CANCELLED) t.set_state(v1::TRIAL_CANCELLED);
@@ -261,8 +271,14 @@ Status SweepRunner::Step(v1::Sweep sweep) {
   NS_RETURN_IF_ERROR(pass.Promote());
   NS_RETURN_IF_ERROR(pass.MakeTrials());
   NS_RETURN_IF_ERROR(pass.Finish());
-  if (pass.sweep.SerializeAsString() == before) return Status::OK();
-  return coordinator_->UpdateSweep(pass.sweep);
+  // A sweep that ended (FAILED: a trial it could not make) judges no more: the ranks of
+  // its trials still running wait at no rung.
+  if (pass.sweep.state() != v1::RUNNING)
+    for (const v1::Trial& t : pass.sweep.trials())
+      if (t.state() == v1::TRIAL_RUNNING) pass.judged.emplace_back(t.job_id(), std::numeric_limits<int64_t>::max());
+  if (pass.sweep.SerializeAsString() != before) NS_RETURN_IF_ERROR(coordinator_->UpdateSweep(pass.sweep));
+  for (const auto& [job_id, step] : pass.judged) NS_RETURN_IF_ERROR(coordinator_->Judged(job_id, step));
+  return Status::OK();
 }
 
 }  // namespace nightshift

@@ -313,6 +313,14 @@ TEST_F(SweepsTest, AnAshaTrialIsToldItsRungsAndEachJudgementThatLetsItGoOn) {
   Reopen();  // the record keeps both
   EXPECT_EQ(c_->Get(t0)->judged_step(), 10);
   EXPECT_EQ(c_->Get(t0)->await_steps(1), 40);
+  // An evaluation without the sweep's metric (nothing to judge) still lets the ranks go
+  // on at once, not at the end of their wait.
+  v1::TaskStatus without = Report(t0, v1::TASK_RUNNING, 40, 1000, {{10, 0.5}, {40, 0}});
+  without.mutable_evals(1)->mutable_metrics()->clear();
+  (*without.mutable_evals(1)->mutable_metrics())["val_accuracy"] = 0.9;
+  ASSERT_TRUE(c_->ReportTask("w1", without).ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_EQ(c_->Get(t0)->judged_step(), 40);
 }
 
 // Rungs by epochs (asha.min_epochs): an evaluation at the end of epoch e (from 0) counts

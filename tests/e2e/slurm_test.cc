@@ -252,7 +252,7 @@ TEST_F(SlurmE2eTest, AnImpossibleRequestIsRefusedOrWaitsWithSlurmsReason) {
 // A small classifier of `world_size` ranks, `steps` steps, checkpointed every 10; ranks
 // wait 300 s for a silent peer.
 std::string SpecYaml(const std::string& name, const std::string& data, int world_size, int steps, int priority = 0,
-                     int max_restarts = 2, int time_limit_minutes = 0) {
+                     int max_restarts = 2, int time_limit_minutes = 0, int checkpoint_every = 10) {
   return "name: " + name + "\n"
          "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
          "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
@@ -260,7 +260,7 @@ std::string SpecYaml(const std::string& name, const std::string& data, int world
          ", lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
          "resources: {world_size: " + std::to_string(world_size) + ", device: cpu, timeout_seconds: 300" +
          (time_limit_minutes > 0 ? ", time_limit_minutes: " + std::to_string(time_limit_minutes) : "") + "}\n"
-         "checkpoint: {every_steps: 10, keep_last: 2}\n"
+         "checkpoint: {every_steps: " + std::to_string(checkpoint_every) + ", keep_last: 2}\n"
          "priority: " + std::to_string(priority) + "\n"
          "restart: {max_restarts: " + std::to_string(max_restarts) + "}\n";
 }
@@ -308,10 +308,10 @@ class CoordinatorOnSlurm {
   }
   // Submits SpecYaml (on `data`, else the folder's own); its id ("" after ADD_FAILURE).
   std::string Submit(const std::string& name, int world_size, int steps, int priority = 0, int max_restarts = 2,
-                     const std::string& data = "", int time_limit_minutes = 0) {
+                     const std::string& data = "", int time_limit_minutes = 0, int checkpoint_every = 10) {
     const std::string spec = files_.dir() + "/" + name + ".yaml";
     std::ofstream(spec) << SpecYaml(name, data.empty() ? data_ : data, world_size, steps, priority, max_restarts,
-                                    time_limit_minutes);
+                                    time_limit_minutes, checkpoint_every);
     StatusOr<CommandResult> r = Cli({"job", "submit", spec});
     if (!r.ok() || r->exit_code != 0) {
       ADD_FAILURE() << (r.ok() ? r->out + r->err : r.status().ToString()) << log();
@@ -476,7 +476,9 @@ TEST_F(SlurmE2eTest, ASlurmPreemptionCheckpointsAndTheNextAttemptResumesWithoutA
 TEST_F(SlurmE2eTest, ATimeSliceThatCheckpointedGoesOnInTheNextWithoutARestartCounted) {
   CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1,
                        {"--slurm-signal-seconds", "30"});
-  const std::string id = c.Submit("sliced", 2, 100000, 0, /*max_restarts=*/0, "", /*time_limit_minutes=*/1);
+  // No periodic checkpoint: the only one is the one the ranks write on the warning.
+  const std::string id = c.Submit("sliced", 2, 100000, 0, /*max_restarts=*/0, "", /*time_limit_minutes=*/1,
+                                  /*checkpoint_every=*/1000000);
   v1::Job job = c.WaitFor(id, 240, [](const v1::Job& j) { return j.attempt() >= 1 || IsTerminal(j.state()); });
   ASSERT_EQ(job.attempt(), 1) << job.DebugString() << c.log();
   EXPECT_FALSE(IsTerminal(job.state())) << job.DebugString();

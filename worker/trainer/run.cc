@@ -656,6 +656,9 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
 }
 
 void Run::ZeroGrad() {
+  // sharding full: a block's reduction still under way (a skipped step never reduced its
+  // last block) would add its gradients to the next step's: ended here, then cleared.
+  if (full) full->Settle();
   model->zero_grad();  // a sharded optimizer's own gradients are its pieces'
   optimizer->zero_grad();
 }
@@ -688,7 +691,9 @@ void Run::Advance(const StepBatches& step) {
 
 bool Run::AwaitJudgement() {
   const int64_t step = position.step;
-  if (!std::binary_search(cfg.await_steps.begin(), cfg.await_steps.end(), step) || step >= total_steps) return false;
+  if (!std::binary_search(cfg.await_steps.begin(), cfg.await_steps.end(), step) || step >= total_steps ||
+      !stop_early.empty())  // ends here anyway, exported as an early stop
+    return false;
   const auto judged = [&] {
     std::ifstream in(cfg.judged_file);
     int64_t through = 0;
@@ -711,12 +716,18 @@ bool Run::AwaitJudgement() {
 void Run::RollBack() {
   const std::string times = std::to_string(nan_guard.max_consecutive());
   std::string path;
-  bool loaded = false;
-  std::string gathered;
+  bool loaded = false, whole = false;
   try {  // sharding full: each rank reads its shards, no block gathered
     loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
   } catch (const WholeParametersNeeded& e) {  // a checkpoint written unsharded: loaded whole, cut again
     Log("%s", e.what());
+    whole = true;
+  }
+  // Every rank gathers if one must (its copy of the newest checkpoint may be damaged, and
+  // the one before it unsharded): Unshard's gathers are collectives.
+  if (full && ddp) whole = ddp->group().SumOverRanks(whole ? 1.0 : 0.0) > 0;
+  std::string gathered;
+  if (whole) {
     gathered = " (written without sharding full: the blocks were gathered whole to load it)";
     full->Unshard();
     loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);

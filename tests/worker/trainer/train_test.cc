@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "common/format/step_metrics.h"
 #include "tests/worker/trainer/test_util.h"
@@ -78,7 +79,7 @@ TEST(TrainTest, MaxStepsStopsEarlyWithEvalCheckpointAndDone) {
 // An ASHA trial's ranks wait after the evaluation at each rung (config.await_steps) for the
 // sweep's judgement. Here the sink plays the worker: the evaluation at step 2 is judged
 // (judged_file written: the run goes on), the one at step 6 pauses the trial (a SIGTERM
-// while waiting): the run checkpoints step 6 and stops there, not a step past it.
+// 0.3 s into the wait): the run checkpoints step 6 and stops there, not a step past it.
 TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   const std::string dir = FreshDir("await");
   TrainConfig c = TinyConfig(dir);  // 5 batches an epoch
@@ -94,14 +95,21 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
       records.push_back(r);
       if (r.event != "eval") return;
       if (r.Number("step") == 2) std::ofstream(judged_) << "2\n";
-      if (r.Number("step") == 6) RequestStop();
+      if (r.Number("step") == 6)
+        pause = std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          RequestStop();
+        });
     }
     std::vector<format::ProgressRecord> records;
+    std::thread pause;
 
    private:
     const std::string judged_;
   } worker(c.judged_file);
   EXPECT_EQ(RunTraining(c, RankInfo{}, worker), kExitStopped);
+  ASSERT_TRUE(worker.pause.joinable());
+  worker.pause.join();
   ClearStopRequest();
   std::vector<double> saved;
   double last_step = 0;

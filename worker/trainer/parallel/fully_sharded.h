@@ -116,6 +116,10 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void GatherFor(const torch::Tensor& param);
   void EndWalk();
   void ReduceGradients();
+  // Ends every collective under way (gathers, reductions: a reduction adds to its shard's
+  // gradient); frees the frozen units left whole by the last backward. Before clearing
+  // the gradients of a step that was not taken.
+  void Settle();
   torch::Tensor step(LossClosure closure = nullptr) override;
   void ExchangeShards(ShardSink* sink) override;
   std::vector<torch::Tensor> ParametersInShards() const override;  // the blocks'
@@ -162,9 +166,6 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // its own, the one before it is finished first.
   void Reducing(Unit* unit) const;
   mutable Unit* reducing_ = nullptr;
-  // Ends every collective under way (gathers, reductions); frees the frozen units left
-  // whole by the last backward.
-  void Settle();
   // The block whose backward ended with its frozen units whole (Unit::Accumulated); freed
   // when another block is acquired.
   mutable Unit* frozen_left_ = nullptr;

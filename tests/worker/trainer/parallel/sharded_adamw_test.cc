@@ -354,7 +354,8 @@ TEST_F(ShardedAdamWTest, ACheckpointOfFourRanksResumesOnTwoAndOnOne) {
 // A roll-back under sharding full (five losses in a row not finite) to a checkpoint the run
 // wrote itself reads each rank's shards and gathers no block; to one written without
 // sharding full (resumed from, nothing saved since) it gathers the blocks to load it. Either
-// way the run goes on as today's data parallelism does from the same checkpoint.
+// way the run goes on as today's data parallelism does from the same checkpoint. So does a
+// run with one step skipped.
 TEST_F(ShardedAdamWTest, ARollBackLoadsTheShardsAndEqualsDataParallel) {
   FaultPlan faults;
   faults.nan_losses = 5;
@@ -385,6 +386,18 @@ TEST_F(ShardedAdamWTest, ARollBackLoadsTheShardsAndEqualsDataParallel) {
     EXPECT_EQ(w.find("gathered"), std::string::npos) << sharding << ": " << w;
     if (sharding == "none") want = Final(c);
     else ExpectClose(Final(c), want, "rolled back under full to its own checkpoint");
+  }
+  // One step skipped (its loss not finite), then clean ones: nothing of the skipped step's
+  // gradients may reach the next (full's last block reduction of it was still under way).
+  FaultPlan once;
+  once.nan_loss_from_step = 5;
+  once.nan_losses = 1;
+  for (const std::string sharding : {"none", "full"}) {
+    TrainConfig c = config("skipped_once_" + sharding);
+    Until(&c, 10);
+    ASSERT_EQ(Train(c, 2, sharding, once).size(), 2u) << sharding;
+    if (sharding == "none") want = Final(c);
+    else ExpectClose(Final(c), want, "a step skipped under full");
   }
   // A checkpoint of step 6 written without sharding (by DDP), resumed; nothing saved until
   // the last step; the same steps poisoned.
