@@ -74,7 +74,8 @@ StatusOr<v1::Job> Coordinator::Submit(v1::JobSpec spec, const std::string& owner
 }
 
 StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
-                                           const std::string& sweep_id, const std::vector<int64_t>& await_steps) {
+                                           const std::string& sweep_id, const std::vector<int64_t>& await,
+                                           bool by_epochs) {
   NS_RETURN_IF_ERROR(JobTable::CheckRequestId(request_id));
   NS_RETURN_IF_ERROR(DefaultAndValidateJobSpec(&spec));
   std::lock_guard<std::mutex> lock(mu_);
@@ -86,7 +87,7 @@ StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& 
   if (!job.ok() || job->sweep_id() == sweep_id) return job;
   JobEntry* entry = jobs_->Find(job->id());
   entry->job.set_sweep_id(sweep_id);
-  entry->job.mutable_await_steps()->Assign(await_steps.begin(), await_steps.end());
+  (by_epochs ? entry->job.mutable_await_epochs() : entry->job.mutable_await_steps())->Assign(await.begin(), await.end());
   jobs_->Persist(entry, /*sync=*/true);
   NS_RETURN_IF_ERROR(jobs_->store_error());
   return entry->job;

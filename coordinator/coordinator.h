@@ -285,9 +285,10 @@ class Coordinator {
   // A trial: Submit with the sweep's id on the job (request_id makes it idempotent);
   // FAILED_PRECONDITION once the sweep is not RUNNING (CancelSweep cancels every
   // unfinished job with its id, so none runs on after it).
-  // `await_steps`: its ASHA rungs by steps (Job.await_steps).
+  // `await`: its ASHA rungs, by steps (Job.await_steps) or, with `by_epochs`, by epochs.
   StatusOr<v1::Job> SubmitTrial(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
-                                const std::string& sweep_id, const std::vector<int64_t>& await_steps = {});
+                                const std::string& sweep_id, const std::vector<int64_t>& await = {},
+                                bool by_epochs = false);
   // The sweep judged the trial's evaluations up to `step` and the trial goes on
   // (Job.judged_step; never lowered). Its waiting ranks hear it in their next heartbeat.
   Status Judged(const std::string& id, int64_t step);

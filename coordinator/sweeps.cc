@@ -181,19 +181,18 @@ struct SweepRunner::SweepPass {
     return Status::OK();
   }
 
-  // An ASHA trial's rungs by steps, up to its last step (a run its epochs end: the first
-  // 32), where its ranks wait for the judgement; none for rungs by epochs.
-  std::vector<int64_t> AwaitSteps(int64_t max_steps) const {
-    std::vector<int64_t> steps;
-    if (!Asha() || sweep.spec().asha().min_steps() <= 0) return steps;
+  // An ASHA trial's rungs, where its ranks wait for the judgement: steps (or epochs, with
+  // asha.min_epochs) before its last one (`last`: max_steps, or epochs; 0: the first 32).
+  std::vector<int64_t> AwaitRungs(int64_t last) const {
+    std::vector<int64_t> rungs;
+    if (!Asha()) return rungs;
     for (int k = 0; k < 32; ++k) {
-      const int64_t step = asha.RungStep(k);
-      if (step <= 0 || step > (int64_t{1} << 40) || (max_steps > 0 && step >= max_steps) ||
-          (!steps.empty() && step <= steps.back()))
+      const int64_t at = asha.RungStep(k);
+      if (at <= 0 || at > (int64_t{1} << 40) || (last > 0 && at >= last) || (!rungs.empty() && at <= rungs.back()))
         break;
-      steps.push_back(step);
+      rungs.push_back(at);
     }
-    return steps;
+    return rungs;
   }
 
   // New trials while the budget and the parallelism allow.
@@ -210,8 +209,10 @@ struct SweepRunner::SweepPass {
         return Status::OK();
       }
       job_spec->set_name(spec.name() + "-t" + std::to_string(index));
-      StatusOr<v1::Job> job = c->SubmitTrial(*job_spec, sweep.owner(), sweep.id() + "-t" + std::to_string(index),
-                                             sweep.id(), AwaitSteps(job_spec->train().max_steps()));
+      const bool by_epochs = spec.asha().min_epochs() > 0;
+      StatusOr<v1::Job> job = c->SubmitTrial(
+          *job_spec, sweep.owner(), sweep.id() + "-t" + std::to_string(index), sweep.id(),
+          AwaitRungs(by_epochs ? job_spec->train().epochs() : job_spec->train().max_steps()), by_epochs);
       if (job.status().code() == Status::kResourceExhausted) return Status::OK();  // the owner's job limit: later
       if (job.status().code() == Status::kFailedPrecondition) return Status::OK();  // cancelled meanwhile
       if (job.status().code() == Status::kInvalidArgument) {  // e.g. its request id taken by another spec

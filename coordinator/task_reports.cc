@@ -56,7 +56,7 @@ void TaskReports::Handle(const std::string& worker, const v1::TaskStatus& status
     return;
   }
   const bool changed = TakeReport(worker, status, *part, &entry);
-  if (alive && entry.job.await_steps_size() > 0 && entry.job.judged_step() > 0) {  // its ranks may be waiting
+  if (alive && entry.job.await_steps_size() + entry.job.await_epochs_size() > 0 && entry.job.judged_step() > 0) {  // its ranks may be waiting
     v1::TaskJudged& judged = reply->judged.emplace_back();
     *judged.mutable_task() = status.task();
     judged.set_step(entry.job.judged_step());
@@ -101,6 +101,7 @@ void TaskReports::Reconcile(const std::string& worker, bool reported, JobEntry* 
     a->set_world_size(job.spec().resources().world_size());
     a->set_master_addr(job.master_addr());
     a->mutable_await_steps()->CopyFrom(job.await_steps());
+    a->mutable_await_epochs()->CopyFrom(job.await_epochs());
   }
 }
 

@@ -48,7 +48,7 @@ class Task {
   bool stopping() const { return supervisor_.stopping(); }
   // The coordinator judged the job's evaluations up to `step` and it goes on
   // (HeartbeatResponse.judged): written to JudgedFile() for ranks waiting at a rung
-  // (Assignment.await_steps; nothing without). Agent's thread.
+  // (Assignment.await_steps or await_epochs; nothing without). Agent's thread.
   void Judged(int64_t step);
 
   v1::TaskStatus Snapshot() const;

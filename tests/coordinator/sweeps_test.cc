@@ -327,7 +327,7 @@ TEST_F(SweepsTest, AnAshaTrialIsToldItsRungsAndEachJudgementThatLetsItGoOn) {
 // e + 1 epochs, not its step; the events name the epoch.
 TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
   StatusOr<v1::SweepSpec> spec = LoadSweepSpec(
-      "base: {model: {arch: transformer_classifier}, data: {path: /data}}\n"
+      "base: {model: {arch: transformer_classifier}, data: {path: /data}, train: {epochs: 8}}\n"
       "search: {train.lr: {log_uniform: [1.0e-4, 1.0e-2]}}\nmetric: val_loss\nmethod: asha\nmax_trials: 2\n"
       "parallelism: 2\nasha: {min_epochs: 1, reduction_factor: 2}\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -335,6 +335,10 @@ TEST_F(SweepsTest, RungsByEpochsJudgeEachEpochsEvaluation) {
   ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
   const v1::Sweep made = PlaceTrials(sweep->id(), 2);
   ASSERT_EQ(made.trials_size(), 2);
+  const v1::Job trial = *c_->Get(made.trials(0).job_id());  // its ranks wait after epochs 1, 2 and 4 of 8
+  EXPECT_EQ(trial.await_steps_size(), 0);
+  EXPECT_EQ(std::vector<int64_t>(trial.await_epochs().begin(), trial.await_epochs().end()),
+            (std::vector<int64_t>{1, 2, 4}));
   // 7 steps an epoch: trial 0 at the ends of epochs 0 and 1 (rungs at 1 and 2 epochs).
   ASSERT_TRUE(
       c_->ReportTask("w1", Report(made.trials(0).job_id(), v1::TASK_RUNNING, 14, 100, {{7, 0.5, 0}, {14, 0.4, 1}}))

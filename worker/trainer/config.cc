@@ -297,13 +297,16 @@ void Parse(const json& root, TrainConfig* c) {
   if (c->checkpoint_dir.empty()) throw ConfigError("config.checkpoint_dir is required");
   top.Bool("checkpoint_dir_shared", &c->checkpoint_dir_shared);
   top.Strings("data_roots", &c->model.data_roots);
-  if (const json* steps = top.Find("await_steps")) {
-    if (!steps->is_array()) throw ConfigError("config.await_steps must be a list of steps");
-    for (const json& s : *steps) c->await_steps.push_back(IntOf(s, "config.await_steps"));
-    std::sort(c->await_steps.begin(), c->await_steps.end());
+  for (const auto& [key, into] : {std::pair{"await_steps", &c->await_steps}, std::pair{"await_epochs", &c->await_epochs}}) {
+    const json* list = top.Find(key);
+    if (list == nullptr) continue;
+    if (!list->is_array()) throw ConfigError(top.Name(key) + " must be a list of numbers");
+    for (const json& n : *list) into->push_back(IntOf(n, top.Name(key)));
+    std::sort(into->begin(), into->end());
   }
   top.String("judged_file", &c->judged_file);
-  if (!c->await_steps.empty() && c->judged_file.empty()) throw ConfigError("config.await_steps needs config.judged_file");
+  if (!(c->await_steps.empty() && c->await_epochs.empty()) && c->judged_file.empty())
+    throw ConfigError("config.await_steps and await_epochs need config.judged_file");
   top.Int("await_seconds", &c->await_seconds, 0, 3600);
   const json* spec = top.Find("spec");
   if (spec == nullptr) throw ConfigError("config.spec is required");

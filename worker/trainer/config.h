@@ -137,6 +137,7 @@ struct TrainConfig {
   // await_seconds (half the group's timeout at most); then a stop ends the run there
   // (Run::AwaitJudgement).
   std::vector<int64_t> await_steps;
+  std::vector<int64_t> await_epochs;  // the same after the evaluation at these epochs' ends
   std::string judged_file;
   int await_seconds = 30;
 };

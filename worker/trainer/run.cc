@@ -689,9 +689,10 @@ void Run::Advance(const StepBatches& step) {
   position.tokens_seen += step.real_tokens;
 }
 
-bool Run::AwaitJudgement() {
+bool Run::AwaitJudgement(bool epoch_end) {
   const int64_t step = position.step;
-  if (!std::binary_search(cfg.await_steps.begin(), cfg.await_steps.end(), step) || step >= total_steps ||
+  const std::vector<int64_t>& rungs = epoch_end ? cfg.await_epochs : cfg.await_steps;
+  if (!std::binary_search(rungs.begin(), rungs.end(), epoch_end ? position.epoch : step) || step >= total_steps ||
       !stop_early.empty())  // ends here anyway, exported as an early stop
     return false;
   const auto judged = [&] {

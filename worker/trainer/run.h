@@ -95,7 +95,9 @@ class Run {
   // the trial go on) or a stop is requested (it paused the trial), for at most
   // cfg.await_seconds; then the ranks agree (one collective): if any was asked to stop,
   // every rank saves a checkpoint of this step and the run stops here. Whether it stops.
-  bool AwaitJudgement();
+  // `epoch_end`: after an epoch's end's evaluation (position.epoch already counts that
+  // epoch), at one of cfg.await_epochs instead.
+  bool AwaitJudgement(bool epoch_end = false);
   // After the last step: evaluates and saves unless done at this step, exports the model
   // (rank 0: checkpoint_dir/model, export.h, that of the best step with export.best; an
   // `export` event); the `done` event (with the early stop's reason).

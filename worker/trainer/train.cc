@@ -79,6 +79,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
     if (cfg.eval_every_steps == 0) run->Evaluate();
     ++pos.epoch;
     pos.batch_in_epoch = 0;
+    if (cfg.eval_every_steps == 0) stopped = run->AwaitJudgement(/*epoch_end=*/true);  // a rung by epochs
   }
   if (stopped) {
     Warn(progress, "stopped by SIGTERM at step " + std::to_string(pos.step) + " after a checkpoint");

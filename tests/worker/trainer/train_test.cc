@@ -136,6 +136,45 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   EXPECT_EQ(waits, (std::vector<std::string>{"no judgement of the evaluation at step 2 within 1 s: going on",
                                              "no judgement of the evaluation at step 6 within 1 s: going on"}));
   EXPECT_EQ(progress.records.back().event, "done");
+
+  // Rungs by epochs (config.await_epochs; evaluations at each epoch's end): judged after
+  // the first epoch (step 5), paused after the second (step 10), checkpointed there.
+  const std::string by_epochs = FreshDir("await_epochs");
+  TrainConfig e = TinyConfig(by_epochs);
+  e.train.epochs = 4;
+  e.checkpoint.every_steps = 0;
+  e.await_epochs = {1, 2};
+  e.judged_file = by_epochs + "/judged-step";
+  class EpochWorker : public ProgressSink {
+   public:
+    explicit EpochWorker(std::string judged) : judged_(std::move(judged)) {}
+    void Emit(const format::ProgressRecord& r) override {
+      records.push_back(r);
+      if (r.event != "eval") return;
+      if (r.Number("step") == 5) std::ofstream(judged_) << "5\n";
+      if (r.Number("step") == 10) RequestStop();
+    }
+    std::vector<format::ProgressRecord> records;
+
+   private:
+    const std::string judged_;
+  } epoch_worker(e.judged_file);
+  EXPECT_EQ(RunTraining(e, RankInfo{}, epoch_worker), kExitStopped);
+  ClearStopRequest();
+  saved.clear();
+  last_step = 0;
+  for (const auto& r : epoch_worker.records) {
+    if (r.event == "checkpoint") saved.push_back(r.Number("step"));
+    if (r.event == "step") last_step = std::max(last_step, r.Number("step"));
+  }
+  EXPECT_EQ(saved, std::vector<double>{10});
+  EXPECT_LE(last_step, 10);
+  MemoryProgressSink resumed;  // from the start of the third epoch, to the end
+  e.await_epochs.clear();
+  ASSERT_EQ(RunTraining(e, RankInfo{}, resumed), kExitOk);
+  EXPECT_EQ(resumed.records.front().Number("resumed_step"), 10);
+  for (const auto& r : resumed.records)
+    if (r.event == "eval") EXPECT_GT(r.Number("step"), 10) << "the second epoch evaluated again";
 }
 
 TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
