@@ -238,6 +238,11 @@ class KubernetesApiTest : public ::testing::Test {
   json CallJson(const std::string& method, const std::string& path) {
     return json::parse(Call(method, path).body, nullptr, false);
   }
+  int Patches() {  // the PATCH requests the server has had
+    int n = 0;
+    for (const json& r : CallJson("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
+    return n;
+  }
 
   FakeApiServer server;
   const KubernetesOptions o = server.Options();
@@ -374,22 +379,17 @@ TEST_F(KubernetesApiTest, AFailedOwnershipPatchIsTriedAgainWhileTheJobIsListed) 
   };
   EXPECT_TRUE(owners("services").empty());
   EXPECT_EQ(owners("secrets").size(), 1u);
-  const auto patches = [&] {
-    int n = 0;
-    for (const json& r : CallJson("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
-    return n;
-  };
   ASSERT_TRUE(cluster.List().ok());  // still forbidden: tried, not owned
   EXPECT_TRUE(owners("services").empty());
-  const int tried = patches();
+  const int tried = Patches();
   Call("POST", "/_test/forbid-patch/services");  // allowed again
   ASSERT_TRUE(cluster.List().ok());
   const json now = owners("services");
   ASSERT_EQ(now.size(), 1u);
   EXPECT_EQ(now[0]["uid"], CallJson("GET", "/_test/objects/jobs/ml/" + *id)["metadata"]["uid"]);
-  EXPECT_EQ(patches(), tried + 1);
+  EXPECT_EQ(Patches(), tried + 1);
   ASSERT_TRUE(cluster.List().ok());
-  EXPECT_EQ(patches(), tried + 1);  // owned: not patched again
+  EXPECT_EQ(Patches(), tried + 1);  // owned: not patched again
 }
 
 // A coordinator that restarts forgets which patches failed: its first List patches every
@@ -405,19 +405,14 @@ TEST_F(KubernetesApiTest, AfterARestartTheFirstListMakesEveryListedJobOwnItsObje
   ASSERT_TRUE(owners("services").empty());
   Call("POST", "/_test/forbid-patch/services");  // allowed again, but nobody remembers
   KubernetesCluster restarted(o, api.get());
-  const auto patches = [&] {
-    int n = 0;
-    for (const json& r : CallJson("GET", "/_test/requests")) n += r[0] == "PATCH" ? 1 : 0;
-    return n;
-  };
-  const int before = patches();
+  const int before = Patches();
   ASSERT_TRUE(restarted.List().ok());
   ASSERT_EQ(owners("services").size(), 1u);
   EXPECT_EQ(owners("services")[0]["uid"], CallJson("GET", "/_test/objects/jobs/ml/" + *id)["metadata"]["uid"]);
   EXPECT_EQ(owners("secrets").size(), 1u);
-  EXPECT_EQ(patches(), before + 2);  // its Secret and its Service
+  EXPECT_EQ(Patches(), before + 2);  // its Secret and its Service
   ASSERT_TRUE(restarted.List().ok());
-  EXPECT_EQ(patches(), before + 2);
+  EXPECT_EQ(Patches(), before + 2);
 }
 
 // In a cluster the API server speaks https with a certificate of the cluster's CA and wants

@@ -76,10 +76,55 @@ TEST(TrainTest, MaxStepsStopsEarlyWithEvalCheckpointAndDone) {
   EXPECT_EQ(progress.records.back().Number("step"), 4);
 }
 
+// The worker of an ASHA trial, as a progress sink: the evaluation at step `judge_at` is
+// judged (judged_file written: the run goes on); the one at `pause_at` pauses the trial: a
+// SIGTERM 0.3 s later (while the ranks wait). Checkpoints() and LastStep() after the run.
+class RungWorker : public ProgressSink {
+ public:
+  RungWorker(std::string judged_file, int64_t judge_at, int64_t pause_at)
+      : judged_file_(std::move(judged_file)), judge_at_(judge_at), pause_at_(pause_at) {}
+  ~RungWorker() override {
+    if (pause_.joinable()) pause_.join();
+    ClearStopRequest();
+  }
+  void Emit(const format::ProgressRecord& r) override {
+    records_.push_back(r);
+    if (r.event != "eval") return;
+    if (r.Number("step") == judge_at_) std::ofstream(judged_file_) << judge_at_ << "\n";
+    if (r.Number("step") == pause_at_)
+      pause_ = std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        RequestStop();
+      });
+  }
+  std::vector<double> Checkpoints() const {
+    std::vector<double> steps;
+    for (const auto& r : records_)
+      if (r.event == "checkpoint") steps.push_back(r.Number("step"));
+    return steps;
+  }
+  double LastStep() const {
+    double last = 0;
+    for (const auto& r : records_)
+      if (r.event == "step") last = std::max(last, r.Number("step"));
+    return last;
+  }
+  bool Waited() const {  // a wait ran out
+    for (const auto& r : records_)
+      if (r.event == "warning" && r.String("message").find("no judgement") != std::string::npos) return true;
+    return false;
+  }
+
+ private:
+  const std::string judged_file_;
+  const int64_t judge_at_, pause_at_;
+  std::vector<format::ProgressRecord> records_;
+  std::thread pause_;
+};
+
 // An ASHA trial's ranks wait after the evaluation at each rung (config.await_steps) for the
-// sweep's judgement. Here the sink plays the worker: the evaluation at step 2 is judged
-// (judged_file written: the run goes on), the one at step 6 pauses the trial (a SIGTERM
-// 0.3 s into the wait): the run checkpoints step 6 and stops there, not a step past it.
+// sweep's judgement: judged at step 2, paused at step 6 (0.3 s into the wait), the run
+// checkpoints step 6 and stops there, not a step past it.
 TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   const std::string dir = FreshDir("await");
   TrainConfig c = TinyConfig(dir);  // 5 batches an epoch
@@ -88,38 +133,13 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   c.checkpoint.every_steps = 0;
   c.await_steps = {2, 6};
   c.judged_file = dir + "/judged-step";
-  class Worker : public ProgressSink {
-   public:
-    explicit Worker(std::string judged) : judged_(std::move(judged)) {}
-    void Emit(const format::ProgressRecord& r) override {
-      records.push_back(r);
-      if (r.event != "eval") return;
-      if (r.Number("step") == 2) std::ofstream(judged_) << "2\n";
-      if (r.Number("step") == 6)
-        pause = std::thread([] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          RequestStop();
-        });
-    }
-    std::vector<format::ProgressRecord> records;
-    std::thread pause;
-
-   private:
-    const std::string judged_;
-  } worker(c.judged_file);
-  EXPECT_EQ(RunTraining(c, RankInfo{}, worker), kExitStopped);
-  ASSERT_TRUE(worker.pause.joinable());
-  worker.pause.join();
-  ClearStopRequest();
-  std::vector<double> saved;
-  double last_step = 0;
-  for (const auto& r : worker.records) {
-    if (r.event == "checkpoint") saved.push_back(r.Number("step"));
-    if (r.event == "step") last_step = std::max(last_step, r.Number("step"));
-    if (r.event == "warning") EXPECT_EQ(r.String("message").find("no judgement"), std::string::npos) << r.String("message");
+  {
+    RungWorker worker(c.judged_file, 2, 6);
+    EXPECT_EQ(RunTraining(c, RankInfo{}, worker), kExitStopped);
+    EXPECT_EQ(worker.Checkpoints(), std::vector<double>{6});
+    EXPECT_LE(worker.LastStep(), 6);
+    EXPECT_FALSE(worker.Waited());
   }
-  EXPECT_EQ(saved, std::vector<double>{6});
-  EXPECT_LE(last_step, 6);
 
   // Nothing judged (a coordinator that is down): each rung's wait runs out, and the run
   // goes on to its end.
@@ -138,38 +158,22 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   EXPECT_EQ(progress.records.back().event, "done");
 
   // Rungs by epochs (config.await_epochs; evaluations at each epoch's end): judged after
-  // the first epoch (step 5), paused after the second (step 10), checkpointed there.
+  // the first epoch (step 5), paused after the second (step 10), checkpointed there; the
+  // resumed run starts the third epoch without evaluating the second again.
   const std::string by_epochs = FreshDir("await_epochs");
   TrainConfig e = TinyConfig(by_epochs);
   e.train.epochs = 4;
   e.checkpoint.every_steps = 0;
   e.await_epochs = {1, 2};
   e.judged_file = by_epochs + "/judged-step";
-  class EpochWorker : public ProgressSink {
-   public:
-    explicit EpochWorker(std::string judged) : judged_(std::move(judged)) {}
-    void Emit(const format::ProgressRecord& r) override {
-      records.push_back(r);
-      if (r.event != "eval") return;
-      if (r.Number("step") == 5) std::ofstream(judged_) << "5\n";
-      if (r.Number("step") == 10) RequestStop();
-    }
-    std::vector<format::ProgressRecord> records;
-
-   private:
-    const std::string judged_;
-  } epoch_worker(e.judged_file);
-  EXPECT_EQ(RunTraining(e, RankInfo{}, epoch_worker), kExitStopped);
-  ClearStopRequest();
-  saved.clear();
-  last_step = 0;
-  for (const auto& r : epoch_worker.records) {
-    if (r.event == "checkpoint") saved.push_back(r.Number("step"));
-    if (r.event == "step") last_step = std::max(last_step, r.Number("step"));
+  {
+    RungWorker worker(e.judged_file, 5, 10);
+    EXPECT_EQ(RunTraining(e, RankInfo{}, worker), kExitStopped);
+    EXPECT_EQ(worker.Checkpoints(), std::vector<double>{10});
+    EXPECT_LE(worker.LastStep(), 10);
+    EXPECT_FALSE(worker.Waited());
   }
-  EXPECT_EQ(saved, std::vector<double>{10});
-  EXPECT_LE(last_step, 10);
-  MemoryProgressSink resumed;  // from the start of the third epoch, to the end
+  MemoryProgressSink resumed;
   e.await_epochs.clear();
   ASSERT_EQ(RunTraining(e, RankInfo{}, resumed), kExitOk);
   EXPECT_EQ(resumed.records.front().Number("resumed_step"), 10);
