@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/format/step_metrics.h"
+#include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/test_util.h"
 
 namespace nightshift::trainer {
@@ -179,6 +180,42 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   EXPECT_EQ(resumed.records.front().Number("resumed_step"), 10);
   for (const auto& r : resumed.records)
     if (r.event == "eval") EXPECT_GT(r.Number("step"), 10) << "the second epoch evaluated again";
+}
+
+// Two ranks at a rung (threads of this process: one stop flag, as both workers' SIGTERMs
+// would be): judged at step 2, both go on; paused at step 6 while both wait, they agree on
+// the stop (one all-reduce), save step 6 together and end there.
+TEST(TrainTest, TwoRanksWaitAtARungAndStopThereTogether) {
+  const std::string dir = FreshDir("await_ranks");
+  TrainConfig c = TinyConfig(dir);
+  c.train.epochs = 3;
+  c.eval_every_steps = 2;
+  c.checkpoint.every_steps = 0;
+  c.await_steps = {2, 6};
+  c.judged_file = dir + "/judged-step";
+  c.data_parallel.world_size = 2;
+  c.data_parallel.timeout_seconds = 60;
+  const int port = testing::FreePort();
+  std::vector<int> exit_codes(2, -1);
+  std::vector<std::vector<double>> checkpoints(2);
+  std::vector<double> last_steps(2);
+  {
+    RungWorker rank0(c.judged_file, 2, 6), rank1(c.judged_file, 2, -1);
+    testing::RunRanks(2, [&](int r) {
+      exit_codes[r] = RunTraining(c, testing::LoopbackRank(r, 2, port), r == 0 ? rank0 : rank1);
+    });
+    for (int r = 0; r < 2; ++r) {
+      const RungWorker& w = r == 0 ? rank0 : rank1;
+      checkpoints[r] = w.Checkpoints();
+      last_steps[r] = w.LastStep();
+      EXPECT_FALSE(w.Waited()) << r;
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(exit_codes[r], kExitStopped) << r;
+    EXPECT_LE(last_steps[r], 6) << r;
+  }
+  EXPECT_EQ(checkpoints[0], std::vector<double>{6});  // rank 0 writes the shared folder
 }
 
 TEST(TrainTest, UnsupportedSettingsFailWithAnErrorEvent) {
