@@ -48,9 +48,13 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
     mounts.push_back({{"name", "token"}, {"mountPath", "/etc/nightshift"}, {"readOnly", true}});
     volumes.push_back({{"name", "token"}, {"secret", {{"secretName", o.token_secret}}}});
   }
+  // The allocation the worker says it serves: the coordinator places the attempt only on
+  // workers of the allocation it made (under Slurm, $SLURM_JOB_ID).
+  std::vector<std::string> command = r.node_command;
+  command.insert(command.end(), {"--allocation-id", name});
   json container = {{"name", "worker"},
                     {"image", o.image},
-                    {"command", r.node_command},
+                    {"command", command},
                     {"resources", {{"requests", requests}, {"limits", limits}}},
                     {"volumeMounts", mounts}};
   // From the attempt's own Secret (KubernetesObjects): not in the pod template, which
@@ -58,9 +62,20 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
   if (!r.token.empty())
     container["env"] = json::array(
         {{{"name", kAllocationTokenEnv}, {"valueFrom", {{"secretKeyRef", {{"name", name}, {"key", "token"}}}}}}});
+  // Not root, nothing to escalate to: the worker confines its jobs in a user namespace of
+  // its own where the runtime's seccomp profile allows one, else runs them as itself (the
+  // pod holds one attempt and its token only; docs/security.md).
+  container["securityContext"] = {{"allowPrivilegeEscalation", false},
+                                  {"capabilities", {{"drop", json::array({"ALL"})}}}};
   json spec = {{"restartPolicy", "Never"},
                {"subdomain", name},  // the headless Service: <job>-<index>.<name> resolves
                {"terminationGracePeriodSeconds", o.termination_grace_seconds},
+               {"securityContext",
+                {{"runAsNonRoot", true},
+                 {"runAsUser", o.run_as_user},
+                 {"runAsGroup", o.run_as_user},
+                 {"fsGroup", o.run_as_user},
+                 {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
                {"containers", json::array({container})},
                {"volumes", volumes}};
   if (row != nullptr && !row->priority_class.empty()) spec["priorityClassName"] = row->priority_class;

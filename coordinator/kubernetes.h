@@ -44,6 +44,11 @@ struct KubernetesOptions {
   std::string data_claim;            // a PVC mounted read-only at /data ("": none)
   std::string token_secret;          // a Secret with key `worker-token`, at /etc/nightshift ("": none)
   int termination_grace_seconds = 300;  // SIGTERM, then this long to checkpoint
+  // The pods run the worker as this user and group (the images' `nightshift`), never as
+  // root, with no capabilities (Pod Security's "restricted"); fsGroup too, so volumes that
+  // support it are made writable by the group. A checkpoint claim that does not (NFS)
+  // must be writable by this id.
+  int run_as_user = 10001;
   int bad_spec_exit_code = 2;        // the worker's exit when it refuses its flags (and only then): fails the Job
   std::vector<KubernetesPriorityRow> priorities;
   double call_timeout_seconds = 30;

@@ -104,6 +104,10 @@ void AddClusterFlags(CLI::App* app, Flags* f) {
   app->add_option("--kubernetes-grace-seconds", f->kubernetes.termination_grace_seconds,
                   "the pods' termination grace period: time to checkpoint after SIGTERM (default 300)")
       ->check(CLI::Range(1, 86400));
+  app->add_option("--kubernetes-run-as-user", f->kubernetes.run_as_user,
+                  "the user and group id the pods run the worker as (default 10001, the images' nightshift user; "
+                  "never root); a checkpoint claim must be writable by it")
+      ->check(CLI::Range(1, 2147483647));
   app->add_option("--kubernetes-priority", f->kubernetes_priorities,
                   "MIN_PRIORITY:PRIORITY_CLASS[:KUEUE_QUEUE]: jobs of at least this priority get that PriorityClass "
                   "and Kueue LocalQueue (then the Job is created suspended for Kueue to admit; repeatable)");

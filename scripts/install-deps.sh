@@ -36,8 +36,9 @@ PACKAGES=(
   # --slurm-submit-as-owner runs sbatch through sudo (tests/e2e/slurm_test.cc)
   sudo
   # images without a registry (deploy/images/build.sh, tests/deploy/images_test.py); runc
-  # because crun cannot start containers on cgroup v1 hosts like these machines
-  debootstrap buildah podman skopeo runc uidmap
+  # because crun cannot start containers on cgroup v1 hosts like these machines; catatonit
+  # for the pods of `podman kube play` (tests/deploy/kube_play_test.py: their infra image)
+  debootstrap buildah podman skopeo runc uidmap catatonit
   # fuzzing (libFuzzer comes with clang's runtime library)
   clang libclang-rt-14-dev
   # scripts/function-lengths.sh (the review rule: no function over about 80 lines)

@@ -64,6 +64,9 @@ make_root() {
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/usr/share/doc \
     "$root"/usr/share/man "$root"/usr/share/info "$root"/usr/share/locale
   chroot "$root" useradd --system --no-create-home --shell /usr/sbin/nologin nightshift-job
+  # The user the pods of --cluster kubernetes run the worker as (runAsUser, fsGroup): a
+  # fixed id, so that a shared checkpoint volume can be given to it.
+  chroot "$root" useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin nightshift
 }
 
 # The image `name` from `root`, as OUT/name.tar (an OCI archive), tagged name:TAG.

@@ -79,7 +79,11 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret
   EXPECT_EQ(pod["priorityClassName"], "high-priority");
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
   const json& container = pod["containers"][0];
-  EXPECT_EQ(container["command"], json(Request().node_command));
+  // The worker says which allocation it serves: the Job (the coordinator places the
+  // attempt on its workers only).
+  std::vector<std::string> command = Request().node_command;
+  command.insert(command.end(), {"--allocation-id", "nightshift-j-000007-a3"});
+  EXPECT_EQ(container["command"], json(command));
   // The attempt's token in its environment (allocation_tokens.h), from the Secret: not in
   // the Job (whoever may read Jobs reads it), nor in the command.
   EXPECT_EQ(container["env"],
@@ -90,6 +94,13 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret
   EXPECT_EQ(container["resources"]["requests"]["memory"], "65536Mi");
   EXPECT_EQ(container["volumeMounts"][0]["mountPath"], "/dev/shm");
   EXPECT_EQ(pod["volumes"][0]["emptyDir"]["medium"], "Memory");
+  // Not root and no capabilities (the pods of Pod Security's "restricted" profile):
+  // tests/deploy/kube_play_test.py runs such a pod from the worker image.
+  EXPECT_EQ(pod["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(pod["securityContext"]["runAsUser"], 10001);
+  EXPECT_EQ(pod["securityContext"]["fsGroup"], 10001);
+  EXPECT_EQ(container["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(container["securityContext"]["capabilities"]["drop"], json::array({"ALL"}));
   // Without a queue: not suspended, no label.
   KubernetesOptions plain = Options();
   plain.priorities.clear();

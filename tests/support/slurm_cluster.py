@@ -114,6 +114,27 @@ def _kill_ns_processes(namespaces: list[str], grace: float = 5.0,
             time.sleep(0.1)
 
 
+def make_network(bridge_ns: str, hosts: list[dict]) -> None:
+    """Test hosts: a namespace `bridge_ns` holding a bridge, and one namespace per host
+    (h["ns"]) joined to it by a veth whose end there is eth0 with h["addr"]/24."""
+    def ip(*a):
+        _run(["ip", *a])
+
+    ip("netns", "add", bridge_ns)
+    ip("-n", bridge_ns, "link", "add", "br0", "type", "bridge")
+    ip("-n", bridge_ns, "link", "set", "br0", "up")
+    for h in hosts:
+        ip("netns", "add", h["ns"])
+        v = "v-" + h["name"]
+        ip("-n", bridge_ns, "link", "add", v, "type", "veth",
+           "peer", "name", "eth0", "netns", h["ns"])
+        ip("-n", bridge_ns, "link", "set", v, "master", "br0")
+        ip("-n", bridge_ns, "link", "set", v, "up")
+        ip("-n", h["ns"], "link", "set", "lo", "up")
+        ip("-n", h["ns"], "addr", "add", h["addr"] + "/24", "dev", "eth0")
+        ip("-n", h["ns"], "link", "set", "eth0", "up")
+
+
 def teardown(state: dict) -> list[str]:
     """Removes everything `state` describes. Returns problems (empty: clean)."""
     problems = []
@@ -351,25 +372,7 @@ class SlurmCluster:
             os.chmod(p, 0o755)
 
     def _make_network(self) -> None:
-        st = self.state
-        br = st["bridge_ns"]
-
-        def ip(*a):
-            _run(["ip", *a])
-
-        ip("netns", "add", br)
-        ip("-n", br, "link", "add", "br0", "type", "bridge")
-        ip("-n", br, "link", "set", "br0", "up")
-        for h in [st["ctl"]] + st["nodes"]:
-            ip("netns", "add", h["ns"])
-            v = "v-" + h["name"]
-            ip("-n", br, "link", "add", v, "type", "veth",
-               "peer", "name", "eth0", "netns", h["ns"])
-            ip("-n", br, "link", "set", v, "master", "br0")
-            ip("-n", br, "link", "set", v, "up")
-            ip("-n", h["ns"], "link", "set", "lo", "up")
-            ip("-n", h["ns"], "addr", "add", h["addr"] + "/24", "dev", "eth0")
-            ip("-n", h["ns"], "link", "set", "eth0", "up")
+        make_network(self.state["bridge_ns"], [self.state["ctl"]] + self.state["nodes"])
 
     def _spawn(self, ns: str, hostname: str | None, argv: list[str], log: str) -> int:
         # nsenter, not `ip netns exec`: the latter remounts /sys, which hides
