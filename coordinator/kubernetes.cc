@@ -179,6 +179,13 @@ Allocation AllocationOfJob(const json& job) {
     if (type == "Suspended") {
       a.state = "Suspended";
       a.reason = c.value("message", reason);
+      // Kueue took it back: the Job controller deletes its pods, which checkpoint in their
+      // grace period. Pending (preempted, if it ran) only once they are gone, as a failed
+      // Job above.
+      if (active + terminating > 0) {
+        a.phase = Allocation::Phase::kRunning;
+        a.reason += " (" + std::to_string(active + terminating) + " pods stopping)";
+      }
       return a;
     }
   }

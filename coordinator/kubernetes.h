@@ -106,8 +106,9 @@ class KubernetesCluster : public ClusterAllocator {
 // A Job as an allocation: Complete -> ended; Failed -> ended once no pod is active or
 // terminating (status.terminating, Kubernetes 1.29+; running until then: pods deleted at a
 // deadline checkpoint in their grace period) (DeadlineExceeded: its time limit; PodFailurePolicy: refused, the bad-spec exit code); Suspended (Kueue has
-// not admitted it, or took it back) -> pending with the condition's message; pods active
-// -> running; else pending.
+// not admitted it, or took it back) -> pending with the condition's message once no pod is
+// active or terminating (running until then: the pods checkpoint in their grace period);
+// pods active -> running; else pending.
 Allocation AllocationOfJob(const nlohmann::json& job);
 
 }  // namespace nightshift

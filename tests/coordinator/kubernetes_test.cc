@@ -157,6 +157,14 @@ TEST(KubernetesTest, AJobsStatusIsReadAsAnAllocation) {
   EXPECT_EQ(a.phase, Allocation::Phase::kPending);
   EXPECT_EQ(a.state, "Suspended");
   EXPECT_EQ(a.reason, "Not admitted by cluster queue");
+  // Suspended while it ran (Kueue preempts it): its pods are deleted and checkpoint in their
+  // grace period; the allocation goes back to pending (a preemption) only once they are gone.
+  for (const char* count : {"terminating", "active"}) {
+    a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Suspended"}, {"status", "True"}, {"reason", "JobSuspended"}}}},
+                                       {count, 2}}));
+    EXPECT_EQ(a.phase, Allocation::Phase::kRunning) << count;
+    EXPECT_NE(a.reason.find("2 pods stopping"), std::string::npos) << a.reason;
+  }
   a = AllocationOfJob(JobWithStatus({{"active", 2}, {"ready", 1}}));
   EXPECT_EQ(a.phase, Allocation::Phase::kRunning);
   EXPECT_EQ(a.reason, "1 of 2 pods ready");

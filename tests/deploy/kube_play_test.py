@@ -28,7 +28,10 @@ disk, not in memory; no GPU is asked for (a CPU job).
 Checks: a 2-rank job SUCCEEDS with one rank in each pod, each pod's worker on its node's
 address under the name <job>-a0-pod<index>; the coordinator (from its image) serves the
 model the pods wrote to the checkpoint claim; after the job the coordinator deleted the Job
-and every pod of it is gone. Everything this test made (containers, pods, secrets,
+and every pod of it is gone. Then Kueue's preemption: a running Job is suspended (its pods
+terminating, stopped 3 s later with SIGTERM): the next attempt's Job is created only once
+they are gone, resumes from the checkpoint the ranks wrote when stopped (the only one: no
+periodic checkpoints), counts no restart, and is deleted with its pods on `job cancel`. Everything this test made (containers, pods, secrets,
 volumes, images, namespaces, folders) is removed at the end (podman keeps the pause image it
 builds for pods from catatonit).
 """
@@ -40,12 +43,14 @@ import base64
 import ctypes
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
@@ -93,6 +98,11 @@ class Kubelet:
         self.api, self.nodes, self.podman, self.work = api, nodes, podman, work
         self.jobs: dict[str, dict] = {}  # name -> {"pods": [...], "done": bool}
         self.removed: list[str] = []    # Jobs the coordinator deleted, whose pods went
+        self.stopping: dict[str, dict] = {}  # suspended Jobs whose pods are being stopped
+        self.seen_at: dict[str, float] = {}  # when each Job was first listed
+        self.gone_at: dict[str, float] = {}  # when a suspended Job's pods were all stopped
+
+    SUSPENDED = [{"type": "Suspended", "status": "True", "reason": "JobSuspended", "message": "preempted"}]
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
@@ -104,12 +114,14 @@ class Kubelet:
     def pass_(self) -> None:
         listed = {j["metadata"]["name"]: j for j in
                   self.call("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")["items"]}
+        self.stop_pods()
         for name, job in listed.items():
+            self.seen_at.setdefault(name, time.monotonic())
             if name not in self.jobs and not job["spec"].get("suspend"):
                 self.start(name, job)
             elif name in self.jobs and not self.jobs[name]["done"]:
                 self.follow(name)
-        for name in [n for n in self.jobs if n not in listed]:
+        for name in [n for n in self.jobs if n not in listed and n not in self.stopping]:
             self.remove(name)  # deleted: its pods get SIGTERM and the grace period
 
     def start(self, name: str, job: dict) -> None:
@@ -166,6 +178,31 @@ class Kubelet:
                                       "reason": "PodFailurePolicy" if bad_spec else "BackoffLimitExceeded",
                                       "message": f"exit codes {codes}"}]}
         self.call("POST", f"/_test/jobs/{NAMESPACE}/{name}/status", status)
+
+    def suspend(self, name: str, after: float = 3.0) -> None:
+        """Kueue takes the Job back (spec.suspend): the Job is Suspended at once, its pods
+        terminating (status.terminating, Kubernetes 1.29+); the Job controller deletes them
+        and each gets SIGTERM and its grace period. Here they are stopped `after` seconds
+        (a checkpoint that takes that long), by later passes, which go on meanwhile."""
+        self.jobs[name]["done"] = True
+        self.stopping[name] = {"at": time.monotonic() + after, "stops": None}
+        self.call("POST", f"/_test/jobs/{NAMESPACE}/{name}/status",
+                  {"active": 0, "terminating": len(self.jobs[name]["pods"]), "conditions": self.SUSPENDED})
+
+    def stop_pods(self) -> None:
+        for name, s in list(self.stopping.items()):
+            if s["stops"] is None and time.monotonic() >= s["at"]:
+                s["stops"] = [subprocess.Popen(self.podman + ["pod", "stop", "-t", "30", p], stdout=subprocess.DEVNULL)
+                              for p in self.jobs[name]["pods"]]
+            if s["stops"] is not None and all(stop.poll() is not None for stop in s["stops"]):
+                del self.stopping[name]
+                self.gone_at[name] = time.monotonic()
+                try:  # (deleted already, if the coordinator did not wait for them)
+                    self.call("POST", f"/_test/jobs/{NAMESPACE}/{name}/status",
+                              {"active": 0, "conditions": self.SUSPENDED})
+                except urllib.error.HTTPError as e:
+                    if e.code != 404:
+                        raise
 
     def remove(self, name: str) -> None:
         for pod in self.jobs.pop(name)["pods"]:
@@ -268,28 +305,37 @@ def main() -> int:
         address = f"{ctl['addr']}:{open(port_file).read().strip()}"
         cli = podman + ["exec", coordinator, "nightshift", "--coordinator", address, "--token-file", "/work/admin-token"]
 
-        with open(os.path.join(work, "job.yaml"), "w") as f:
-            f.write("name: on-pods\n"
-                    "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
-                    "data: {format: text_dir, path: /data/mails, validation_fraction: 0.2, "
-                    "tokenizer: {vocab_size: 64}}\n"
-                    "train: {epochs: 1000, max_steps: 30, lr: 0.003, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
-                    "resources: {world_size: 2, device: cpu, timeout_seconds: 300}\n"
-                    "checkpoint: {every_steps: 10, keep_last: 2}\n")
-        job = run(cli + ["job", "submit", "/work/job.yaml"]).stdout.strip().splitlines()[-1]
+        def submit(name: str, steps: int, checkpoint_every: int) -> str:
+            with open(os.path.join(work, f"{name}.yaml"), "w") as f:
+                f.write(f"name: {name}\n"
+                        "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+                        "data: {format: text_dir, path: /data/mails, validation_fraction: 0.2, "
+                        "tokenizer: {vocab_size: 64}}\n"
+                        f"train: {{epochs: 100000, max_steps: {steps}, lr: 0.003, seed: 7, batching: {{batch_size: 8}}, "
+                        "threads: 1}\n"
+                        "resources: {world_size: 2, device: cpu, timeout_seconds: 300}\n"
+                        f"checkpoint: {{every_steps: {checkpoint_every}, keep_last: 2}}\n")
+            return run(cli + ["job", "submit", f"/work/{name}.yaml"]).stdout.strip().splitlines()[-1]
+
+        def wait(job: str, done, seconds: float) -> str:
+            deadline = time.monotonic() + seconds
+            while True:
+                kubelet.pass_()
+                described = run(cli + ["job", "describe", job]).stdout
+                if done(described) or time.monotonic() > deadline:
+                    return described
+                time.sleep(0.5)
+
+        def failure(what: str, described: str) -> AssertionError:
+            return AssertionError(f"{what}:\n{described}\n{kubelet.logs()}\n" +
+                                  run(podman + ["logs", coordinator], check=False).stderr[-6000:])
+
         kubelet = Kubelet(api, [n["ns"] for n in nodes], podman, work)
-        deadline = time.monotonic() + 600
-        described = ""
-        while time.monotonic() < deadline:
-            kubelet.pass_()
-            described = run(cli + ["job", "describe", job]).stdout
-            if any(s in described for s in ("SUCCEEDED", "FAILED", "CANCELLED")):
-                break
-            time.sleep(1)
+        job = submit("on-pods", 30, 10)
+        described = wait(job, lambda d: any(s in d for s in ("SUCCEEDED", "FAILED", "CANCELLED")), 600)
         pods_log = kubelet.logs()
         if "SUCCEEDED" not in described:
-            raise AssertionError(f"job {job} did not succeed:\n{described}\n{pods_log}\n" +
-                                 run(podman + ["logs", coordinator], check=False).stderr[-6000:])
+            raise failure(f"job {job} did not succeed", described)
         allocation = f"nightshift-{job.lower()}-a0"
         for index, node in enumerate(nodes):
             assert f"worker {job}-a0-pod{index}: serves attempt 0 of job {job}" in pods_log, pods_log
@@ -308,6 +354,32 @@ def main() -> int:
         assert not [p for p in left if p.startswith(allocation)], left
         print(f"job {job} SUCCEEDED on the pods of {allocation} (nodes {nodes[0]['addr']}, {nodes[1]['addr']}); "
               f"downloaded: {', '.join(artifacts)}")
+
+        # Kueue preempts a running job by suspending its Job: the pods get SIGTERM, the
+        # ranks checkpoint in the grace period (the only checkpoint: none periodic), and
+        # the next attempt resumes from it, no restart counted.
+        long_job = submit("preempted", 1000000, 1000000)
+        first = f"nightshift-{long_job.lower()}-a0"
+        described = wait(long_job, lambda d: re.search(r"step ([1-9]\d+)/", d) is not None, 300)
+        if first not in kubelet.jobs or not re.search(r"step ([1-9]\d+)/", described):
+            raise failure(f"job {long_job} did not start training", described)
+        kubelet.suspend(first)
+        described = wait(long_job, lambda d: "attempt 1 resumed from step" in d or "started from step" in d, 300)
+        resumed = re.search(r"attempt 1 resumed from step (\d+)", described)
+        if not resumed or int(resumed.group(1)) <= 0:
+            raise failure(f"job {long_job}'s attempt 1 did not resume from the checkpoint written on SIGTERM",
+                          described)
+        assert "Restarts: 0/" in described, described
+        assert f"the cluster took the allocation back (kubernetes job {first}" in described, described
+        second = f"nightshift-{long_job.lower()}-a1"
+        # The next attempt's Job only once the pods were gone (their checkpoint written).
+        assert kubelet.seen_at[second] > kubelet.gone_at[first], (kubelet.seen_at, kubelet.gone_at)
+        assert first in kubelet.removed, f"the coordinator did not delete the preempted Job {first}"
+        run(cli + ["job", "cancel", long_job])
+        described = wait(long_job, lambda d: second in kubelet.removed, 60)
+        assert "CANCELLED" in described and second in kubelet.removed, described
+        print(f"job {long_job}: suspended at {first}, attempt 1 resumed from step {resumed.group(1)} "
+              "(the checkpoint written when stopped), no restart counted; cancelled, its Job deleted")
         return 0
     finally:
         if kubelet is not None:
