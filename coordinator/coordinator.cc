@@ -316,7 +316,7 @@ std::vector<AllocationNeed> Coordinator::AllocationNeeds() const {
     const v1::Job& job = entry.job;
     if (IsTerminal(job.state())) continue;
     needs.push_back({id, job.attempt(), job.state(), job.state() == v1::QUEUED && entry.not_before <= now && job.held_by().empty(), job.spec(),
-                     job.owner(), job.allocation()});
+                     job.owner(), job.allocation(), job.excluded_nodes()});
   }
   return needs;
 }
@@ -386,10 +386,17 @@ Status Coordinator::AllocationEnded(const std::string& job_id, const v1::Cluster
                                /*user_error=*/false, "time_limit");
       }
       break;
-    case AllocationEnd::kNodeFail:
+    case AllocationEnd::kNodeFail: {
+      // Kept with the attempt's end (the same write): its next allocations avoid them, across
+      // restarts. A Slurm hostlist ("n[1-2]") each; joined by commas, still one.
+      const std::string& failed = allocation.failed_nodes();
+      const std::string excluded = entry->job.excluded_nodes();
+      if (!failed.empty() && ("," + excluded + ",").find("," + failed + ",") == std::string::npos)
+        entry->job.set_excluded_nodes(excluded + (excluded.empty() ? "" : ",") + failed);
       attempts_->FailAttempt(entry, "a node of the allocation failed (" + what + ")", /*user_error=*/false,
                              "node_fail");
       break;
+    }
     case AllocationEnd::kOther:
       attempts_->FailAttempt(entry, "the allocation ended before the attempt did (" + what + ")",
                              /*user_error=*/false, "allocation_ended");

@@ -97,6 +97,7 @@ struct AllocationNeed {
   v1::JobSpec spec;
   std::string owner;
   v1::ClusterAllocation allocation;  // as last noted (job.allocation)
+  std::string excluded_nodes;        // job.excluded_nodes: nodes its allocations avoid
 };
 
 // How an allocation ended, as far as the attempt it served is concerned.

@@ -17,6 +17,7 @@ v1::ClusterAllocation ToProto(const char* cluster, const Allocation& a) {
   p.set_state(a.state);
   p.set_reason(a.reason);
   p.set_nodes(a.nodes);
+  if (a.end == Allocation::End::kNodeFail) p.set_failed_nodes(a.failed_nodes);
   return p;
 }
 
@@ -52,8 +53,7 @@ AllocationRequest Provisioner::RequestFor(const AllocationNeed& need) const {
   r.cpus_per_node = ranks_per_node;
   r.memory_gb_per_node = need.spec.resources().memory_gb() * ranks_per_node;
   r.time_limit_minutes = need.spec.resources().time_limit_minutes();
-  auto failed = failed_nodes_.find(need.job_id);
-  if (failed != failed_nodes_.end()) r.exclude_nodes = failed->second;
+  if (every_node_.count(need.job_id) == 0) r.exclude_nodes = need.excluded_nodes;
   r.node_command = options_.worker_command;
   for (const std::string& word : {std::string("--coordinator"), options_.coordinator_address,
                                   std::string("--allocation-job"), need.job_id, std::string("--allocation-attempt"),
@@ -118,10 +118,7 @@ Status Provisioner::Follow(const AllocationNeed& need, const Allocation& a) {
   if (a.end == Allocation::End::kRefused)
     return coordinator_->AllocationRefused(need.job_id, need.attempt,
                                            std::string(cluster_->name()) + " job " + a.id + " failed: " + a.reason);
-  if (a.end == Allocation::End::kNodeFail && !a.failed_nodes.empty()) {
-    std::string& failed = failed_nodes_[need.job_id];
-    failed += (failed.empty() ? "" : ",") + a.failed_nodes;
-  }
+  if (a.end == Allocation::End::kNodeFail && !a.failed_nodes.empty()) every_node_.erase(need.job_id);
   return coordinator_->AllocationEnded(need.job_id, noted, EndOf(a),
                                        "exit code " + std::to_string(a.exit_code));
 }
@@ -131,7 +128,7 @@ Status Provisioner::Start(const AllocationNeed& need) {
   StatusOr<std::string> id = cluster_->Submit(request);
   if (id.status().code() == Status::kInvalidArgument && !request.exclude_nodes.empty()) {
     // Impossible maybe only without the failed nodes: the next pass asks without them.
-    failed_nodes_.erase(need.job_id);
+    every_node_.insert(need.job_id);
     return Status::Unavailable(id.status().message() + " (asked without " + request.exclude_nodes +
                                "; asking again with every node)");
   }

@@ -24,7 +24,6 @@
 #ifndef NIGHTSHIFT_COORDINATOR_PROVISIONER_H_
 #define NIGHTSHIFT_COORDINATOR_PROVISIONER_H_
 
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -66,9 +65,9 @@ class Provisioner {
   const ProvisionerOptions options_;
   Coordinator* const coordinator_;   // not owned
   ClusterAllocator* const cluster_;  // not owned
-  // Nodes that failed under a job's allocation: its next ones exclude them (in memory: a
-  // restarted coordinator forgets, and Slurm has drained a failed node by then anyway).
-  std::map<std::string, std::string> failed_nodes_;
+  // The jobs asked for with every node: a request without the nodes that failed under
+  // their allocations (job.excluded_nodes) was impossible. Until a node fails again.
+  std::set<std::string> every_node_;
   std::set<std::string> cancelled_;  // allocations already cancelled (not cancelled again)
 };
 

@@ -91,6 +91,8 @@ void Describe(const v1::Job& job) {
     std::printf("Allocation: %s job %s for attempt %d, last seen %s%s%s\n", a.cluster().c_str(), a.id().c_str(), a.attempt(),
                 a.state().c_str(), a.reason().empty() || a.reason() == "None" ? "" : (" (" + a.reason() + ")").c_str(),
                 a.nodes().empty() ? "" : (" on " + a.nodes()).c_str());
+  if (!job.excluded_nodes().empty())
+    std::printf("Avoiding:   %s (nodes that failed under its allocations)\n", job.excluded_nodes().c_str());
   if (!job.sweep_id().empty()) std::printf("Sweep:      %s\n", job.sweep_id().c_str());
   if (!job.held_by().empty()) std::printf("Held:       %s\n", job.held_by().c_str());
   const v1::TrackedRun& tracked = job.tracked_run();

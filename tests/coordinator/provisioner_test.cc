@@ -63,6 +63,10 @@ class ProvisionerTest : public testing::Test {
     dir_ = testing::TempDir() + "/prov." + std::to_string(::getpid()) + "." +
            testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
+    Open();
+  }
+  // The coordinator on dir_ (again, after Restart) and its provisioner.
+  void Open() {
     CoordinatorOptions options;
     options.data_dir = dir_;
     options.restart_backoff_seconds = 0;
@@ -77,6 +81,12 @@ class ProvisionerTest : public testing::Test {
     p.coordinator_address = "198.18.0.1:7070";
     p.tokens = &tokens_;
     provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
+  }
+  // A coordinator restart: everything in memory gone, the job records kept.
+  void Restart() {
+    provisioner_.reset();
+    c_.reset();
+    Open();
   }
   void TearDown() override {
     provisioner_.reset();
@@ -312,6 +322,35 @@ TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailu
   EXPECT_NE(job.reason().find("the allocation ended before the attempt did (slurm job 103 FAILED: exit code 2)"),
             std::string::npos)
       << job.reason();
+}
+
+// The nodes a NODE_FAIL took out are kept in the job's record (written with the attempt's
+// end): a coordinator restarted before the next allocation still asks Slurm to avoid them.
+TEST_F(ProvisionerTest, FailedNodesAreStillAvoidedAfterACoordinatorRestart) {
+  const std::string id = Submit(2);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  Allocation& failed = cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
+  failed.end = Allocation::End::kNodeFail;
+  failed.failed_nodes = "n2";
+  Pass();
+  ASSERT_EQ(Get(id).attempt(), 1);
+  EXPECT_EQ(Get(id).excluded_nodes(), "n2");
+  Restart();
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  EXPECT_EQ(cluster_.requests[1].attempt, 1);
+  EXPECT_EQ(cluster_.requests[1].exclude_nodes, "n2");
+  // Another failure adds its nodes (a hostlist as sinfo writes it).
+  RunOnAllocation(id, 1, "101");
+  Allocation& again = cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[3-4]");
+  again.end = Allocation::End::kNodeFail;
+  again.failed_nodes = "n[3-4]";
+  Pass();
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 3u);
+  EXPECT_EQ(cluster_.requests[2].exclude_nodes, "n2,n[3-4]");
+  EXPECT_EQ(Get(id).excluded_nodes(), "n2,n[3-4]");
 }
 
 // Had the request been impossible without the failed node, the job does not fail for
