@@ -68,8 +68,8 @@ bool SaveModel(torch::nn::Module& module, torch::serialize::OutputArchive& archi
 
 // SaveModel's (and Module::save's) inverse: the parameters the archive lacks are listed in
 // *missing with their names; a missing buffer throws (c10::Error) naming it. The `freed`
-// parameters are never written (listed as missing); an archive holding one throws
-// WholeParametersNeeded.
+// parameters are neither written nor listed (their values are in the shard files, which
+// LoadShards reads); an archive holding one throws WholeParametersNeeded.
 void LoadModel(torch::nn::Module& module, torch::serialize::InputArchive& archive, bool trainable_only,
                const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>* missing,
                const std::set<const c10::TensorImpl*>& freed) {
@@ -80,7 +80,6 @@ void LoadModel(torch::nn::Module& module, torch::serialize::InputArchive& archiv
       if (torch::Tensor whole; archive.try_read(p.key(), whole))  // read aside: p stays as it is
         throw WholeParametersNeeded("checkpoint: model.pt holds " + prefix + p.key() +
                                     ", which this run holds in shards (written without sharding full)");
-      missing->emplace_back(prefix + p.key(), p.value());
     } else if (!archive.try_read(p.key(), p.value())) {
       missing->emplace_back(prefix + p.key(), p.value());
     }
@@ -95,7 +94,8 @@ void LoadModel(torch::nn::Module& module, torch::serialize::InputArchive& archiv
       continue;
     }
     for (auto& p : child.value()->named_parameters())
-      if (!trainable_only || p.value().requires_grad()) missing->emplace_back(prefix + child.key() + "." + p.key(), p.value());
+      if ((!trainable_only || p.value().requires_grad()) && freed.count(p.value().unsafeGetTensorImpl()) == 0)
+        missing->emplace_back(prefix + child.key() + "." + p.key(), p.value());
   }
 }
 
@@ -493,9 +493,6 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
     archive.load_from((dir / "model.pt").string(), device);
     LoadModel(model, archive, HasFrozen(model), "", &missing, freed);
   }
-  missing.erase(std::remove_if(missing.begin(), missing.end(),
-                               [&](const auto& m) { return freed.count(m.second.unsafeGetTensorImpl()) != 0; }),
-                missing.end());
   if (!missing.empty()) ReadParametersFromShards(dir, shards, model, missing);
   if (optimizer == nullptr) return p;
   if (sharded != nullptr) {
