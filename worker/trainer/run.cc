@@ -224,7 +224,9 @@ void BuildModel(Run& run) {
                   : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
   run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
-  run.model->to(run.device);
+  // Sharding full: built, loaded and cut on the host, then placed (PlaceShardedModel), so
+  // the device never holds the whole model.
+  if (!(cfg.data_parallel.sharding == "full" && run.rank.world_size > 1)) run.model->to(run.device);
   CountParameters(run);
   BuildOptimizer(run);
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
@@ -338,7 +340,7 @@ void AdoptNewestCheckpoint(Run& run, std::string* resumed_from) {
 // rank 0 stands. Gradients are averaged in buckets during backward.
 void JoinDataParallel(Run& run, std::string* resumed_from) {
   const bool as_loaded = resumed_from->empty() && run.cfg.model.init_from.empty();  // nothing written into the weights
-  run.ddp = StartDataParallel(run.cfg, run.rank, *run.model, as_loaded);
+  run.ddp = StartDataParallel(run.cfg, run.rank, *run.model, as_loaded, run.device);
   if (!run.ddp) return;
   if (run.sharded) run.sharded->set_group(&run.ddp->group());
   if (run.full) run.full->set_group(&run.ddp->group());
@@ -348,6 +350,19 @@ void JoinDataParallel(Run& run, std::string* resumed_from) {
                              p.max_tokens});
   Log("data parallel: rank %d of %d, %d gradient buckets of up to %d MiB, timeout %d s", run.rank.rank,
       run.rank.world_size, run.ddp->num_buckets(), run.cfg.data_parallel.bucket_mb, run.cfg.data_parallel.timeout_seconds);
+}
+
+// Sharding full: the model, whole on the host until now, is cut into each rank's shards
+// there and placed on the device: the shards, the resident units, the moments a resume
+// loaded, and what no unit holds (an adapter's frozen embeddings, buffers).
+void PlaceShardedModel(Run& run) {
+  run.full->Shard();
+  run.full->MoveTo(run.device);
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : run.model->parameters())
+    if (p.device() != run.device) p.set_data(p.to(run.device));
+  for (torch::Tensor& b : run.model->buffers())
+    if (b.device() != run.device) b.set_data(b.to(run.device));
 }
 
 // max_tokens: auto, probed once (a resumed run keeps the budget it started with). Under
@@ -537,7 +552,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
     Log("initialised from %s", cfg.model.init_from.c_str());
   }
   JoinDataParallel(*run, &resumed_from);
-  if (run->full) run->full->Shard();  // from here on each rank holds its shards
+  if (run->full) PlaceShardedModel(*run);  // from here on each rank holds its shards, on its device
   CheckModelStateFits(*run);
   const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);

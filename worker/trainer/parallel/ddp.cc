@@ -483,7 +483,8 @@ void GradientSync::Broadcast(const std::vector<torch::Tensor>& tensors) {
 }
 
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
-                                                torch::nn::Module& model, bool weights_as_loaded) {
+                                                torch::nn::Module& model, bool weights_as_loaded,
+                                                std::optional<torch::Device> device) {
   if (config.data_parallel.world_size > 1 && config.data_parallel.world_size != rank.world_size)
     throw PermanentError("spec.resources.world_size is " + std::to_string(config.data_parallel.world_size) +
                              " but WORLD_SIZE is " + std::to_string(rank.world_size) + ": start " +
@@ -500,8 +501,9 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   options.timeout = std::chrono::milliseconds(int64_t{config.data_parallel.timeout_seconds} * 1000);
   options.use_agent_store = rank.use_agent_store;
   options.store_prefix = "nightshift/" + std::to_string(rank.restart_count);
-  options.cuda = !parameters.empty() && parameters.front().is_cuda();
-  if (options.cuda) options.cuda_device = parameters.front().device().index();
+  if (!device && !parameters.empty()) device = parameters.front().device();
+  options.cuda = device && device->is_cuda();
+  if (options.cuda) options.cuda_device = device->index();
   GradientSyncOptions sync_options;
   sync_options.bucket_bytes = int64_t{config.data_parallel.bucket_mb} << 20;
   sync_options.reduce_bf16 = config.data_parallel.reduce_bf16;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -203,9 +204,12 @@ class NoSync {
 // buffers to every rank. weights_as_loaded (nothing has written the parameters since
 // LoadPretrained: no checkpoint, no export loaded into them): views of a weight file
 // mapped alike on every rank are equal already and are not copied (hf_weights.h's
-// MappedWeightFingerprint), which would write every page the ranks share.
+// MappedWeightFingerprint), which would write every page the ranks share. The group
+// works on `device` (NCCL for CUDA), by default the parameters'; parameters elsewhere
+// (sharding full's model, still on the host) are broadcast through it in chunks.
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
-                                                torch::nn::Module& model, bool weights_as_loaded = false);
+                                                torch::nn::Module& model, bool weights_as_loaded = false,
+                                                std::optional<torch::Device> device = std::nullopt);
 
 // Checks that `must_match` (the training position after a resume, the data's size: step,
 // epoch, batch_in_epoch, total steps, samples) is the same on every rank, so mismatched

@@ -73,6 +73,32 @@ class FullyShardedAdamW::Unit : public BlockParams {
     frozen_.push_back(std::move(unit));
   }
   const std::vector<std::unique_ptr<Unit>>& frozen_units() const { return frozen_; }
+  // Onto `device` (FullyShardedAdamW::MoveTo): a whole unit's values copied there; a freed
+  // block's parameters made views of a storage there, which is freed at once (one block's
+  // memory there for a moment). The frozen units and their shards with it.
+  void MoveTo(torch::Device device) {
+    torch::NoGradGuard no_grad;
+    for (auto& f : frozen_) {
+      if (f->shard_.device() != device) f->shard_.set_data(f->shard_.to(device));
+      f->MoveTo(device);
+    }
+    if (!storage_) {  // never built: the parameters as they are
+      for (torch::Tensor& p : params_)
+        if (p.device() != device) p.set_data(p.to(device));
+      return;
+    }
+    const bool freed = storage_.nbytes() == 0;
+    if (!freed && !Views()) Build();  // loaded anew since it was built (as Shard does)
+    torch::Tensor flat = freed ? torch::empty({padded_numel()}, params_.front().options().device(device))
+                               : Flat().to(device);
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].set_data(flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()));
+    storage_ = flat.storage();
+    if (freed) {
+      storage_.set_data_ptr_noswap(storage_.allocator()->allocate(0));
+      storage_.set_nbytes(0);
+    }
+  }
   int64_t bytes() const { return padded_numel() * static_cast<int64_t>(params_.front().element_size()); }
   int64_t shard_numel() const { return shard_numel_; }
   int64_t padded_numel() const { return shard_numel_ * world_size_; }
@@ -406,6 +432,23 @@ void FullyShardedAdamW::Shard() {
     if (unit.block()) unit.Free();
   }
   sharded_ = true;
+}
+
+void FullyShardedAdamW::MoveTo(torch::Device device) {
+  torch::NoGradGuard no_grad;
+  if (group_ != nullptr) Settle();
+  spare_.clear();  // memory of the old device
+  reduce_spare_.clear();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    torch::Tensor shard = shards_[u];
+    if (shard.device() != device) shard.set_data(shard.to(device));  // the same tensor: the optimizer's still
+    units_[u]->MoveTo(device);
+  }
+  for (auto& [impl, st] : state()) {
+    auto& adam = static_cast<torch::optim::AdamWParamState&>(*st);
+    for (const torch::Tensor& t : {adam.exp_avg(), adam.exp_avg_sq(), adam.max_exp_avg_sq()})
+      if (t.defined() && t.device() != device) torch::Tensor(t).set_data(t.to(device));
+  }
 }
 
 void FullyShardedAdamW::Unshard(int only_rank) {

@@ -103,6 +103,10 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // No collective: the shards from the whole parameters (equal on every rank), then the
   // blocks freed.
   void Shard();
+  // No collective. Every unit, shard and moment onto `device` (the parameters stay the same
+  // tensors): a model built and cut on the host, then placed, is never whole on the device
+  // (sharded: a freed block's parameters pass through it one at a time, unwritten).
+  void MoveTo(torch::Device device);
   // Collectives (every rank, same order; throw on a communication error).
   // Unshard: every block gathered whole again; with `only_rank` >= 0 only on that rank
   // (the export's writer): the others free each block as soon as its gather ends and
