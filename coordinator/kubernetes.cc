@@ -23,6 +23,14 @@ const KubernetesPriorityRow* RowFor(int priority, const std::vector<KubernetesPr
   return row;
 }
 
+// "Localhost:<path>" as the API's {type: Localhost, localhostProfile: path}; else {type}.
+json SeccompProfile(const std::string& profile) {
+  const std::string localhost = "Localhost:";
+  if (profile.rfind(localhost, 0) == 0)
+    return {{"type", "Localhost"}, {"localhostProfile", profile.substr(localhost.size())}};
+  return {{"type", profile}};
+}
+
 json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::string& name,
              const KubernetesPriorityRow* row) {
   json requests = json::object(), limits = json::object();
@@ -75,7 +83,7 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
                  {"runAsUser", o.run_as_user},
                  {"runAsGroup", o.run_as_user},
                  {"fsGroup", o.run_as_user},
-                 {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+                 {"seccompProfile", SeccompProfile(o.seccomp_profile)}}},
                {"containers", json::array({container})},
                {"volumes", volumes}};
   if (row != nullptr && !row->priority_class.empty()) spec["priorityClassName"] = row->priority_class;
@@ -189,9 +197,12 @@ Allocation AllocationOfJob(const json& job) {
       return a;
     }
   }
-  a.phase = active > 0 ? Allocation::Phase::kRunning : Allocation::Phase::kPending;
-  a.state = active > 0 ? "Active" : "Pending";
+  // Pods terminating count too: a Job Kueue admitted again before its last pods were gone
+  // (the Suspended condition False) must not be taken for pending, a preemption.
+  a.phase = active + terminating > 0 ? Allocation::Phase::kRunning : Allocation::Phase::kPending;
+  a.state = active + terminating > 0 ? "Active" : "Pending";
   if (active > 0) a.reason = std::to_string(ready) + " of " + std::to_string(active) + " pods ready";
+  if (terminating > 0) a.reason += (a.reason.empty() ? "" : "; ") + std::to_string(terminating) + " pods stopping";
   return a;
 }
 

@@ -49,6 +49,11 @@ struct KubernetesOptions {
   // support it are made writable by the group. A checkpoint claim that does not (NFS)
   // must be writable by this id.
   int run_as_user = 10001;
+  // The pods' seccomp profile: RuntimeDefault, Unconfined or Localhost:<path on the node>.
+  // containerd's and Docker's defaults refuse the worker the user namespace it confines
+  // its jobs in (unshare without CAP_SYS_ADMIN); a Localhost profile that allows it (as
+  // podman's default does) keeps Pod Security's "restricted" (docs/security.md).
+  std::string seccomp_profile = "RuntimeDefault";
   int bad_spec_exit_code = 2;        // the worker's exit when it refuses its flags (and only then): fails the Job
   std::vector<KubernetesPriorityRow> priorities;
   double call_timeout_seconds = 30;

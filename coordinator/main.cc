@@ -108,6 +108,14 @@ void AddClusterFlags(CLI::App* app, Flags* f) {
                   "the user and group id the pods run the worker as (default 10001, the images' nightshift user; "
                   "never root); a checkpoint claim must be writable by it")
       ->check(CLI::Range(1, 2147483647));
+  app->add_option("--kubernetes-seccomp-profile", f->kubernetes.seccomp_profile,
+                  "the pods' seccomp profile: RuntimeDefault (default), Unconfined, or Localhost:PATH (one that allows "
+                  "unshare, so the worker can confine its jobs; docs/security.md)")
+      ->check([](const std::string& p) {
+        return p == "RuntimeDefault" || p == "Unconfined" || (p.rfind("Localhost:", 0) == 0 && p.size() > 10)
+                   ? std::string()
+                   : "RuntimeDefault, Unconfined or Localhost:PATH";
+      });
   app->add_option("--kubernetes-priority", f->kubernetes_priorities,
                   "MIN_PRIORITY:PRIORITY_CLASS[:KUEUE_QUEUE]: jobs of at least this priority get that PriorityClass "
                   "and Kueue LocalQueue (then the Job is created suspended for Kueue to admit; repeatable)");

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 
 #include "coordinator/allocation_tokens.h"
 
@@ -267,8 +268,11 @@ std::string SlurmCluster::DownNodes(const std::string& nodes) {
   StatusOr<CommandResult> r =
       Run(options_.sinfo, {"--noheader", "--nodes=" + nodes, "--states=down,drain,fail,no_respond", "--format=%N"});
   if (!r.ok() || r->exit_code != 0) return "";
-  std::string down = r->out.substr(0, r->out.find('\n'));
-  return down == "n/a" ? "" : down;
+  std::string down;  // one hostlist per line (per partition, say), joined by commas: one hostlist
+  std::istringstream lines(r->out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line != "n/a") down += (down.empty() ? "" : ",") + line;
+  return down;
 }
 
 // Whether the job ended because its time limit's warning (--signal's SIGTERM, `signal_seconds`

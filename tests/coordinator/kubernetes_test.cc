@@ -101,6 +101,11 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret
   EXPECT_EQ(pod["securityContext"]["fsGroup"], 10001);
   EXPECT_EQ(container["securityContext"]["allowPrivilegeEscalation"], false);
   EXPECT_EQ(container["securityContext"]["capabilities"]["drop"], json::array({"ALL"}));
+  EXPECT_EQ(pod["securityContext"]["seccompProfile"], json({{"type", "RuntimeDefault"}}));
+  KubernetesOptions localhost = Options();
+  localhost.seccomp_profile = "Localhost:profiles/nightshift-worker.json";
+  EXPECT_EQ(KubernetesObjects(Request(), localhost)[2]["spec"]["template"]["spec"]["securityContext"]["seccompProfile"],
+            json({{"type", "Localhost"}, {"localhostProfile", "profiles/nightshift-worker.json"}}));
   // Without a queue: not suspended, no label.
   KubernetesOptions plain = Options();
   plain.priorities.clear();
@@ -165,6 +170,10 @@ TEST(KubernetesTest, AJobsStatusIsReadAsAnAllocation) {
     EXPECT_EQ(a.phase, Allocation::Phase::kRunning) << count;
     EXPECT_NE(a.reason.find("2 pods stopping"), std::string::npos) << a.reason;
   }
+  // ...and when Kueue admits it again before they are gone (the condition False).
+  a = AllocationOfJob(JobWithStatus({{"conditions", {{{"type", "Suspended"}, {"status", "False"}}}}, {"terminating", 2}}));
+  EXPECT_EQ(a.phase, Allocation::Phase::kRunning);
+  EXPECT_EQ(a.reason, "2 pods stopping");
   a = AllocationOfJob(JobWithStatus({{"active", 2}, {"ready", 1}}));
   EXPECT_EQ(a.phase, Allocation::Phase::kRunning);
   EXPECT_EQ(a.reason, "1 of 2 pods ready");

@@ -112,11 +112,12 @@ class Kubelet:
             return json.loads(r.read() or b"{}")
 
     def pass_(self) -> None:
+        listed_at = time.monotonic()  # before stop_pods: a Job listed now existed before pods it stops are gone
         listed = {j["metadata"]["name"]: j for j in
                   self.call("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")["items"]}
         self.stop_pods()
         for name, job in listed.items():
-            self.seen_at.setdefault(name, time.monotonic())
+            self.seen_at.setdefault(name, listed_at)
             if name not in self.jobs and not job["spec"].get("suspend"):
                 self.start(name, job)
             elif name in self.jobs and not self.jobs[name]["done"]:
@@ -134,8 +135,9 @@ class Kubelet:
         secret_file = os.path.join(self.work, f"{name}.secret.json")
         with open(secret_file, "w") as f:
             json.dump(values, f)
+        pods: list[str] = []
+        self.jobs[name] = {"pods": pods, "done": False}  # before anything is made: removed on any failure
         run(self.podman + ["secret", "create", name, secret_file])
-        pods = []
         for index in range(job["spec"]["completions"]):
             pod_name = f"{name}-{index}"
             spec = json.loads(json.dumps(template["spec"]))
@@ -152,10 +154,9 @@ class Kubelet:
             with open(pod_file, "w") as f:
                 json.dump(pod, f)  # JSON is YAML
             node = self.nodes[index % len(self.nodes)]
+            pods.append(pod_name)
             run(["nsenter", f"--net=/run/netns/{node}"] + self.podman + ["kube", "play", "--network", "host", pod_file],
                 timeout=300)
-            pods.append(pod_name)
-        self.jobs[name] = {"pods": pods, "done": False}
         self.call("POST", f"/_test/jobs/{NAMESPACE}/{name}/status", {"active": len(pods), "ready": len(pods)})
 
     def exit_code(self, pod: str) -> int | None:
@@ -337,6 +338,9 @@ def main() -> int:
         if "SUCCEEDED" not in described:
             raise failure(f"job {job} did not succeed", described)
         allocation = f"nightshift-{job.lower()}-a0"
+        # Not root: the jobs confined in a user namespace of the worker's (podman's seccomp
+        # profile allows one; docs/security.md for containerd's).
+        assert pods_log.count("in a user and mount namespace of their own") == 2, pods_log
         for index, node in enumerate(nodes):
             assert f"worker {job}-a0-pod{index}: serves attempt 0 of job {job}" in pods_log, pods_log
             assert f"reached on {node['addr']}" in pods_log, pods_log
@@ -382,19 +386,29 @@ def main() -> int:
               "(the checkpoint written when stopped), no restart counted; cancelled, its Job deleted")
         return 0
     finally:
+        def attempt(step, *args):  # every step of the clean-up, whatever the one before did
+            try:
+                step(*args)
+            except Exception as e:  # noqa: BLE001
+                print(f"clean-up: {e}", file=sys.stderr)
+
         if kubelet is not None:
+            for s in kubelet.stopping.values():
+                for stop in s["stops"] or []:
+                    attempt(stop.wait, 60)
             for name in list(kubelet.jobs):
-                kubelet.remove(name)
-        run(podman + ["rm", "-f", "-t", "5", coordinator], check=False)
+                attempt(kubelet.remove, name)
+        attempt(run, podman + ["rm", "-f", "-t", "5", coordinator], 60, False)
         if api_process is not None:
-            api_process.stdin.close()
-            api_process.wait(timeout=10)
+            attempt(api_process.stdin.close)
+            attempt(api_process.kill)
+            attempt(api_process.wait, 10)
         for claim in claims.values():
-            run(podman + ["volume", "rm", "-f", claim], check=False)
+            attempt(run, podman + ["volume", "rm", "-f", claim], 60, False)
         for image in images:
-            run(podman + ["rmi", "-f", image], check=False)
+            attempt(run, podman + ["rmi", "-f", image], 120, False)
         for ns in [ctl["ns"]] + [n["ns"] for n in nodes] + [bridge]:
-            run(["ip", "netns", "del", ns], check=False)
+            attempt(run, ["ip", "netns", "del", ns], 30, False)
         shutil.rmtree(work, ignore_errors=True)
 
 
