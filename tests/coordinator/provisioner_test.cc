@@ -134,6 +134,13 @@ class ProvisionerTest : public testing::Test {
     ASSERT_EQ(Get(job).state(), v1::SCHEDULED) << Get(job).reason();
   }
 
+  // Allocation `id` of (job, attempt) ended by Slurm's NODE_FAIL, `failed` down.
+  void FailNode(const std::string& job, int attempt, const std::string& id, const std::string& failed) {
+    Allocation& a = cluster_.Show(id, job, attempt, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
+    a.end = Allocation::End::kNodeFail;
+    a.failed_nodes = failed;
+  }
+
   FakeClock clock_;
   const AllocationTokens tokens_{std::string(64, 'a')};
   std::string dir_;
@@ -290,9 +297,7 @@ TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailu
 
   // Attempt 1 loses node n2: a counted restart, and attempt 2 keeps away from n2.
   RunOnAllocation(id, 1, "101");
-  Allocation& node_fail = cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
-  node_fail.end = Allocation::End::kNodeFail;
-  node_fail.failed_nodes = "n2";
+  FailNode(id, 1, "101", "n2");
   Pass();
   job = Get(id);
   EXPECT_EQ(job.attempt(), 2);
@@ -330,9 +335,7 @@ TEST_F(ProvisionerTest, FailedNodesAreStillAvoidedAfterACoordinatorRestart) {
   const std::string id = Submit(2);
   Pass();
   RunOnAllocation(id, 0, "100");
-  Allocation& failed = cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
-  failed.end = Allocation::End::kNodeFail;
-  failed.failed_nodes = "n2";
+  FailNode(id, 0, "100", "n2");
   Pass();
   ASSERT_EQ(Get(id).attempt(), 1);
   EXPECT_EQ(Get(id).excluded_nodes(), "n2");
@@ -343,9 +346,7 @@ TEST_F(ProvisionerTest, FailedNodesAreStillAvoidedAfterACoordinatorRestart) {
   EXPECT_EQ(cluster_.requests[1].exclude_nodes, "n2");
   // Another failure adds its nodes (a hostlist as sinfo writes it).
   RunOnAllocation(id, 1, "101");
-  Allocation& again = cluster_.Show("101", id, 1, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[3-4]");
-  again.end = Allocation::End::kNodeFail;
-  again.failed_nodes = "n[3-4]";
+  FailNode(id, 1, "101", "n[3-4]");
   Pass();
   Pass();
   ASSERT_EQ(cluster_.requests.size(), 3u);
@@ -359,9 +360,7 @@ TEST_F(ProvisionerTest, ARequestImpossibleWithoutTheFailedNodesIsAskedAgainWithA
   const std::string id = Submit(2);
   Pass();
   RunOnAllocation(id, 0, "100");
-  Allocation& failed = cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
-  failed.end = Allocation::End::kNodeFail;
-  failed.failed_nodes = "n1";
+  FailNode(id, 0, "100", "n1");
   Pass();  // attempt 1, to avoid n1
   ASSERT_EQ(Get(id).attempt(), 1);
   cluster_.submit_error = Status::InvalidArgument("sbatch refused: Requested node configuration is not available");
