@@ -126,12 +126,12 @@ FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::strin
   return ReadFlatRanges(dir, files, {{begin, end}}, total, device).front();
 }
 
-std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
-                                          const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
-                                          torch::Device device, bool values) {
+namespace {
+
+// The states of `ranges`, each tensor of `keys` zeroed ("value": FlatAdamState::values).
+std::vector<FlatAdamState> ZeroStates(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool values,
+                                      const torch::TensorOptions& options) {
   std::vector<FlatAdamState> out(ranges.size());
-  std::vector<int64_t> covered(ranges.size(), 0);
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   for (size_t r = 0; r < ranges.size(); ++r) {
     out[r].begin = ranges[r].first;
     out[r].end = ranges[r].second;
@@ -139,8 +139,43 @@ std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vec
                                    : std::vector<torch::Tensor*>{&out[r].exp_avg, &out[r].exp_avg_sq})
       *t = torch::zeros({out[r].end - out[r].begin}, options);
   }
-  const std::vector<std::string> keys = values ? std::vector<std::string>{"value"}
-                                               : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+  return out;
+}
+
+// Piece i of `key` in `archive` (its pieces laid end to end from `at`) into every state of
+// `into` it overlaps; returns its length.
+int64_t CopyPiece(torch::serialize::InputArchive& archive, const std::string& key, int64_t i, int64_t at,
+                  std::vector<FlatAdamState>& into) {
+  torch::Tensor t;
+  archive.read(key + "." + std::to_string(i), t);
+  for (FlatAdamState& s : into) {
+    const int64_t lo = std::max(at, s.begin), hi = std::min(at + t.numel(), s.end);
+    torch::Tensor& to = key == "value" ? s.values : key == "exp_avg" ? s.exp_avg : s.exp_avg_sq;
+    if (lo < hi) to.narrow(0, lo - s.begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
+  }
+  return t.numel();
+}
+
+void CheckCovered(const std::string& dir, std::vector<FlatAdamState>& out, const std::vector<int64_t>& covered,
+                  int64_t step, const char* what) {
+  for (size_t r = 0; r < out.size(); ++r) {
+    out[r].step = step;
+    if (covered[r] != out[r].end - out[r].begin)
+      throw std::runtime_error("checkpoint: the optimizer shards in " + dir + " cover " + std::to_string(covered[r]) +
+                               " of the " + what + " [" + std::to_string(out[r].begin) + ", " +
+                               std::to_string(out[r].end) + ") this rank needs");
+  }
+}
+
+}  // namespace
+
+FlatRead ReadFlatState(const std::string& dir, const std::vector<std::string>& files,
+                       const std::vector<std::pair<int64_t, int64_t>>& moment_ranges,
+                       const std::vector<std::pair<int64_t, int64_t>>& value_ranges, int64_t total,
+                       torch::Device device) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  FlatRead read{ZeroStates(moment_ranges, false, options), ZeroStates(value_ranges, true, options)};
+  std::vector<int64_t> moments_covered(moment_ranges.size(), 0), values_covered(value_ranges.size(), 0);
   int64_t file_step = 0;
   bool first = true;
   for (const std::string& file : files) {
@@ -158,37 +193,38 @@ std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vec
     if (first || e > b) file_step = step;
     first = false;
     // The file's pieces laid end to end are [b, e): each one's overlap with each range.
+    // A file of moments only holds no values: its parameters' values are in model.pt.
     const int64_t pieces = Scalar(archive, "pieces");
-    if (torch::Tensor probe; values && pieces > 0 && !archive.try_read("value.0", probe))
-      continue;  // a file of moments only: its parameters' values are in model.pt
+    torch::Tensor probe;
+    const bool has_values = !value_ranges.empty() && (pieces == 0 || archive.try_read("value.0", probe));
     int64_t at = b;
     for (int64_t i = 0; i < pieces; ++i) {
       int64_t length = 0;
-      for (const std::string& key : keys) {
-        torch::Tensor t;
-        archive.read(key + "." + std::to_string(i), t);
-        length = t.numel();
-        for (FlatAdamState& s : out) {
-          const int64_t lo = std::max(at, s.begin), hi = std::min(at + length, s.end);
-          torch::Tensor& into = key == "value" ? s.values : key == "exp_avg" ? s.exp_avg : s.exp_avg_sq;
-          if (lo < hi) into.narrow(0, lo - s.begin, hi - lo).copy_(t.narrow(0, lo - at, hi - lo));
-        }
-      }
+      if (!moment_ranges.empty())
+        for (const char* key : {"exp_avg", "exp_avg_sq"}) length = CopyPiece(archive, key, i, at, read.moments);
+      if (has_values) length = CopyPiece(archive, "value", i, at, read.values);
       at += length;
     }
-    if (at < e)
+    if ((!moment_ranges.empty() || has_values) && at < e)
       throw std::runtime_error("checkpoint: " + path + "'s pieces hold " + std::to_string(at - b) + " values, not " +
                                std::to_string(e - b));
-    for (size_t r = 0; r < out.size(); ++r) covered[r] += std::max<int64_t>(0, std::min(e, out[r].end) - std::max(b, out[r].begin));
+    const auto cover = [&](std::vector<int64_t>& covered, const std::vector<FlatAdamState>& out) {
+      for (size_t r = 0; r < out.size(); ++r)
+        covered[r] += std::max<int64_t>(0, std::min(e, out[r].end) - std::max(b, out[r].begin));
+    };
+    cover(moments_covered, read.moments);
+    if (has_values) cover(values_covered, read.values);
   }
-  for (size_t r = 0; r < out.size(); ++r) {
-    out[r].step = file_step;
-    if (covered[r] != out[r].end - out[r].begin)
-      throw std::runtime_error("checkpoint: the optimizer shards in " + dir + " cover " + std::to_string(covered[r]) +
-                               " of the " + (values ? "parameter values" : "values") + " [" +
-                               std::to_string(out[r].begin) + ", " + std::to_string(out[r].end) + ") this rank needs");
-  }
-  return out;
+  CheckCovered(dir, read.moments, moments_covered, file_step, "values");
+  CheckCovered(dir, read.values, values_covered, file_step, "parameter values");
+  return read;
+}
+
+std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,
+                                          const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t total,
+                                          torch::Device device, bool values) {
+  return values ? ReadFlatState(dir, files, {}, ranges, total, device).values
+                : ReadFlatState(dir, files, ranges, {}, total, device).moments;
 }
 
 std::vector<FlatAdamState> ReadCheckpointRanges(const std::string& dir, const std::vector<std::string>& shards,

@@ -61,6 +61,15 @@ void WriteFlatShard(const std::vector<torch::Tensor>& exp_avg, const std::vector
 // total (another model) or the files do not cover the range.
 FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
                             int64_t end, int64_t total, torch::Device device);
+// In one pass over the files (each loaded once): the moments of `moment_ranges` and the
+// parameters' values of `value_ranges` (from the files that hold values).
+struct FlatRead {
+  std::vector<FlatAdamState> moments, values;
+};
+FlatRead ReadFlatState(const std::string& dir, const std::vector<std::string>& files,
+                       const std::vector<std::pair<int64_t, int64_t>>& moment_ranges,
+                       const std::vector<std::pair<int64_t, int64_t>>& value_ranges, int64_t total,
+                       torch::Device device);
 // Several ranges in one pass over the files. With `values`, the parameters' values of
 // the ranges instead of their moments (from the files that hold values).
 std::vector<FlatAdamState> ReadFlatRanges(const std::string& dir, const std::vector<std::string>& files,

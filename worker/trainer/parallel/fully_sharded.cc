@@ -548,9 +548,18 @@ void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std
   const torch::Device device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().device();
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (const auto& unit : units_) ranges.push_back(unit->RangeOf(rank_));
-  std::vector<torch::Tensor> params;  // whole while a checkpoint loads: optimizer.pt is read into them
-  for (const auto& unit : units_) params.insert(params.end(), unit->params().begin(), unit->params().end());
-  const std::vector<FlatAdamState> states = ReadCheckpointRanges(dir, shards, params, ranges, device);
+  std::vector<std::pair<int64_t, int64_t>> block_ranges;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u]->block()) block_ranges.push_back(ranges[u]);
+  FlatRead read;
+  if (sharded_) {  // a roll-back (LoadCheckpoint made sure of shard files): moments and block values, one pass
+    read = ReadFlatState(dir, shards, ranges, block_ranges, total_, device);
+  } else {
+    std::vector<torch::Tensor> params;  // whole while a checkpoint loads: optimizer.pt is read into them
+    for (const auto& unit : units_) params.insert(params.end(), unit->params().begin(), unit->params().end());
+    read.moments = ReadCheckpointRanges(dir, shards, params, ranges, device);
+  }
+  const std::vector<FlatAdamState>& states = read.moments;
   state().clear();
   for (size_t u = 0; u < units_.size(); ++u) {
     torch::Tensor m = torch::zeros_like(shards_[u]), v = torch::zeros_like(shards_[u]);
@@ -564,16 +573,11 @@ void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std
     st->exp_avg_sq(v);
     state()[shards_[u].unsafeGetTensorImpl()] = std::move(st);
   }
-  if (sharded_) LoadShardValues(dir, shards, ranges, device);
+  if (sharded_) LoadShardValues(read.values);
 }
 
-void FullyShardedAdamW::LoadShardValues(const std::string& dir, const std::vector<std::string>& shards,
-                                        const std::vector<std::pair<int64_t, int64_t>>& ranges, torch::Device device) {
+void FullyShardedAdamW::LoadShardValues(const std::vector<FlatAdamState>& values) {
   if (group_ != nullptr) Settle();  // nothing may still write a storage or a gradient
-  std::vector<std::pair<int64_t, int64_t>> block_ranges;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u]->block()) block_ranges.push_back(ranges[u]);
-  const std::vector<FlatAdamState> values = ReadFlatRanges(dir, shards, block_ranges, total_, device, /*values=*/true);
   for (size_t u = 0, b = 0; u < units_.size(); ++u) {
     Unit& unit = *units_[u];
     torch::Tensor shard = shards_[u];

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "worker/trainer/checkpoint/checkpoint.h"
+#include "worker/trainer/checkpoint/optimizer_shards.h"
 #include "worker/trainer/memory/activation_checkpoint.h"
 #include "worker/trainer/optim/fused_adamw.h"
 #include "worker/trainer/parallel/ddp.h"
@@ -183,10 +184,9 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   ProcessGroup* group_ = nullptr;
   bool sharded_ = false;
   bool reduce_bf16_ = false;
-  // LoadShards while sharded: the blocks' shards from the files' values (`ranges`: each
-  // unit's of this rank), the resident units' from their parameters.
-  void LoadShardValues(const std::string& dir, const std::vector<std::string>& shards,
-                       const std::vector<std::pair<int64_t, int64_t>>& ranges, torch::Device device);
+  // LoadShards while sharded: the blocks' shards from the files' values (`values`: each
+  // block's range of this rank, in order), the resident units' from their parameters.
+  void LoadShardValues(const std::vector<FlatAdamState>& values);
   // The walk: gathers the blocks among units_[walk_, end), each freeing the one before.
   void WalkTo(size_t end);
   size_t walk_ = 0;          // the next unit the walk may gather
