@@ -181,7 +181,7 @@ std::string Task::JudgedFile() const { return JobDir() + "/judged-step"; }
 
 void Task::Judged(int64_t step) {
   std::error_code ec;  // before Run() made the folder no rank waits yet: the next reply repeats it
-  if (assignment_.await_steps_size() + assignment_.await_epochs_size() == 0 || step <= judged_.load() ||
+  if (!WaitsAtRungs() || step <= judged_.load() ||
       !fs::is_directory(JobDir(), ec))
     return;
   if (std::string err = io::WriteFileAtomically(JudgedFile(), std::to_string(step) + "\n"); !err.empty()) {
@@ -222,7 +222,7 @@ void Task::Run() {
   nlohmann::json config =
       TrainerConfig(WithResolvedModelFolders(assignment_), data, CheckpointRoot(options_) + "/" + job_id,
                     /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty(), options_.data_roots);
-  if (assignment_.await_steps_size() + assignment_.await_epochs_size() > 0) {  // an ASHA trial: waits for Judged()
+  if (WaitsAtRungs()) {  // an ASHA trial: waits for Judged()
     config["await_steps"] = std::vector<int64_t>(assignment_.await_steps().begin(), assignment_.await_steps().end());
     config["await_epochs"] = std::vector<int64_t>(assignment_.await_epochs().begin(), assignment_.await_epochs().end());
     config["judged_file"] = JudgedFile();

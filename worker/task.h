@@ -62,6 +62,8 @@ class Task {
   bool TakeProgressDirty() { return progress_dirty_.exchange(false); }
 
  private:
+  // An ASHA trial: its ranks wait at rungs (Assignment.await_steps or await_epochs).
+  bool WaitsAtRungs() const { return assignment_.await_steps_size() + assignment_.await_epochs_size() > 0; }
   void Run();
   std::string JobDir() const;      // the attempt's folder on this worker
   std::string JudgedFile() const;  // in it: the last judged step (config.judged_file)

@@ -155,6 +155,10 @@ std::vector<int64_t> BlockOf(SequenceModel& model, const std::vector<torch::Tens
   return block_of;
 }
 
+// resources.sharding: full with several ranks (FullyShardedAdamW; the model is placed on
+// the device only once cut).
+bool ShardsFully(const Run& run) { return run.cfg.data_parallel.sharding == "full" && run.rank.world_size > 1; }
+
 // The fused AdamW over the trainable parameters: whole, or cut across the ranks as
 // resources.sharding says.
 void BuildOptimizer(Run& run) {
@@ -171,7 +175,7 @@ void BuildOptimizer(Run& run) {
     sharded->set_reduce_bf16(cfg.data_parallel.reduce_bf16);
     run.sharded = sharded.get();
     run.optimizer = std::move(sharded);
-  } else if (cfg.data_parallel.sharding == "full" && run.rank.world_size > 1) {
+  } else if (ShardsFully(run)) {
     BlockPlan* plan = run.model->block_plan();
     if (plan == nullptr)
       throw PermanentError("resources.sharding: full shards a model's transformer blocks; model.arch " + cfg.model.arch +
@@ -226,7 +230,7 @@ void BuildModel(Run& run) {
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
   // Sharding full: built, loaded and cut on the host, then placed (PlaceShardedModel), so
   // the device never holds the whole model.
-  if (!(cfg.data_parallel.sharding == "full" && run.rank.world_size > 1)) run.model->to(run.device);
+  if (!ShardsFully(run)) run.model->to(run.device);
   CountParameters(run);
   BuildOptimizer(run);
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{

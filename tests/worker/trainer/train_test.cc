@@ -123,6 +123,16 @@ class RungWorker : public ProgressSink {
   std::thread pause_;
 };
 
+// Runs `c` beside a RungWorker that judges step `judged` and pauses the trial at step
+// `paused`: the run stops there, its only checkpoint that step, no step trained past it.
+void ExpectStopsAtRung(const TrainConfig& c, int64_t judged, int64_t paused) {
+  RungWorker worker(c.judged_file, judged, paused);
+  EXPECT_EQ(RunTraining(c, RankInfo{}, worker), kExitStopped);
+  EXPECT_EQ(worker.Checkpoints(), std::vector<double>{static_cast<double>(paused)});
+  EXPECT_LE(worker.LastStep(), paused);
+  EXPECT_FALSE(worker.Waited());
+}
+
 // An ASHA trial's ranks wait after the evaluation at each rung (config.await_steps) for the
 // sweep's judgement: judged at step 2, paused at step 6 (0.3 s into the wait), the run
 // checkpoints step 6 and stops there, not a step past it.
@@ -134,13 +144,7 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   c.checkpoint.every_steps = 0;
   c.await_steps = {2, 6};
   c.judged_file = dir + "/judged-step";
-  {
-    RungWorker worker(c.judged_file, 2, 6);
-    EXPECT_EQ(RunTraining(c, RankInfo{}, worker), kExitStopped);
-    EXPECT_EQ(worker.Checkpoints(), std::vector<double>{6});
-    EXPECT_LE(worker.LastStep(), 6);
-    EXPECT_FALSE(worker.Waited());
-  }
+  ExpectStopsAtRung(c, 2, 6);
 
   // Nothing judged (a coordinator that is down): each rung's wait runs out, and the run
   // goes on to its end.
@@ -167,13 +171,7 @@ TEST(TrainTest, AnAshaTrialWaitsAtItsRungsAndStopsThereWhenPaused) {
   e.checkpoint.every_steps = 0;
   e.await_epochs = {1, 2};
   e.judged_file = by_epochs + "/judged-step";
-  {
-    RungWorker worker(e.judged_file, 5, 10);
-    EXPECT_EQ(RunTraining(e, RankInfo{}, worker), kExitStopped);
-    EXPECT_EQ(worker.Checkpoints(), std::vector<double>{10});
-    EXPECT_LE(worker.LastStep(), 10);
-    EXPECT_FALSE(worker.Waited());
-  }
+  ExpectStopsAtRung(e, 5, 10);
   MemoryProgressSink resumed;
   e.await_epochs.clear();
   ASSERT_EQ(RunTraining(e, RankInfo{}, resumed), kExitOk);

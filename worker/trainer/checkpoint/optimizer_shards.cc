@@ -128,7 +128,7 @@ FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::strin
 
 namespace {
 
-// The states of `ranges`, each tensor of `keys` zeroed ("value": FlatAdamState::values).
+// The states of `ranges`, zeroed: their values (FlatAdamState::values), else their moments.
 std::vector<FlatAdamState> ZeroStates(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool values,
                                       const torch::TensorOptions& options) {
   std::vector<FlatAdamState> out(ranges.size());
