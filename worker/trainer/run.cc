@@ -223,8 +223,9 @@ void BuildModel(Run& run) {
   const TrainConfig& cfg = run.cfg;
   torch::manual_seed(cfg.train.seed);
   SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
+  hf::DeferredWeights folder;  // sharding full: the folder's weights, loaded into the shards
   run.model = cfg.model.arch == "pretrained"
-                  ? hf::JobModel(cfg, /*load_weights=*/true, &run.adapter)
+                  ? hf::JobModel(cfg, /*load_weights=*/true, &run.adapter, ShardsFully(run) ? &folder : nullptr)
                   : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
   run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
@@ -233,6 +234,11 @@ void BuildModel(Run& run) {
   if (!ShardsFully(run)) run.model->to(run.device);
   CountParameters(run);
   BuildOptimizer(run);
+  if (run.full) {  // cut before anything reads the model: a folder's blocks one at a time as they load
+    if (folder.weights)
+      LoadHfWeights(*folder.weights, folder.rules, *run.model, [&](const torch::Tensor& p) { run.full->ShardBefore(p); });
+    run.full->Shard();
+  }
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
       cfg.checkpoint_dir, cfg.checkpoint.every_steps, cfg.checkpoint.every_seconds, cfg.checkpoint.keep_last,
       cfg.attempt});
@@ -268,7 +274,17 @@ std::string Resume(Run& run) {
                              latest.fingerprint + "\", this run is \"" + run.fingerprint +
                              "\"): resume with the same seed, batching, data and model, or delete " +
                              run.cfg.checkpoint_dir + " to start over");
-  if (!run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path)) return "";
+  bool loaded = false;
+  try {
+    loaded = run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path);
+  } catch (const WholeParametersNeeded& e) {  // sharding full from a checkpoint written without
+    if (run.full == nullptr) throw;
+    Log("%s: loaded whole, then cut", e.what());
+    run.full->Reopen();
+    loaded = run.checkpoints->LoadLatest(*run.model, *run.optimizer, &run.position, &path);
+    run.full->Shard();
+  }
+  if (!loaded) return "";
   ToThisWorldSize(&run.position, run.rank.world_size, path);
   SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
   Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
@@ -356,11 +372,10 @@ void JoinDataParallel(Run& run, std::string* resumed_from) {
       run.rank.world_size, run.ddp->num_buckets(), run.cfg.data_parallel.bucket_mb, run.cfg.data_parallel.timeout_seconds);
 }
 
-// Sharding full: the model, whole on the host until now, is cut into each rank's shards
-// there and placed on the device: the shards, the resident units, the moments a resume
-// loaded, and what no unit holds (an adapter's frozen embeddings, buffers).
+// Sharding full: the model, cut into this rank's shards on the host (BuildModel), is
+// placed on the device: the shards, the resident units, the moments a resume loaded, and
+// what no unit holds (an adapter's frozen embeddings, buffers).
 void PlaceShardedModel(Run& run) {
-  run.full->Shard();
   run.full->MoveTo(run.device);
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : run.model->parameters())
@@ -552,11 +567,13 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   BuildModel(*run);
   std::string resumed_from = Resume(*run);
   if (resumed_from.empty() && !cfg.model.init_from.empty()) {  // a resumed run has its own weights
+    if (run->full) run->full->Reopen();  // written whole, then cut again
     InitFromExport(cfg.model.init_from, cfg, *run->model);
+    if (run->full) run->full->Shard();
     Log("initialised from %s", cfg.model.init_from.c_str());
   }
   JoinDataParallel(*run, &resumed_from);
-  if (run->full) PlaceShardedModel(*run);  // from here on each rank holds its shards, on its device
+  if (run->full) PlaceShardedModel(*run);  // from here on each rank's shards are on its device
   CheckModelStateFits(*run);
   const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);

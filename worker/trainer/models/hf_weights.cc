@@ -309,7 +309,8 @@ std::string List(const std::vector<std::string>& names) {
 
 }  // namespace
 
-void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model) {
+void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
+                   const std::function<void(const torch::Tensor&)>& before) {
   const std::vector<std::string> names = weights.names();
   const bool bare = !rules.base_prefix.empty() &&
                     std::none_of(names.begin(), names.end(), [&](const std::string& n) { return StartsWith(n, rules.base_prefix); });
@@ -325,8 +326,13 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
   std::vector<torch::Tensor> head_new;
   auto params = model.named_parameters(/*recurse=*/true);
   for (auto& p : params) {
+    if (rules.written.count(p.key())) {
+      source.erase(p.key());
+      continue;
+    }
     auto it = source.find(p.key());
     if (it != source.end()) {
+      if (before) before(p.value());
       weights.ShareOrCopyTo(it->second, p.value());
       source.erase(it);
     } else if (StartsWithAny(p.key(), rules.head)) {
@@ -339,7 +345,8 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
   std::vector<std::string> leftover;
   for (const auto& [param, name] : source) leftover.push_back(name);
   if (!head_missing.empty() && head_missing.size() != static_cast<size_t>(std::count_if(
-          params.begin(), params.end(), [&](const auto& p) { return StartsWithAny(p.key(), rules.head); })))
+          params.begin(), params.end(),
+          [&](const auto& p) { return StartsWithAny(p.key(), rules.head) && !rules.written.count(p.key()); })))
     missing.insert(missing.end(), head_missing.begin(), head_missing.end());  // half a head is not a new head
   if (!missing.empty() || !leftover.empty())
     throw PermanentError(weights.dir() + ": the weights do not match the architecture config.json names: " +
@@ -347,7 +354,10 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
                          (missing.empty() || leftover.empty() ? "" : "; ") +
                          (leftover.empty() ? std::string() : "not used " + List(leftover)));
   torch::NoGradGuard no_grad;  // a new head, as transformers' _init_weights makes one
-  for (torch::Tensor& t : head_new) t.dim() >= 2 ? t.normal_(0.0, rules.initializer_range) : t.zero_();
+  for (torch::Tensor& t : head_new) {
+    if (before) before(t);
+    t.dim() >= 2 ? t.normal_(0.0, rules.initializer_range) : t.zero_();
+  }
 }
 
 }  // namespace nightshift::trainer

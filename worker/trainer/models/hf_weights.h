@@ -25,9 +25,11 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,9 @@ struct HfNameRules {
   double initializer_range = 0.02;
   // Checkpoint-name suffixes dropped too (GPT-2's saved causal-mask buffers, h.N.attn.bias).
   std::vector<std::string> ignored_suffixes;
+  // Parameters written before the load (an adapter attached first: its own, and those
+  // its init_from folder holds): not loaded, their tensors in the folder left unused.
+  std::set<std::string> written;
 };
 
 // Where tensor `t` is a view of a mapped weight file (ShareOrCopyTo): a fingerprint of the
@@ -117,8 +122,11 @@ void DropMappedPages(const torch::Tensor& t);
 // Loads `weights` into `model`'s parameters by name (ShareOrCopyTo); LayerNorm.gamma/beta of old
 // checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
 // parameter missing (outside the head) is an error listing all of them; a shape that
-// differs is an error naming the tensor and both shapes.
-void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model);
+// differs is an error naming the tensor and both shapes. `before` (when set) is called
+// with each parameter just before it is written, in the model's order (sharding full cuts
+// the blocks as the load passes them: FullyShardedAdamW::ShardBefore).
+void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
+                   const std::function<void(const torch::Tensor&)>& before = nullptr);
 
 }  // namespace nightshift::trainer
 

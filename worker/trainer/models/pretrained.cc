@@ -74,7 +74,8 @@ std::shared_ptr<SequenceModel> BuildPretrained(const HfConfig& c, const std::str
 }
 
 std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const PretrainedOptions& options,
-                                              HfConfig* config, const std::vector<std::string>& roots) {
+                                              HfConfig* config, const std::vector<std::string>& roots,
+                                              DeferredWeights* later) {
   bool new_head = false;
   const HfConfig c = WithOptions(ReadHfConfig(dir, roots), options, &new_head);
   const HfWeights weights = HfWeights::Open(dir, roots);  // every header checked before the model is built
@@ -86,7 +87,12 @@ std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const Pret
     model = BuildPretrained(c, options.task);
     if (options.base_dtype != torch::kFloat32) BuildFrozenBaseIn(*model, options.base_dtype, rules.head);
   }
-  LoadHfWeights(weights, rules, *model);
+  if (later != nullptr) {
+    later->weights = weights;
+    later->rules = rules;
+  } else {
+    LoadHfWeights(weights, rules, *model);
+  }
   if (config != nullptr) *config = c;
   return model;
 }
@@ -158,13 +164,15 @@ AdapterConfig JobAdapter(const ModelConfig& m) {
   return a;
 }
 
-std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights, AttachedAdapter* attached) {
+std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights, AttachedAdapter* attached,
+                                        DeferredWeights* later) {
   const ModelConfig& m = config.model;
   const PretrainedOptions options = JobOptions(config);
   HfConfig c;
   std::shared_ptr<SequenceModel> model;
+  if (!load_weights) later = nullptr;
   if (load_weights) {
-    model = LoadPretrained(m.pretrained, options, &c, m.data_roots);
+    model = LoadPretrained(m.pretrained, options, &c, m.data_roots, later);
   } else {
     bool new_head = false;
     c = WithOptions(ReadHfConfig(m.pretrained, m.data_roots), options, &new_head);
@@ -173,6 +181,10 @@ std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_wei
   if (m.adapter.type.empty()) return model;
   const AttachedAdapter a = AttachLora(*model, c, options.task, JobAdapter(m));
   if (load_weights && !m.adapter.init_from.empty()) LoadPeftAdapter(m.adapter.init_from, *model, m.data_roots);
+  if (later != nullptr)  // the base loads after: not over the adapter (its folder: every trainable tensor)
+    for (const auto& p : model->named_parameters())
+      if (p.value().requires_grad() && (!m.adapter.init_from.empty() || p.key().find(".lora_") != std::string::npos))
+        later->rules.written.insert(p.key());
   if (options.base_dtype != torch::kFloat32) {
     torch::NoGradGuard no_grad;  // what trains is float32 (a projection in modules_to_save)
     for (torch::Tensor& p : model->parameters())

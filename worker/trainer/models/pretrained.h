@@ -6,6 +6,7 @@
 #define NIGHTSHIFT_WORKER_TRAINER_MODELS_PRETRAINED_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "worker/trainer/config.h"
@@ -43,8 +44,15 @@ struct PretrainedOptions {
 // initialises one). On the CPU, in training mode. *config (when set) is the config the
 // model was built from, options applied. The folder's files are opened beneath `roots`
 // (hf_weights.h; empty: anywhere). Throws PermanentError naming the file, key or tensor.
+// With `later` set the weights are not written: the model is built unwritten
+// (models/common.h's DeferInit) and *later holds the folder, for LoadHfWeights.
+struct DeferredWeights {
+  std::optional<HfWeights> weights;  // unset: nothing deferred
+  HfNameRules rules;
+};
 std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const PretrainedOptions& options = {},
-                                              HfConfig* config = nullptr, const std::vector<std::string>& roots = {});
+                                              HfConfig* config = nullptr, const std::vector<std::string>& roots = {},
+                                              DeferredWeights* later = nullptr);
 
 // The longest row (tokens) the folder's model takes: max_position_embeddings, less
 // RoBERTa's offset (its positions start after pad_token_id); at most a sliding window.
@@ -64,8 +72,13 @@ std::string ResolvePretrained(TrainConfig* config);
 // With model.adapter: the LoRA adapter attached (lora.h: the base frozen), from
 // model.adapter.init_from's folder when it names one; *attached (when set) says what it
 // adapted.
+// `later` (sharding full, with load_weights): the folder's weights are left to the caller,
+// to load once the optimizer can cut each block as it is written (LoadHfWeights' `before`):
+// the model is built unwritten with its adapter attached, and *later holds the folder and
+// its rules (what the adapter wrote left out: its A and B, and with its init_from folder
+// every trainable tensor, modules_to_save too, as PEFT loads the adapter over the base).
 std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_weights,
-                                        AttachedAdapter* attached = nullptr);
+                                        AttachedAdapter* attached = nullptr, DeferredWeights* later = nullptr);
 // The adapter settings of a resolved config: its init_from folder's, else the spec's.
 AdapterConfig JobAdapter(const ModelConfig& model);
 

@@ -492,7 +492,11 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
                              " ranks (e.g. torchrun --nproc_per_node) with RANK, WORLD_SIZE, "
                              "MASTER_ADDR and MASTER_PORT set");
   if (rank.world_size <= 1) return nullptr;
-  std::vector<torch::Tensor> parameters = model.parameters();
+  // Sharding full's blocks hold no memory here: each rank cut its shards of them from the
+  // same load (run.cc), and there is nothing whole to send.
+  std::vector<torch::Tensor> parameters;
+  for (const torch::Tensor& p : model.parameters())
+    if (p.numel() == 0 || p.storage().nbytes() > 0) parameters.push_back(p);
   ProcessGroupOptions options;
   options.rank = rank.rank;
   options.world_size = rank.world_size;

@@ -163,15 +163,32 @@ class FullyShardedAdamW::Unit : public BlockParams {
     for (auto& f : frozen_) f->StartGather(group, f->shard_);
     if (gathering_) return;
     torch::NoGradGuard no_grad;
-    const size_t bytes = static_cast<size_t>(this->bytes());
-    if (storage_.nbytes() != bytes) {
-      c10::DataPtr memory = owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
-      storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
-      storage_.set_nbytes(bytes);
-    }
+    Allocate();
     gather_into_ = Flat();
     gather_from_ = shard;
     gathering_ = group.AllGatherAsync(gather_into_, gather_from_);
+  }
+  // The storage allocated again when freed, unwritten (a spare block's memory if one fits).
+  void Allocate() {
+    const size_t bytes = static_cast<size_t>(this->bytes());
+    if (storage_.nbytes() == bytes) return;
+    c10::DataPtr memory = owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
+    storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
+    storage_.set_nbytes(bytes);
+  }
+  // Reopen(): allocated whole and unwritten, its frozen units too, for a load to write.
+  void AllocateAll() {
+    for (auto& f : frozen_) f->Allocate();
+    Allocate();
+  }
+  // Its shards (this unit's, then its frozen units') from the whole parameters (the unit
+  // built the first time, or again after a load replaced the parameters' storages); a
+  // block freed after.
+  void Cut(int rank, torch::Tensor& shard) {
+    if (!Views()) Build();
+    TakeShard(rank, shard);
+    ShardFrozen(rank);
+    if (block()) Free();
   }
   void WaitGather(ProcessGroup& group) {
     for (auto& f : frozen_) f->WaitGather(group);
@@ -424,14 +441,32 @@ void FullyShardedAdamW::Shard() {
   torch::NoGradGuard no_grad;
   if (group_ != nullptr) Settle();
   for (size_t u = 0; u < units_.size(); ++u) {
-    Unit& unit = *units_[u];
-    if (!unit.Views()) unit.Build();  // the first time, or the parameters were loaded anew
+    if (units_[u]->block() && u < cut_) continue;  // cut as the weights loaded (ShardBefore)
     torch::Tensor shard = shards_[u];
-    unit.TakeShard(rank_, shard);
-    unit.ShardFrozen(rank_);
-    if (unit.block()) unit.Free();
+    units_[u]->Cut(rank_, shard);
   }
+  cut_ = 0;
   sharded_ = true;
+}
+
+void FullyShardedAdamW::ShardBefore(const torch::Tensor& param) {
+  if (sharded_) throw std::logic_error("FullyShardedAdamW: ShardBefore after Shard");
+  size_t u = cut_;
+  while (u < units_.size() && !(units_[u]->block() && units_[u]->Holds(param))) ++u;
+  if (u == units_.size()) return;  // outside the blocks not cut yet
+  torch::NoGradGuard no_grad;
+  for (; cut_ < u; ++cut_) {
+    torch::Tensor shard = shards_[cut_];
+    if (units_[cut_]->block()) units_[cut_]->Cut(rank_, shard);
+  }
+}
+
+void FullyShardedAdamW::Reopen() {
+  if (!sharded_) return;
+  if (group_ != nullptr) Settle();
+  for (auto& unit : units_)
+    if (unit->block()) unit->AllocateAll();
+  sharded_ = false;
 }
 
 void FullyShardedAdamW::MoveTo(torch::Device device) {

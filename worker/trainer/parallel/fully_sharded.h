@@ -49,12 +49,14 @@
 // parameters are whole at once, as with the trainable ones. Frozen parameters outside the blocks
 // (embeddings, a frozen head), or of a block with nothing trainable, stay whole.
 //
-// Whole and sharded. Create leaves every parameter whole and as it was (loading, the
-// first broadcast and resuming write into whole parameters); Shard() takes each rank's
-// shards from them and frees the blocks; Unshard() gathers every block again (on rank 0
-// only, for the export; or before a roll-back to a checkpoint written without sharding
-// full, whose model.pt holds the blocks whole), and Shard() frees them after. A roll-back
-// to a checkpoint of sharding full gathers nothing: LoadShards reads each rank's shards.
+// Whole and sharded. Create leaves every parameter whole and as it was; Shard() takes each
+// rank's shards from them and frees the blocks. The trainer cuts the model as it is built
+// (a pretrained folder's base a block at a time, ShardBefore; a model from scratch as soon
+// as it is built), before resuming: a resume or roll-back to a checkpoint of sharding full
+// gathers nothing (LoadShards reads each rank's shards). Unshard() gathers every block
+// again (on rank 0 only, for the export; or before a roll-back to a checkpoint written
+// without sharding full, whose model.pt holds the blocks whole; at start-up, with no group
+// yet, Reopen() instead), and Shard() frees them after.
 //
 // Checkpoints. The shards' state is written as one file per unit and rank,
 // optimizer-shard-{unit x world + rank}-of-{units x world}.pt, each holding its values of
@@ -104,6 +106,16 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // No collective: the shards from the whole parameters (equal on every rank), then the
   // blocks freed.
   void Shard();
+  // No collective. Sharding as the weights load, before the first Shard(): cuts, in order,
+  // each block not cut yet before the one that holds `param` (its shards taken, then
+  // freed); Shard() cuts the rest. So a load that writes the parameters in the model's
+  // order, calling this before each, holds one block whole at a time (and nothing
+  // written of the blocks after it: models/common.h's DeferInit).
+  void ShardBefore(const torch::Tensor& param);
+  // No collective. Every block allocated whole again, unwritten, for a load that writes
+  // every parameter (a checkpoint written without sharding full, model.init_from, at
+  // start-up); Shard() cuts them again. The whole model is on this rank for that time.
+  void Reopen();
   // No collective. Every unit, shard and moment onto `device` (the parameters stay the same
   // tensors): a model built and cut on the host, then placed, is never whole on the device
   // (sharded: a freed block's parameters pass through it one at a time, unwritten).
@@ -189,6 +201,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void LoadShardValues(const std::vector<FlatAdamState>& values);
   // The walk: gathers the blocks among units_[walk_, end), each freeing the one before.
   void WalkTo(size_t end);
+  size_t cut_ = 0;           // ShardBefore: the blocks before this unit are cut
   size_t walk_ = 0;          // the next unit the walk may gather
   Unit* walked_ = nullptr;   // the block it gathered last, whole until the next
 };

@@ -687,6 +687,59 @@ TEST(ShardedAdamWUnitTest, AnAdaptersFrozenBaseIsCutWithItsBlockAndWholeUntilThe
   });
 }
 
+// Sharding as the weights load (ShardBefore), on 3 ranks: the parameters start unwritten
+// (models/common.h's DeferInit), the load writes them in the model's order, a bf16 frozen
+// tensor in each block beside its trainable ones (an adapter's base). Each block is cut
+// once the load has moved past it, so no rank ever holds two written blocks whole; after
+// Shard() every block is freed, and gathered again every tensor has the value written.
+TEST(ShardedAdamWUnitTest, ALoadInTheModelsOrderCutsOneBlockAtATime) {
+  const int world = 3;
+  const std::vector<std::vector<int64_t>> shapes = {{6}, {5, 3}, {4, 4}, {7}, {4, 2}, {4, 4}, {9}, {4, 4}, {3}};
+  const std::vector<int64_t> block_of = {-1, 0, 0, 0, 1, 1, 2, 2, -1};
+  const std::set<size_t> frozen_at = {2, 5, 7};
+  auto initial = [&](size_t i) {
+    torch::Tensor t = torch::linspace(-1, 1, c10::multiply_integers(shapes[i])).view(shapes[i]).add(double(i));
+    return frozen_at.count(i) ? t.to(torch::kBFloat16) : t;
+  };
+  const int port = testing::FreePort();
+  std::vector<int> most_whole(world, 0);
+  testing::RunRanks(world, [&](int r) {
+    auto group = ProcessGroup::Create(testing::Options(r, world, port));
+    std::vector<torch::Tensor> params, trainable, frozen;
+    std::vector<int64_t> trainable_block, frozen_block;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      params.push_back(torch::empty(shapes[i], initial(i).options()));
+      (frozen_at.count(i) ? frozen : trainable).push_back(params[i]);
+      (frozen_at.count(i) ? frozen_block : trainable_block).push_back(block_of[i]);
+    }
+    for (torch::Tensor& t : trainable) t.requires_grad_(true);
+    auto opt = FullyShardedAdamW::Create(trainable, trainable_block, torch::optim::AdamWOptions(1e-2), r, world);
+    opt->AddFrozen(frozen, frozen_block);
+    opt->set_group(group.get());
+    std::set<size_t> written;
+    auto whole_blocks = [&] {
+      std::set<int64_t> whole;
+      for (size_t i : written)
+        if (block_of[i] >= 0 && params[i].storage().nbytes() > 0) whole.insert(block_of[i]);
+      return static_cast<int>(whole.size());
+    };
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      opt->ShardBefore(params[i]);
+      most_whole[r] = std::max(most_whole[r], whole_blocks());
+      params[i].copy_(initial(i));
+      written.insert(i);
+    }
+    opt->Shard();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_EQ(params[i].storage().nbytes() == 0, block_of[i] >= 0) << "rank " << r << " tensor " << i;
+    opt->Unshard();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[i].detach(), initial(i))) << "rank " << r << " tensor " << i;
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(most_whole[r], 1) << "rank " << r;
+}
+
 // The export's walk: rank 0 asks for every parameter in order (GatherFor) and reads it
 // whole, the others only walk (EndWalk); each rank holds at most one block whole at any
 // time, every parameter read is the whole value, and all blocks are freed after.
