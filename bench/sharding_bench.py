@@ -88,7 +88,7 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
     json.dump(cfg, open(path, "w"))
     outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + name)
     tokens = seconds = 0.0
-    state, model_state = [], []
+    state, model_state, start_peak = [], [], []
     for out in outs:
         rank_tokens = rank_seconds = 0.0
         for line in out.splitlines():
@@ -96,6 +96,7 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
             if ev["event"] == "start":
                 state.append(int(ev["optimizer_state_bytes"]))
                 model_state.append(int(ev["parameter_bytes"] + ev["gradient_bytes"] + ev["optimizer_state_bytes"]))
+                start_peak.append(int(ev.get("host_peak_bytes", 0)))
             elif ev["event"] == "step" and ev["step"] > 2:
                 rank_seconds += ev["step_seconds"]
                 rank_tokens += ev["tokens_per_second"] * ev["step_seconds"]
@@ -105,7 +106,7 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
             "setting": "lora r16 all-linear, base bf16, bf16 autocast" if lora else "full fine-tune, fp32",
             "tokens_per_second": round(tokens / seconds, 1),
             "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": state,
-            "model_state_bytes_per_rank": model_state}
+            "model_state_bytes_per_rank": model_state, "peak_rss_before_step_1_per_rank": start_peak}
 
 
 def theirs(folder, data, tmp, zero, a, ac=False):

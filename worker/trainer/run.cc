@@ -550,7 +550,9 @@ void EmitStart(Run& run, const std::vector<std::string>& warnings) {
        {"non_embedding_parameters", double(run.non_embedding_parameters)},
        {"max_tokens", double(run.plan_options.max_tokens)}, {"batch_size", double(run.plan_options.batch_size)},
        {"parameter_bytes", bytes.parameters}, {"gradient_bytes", bytes.gradients},
-       {"optimizer_state_bytes", bytes.optimizer_state}},
+       {"optimizer_state_bytes", bytes.optimizer_state},
+       // the host's peak resident set so far: building, loading, cutting and resuming the model
+       {"host_peak_bytes", double(std::max<int64_t>(0, ProcBytes("/proc/self/status", "VmHWM:")))}},
       {{"device", run.device.str()}, {"job_id", cfg.job_id}, {"torch_version", compat::TorchVersion()}}});
   for (const std::string& w : warnings) Warn(run.progress, w);
   Log("job %s attempt %d: %lld parameters, %.0f train / %.0f val samples, %lld steps, %d threads, BLAS %.1f GFLOP/s",
