@@ -66,6 +66,11 @@ class ClusterAllocator {
   virtual Status Cancel(const std::string& id) = 0;
   // Every allocation of ours the cluster still lists (an ended one stays listed a while).
   virtual StatusOr<std::vector<Allocation>> List() = 0;
+  // How an allocation that is no longer listed ended, where the cluster keeps records of
+  // ended ones (Slurm's accounting: sacct). NOT_FOUND where it keeps none or has none of it.
+  virtual StatusOr<Allocation> Lookup(const std::string& id) {
+    return Status::NotFound(std::string(name()) + " keeps no record of allocation " + id + " once it ended");
+  }
   // Whether an ended allocation stays until Cancel deletes it (a Kubernetes Job, with its
   // Service and Secret), rather than leaving the list by itself (Slurm's MinJobAge).
   virtual bool KeepsEndedAllocations() const { return false; }

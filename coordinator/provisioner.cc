@@ -96,11 +96,20 @@ Status Provisioner::Pass() {
     if (a != of_attempt.end()) {
       s = Follow(n, *a->second);
     } else if (n.allocation.attempt() == n.attempt && !n.allocation.id().empty()) {
-      // Ours, and no longer listed: it ended and left the list before we saw how.
-      v1::ClusterAllocation gone = n.allocation;
-      gone.set_state("GONE");
-      s = coordinator_->AllocationEnded(n.job_id, gone, AllocationEnd::kOther,
-                                        "no longer listed by " + std::string(cluster_->name()));
+      // Ours, and no longer listed: it ended and left the list before we saw how. The
+      // cluster's records say how where it keeps them (a preemption stays one).
+      StatusOr<Allocation> ended = cluster_->Lookup(n.allocation.id());
+      if (ended.ok() && ended->phase == Allocation::Phase::kEnded && ended->job_id == n.job_id &&
+          ended->attempt == n.attempt) {
+        s = Follow(n, *ended);
+      } else {
+        v1::ClusterAllocation gone = n.allocation;
+        gone.set_state("GONE");
+        s = coordinator_->AllocationEnded(
+            n.job_id, gone, AllocationEnd::kOther,
+            "no longer listed by " + std::string(cluster_->name()) +
+                (ended.ok() ? "" : " (" + ended.status().message() + ")"));
+      }
     } else if (n.may_start) {
       s = Start(n);
     }

@@ -66,6 +66,18 @@ int ExitCodeOf(const json& v) {
   return static_cast<int>((status >> 8) & 0xff);
 }
 
+// What squeue's and sacct's records of a job write alike: its id, name, nodes, partition.
+Status ReadJobIdentity(const json& j, const std::string& command, SlurmJob* job) {
+  if (!j.is_object()) return Status::InvalidArgument(command + ": a job that is not an object");
+  const int64_t id = j.contains("job_id") ? SlurmNumber(j["job_id"], -1) : -1;
+  if (id < 0) return Status::InvalidArgument(command + ": a job without job_id");
+  job->slurm_id = std::to_string(id);
+  job->name = j.value("name", "");
+  job->nodes = j.contains("nodes") ? SlurmString(j["nodes"]) : "";
+  job->partition = j.contains("partition") ? SlurmString(j["partition"]) : "";
+  return Status::OK();
+}
+
 std::string Quoted(const std::string& s) {  // for a POSIX shell
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -161,17 +173,11 @@ StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     return Status::InvalidArgument("squeue --json: no \"jobs\" list");
   std::vector<SlurmJob> jobs;
   for (const json& j : doc["jobs"]) {
-    if (!j.is_object()) return Status::InvalidArgument("squeue --json: a job that is not an object");
     SlurmJob job;
-    const int64_t id = j.contains("job_id") ? SlurmNumber(j["job_id"], -1) : -1;
-    if (id < 0) return Status::InvalidArgument("squeue --json: a job without job_id");
-    job.slurm_id = std::to_string(id);
-    job.name = j.value("name", "");
+    if (Status s = ReadJobIdentity(j, "squeue --json", &job); !s.ok()) return s;
     job.slurm_state = j.contains("job_state") ? SlurmString(j["job_state"]) : "";
     job.state = StateOf(job.slurm_state);
     job.reason = j.contains("state_reason") ? SlurmString(j["state_reason"]) : "";
-    job.nodes = j.contains("nodes") ? SlurmString(j["nodes"]) : "";
-    job.partition = j.contains("partition") ? SlurmString(j["partition"]) : "";
     job.exit_code = j.contains("exit_code") ? ExitCodeOf(j["exit_code"]) : 0;
     // 23.02+ lists flags after the base state: a job COMPLETING still has processes
     // (ranks writing their checkpoint), so it has not ended yet.
@@ -181,6 +187,39 @@ StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text) {
     job.start_time = j.contains("start_time") ? SlurmNumber(j["start_time"], 0) : 0;
     job.end_time = j.contains("end_time") ? SlurmNumber(j["end_time"], 0) : 0;
     job.time_limit_minutes = j.contains("time_limit") ? SlurmNumber(j["time_limit"], 0) : 0;
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+StatusOr<std::vector<SlurmJob>> ParseSacctJson(const std::string& text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("jobs") || !doc["jobs"].is_array())
+    return Status::InvalidArgument("sacct --json: the output is not a JSON object with a \"jobs\" list");
+  // 22.05 (openapi/dbv0.0.38) writes every exit code as {"status": "SUCCESS",
+  // "return_code": 0}, a failed job's too (its text format has them: recorded in
+  // tests/coordinator/testdata/slurm).
+  const bool exit_codes = !(doc.contains("meta") && doc["meta"].is_object() &&
+                            doc["meta"].value("plugin", json::object()).value("type", "") == "openapi/dbv0.0.38");
+  std::vector<SlurmJob> jobs;
+  for (const json& j : doc["jobs"]) {
+    SlurmJob job;
+    if (Status s = ReadJobIdentity(j, "sacct --json", &job); !s.ok()) return s;
+    const json state = j.value("state", json::object());
+    job.slurm_state = state.is_object() && state.contains("current") ? SlurmString(state["current"]) : "";
+    job.state = StateOf(job.slurm_state);
+    job.reason = state.is_object() && state.contains("reason") ? SlurmString(state["reason"]) : "";
+    job.exit_code_known = exit_codes;
+    if (exit_codes && j.contains("exit_code")) {
+      const json& e = j["exit_code"];  // 23.02+: the signal as {"id": number}; 22.05 "signal_id"
+      const json signal = e.is_object() ? e.value("signal", json::object()) : json::object();
+      const int64_t number = signal.is_object() ? SlurmNumber(signal.value("id", signal.value("signal_id", json())), 0) : 0;
+      job.exit_code = number > 0 ? static_cast<int>(128 + number) : ExitCodeOf(e);
+    }
+    const json time = j.value("time", json::object());
+    job.start_time = time.is_object() && time.contains("start") ? SlurmNumber(time["start"], 0) : 0;
+    job.end_time = time.is_object() && time.contains("end") ? SlurmNumber(time["end"], 0) : 0;
+    job.time_limit_minutes = time.is_object() && time.contains("limit") ? SlurmNumber(time["limit"], 0) : 0;
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -294,35 +333,64 @@ StatusOr<std::vector<Allocation>> SlurmCluster::List() {
   StatusOr<std::map<std::string, SlurmJob>> jobs = Poll();
   if (!jobs.ok()) return jobs.status();
   std::vector<Allocation> allocations;
-  for (const auto& [id, job] : *jobs) {
-    Allocation a;
-    a.id = id;
-    ParseSlurmJobName(job.name, &a.job_id, &a.attempt);
-    a.state = job.slurm_state;
-    a.reason = job.reason;
-    a.nodes = job.nodes;
-    a.exit_code = job.exit_code;
-    switch (job.state) {
-      case SlurmState::kPending: a.phase = Allocation::Phase::kPending; break;
-      // A state this code does not know counts as running: never taken for an end.
-      case SlurmState::kRunning: case SlurmState::kUnknown: a.phase = Allocation::Phase::kRunning; break;
-      case SlurmState::kPreempted: case SlurmState::kTimeout:
-        a.phase = Allocation::Phase::kEnded;
-        a.end = job.state == SlurmState::kTimeout ? Allocation::End::kTimeLimit : Allocation::End::kPreempted;
-        break;
-      case SlurmState::kNodeFail:
-        a.phase = Allocation::Phase::kEnded;
-        a.end = Allocation::End::kNodeFail;
-        a.failed_nodes = DownNodes(job.nodes);  // squeue names every node of the job
-        break;
-      case SlurmState::kCompleted: case SlurmState::kFailed: case SlurmState::kCancelled:
-        a.phase = Allocation::Phase::kEnded;
-        if (StoppedByTimeLimitWarning(job, options_.signal_before_end_seconds)) a.end = Allocation::End::kTimeLimit;
-        break;
-    }
-    allocations.push_back(std::move(a));
-  }
+  for (const auto& [id, job] : *jobs) allocations.push_back(AllocationOf(job));
   return allocations;
+}
+
+StatusOr<Allocation> SlurmCluster::Lookup(const std::string& slurm_id) {
+  StatusOr<CommandResult> r = Run(options_.sacct, {"--json", "--jobs=" + slurm_id});
+  if (!r.ok()) return Status::NotFound("sacct: " + r.status().message());
+  // Without accounting (AccountingStorageType none) sacct exits 1: "Slurm accounting
+  // storage is disabled".
+  if (r->exit_code != 0) return Status::NotFound("sacct --json: " + r->err);
+  StatusOr<std::vector<SlurmJob>> jobs = ParseSacctJson(r->out);
+  if (!jobs.ok()) return Status::NotFound(jobs.status().message());
+  const SlurmJob* last = nullptr;  // a requeued job has a record per run: the newest is last
+  for (const SlurmJob& job : *jobs) {
+    std::string id;
+    int attempt = 0;
+    if (job.slurm_id == slurm_id && ParseSlurmJobName(job.name, &id, &attempt)) last = &job;
+  }
+  if (last == nullptr) return Status::NotFound("sacct has no record of our job " + slurm_id);
+  SlurmJob job = *last;
+  if (!job.exit_code_known) {  // 22.05: from the text format, "code:signal"
+    StatusOr<CommandResult> e = Run(options_.sacct, {"--noheader", "--allocations", "--parsable2",
+                                                     "--format=ExitCode", "--jobs=" + slurm_id});
+    int code = 0, signal = 0;
+    if (!e.ok() || e->exit_code != 0 || std::sscanf(e->out.c_str(), "%d:%d", &code, &signal) != 2)
+      return Status::NotFound("sacct --format=ExitCode: no exit code for job " + slurm_id);
+    job.exit_code = signal > 0 ? 128 + signal : code;
+  }
+  return AllocationOf(job);
+}
+
+Allocation SlurmCluster::AllocationOf(const SlurmJob& job) {
+  Allocation a;
+  a.id = job.slurm_id;
+  ParseSlurmJobName(job.name, &a.job_id, &a.attempt);
+  a.state = job.slurm_state;
+  a.reason = job.reason;
+  a.nodes = job.nodes;
+  a.exit_code = job.exit_code;
+  switch (job.state) {
+    case SlurmState::kPending: a.phase = Allocation::Phase::kPending; break;
+    // A state this code does not know counts as running: never taken for an end.
+    case SlurmState::kRunning: case SlurmState::kUnknown: a.phase = Allocation::Phase::kRunning; break;
+    case SlurmState::kPreempted: case SlurmState::kTimeout:
+      a.phase = Allocation::Phase::kEnded;
+      a.end = job.state == SlurmState::kTimeout ? Allocation::End::kTimeLimit : Allocation::End::kPreempted;
+      break;
+    case SlurmState::kNodeFail:
+      a.phase = Allocation::Phase::kEnded;
+      a.end = Allocation::End::kNodeFail;
+      a.failed_nodes = DownNodes(job.nodes);  // squeue names every node of the job
+      break;
+    case SlurmState::kCompleted: case SlurmState::kFailed: case SlurmState::kCancelled:
+      a.phase = Allocation::Phase::kEnded;
+      if (StoppedByTimeLimitWarning(job, options_.signal_before_end_seconds)) a.end = Allocation::End::kTimeLimit;
+      break;
+  }
+  return a;
 }
 
 }  // namespace nightshift

@@ -5,11 +5,11 @@
 // coordinator keeps the job's record and attempts.
 //
 // What is here: the commands (sbatch's arguments and batch script, scancel) and the
-// reading of `squeue --json` (Slurm 22.05's shape and 23.02+'s: states as lists, numbers
-// as {"set", "infinite", "number"}), behind CommandRunner so they are tested with a fake
-// and against real daemons (tests/support/slurm_cluster.py). NOT here yet: the
-// coordinator's side (coordinator/provisioner.h) and the worker's (--allocation-job)
-// are the rest of --cluster slurm.
+// reading of `squeue --json` and, for an allocation that left squeue, of `sacct --json`
+// where Slurm keeps accounting (Slurm 22.05's shapes and 23.02+'s: states as lists,
+// numbers as {"set", "infinite", "number"}), behind CommandRunner so they are tested with
+// a fake and against real daemons (tests/support/slurm_cluster.py). The coordinator's
+// side is coordinator/provisioner.h, the worker's --allocation-job.
 #ifndef NIGHTSHIFT_COORDINATOR_SLURM_H_
 #define NIGHTSHIFT_COORDINATOR_SLURM_H_
 
@@ -31,7 +31,7 @@ struct SlurmPriorityRow {
 };
 
 struct SlurmOptions {
-  std::string sbatch = "sbatch", squeue = "squeue", scancel = "scancel", sinfo = "sinfo";
+  std::string sbatch = "sbatch", squeue = "squeue", scancel = "scancel", sinfo = "sinfo", sacct = "sacct";
   std::map<std::string, std::string> env;  // for every command, e.g. SLURM_CONF
   std::vector<SlurmPriorityRow> priorities;
   std::string log_dir;               // sbatch --output (slurm-%j.out per allocation); "" : Slurm's default
@@ -77,12 +77,17 @@ struct SlurmJob {
   std::string nodes;        // Slurm's host list ("n[1-2]"), empty while pending
   std::string partition;
   int exit_code = 0;        // the batch script's; 128 + N when killed by signal N
+  bool exit_code_known = true;  // false: sacct --json of 22.05, whose exit codes are all 0
   int64_t start_time = 0, end_time = 0;  // Unix seconds; 0: not yet (or not given)
   int64_t time_limit_minutes = 0;        // 0: none given
 };
 
 // The jobs of a `squeue --json` output. INVALID_ARGUMENT naming what does not parse.
 StatusOr<std::vector<SlurmJob>> ParseSqueueJson(const std::string& text);
+// The jobs of a `sacct --json` output (slurmdbd's records: Slurm 22.05's shape and
+// 23.02+'s; state, reason, exit code, nodes, times). 22.05 writes every exit code as 0:
+// its records say exit_code_known false. INVALID_ARGUMENT likewise.
+StatusOr<std::vector<SlurmJob>> ParseSacctJson(const std::string& text);
 
 class SlurmCluster : public ClusterAllocator {
  public:
@@ -102,8 +107,15 @@ class SlurmCluster : public ClusterAllocator {
   // kNodeFail (its failed_nodes: those of its nodes sinfo lists down, drained or failing),
   // every other end as kDone.
   StatusOr<std::vector<Allocation>> List() override;
+  // An allocation that left squeue, as Slurm's accounting recorded its end (sacct --json;
+  // the newest record of a requeued job; on 22.05 the exit code from sacct's text
+  // format), mapped as List maps squeue's. NOT_FOUND without accounting (sacct exits 1:
+  // "accounting storage is disabled"), without a whole record of it (until slurmctld has
+  // sent its start, sacct names the job "allocation"), and when sacct cannot be run.
+  StatusOr<Allocation> Lookup(const std::string& slurm_id) override;
 
  private:
+  Allocation AllocationOf(const SlurmJob& job);
   StatusOr<CommandResult> Run(const std::string& program, const std::vector<std::string>& args,
                               const std::string& input = "");
   // Of `nodes` (a host list), those Slurm has down, drained or failing, as a host list;

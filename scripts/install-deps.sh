@@ -33,6 +33,9 @@ PACKAGES=(
   # Slurm as the cluster under the coordinator: real daemons on test hosts
   # (tests/support/slurm_cluster.py), started by the tests, never as services
   slurm-wlm slurmctld slurmd slurm-client munge
+  # Slurm's accounting, for sacct (tests/e2e/slurm_test.cc): slurmdbd on MariaDB, both
+  # started by the tests on a test host, never as services (see policy-rc.d below)
+  slurmdbd mariadb-server
   # --slurm-submit-as-owner runs sbatch through sudo (tests/e2e/slurm_test.cc)
   sudo
   # images without a registry (deploy/images/build.sh, tests/deploy/images_test.py); runc
@@ -64,8 +67,15 @@ elif [ "$(id -u)" -ne 0 ]; then
 else
   echo "install-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # Packages with daemons (mariadb-server, slurmctld, munge) start them as services where
+  # nothing forbids it: the tests start their own, on test hosts, and nothing else may run.
+  policy_made=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy_made=1
+  fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if [ -n "$policy_made" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 # The user a worker run as root runs jobs as (nightshift-worker --run-as; docs/security.md):

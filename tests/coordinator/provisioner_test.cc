@@ -5,6 +5,8 @@
 #include "coordinator/provisioner.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
 #include <unistd.h>
 
 #include <filesystem>
@@ -35,6 +37,11 @@ class FakeCluster : public ClusterAllocator {
     if (!list_error.ok()) return list_error;
     return listed;
   }
+  StatusOr<Allocation> Lookup(const std::string& id) override {
+    auto it = records.find(id);
+    if (it == records.end()) return Status::NotFound("no record of " + id);
+    return it->second;
+  }
   // Lists allocation `id` of (job, attempt) in `phase`.
   Allocation& Show(const std::string& id, const std::string& job, int attempt, Allocation::Phase phase,
                    const std::string& state, const std::string& reason = "", const std::string& nodes = "") {
@@ -52,6 +59,7 @@ class FakeCluster : public ClusterAllocator {
   std::vector<AllocationRequest> requests;
   std::vector<std::string> cancelled;
   std::vector<Allocation> listed;
+  std::map<std::string, Allocation> records;  // Lookup's: the accounting's records of ended ones
   Status submit_error, list_error;
   int next_id = 100;
   bool keeps_ended = false;  // as Kubernetes' Jobs
@@ -427,6 +435,37 @@ TEST_F(ProvisionerTest, WhatIsOverIsCancelledAnAllocationIsAdoptedAndNothingIsSu
   Pass();
   const v1::Job job = Get(gone);
   EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_NE(job.reason().find("no longer listed by slurm"), std::string::npos) << job.reason();
+}
+
+// An allocation that left the list before a pass saw it end (the coordinator was down
+// longer than Slurm's MinJobAge) ends as the cluster's records say (Slurm's accounting,
+// sacct): preempted, a new attempt with no restart counted; a record of another attempt
+// (or none) leaves it what it was before, an unseen end, counted.
+TEST_F(ProvisionerTest, AnAllocationThatLeftTheListEndsAsTheClustersRecordsSay) {
+  const std::string id = Submit(2);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  cluster_.listed.clear();
+  Allocation record;
+  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kEnded;
+  record.state = "PREEMPTED", record.end = Allocation::End::kPreempted;
+  cluster_.records["100"] = record;
+  Pass();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("slurm job 100 PREEMPTED"), std::string::npos) << job.reason();
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  RunOnAllocation(id, 1, "101");
+  cluster_.listed.clear();
+  record.id = "101", record.attempt = 0;  // a record that is not this attempt's: not believed
+  cluster_.records["101"] = record;
+  Pass();
+  job = Get(id);
+  EXPECT_EQ(job.attempt(), 2);
   EXPECT_EQ(job.restarts(), 1);
   EXPECT_NE(job.reason().find("no longer listed by slurm"), std::string::npos) << job.reason();
 }

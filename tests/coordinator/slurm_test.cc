@@ -157,6 +157,66 @@ TEST(SlurmTest, SqueueOutputThatIsNotJobsIsAnError) {
   EXPECT_EQ((*j)[2].slurm_state, "SOMETHING_NEW");
 }
 
+// sacct --json from Slurm 22.05's slurmdbd (testdata/slurm/regenerate.py --sacct): one
+// job per way an allocation ends. 22.05 writes every exit code as 0 (the failed job's
+// script exited 7: sacct's text format says 7:0, sacct-22.05-text.txt), so its records
+// say the exit code is not known.
+TEST(SlurmTest, Sacct2205JsonParses) {
+  const std::map<std::string, SlurmState> want = {
+      {"completed", SlurmState::kCompleted}, {"failed", SlurmState::kFailed},
+      {"cancelled", SlurmState::kCancelled}, {"preempted", SlurmState::kPreempted},
+      {"timeout", SlurmState::kTimeout}};
+  for (const auto& [name, state] : want) {
+    SCOPED_TRACE(name);
+    StatusOr<std::vector<SlurmJob>> jobs = ParseSacctJson(Fixture("sacct-22.05-" + name + ".json"));
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 1u);
+    const SlurmJob& j = jobs->front();
+    EXPECT_EQ(j.state, state);
+    EXPECT_EQ(j.name.rfind("nightshift-j-acct-a", 0), 0u) << j.name;
+    EXPECT_FALSE(j.nodes.empty());
+    EXPECT_EQ(j.partition, "low");
+    EXPECT_FALSE(j.exit_code_known);
+    EXPECT_GT(j.start_time, 0);
+    EXPECT_GE(j.end_time, j.start_time);
+  }
+  StatusOr<std::vector<SlurmJob>> timeout = ParseSacctJson(Fixture("sacct-22.05-timeout.json"));
+  ASSERT_TRUE(timeout.ok());
+  EXPECT_EQ(timeout->front().time_limit_minutes, 1);
+  EXPECT_GE(timeout->front().end_time - timeout->front().start_time, 60);
+  StatusOr<std::vector<SlurmJob>> preempted = ParseSacctJson(Fixture("sacct-22.05-preempted.json"));
+  ASSERT_TRUE(preempted.ok());
+  EXPECT_EQ(preempted->front().nodes, "n[1-2]");
+  StatusOr<std::vector<SlurmJob>> unknown = ParseSacctJson(Fixture("sacct-22.05-unknown.json"));
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  EXPECT_TRUE(unknown->empty());
+  EXPECT_FALSE(ParseSacctJson("sacct: error: Problem talking to the database").ok());
+}
+
+// 23.02 and later: states as lists, numbers as {"set", "infinite", "number"}, the signal's
+// id one of those (the shape squeue-23.11-doc.json has); exit codes are true there.
+TEST(SlurmTest, SacctJsonOfLaterSlurmsParses) {
+  StatusOr<std::vector<SlurmJob>> jobs = ParseSacctJson(R"({"meta": {"plugin": {"type": "openapi/slurmdbd", "data_parser": "data_parser/v0.0.40"}},
+      "jobs": [{"job_id": 51, "name": "nightshift-j-9-a1", "nodes": "gpu[01-02]", "partition": "batch",
+                "state": {"current": ["FAILED"], "reason": "NonZeroExitCode"},
+                "exit_code": {"status": ["EXITED"], "return_code": {"set": true, "infinite": false, "number": 7},
+                              "signal": {"id": {"set": false, "infinite": false, "number": 0}, "name": ""}},
+                "time": {"start": 1700000000, "end": 1700003480, "limit": {"set": true, "infinite": false, "number": 60}}},
+               {"job_id": 52, "name": "nightshift-j-9-a2", "state": {"current": ["CANCELLED"]},
+                "exit_code": {"status": ["SIGNALED"], "return_code": {"set": false, "infinite": false, "number": 0},
+                              "signal": {"id": {"set": true, "infinite": false, "number": 15}, "name": "TERM"}}}]})");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].state, SlurmState::kFailed);
+  EXPECT_TRUE((*jobs)[0].exit_code_known);
+  EXPECT_EQ((*jobs)[0].exit_code, 7);
+  EXPECT_EQ((*jobs)[0].reason, "NonZeroExitCode");
+  EXPECT_EQ((*jobs)[0].time_limit_minutes, 60);
+  EXPECT_EQ((*jobs)[0].end_time - (*jobs)[0].start_time, 3480);
+  EXPECT_EQ((*jobs)[1].state, SlurmState::kCancelled);
+  EXPECT_EQ((*jobs)[1].exit_code, 128 + 15);
+}
+
 // Records what it was asked to run and answers from a script.
 class FakeRunner : public CommandRunner {
  public:
@@ -270,6 +330,35 @@ TEST(SlurmTest, TheTimeLimitsWarningOrTimeoutEndsAnAllocationAsItsTimeLimit) {
   EXPECT_EQ(by_id["12"].exit_code, 143);
   EXPECT_EQ(by_id["13"].phase, Allocation::Phase::kRunning);  // its processes still stopping
   EXPECT_EQ(by_id["14"].end, Allocation::End::kTimeLimit);
+}
+
+// An allocation that left squeue: sacct's record says how it ended, mapped as squeue's
+// are (on 22.05 with the exit code from the text format); without accounting, or without a
+// record of it, NOT_FOUND.
+TEST(SlurmTest, AnAllocationThatLeftSqueueIsLookedUpInTheAccounting) {
+  FakeRunner fake;
+  SlurmCluster cluster(SlurmOptions{}, &fake);
+  fake.answers = {CommandResult{0, Fixture("sacct-22.05-failed.json"), ""}, CommandResult{0, "7:0\n", ""},
+                  CommandResult{0, Fixture("sacct-22.05-preempted.json"), ""}, CommandResult{0, "0:0\n", ""},
+                  CommandResult{1, "", "sacct: error: Slurm accounting storage is disabled\n"},
+                  CommandResult{0, Fixture("sacct-22.05-unknown.json"), ""}};
+  StatusOr<Allocation> failed = cluster.Lookup("3");
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  EXPECT_EQ(failed->phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(failed->end, Allocation::End::kDone);
+  EXPECT_EQ(failed->exit_code, 7);
+  EXPECT_EQ(failed->job_id, "j-acct");
+  EXPECT_EQ(failed->attempt, 2);
+  EXPECT_EQ(fake.calls[0], (std::vector<std::string>{"sacct", "--json", "--jobs=3"}));
+  EXPECT_EQ(fake.calls[1], (std::vector<std::string>{"sacct", "--noheader", "--allocations", "--parsable2",
+                                                     "--format=ExitCode", "--jobs=3"}));
+  StatusOr<Allocation> preempted = cluster.Lookup("5");
+  ASSERT_TRUE(preempted.ok()) << preempted.status().ToString();
+  EXPECT_EQ(preempted->end, Allocation::End::kPreempted);
+  EXPECT_EQ(preempted->nodes, "n[1-2]");
+  EXPECT_EQ(cluster.Lookup("5").status().code(), Status::kNotFound);  // accounting disabled
+  EXPECT_EQ(cluster.Lookup("999999").status().code(), Status::kNotFound);
+  EXPECT_EQ(fake.calls.size(), 6u);
 }
 
 // --slurm-submit-as-owner: sbatch runs as the job's owner through sudo, with the

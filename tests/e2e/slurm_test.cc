@@ -8,7 +8,8 @@
 // Then the coordinator itself with --cluster slurm, inside the controller's host: a
 // two-rank job becomes one Slurm job of both nodes, whose workers register under it,
 // train it (DDP across the two node hosts) to SUCCEEDED and exit, completing the
-// allocation. Needs root (skips otherwise, saying why).
+// allocation. With accounting (slurmdbd on MariaDB), ended allocations that left squeue
+// are found in sacct. Needs root (skips otherwise, saying why).
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -50,11 +51,12 @@ class SlurmE2eTest : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: the Slurm daemons run in network namespaces";
     dir_ = fs::temp_directory_path() / ("nightshift_slurm_e2e_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
-    StatusOr<CommandResult> up =
-        runner_.Run({"python3", kScript, "up", "--dir", (dir_ / "cluster").string(), "--nodes", std::to_string(nodes_),
-                     "--slurmd-timeout", std::to_string(slurmd_timeout_), "--min-job-age", "300", "--lifetime", "600",
-                     "--watch-pid", std::to_string(::getpid())},
-                    "", {}, 120);
+    std::vector<std::string> up_argv = {"python3", kScript, "up", "--dir", (dir_ / "cluster").string(),
+                                        "--nodes", std::to_string(nodes_), "--slurmd-timeout",
+                                        std::to_string(slurmd_timeout_), "--min-job-age", std::to_string(min_job_age_),
+                                        "--lifetime", "600", "--watch-pid", std::to_string(::getpid())};
+    if (accounting_) up_argv.push_back("--accounting");
+    StatusOr<CommandResult> up = runner_.Run(up_argv, "", {}, 180);
     ASSERT_TRUE(up.ok()) << up.status().ToString();
     ASSERT_EQ(up->exit_code, 0) << up->out << up->err;
     state_ = nlohmann::json::parse(up->out);
@@ -110,6 +112,8 @@ class SlurmE2eTest : public ::testing::Test {
 
   int nodes_ = 2;
   int slurmd_timeout_ = 30;  // a silent node is DOWN after this
+  int min_job_age_ = 300;    // seconds an ended job stays in squeue
+  bool accounting_ = false;  // MariaDB and slurmdbd too: sacct answers
   SubprocessRunner runner_;
   nlohmann::json state_;  // slurm_cluster.py up's answer
   SlurmOptions options_;  // the cluster's client environment
@@ -495,6 +499,49 @@ TEST_F(SlurmE2eTest, ATimeSliceThatCheckpointedGoesOnInTheNextWithoutARestartCou
 }
 
 // Three nodes, and a node is DOWN 10 s after it falls silent.
+// With Slurm's accounting (MariaDB and slurmdbd on the controller's host) and ended jobs
+// leaving squeue after 2 s: allocations that ended and left squeue (as while a
+// coordinator is down) are looked up in sacct: one failed with its node command's exit
+// code 3 (22.05's sacct --json says 0: the text format has it), one completed.
+class SlurmE2eAccountingTest : public SlurmE2eTest {
+ protected:
+  void SetUp() override {
+    accounting_ = true;
+    min_job_age_ = 2;
+    SlurmE2eTest::SetUp();
+  }
+};
+
+TEST_F(SlurmE2eAccountingTest, AnAllocationThatLeftSqueueEndsAsTheAccountingRecordedIt) {
+  StatusOr<std::string> failed = cluster_->Submit(Request("j-acct", {"sh", "-c", "exit 3"}, 1));
+  StatusOr<std::string> done = cluster_->Submit(Request("j-acct2", {"true"}, 1));
+  ASSERT_TRUE(failed.ok() && done.ok()) << failed.status().ToString() << done.status().ToString();
+  bool gone = false;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+       !gone && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(500))) {
+    StatusOr<std::map<std::string, SlurmJob>> jobs = cluster_->Poll();
+    gone = jobs.ok() && !jobs->count(*failed) && !jobs->count(*done);
+  }
+  ASSERT_TRUE(gone) << "the ended allocations never left squeue";
+  StatusOr<Allocation> f = Status::NotFound("not looked up");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !f.ok() && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(500)))
+    f = cluster_->Lookup(*failed);  // slurmctld sends the records a moment after the end
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(f->end, Allocation::End::kDone);
+  EXPECT_EQ(f->state, "FAILED");
+  EXPECT_EQ(f->exit_code, 3);
+  EXPECT_EQ(f->job_id, "j-acct");
+  EXPECT_EQ(f->attempt, 0);
+  StatusOr<Allocation> d = cluster_->Lookup(*done);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->state, "COMPLETED");
+  EXPECT_EQ(d->exit_code, 0);
+  EXPECT_EQ(d->job_id, "j-acct2");
+  EXPECT_EQ(cluster_->Lookup("999999").status().code(), Status::kNotFound);
+}
+
 class SlurmE2eThreeNodesTest : public SlurmE2eTest {
  protected:
   SlurmE2eThreeNodesTest() {

@@ -59,6 +59,7 @@ SBIN = "/usr/sbin"
 CLIENTS = [
     "sbatch", "squeue", "scancel", "scontrol", "sinfo", "sacct", "srun",
     "salloc", "sprio", "sstat", "sdiag", "sshare", "strigger", "sattach",
+    "sacctmgr",
 ]
 STATE_FILE = "cluster.json"
 DEFAULT_PARTITIONS = (
@@ -181,6 +182,9 @@ class SlurmCluster:
     lifetime: int = 1800            # watchdog tears down after this
     start_timeout: float = 60.0
     jobcomp_file: bool = True       # JobCompType=jobcomp/filetxt into dir
+    # Accounting: MariaDB and slurmdbd on the controller's host, so sacct answers
+    # (Debian's mariadb-server and slurmdbd; the database only reachable from that host).
+    accounting: bool = False
     extra_conf: str = ""
     state: dict = field(default_factory=dict)
 
@@ -335,7 +339,11 @@ class SlurmCluster:
             # Preemption by partition PriorityTier.
             "PreemptType=preempt/partition_prio",
             "PreemptMode=REQUEUE",
-            "AccountingStorageType=accounting_storage/none",
+            (f"AccountingStorageType=accounting_storage/slurmdbd\n"
+             f"AccountingStorageHost={ctl['addr']}\nAccountingStoragePort=6819\n"
+             # the munge socket the clients (sacct, slurmctld) use for slurmdbd
+             f"AccountingStoragePass={st['munge_socket']}"
+             if self.accounting else "AccountingStorageType=accounting_storage/none"),
             (f"JobCompType=jobcomp/filetxt\nJobCompLoc={d}/ctld/jobcomp.txt"
              if self.jobcomp_file else "JobCompType=jobcomp/none"),
             # Configured CPUs/memory win over the real hardware.
@@ -362,6 +370,26 @@ class SlurmCluster:
                          f"PreemptMode={mode} MaxTime=INFINITE State=UP")
         with open(st["slurm_conf"], "w") as f:
             f.write("\n".join(lines) + "\n")
+        if self.accounting:  # beside slurm.conf, where slurmdbd looks for it; its password file
+            os.makedirs(os.path.join(d, "dbd"), mode=0o700, exist_ok=True)
+            dbd = os.path.join(d, "slurmdbd.conf")
+            fd = os.open(dbd, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, "\n".join([
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={st['munge_socket']}",
+                f"DbdHost={ctl['name']}",
+                f"DbdAddr={ctl['addr']}",
+                "DbdPort=6819",
+                "SlurmUser=root",
+                f"LogFile={d}/dbd/slurmdbd.log",
+                f"PidFile={d}/dbd/slurmdbd.pid",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",  # the controller host's own loopback
+                "StoragePort=3306",
+                "StorageUser=root",
+                "StorageLoc=slurm_acct_db",
+            ]).encode() + b"\n")
+            os.close(fd)
         for c in CLIENTS:
             p = os.path.join(st["bin_dir"], c)
             with open(p, "w") as f:
@@ -403,6 +431,8 @@ class SlurmCluster:
             "--num-threads=2"], os.path.join(m, "munged.out"))
         self._wait_for(lambda: os.path.exists(st["munge_socket"]), 10,
                        "munged socket", os.path.join(m, "munged.log"))
+        if self.accounting:
+            self._start_accounting()
         st["pids"]["slurmctld"] = self._spawn(
             ctl["ns"], ctl["name"],
             [f"{SBIN}/slurmctld", "-D", "-c", "-i", "-f", st["slurm_conf"]],
@@ -412,6 +442,36 @@ class SlurmCluster:
                 n["ns"], n["name"],
                 [f"{SBIN}/slurmd", "-D", "-N", n["name"], "-f", st["slurm_conf"]],
                 os.path.join(d, n["name"], "slurmd.out"))
+        self._save()
+
+    def _start_accounting(self) -> None:
+        """MariaDB (its own data directory, 127.0.0.1 of the controller's host, no
+        grant tables: nothing else can reach it), then slurmdbd on it, then the
+        cluster registered, before slurmctld starts."""
+        st, d = self.state, self.state["dir"]
+        ctl = st["ctl"]
+        db = os.path.join(d, "db")
+        os.makedirs(db, mode=0o700, exist_ok=True)
+        _run(["mariadb-install-db", "--no-defaults", f"--datadir={db}", "--user=root",
+              "--skip-test-db", "--auth-root-authentication-method=normal"], timeout=120)
+        st["pids"]["mariadbd"] = self._spawn(ctl["ns"], None, [
+            f"{SBIN}/mariadbd", "--no-defaults", f"--datadir={db}", f"--socket={db}/mysqld.sock",
+            f"--pid-file={db}/mysqld.pid", "--bind-address=127.0.0.1", "--port=3306",
+            "--user=root", "--skip-grant-tables", "--innodb-buffer-pool-size=32M",
+            "--innodb-lock-wait-timeout=900",
+            f"--log-error={db}/mariadbd.log"], os.path.join(db, "mariadbd.out"))
+        self._wait_for(lambda: os.path.exists(os.path.join(db, "mysqld.sock")), 60,
+                       "mariadbd socket", os.path.join(db, "mariadbd.log"))
+        st["pids"]["slurmdbd"] = self._spawn(
+            ctl["ns"], ctl["name"], [f"{SBIN}/slurmdbd", "-D"],
+            os.path.join(d, "dbd", "slurmdbd.out"))
+
+        def registered():
+            r = self.run(["sacctmgr", "-i", "add", "cluster", st["cluster_name"]],
+                         check=False, timeout=15)
+            return r.returncode == 0 or "already exists" in r.stdout + r.stderr
+        self._wait_for(registered, 60, "slurmdbd to register the cluster",
+                       os.path.join(d, "dbd", "slurmdbd.log"))
         self._save()
 
     def _wait_for(self, pred, timeout, what, log=None) -> None:
@@ -533,6 +593,8 @@ def main(argv=None) -> int:
     u.add_argument("--min-job-age", type=int, default=30)
     u.add_argument("--lifetime", type=int, default=1800)
     u.add_argument("--slurmd-timeout", type=int, default=30)
+    u.add_argument("--accounting", action="store_true",
+                   help="MariaDB and slurmdbd on the controller's host, for sacct")
     u.add_argument("--watch-pid", type=int, default=0,
                    help="tear down as soon as this process (the test) is gone")
     for verb in ("fail-node", "cut-node"):
@@ -552,7 +614,8 @@ def main(argv=None) -> int:
     if args.cmd == "up":
         c = SlurmCluster(nodes=args.nodes, cpus_per_node=args.cpus_per_node,
                          dir=args.dir, min_job_age=args.min_job_age,
-                         lifetime=args.lifetime, slurmd_timeout=args.slurmd_timeout)
+                         lifetime=args.lifetime, slurmd_timeout=args.slurmd_timeout,
+                         accounting=args.accounting)
         try:
             st = c.up(watch_pid=args.watch_pid or None)
         except Exception as e:  # noqa: BLE001

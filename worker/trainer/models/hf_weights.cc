@@ -307,14 +307,12 @@ std::string List(const std::vector<std::string>& names) {
   return out;
 }
 
-}  // namespace
-
-void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
-                   const std::function<void(const torch::Tensor&)>& before) {
+// Parameter name -> the checkpoint's name of the tensor loaded into it.
+std::map<std::string, std::string> SourceNames(const HfWeights& weights, const HfNameRules& rules) {
   const std::vector<std::string> names = weights.names();
   const bool bare = !rules.base_prefix.empty() &&
                     std::none_of(names.begin(), names.end(), [&](const std::string& n) { return StartsWith(n, rules.base_prefix); });
-  std::map<std::string, std::string> source;  // parameter name -> checkpoint name
+  std::map<std::string, std::string> source;
   for (const std::string& n : names) {
     const std::string p = ParameterName(n, rules, bare);
     const bool dropped = std::any_of(rules.ignored_suffixes.begin(), rules.ignored_suffixes.end(), [&](const std::string& s) {
@@ -322,6 +320,35 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
     });
     if (!dropped && !StartsWithAny(n, rules.ignored) && !StartsWithAny(p, rules.ignored)) source[p] = n;
   }
+  return source;
+}
+
+// A new head's tensor, as transformers' _init_weights makes one.
+void InitHeadTensor(torch::Tensor& t, const HfNameRules& rules) {
+  torch::NoGradGuard no_grad;
+  t.dim() >= 2 ? t.normal_(0.0, rules.initializer_range) : t.zero_();
+}
+
+}  // namespace
+
+std::set<std::string> InitNewHead(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model) {
+  const std::map<std::string, std::string> source = SourceNames(weights, rules);
+  std::vector<std::pair<std::string, torch::Tensor>> head;
+  for (auto& p : model.named_parameters(/*recurse=*/true))
+    if (StartsWithAny(p.key(), rules.head)) head.emplace_back(p.key(), p.value());
+  std::set<std::string> made;
+  if (head.empty() || std::any_of(head.begin(), head.end(), [&](const auto& h) { return source.count(h.first) > 0; }))
+    return made;  // the folder's head (or half of one: LoadHfWeights' error)
+  for (auto& [name, t] : head) {
+    InitHeadTensor(t, rules);
+    made.insert(name);
+  }
+  return made;
+}
+
+void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
+                   const std::function<void(const torch::Tensor&)>& before) {
+  std::map<std::string, std::string> source = SourceNames(weights, rules);
   std::vector<std::string> missing, head_missing;
   std::vector<torch::Tensor> head_new;
   auto params = model.named_parameters(/*recurse=*/true);
@@ -334,6 +361,10 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
     if (it != source.end()) {
       if (before) before(p.value());
       weights.ShareOrCopyTo(it->second, p.value());
+      if (auto r = rules.round_through.find(p.key()); r != rules.round_through.end()) {
+        torch::NoGradGuard no_grad;
+        p.value().copy_(p.value().to(r->second));
+      }
       source.erase(it);
     } else if (StartsWithAny(p.key(), rules.head)) {
       head_missing.push_back(p.key());
@@ -353,10 +384,9 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
                          (missing.empty() ? std::string() : "missing " + List(missing)) +
                          (missing.empty() || leftover.empty() ? "" : "; ") +
                          (leftover.empty() ? std::string() : "not used " + List(leftover)));
-  torch::NoGradGuard no_grad;  // a new head, as transformers' _init_weights makes one
-  for (torch::Tensor& t : head_new) {
+  for (torch::Tensor& t : head_new) {  // a new head (outside the blocks: `before` cuts nothing)
     if (before) before(t);
-    t.dim() >= 2 ? t.normal_(0.0, rules.initializer_range) : t.zero_();
+    InitHeadTensor(t, rules);
   }
 }
 

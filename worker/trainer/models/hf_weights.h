@@ -103,7 +103,17 @@ struct HfNameRules {
   // Parameters written before the load (an adapter attached first: its own, and those
   // its init_from folder holds): not loaded, their tensors in the folder left unused.
   std::set<std::string> written;
+  // Parameters loaded as if into another dtype first (rounded to it): what an adapter's
+  // trainable copy of a half-precision base projection holds when the load is deferred.
+  std::map<std::string, torch::ScalarType> round_through;
 };
+
+// A new head (every head parameter absent from the folder, or ignored by the rules)
+// initialised now, as LoadHfWeights would at its end, with the same draws: for a load
+// deferred until after an adapter is attached (whose own draws come after the head's, as
+// in a load that is not deferred). Returns their names (for rules.written); none when the
+// folder has the head, or part of it (LoadHfWeights' error).
+std::set<std::string> InitNewHead(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model);
 
 // Where tensor `t` is a view of a mapped weight file (ShareOrCopyTo): a fingerprint of the
 // file's identity and content (device, inode, size, modification time, a hash of its
@@ -122,9 +132,11 @@ void DropMappedPages(const torch::Tensor& t);
 // Loads `weights` into `model`'s parameters by name (ShareOrCopyTo); LayerNorm.gamma/beta of old
 // checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
 // parameter missing (outside the head) is an error listing all of them; a shape that
-// differs is an error naming the tensor and both shapes. `before` (when set) is called
+// differs is an error naming the tensor and both shapes. Parameters in rules.written are
+// left as they are (and their tensors in the folder unused). `before` (when set) is called
 // with each parameter just before it is written, in the model's order (sharding full cuts
-// the blocks as the load passes them: FullyShardedAdamW::ShardBefore).
+// the blocks as the load passes them: FullyShardedAdamW::ShardBefore), the new head's
+// last (it is outside the blocks).
 void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
                    const std::function<void(const torch::Tensor&)>& before = nullptr);
 

@@ -90,6 +90,7 @@ std::shared_ptr<SequenceModel> LoadPretrained(const std::string& dir, const Pret
   if (later != nullptr) {
     later->weights = weights;
     later->rules = rules;
+    later->rules.written = InitNewHead(weights, rules, *model);  // its draws before an adapter's
   } else {
     LoadHfWeights(weights, rules, *model);
   }
@@ -187,8 +188,12 @@ std::shared_ptr<SequenceModel> JobModel(const TrainConfig& config, bool load_wei
         later->rules.written.insert(p.key());
   if (options.base_dtype != torch::kFloat32) {
     torch::NoGradGuard no_grad;  // what trains is float32 (a projection in modules_to_save)
-    for (torch::Tensor& p : model->parameters())
-      if (p.requires_grad() && p.scalar_type() != torch::kFloat32) p.set_data(p.to(torch::kFloat32));
+    for (auto& p : model->named_parameters()) {
+      if (!p.value().requires_grad() || p.value().scalar_type() == torch::kFloat32) continue;
+      // loaded later: rounded as a load into its dtype would have
+      if (later != nullptr) later->rules.round_through[p.key()] = p.value().scalar_type();
+      p.value().set_data(p.value().to(torch::kFloat32));
+    }
     CastFrozenBase(*model, options.base_dtype);  // the rest: the head's, or built unloaded
   }
   if (attached != nullptr) *attached = a;

@@ -492,11 +492,12 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
                              " ranks (e.g. torchrun --nproc_per_node) with RANK, WORLD_SIZE, "
                              "MASTER_ADDR and MASTER_PORT set");
   if (rank.world_size <= 1) return nullptr;
-  // Sharding full's blocks hold no memory here: each rank cut its shards of them from the
-  // same load (run.cc), and there is nothing whole to send.
+  // Sharding full: each rank has cut its model into its shards already, from the same
+  // load or seed (run.cc), the blocks freed: the parameters are not sent (rank 0's whole
+  // embeddings would no longer be what the shards hold), the buffers are.
+  const bool cut = config.data_parallel.sharding == "full";
   std::vector<torch::Tensor> parameters;
-  for (const torch::Tensor& p : model.parameters())
-    if (p.numel() == 0 || p.storage().nbytes() > 0) parameters.push_back(p);
+  if (!cut) parameters = model.parameters();
   ProcessGroupOptions options;
   options.rank = rank.rank;
   options.world_size = rank.world_size;
@@ -522,16 +523,18 @@ std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const
   // those would give each rank a private copy of the pages the ranks share. The set skipped
   // is rank 0's, so every rank broadcasts the same tensors; any rank that differs on one of
   // them has everything broadcast.
-  torch::Tensor theirs = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt64);
-  for (size_t i = 0; weights_as_loaded && i < parameters.size(); ++i)
-    theirs[static_cast<int64_t>(i)] = static_cast<int64_t>(MappedWeightFingerprint(parameters[i]).value_or(0));
-  const torch::Tensor mine = theirs.clone();
-  sync->group().Broadcast(theirs, 0);
-  const bool differs = !torch::equal(mine.masked_select(theirs.ne(0)), theirs.masked_select(theirs.ne(0)));
-  const bool skip = !sync->AnyRank(differs);
   std::vector<torch::Tensor> state;
-  for (size_t i = 0; i < parameters.size(); ++i)
-    if (!skip || theirs[static_cast<int64_t>(i)].item<int64_t>() == 0) state.push_back(parameters[i]);
+  if (!cut) {  // (every rank takes the same branch: the spec is the same)
+    torch::Tensor theirs = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt64);
+    for (size_t i = 0; weights_as_loaded && i < parameters.size(); ++i)
+      theirs[static_cast<int64_t>(i)] = static_cast<int64_t>(MappedWeightFingerprint(parameters[i]).value_or(0));
+    const torch::Tensor mine = theirs.clone();
+    sync->group().Broadcast(theirs, 0);
+    const bool differs = !torch::equal(mine.masked_select(theirs.ne(0)), theirs.masked_select(theirs.ne(0)));
+    const bool skip = !sync->AnyRank(differs);
+    for (size_t i = 0; i < parameters.size(); ++i)
+      if (!skip || theirs[static_cast<int64_t>(i)].item<int64_t>() == 0) state.push_back(parameters[i]);
+  }
   for (const auto& b : model.buffers()) state.push_back(b);
   sync->Broadcast(state);
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "worker/trainer/checkpoint/optimizer_shards.h"
+#include "worker/trainer/models/hf_weights.h"
 #include "worker/trainer/parallel/sharded_adamw.h"
 
 namespace nightshift::trainer {
@@ -136,6 +137,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& p = params_[i];
       flat.narrow(0, offsets_[i], p.numel()).copy_(p.detach().reshape({-1}));
+      DropMappedPages(p);  // a view of a weight file's pages (hf_weights.h): out of this rank's resident set
       p.set_data(flat.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
     }
     storage_ = flat.storage();
@@ -150,11 +152,18 @@ class FullyShardedAdamW::Unit : public BlockParams {
     shard.copy_(Flat().narrow(0, rank * shard_numel_, shard_numel_));
   }
   // Shard(): the frozen units' shards from their whole parameters (built the first time).
+  // One still freed (Reopen leaves them: a checkpoint holds no frozen tensor) keeps its shard.
   void ShardFrozen(int rank) {
     for (auto& f : frozen_) {
+      if (f->Freed()) continue;
       if (!f->Views()) f->Build();
       f->TakeShard(rank, f->shard_);
     }
+  }
+  // Whether the parameters are still views of the freed storage (nothing loaded into them).
+  bool Freed() const {
+    return storage_ && storage_.nbytes() == 0 &&
+           std::all_of(params_.begin(), params_.end(), [&](const torch::Tensor& p) { return p.storage().is_alias_of(storage_); });
   }
   // Starts all-gathering the shards into the storage (allocated again when freed) unless
   // a gather is under way; WaitGather() ends it. The storage is written only through a
@@ -175,11 +184,6 @@ class FullyShardedAdamW::Unit : public BlockParams {
     c10::DataPtr memory = owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
     storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
     storage_.set_nbytes(bytes);
-  }
-  // Reopen(): allocated whole and unwritten, its frozen units too, for a load to write.
-  void AllocateAll() {
-    for (auto& f : frozen_) f->Allocate();
-    Allocate();
   }
   // Its shards (this unit's, then its frozen units') from the whole parameters (the unit
   // built the first time, or again after a load replaced the parameters' storages); a
@@ -213,7 +217,9 @@ class FullyShardedAdamW::Unit : public BlockParams {
     if (bytes == 0) return;
     c10::DataPtr memory = storage_.set_data_ptr(storage_.allocator()->allocate(0));
     storage_.set_nbytes(0);
-    if (owner_ != nullptr) owner_->KeepSpare(bytes, std::move(memory));
+    // Kept for the next gathers once sharded; not while the model is being cut (the load's
+    // blocks would pile up beside the one it writes).
+    if (owner_ != nullptr && owner_->sharded_) owner_->KeepSpare(bytes, std::move(memory));
   }
   // Starts reduce-scattering the parameters' gradients into a buffer and frees them;
   // FinishReduce() adds the result (averaged over ranks) to shard.grad(). One reduction
@@ -465,7 +471,7 @@ void FullyShardedAdamW::Reopen() {
   if (!sharded_) return;
   if (group_ != nullptr) Settle();
   for (auto& unit : units_)
-    if (unit->block()) unit->AllocateAll();
+    if (unit->block()) unit->Allocate();  // the frozen units stay cut: no checkpoint holds them
   sharded_ = false;
 }
 

@@ -55,8 +55,8 @@
 // as it is built), before resuming: a resume or roll-back to a checkpoint of sharding full
 // gathers nothing (LoadShards reads each rank's shards). Unshard() gathers every block
 // again (on rank 0 only, for the export; or before a roll-back to a checkpoint written
-// without sharding full, whose model.pt holds the blocks whole; at start-up, with no group
-// yet, Reopen() instead), and Shard() frees them after.
+// without sharding full, whose model.pt holds the blocks whole; at start-up Reopen()
+// instead, which gathers nothing), and Shard() frees them after.
 //
 // Checkpoints. The shards' state is written as one file per unit and rank,
 // optimizer-shard-{unit x world + rank}-of-{units x world}.pt, each holding its values of
@@ -112,9 +112,11 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // order, calling this before each, holds one block whole at a time (and nothing
   // written of the blocks after it: models/common.h's DeferInit).
   void ShardBefore(const torch::Tensor& param);
-  // No collective. Every block allocated whole again, unwritten, for a load that writes
-  // every parameter (a checkpoint written without sharding full, model.init_from, at
-  // start-up); Shard() cuts them again. The whole model is on this rank for that time.
+  // No collective. Every block's trainable unit allocated whole again, unwritten, for a
+  // load that writes all of them (a checkpoint written without sharding full, or
+  // model.init_from, before the group has gathered anything: at start-up and in the
+  // resume after joining); Shard() cuts them again. An adapter's frozen base stays cut
+  // (no checkpoint holds it). The whole model is on this rank for that time.
   void Reopen();
   // No collective. Every unit, shard and moment onto `device` (the parameters stay the same
   // tensors): a model built and cut on the host, then placed, is never whole on the device

@@ -6,8 +6,12 @@ with tests/support/slurm_cluster.py (2 nodes x 2 CPUs, partitions low/high)
 and tears it down. Takes about a minute. Usage:
 
     python3 tests/coordinator/testdata/slurm/regenerate.py [OUTDIR]
+    python3 tests/coordinator/testdata/slurm/regenerate.py --sacct [OUTDIR]
 
-Writes the fixtures plus notes.json (state timelines, error outputs).
+Writes the fixtures plus notes.json (state timelines, error outputs). With --sacct,
+only the sacct-22.05-*.json fixtures, from a cluster with accounting (MariaDB and
+slurmdbd too: Debian's mariadb-server and slurmdbd; about two minutes, a job's time
+limit among them).
 """
 
 import json
@@ -19,8 +23,80 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "support"))
 from slurm_cluster import SlurmCluster  # noqa: E402
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else HERE
+SACCT_ONLY = "--sacct" in sys.argv[1:]
+ARGS = [a for a in sys.argv[1:] if a != "--sacct"]
+OUT = ARGS[0] if ARGS else HERE
 NOTES: dict = {}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL",
+            "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def sacct_fixtures() -> int:
+    """sacct --json of one job per way an allocation ends, each once its record is
+    whole: slurmctld sends the job's records to slurmdbd a moment after it ends, and
+    until its start record is in, sacct shows the end under the name "allocation",
+    with no partition and exit code 0 (a failed job's too)."""
+    with SlurmCluster(nodes=2, cpus_per_node=2, min_job_age=300, accounting=True) as c:
+        jobs = os.path.join(c.state["dir"], "jobs")
+        t0 = time.monotonic()
+
+        def sbatch(name, *args):
+            r = c.run(["sbatch", "--parsable", f"--output={jobs}/%j.out",
+                       f"--job-name=nightshift-j-acct-{name}", *args], cwd=jobs)
+            return r.stdout.strip()
+
+        def sacct(job):
+            return c.run(["sacct", "--json", f"--jobs={job}"]).stdout
+
+        def ended(job, timeout=150):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                text = sacct(job)
+                last = (json.loads(text)["jobs"] or [{}])[-1]
+                if last.get("state", {}).get("current") in TERMINAL and \
+                        last["name"].startswith("nightshift-j-acct-") and last["partition"]:
+                    return text
+                time.sleep(0.5)
+            raise RuntimeError(f"job {job} has no terminal record in sacct")
+
+        def running(job):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if any(j["job_id"] == int(job) and j["job_state"] == "RUNNING"
+                       for j in json.loads(c.run(["squeue", "--json"]).stdout)["jobs"]):
+                    return
+                time.sleep(0.3)
+            raise RuntimeError(f"job {job} never ran")
+
+        def save(name, text):
+            with open(os.path.join(OUT, name), "w") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+
+        one = ["--nodes=1", "--ntasks-per-node=1", "--no-requeue"]
+        limit = sbatch("a0", *one, "--time=1", "--wrap", "srun sleep 300")
+        ok = sbatch("a1", *one, "--wrap", "srun --kill-on-bad-exit=1 hostname")
+        bad = sbatch("a2", *one, "--wrap", "srun --kill-on-bad-exit=1 sh -c 'exit 7'")
+        cancel = sbatch("a3", *one, "--wrap", "srun sleep 300")
+        running(cancel)
+        c.run(["scancel", cancel])
+        save("sacct-22.05-completed.json", ended(ok))
+        save("sacct-22.05-failed.json", ended(bad))
+        save("sacct-22.05-cancelled.json", ended(cancel))
+        save("sacct-22.05-timeout.json", ended(limit))
+        low = sbatch("a4", "--partition=low", "--nodes=2", "--exclusive", "--no-requeue",
+                     "--time=5", "--wrap", "srun sleep 300")
+        running(low)
+        high = sbatch("high", "--partition=high", "--nodes=2", "--ntasks-per-node=1",
+                      "--time=5", "--wrap", "srun sleep 300")
+        save("sacct-22.05-preempted.json", ended(low))
+        c.run(["scancel", high])
+        r = c.run(["sacct", "--json", "--jobs=999999"], check=False)
+        save("sacct-22.05-unknown.json", r.stdout)
+        r = c.run(["sacct", "-P", "-o", "JobID,JobName,State,ExitCode,DerivedExitCode,NodeList",
+                   f"--jobs={ok},{bad},{cancel},{limit},{low}"], check=False)
+        save("sacct-22.05-text.txt", r.stdout)
+    print("sacct fixtures written to", OUT, f"in {time.monotonic() - t0:.1f}s")
+    return 0
 
 
 def main() -> int:
@@ -152,4 +228,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sacct_fixtures() if SACCT_ONLY else main())

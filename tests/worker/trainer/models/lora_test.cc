@@ -384,5 +384,45 @@ TEST_F(LoraTest, ANewAdapterLeavesTheLogitsOfTheBase) {
   EXPECT_TRUE(torch::equal(model->forward(tokens, pad_mask), before));
 }
 
+// Sharding full loads a folder after the adapter is attached (JobModel's `later`, then
+// LoadHfWeights), so that each block can be cut as the load passes it. With a new head
+// (other labels than the folder's), a fresh adapter and a bf16 base whose modules_to_save
+// include one of its projections, that gives every parameter the value a load before the
+// adapter gives: the head drawn before the adapter's A matrices, the saved projection
+// rounded through bf16 as its load into the bf16 base rounds it.
+TEST_F(LoraTest, ALoadDeferredUntilTheAdapterIsAttachedHoldsWhatAnEagerLoadHolds) {
+  TrainConfig c;
+  c.model.arch = "pretrained";
+  c.model.pretrained = Base("llama");
+  c.model.task = "classification";
+  c.model.dropout = -1;
+  c.data.num_classes = 3;
+  c.data.class_names = {"x", "y", "z"};  // not the folder's: a new head
+  c.model.adapter.type = "lora";
+  c.model.adapter.r = 4;
+  c.model.adapter.alpha = 8;
+  c.model.adapter.target_modules = {"q_proj", "v_proj"};
+  c.model.adapter.modules_to_save = {"score", "o_proj"};
+  c.model.base_precision = "bf16";
+  torch::manual_seed(7);
+  const std::shared_ptr<SequenceModel> eager = JobModel(c, /*load_weights=*/true);
+  torch::manual_seed(7);
+  DeferredWeights later;
+  const std::shared_ptr<SequenceModel> deferred = JobModel(c, /*load_weights=*/true, nullptr, &later);
+  ASSERT_TRUE(later.weights.has_value());
+  EXPECT_FALSE(later.rules.written.empty());  // the new head, and the adapter's A and B
+  EXPECT_FALSE(later.rules.round_through.empty());  // the saved o_proj of the bf16 base
+  LoadHfWeights(*later.weights, later.rules, *deferred);
+  const auto want = eager->named_parameters();
+  const auto got = deferred->named_parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& p : want) {
+    const torch::Tensor* g = got.find(p.key());
+    ASSERT_NE(g, nullptr) << p.key();
+    EXPECT_EQ(g->scalar_type(), p.value().scalar_type()) << p.key();
+    EXPECT_TRUE(torch::equal(*g, p.value())) << p.key();
+  }
+}
+
 }  // namespace
 }  // namespace nightshift::trainer::hf

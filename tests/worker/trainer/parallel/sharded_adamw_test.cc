@@ -260,7 +260,8 @@ TEST_F(ShardedAdamWTest, Bf16ReductionTakesTheSameStepsWithEverySharding) {
 // matrices, its frozen base cut beside them (AddFrozen), and 20 steps end where unsharded
 // LoRA ends: BERT's classifier in float32, and the causal Llama on a bf16 base under bf16
 // autocast with every block recomputed in backward (the frozen bf16 and float32 ranges
-// gathered again for the recompute).
+// gathered again for the recompute); and resumed under full from the unsharded run's
+// checkpoint.
 TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
  for (const bool llama : {false, true}) {
   SCOPED_TRACE(llama ? "llama on a bf16 base" : "bert");
@@ -278,8 +279,10 @@ TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
   TrainConfig start = config("zero_lora_start");
   Until(&start, 1);
   ASSERT_EQ(Train(start, 1, "none").size(), 1u);
-  TrainConfig ddp = config("zero_lora_none"), sharded = config("zero_lora_full");
-  ddp.model.adapter.init_from = sharded.model.adapter.init_from = start.checkpoint_dir + "/model";
+  TrainConfig ddp = config("zero_lora_none"), sharded = config("zero_lora_full"), resumed = config("zero_lora_resumed");
+  ddp.model.adapter.init_from = sharded.model.adapter.init_from = resumed.model.adapter.init_from =
+      start.checkpoint_dir + "/model";
+  ddp.checkpoint.every_steps = 10;
   const auto ddp_starts = Train(ddp, 2, "none");
   ASSERT_EQ(ddp_starts.size(), 2u);
   const auto starts = Train(sharded, 2, "full");
@@ -288,6 +291,14 @@ TEST_F(ShardedAdamWTest, ALoraRunShardsItsAdaptersAndEqualsDataParallel) {
     return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/true), c.checkpoint_dir);
   };
   ExpectClose(final_params(sharded), final_params(ddp), "lora");
+  // Resumed under full from the unsharded run's step 10 (loaded whole, then cut; the
+  // frozen base, which no checkpoint holds, stays as the load cut it): where that run ends.
+  fs::create_directories(resumed.checkpoint_dir);
+  fs::copy(ddp.checkpoint_dir + "/step-00000010", resumed.checkpoint_dir + "/step-00000010");
+  const auto resumed_starts = Train(resumed, 2, "full");
+  ASSERT_EQ(resumed_starts.size(), 2u);
+  EXPECT_EQ(resumed_starts[0].Number("resumed_step"), 10);
+  ExpectClose(final_params(resumed), final_params(ddp), "lora resumed under full from an unsharded checkpoint");
   for (const auto& st : starts)  // the adapter's and the head's moments cut in two, give or take padding
     EXPECT_LT(st.Number("optimizer_state_bytes"), 0.75 * ddp_starts[0].Number("optimizer_state_bytes"));
  }
