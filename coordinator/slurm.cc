@@ -210,12 +210,7 @@ StatusOr<std::vector<SlurmJob>> ParseSacctJson(const std::string& text) {
     job.state = StateOf(job.slurm_state);
     job.reason = state.is_object() && state.contains("reason") ? SlurmString(state["reason"]) : "";
     job.exit_code_known = exit_codes;
-    if (exit_codes && j.contains("exit_code")) {
-      const json& e = j["exit_code"];  // 23.02+: the signal as {"id": number}; 22.05 "signal_id"
-      const json signal = e.is_object() ? e.value("signal", json::object()) : json::object();
-      const int64_t number = signal.is_object() ? SlurmNumber(signal.value("id", signal.value("signal_id", json())), 0) : 0;
-      job.exit_code = number > 0 ? static_cast<int>(128 + number) : ExitCodeOf(e);
-    }
+    if (exit_codes && j.contains("exit_code")) job.exit_code = ExitCodeOf(j["exit_code"]);
     const json time = j.value("time", json::object());
     job.start_time = time.is_object() && time.contains("start") ? SlurmNumber(time["start"], 0) : 0;
     job.end_time = time.is_object() && time.contains("end") ? SlurmNumber(time["end"], 0) : 0;

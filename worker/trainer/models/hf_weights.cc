@@ -335,7 +335,7 @@ std::set<std::string> InitNewHead(const HfWeights& weights, const HfNameRules& r
   const std::map<std::string, std::string> source = SourceNames(weights, rules);
   std::vector<std::pair<std::string, torch::Tensor>> head;
   for (auto& p : model.named_parameters(/*recurse=*/true))
-    if (StartsWithAny(p.key(), rules.head)) head.emplace_back(p.key(), p.value());
+    if (StartsWithAny(p.key(), rules.head) && !rules.written.count(p.key())) head.emplace_back(p.key(), p.value());
   std::set<std::string> made;
   if (head.empty() || std::any_of(head.begin(), head.end(), [&](const auto& h) { return source.count(h.first) > 0; }))
     return made;  // the folder's head (or half of one: LoadHfWeights' error)
@@ -349,11 +349,11 @@ std::set<std::string> InitNewHead(const HfWeights& weights, const HfNameRules& r
 void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
                    const std::function<void(const torch::Tensor&)>& before) {
   std::map<std::string, std::string> source = SourceNames(weights, rules);
-  std::vector<std::string> missing, head_missing;
-  std::vector<torch::Tensor> head_new;
-  auto params = model.named_parameters(/*recurse=*/true);
-  for (auto& p : params) {
-    if (rules.written.count(p.key())) {
+  std::set<std::string> written = InitNewHead(weights, rules, model);  // loading draws nothing: the same draws
+  written.insert(rules.written.begin(), rules.written.end());
+  std::vector<std::string> missing;  // half a head among them: it is not a new head
+  for (auto& p : model.named_parameters(/*recurse=*/true)) {
+    if (written.count(p.key())) {
       source.erase(p.key());
       continue;
     }
@@ -366,28 +366,17 @@ void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn
         p.value().copy_(p.value().to(r->second));
       }
       source.erase(it);
-    } else if (StartsWithAny(p.key(), rules.head)) {
-      head_missing.push_back(p.key());
-      head_new.push_back(p.value());
     } else {
       missing.push_back(p.key());
     }
   }
   std::vector<std::string> leftover;
   for (const auto& [param, name] : source) leftover.push_back(name);
-  if (!head_missing.empty() && head_missing.size() != static_cast<size_t>(std::count_if(
-          params.begin(), params.end(),
-          [&](const auto& p) { return StartsWithAny(p.key(), rules.head) && !rules.written.count(p.key()); })))
-    missing.insert(missing.end(), head_missing.begin(), head_missing.end());  // half a head is not a new head
   if (!missing.empty() || !leftover.empty())
     throw PermanentError(weights.dir() + ": the weights do not match the architecture config.json names: " +
                          (missing.empty() ? std::string() : "missing " + List(missing)) +
                          (missing.empty() || leftover.empty() ? "" : "; ") +
                          (leftover.empty() ? std::string() : "not used " + List(leftover)));
-  for (torch::Tensor& t : head_new) {  // a new head (outside the blocks: `before` cuts nothing)
-    if (before) before(t);
-    InitHeadTensor(t, rules);
-  }
 }
 
 }  // namespace nightshift::trainer

@@ -108,11 +108,12 @@ struct HfNameRules {
   std::map<std::string, torch::ScalarType> round_through;
 };
 
-// A new head (every head parameter absent from the folder, or ignored by the rules)
-// initialised now, as LoadHfWeights would at its end, with the same draws: for a load
-// deferred until after an adapter is attached (whose own draws come after the head's, as
-// in a load that is not deferred). Returns their names (for rules.written); none when the
-// folder has the head, or part of it (LoadHfWeights' error).
+// A new head (every head parameter not in rules.written absent from the folder, or
+// ignored by the rules) initialised as transformers initialises one: LoadHfWeights' first
+// step, and on its own for a load deferred until after an adapter is attached (whose
+// draws then come after the head's, as in a load that is not deferred). Returns their
+// names (for rules.written); none when the folder has the head, or part of it
+// (LoadHfWeights' error).
 std::set<std::string> InitNewHead(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model);
 
 // Where tensor `t` is a view of a mapped weight file (ShareOrCopyTo): a fingerprint of the
@@ -131,12 +132,12 @@ void DropMappedPages(const torch::Tensor& t);
 
 // Loads `weights` into `model`'s parameters by name (ShareOrCopyTo); LayerNorm.gamma/beta of old
 // checkpoints count as LayerNorm.weight/bias. A checkpoint tensor left over or a
-// parameter missing (outside the head) is an error listing all of them; a shape that
-// differs is an error naming the tensor and both shapes. Parameters in rules.written are
-// left as they are (and their tensors in the folder unused). `before` (when set) is called
-// with each parameter just before it is written, in the model's order (sharding full cuts
-// the blocks as the load passes them: FullyShardedAdamW::ShardBefore), the new head's
-// last (it is outside the blocks).
+// parameter missing (outside a new head: InitNewHead's, first) is an error listing all of
+// them; a shape that differs is an error naming the tensor and both shapes. Parameters in
+// rules.written are left as they are (and their tensors in the folder unused). `before`
+// (when set) is called with each parameter just before it is loaded, in the model's order
+// (sharding full cuts the blocks as the load passes them: FullyShardedAdamW::ShardBefore;
+// a new head is outside the blocks).
 void LoadHfWeights(const HfWeights& weights, const HfNameRules& rules, torch::nn::Module& model,
                    const std::function<void(const torch::Tensor&)>& before = nullptr);
 

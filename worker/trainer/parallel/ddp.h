@@ -205,10 +205,10 @@ class NoSync {
 // LoadPretrained: no checkpoint, no export loaded into them): views of a weight file
 // mapped alike on every rank are equal already and are not copied (hf_weights.h's
 // MappedWeightFingerprint), which would write every page the ranks share. The group
-// works on `device` (NCCL for CUDA), by default the parameters'; parameters elsewhere
-// (sharding full's model, still on the host) are broadcast through it in chunks. With
-// sharding full only the buffers are: each rank has cut its parameters into its shards
-// from the same load or seed already.
+// works on `device` (NCCL for CUDA), by default the parameters'; tensors elsewhere
+// (sharding full's buffers, still on the host) are broadcast through it in chunks. With
+// sharding full no parameter is: each rank has cut its parameters into its shards from the
+// same load or seed already.
 std::unique_ptr<GradientSync> StartDataParallel(const TrainConfig& config, const RankInfo& rank,
                                                 torch::nn::Module& model, bool weights_as_loaded = false,
                                                 std::optional<torch::Device> device = std::nullopt);
