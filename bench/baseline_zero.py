@@ -8,7 +8,11 @@ updates the moments of its share of the parameters, then broadcasts them: ZeRO s
 PyTorch's documented way to shard the optimizer under DDP), or fully sharded (--zero
 fsdp2: torch.distributed.fsdp.fully_shard on every decoder layer and then the model,
 FSDP2's documented use; with --ac every layer activation-checkpointed through
-transformers' gradient_checkpointing_enable, as our sharding full always is). The packed rows of
+transformers' gradient_checkpointing_enable, as our sharding full always is). With --bf16:
+DDP's forward under torch.autocast to bfloat16 (PyTorch's AMP), FSDP2 with
+MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) (FSDP2's documented mixed
+precision: every parameter gathered and computed in bf16, gradients reduced in float32).
+The packed rows of
 bench/baseline_transformers_lm.py, rank r taking every WORLD_SIZE-th batch from the r-th,
 grad_clip 1.0 as our runs. Prints this rank's JSON line.
 """
@@ -40,6 +44,7 @@ def main():
     ap.add_argument("--skip-steps", type=int, default=2)
     ap.add_argument("--zero", default="off", choices=("off", "on", "fsdp2"))
     ap.add_argument("--ac", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=5e-5)
     a = ap.parse_args()
@@ -57,11 +62,12 @@ def main():
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if a.zero == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mesh = init_device_mesh("cpu", (world,))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if a.bf16 else MixedPrecisionPolicy()
         for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         ddp = model
     else:
         ddp = DistributedDataParallel(model)
@@ -81,7 +87,9 @@ def main():
         if step == a.skip_steps:
             tokens, t0 = 0, time.perf_counter()
         ids, pos, labels, n = collate(batch, samples, prompts, pad_id)
-        loss = lm_loss(ddp(input_ids=ids, position_ids=pos, use_cache=False).logits, labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16 and a.zero != "fsdp2"):
+            logits = ddp(input_ids=ids, position_ids=pos, use_cache=False).logits
+        loss = lm_loss(logits, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -93,7 +101,7 @@ def main():
     for s in local.state.values():
         state += sum((v.to_local() if hasattr(v, "to_local") else v).numel() * v.element_size()
                      for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
-    who = {"off": "pytorch-ddp", "on": "pytorch-ddp+zero", "fsdp2": "pytorch-fsdp2"}[a.zero] + ("+ac" if a.ac else "")
+    who = {"off": "pytorch-ddp", "on": "pytorch-ddp+zero", "fsdp2": "pytorch-fsdp2"}[a.zero] + ("+ac" if a.ac else "") + ("+bf16" if a.bf16 else "")
     print(json.dumps({"who": who, "rank": rank, "world": world,
                       "steps": len(mine) - a.skip_steps, "seconds": round(seconds, 2),
                       "tokens_per_second": round(tokens / seconds, 1), "loss": float(loss.detach()),

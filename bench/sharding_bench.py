@@ -23,7 +23,15 @@ Each: --steps timed steps after 2 warm-up steps; tokens per second of both ranks
 each rank's peak resident memory (/usr/bin/time's maximum RSS) and the optimizer state
 each rank holds (what the trainer's start event reports; PyTorch's from its state dict).
 
-  bench/sharding_bench.py [--bin build/bin] [--steps 4] [--budget 1024] [--threads 1]
+With --precision bf16 the full fine-tunes run under bf16 autocast (ours: the blocks'
+projections gathered as bf16 compute copies under sharding full) and PyTorch's with its
+AMP (DDP) or FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32).
+
+With --scratch our runs train model.arch gpt_lm from scratch instead (GPT-2 blocks, 16 x
+d_model 1024, ffn 4096, rows padded) and PyTorch's are skipped:
+for the memory a model from scratch takes before step 1.
+
+  bench/sharding_bench.py [--bin build/bin] [--steps 4] [--budget 1024] [--threads 1] [--precision fp32]
 """
 import argparse
 import json
@@ -67,14 +75,16 @@ def two_ranks(cmd, tmp, name):
 
 def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
     model = {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"}
+    if a.scratch:
+        model = {"arch": "gpt_lm", "layers": 16, "d_model": 1024, "heads": 16, "ffn": 4096, "max_len": db.MAX_LEN}
     if lora:
         model.update(adapter={"type": "lora", "r": 16, "alpha": 32, "target_modules": "all-linear"},
                      base_precision="bf16")
     spec = {"name": "sharding-" + sharding,
             "model": model,
             "train": {"epochs": 1, "optimizer": "adamw", "lr": 5e-5, "weight_decay": 0.01, "warmup_steps": 2,
-                      "batching": {"max_tokens": str(a.budget), "rows": "packed"},
-                      "precision": "bf16" if lora else "fp32",
+                      "batching": {"max_tokens": str(a.budget), "rows": "padded" if a.scratch else "packed"},
+                      "precision": "bf16" if lora else a.precision,
                       "grad_clip": 1.0, "max_steps": str(a.steps + 2), "threads": a.threads,
                       "activation_checkpointing": "full" if ac else "none"},
             "data": {"path": data}, "resources": {"world_size": 2, "sharding": sharding},
@@ -103,7 +113,8 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
         tokens += rank_tokens
         seconds = max(seconds, rank_seconds)
     return {"who": "nightshift", "sharding": sharding + ("+ac" if ac else ""),
-            "setting": "lora r16 all-linear, base bf16, bf16 autocast" if lora else "full fine-tune, fp32",
+            "setting": "lora r16 all-linear, base bf16, bf16 autocast" if lora else
+                       ("gpt_lm from scratch, " if a.scratch else "full fine-tune, ") + a.precision,
             "tokens_per_second": round(tokens / seconds, 1),
             "peak_rss_bytes_per_rank": peaks, "optimizer_state_bytes_per_rank": state,
             "model_state_bytes_per_rank": model_state, "peak_rss_before_step_1_per_rank": start_peak}
@@ -112,7 +123,8 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
 def theirs(folder, data, tmp, zero, a, ac=False):
     cmd = [VENV_PYTHON, os.path.join(db.ROOT, "bench", "baseline_zero.py"), "--model", folder, "--data", data,
            "--max-len", str(db.MAX_LEN), "--budget", str(a.budget), "--max-steps", str(a.steps + 2),
-           "--skip-steps", "2", "--zero", zero, "--threads", str(a.threads)] + (["--ac"] if ac else [])
+           "--skip-steps", "2", "--zero", zero, "--threads", str(a.threads)] + (["--ac"] if ac else []) + \
+          (["--bf16"] if a.precision == "bf16" else [])
     outs, peaks = two_ranks(cmd, tmp, "pytorch-" + zero + ("-ac" if ac else ""))
     rs = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     return {"who": rs[0]["who"], "tokens_per_second": round(sum(r["tokens_per_second"] for r in rs), 1),
@@ -126,6 +138,8 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--budget", type=int, default=2 * db.MAX_LEN)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--scratch", action="store_true")
     ap.add_argument("--only", default="none,optimizer,full,full-ac,pytorch,pytorch-zero,pytorch-fsdp2,pytorch-fsdp2-ac")
     a = ap.parse_args()
     _, folder, data, _, meta = llama210m(a.work, a.bin)

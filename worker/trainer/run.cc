@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "worker/trainer/checkpoint/export.h"
 #include "worker/trainer/optim/clip.h"
 #include "worker/trainer/optim/fused_adamw.h"
+#include "worker/trainer/models/common.h"
 #include "worker/trainer/models/dropout.h"
 #include "worker/trainer/memory/memory_probe.h"
 #include "worker/trainer/models/pretrained.h"
@@ -191,6 +193,9 @@ void BuildOptimizer(Run& run) {
     full->AddFrozen(frozen, BlockOf(*run.model, frozen));
     plan->sharded = full->block_params(static_cast<int64_t>(run.model->blocks().size()));
     full->set_reduce_bf16(cfg.data_parallel.reduce_bf16);
+    if (cfg.train.precision != "fp32")  // autocast's dtype: the blocks' projections gathered in it for a step
+      full->GatherInDtype(cfg.train.precision == "bf16" ? torch::kBFloat16 : torch::kHalf,
+                          hf::CastByAutocast(*run.model, trainable));
     run.full = full.get();
     run.optimizer = std::move(full);
   } else {
@@ -224,9 +229,17 @@ void BuildModel(Run& run) {
   torch::manual_seed(cfg.train.seed);
   SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
   hf::DeferredWeights folder;  // sharding full: the folder's weights, loaded into the shards
-  run.model = cfg.model.arch == "pretrained"
-                  ? hf::JobModel(cfg, /*load_weights=*/true, &run.adapter, ShardsFully(run) ? &folder : nullptr)
-                  : BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
+  // Sharding full, a model from scratch: built unwritten, its draws made once it is cut
+  // into shards as they are (InitAsBuilt), from the generator's state here.
+  const bool draw_later = ShardsFully(run) && cfg.model.arch != "pretrained" && cfg.model.arch != "torchscript";
+  const std::string build_rng = draw_later ? GetCpuRngState() : std::string();
+  if (cfg.model.arch == "pretrained") {
+    run.model = hf::JobModel(cfg, /*load_weights=*/true, &run.adapter, ShardsFully(run) ? &folder : nullptr);
+  } else {
+    std::optional<hf::DeferInit> unwritten;
+    if (draw_later) unwritten.emplace();
+    run.model = BuildSequenceModel(cfg.model, cfg.data.vocab_size, cfg.data.num_classes, cfg.data.pad_id);
+  }
   run.next_token = cfg.model.arch == "gpt_lm" || cfg.data.num_classes == 0;
   run.model->set_activation_checkpointing(cfg.train.checkpoint_every_blocks);
   // Sharding full: built, loaded and cut on the host, then placed (PlaceShardedModel), so
@@ -235,8 +248,12 @@ void BuildModel(Run& run) {
   CountParameters(run);
   BuildOptimizer(run);
   if (run.full) {  // cut before anything reads the model: a folder's blocks one at a time as they load
-    if (folder.weights)
-      LoadHfWeights(*folder.weights, folder.rules, *run.model, [&](const torch::Tensor& p) { run.full->ShardBefore(p); });
+    const auto cut_before = [&](const torch::Tensor& p) { run.full->ShardBefore(p); };
+    if (folder.weights) LoadHfWeights(*folder.weights, folder.rules, *run.model, cut_before);
+    if (draw_later) {
+      SetCpuRngState(build_rng);  // the build's own draws (of 1 x 1 placeholders) undone
+      hf::InitAsBuilt(*run.model, cut_before);
+    }
     run.full->Shard();
   }
   run.checkpoints = std::make_unique<CheckpointManager>(CheckpointOptions{
@@ -488,12 +505,11 @@ ModelStateBytes StateBytes(const Run& run) {
   // place (GradientSync's buckets, allocated at the first backward).
   if (run.ddp) b.gradients += double(run.ddp->bucket_bytes());
   if (run.full) {  // the trainable tensors: shards, resident units whole, and two blocks at a time
-    // (parameters: one computing, the next being gathered; gradients: one accumulating,
-    // the one before being reduce-scattered)
-    const double whole = b.gradients, held = double(run.full->shard_bytes() + run.full->resident_bytes() +
-                                                    2 * run.full->largest_block_bytes());
-    b.parameters += held - whole;
-    b.gradients = held;
+    // (parameters: one computing, the next being gathered, as compute copies under AMP;
+    // gradients: one accumulating, the one before being reduce-scattered in float32)
+    const double whole = b.gradients, kept = double(run.full->shard_bytes() + run.full->resident_bytes());
+    b.parameters += kept + 2.0 * double(run.full->largest_gathered_bytes()) - whole;
+    b.gradients = kept + 2.0 * double(run.full->largest_block_bytes());
     b.optimizer_state = double(run.full->state_bytes());
     // An adapter's frozen base in the blocks: its shards, and up to two blocks whole
     // (fully_sharded.h)
@@ -679,6 +695,7 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
   double loss_count = 0;
   for (const Batch& batch : step.batches) loss_count += double(LossCount(batch, next_token));
   if (ddp) loss_count = ddp->group().SumOverRanks(loss_count) / ddp->group().size();  // times world_size
+  ComputeGathers compute_copies(full);
   const MicroBatchResult fb = micro_batches->Run(
       step.batches,
       [&](const Batch& micro, bool last) {

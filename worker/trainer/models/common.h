@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -44,6 +45,15 @@ class DeferInit {
   static inline thread_local bool active_ = false;
   bool previous_;
 };
+
+// A model from scratch built under DeferInit (its constructors' random draws not made),
+// written as its constructors would have written it: each linear layer's and embedding's
+// reset_parameters() in the modules' order, which is the order they were built in, so
+// from the generator's state at the build the draws are the eager build's (norms are
+// written at construction and draw nothing). before(p) runs before p is written (sharding
+// full cuts each block as this passes it: FullyShardedAdamW::ShardBefore). Throws if a
+// parameter is of another kind of module (it would stay unwritten).
+void InitAsBuilt(torch::nn::Module& model, const std::function<void(const torch::Tensor&)>& before);
 
 // `t` (a parameter) reallocated unwritten with `shape`.
 inline void Unwritten(torch::Tensor& t, c10::IntArrayRef shape) {

@@ -105,6 +105,19 @@ void CastFrozenBase(torch::nn::Module& model, torch::ScalarType dtype) {
   }
 }
 
+std::vector<bool> CastByAutocast(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
+  std::set<const c10::TensorImpl*> cast;
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* l = dynamic_cast<torch::nn::LinearImpl*>(m.get()))
+      for (const torch::Tensor& t : {l->weight, l->bias})
+        if (t.defined()) cast.insert(t.unsafeGetTensorImpl());
+    if (auto* c = dynamic_cast<Conv1DImpl*>(m.get())) cast.insert(c->weight.unsafeGetTensorImpl());
+  }
+  std::vector<bool> out;
+  for (const torch::Tensor& p : params) out.push_back(cast.count(p.unsafeGetTensorImpl()) > 0);
+  return out;
+}
+
 void MergeLora(torch::nn::Module& model) {
   for (const auto& m : model.modules(/*include_self=*/false)) {
     if (auto* p = dynamic_cast<ProjectionImpl*>(m.get())) p->MergeLora();
@@ -126,6 +139,10 @@ bool ComputesAsIs(const torch::Tensor& x, const torch::Tensor& weight) {
 }  // namespace
 
 torch::Tensor AsProjectionInput(const torch::Tensor& x, const torch::Tensor& weight) {
+  // A trainable weight in half precision is a compute copy (sharding full) of a float32
+  // one: x is cast by autocast in each projection, as for the float32 weight, so that its
+  // gradient sums the projections' in float32.
+  if (weight.requires_grad()) return x;
   return weight.scalar_type() != x.scalar_type() && ComputesAsIs(x, weight) ? x.to(weight.scalar_type()) : x;
 }
 

@@ -148,12 +148,20 @@ void BuildFrozenBaseIn(torch::nn::Module& model, torch::ScalarType dtype, const 
 // they are.
 void CastFrozenBase(torch::nn::Module& model, torch::ScalarType dtype);
 
+// Which of `params` autocast casts to its dtype wherever `model` uses them: the weight and
+// bias of every linear layer (a Projection, an adapter's A and B) and a Conv1D's weight (its
+// bias is added to the product and keeps float32). A copy of them in that dtype computes
+// what autocast computes (parallel/fully_sharded.h's compute copies); the rest (norms,
+// embeddings) would not.
+std::vector<bool> CastByAutocast(torch::nn::Module& model, const std::vector<torch::Tensor>& params);
+
 // `x` as the projections of `weight`'s dtype that read it will take it: cast to that dtype
 // once when each would cast it on its own (a half-precision frozen base under autocast to
 // that dtype: ComputesAsIs), else `x` itself. For an input that several projections read
 // (q, k and v; gate and up), so they share one cast and one cast back in backward instead
 // of one each, their input gradients summed in that dtype (as PEFT's half-precision model
-// sums them). Float32 weights (a full fine-tune, a float32 base) take `x` as it is.
+// sums them). Float32 weights (a full fine-tune, a float32 base) and trainable ones (a
+// float32 weight's compute copy under sharding full) take `x` as it is.
 torch::Tensor AsProjectionInput(const torch::Tensor& x, const torch::Tensor& weight);
 
 // Folds every update of `model` into the weight it adapts and removes it, leaving the

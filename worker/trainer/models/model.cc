@@ -4,11 +4,13 @@
 
 #include "common/io/atomic_file.h"
 #include "worker/trainer/memory/activation_checkpoint.h"
+#include "worker/trainer/models/common.h"
 #include "worker/trainer/models/dropout.h"
 #include "worker/trainer/models/lm_loss.h"
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -83,15 +85,39 @@ class TorchScriptModel : public SequenceModel {
 
 }  // namespace
 
+namespace hf {
+
+void InitAsBuilt(torch::nn::Module& model, const std::function<void(const torch::Tensor&)>& before) {
+  torch::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> written;
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.get())) {
+      before(linear->weight);
+      linear->reset_parameters();
+    } else if (auto* embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(m.get())) {
+      before(embedding->weight);
+      embedding->reset_parameters();
+    } else if (!dynamic_cast<torch::nn::LayerNormImpl*>(m.get())) {
+      continue;
+    }
+    for (const torch::Tensor& p : m->parameters(/*recurse=*/false)) written.insert(p.unsafeGetTensorImpl());
+  }
+  for (const auto& p : model.named_parameters())
+    if (!written.count(p.value().unsafeGetTensorImpl()))
+      throw std::logic_error("InitAsBuilt: " + p.key() + " is not a linear layer's, an embedding's or a norm's");
+}
+
+}  // namespace hf
+
 TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t heads, int64_t ffn,
                                            double dropout, double attention_dropout, bool causal)
     : heads_(heads), dropout_(dropout), attention_dropout_(attention_dropout), causal_(causal) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
-  qkv_ = register_module("qkv", torch::nn::Linear(d_model, 3 * d_model));
-  proj_ = register_module("proj", torch::nn::Linear(d_model, d_model));
+  qkv_ = register_module("qkv", hf::NewLinear(d_model, 3 * d_model));
+  proj_ = register_module("proj", hf::NewLinear(d_model, d_model));
   ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
-  fc1_ = register_module("fc1", torch::nn::Linear(d_model, ffn));
-  fc2_ = register_module("fc2", torch::nn::Linear(ffn, d_model));
+  fc1_ = register_module("fc1", hf::NewLinear(d_model, ffn));
+  fc2_ = register_module("fc2", hf::NewLinear(ffn, d_model));
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& attn_bias) {
@@ -148,10 +174,8 @@ torch::Tensor TransformerBlockImpl::Attention(const torch::Tensor& q, const torc
 
 TransformerTrunk::TransformerTrunk(const ModelConfig& m, int64_t vocab_size, int64_t pad_id, bool causal)
     : max_len_(m.max_len), dropout_(m.dropout) {
-  tok_emb_ = register_module(
-      "tok_emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab_size, m.d_model)
-                                          .padding_idx(pad_id)));
-  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(m.max_len, m.d_model));
+  tok_emb_ = hf::AddEmbedding(*this, "tok_emb", vocab_size, m.d_model, pad_id);
+  pos_emb_ = hf::AddEmbedding(*this, "pos_emb", m.max_len, m.d_model, std::nullopt);
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int i = 0; i < m.layers; ++i)
     blocks_->push_back(TransformerBlock(m.d_model, m.heads, m.ffn, m.dropout, m.attention_dropout, causal));
@@ -179,7 +203,7 @@ TransformerClassifierImpl::TransformerClassifierImpl(const ModelConfig& m, int64
     : TransformerTrunk(m, vocab_size, pad_id, /*causal=*/false), mean_pooling_(m.pooling == "mean") {
   if (m.pooling != "cls" && m.pooling != "mean")
     throw std::runtime_error("model.pooling: unknown pooling '" + m.pooling + "' (expected cls or mean)");
-  head_ = register_module("head", torch::nn::Linear(m.d_model, num_classes));
+  head_ = register_module("head", hf::NewLinear(m.d_model, num_classes));
 }
 
 torch::Tensor TransformerClassifierImpl::forward(const torch::Tensor& tokens,

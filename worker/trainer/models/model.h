@@ -20,6 +20,7 @@
 #include "worker/trainer/memory/activation_checkpoint.h"
 #include "worker/trainer/config.h"
 #include "worker/trainer/models/lm_loss.h"
+#include "worker/trainer/models/lora.h"
 
 namespace nightshift::trainer {
 
@@ -60,7 +61,7 @@ class TransformerBlockImpl : public torch::nn::Module {
   double dropout_, attention_dropout_;
   bool causal_, force_explicit_ = false;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
-  torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
+  hf::Projection qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
 };
 TORCH_MODULE(TransformerBlock);
 
@@ -128,7 +129,7 @@ class TransformerTrunk : public SequenceModel {
   BlockPlan plan_;
   int64_t max_len_;
   double dropout_;
-  torch::nn::Embedding tok_emb_{nullptr}, pos_emb_{nullptr};
+  hf::HfEmbedding tok_emb_{nullptr}, pos_emb_{nullptr};
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
 };
@@ -142,7 +143,7 @@ class TransformerClassifierImpl : public TransformerTrunk {
 
  private:
   bool mean_pooling_;  // model.pooling mean: every position of the last block is computed
-  torch::nn::Linear head_{nullptr};
+  hf::Projection head_{nullptr};
 };
 TORCH_MODULE(TransformerClassifier);
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "worker/trainer/checkpoint/optimizer_shards.h"
 #include "worker/trainer/models/hf_weights.h"
@@ -49,7 +50,12 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
   Unit(std::vector<torch::Tensor> params, int64_t block, int64_t flat_begin, int world_size, int64_t align,
        bool frozen = false)
-      : params_(std::move(params)), block_(block), flat_begin_(flat_begin), world_size_(world_size), frozen_unit_(frozen) {
+      : params_(std::move(params)),
+        block_(block),
+        flat_begin_(flat_begin),
+        world_size_(world_size),
+        frozen_unit_(frozen),
+        dtype_(params_.front().scalar_type()) {
     int64_t padded = 0;
     for (const torch::Tensor& p : params_) {
       offsets_.push_back(padded);
@@ -90,17 +96,24 @@ class FullyShardedAdamW::Unit : public BlockParams {
     }
     const bool freed = storage_.nbytes() == 0;
     if (!freed && !Views()) Build();  // loaded anew since it was built (as Shard does)
-    torch::Tensor flat = freed ? torch::empty({padded_numel()}, params_.front().options().device(device))
-                               : Flat().to(device);
+    torch::Tensor flat = freed ? torch::empty({padded_numel()}, Options().device(device)) : Flat().to(device);
     for (size_t i = 0; i < params_.size(); ++i)
       params_[i].set_data(flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()));
     storage_ = flat.storage();
+    low_now_ = false;
+    low_storage_ = side_storage_ = c10::Storage();  // made again on the new device by AllocateLow
     if (freed) {
       storage_.set_data_ptr_noswap(storage_.allocator()->allocate(0));
       storage_.set_nbytes(0);
     }
   }
-  int64_t bytes() const { return padded_numel() * static_cast<int64_t>(params_.front().element_size()); }
+  int64_t bytes() const { return padded_numel() * static_cast<int64_t>(c10::elementSize(dtype_)); }
+  // Gathered for a training step: in the compute dtype and the side range when SetLow
+  // made some parameters low, else as bytes().
+  int64_t gathered_bytes() const {
+    if (!Low()) return bytes();
+    return padded_numel() * static_cast<int64_t>(c10::elementSize(low_dtype_)) + 4 * side_numel_;
+  }
   int64_t shard_numel() const { return shard_numel_; }
   int64_t padded_numel() const { return shard_numel_ * world_size_; }
 
@@ -125,15 +138,14 @@ class FullyShardedAdamW::Unit : public BlockParams {
 
   // Whether every parameter is a view of this unit's storage, allocated.
   bool Views() const {
-    if (!storage_ || storage_.nbytes() == 0) return false;
+    if (!storage_ || storage_.nbytes() == 0 || low_now_) return false;
     return std::all_of(params_.begin(), params_.end(),
                        [&](const torch::Tensor& p) { return p.storage().is_alias_of(storage_); });
   }
   // Makes the parameters views of a new padded range holding their values.
   void Build() {
     torch::NoGradGuard no_grad;
-    const auto options = params_.front().options().requires_grad(false);
-    torch::Tensor flat = torch::zeros({padded_numel()}, options);
+    torch::Tensor flat = torch::zeros({padded_numel()}, Options());
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& p = params_[i];
       flat.narrow(0, offsets_[i], p.numel()).copy_(p.detach().reshape({-1}));
@@ -142,9 +154,14 @@ class FullyShardedAdamW::Unit : public BlockParams {
     }
     storage_ = flat.storage();
   }
-  torch::Tensor Flat() const {
-    torch::Tensor flat = torch::empty({0}, params_.front().options().requires_grad(false));
-    flat.set_(storage_, 0, {padded_numel()}, {1});
+  torch::Tensor Flat() const { return Over(storage_, dtype_, padded_numel()); }
+  // The unit's values in this dtype, float32 master values (params_.front() may be a
+  // compute copy: SetLow).
+  torch::TensorOptions Options() const { return torch::TensorOptions().dtype(dtype_).device(params_.front().device()); }
+  // A tensor of `numel` values of `dtype` over `storage`, written through it alone.
+  torch::Tensor Over(const c10::Storage& storage, torch::ScalarType dtype, int64_t numel) const {
+    torch::Tensor flat = torch::empty({0}, torch::TensorOptions().dtype(dtype).device(params_.front().device()));
+    flat.set_(storage, 0, {numel}, {1});
     return flat;
   }
   void TakeShard(int rank, torch::Tensor& shard) const {
@@ -165,25 +182,102 @@ class FullyShardedAdamW::Unit : public BlockParams {
     return storage_ && storage_.nbytes() == 0 &&
            std::all_of(params_.begin(), params_.end(), [&](const torch::Tensor& p) { return p.storage().is_alias_of(storage_); });
   }
+  // Compute copies (FullyShardedAdamW::GatherInDtype): params_[i] with low[i] are gathered
+  // in `dtype` for a training step; the others' float32 values ride in a side gather of
+  // their pieces (each rank's padded to the largest rank's count) into a storage of their
+  // own, unpadded, in order.
+  void SetLow(torch::ScalarType dtype, std::vector<bool> low, int rank) {
+    if (std::none_of(low.begin(), low.end(), [](bool b) { return b; })) return;
+    low_dtype_ = dtype;
+    low_ = std::move(low);
+    rank_ = rank;
+    side_at_.assign(params_.size(), -1);
+    side_numel_ = 0;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!low_[i]) side_at_[i] = std::exchange(side_numel_, side_numel_ + params_[i].numel());
+    side_pieces_.assign(static_cast<size_t>(world_size_), {});
+    for (int r = 0; r < world_size_; ++r) {
+      int64_t count = 0;
+      for (const Piece& piece : PiecesOf(r))
+        if (!low_[piece.param]) {
+          side_pieces_[static_cast<size_t>(r)].push_back(piece);
+          count += piece.length;
+        }
+      side_shard_ = std::max(side_shard_, count);
+    }
+  }
+  bool Low() const { return low_dtype_ != torch::kFloat32; }
+
   // Starts all-gathering the shards into the storage (allocated again when freed) unless
-  // a gather is under way; WaitGather() ends it. The storage is written only through a
-  // tensor of its own: the parameters' version counters stay.
+  // a gather of that kind is under way; WaitGather() ends it. A training step's gathers
+  // (owner's compute_gathers_) are compute copies when SetLow made some. The storages are
+  // written only through tensors of their own: the parameters' version counters stay.
   void StartGather(ProcessGroup& group, torch::Tensor shard) {
     for (auto& f : frozen_) f->StartGather(group, f->shard_);
+    const bool low = Low() && owner_ != nullptr && owner_->compute_gathers_;
+    if (gathering_ && gathering_low_ != low) WaitGather(group);  // prefetched for the other kind
     if (gathering_) return;
     torch::NoGradGuard no_grad;
-    Allocate();
-    gather_into_ = Flat();
-    gather_from_ = shard;
+    gathering_low_ = low;
+    if (!low) {
+      Allocate();
+      gather_into_ = Flat();
+      gather_from_ = shard;
+      gathering_ = group.AllGatherAsync(gather_into_, gather_from_);
+      return;
+    }
+    AllocateLow();
+    gather_into_ = Over(low_storage_, low_dtype_, padded_numel());
+    gather_from_ = shard.to(low_dtype_);
     gathering_ = group.AllGatherAsync(gather_into_, gather_from_);
+    if (side_shard_ == 0) return;
+    side_from_ = torch::zeros({side_shard_}, shard.options());
+    int64_t at = 0;
+    for (const Piece& piece : side_pieces_[static_cast<size_t>(rank_)]) {
+      side_from_.narrow(0, at, piece.length).copy_(shard.narrow(0, piece.shard_at, piece.length));
+      at += piece.length;
+    }
+    side_into_ = torch::empty({side_shard_ * world_size_}, shard.options());
+    side_gathering_ = group.AllGatherAsync(side_into_, side_from_);
   }
-  // The storage allocated again when freed, unwritten (a spare block's memory if one fits).
+  // The float32 storage allocated again when freed, unwritten (a spare block's memory if
+  // one fits), and the parameters its views.
   void Allocate() {
-    const size_t bytes = static_cast<size_t>(this->bytes());
-    if (storage_.nbytes() == bytes) return;
-    c10::DataPtr memory = owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
-    storage_.set_data_ptr_noswap(memory ? std::move(memory) : storage_.allocator()->allocate(bytes));
-    storage_.set_nbytes(bytes);
+    Fill(storage_, static_cast<size_t>(bytes()));
+    Point(false);
+  }
+  // The compute copies' storages (made on the parameters' device the first time),
+  // allocated, and the parameters their views.
+  void AllocateLow() {
+    const auto made = [&](c10::Storage& storage, torch::ScalarType dtype) {
+      if (!storage) storage = torch::empty({0}, Options().dtype(dtype)).storage();
+    };
+    made(low_storage_, low_dtype_);
+    made(side_storage_, torch::kFloat32);
+    Fill(low_storage_, static_cast<size_t>(padded_numel()) * c10::elementSize(low_dtype_));
+    Fill(side_storage_, static_cast<size_t>(side_numel_) * sizeof(float), /*spare=*/false);
+    Point(true);
+  }
+  void Fill(c10::Storage& storage, size_t bytes, bool spare = true) const {
+    if (storage.nbytes() == bytes) return;
+    c10::DataPtr memory = spare && owner_ != nullptr ? owner_->TakeSpare(bytes) : c10::DataPtr();
+    storage.set_data_ptr_noswap(memory ? std::move(memory) : storage.allocator()->allocate(bytes));
+    storage.set_nbytes(bytes);
+  }
+  // The parameters made views of the compute copies (low) or of the float32 storage; the
+  // storages they go to are allocated. Between steps only: a parameter keeps its dtype
+  // while autograd's graph of a step refers to it.
+  void Point(bool low) {
+    if (low_now_ == low) return;
+    torch::NoGradGuard no_grad;
+    const torch::Tensor flat = low ? Over(low_storage_, low_dtype_, padded_numel()) : Flat();
+    const torch::Tensor side = low ? Over(side_storage_, torch::kFloat32, side_numel_) : torch::Tensor();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& p = params_[i];
+      p.set_data(low && !low_[i] ? side.narrow(0, side_at_[i], p.numel()).view(p.sizes())
+                                 : flat.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    }
+    low_now_ = low;
   }
   // Its shards (this unit's, then its frozen units') from the whole parameters (the unit
   // built the first time, or again after a load replaced the parameters' storages); a
@@ -197,10 +291,24 @@ class FullyShardedAdamW::Unit : public BlockParams {
   void WaitGather(ProcessGroup& group) {
     for (auto& f : frozen_) f->WaitGather(group);
     if (!gathering_) return;
-    std::shared_ptr<ProcessGroup::Pending> pending = std::move(gathering_);
+    std::shared_ptr<ProcessGroup::Pending> pending = std::move(gathering_), side = std::move(side_gathering_);
     gathering_.reset();
+    side_gathering_.reset();
     group.Wait(pending);
     gather_into_ = gather_from_ = torch::Tensor();
+    if (!side) return;
+    group.Wait(side);
+    torch::NoGradGuard no_grad;
+    torch::Tensor values = Over(side_storage_, torch::kFloat32, side_numel_);
+    for (int r = 0; r < world_size_; ++r) {
+      int64_t at = r * side_shard_;
+      for (const Piece& piece : side_pieces_[static_cast<size_t>(r)]) {
+        values.narrow(0, side_at_[piece.param] + piece.offset, piece.length)
+            .copy_(side_into_.narrow(0, at, piece.length));
+        at += piece.length;
+      }
+    }
+    side_into_ = side_from_ = torch::Tensor();
   }
   void Gather(ProcessGroup& group, torch::Tensor shard) {
     StartGather(group, std::move(shard));
@@ -213,13 +321,18 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
   void FreeOwn() {
     if (gathering_) WaitGather(*owner_->group_);  // Gloo is still writing into it
-    const size_t bytes = storage_.nbytes();
+    Empty(storage_);
+    if (low_storage_) Empty(low_storage_);
+    if (side_storage_) Empty(side_storage_, /*keep=*/false);  // a few norms: not worth a spare's place
+  }
+  void Empty(c10::Storage& storage, bool keep = true) const {
+    const size_t bytes = storage.nbytes();
     if (bytes == 0) return;
-    c10::DataPtr memory = storage_.set_data_ptr(storage_.allocator()->allocate(0));
-    storage_.set_nbytes(0);
+    c10::DataPtr memory = storage.set_data_ptr(storage.allocator()->allocate(0));
+    storage.set_nbytes(0);
     // Kept for the next gathers once sharded; not while the model is being cut (the load's
     // blocks would pile up beside the one it writes).
-    if (owner_ != nullptr && owner_->sharded_) owner_->KeepSpare(bytes, std::move(memory));
+    if (keep && owner_ != nullptr && owner_->sharded_) owner_->KeepSpare(bytes, std::move(memory));
   }
   // Starts reduce-scattering the parameters' gradients into a buffer and frees them;
   // FinishReduce() adds the result (averaged over ranks) to shard.grad(). One reduction
@@ -308,14 +421,26 @@ class FullyShardedAdamW::Unit : public BlockParams {
   const int64_t flat_begin_;  // the unit's first value in the flat layout (unpadded; trainable units)
   const int world_size_;
   const bool frozen_unit_;
+  const torch::ScalarType dtype_;  // the storage's: float32, or a frozen unit's own
   std::vector<std::unique_ptr<Unit>> frozen_;  // the block's frozen units (trainable units only)
   int64_t shard_numel_ = 0;
   c10::Storage storage_;  // the padded range the parameters view; 0 bytes while freed
   torch::Tensor shard_;   // this rank's shard (shards_[i] of the optimizer; a frozen unit's own)
   size_t accumulated_ = 0;
+  // SetLow: the compute copies' dtype (float32: none), which parameters are low, where
+  // the others start in the side storage (-1: low), and each rank's pieces of them.
+  torch::ScalarType low_dtype_ = torch::kFloat32;
+  std::vector<bool> low_;
+  std::vector<int64_t> side_at_;
+  int64_t side_numel_ = 0, side_shard_ = 0;
+  std::vector<std::vector<Piece>> side_pieces_;
+  int rank_ = 0;
+  c10::Storage low_storage_, side_storage_;  // 0 bytes while freed, as storage_
+  bool low_now_ = false;                     // the parameters view them (else storage_)
   // Collectives under way, and the tensors they read and write until they end.
-  std::shared_ptr<ProcessGroup::Pending> gathering_, reducing_;
-  torch::Tensor gather_into_, gather_from_, reduce_from_, reduce_into_;
+  std::shared_ptr<ProcessGroup::Pending> gathering_, side_gathering_, reducing_;
+  bool gathering_low_ = false;
+  torch::Tensor gather_into_, gather_from_, side_from_, side_into_, reduce_from_, reduce_into_;
 };
 
 std::unique_ptr<FullyShardedAdamW> FullyShardedAdamW::Create(std::vector<torch::Tensor> params,
@@ -389,6 +514,19 @@ int64_t FullyShardedAdamW::AddFrozen(const std::vector<torch::Tensor>& params, c
     spare_cap_ = std::max(spare_cap_, 2 * (1 + unit->frozen_units().size()));
   }
   return added;
+}
+
+void FullyShardedAdamW::GatherInDtype(torch::ScalarType dtype, const std::vector<bool>& low) {
+  size_t at = 0;
+  for (auto& unit : units_) {
+    const size_t n = unit->params().size();
+    if (at + n > low.size()) throw std::invalid_argument("FullyShardedAdamW::GatherInDtype: one flag per parameter");
+    if (unit->block() && dtype != torch::kFloat32)
+      unit->SetLow(dtype, std::vector<bool>(low.begin() + static_cast<std::ptrdiff_t>(at),
+                                            low.begin() + static_cast<std::ptrdiff_t>(at + n)),
+                   rank_);
+    at += n;
+  }
 }
 
 void FullyShardedAdamW::FreeFrozenLeft(const Unit* acquiring) const {
@@ -644,6 +782,13 @@ int64_t FullyShardedAdamW::resident_bytes() const {
   for (const auto& unit : units_)
     if (!unit->block()) n += unit->padded_numel();
   return 4 * n;
+}
+
+int64_t FullyShardedAdamW::largest_gathered_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : units_)
+    if (unit->block()) n = std::max(n, unit->gathered_bytes());
+  return n;
 }
 
 int64_t FullyShardedAdamW::largest_block_bytes() const {

@@ -49,10 +49,13 @@
 // parameters are whole at once, as with the trainable ones. Frozen parameters outside the blocks
 // (embeddings, a frozen head), or of a block with nothing trainable, stay whole.
 //
+// Compute copies (GatherInDtype): under autocast, what autocast would cast (a
+// projection's weight and bias) is gathered as its bf16/fp16 copy for a training step.
+//
 // Whole and sharded. Create leaves every parameter whole and as it was; Shard() takes each
 // rank's shards from them and frees the blocks. The trainer cuts the model as it is built
-// (a pretrained folder's base a block at a time, ShardBefore; a model from scratch as soon
-// as it is built), before resuming: a resume or roll-back to a checkpoint of sharding full
+// (a pretrained folder's base, or a model from scratch as its draws are made, a block at a
+// time: ShardBefore), before resuming: a resume or roll-back to a checkpoint of sharding full
 // gathers nothing (LoadShards reads each rank's shards). Unshard() gathers every block
 // again (on rank 0 only, for the export; or before a roll-back to a checkpoint written
 // without sharding full, whose model.pt holds the blocks whole; at start-up Reopen()
@@ -95,6 +98,19 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void set_group(ProcessGroup* group) { group_ = group; }
   // Gradients reduce-scattered as bf16 (resources.reduce_precision), the result float32.
   void set_reduce_bf16(bool on) { reduce_bf16_ = on; }
+  // Compute copies (FSDP's param_dtype), for a run under autocast to `dtype`: low[i] for
+  // the params[i] of Create that autocast casts to it wherever they are used (a
+  // projection's weight and bias: models/lora.h's AutocastCasts). While compute_gathers
+  // is on (a training step's forward and backward), a block's low parameters are gathered
+  // in `dtype` (each rank casts its float32 shard; half the bytes on the wire and whole),
+  // and its others (norms, a Conv1D's bias) in float32 beside them; the parameters are
+  // views of those, so the step computes exactly what autocast's casts of float32
+  // parameters compute, and autograd saves these copies instead of casts of its own
+  // (which it would keep for every block until its backward). Their gradients come in
+  // `dtype` and are reduced as float32 (or bf16) as before. Off (an evaluation, the
+  // export, Unshard), blocks are gathered in float32. Once, before the first gather.
+  void GatherInDtype(torch::ScalarType dtype, const std::vector<bool>& low);
+  void set_compute_gathers(bool on) { compute_gathers_ = on; }
   // The frozen parameters (params[i] in block block_of[i], or -1) of the blocks that have
   // trainable ones, sharded from the next Shard() on; before Shard(), once. Returns how
   // many values that cuts. No collective.
@@ -155,6 +171,8 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   int64_t shard_bytes() const;
   int64_t resident_bytes() const;
   int64_t largest_block_bytes() const;
+  // The largest block's parameters as a training step gathers them (GatherInDtype).
+  int64_t largest_gathered_bytes() const;
   int64_t state_bytes() const { return 2 * shard_bytes(); }
   // The frozen units' bytes: their parameters whole, this rank's shards of them, the
   // largest block's (all of its dtypes, padded) gathered, and what a rank holds at most:
@@ -198,6 +216,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   ProcessGroup* group_ = nullptr;
   bool sharded_ = false;
   bool reduce_bf16_ = false;
+  bool compute_gathers_ = false;
   // LoadShards while sharded: the blocks' shards from the files' values (`values`: each
   // block's range of this rank, in order), the resident units' from their parameters.
   void LoadShardValues(const std::vector<FlatAdamState>& values);
@@ -206,6 +225,23 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   size_t cut_ = 0;           // ShardBefore: the blocks before this unit are cut
   size_t walk_ = 0;          // the next unit the walk may gather
   Unit* walked_ = nullptr;   // the block it gathered last, whole until the next
+};
+
+// A training step's forward and backward: the blocks gathered as compute copies
+// (GatherInDtype) in its scope. `full` may be null (nothing sharded fully).
+class ComputeGathers {
+ public:
+  explicit ComputeGathers(FullyShardedAdamW* full) : full_(full) {
+    if (full_) full_->set_compute_gathers(true);
+  }
+  ~ComputeGathers() {
+    if (full_) full_->set_compute_gathers(false);
+  }
+  ComputeGathers(const ComputeGathers&) = delete;
+  ComputeGathers& operator=(const ComputeGathers&) = delete;
+
+ private:
+  FullyShardedAdamW* full_;
 };
 
 }  // namespace nightshift::trainer

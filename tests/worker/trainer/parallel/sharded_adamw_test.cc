@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,8 +16,12 @@
 #include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/reference_util.h"
 #include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/checkpoint/checkpoint.h"
 #include "worker/trainer/checkpoint/optimizer_shards.h"
+#include "worker/trainer/models/common.h"
+#include "worker/trainer/models/model.h"
 #include "worker/trainer/models/pretrained.h"
+#include "worker/trainer/optim/amp.h"
 #include "worker/trainer/optim/clip.h"
 #include "worker/trainer/parallel/fully_sharded.h"
 #include "worker/trainer/parallel/sharded_adamw.h"
@@ -163,9 +169,9 @@ std::string* ShardedAdamWTest::encoders_ = nullptr;
 std::string* ShardedAdamWTest::error_ = nullptr;
 
 // 20 steps with sharding optimizer and full end where today's data parallelism ends, on 2
-// and on 4 ranks, for a Llama (bf16 autocast, recomputation, accumulation) and a BERT
-// (clipping; with full, its blocks not recomputed); each rank keeps AdamW's moments for its
-// shard only.
+// and on 4 ranks, for a Llama (bf16 autocast, recomputation, accumulation; with full on 4
+// ranks its blocks not recomputed) and a BERT (clipping; with full, its blocks not
+// recomputed); each rank keeps AdamW's moments for its shard only.
 TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
   for (const bool llama : {true, false}) {
     for (const int world : {2, 4}) {
@@ -174,8 +180,9 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
       SCOPED_TRACE(name + " " + sharding);
       const TrainConfig ddp = llama ? Llama(name + "_none") : Classifier(name + "_none", *encoders_ + "/bert");
       TrainConfig sharded = llama ? Llama(name + "_" + sharding) : Classifier(name + "_" + sharding, *encoders_ + "/bert");
-      // full's blocks without recomputation too: gathered again for backward by a hook.
-      if (sharding == "full" && !llama) sharded.train.checkpoint_every_blocks = 0;
+      // full's blocks without recomputation too: gathered again for backward by a hook (for
+      // the Llama on 4 ranks, as bf16 compute copies that autograd saved in forward).
+      if (sharding == "full" && (!llama || world == 4)) sharded.train.checkpoint_every_blocks = 0;
       const auto ddp_starts = Train(ddp, world, "none");
       const auto starts = Train(sharded, world, sharding);
       ASSERT_EQ(starts.size(), static_cast<size_t>(world));
@@ -696,6 +703,161 @@ TEST(ShardedAdamWUnitTest, AnAdaptersFrozenBaseIsCutWithItsBlockAndWholeUntilThe
           << "rank " << r << " tensor " << trainable_at[k];
     for (size_t i : frozen_at) EXPECT_TRUE(torch::equal(p[i], init[i])) << "rank " << r << " frozen " << i;
   });
+}
+
+// Compute copies (GatherInDtype) on 4 ranks through BlockPlan under bf16 autocast: two
+// blocks, each out = in + linear(in * n1, W, b) * n2. In a training step W and b are
+// gathered as bf16 (the values autocast would cast them to), n1 and n2 as float32 in the
+// side gather (n1's values split over ranks 2 and 3: unpadded ranges); the step equals a
+// whole AdamW's on the float32 parameters under the same autocast. Outside a step the
+// blocks are gathered in float32 again.
+TEST(ShardedAdamWUnitTest, ATrainingStepGathersTheProjectionsAsBf16CopiesAndStepsAsFloat32Parameters) {
+  const int world = 4;
+  const int64_t d = 8;
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> init;  // per block: W, n1, b, n2
+  for (int blk = 0; blk < 2; ++blk)
+    for (torch::Tensor t : {torch::randn({d, d}) / 3, 1 + 0.1 * torch::randn({d}), 0.1 * torch::randn({d}),
+                            1 + 0.1 * torch::randn({d})})
+      init.push_back(t);
+  std::vector<torch::Tensor> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(torch::randn({3, d}));
+  using Check = std::function<void(const std::vector<torch::Tensor>&, size_t block)>;
+  auto loss_of = [](const std::vector<torch::Tensor>& p, const torch::Tensor& x, BlockPlan* plan, Check check) {
+    AutocastRegion autocast("bf16", torch::kCPU);
+    torch::Tensor h = x;
+    for (size_t blk = 0; blk < 2; ++blk) {
+      BlockForward block = [&p, blk, check](const torch::Tensor& in, const torch::Tensor&) {
+        if (check) check(p, blk);
+        const torch::Tensor* q = &p[4 * blk];
+        return in + torch::nn::functional::linear(in * q[1], q[0], q[2]) * q[3];
+      };
+      h = plan != nullptr ? plan->Run(blk, block, h, torch::Tensor()) : block(h, torch::Tensor());
+    }
+    return h.pow(2).mean();
+  };
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  std::vector<torch::Tensor> want;
+  for (const torch::Tensor& t : init) want.push_back(t.clone().requires_grad_(true));
+  for (int r = 0; r < world; ++r) (loss_of(want, inputs[r], nullptr, nullptr) / world).backward();
+  FusedAdamW whole(want, options);
+  whole.step();
+
+  const int port = testing::FreePort();
+  testing::RunRanks(world, [&](int r) {
+    auto group = ProcessGroup::Create(testing::Options(r, world, port));
+    std::vector<torch::Tensor> p;
+    for (const torch::Tensor& t : init) p.push_back(t.clone().requires_grad_(true));
+    auto opt = FullyShardedAdamW::Create(p, {0, 0, 0, 0, 1, 1, 1, 1}, options, r, world, /*align=*/1);
+    opt->GatherInDtype(torch::kBFloat16, {true, false, true, false, true, false, true, false});
+    opt->set_group(group.get());
+    opt->Shard();
+    EXPECT_EQ(opt->largest_block_bytes(), 4 * 88);
+    EXPECT_EQ(opt->largest_gathered_bytes(), 2 * 88 + 4 * 16);  // the range as bf16, n1 and n2 as float32
+    BlockPlan plan;
+    plan.sharded = opt->block_params(2);
+    plan.sharded[0]->Acquire();  // an evaluation before the step: float32, then bf16 in the step
+    EXPECT_TRUE(torch::equal(p[0].detach(), init[0]));
+    plan.sharded[0]->Release();
+    int checked = 0;
+    const Check in_step = [&](const std::vector<torch::Tensor>& q, size_t blk) {
+      ++checked;
+      for (size_t k : {0, 2}) {
+        EXPECT_EQ(q[4 * blk + k].scalar_type(), torch::kBFloat16) << blk << "/" << k;
+        EXPECT_TRUE(torch::equal(q[4 * blk + k].detach(), init[4 * blk + k].to(torch::kBFloat16))) << blk << "/" << k;
+      }
+      for (size_t k : {1, 3}) EXPECT_TRUE(torch::equal(q[4 * blk + k].detach(), init[4 * blk + k])) << blk << "/" << k;
+    };
+    {
+      ComputeGathers step(opt.get());
+      loss_of(p, inputs[r], &plan, in_step).backward();
+      opt->ReduceGradients();
+    }
+    EXPECT_EQ(checked, 2);
+    for (const torch::Tensor& t : p) EXPECT_EQ(t.storage().nbytes(), 0u) << "freed after backward";
+    opt->step();
+    plan.sharded[1]->Acquire();  // an evaluation's gather: float32
+    for (size_t i = 4; i < 8; ++i) {
+      EXPECT_EQ(p[i].scalar_type(), torch::kFloat32) << i;
+      EXPECT_LE((p[i].detach() - want[i].detach()).abs().max().item<double>(), 1e-6) << "rank " << r << " tensor " << i;
+    }
+    plan.sharded[1]->Release();
+    opt->Unshard();
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT_LE((p[i].detach() - want[i].detach()).abs().max().item<double>(), 1e-6) << "rank " << r << " tensor " << i;
+  });
+}
+
+// A model from scratch under sharding full (run.cc's BuildModel): built under DeferInit,
+// then drawn by InitAsBuilt, cutting each block as the draws pass it (ShardBefore). Every
+// block before the one being drawn is already cut; the shards and the whole embeddings,
+// norms and head are the eager build's from the same seed, to the bit, and so is the
+// generator's state after, for both architectures from scratch.
+TEST(ShardedAdamWUnitTest, AModelFromScratchIsDrawnAsItsConstructorsDrawAndCutABlockAtATime) {
+  for (const std::string arch : {"gpt_lm", "transformer_classifier"}) {
+    SCOPED_TRACE(arch);
+    ModelConfig m;
+    m.arch = arch;
+    m.layers = 3;
+    m.d_model = 16;
+    m.heads = 2;
+    m.ffn = 24;
+    m.max_len = 8;
+    const int64_t vocab = 50, classes = arch == "gpt_lm" ? 0 : 3, pad = 1;
+    auto cut = [&](SequenceModel& model, int rank) {
+      std::map<const c10::TensorImpl*, int64_t> in_block;
+      const auto blocks = model.blocks();
+      for (size_t b = 0; b < blocks.size(); ++b)
+        for (const torch::Tensor& p : blocks[b]->parameters()) in_block[p.unsafeGetTensorImpl()] = int64_t(b);
+      std::vector<torch::Tensor> params = model.parameters();
+      std::vector<int64_t> block_of;
+      for (const torch::Tensor& p : params) {
+        auto it = in_block.find(p.unsafeGetTensorImpl());
+        block_of.push_back(it == in_block.end() ? -1 : it->second);
+      }
+      return std::make_pair(FullyShardedAdamW::Create(params, block_of, torch::optim::AdamWOptions(1e-3), rank, 2),
+                            block_of);
+    };
+    for (int rank : {0, 1}) {
+      SCOPED_TRACE(rank);
+      torch::manual_seed(11);
+      std::shared_ptr<SequenceModel> eager = BuildSequenceModel(m, vocab, classes, pad);
+      const std::string eager_rng = GetCpuRngState();
+      auto [want, want_blocks] = cut(*eager, rank);
+      want->Shard();
+      torch::manual_seed(11);
+      const std::string rng = GetCpuRngState();
+      std::shared_ptr<SequenceModel> model;
+      {
+        hf::DeferInit unwritten;
+        model = BuildSequenceModel(m, vocab, classes, pad);
+      }
+      auto [got, block_of] = cut(*model, rank);
+      ASSERT_EQ(block_of, want_blocks);
+      const std::vector<torch::Tensor> params = model->parameters();
+      SetCpuRngState(rng);
+      int passed = 0;
+      hf::InitAsBuilt(*model, [&](const torch::Tensor& p) {
+        got->ShardBefore(p);
+        int64_t block = -1;
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) block = block_of[i];
+        for (size_t i = 0; i < params.size(); ++i)
+          if (block_of[i] >= 0 && block_of[i] < block) {
+            ++passed;
+            EXPECT_EQ(params[i].storage().nbytes(), 0u) << "block " << block_of[i] << " cut before block " << block;
+          }
+      });
+      EXPECT_GT(passed, 0);
+      EXPECT_EQ(GetCpuRngState(), eager_rng) << "the same draws, in the same order";
+      got->Shard();
+      ASSERT_EQ(got->shards().size(), want->shards().size());
+      for (size_t u = 0; u < got->shards().size(); ++u) EXPECT_TRUE(torch::equal(got->shards()[u], want->shards()[u])) << u;
+      const std::vector<torch::Tensor> eager_params = eager->parameters();
+      for (size_t i = 0; i < params.size(); ++i)
+        if (block_of[i] < 0) EXPECT_TRUE(torch::equal(params[i], eager_params[i])) << i;
+    }
+  }
 }
 
 // Sharding as the weights load (ShardBefore), on 3 ranks: the parameters start unwritten
