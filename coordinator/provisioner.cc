@@ -1,5 +1,6 @@
 #include "coordinator/provisioner.h"
 
+#include <iterator>
 #include <utility>
 
 #include "common/log.h"
@@ -90,32 +91,45 @@ Status Provisioner::Pass() {
       }
     }
   }
+  std::set<std::string> unlisted;
   for (const AllocationNeed& n : needs) {
     auto a = of_attempt.find({n.job_id, n.attempt});
     Status s;
     if (a != of_attempt.end()) {
       s = Follow(n, *a->second);
     } else if (n.allocation.attempt() == n.attempt && !n.allocation.id().empty()) {
-      // Ours, and no longer listed: it ended and left the list before we saw how. The
-      // cluster's records say how where it keeps them (a preemption stays one).
-      StatusOr<Allocation> ended = cluster_->Lookup(n.allocation.id());
-      if (ended.ok() && ended->phase == Allocation::Phase::kEnded && ended->job_id == n.job_id &&
-          ended->attempt == n.attempt) {
-        s = Follow(n, *ended);
-      } else {
-        v1::ClusterAllocation gone = n.allocation;
-        gone.set_state("GONE");
-        s = coordinator_->AllocationEnded(
-            n.job_id, gone, AllocationEnd::kOther,
-            "no longer listed by " + std::string(cluster_->name()) +
-                (ended.ok() ? "" : " (" + ended.status().message() + ")"));
-      }
+      unlisted.insert(n.allocation.id());
+      s = Unlisted(n);
     } else if (n.may_start) {
       s = Start(n);
     }
     if (!s.ok() && first.ok()) first = s;
   }
+  for (auto it = unrecorded_.begin(); it != unrecorded_.end();)  // their attempts moved on
+    it = unlisted.count(it->first) ? std::next(it) : unrecorded_.erase(it);
   return first;
+}
+
+// Ours, and no longer listed: it ended and left the list before we saw how. The cluster's
+// records say how where it keeps them (a preemption stays one).
+Status Provisioner::Unlisted(const AllocationNeed& n) {
+  const std::string& id = n.allocation.id();
+  StatusOr<Allocation> record = cluster_->Lookup(id);
+  const bool ours = record.ok() && record->job_id == n.job_id && record->attempt == n.attempt;
+  if (ours && record->phase == Allocation::Phase::kEnded) {
+    unrecorded_.erase(id);
+    return Follow(n, *record);
+  }
+  // The records unreachable, or not yet showing the end: asked again next pass, a while.
+  const bool later = ours || record.status().code() == Status::kUnavailable;
+  if (later && ++unrecorded_[id] < options_.unrecorded_passes) return Status::OK();
+  unrecorded_.erase(id);
+  v1::ClusterAllocation gone = n.allocation;
+  gone.set_state("GONE");
+  std::string why = record.ok() ? "" : " (" + record.status().message() + ")";
+  if (ours) why = " (its record still says " + record->state + ")";
+  return coordinator_->AllocationEnded(n.job_id, gone, AllocationEnd::kOther,
+                                       "no longer listed by " + std::string(cluster_->name()) + why);
 }
 
 Status Provisioner::Follow(const AllocationNeed& need, const Allocation& a) {

@@ -10,7 +10,10 @@
 //   (Coordinator::AllocationEnded: preempted or timed out: a new attempt, no restart
 //   counted; node failure: a restart, the next allocation excluding those nodes; refused
 //   (the worker's bad-spec exit): the job fails; any other end: a restart); one the
-//   cluster stopped listing unseen counts as any other end, and one pending again while
+//   cluster stopped listing ends as the cluster's records say (ClusterAllocator::Lookup:
+//   Slurm's accounting), or, with no record of it, as any other end; while the records
+//   are unreachable (Unavailable) or still show it running (accounting lags), it waits
+//   for them up to ProvisionerOptions::unrecorded_passes passes. One pending again while
 //   its attempt runs (Kueue suspended it, Slurm requeued it) as preempted;
 // - an allocation whose attempt is over (the job finished, was cancelled or moved to a
 //   new attempt) is cancelled.
@@ -24,6 +27,7 @@
 #ifndef NIGHTSHIFT_COORDINATOR_PROVISIONER_H_
 #define NIGHTSHIFT_COORDINATOR_PROVISIONER_H_
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,6 +48,10 @@ struct ProvisionerOptions {
   // With a token file: each request carries its attempt's token (not owned; null in
   // insecure mode).
   const AllocationTokens* tokens = nullptr;
+  // Passes an allocation that left the cluster's list may wait for its record to say how
+  // it ended (about 5 minutes at the coordinator's default --allocation-poll-seconds 2),
+  // after which it counts as any other end.
+  int unrecorded_passes = 150;
 };
 
 class Provisioner {
@@ -69,6 +77,10 @@ class Provisioner {
   // their allocations (job.excluded_nodes) was impossible. Until a node fails again.
   std::set<std::string> every_node_;
   std::set<std::string> cancelled_;  // allocations already cancelled (not cancelled again)
+  std::map<std::string, int> unrecorded_;  // allocations unlisted with no ended record: passes waited
+  // An allocation of `need` the cluster no longer lists: followed to the end its record
+  // says, waited for, or ended as gone.
+  Status Unlisted(const AllocationNeed& need);
 };
 
 }  // namespace nightshift

@@ -336,8 +336,13 @@ StatusOr<Allocation> SlurmCluster::Lookup(const std::string& slurm_id) {
   StatusOr<CommandResult> r = Run(options_.sacct, {"--json", "--jobs=" + slurm_id});
   if (!r.ok()) return Status::NotFound("sacct: " + r.status().message());
   // Without accounting (AccountingStorageType none) sacct exits 1: "Slurm accounting
-  // storage is disabled".
-  if (r->exit_code != 0) return Status::NotFound("sacct --json: " + r->err);
+  // storage is disabled": no record to wait for. Any other failure (slurmdbd down or
+  // restarting: "Problem talking to the database") may pass.
+  if (r->exit_code != 0) {
+    if (r->err.find("accounting storage is disabled") != std::string::npos)
+      return Status::NotFound("sacct --json: " + r->err);
+    return Status::Unavailable("sacct --json: " + r->err);
+  }
   StatusOr<std::vector<SlurmJob>> jobs = ParseSacctJson(r->out);
   if (!jobs.ok()) return Status::NotFound(jobs.status().message());
   const SlurmJob* last = nullptr;  // a requeued job has a record per run: the newest is last

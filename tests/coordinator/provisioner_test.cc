@@ -38,6 +38,7 @@ class FakeCluster : public ClusterAllocator {
     return listed;
   }
   StatusOr<Allocation> Lookup(const std::string& id) override {
+    if (!lookup_error.ok()) return lookup_error;
     auto it = records.find(id);
     if (it == records.end()) return Status::NotFound("no record of " + id);
     return it->second;
@@ -60,7 +61,7 @@ class FakeCluster : public ClusterAllocator {
   std::vector<std::string> cancelled;
   std::vector<Allocation> listed;
   std::map<std::string, Allocation> records;  // Lookup's: the accounting's records of ended ones
-  Status submit_error, list_error;
+  Status submit_error, list_error, lookup_error;
   int next_id = 100;
   bool keeps_ended = false;  // as Kubernetes' Jobs
 };
@@ -88,6 +89,7 @@ class ProvisionerTest : public testing::Test {
     p.worker_command = {"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns"};
     p.coordinator_address = "198.18.0.1:7070";
     p.tokens = &tokens_;
+    p.unrecorded_passes = 3;
     provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
   }
   // A coordinator restart: everything in memory gone, the job records kept.
@@ -468,6 +470,48 @@ TEST_F(ProvisionerTest, AnAllocationThatLeftTheListEndsAsTheClustersRecordsSay) 
   EXPECT_EQ(job.attempt(), 2);
   EXPECT_EQ(job.restarts(), 1);
   EXPECT_NE(job.reason().find("no longer listed by slurm"), std::string::npos) << job.reason();
+}
+
+// One that left the list while the records cannot be read (Slurm's accounting down:
+// Unavailable) or still show it running (slurmdbd lags) waits for them, up to
+// unrecorded_passes (3 here): an end recorded in time is followed (a preemption: no
+// restart counted); a record that never shows the end ends it as gone at the third pass.
+TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
+  const std::string id = Submit(2);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  cluster_.listed.clear();
+  cluster_.lookup_error = Status::Unavailable("sacct --json: Problem talking to the database");
+  Pass();
+  EXPECT_EQ(Get(id).attempt(), 0) << "waiting for the records";
+  cluster_.lookup_error = Status::OK();
+  Allocation record;
+  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kRunning;
+  record.state = "RUNNING";
+  cluster_.records["100"] = record;
+  Pass();
+  EXPECT_EQ(Get(id).attempt(), 0) << "its record still says running";
+  record.phase = Allocation::Phase::kEnded, record.state = "PREEMPTED", record.end = Allocation::End::kPreempted;
+  cluster_.records["100"] = record;
+  Pass();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("slurm job 100 PREEMPTED"), std::string::npos) << job.reason();
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  RunOnAllocation(id, 1, "101");
+  cluster_.listed.clear();
+  record.id = "101", record.attempt = 1, record.phase = Allocation::Phase::kRunning, record.state = "RUNNING";
+  cluster_.records["101"] = record;
+  Pass();
+  Pass();
+  EXPECT_EQ(Get(id).attempt(), 1) << "two passes waited";
+  Pass();
+  job = Get(id);
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_NE(job.reason().find("its record still says RUNNING"), std::string::npos) << job.reason();
 }
 
 // A sweep's paused trial (Coordinator::Hold) gives its allocation back and gets none while

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -540,6 +541,14 @@ TEST_F(SlurmE2eAccountingTest, AnAllocationThatLeftSqueueEndsAsTheAccountingReco
   EXPECT_EQ(d->exit_code, 0);
   EXPECT_EQ(d->job_id, "j-acct2");
   EXPECT_EQ(cluster_->Lookup("999999").status().code(), Status::kNotFound);
+  // slurmdbd stopped: the records cannot be read now but may be later (Unavailable: the
+  // provisioner waits a while), unlike a job with no record (NotFound, above).
+  ASSERT_EQ(::kill(-state_["pids"]["slurmdbd"].get<int>(), SIGTERM), 0);
+  StatusOr<Allocation> down = *f;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       down.ok() && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(500)))
+    down = cluster_->Lookup(*failed);
+  EXPECT_EQ(down.status().code(), Status::kUnavailable) << down.status().ToString();
 }
 
 class SlurmE2eThreeNodesTest : public SlurmE2eTest {
