@@ -147,9 +147,14 @@ torch::Tensor AsProjectionInput(const torch::Tensor& x, const torch::Tensor& wei
 }
 
 // A base kept in half precision (CastFrozenBase) computes in it; its output is cast back
-// to x's dtype unless ComputesAsIs.
+// to x's dtype unless ComputesAsIs. A float32 weight takes x in autocast's dtype as it is
+// (a bf16 attention output, say): autocast casts the weight and bias to it, so x converted
+// to float32 first would only add a copy and two casts, for the same output.
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = ComputesAsIs(x, weight)
+  const auto device = x.device().type();
+  const bool autocast_casts = weight.scalar_type() == torch::kFloat32 && at::autocast::is_autocast_enabled(device) &&
+                              at::autocast::get_autocast_dtype(device) == x.scalar_type();
+  torch::Tensor y = autocast_casts || ComputesAsIs(x, weight)
                         ? torch::nn::LinearImpl::forward(x)
                         : torch::nn::functional::linear(x.to(weight.scalar_type()), weight, bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;

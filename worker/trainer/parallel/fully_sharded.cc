@@ -144,6 +144,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
   // Makes the parameters views of a new padded range holding their values.
   void Build() {
+    TORCH_CHECK(!low_now_, "FullyShardedAdamW: a block built from its compute copies");  // callers gather float32 first
     torch::NoGradGuard no_grad;
     torch::Tensor flat = torch::zeros({padded_numel()}, Options());
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -535,7 +536,10 @@ void FullyShardedAdamW::FreeFrozenLeft(const Unit* acquiring) const {
 }
 
 void FullyShardedAdamW::KeepSpare(size_t bytes, c10::DataPtr memory) const {
-  if (spare_.size() < spare_cap_) spare_.emplace_back(bytes, std::move(memory));
+  // The newest kept: after an evaluation's float32 gathers the compute copies' sizes come
+  // back, and the other way round.
+  if (spare_.size() >= spare_cap_) spare_.erase(spare_.begin());
+  spare_.emplace_back(bytes, std::move(memory));
 }
 
 c10::DataPtr FullyShardedAdamW::TakeSpare(size_t bytes) const {

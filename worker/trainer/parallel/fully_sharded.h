@@ -100,7 +100,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void set_reduce_bf16(bool on) { reduce_bf16_ = on; }
   // Compute copies (FSDP's param_dtype), for a run under autocast to `dtype`: low[i] for
   // the params[i] of Create that autocast casts to it wherever they are used (a
-  // projection's weight and bias: models/lora.h's AutocastCasts). While compute_gathers
+  // projection's weight and bias: models/lora.h's CastByAutocast). While compute_gathers
   // is on (a training step's forward and backward), a block's low parameters are gathered
   // in `dtype` (each rank casts its float32 shard; half the bytes on the wire and whole),
   // and its others (norms, a Conv1D's bias) in float32 beside them; the parameters are
