@@ -779,13 +779,13 @@ void Run::RollBack() {
     Log("%s", e.what());
     whole = true;
   }
-  // Every rank gathers if one must (its copy of the newest checkpoint may be damaged, and
-  // the one before it unsharded): Unshard's gathers are collectives.
+  // Every rank loads whole if one must (its copy of the newest checkpoint may be damaged,
+  // and the one before it unsharded), so that all load the same checkpoint the same way.
   if (full && ddp) whole = ddp->group().SumOverRanks(whole ? 1.0 : 0.0) > 0;
   std::string gathered;
-  if (whole) {
-    gathered = " (written without sharding full: the blocks were gathered whole to load it)";
-    full->Unshard();
+  if (whole) {  // no gather: the load writes every block whole (Reopen), Shard() cuts them again
+    gathered = " (written without sharding full: loaded whole on each rank, then cut again)";
+    full->Reopen();
     loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
   }
   if (!loaded)

@@ -57,9 +57,9 @@
 // (a pretrained folder's base, or a model from scratch as its draws are made, a block at a
 // time: ShardBefore), before resuming: a resume or roll-back to a checkpoint of sharding full
 // gathers nothing (LoadShards reads each rank's shards). Unshard() gathers every block
-// again (on rank 0 only, for the export; or before a roll-back to a checkpoint written
-// without sharding full, whose model.pt holds the blocks whole; at start-up Reopen()
-// instead, which gathers nothing), and Shard() frees them after.
+// again (on rank 0 only, for the export), and Shard() frees them after; a checkpoint
+// written without sharding full, whose model.pt holds the blocks whole, is loaded after
+// Reopen() (at start-up and in a roll-back), which gathers nothing.
 //
 // Checkpoints. The shards' state is written as one file per unit and rank,
 // optimizer-shard-{unit x world + rank}-of-{units x world}.pt, each holding its values of

@@ -431,7 +431,7 @@ TEST_F(ShardedAdamWTest, ARollBackLoadsTheShardsAndEqualsDataParallel) {
     ASSERT_EQ(Train(c, 2, sharding, faults, &warnings).size(), 2u) << sharding;
     const std::string w = rolled_back(warnings);
     EXPECT_NE(w.find("step-00000006"), std::string::npos) << sharding << ": " << w;
-    EXPECT_EQ(w.find("the blocks were gathered whole") != std::string::npos, sharding == "full") << w;
+    EXPECT_EQ(w.find("loaded whole on each rank") != std::string::npos, sharding == "full") << w;
     if (sharding == "none") want = Final(c);
     else ExpectClose(Final(c), want, "rolled back under full to an unsharded checkpoint");
   }
