@@ -445,9 +445,10 @@ torch::Device DeviceOf(torch::nn::Module& model) {
 
 // The parameters model.pt left out (`missing`: sharding full's blocks) from the values
 // in the optimizer's shard files: each one's range of the flat layout (the trainable
-// parameters in the model's order), onto the whole parameter.
-void ReadParametersFromShards(const fs::path& dir, const std::vector<std::string>& shards, torch::nn::Module& model,
-                              const std::vector<std::pair<std::string, torch::Tensor>>& missing) {
+// parameters in the model's order), onto the whole parameter. With `moments` (a plain
+// AdamW's), the whole flat range's moments too, in the same pass over the files.
+FlatRead ReadFromShards(const fs::path& dir, const std::vector<std::string>& shards, torch::nn::Module& model,
+                        const std::vector<std::pair<std::string, torch::Tensor>>& missing, bool moments) {
   std::map<const c10::TensorImpl*, int64_t> flat_at;
   int64_t total = 0;
   for (const torch::Tensor& p : model.parameters())
@@ -462,12 +463,15 @@ void ReadParametersFromShards(const fs::path& dir, const std::vector<std::string
       throw std::runtime_error("checkpoint: " + (dir / "model.pt").string() + " lacks " + name);
     ranges.emplace_back(it->second, it->second + p.numel());
   }
-  const std::vector<FlatAdamState> read = ReadFlatRanges(dir.string(), shards, ranges, total, DeviceOf(model), true);
+  FlatRead read = ReadFlatState(dir.string(), shards, moments ? std::vector<std::pair<int64_t, int64_t>>{{0, total}}
+                                                              : std::vector<std::pair<int64_t, int64_t>>{},
+                                ranges, total, DeviceOf(model));
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < missing.size(); ++i) {
     torch::Tensor p = missing[i].second;
-    p.copy_(read[i].values.view(p.sizes()));
+    p.copy_(read.values[i].values.view(p.sizes()));
   }
+  return read;
 }
 
 // Loads dir's model (and optimizer, when given) after ReadCheckpoint verified the files.
@@ -493,14 +497,21 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
     archive.load_from((dir / "model.pt").string(), device);
     LoadModel(model, archive, HasFrozen(model), "", &missing, freed);
   }
-  if (!missing.empty()) ReadParametersFromShards(dir, shards, model, missing);
+  // A sharded run's checkpoint resumed unsharded: the whole flat range's moments, from every
+  // shard, read with the blocks' values model.pt left out.
+  auto* adamw = sharded == nullptr ? dynamic_cast<torch::optim::AdamW*>(optimizer) : nullptr;
+  const bool flat_moments = adamw != nullptr && !shards.empty();
+  FlatRead read;
+  if (!missing.empty() || flat_moments) read = ReadFromShards(dir, shards, model, missing, flat_moments);
   if (optimizer == nullptr) return p;
   if (sharded != nullptr) {
     sharded->LoadShards(dir.string(), shards);
-  } else if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer); adamw != nullptr && !shards.empty()) {
-    // A sharded run's checkpoint resumed unsharded: the whole flat range, from every shard.
-    const int64_t total = FlatNumel(*adamw);
-    SetFlatState(*adamw, ReadFlatRange(dir.string(), shards, 0, total, total, device));
+  } else if (flat_moments) {
+    if (read.moments.front().end != FlatNumel(*adamw))
+      throw std::runtime_error("checkpoint: " + dir.string() + "'s optimizer shards hold " +
+                               std::to_string(read.moments.front().end) + " values; the optimizer updates " +
+                               std::to_string(FlatNumel(*adamw)));
+    SetFlatState(*adamw, read.moments.front());
   } else {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "optimizer.pt").string(), device);

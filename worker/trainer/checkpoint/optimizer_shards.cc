@@ -121,10 +121,6 @@ void WriteOptimizerShard(torch::optim::AdamW& optimizer, int64_t begin, int64_t 
   WriteFlatShard(ms, vs, step, begin, end, total, out);
 }
 
-FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
-                            int64_t end, int64_t total, torch::Device device) {
-  return ReadFlatRanges(dir, files, {{begin, end}}, total, device).front();
-}
 
 namespace {
 

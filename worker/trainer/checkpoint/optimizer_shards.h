@@ -56,13 +56,11 @@ void WriteFlatShard(const std::vector<torch::Tensor>& exp_avg, const std::vector
                     int64_t step, int64_t begin, int64_t end, int64_t total,
                     const std::function<void(const char*, size_t)>& out, const std::vector<torch::Tensor>& values = {});
 
-// Reads [begin, end) of a flat range of `total` values from the shard files `files` in
-// `dir` (any count, any cut), onto `device`. Throws naming the file when one holds another
-// total (another model) or the files do not cover the range.
-FlatAdamState ReadFlatRange(const std::string& dir, const std::vector<std::string>& files, int64_t begin,
-                            int64_t end, int64_t total, torch::Device device);
-// In one pass over the files (each loaded once): the moments of `moment_ranges` and the
-// parameters' values of `value_ranges` (from the files that hold values).
+// In one pass over the shard files `files` in `dir` (any count, any cut; each loaded once),
+// onto `device`: the moments of `moment_ranges` and the parameters' values of
+// `value_ranges` (from the files that hold values), ranges of a flat layout of `total`
+// values. Throws naming the file when one holds another total (another model) or the
+// files do not cover a range.
 struct FlatRead {
   std::vector<FlatAdamState> moments, values;
 };
