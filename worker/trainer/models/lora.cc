@@ -171,7 +171,11 @@ Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
 }
 
 torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {  // as ProjectionImpl::forward
-  torch::Tensor y = ComputesAsIs(x, weight)
+  // A trainable half-precision weight is a float32 one's compute copy (sharding full): it
+  // computes as that one would, which casts the sum with the float32 bias back to x's
+  // dtype unless x is float32.
+  const bool compute_copy = weight.requires_grad() && weight.scalar_type() != torch::kFloat32;
+  torch::Tensor y = (compute_copy ? x.scalar_type() == torch::kFloat32 : ComputesAsIs(x, weight))
                         ? torch::matmul(x, weight) + bias
                         : (torch::matmul(x.to(weight.scalar_type()), weight) + bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
