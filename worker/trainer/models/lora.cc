@@ -127,23 +127,28 @@ void MergeLora(torch::nn::Module& model) {
 
 namespace {
 
-// Whether a projection's output stays in its weight's dtype: x has that dtype, or autocast
-// to it is on for x's device (whose next op would cast an output converted back to x's
-// dtype down again).
+// The dtype a projection's weight computes as: its own, but float32 for a trainable one. A
+// trainable weight in half precision is a float32 weight's compute copy (sharding full)
+// and computes as that one would.
+torch::ScalarType ComputeDtype(const torch::Tensor& weight) {
+  return weight.requires_grad() ? torch::kFloat32 : weight.scalar_type();
+}
+
+// Whether a projection's output stays in its weight's compute dtype: x has that dtype, or
+// autocast to it is on for x's device (whose next op would cast an output converted back
+// to x's dtype down again).
 bool ComputesAsIs(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (weight.scalar_type() == x.scalar_type()) return true;
+  const torch::ScalarType dtype = ComputeDtype(weight);
+  if (dtype == x.scalar_type()) return true;
   const auto device = x.device().type();
-  return at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) == weight.scalar_type();
+  return at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) == dtype;
 }
 
 }  // namespace
 
 torch::Tensor AsProjectionInput(const torch::Tensor& x, const torch::Tensor& weight) {
-  // A trainable weight in half precision is a compute copy (sharding full) of a float32
-  // one: x is cast by autocast in each projection, as for the float32 weight, so that its
-  // gradient sums the projections' in float32.
-  if (weight.requires_grad()) return x;
-  return weight.scalar_type() != x.scalar_type() && ComputesAsIs(x, weight) ? x.to(weight.scalar_type()) : x;
+  const torch::ScalarType dtype = ComputeDtype(weight);
+  return dtype != x.scalar_type() && ComputesAsIs(x, weight) ? x.to(dtype) : x;
 }
 
 // A base kept in half precision (CastFrozenBase) computes in it; its output is cast back
@@ -171,11 +176,7 @@ Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
 }
 
 torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {  // as ProjectionImpl::forward
-  // A trainable half-precision weight is a float32 one's compute copy (sharding full): it
-  // computes as that one would, which casts the sum with the float32 bias back to x's
-  // dtype unless x is float32.
-  const bool compute_copy = weight.requires_grad() && weight.scalar_type() != torch::kFloat32;
-  torch::Tensor y = (compute_copy ? x.scalar_type() == torch::kFloat32 : ComputesAsIs(x, weight))
+  torch::Tensor y = ComputesAsIs(x, weight)
                         ? torch::matmul(x, weight) + bias
                         : (torch::matmul(x.to(weight.scalar_type()), weight) + bias).to(x.scalar_type());
   return lora_.attached() ? y + lora_.Apply(x, is_training()) : y;
