@@ -443,12 +443,12 @@ torch::Device DeviceOf(torch::nn::Module& model) {
   return torch::kCPU;
 }
 
-// The parameters model.pt left out (`missing`: sharding full's blocks) from the values
-// in the optimizer's shard files: each one's range of the flat layout (the trainable
-// parameters in the model's order), onto the whole parameter. With `moments` (a plain
-// AdamW's), the whole flat range's moments too, in the same pass over the files.
-FlatRead ReadFromShards(const fs::path& dir, const std::vector<std::string>& shards, torch::nn::Module& model,
-                        const std::vector<std::pair<std::string, torch::Tensor>>& missing, bool moments) {
+// The ranges of the flat layout (the trainable parameters in the model's order, as the
+// optimizer shard files hold them) of the parameters model.pt left out (`missing`:
+// sharding full's blocks), and the layout's length.
+std::pair<ShardedOptimizerState::Ranges, int64_t> RangesOf(const fs::path& dir, bool have_shards,
+                                                          torch::nn::Module& model,
+                                                          const std::vector<std::pair<std::string, torch::Tensor>>& missing) {
   std::map<const c10::TensorImpl*, int64_t> flat_at;
   int64_t total = 0;
   for (const torch::Tensor& p : model.parameters())
@@ -456,25 +456,18 @@ FlatRead ReadFromShards(const fs::path& dir, const std::vector<std::string>& sha
       flat_at[p.unsafeGetTensorImpl()] = total;
       total += p.numel();
     }
-  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ShardedOptimizerState::Ranges ranges;
   for (const auto& [name, p] : missing) {
     auto it = flat_at.find(p.unsafeGetTensorImpl());
-    if (it == flat_at.end() || shards.empty())
+    if (it == flat_at.end() || !have_shards)
       throw std::runtime_error("checkpoint: " + (dir / "model.pt").string() + " lacks " + name);
     ranges.emplace_back(it->second, it->second + p.numel());
   }
-  FlatRead read = ReadFlatState(dir.string(), shards, moments ? std::vector<std::pair<int64_t, int64_t>>{{0, total}}
-                                                              : std::vector<std::pair<int64_t, int64_t>>{},
-                                ranges, total, DeviceOf(model));
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < missing.size(); ++i) {
-    torch::Tensor p = missing[i].second;
-    p.copy_(read.values[i].values.view(p.sizes()));
-  }
-  return read;
+  return {ranges, total};
 }
 
 // Loads dir's model (and optimizer, when given) after ReadCheckpoint verified the files.
+// Each shard file is read once: the values model.pt left out with the moments.
 RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch::optim::Optimizer* optimizer) {
   RunPosition p = ReadCheckpoint(dir);
   const torch::Device device = DeviceOf(model);
@@ -497,26 +490,33 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
     archive.load_from((dir / "model.pt").string(), device);
     LoadModel(model, archive, HasFrozen(model), "", &missing, freed);
   }
+  const auto [ranges, total] = RangesOf(dir, !shards.empty(), model, missing);
+  std::vector<torch::Tensor> values;
   // A sharded run's checkpoint resumed unsharded: the whole flat range's moments, from every
   // shard, read with the blocks' values model.pt left out.
   auto* adamw = sharded == nullptr ? dynamic_cast<torch::optim::AdamW*>(optimizer) : nullptr;
   const bool flat_moments = adamw != nullptr && !shards.empty();
-  FlatRead read;
-  if (!missing.empty() || flat_moments) read = ReadFromShards(dir, shards, model, missing, flat_moments);
-  if (optimizer == nullptr) return p;
   if (sharded != nullptr) {
-    sharded->LoadShards(dir.string(), shards);
-  } else if (flat_moments) {
-    if (read.moments.front().end != FlatNumel(*adamw))
-      throw std::runtime_error("checkpoint: " + dir.string() + "'s optimizer shards hold " +
-                               std::to_string(read.moments.front().end) + " values; the optimizer updates " +
-                               std::to_string(FlatNumel(*adamw)));
-    SetFlatState(*adamw, read.moments.front());
-  } else {
+    values = sharded->LoadShards(dir.string(), shards, ranges);
+  } else if (!ranges.empty() || flat_moments) {
+    FlatRead read = ReadFlatState(dir.string(), shards, flat_moments ? ShardedOptimizerState::Ranges{{0, total}}
+                                                                     : ShardedOptimizerState::Ranges{},
+                                  ranges, total, device);
+    for (FlatAdamState& v : read.values) values.push_back(std::move(v.values));
+    if (flat_moments) {
+      if (read.moments.front().end != FlatNumel(*adamw))
+        throw std::runtime_error("checkpoint: " + dir.string() + "'s optimizer shards hold " +
+                                 std::to_string(read.moments.front().end) + " values; the optimizer updates " +
+                                 std::to_string(FlatNumel(*adamw)));
+      SetFlatState(*adamw, read.moments.front());
+    }
+  } else if (optimizer != nullptr) {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "optimizer.pt").string(), device);
     optimizer->load(archive);
   }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < missing.size(); ++i) missing[i].second.copy_(values[i].view(missing[i].second.sizes()));
   return p;
 }
 

@@ -42,6 +42,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/trainer/errors.h"
@@ -88,8 +89,13 @@ class ShardedOptimizerState {
   virtual void ExchangeShards(ShardSink* sink) = 0;
   // Loads this rank's state from the checkpoint in `dir`: from `shards`, its manifest's
   // shard files (written by any number of ranks), or, when there are none, from an
-  // unsharded run's optimizer.pt.
-  virtual void LoadShards(const std::string& dir, const std::vector<std::string>& shards) = 0;
+  // unsharded run's optimizer.pt. With `value_ranges` (ranges of the flat layout,
+  // optimizer_shards.h: parameters model.pt left out), returns their values too, in
+  // order, read in the same pass over the shard files (a sharding-full checkpoint resumed
+  // with sharding optimizer, or while the blocks are whole).
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  virtual std::vector<torch::Tensor> LoadShards(const std::string& dir, const std::vector<std::string>& shards,
+                                                const Ranges& value_ranges) = 0;
   // The parameters whose values ExchangeShards writes into the shard files, left out of
   // model.pt (sharding full: the blocks', whole on no rank between their runs, so saving
   // gathers none of them); every load reads them back from the shards.

@@ -109,10 +109,12 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
   int64_t bytes() const { return padded_numel() * static_cast<int64_t>(c10::elementSize(dtype_)); }
   // Gathered for a training step: in the compute dtype and the side range when SetLow
-  // made some parameters low, else as bytes().
+  // made some parameters low, else as bytes(); with what the gather holds until it ends
+  // (StartGather: the shard's compute copy, and the side gather's send and receive buffers).
   int64_t gathered_bytes() const {
     if (!Low()) return bytes();
-    return padded_numel() * static_cast<int64_t>(c10::elementSize(low_dtype_)) + 4 * side_numel_;
+    const int64_t low = static_cast<int64_t>(c10::elementSize(low_dtype_));
+    return (padded_numel() + shard_numel_) * low + 4 * (side_numel_ + side_shard_ * (world_size_ + 1));
   }
   int64_t shard_numel() const { return shard_numel_; }
   int64_t padded_numel() const { return shard_numel_ * world_size_; }
@@ -726,17 +728,20 @@ std::vector<torch::Tensor> FullyShardedAdamW::ParametersInShards() const {
   return params;
 }
 
-void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {
+std::vector<torch::Tensor> FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards,
+                                                         const Ranges& value_ranges) {
   torch::NoGradGuard no_grad;
   const torch::Device device = shards_.empty() ? torch::Device(torch::kCPU) : shards_.front().device();
-  std::vector<std::pair<int64_t, int64_t>> ranges;
+  Ranges ranges;
   for (const auto& unit : units_) ranges.push_back(unit->RangeOf(rank_));
-  std::vector<std::pair<int64_t, int64_t>> block_ranges;
+  Ranges wanted;  // sharded, the blocks' values (into their shards); whole, the load wrote them
   for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u]->block()) block_ranges.push_back(ranges[u]);
+    if (sharded_ && units_[u]->block()) wanted.push_back(ranges[u]);
+  const size_t own = wanted.size();
+  wanted.insert(wanted.end(), value_ranges.begin(), value_ranges.end());
   FlatRead read;
-  if (sharded_) {  // a roll-back (LoadCheckpoint made sure of shard files): moments and block values, one pass
-    read = ReadFlatState(dir, shards, ranges, block_ranges, total_, device);
+  if (!wanted.empty()) {  // shard files (LoadCheckpoint made sure): moments and values, one pass
+    read = ReadFlatState(dir, shards, ranges, wanted, total_, device);
   } else {
     std::vector<torch::Tensor> params;  // whole while a checkpoint loads: optimizer.pt is read into them
     for (const auto& unit : units_) params.insert(params.end(), unit->params().begin(), unit->params().end());
@@ -756,7 +761,11 @@ void FullyShardedAdamW::LoadShards(const std::string& dir, const std::vector<std
     st->exp_avg_sq(v);
     state()[shards_[u].unsafeGetTensorImpl()] = std::move(st);
   }
+  std::vector<torch::Tensor> values;
+  for (size_t i = own; i < read.values.size(); ++i) values.push_back(std::move(read.values[i].values));
+  read.values.resize(own);
   if (sharded_) LoadShardValues(read.values);
+  return values;
 }
 
 void FullyShardedAdamW::LoadShardValues(const std::vector<FlatAdamState>& values) {

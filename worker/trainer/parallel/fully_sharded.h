@@ -161,17 +161,20 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   bool ParametersFreed() const override { return sharded_; }
 
   // No collective. Whole (before Shard(), or after Unshard()) the load has written every
-  // parameter and this reads the moments; sharded, it also reads the blocks' values into
+  // parameter model.pt holds and this reads the moments (and value_ranges' values, the
+  // rest: ShardedOptimizerState); sharded, it also reads the blocks' values into
   // their shards (the blocks stay freed) and cuts the resident units' shards from the
   // values the load wrote (a roll-back that gathers nothing).
-  void LoadShards(const std::string& dir, const std::vector<std::string>& shards) override;
+  std::vector<torch::Tensor> LoadShards(const std::string& dir, const std::vector<std::string>& shards,
+                                        const Ranges& value_ranges) override;
   const std::vector<torch::Tensor>& shards() const { return shards_; }
   // This rank's bytes: its shards (float32), the resident units whole, and the largest
   // block whole (parameters; their gradients the same).
   int64_t shard_bytes() const;
   int64_t resident_bytes() const;
   int64_t largest_block_bytes() const;
-  // The largest block's parameters as a training step gathers them (GatherInDtype).
+  // The largest block's parameters as a training step gathers them (GatherInDtype), with
+  // the buffers its gather holds until it ends.
   int64_t largest_gathered_bytes() const;
   int64_t state_bytes() const { return 2 * shard_bytes(); }
   // The frozen units' bytes: their parameters whole, this rank's shards of them, the

@@ -220,12 +220,22 @@ void ShardedAdamW::ExchangeShards(ShardSink* sink) {
         sink);
 }
 
-void ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards) {
+std::vector<torch::Tensor> ShardedAdamW::LoadShards(const std::string& dir, const std::vector<std::string>& shards,
+                                                    const Ranges& value_ranges) {
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
-  FlatAdamState s = ReadCheckpointRanges(dir, shards, params_, {{begin_, end_}}, device).front();
+  std::vector<torch::Tensor> values;
+  FlatAdamState s;
+  if (value_ranges.empty()) {
+    s = ReadCheckpointRanges(dir, shards, params_, {{begin_, end_}}, device).front();
+  } else {  // the blocks of a sharding-full checkpoint: their values from the same files
+    FlatRead read = ReadFlatState(dir, shards, {{begin_, end_}}, value_ranges, total_, device);
+    s = std::move(read.moments.front());
+    for (FlatAdamState& v : read.values) values.push_back(std::move(v.values));
+  }
   s.begin = 0;
   s.end = end_ - begin_;
   SetFlatState(*this, s);
+  return values;
 }
 
 }  // namespace nightshift::trainer

@@ -63,7 +63,8 @@ class ShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void ExchangeShards(ShardSink* sink) override;
 
   // No collective.
-  void LoadShards(const std::string& dir, const std::vector<std::string>& shards) override;
+  std::vector<torch::Tensor> LoadShards(const std::string& dir, const std::vector<std::string>& shards,
+                                        const Ranges& value_ranges) override;
   const std::vector<torch::Tensor>& pieces() const { return pieces_; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }

@@ -785,7 +785,9 @@ TEST(ShardedAdamWUnitTest, ATrainingStepGathersTheProjectionsAsBf16CopiesAndStep
     opt->set_group(group.get());
     opt->Shard();
     EXPECT_EQ(opt->largest_block_bytes(), 4 * 88);
-    EXPECT_EQ(opt->largest_gathered_bytes(), 2 * 88 + 4 * 16);  // the range as bf16, n1 and n2 as float32
+    // The range as bf16, n1 and n2 as float32; while gathering, this rank's 22 values as
+    // bf16 and the side gather's buffers (rank 3 holds 14 of n1 and n2: 14 a rank, 4 ranks)
+    EXPECT_EQ(opt->largest_gathered_bytes(), 2 * 88 + 4 * 16 + 2 * 22 + 4 * (14 + 14 * 4));
     BlockPlan plan;
     plan.sharded = opt->block_params(2);
     plan.sharded[0]->Acquire();  // an evaluation before the step: float32, then bf16 in the step
