@@ -1,5 +1,6 @@
 #include "coordinator/provisioner.h"
 
+#include <chrono>
 #include <iterator>
 #include <utility>
 
@@ -122,7 +123,8 @@ Status Provisioner::Unlisted(const AllocationNeed& n) {
   }
   // The records unreachable, or not yet showing the end: asked again next pass, a while.
   const bool later = ours || record.status().code() == Status::kUnavailable;
-  if (later && ++unrecorded_[id] < options_.unrecorded_passes) return Status::OK();
+  const Clock::TimePoint now = options_.clock->Now(), since = unrecorded_.try_emplace(id, now).first->second;
+  if (later && now - since < std::chrono::duration<double>(options_.record_wait_seconds)) return Status::OK();
   unrecorded_.erase(id);
   v1::ClusterAllocation gone = n.allocation;
   gone.set_state("GONE");

@@ -13,7 +13,7 @@
 //   cluster stopped listing ends as the cluster's records say (ClusterAllocator::Lookup:
 //   Slurm's accounting), or, with no record of it, as any other end; while the records
 //   are unreachable (Unavailable) or still show it running (accounting lags), it waits
-//   for them up to ProvisionerOptions::unrecorded_passes passes. One pending again while
+//   for them up to ProvisionerOptions::record_wait_seconds. One pending again while
 //   its attempt runs (Kueue suspended it, Slurm requeued it) as preempted;
 // - an allocation whose attempt is over (the job finished, was cancelled or moved to a
 //   new attempt) is cancelled.
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "coordinator/allocation_tokens.h"
 #include "coordinator/cluster_allocator.h"
 #include "coordinator/coordinator.h"
@@ -48,10 +49,11 @@ struct ProvisionerOptions {
   // With a token file: each request carries its attempt's token (not owned; null in
   // insecure mode).
   const AllocationTokens* tokens = nullptr;
-  // Passes an allocation that left the cluster's list may wait for its record to say how
-  // it ended (about 5 minutes at the coordinator's default --allocation-poll-seconds 2),
-  // after which it counts as any other end.
-  int unrecorded_passes = 150;
+  // How long an allocation that left the cluster's list may wait for its record to say
+  // how it ended, from the first pass that missed it; asked each pass until then, after
+  // which it counts as any other end.
+  double record_wait_seconds = 300;
+  const Clock* clock = Clock::Real();  // not owned; outlives the provisioner
 };
 
 class Provisioner {
@@ -77,7 +79,8 @@ class Provisioner {
   // their allocations (job.excluded_nodes) was impossible. Until a node fails again.
   std::set<std::string> every_node_;
   std::set<std::string> cancelled_;  // allocations already cancelled (not cancelled again)
-  std::map<std::string, int> unrecorded_;  // allocations unlisted with no ended record: passes waited
+  // Allocations unlisted with no ended record: when a pass first missed each.
+  std::map<std::string, Clock::TimePoint> unrecorded_;
   // An allocation of `need` the cluster no longer lists: followed to the end its record
   // says, waited for, or ended as gone.
   Status Unlisted(const AllocationNeed& need);

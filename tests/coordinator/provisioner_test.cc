@@ -89,7 +89,8 @@ class ProvisionerTest : public testing::Test {
     p.worker_command = {"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns"};
     p.coordinator_address = "198.18.0.1:7070";
     p.tokens = &tokens_;
-    p.unrecorded_passes = 3;
+    p.record_wait_seconds = 3;
+    p.clock = &clock_;
     provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
   }
   // A coordinator restart: everything in memory gone, the job records kept.
@@ -474,8 +475,9 @@ TEST_F(ProvisionerTest, AnAllocationThatLeftTheListEndsAsTheClustersRecordsSay) 
 
 // One that left the list while the records cannot be read (Slurm's accounting down:
 // Unavailable) or still show it running (slurmdbd lags) waits for them, up to
-// unrecorded_passes (3 here): an end recorded in time is followed (a preemption: no
-// restart counted); a record that never shows the end ends it as gone at the third pass.
+// record_wait_seconds (3 here) from the first pass that missed it: an end recorded in time
+// is followed (a preemption: no restart counted); a record that never shows the end ends
+// it as gone at the first pass after that.
 TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   const std::string id = Submit(2);
   Pass();
@@ -505,8 +507,10 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   record.id = "101", record.attempt = 1, record.phase = Allocation::Phase::kRunning, record.state = "RUNNING";
   cluster_.records["101"] = record;
   Pass();
+  clock_.Advance(std::chrono::milliseconds(2999));
   Pass();
-  EXPECT_EQ(Get(id).attempt(), 1) << "two passes waited";
+  EXPECT_EQ(Get(id).attempt(), 1) << "2.999 s waited";
+  clock_.Advance(std::chrono::milliseconds(1));
   Pass();
   job = Get(id);
   EXPECT_EQ(job.attempt(), 2);
