@@ -27,11 +27,17 @@ With --precision bf16 the full fine-tunes run under bf16 autocast (ours: the blo
 projections gathered as bf16 compute copies under sharding full) and PyTorch's with its
 AMP (DDP) or FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32).
 
+With --accumulate N each of our steps takes N batches of --budget tokens per rank
+(train.accumulate_steps; PyTorch's runs take one); full-whole and full-sharded are full
+with resources.accumulate_gradients whole (the blocks' gradients summed whole between a
+step's batches, reduce-scattered once) and sharded (reduce-scattered at every batch).
+
 With --scratch our runs train model.arch gpt_lm from scratch instead (GPT-2 blocks, 16 x
 d_model 1024, ffn 4096, rows padded) and PyTorch's are skipped:
 for the memory a model from scratch takes before step 1.
 
   bench/sharding_bench.py [--bin build/bin] [--steps 4] [--budget 1024] [--threads 1] [--precision fp32]
+                          [--accumulate 1]
 """
 import argparse
 import json
@@ -73,7 +79,7 @@ def two_ranks(cmd, tmp, name):
     return outs, peaks
 
 
-def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
+def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False, accumulate_gradients="auto"):
     model = {"pretrained": folder, "max_len": db.MAX_LEN, "task": "causal_lm"}
     if a.scratch:
         model = {"arch": "gpt_lm", "layers": 16, "d_model": 1024, "heads": 16, "ffn": 4096, "max_len": db.MAX_LEN}
@@ -86,14 +92,16 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
                       "batching": {"max_tokens": str(a.budget), "rows": "padded" if a.scratch else "packed"},
                       "precision": "bf16" if lora else a.precision,
                       "grad_clip": 1.0, "max_steps": str(a.steps + 2), "threads": a.threads,
-                      "activation_checkpointing": "full" if ac else "none"},
-            "data": {"path": data}, "resources": {"world_size": 2, "sharding": sharding},
+                      "activation_checkpointing": "full" if ac else "none", "accumulate_steps": a.accumulate},
+            "data": {"path": data},
+            "resources": {"world_size": 2, "sharding": sharding, "accumulate_gradients": accumulate_gradients},
             "checkpoint": {"every_steps": 0, "every_seconds": 0, "keep_last": 1}}
     ckpt = tempfile.mkdtemp(dir=tmp)
     cfg = {"job_id": "sharding-" + sharding, "attempt": 0, "spec": spec, "checkpoint_dir": ckpt,
            "data": dict(meta, num_classes=0, train_shard=os.path.join(data, "train.shard"),
                         val_shard=os.path.join(data + "-val", "val.shard"))}
-    name = ("lora-" if lora else "") + sharding + ("-ac" if ac else "")
+    name = ("lora-" if lora else "") + sharding + ("-ac" if ac else "") + \
+        ("" if accumulate_gradients == "auto" else "-" + accumulate_gradients)
     path = os.path.join(tmp, f"sharding-{name}.json")
     json.dump(cfg, open(path, "w"))
     outs, peaks = two_ranks([binary, "--config", path], tmp, "ours-" + name)
@@ -112,7 +120,8 @@ def ours(binary, folder, data, meta, tmp, sharding, a, ac=False, lora=False):
                 rank_tokens += ev["tokens_per_second"] * ev["step_seconds"]
         tokens += rank_tokens
         seconds = max(seconds, rank_seconds)
-    return {"who": "nightshift", "sharding": sharding + ("+ac" if ac else ""),
+    return {"who": "nightshift", "sharding": sharding + ("+ac" if ac else ""), "accumulate_steps": a.accumulate,
+            "accumulate_gradients": accumulate_gradients,
             "setting": "lora r16 all-linear, base bf16, bf16 autocast" if lora else
                        ("gpt_lm from scratch, " if a.scratch else "full fine-tune, ") + a.precision,
             "tokens_per_second": round(tokens / seconds, 1),
@@ -140,13 +149,16 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--scratch", action="store_true")
+    ap.add_argument("--accumulate", type=int, default=1)
     ap.add_argument("--only", default="none,optimizer,full,full-ac,pytorch,pytorch-zero,pytorch-fsdp2,pytorch-fsdp2-ac")
     a = ap.parse_args()
     _, folder, data, _, meta = llama210m(a.work, a.bin)
     binary = os.path.join(os.path.abspath(a.bin), "nightshift-trainer")
     with tempfile.TemporaryDirectory(dir=a.work) as tmp:
         for key in a.only.split(","):
-            if key in ("none", "optimizer", "full", "full-ac", "lora-none", "lora-full"):
+            if key in ("full-whole", "full-sharded"):
+                r = ours(binary, folder, data, meta, tmp, "full", a, accumulate_gradients=key.split("-")[1])
+            elif key in ("none", "optimizer", "full", "full-ac", "lora-none", "lora-full"):
                 r = ours(binary, folder, data, meta, tmp, key.replace("-ac", "").replace("lora-", ""), a,
                          ac=key.endswith("-ac"), lora=key.startswith("lora-"))
             else:

@@ -22,7 +22,7 @@ const std::vector<SpecField>& SpecFields() {
       L::kThreads, L::kAccumulateSteps, L::kSchedule, L::kEarlyStoppingMetric, L::kEarlyStoppingPatience,
       L::kEarlyStoppingMinDelta,
       L::kWorldSize, L::kTimeoutSeconds, L::kBucketMb, L::kDevice, L::kMemoryGb, L::kSharding, L::kReducePrecision,
-      L::kTimeLimitMinutes, L::kEverySteps, L::kEverySeconds, L::kKeepLast,
+      L::kAccumulateGradients, L::kTimeLimitMinutes, L::kEverySteps, L::kEverySeconds, L::kKeepLast,
       L::kMaxRestarts, L::kHangSeconds, L::kPriority,
       L::kEvalEverySteps, L::kExportBest, L::kExportMerge};
   return kFields;
@@ -303,16 +303,11 @@ std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = Data(v)) return e;
   if (Error e = Train(v)) return e;
   if (Error e = Resolve({L::kWorldSize, L::kTimeoutSeconds, L::kDevice, L::kBucketMb, L::kMemoryGb, L::kSharding,
-                         L::kReducePrecision, L::kTimeLimitMinutes},
+                         L::kReducePrecision, L::kAccumulateGradients, L::kTimeLimitMinutes},
                         v))
     return e;
-  if (v->Text(L::kSharding) == "full") {  // parallel/fully_sharded.h
-    if (ParseMaxTokens(v->Text(L::kMaxTokens)) == -1)
-      return Invalid(L::kSharding, "full does not take train.batching.max_tokens auto yet (each rank's probe would run "
-                                   "the blocks' collectives alone): set a number");
-    if (v->Text(L::kArch) == "torchscript")
-      return Invalid(L::kSharding, "full shards a model's transformer blocks; a torchscript model has none (use optimizer)");
-  }
+  if (v->Text(L::kSharding) == "full" && v->Text(L::kArch) == "torchscript")  // parallel/fully_sharded.h
+    return Invalid(L::kSharding, "full shards a model's transformer blocks; a torchscript model has none (use optimizer)");
   if (Error e = Resolve({L::kEverySteps, L::kEverySeconds, L::kKeepLast}, v)) return e;
   if (Error e = Resolve({L::kMaxRestarts, L::kHangSeconds, L::kPriority}, v)) return e;
   if (Error e = Resolve({L::kEvalEverySteps}, v)) return e;

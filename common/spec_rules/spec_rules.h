@@ -136,6 +136,8 @@ inline constexpr SpecField kReducePrecision = Text("resources.reduce_precision",
 inline constexpr SpecField kMemoryGb = Real("resources.memory_gb", Absent::kZero, 0, 0, 65536, false, " (0: no limit)");
 inline constexpr SpecField kTimeLimitMinutes =
     Int("resources.time_limit_minutes", Absent::kZero, 0, 0, 525600, " (0: the cluster's default)");
+inline constexpr SpecField kAccumulateGradients =
+    Text("resources.accumulate_gradients", "auto", "auto|sharded|whole", "gradient accumulation");
 // checkpoint
 inline constexpr SpecField kEverySteps = Int("checkpoint.every_steps", Absent::kDefault, 200, 0, 1e9, " (0 disables)");
 inline constexpr SpecField kEverySeconds =

@@ -254,6 +254,7 @@ void TakeSpec(const spec_rules::SpecValues& v, TrainConfig* c) {
   c->data_parallel.bucket_mb = static_cast<int>(v.Int(L::kBucketMb));
   c->data_parallel.sharding = v.Text(L::kSharding);
   c->data_parallel.reduce_bf16 = v.Text(L::kReducePrecision) == "bf16";
+  c->data_parallel.accumulate_gradients = v.Text(L::kAccumulateGradients);
   c->device = v.Text(L::kDevice);
   c->checkpoint.every_steps = static_cast<int>(v.Int(L::kEverySteps));
   c->checkpoint.every_seconds = static_cast<int>(v.Int(L::kEverySeconds));

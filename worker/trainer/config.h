@@ -111,6 +111,7 @@ struct DataParallelConfig {
   int bucket_mb = Default(L::kBucketMb);              // gradient all-reduce bucket, MiB
   std::string sharding = L::kSharding.text_default;   // none | optimizer (sharded_adamw.h) | full
   bool reduce_bf16 = false;                           // resources.reduce_precision bf16
+  std::string accumulate_gradients = L::kAccumulateGradients.text_default;  // auto | sharded | whole (fully_sharded.h)
 };
 
 struct TrainConfig {

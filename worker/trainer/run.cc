@@ -182,9 +182,6 @@ void BuildOptimizer(Run& run) {
     if (plan == nullptr)
       throw PermanentError("resources.sharding: full shards a model's transformer blocks; model.arch " + cfg.model.arch +
                            " has none (use optimizer)");
-    if (cfg.train.max_tokens_auto)
-      throw PermanentError("resources.sharding: full does not take train.max_tokens: auto yet (each rank's probe "
-                           "would run the blocks' collectives alone): set a number");
     auto full = FullyShardedAdamW::Create(trainable, BlockOf(*run.model, trainable), adamw, run.rank.rank,
                                           run.rank.world_size);
     std::vector<torch::Tensor> frozen;  // an adapter's base: its blocks' part sharded too
@@ -402,7 +399,9 @@ void PlaceShardedModel(Run& run) {
 }
 
 // max_tokens: auto, probed once (a resumed run keeps the budget it started with). Under
-// data parallelism every rank probes its own device and all take the smallest.
+// data parallelism every rank probes its own device and all take the smallest; with
+// sharding full the ranks probe in lockstep (each probe gathers and reduces the blocks as
+// a training step does, compute copies too).
 void ChooseTokenBudget(Run& run, bool resumed) {
   const TrainConfig& cfg = run.cfg;
   if (!cfg.train.max_tokens_auto) return;
@@ -418,11 +417,13 @@ void ChooseTokenBudget(Run& run, bool resumed) {
   probe.limit_bytes = MemoryLimit(run.device, run.rank.memory_limit_bytes, run.rank.local_world_size);
   probe.max_len = max_len;
   probe.cap_tokens = static_cast<int64_t>(run.train_shard.num_samples()) * max_len;
+  if (run.full) probe.agree = [&run](bool yes) { return !run.ddp->AnyRank(!yes); };
   ProbeResult r;
   std::string probe_error;  // under data parallelism every rank reaches MinOverRanks
   try {
     const int64_t token = (cfg.data.pad_id + 1) % cfg.data.vocab_size;
     r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
+      ComputeGathers compute_copies(run.full);
       run.BatchLossSum(ToDevice(WorstCaseBatch(rows, max_len, token), run.device)).backward();
       run.ZeroGrad();
     });
@@ -515,6 +516,7 @@ ModelStateBytes StateBytes(const Run& run) {
     // (fully_sharded.h)
     const FullyShardedAdamW::FrozenBytes frozen = run.full->frozen_bytes();
     b.parameters += double(frozen.held - frozen.whole);
+    if (run.full->holds_gradients()) b.gradients += double(run.full->held_bytes());
   }
   return b;
 }
@@ -530,10 +532,16 @@ std::string GiB(double bytes) {
 // else the RLIMIT_DATA its worker set from resources.memory_gb) fails now, naming the
 // limit and what sharding would need, instead of running out of memory at the first step.
 // Under data parallelism every rank fails when one does (the others would wait for it).
-void CheckModelStateFits(Run& run) {
+// --memory-limit, else the RLIMIT_DATA its worker set from resources.memory_gb; 0: none.
+int64_t RankMemoryLimit(const Run& run) {
   int64_t limit = run.rank.memory_limit_bytes;
   if (struct rlimit rl; limit <= 0 && getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
     limit = static_cast<int64_t>(rl.rlim_cur);
+  return limit;
+}
+
+void CheckModelStateFits(Run& run) {
+  const int64_t limit = RankMemoryLimit(run);
   const ModelStateBytes b = StateBytes(run);
   const bool fits = !run.device.is_cpu() || limit <= 0 || b.total() <= double(limit);
   if (run.ddp ? !run.ddp->AnyRank(!fits) : fits) return;
@@ -551,6 +559,24 @@ void CheckModelStateFits(Run& run) {
                        " for its parameters (" + GiB(b.parameters) + "), their gradients (" + GiB(b.gradients) +
                        ") and AdamW's state (" + GiB(b.optimizer_state) + ") before any activation, more than its " +
                        GiB(double(limit)) + " limit" + hint);
+}
+
+// resources.accumulate_gradients under sharding full with accumulation: the blocks'
+// gradients summed whole between a step's micro-batches (fully_sharded.h), forced, or
+// (auto) where this rank's memory (its limit, else what the device or host has for it) holds its model state and that sum with half of it
+// left; every rank the same way (a rank that reduced each micro-batch would meet the
+// others' last reductions instead).
+void ChooseGradientAccumulation(Run& run) {
+  const std::string& mode = run.cfg.data_parallel.accumulate_gradients;
+  if (!run.full || run.cfg.train.accumulate_steps < 2 || mode == "sharded") return;
+  const double need = StateBytes(run).total() + double(run.full->held_bytes());
+  const double limit = double(MemoryLimit(run.device, run.device.is_cpu() ? RankMemoryLimit(run) : run.rank.memory_limit_bytes,
+                                          run.rank.local_world_size));
+  const bool fits = mode == "whole" || need <= 0.5 * limit;
+  if (run.ddp ? run.ddp->AnyRank(!fits) : !fits) return;
+  run.full->HoldGradients();
+  Log("sharding full: the blocks' gradients summed whole over the %d micro-batches of a step (%s; %s of them)",
+      run.cfg.train.accumulate_steps, mode.c_str(), GiB(double(run.full->held_bytes())).c_str());
 }
 
 void EmitStart(Run& run, const std::vector<std::string>& warnings) {
@@ -592,6 +618,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   }
   JoinDataParallel(*run, &resumed_from);
   if (run->full) PlaceShardedModel(*run);  // from here on each rank's shards are on its device
+  ChooseGradientAccumulation(*run);
   CheckModelStateFits(*run);
   const bool resumed = !resumed_from.empty();
   ChooseTokenBudget(*run, resumed);
@@ -701,6 +728,7 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
       [&](const Batch& micro, bool last) {
         faults.BeforeMicroBatch(micro.padded_tokens);
         NoSync accumulate_only(last ? nullptr : ddp.get());
+        if (full) full->set_holding(!last);  // summed whole until the last, where held
         torch::Tensor loss = BatchLossSum(micro) / loss_count;
         scaler->Scale(loss).backward();
         return loss.item<double>();
@@ -713,7 +741,10 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
 void Run::ZeroGrad() {
   // sharding full: a block's reduction still under way (a skipped step never reduced its
   // last block) would add its gradients to the next step's: ended here, then cleared.
-  if (full) full->Settle();
+  if (full) {
+    full->Settle();
+    full->DropHeld();
+  }
   model->zero_grad();  // a sharded optimizer's own gradients are its pieces'
   optimizer->zero_grad();
 }

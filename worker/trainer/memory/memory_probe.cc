@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
 
 #include "worker/trainer/memory/oom.h"
 
@@ -63,18 +64,32 @@ ProbeResult ProbeMaxTokens(const ProbeOptions& o, MemoryMeter& meter,
   result.target_bytes = static_cast<int64_t>(o.target_fraction * static_cast<double>(o.limit_bytes));
   const int64_t max_len = std::max<int64_t>(o.max_len, 1);
   const int64_t cap_rows = o.cap_tokens > 0 ? std::max<int64_t>(1, o.cap_tokens / max_len) : (int64_t{1} << 40);
-  // Peak of one probe, or -1 when it does not fit.
+  // The two largest row counts that fitted, with their peaks: the line through them.
+  std::pair<int64_t, int64_t> fit_a{0, 0}, fit_b{0, 0};
+  const auto past_limit = [&](int64_t rows) {
+    if (fit_a.first == 0) return false;
+    const double slope = double(fit_b.second - fit_a.second) / double(fit_b.first - fit_a.first);
+    return double(fit_b.second) + std::max(0.0, slope) * double(rows - fit_b.first) > double(o.limit_bytes);
+  };
+  // Peak of one probe (on every rank, in lockstep), or -1 when it does not fit.
   auto probe = [&](int64_t rows) -> int64_t {
-    ++result.probes;
-    meter.ResetPeak();
-    try {
-      run(rows);
-    } catch (const std::exception& e) {
-      if (!IsOutOfMemory(e)) throw;
+    if (!o.agree(!past_limit(rows))) {
+      ++result.predicted;
       return -1;
     }
-    const int64_t peak = meter.PeakBytes();
-    return peak <= result.target_bytes ? peak : -1;
+    ++result.probes;
+    meter.ResetPeak();
+    int64_t peak = -1;
+    try {
+      run(rows);
+      peak = meter.PeakBytes();
+    } catch (const std::exception& e) {
+      if (!IsOutOfMemory(e)) throw;
+    }
+    if (!o.agree(peak >= 0 && peak <= result.target_bytes)) return -1;
+    if (rows > fit_b.first) fit_a = std::exchange(fit_b, {rows, peak});
+    else if (rows > fit_a.first) fit_a = {rows, peak};
+    return peak;
   };
 
   int64_t good = 0, bad = 0;  // rows that fitted / the smallest that did not (0: none yet)

@@ -3,7 +3,10 @@
 //
 // Search: batches of 1, 2, 4, ... max_len-long rows until the peak memory of one
 // forward + backward passes target_fraction x limit (or runs out of memory, or reaches
-// the cap), then bisect between the last fitting and the first failing row count.
+// the cap), then bisect between the last fitting and the first failing row count. A row
+// count whose peak, drawn on the line through the two largest fitting probes, would pass
+// the limit itself is not run: it counts as too big (memory grows linearly with the rows
+// of max_len tokens), so the search does not run out of memory once two probes fitted.
 // Result: margin x (rows that fit x max_len), at least max_len.
 // Units: bytes of process memory on the CPU (peak resident set, VmHWM), bytes of
 // allocated device memory on CUDA; tokens are padded tokens (rows x max_len).
@@ -48,6 +51,12 @@ struct ProbeOptions {
   double margin = 0.9;           // the budget is this fraction of what fitted
   int64_t max_len = 512;         // tokens per worst-case row
   int64_t cap_tokens = 0;        // no budget above this (e.g. the whole epoch); 0: none
+  // Lockstep, for ranks whose probes meet in collectives (sharding full gathers each
+  // block): given this rank's answer (a row count may run; it fitted), every rank's (true
+  // when all said true). Each rank calls it twice per row count, in the same order, so all
+  // run the same probes. Default: this rank's answer. A probe that runs out of memory on
+  // one rank in lockstep leaves the others in its collectives.
+  std::function<bool(bool)> agree = [](bool yes) { return yes; };
 };
 
 struct ProbeResult {
@@ -55,6 +64,7 @@ struct ProbeResult {
   int64_t peak_bytes = 0;       // peak of the largest fitting probe
   int64_t target_bytes = 0;
   int probes = 0;               // forward+backward runs done
+  int predicted = 0;            // row counts judged too big from the line, not run
 };
 
 // `run(rows)`: one forward + backward of `rows` rows of max_len tokens. Throws

@@ -345,10 +345,17 @@ class FullyShardedAdamW::Unit : public BlockParams {
     const auto options = owner_ != nullptr && owner_->reduce_bf16_ ? shard_.options().dtype(torch::kBFloat16) : shard_.options();
     reduce_from_ = block() && owner_ != nullptr ? owner_->TakeReduceBuffer(padded_numel(), options)
                                                 : torch::empty({padded_numel()}, options);
-    reduce_from_.zero_();  // the padding between parameters, and any without a gradient
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].grad().defined())
-        reduce_from_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].grad().reshape({-1}));
+    if (held_any_) {  // the earlier micro-batches' sum, then this one's added, in float32
+      Hold();
+      reduce_from_.copy_(held_);
+      held_.zero_();
+      held_any_ = false;
+    } else {
+      reduce_from_.zero_();  // the padding between parameters, and any without a gradient
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].grad().defined())
+          reduce_from_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].grad().reshape({-1}));
+    }
     for (torch::Tensor& p : params_) p.mutable_grad().reset();
     reduce_into_ = torch::empty({shard_numel_}, options);
     reducing_ = group.ReduceScatterSumAsync(reduce_into_, reduce_from_);
@@ -390,8 +397,13 @@ class FullyShardedAdamW::Unit : public BlockParams {
   void Accumulated() {
     if (++accumulated_ < params_.size()) return;
     accumulated_ = 0;
-    owner_->Reducing(this);
-    StartReduce(*owner_->group_);
+    if (owner_->holding_ && held_.defined()) {
+      Hold();
+      for (torch::Tensor& p : params_) p.mutable_grad().reset();
+    } else {
+      owner_->Reducing(this);
+      StartReduce(*owner_->group_);
+    }
     if (!owner_->sharded_) return;
     FreeOwn();
     if (frozen_.empty()) return;
@@ -403,6 +415,23 @@ class FullyShardedAdamW::Unit : public BlockParams {
   }
   // Gradients accumulated since the last reduction (0 between backwards).
   size_t pending() const { return accumulated_; }
+  // HoldGradients: the whole gradients' float32 buffer (padded, as the flat range); Hold()
+  // adds the parameters' gradients into it.
+  void AllocateHeld() { held_ = torch::zeros({padded_numel()}, shard_.options()); }
+  bool held_defined() const { return held_.defined(); }
+  bool held_any() const { return held_any_; }
+  void Hold() {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined())
+        held_.narrow(0, offsets_[i], params_[i].numel()).add_(params_[i].grad().reshape({-1}));
+    held_any_ = true;
+  }
+  void DropHeld() {
+    if (!held_any_) return;
+    held_.zero_();
+    held_any_ = false;
+  }
 
   // BlockParams: only while the optimizer is sharded (whole, they are already there).
   void Prefetch() override {
@@ -444,6 +473,8 @@ class FullyShardedAdamW::Unit : public BlockParams {
   std::shared_ptr<ProcessGroup::Pending> gathering_, side_gathering_, reducing_;
   bool gathering_low_ = false;
   torch::Tensor gather_into_, gather_from_, side_from_, side_into_, reduce_from_, reduce_into_;
+  torch::Tensor held_;     // HoldGradients: the whole gradients' sum over the micro-batches so far
+  bool held_any_ = false;  // held_ holds a sum (not zeros)
 };
 
 std::unique_ptr<FullyShardedAdamW> FullyShardedAdamW::Create(std::vector<torch::Tensor> params,
@@ -672,12 +703,35 @@ void FullyShardedAdamW::WalkTo(size_t end) {
   }
 }
 
+void FullyShardedAdamW::HoldGradients() {
+  for (const auto& unit : units_)
+    if (unit->block() && !unit->frozen()) unit->AllocateHeld();
+}
+
+void FullyShardedAdamW::DropHeld() {
+  for (const auto& unit : units_) unit->DropHeld();
+}
+
+int64_t FullyShardedAdamW::held_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : units_)
+    if (unit->block() && !unit->frozen()) n += unit->padded_numel();
+  return 4 * n;
+}
+
+bool FullyShardedAdamW::holds_gradients() const {
+  for (const auto& unit : units_)
+    if (unit->held_defined()) return true;
+  return false;
+}
+
 void FullyShardedAdamW::ReduceGradients() {
   Settle();  // the blocks' reductions (started as each block's backward ended) and any gather
   for (const auto& unit : units_)
-    if (unit->block() && unit->pending() != 0)
+    if (unit->block() && (unit->pending() != 0 || unit->held_any()))
       throw std::logic_error("sharding full: block " + std::to_string(unit->block_index()) + " got " +
-                             std::to_string(unit->pending()) + " of its parameters' gradients in backward");
+                             std::to_string(unit->pending()) + " of its parameters' gradients in backward" +
+                             (unit->held_any() ? ", and its held sum was never reduced" : ""));
   for (const auto& unit : units_)
     if (!unit->block()) unit->StartReduce(*group_);
   for (const auto& unit : units_)

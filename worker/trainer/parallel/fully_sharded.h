@@ -111,6 +111,18 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // export, Unshard), blocks are gathered in float32. Once, before the first gather.
   void GatherInDtype(torch::ScalarType dtype, const std::vector<bool>& low);
   void set_compute_gathers(bool on) { compute_gathers_ = on; }
+  // Gradient accumulation with the blocks' gradients whole (resources.accumulate_gradients):
+  // HoldGradients() gives each block a float32 buffer of its whole gradients (allocated
+  // now: held_bytes() on every rank); while holding is on (a step's micro-batches before
+  // its last), a block's backward adds its gradients there instead of reduce-scattering
+  // them, and the next reduction (the last micro-batch's) reduces their sum with its own
+  // once: DDP's order of sums. DropHeld() clears the sums (a step not taken, a retry).
+  // No collective.
+  void HoldGradients();
+  void set_holding(bool on) { holding_ = on; }
+  void DropHeld();
+  int64_t held_bytes() const;  // the buffers HoldGradients allocates (or did)
+  bool holds_gradients() const;
   // The frozen parameters (params[i] in block block_of[i], or -1) of the blocks that have
   // trainable ones, sharded from the next Shard() on; before Shard(), once. Returns how
   // many values that cuts. No collective.
@@ -220,6 +232,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   bool sharded_ = false;
   bool reduce_bf16_ = false;
   bool compute_gathers_ = false;
+  bool holding_ = false;
   // LoadShards while sharded: the blocks' shards from the files' values (`values`: each
   // block's range of this rank, in order), the resident units' from their parameters.
   void LoadShardValues(const std::vector<FlatAdamState>& values);

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <barrier>
+#include <thread>
+#include <vector>
+
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/memory/oom.h"
 #include "worker/trainer/train.h"
@@ -47,6 +52,64 @@ TEST(MemoryProbeTest, OutOfMemoryCountsAsTooBigAndOneRowMustFit) {
   });
   EXPECT_EQ(r.max_tokens, static_cast<int64_t>(0.9 * 120));
   EXPECT_THROW(Probe(1000), std::runtime_error);  // 1010 bytes for one row > 800
+}
+
+// Memory of 1000 + 10 x rows bytes, out of memory past the 2250-byte limit: once two
+// probes fitted, no row count the line through them puts past the limit runs (the doubling
+// alone would run 128 rows: 2280 bytes), and the budget is the one found without that.
+TEST(MemoryProbeTest, ARowCountPastTheLimitOnTheLineIsNotRun) {
+  FakeMeter meter;
+  ProbeOptions o;
+  o.limit_bytes = 2250;
+  o.max_len = 100;
+  int64_t most = 0;
+  const ProbeResult r = ProbeMaxTokens(o, meter, [&](int64_t rows) {
+    most = std::max(most, rows);
+    if (1000 + 10 * rows > o.limit_bytes) ThrowInjectedOutOfMemory(rows * 100, 12500);
+    meter.peak = 1000 + 10 * rows;
+  });
+  EXPECT_LE(most, 125);
+  EXPECT_GE(r.predicted, 1);
+  EXPECT_EQ(r.max_tokens, Probe(2250).max_tokens);
+}
+
+// Two ranks (threads) in lockstep, rank 1 using twice the memory per row: both run the
+// same row counts and end with the budget rank 1 alone would find.
+TEST(MemoryProbeTest, RanksInLockstepRunTheSameProbesAndAgreeOnTheSmallerBudget) {
+  std::barrier meet(2);
+  bool answers[2] = {false, false};
+  std::vector<int64_t> ran[2];
+  ProbeResult results[2];
+  const auto per_row = [](int r) { return r == 0 ? 10 : 20; };
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      FakeMeter meter;
+      ProbeOptions o;
+      o.limit_bytes = 2250;
+      o.max_len = 100;
+      o.agree = [&, r](bool yes) {
+        answers[r] = yes;
+        meet.arrive_and_wait();
+        const bool all = answers[0] && answers[1];
+        meet.arrive_and_wait();
+        return all;
+      };
+      results[r] = ProbeMaxTokens(o, meter, [&, r](int64_t rows) {
+        ran[r].push_back(rows);
+        meter.peak = 1000 + per_row(r) * rows;
+      });
+    });
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(ran[0], ran[1]);
+  EXPECT_EQ(results[0].max_tokens, results[1].max_tokens);
+  FakeMeter alone;
+  ProbeOptions o;
+  o.limit_bytes = 2250;
+  o.max_len = 100;
+  EXPECT_EQ(results[1].max_tokens,
+            ProbeMaxTokens(o, alone, [&](int64_t rows) { alone.peak = 1000 + 20 * rows; }).max_tokens);
+  EXPECT_LT(results[1].max_tokens, Probe(2250).max_tokens);
 }
 
 TEST(MemoryProbeTest, TrainingWithAutoBudgetReportsIt) {

@@ -169,9 +169,10 @@ std::string* ShardedAdamWTest::encoders_ = nullptr;
 std::string* ShardedAdamWTest::error_ = nullptr;
 
 // 20 steps with sharding optimizer and full end where today's data parallelism ends, on 2
-// and on 4 ranks, for a Llama (bf16 autocast, recomputation, accumulation; with full on 4
-// ranks its blocks not recomputed) and a BERT (clipping; with full, its blocks not
-// recomputed); each rank keeps AdamW's moments for its shard only.
+// and on 4 ranks, for a Llama (bf16 autocast, recomputation, accumulation with full's
+// block gradients summed whole; with full on 4 ranks its blocks not recomputed) and a BERT
+// (clipping; with full, its blocks not recomputed and reduce-scattered at each
+// micro-batch); each rank keeps AdamW's moments for its shard only.
 TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
   for (const bool llama : {true, false}) {
     for (const int world : {2, 4}) {
@@ -183,6 +184,9 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
       // full's blocks without recomputation too: gathered again for backward by a hook (for
       // the Llama on 4 ranks, as bf16 compute copies that autograd saved in forward).
       if (sharding == "full" && (!llama || world == 4)) sharded.train.checkpoint_every_blocks = 0;
+      // The Llama's blocks' gradients summed whole between micro-batches (auto, here
+      // whole); the BERT's reduce-scattered at each one.
+      if (!llama) sharded.data_parallel.accumulate_gradients = "sharded";
       const auto ddp_starts = Train(ddp, world, "none");
       const auto starts = Train(sharded, world, sharding);
       ASSERT_EQ(starts.size(), static_cast<size_t>(world));
@@ -265,34 +269,53 @@ TEST_F(ShardedAdamWTest, Bf16ReductionTakesTheSameStepsWithEverySharding) {
 
 // GPT-2's blocks (Conv1D projections: a float32 bias added to the product, whose sum a
 // bf16 input's projection casts back to bf16) under bf16 autocast, not recomputed: with
-// full's bf16 compute copies, 20 steps on 2 ranks end where DDP's end. One batch a step:
-// GPT-2 has directions whose gradient is rounding noise (below), which AdamW turns into
-// whole steps, so the other order of sums that accumulation brings (a reduction per
-// micro-batch under full) would show at 1e-5 in bf16.
+// full's bf16 compute copies, 20 steps on 2 ranks end where DDP's end, with one batch a
+// step and with two accumulated, the blocks' gradients summed whole between them
+// (resources.accumulate_gradients auto, here whole) and reduce-scattered once, in DDP's
+// order of sums. GPT-2 has directions whose gradient is rounding noise (below), which
+// AdamW turns into whole steps: reduce-scattered at each micro-batch (sharded, another
+// order of sums) they end farther than 1e-5 from DDP's, which the held sum's extra bytes
+// avoid.
 TEST_F(ShardedAdamWTest, AGpt2RunWithComputeCopiesEqualsDataParallel) {
-  auto config = [](const std::string& name) {
-    TrainConfig c = Llama(name, "gpt2_lm");
-    c.train.checkpoint_every_blocks = 0;
-    c.train.accumulate_steps = 1;
-    return c;
+  const auto expect_close = [](const TrainConfig& sharded, const TrainConfig& ddp) {
+    std::vector<std::string> names;
+    for (const auto& p : hf::JobModel(sharded, /*load_weights=*/false)->named_parameters()) names.push_back(p.key());
+    std::vector<torch::Tensor> got = Final(sharded), want = Final(ddp);
+    ASSERT_EQ(got.size(), names.size());
+    // c_attn's bias is the queries', the keys' and the values' (d each). The keys' gets no
+    // gradient in exact arithmetic (a query's scores all move by the same q.b: softmax does
+    // not see it), only rounding noise, which AdamW turns into steps of about lr whatever its
+    // size, differing with any order of sums: left out.
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i].find("attn.c_attn.bias") != std::string::npos) {
+        const int64_t d = got[i].numel() / 3;
+        for (auto* t : {&got[i], &want[i]}) *t = torch::cat({t->narrow(0, 0, d), t->narrow(0, 2 * d, d)});
+      }
+    ExpectClose(got, want, "gpt2 full against none", names);
   };
-  const TrainConfig ddp = config("gpt2_none"), sharded = config("gpt2_full");
-  ASSERT_EQ(Train(ddp, 2, "none").size(), 2u);
-  ASSERT_EQ(Train(sharded, 2, "full").size(), 2u);
-  std::vector<std::string> names;
-  for (const auto& p : hf::JobModel(sharded, /*load_weights=*/false)->named_parameters()) names.push_back(p.key());
-  std::vector<torch::Tensor> got = Final(sharded), want = Final(ddp);
-  ASSERT_EQ(got.size(), names.size());
-  // c_attn's bias is the queries', the keys' and the values' (d each). The keys' gets no
-  // gradient in exact arithmetic (a query's scores all move by the same q.b: softmax does
-  // not see it), only rounding noise, which AdamW turns into steps of about lr whatever its
-  // size, differing with any order of sums: left out.
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i].find("attn.c_attn.bias") != std::string::npos) {
-      const int64_t d = got[i].numel() / 3;
-      for (auto* t : {&got[i], &want[i]}) *t = torch::cat({t->narrow(0, 0, d), t->narrow(0, 2 * d, d)});
+  double held_gradient_bytes = 0;  // rank 0's gradient bytes with the sum held whole
+  for (const int accumulate : {1, 2})
+    for (const std::string mode : {"auto", "sharded"}) {
+      if (accumulate == 1 && mode == "sharded") continue;  // the same run: nothing to hold
+      SCOPED_TRACE(std::to_string(accumulate) + " " + mode);
+      auto config = [&](const std::string& name) {
+        TrainConfig c = Llama(name + "_" + std::to_string(accumulate) + "_" + mode, "gpt2_lm");
+        c.train.checkpoint_every_blocks = 0;
+        c.train.accumulate_steps = accumulate;
+        c.data_parallel.accumulate_gradients = mode;
+        return c;
+      };
+      const TrainConfig ddp = config("gpt2_none"), sharded = config("gpt2_full");
+      ASSERT_EQ(Train(ddp, 2, "none").size(), 2u);
+      const auto starts = Train(sharded, 2, "full");
+      ASSERT_EQ(starts.size(), 2u);
+      if (mode == "sharded") {  // farther than 1e-5 from DDP (above)
+        EXPECT_GT(held_gradient_bytes, starts[0].Number("gradient_bytes")) << "the held sum counted";
+        continue;
+      }
+      if (accumulate == 2) held_gradient_bytes = starts[0].Number("gradient_bytes");
+      expect_close(sharded, ddp);
     }
-  ExpectClose(got, want, "gpt2 full against none", names);
 }
 
 // LoRA (model.adapter) on 2 ranks with sharding full: each block's unit is its A and B
@@ -467,6 +490,25 @@ TEST_F(ShardedAdamWTest, ARollBackLoadsTheShardsAndEqualsDataParallel) {
     if (sharding == "none") want = Final(c);
     else ExpectClose(Final(c), want, "rolled back under full to an unsharded checkpoint");
   }
+}
+
+// train.batching.max_tokens auto under sharding full: the two ranks probe in lockstep
+// (each probe gathers and reduce-scatters the blocks, so a rank probing alone would wait
+// in them for ever), agree on one budget, and train as DDP does with that budget set.
+TEST_F(ShardedAdamWTest, ATokenBudgetProbedInLockstepTrainsAsDataParallelWithIt) {
+  TrainConfig full = Llama("auto_budget_full");
+  full.train.max_tokens_auto = true;
+  Until(&full, 6);
+  const auto starts = Train(full, 2, "full");
+  ASSERT_EQ(starts.size(), 2u);
+  const double budget = starts[0].Number("max_tokens");
+  EXPECT_EQ(starts[1].Number("max_tokens"), budget);
+  EXPECT_GT(budget, 2 * kLmLen) << "the probe chose more than one batch of the fixed runs";
+  TrainConfig ddp = Llama("auto_budget_none");
+  ddp.train.max_tokens = static_cast<int64_t>(budget);
+  Until(&ddp, 6);
+  ASSERT_EQ(Train(ddp, 2, "none").size(), 2u);
+  ExpectClose(Final(full), Final(ddp), "full with the probed budget against DDP with it set");
 }
 
 // A limit between what a rank's parameters, gradients and AdamW state need unsharded and
