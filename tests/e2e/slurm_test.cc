@@ -294,11 +294,23 @@ class CoordinatorOnSlurm {
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     if (std::find(extra_args.begin(), extra_args.end(), "--lease-seconds") == extra_args.end())
       argv.insert(argv.end(), {"--lease-seconds", "5"});
-    process_ = testing_e2e::Process(argv, dir + "/coordinator.log", env);
-    for (int i = 0; i < 300 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    address_ = ctl_address + ":" + std::to_string(std::atoi(testing_e2e::ReadAll(port_file).c_str()));
+    argv_ = argv;
+    env_ = env;
+    ctl_address_ = ctl_address;
+    Start();
   }
   ~CoordinatorOnSlurm() { process_.Kill(SIGTERM); }
+
+  // A crash (SIGKILL: nothing cancelled, nothing written) and, with Start(), a restart on
+  // the same store, on a port of its own.
+  void Crash() { process_.Kill(SIGKILL); }
+  void Start() {
+    const std::string port_file = files_.dir() + "/coordinator.port";
+    fs::remove(port_file);
+    process_ = testing_e2e::Process(argv_, files_.dir() + "/coordinator.log", env_);
+    for (int i = 0; i < 300 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    address_ = ctl_address_ + ":" + std::to_string(std::atoi(testing_e2e::ReadAll(port_file).c_str()));
+  }
 
   std::string dir() const { return files_.dir(); }
   const std::string& data() const { return data_; }
@@ -349,8 +361,9 @@ class CoordinatorOnSlurm {
 
  private:
   testing_e2e::Cluster files_;  // the folder and data (its processes are started here)
-  std::vector<std::string> prefix_;
-  std::string data_, address_;
+  std::vector<std::string> prefix_, argv_;
+  std::map<std::string, std::string> env_;
+  std::string data_, address_, ctl_address_;
   SubprocessRunner runner_;
   testing_e2e::Process process_;
 };
@@ -549,6 +562,42 @@ TEST_F(SlurmE2eAccountingTest, AnAllocationThatLeftSqueueEndsAsTheAccountingReco
        down.ok() && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(500)))
     down = cluster_->Lookup(*failed);
   EXPECT_EQ(down.status().code(), Status::kUnavailable) << down.status().ToString();
+}
+
+// The coordinator crashes while its job runs; Slurm preempts the job's allocation (an
+// outsider's job in the higher partition) and, its accounting kept, drops it from squeue
+// 2 s after. Restarted, the coordinator finds the allocation unlisted and reads how it
+// ended from sacct: a preemption, so the next attempt starts without a restart counted
+// (as ProvisionerTest's fake showed; here with Slurm's own records).
+TEST_F(SlurmE2eAccountingTest, APreemptionWhileTheCoordinatorWasDownIsReadFromTheAccountingAfterItsRestart) {
+  CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/2,
+                       {"--slurm-priority", "0:low", "--slurm-priority", "50:high"});
+  const std::string a = c.Submit("low", 4, 100000);
+  v1::Job job = c.WaitFor(a, 240, [](const v1::Job& j) { return j.checkpoint_step() >= 10 || IsTerminal(j.state()); });
+  ASSERT_GE(job.checkpoint_step(), 10) << job.DebugString() << c.log();
+  const std::string allocation = job.allocation().id();
+  ASSERT_FALSE(allocation.empty()) << job.DebugString();
+  c.Crash();
+  SlurmOptions high = options_;
+  high.priorities = {{50, "high", "", ""}};
+  SlurmCluster outsider(high, &runner_);
+  AllocationRequest r = Request("outsider", {"sleep", "5"}, 1);
+  r.priority = 50;
+  ASSERT_TRUE(outsider.Submit(r).ok());
+  bool gone = false;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+       !gone && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(500))) {
+    StatusOr<std::map<std::string, SlurmJob>> jobs = cluster_->Poll();
+    gone = jobs.ok() && !jobs->count(allocation);
+  }
+  ASSERT_TRUE(gone) << "the preempted allocation never left squeue";
+  c.Start();
+  job = c.WaitFor(a, 120, [](const v1::Job& j) { return j.attempt() >= 1 || IsTerminal(j.state()); });
+  ASSERT_EQ(job.attempt(), 1) << job.DebugString() << c.log();
+  EXPECT_EQ(job.restarts(), 0) << job.DebugString();
+  EXPECT_TRUE(HasEvent(job, "the cluster took the allocation back (slurm job " + allocation)) << job.DebugString();
+  ASSERT_TRUE(c.Cli({"job", "cancel", a}).ok());
+  EXPECT_EQ(c.WaitForEnd(a, 60).state(), v1::CANCELLED);
 }
 
 class SlurmE2eThreeNodesTest : public SlurmE2eTest {

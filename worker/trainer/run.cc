@@ -527,11 +527,6 @@ std::string GiB(double bytes) {
   return text;
 }
 
-// On the CPU, before the first step allocates gradients and AdamW's moments: a rank whose
-// parameters, gradients and optimizer state alone exceed its memory limit (--memory-limit,
-// else the RLIMIT_DATA its worker set from resources.memory_gb) fails now, naming the
-// limit and what sharding would need, instead of running out of memory at the first step.
-// Under data parallelism every rank fails when one does (the others would wait for it).
 // --memory-limit, else the RLIMIT_DATA its worker set from resources.memory_gb; 0: none.
 int64_t RankMemoryLimit(const Run& run) {
   int64_t limit = run.rank.memory_limit_bytes;
@@ -540,6 +535,11 @@ int64_t RankMemoryLimit(const Run& run) {
   return limit;
 }
 
+// On the CPU, before the first step allocates gradients and AdamW's moments: a rank whose
+// parameters, gradients and optimizer state alone exceed its memory limit (--memory-limit,
+// else the RLIMIT_DATA its worker set from resources.memory_gb) fails now, naming the
+// limit and what sharding would need, instead of running out of memory at the first step.
+// Under data parallelism every rank fails when one does (the others would wait for it).
 void CheckModelStateFits(Run& run) {
   const int64_t limit = RankMemoryLimit(run);
   const ModelStateBytes b = StateBytes(run);
@@ -563,9 +563,9 @@ void CheckModelStateFits(Run& run) {
 
 // resources.accumulate_gradients under sharding full with accumulation: the blocks'
 // gradients summed whole between a step's micro-batches (fully_sharded.h), forced, or
-// (auto) where this rank's memory (its limit, else what the device or host has for it) holds its model state and that sum with half of it
-// left; every rank the same way (a rank that reduced each micro-batch would meet the
-// others' last reductions instead).
+// (auto) where this rank's memory (its limit, else what the device or host has for it)
+// holds its model state and that sum with half of it left; every rank the same way (a
+// rank that reduced each micro-batch would meet the others' last reductions instead).
 void ChooseGradientAccumulation(Run& run) {
   const std::string& mode = run.cfg.data_parallel.accumulate_gradients;
   if (!run.full || run.cfg.train.accumulate_steps < 2 || mode == "sharded") return;
