@@ -591,6 +591,15 @@ TEST_F(SlurmE2eAccountingTest, APreemptionWhileTheCoordinatorWasDownIsReadFromTh
     gone = jobs.ok() && !jobs->count(allocation);
   }
   ASSERT_TRUE(gone) << "the preempted allocation never left squeue";
+  // Its record first (slurmctld sends it a moment after the end): a coordinator back while
+  // the record still says RUNNING would take the workers' lost leases for a failure.
+  StatusOr<Allocation> record = Status::NotFound("not looked up");
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       !(record.ok() && record->phase == Allocation::Phase::kEnded) && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(500)))
+    record = cluster_->Lookup(allocation);
+  ASSERT_TRUE(record.ok() && record->phase == Allocation::Phase::kEnded) << record.status().ToString();
+  EXPECT_EQ(record->state, "PREEMPTED");
   c.Start();
   job = c.WaitFor(a, 120, [](const v1::Job& j) { return j.attempt() >= 1 || IsTerminal(j.state()); });
   ASSERT_EQ(job.attempt(), 1) << job.DebugString() << c.log();

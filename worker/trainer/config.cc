@@ -369,6 +369,8 @@ std::string ReadRankInfo(RankInfo* info) {
   if (err.empty())
     err = read_int("NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", 0, kI64, &r.faults.oom_above_tokens);
   if (err.empty())
+    err = read_int("NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS", 0, kI64, &r.faults.probe_oom_above_tokens);
+  if (err.empty())
     err = read_int("NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP", 0, kI64, &r.faults.nan_loss_from_step);
   if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_NAN_LOSSES", 0, kI64, &r.faults.nan_losses);
   if (err.empty()) err = read_int("NIGHTSHIFT_MEMORY_LIMIT_BYTES", 0, kI64, &r.memory_limit_bytes);

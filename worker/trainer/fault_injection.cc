@@ -19,11 +19,16 @@ void FaultInjector::BeforeMicroBatch(int64_t padded_tokens) const {
     ThrowInjectedOutOfMemory(padded_tokens, plan_.oom_above_tokens);
 }
 
-void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit) {
+void FaultInjector::AfterProbe(int64_t padded_tokens) const {
+  if (plan_.probe_oom_above_tokens > 0 && padded_tokens > plan_.probe_oom_above_tokens)
+    ThrowInjectedOutOfMemory(padded_tokens, plan_.probe_oom_above_tokens, "NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS");
+}
+
+void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit, const char* variable) {
   throw c10::OutOfMemoryError(
       c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-      "out of memory (fault injection: " + std::to_string(padded_tokens) +
-          " padded tokens > NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS=" + std::to_string(limit) + ")");
+      "out of memory (fault injection: " + std::to_string(padded_tokens) + " padded tokens > " + variable + "=" +
+          std::to_string(limit) + ")");
 }
 
 }  // namespace nightshift::trainer

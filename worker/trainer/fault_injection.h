@@ -17,6 +17,9 @@ struct FaultPlan {
                                    // step and every later one counts as not finite
   int64_t nan_losses = 0;          // NIGHTSHIFT_FAULT_NAN_LOSSES: only the first this many
                                    // of those (0: all); a roll-back's steps run clean after
+  int64_t probe_oom_above_tokens = 0;  // NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS: a probe of
+                                       // max_tokens auto of more padded tokens runs out of
+                                       // memory as its backward ends (after its collectives)
 };
 
 class FaultInjector {
@@ -27,6 +30,8 @@ class FaultInjector {
   void BeforeStep(int64_t step) const;
   // Throws the c10::OutOfMemoryError an allocator would, before a micro-batch's forward.
   void BeforeMicroBatch(int64_t padded_tokens) const;
+  // The same after a max_tokens auto probe's backward (probe_oom_above_tokens).
+  void AfterProbe(int64_t padded_tokens) const;
   // Whether step `step`'s loss is to be treated as not finite (asked once a step).
   bool PoisonsLoss(int64_t step) const {
     if (plan_.nan_loss_from_step <= 0 || step < plan_.nan_loss_from_step) return false;
@@ -39,7 +44,8 @@ class FaultInjector {
 };
 
 // The out-of-memory error injection throws (a c10::OutOfMemoryError naming the limit).
-[[noreturn]] void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit);
+[[noreturn]] void ThrowInjectedOutOfMemory(int64_t padded_tokens, int64_t limit,
+                                           const char* variable = "NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS");
 
 }  // namespace nightshift::trainer
 

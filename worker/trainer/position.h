@@ -28,6 +28,9 @@ struct RunPosition {
   // Padded tokens per batch the run trains with; with max_tokens: auto, what the probe
   // chose, so a resumed run keeps its batches. 0: fixed batch_size, or not probed yet.
   int64_t max_tokens = 0;
+  // Sharding full with resources.accumulate_gradients auto: what was chosen (whole or
+  // sharded), so a resumed run sums in the same order. "": not chosen (or not asked).
+  std::string accumulate_gradients;
   double train_seconds = 0;    // wall time of training so far, every attempt included
   int64_t tokens_seen = 0;     // real (unpadded) training tokens so far, this rank
   std::string rng_cpu;         // the CPU generator's state (bytes): dropout continues exactly

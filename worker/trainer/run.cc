@@ -419,16 +419,24 @@ void ChooseTokenBudget(Run& run, bool resumed) {
   probe.cap_tokens = static_cast<int64_t>(run.train_shard.num_samples()) * max_len;
   if (run.full) probe.agree = [&run](bool yes) { return !run.ddp->AnyRank(!yes); };
   ProbeResult r;
-  std::string probe_error;  // under data parallelism every rank reaches MinOverRanks
+  // Under data parallelism every rank reaches MinOverRanks; in lockstep (full) an error on
+  // one rank leaves the others in the probe's collectives: it ends the run.
+  std::string probe_error;
   try {
     const int64_t token = (cfg.data.pad_id + 1) % cfg.data.vocab_size;
     r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
       ComputeGathers compute_copies(run.full);
-      run.BatchLossSum(ToDevice(WorstCaseBatch(rows, max_len, token), run.device)).backward();
+      try {
+        run.BatchLossSum(ToDevice(WorstCaseBatch(rows, max_len, token), run.device)).backward();
+        run.faults.AfterProbe(rows * max_len);
+      } catch (...) {  // an out-of-memory error too: no gradient, count or sum left behind
+        run.ZeroGrad();
+        throw;
+      }
       run.ZeroGrad();
     });
   } catch (const std::exception& e) {
-    if (!run.ddp) throw;
+    if (!run.ddp || run.full) throw;
     probe_error = e.what();
   }
   SetCpuRngState(rng);
@@ -565,15 +573,21 @@ void CheckModelStateFits(Run& run) {
 // gradients summed whole between a step's micro-batches (fully_sharded.h), forced, or
 // (auto) where this rank's memory (its limit, else what the device or host has for it)
 // holds its model state and that sum with half of it left; every rank the same way (a
-// rank that reduced each micro-batch would meet the others' last reductions instead).
-void ChooseGradientAccumulation(Run& run) {
+// rank that reduced each micro-batch would meet the others' last reductions instead). A
+// resumed run keeps auto's choice (the position's): the same order of sums.
+void ChooseGradientAccumulation(Run& run, bool resumed) {
   const std::string& mode = run.cfg.data_parallel.accumulate_gradients;
   if (!run.full || run.cfg.train.accumulate_steps < 2 || mode == "sharded") return;
-  const double need = StateBytes(run).total() + double(run.full->held_bytes());
-  const double limit = double(MemoryLimit(run.device, run.device.is_cpu() ? RankMemoryLimit(run) : run.rank.memory_limit_bytes,
-                                          run.rank.local_world_size));
-  const bool fits = mode == "whole" || need <= 0.5 * limit;
-  if (run.ddp ? run.ddp->AnyRank(!fits) : !fits) return;
+  bool fits = mode == "whole" || (resumed && run.position.accumulate_gradients == "whole");
+  if (mode == "auto" && !(resumed && !run.position.accumulate_gradients.empty())) {
+    const double need = StateBytes(run).total() + double(run.full->held_bytes());
+    const double limit = double(MemoryLimit(
+        run.device, run.device.is_cpu() ? RankMemoryLimit(run) : run.rank.memory_limit_bytes, run.rank.local_world_size));
+    fits = need <= 0.5 * limit;
+    fits = run.ddp ? !run.ddp->AnyRank(!fits) : fits;
+  }
+  run.position.accumulate_gradients = fits ? "whole" : "sharded";
+  if (!fits) return;
   run.full->HoldGradients();
   Log("sharding full: the blocks' gradients summed whole over the %d micro-batches of a step (%s; %s of them)",
       run.cfg.train.accumulate_steps, mode.c_str(), GiB(double(run.full->held_bytes())).c_str());
@@ -618,9 +632,9 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   }
   JoinDataParallel(*run, &resumed_from);
   if (run->full) PlaceShardedModel(*run);  // from here on each rank's shards are on its device
-  ChooseGradientAccumulation(*run);
-  CheckModelStateFits(*run);
   const bool resumed = !resumed_from.empty();
+  ChooseGradientAccumulation(*run, resumed);
+  CheckModelStateFits(*run);
   ChooseTokenBudget(*run, resumed);
   CheckMetrics(*run);
   PlanSteps(*run);
@@ -743,7 +757,7 @@ void Run::ZeroGrad() {
   // last block) would add its gradients to the next step's: ended here, then cleared.
   if (full) {
     full->Settle();
-    full->DropHeld();
+    full->DropAccumulated();
   }
   model->zero_grad();  // a sharded optimizer's own gradients are its pieces'
   optimizer->zero_grad();

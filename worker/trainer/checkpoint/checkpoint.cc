@@ -144,6 +144,7 @@ json PositionToJson(const RunPosition& p) {
           {"grad_scale", p.scaler.scale},
           {"grad_scale_growth_tracker", p.scaler.growth_tracker},
           {"max_tokens", p.max_tokens},
+          {"accumulate_gradients", p.accumulate_gradients},
           {"train_seconds", p.train_seconds},
           {"tokens_seen", p.tokens_seen},
           {"rng_cpu", Hex(p.rng_cpu)},
@@ -170,6 +171,7 @@ RunPosition PositionFromJson(const json& j) {
   // Absent in checkpoints written before export.best and early stopping.
   p.best_step = j.value("best_step", int64_t{-1});
   p.world_size = j.value("world_size", int64_t{0});  // absent before sharding (issue 43)
+  p.accumulate_gradients = j.value("accumulate_gradients", std::string());  // absent before it
   p.best_metric = j.value("best_metric", 0.0);
   p.has_stop_best = j.value("has_stop_best", false);
   p.stop_best = j.value("stop_best", 0.0);

@@ -66,14 +66,14 @@ ProbeResult ProbeMaxTokens(const ProbeOptions& o, MemoryMeter& meter,
   const int64_t cap_rows = o.cap_tokens > 0 ? std::max<int64_t>(1, o.cap_tokens / max_len) : (int64_t{1} << 40);
   // The two largest row counts that fitted, with their peaks: the line through them.
   std::pair<int64_t, int64_t> fit_a{0, 0}, fit_b{0, 0};
-  const auto past_limit = [&](int64_t rows) {
+  const auto past_target = [&](int64_t rows) {
     if (fit_a.first == 0) return false;
     const double slope = double(fit_b.second - fit_a.second) / double(fit_b.first - fit_a.first);
-    return double(fit_b.second) + std::max(0.0, slope) * double(rows - fit_b.first) > double(o.limit_bytes);
+    return double(fit_b.second) + std::max(0.0, slope) * double(rows - fit_b.first) > double(result.target_bytes);
   };
   // Peak of one probe (on every rank, in lockstep), or -1 when it does not fit.
   auto probe = [&](int64_t rows) -> int64_t {
-    if (!o.agree(!past_limit(rows))) {
+    if (!o.agree(!past_target(rows))) {
       ++result.predicted;
       return -1;
     }

@@ -5,8 +5,9 @@
 // forward + backward passes target_fraction x limit (or runs out of memory, or reaches
 // the cap), then bisect between the last fitting and the first failing row count. A row
 // count whose peak, drawn on the line through the two largest fitting probes, would pass
-// the limit itself is not run: it counts as too big (memory grows linearly with the rows
-// of max_len tokens), so the search does not run out of memory once two probes fitted.
+// the target is not run: it counts as too big, as it would have once run (memory grows
+// linearly with the rows of max_len tokens), so once two probes fitted the search runs
+// nothing that the line puts past the target, let alone out of memory.
 // Result: margin x (rows that fit x max_len), at least max_len.
 // Units: bytes of process memory on the CPU (peak resident set, VmHWM), bytes of
 // allocated device memory on CUDA; tokens are padded tokens (rows x max_len).
@@ -53,9 +54,10 @@ struct ProbeOptions {
   int64_t cap_tokens = 0;        // no budget above this (e.g. the whole epoch); 0: none
   // Lockstep, for ranks whose probes meet in collectives (sharding full gathers each
   // block): given this rank's answer (a row count may run; it fitted), every rank's (true
-  // when all said true). Each rank calls it twice per row count, in the same order, so all
-  // run the same probes. Default: this rank's answer. A probe that runs out of memory on
-  // one rank in lockstep leaves the others in its collectives.
+  // when all said true). Every rank calls it for each row count (once when it may not run,
+  // twice when it ran), in the same order, so all run the same probes. Default: this
+  // rank's answer. A probe that runs out of memory inside a collective on one rank in
+  // lockstep leaves the others there.
   std::function<bool(bool)> agree = [](bool yes) { return yes; };
 };
 

@@ -85,6 +85,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
   // memory there for a moment). The frozen units and their shards with it.
   void MoveTo(torch::Device device) {
     torch::NoGradGuard no_grad;
+    if (held_.defined() && held_.device() != device) held_ = held_.to(device);
     for (auto& f : frozen_) {
       if (f->shard_.device() != device) f->shard_.set_data(f->shard_.to(device));
       f->MoveTo(device);
@@ -427,7 +428,10 @@ class FullyShardedAdamW::Unit : public BlockParams {
         held_.narrow(0, offsets_[i], params_[i].numel()).add_(params_[i].grad().reshape({-1}));
     held_any_ = true;
   }
-  void DropHeld() {
+  // The gradients of a backward that did not end (an out-of-memory error inside it) leave
+  // a count behind; dropped with the held sum (a step not taken, a retry).
+  void DropAccumulated() {
+    accumulated_ = 0;
     if (!held_any_) return;
     held_.zero_();
     held_any_ = false;
@@ -705,17 +709,17 @@ void FullyShardedAdamW::WalkTo(size_t end) {
 
 void FullyShardedAdamW::HoldGradients() {
   for (const auto& unit : units_)
-    if (unit->block() && !unit->frozen()) unit->AllocateHeld();
+    if (unit->block()) unit->AllocateHeld();
 }
 
-void FullyShardedAdamW::DropHeld() {
-  for (const auto& unit : units_) unit->DropHeld();
+void FullyShardedAdamW::DropAccumulated() {
+  for (const auto& unit : units_) unit->DropAccumulated();
 }
 
 int64_t FullyShardedAdamW::held_bytes() const {
   int64_t n = 0;
   for (const auto& unit : units_)
-    if (unit->block() && !unit->frozen()) n += unit->padded_numel();
+    if (unit->block()) n += unit->padded_numel();
   return 4 * n;
 }
 
@@ -729,9 +733,10 @@ void FullyShardedAdamW::ReduceGradients() {
   Settle();  // the blocks' reductions (started as each block's backward ended) and any gather
   for (const auto& unit : units_)
     if (unit->block() && (unit->pending() != 0 || unit->held_any()))
-      throw std::logic_error("sharding full: block " + std::to_string(unit->block_index()) + " got " +
-                             std::to_string(unit->pending()) + " of its parameters' gradients in backward" +
-                             (unit->held_any() ? ", and its held sum was never reduced" : ""));
+      throw std::logic_error("sharding full: block " + std::to_string(unit->block_index()) +
+                             (unit->held_any() ? "'s held gradient sum was never reduced"
+                                               : " got " + std::to_string(unit->pending()) +
+                                                     " of its parameters' gradients in backward"));
   for (const auto& unit : units_)
     if (!unit->block()) unit->StartReduce(*group_);
   for (const auto& unit : units_)

@@ -116,11 +116,12 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // now: held_bytes() on every rank); while holding is on (a step's micro-batches before
   // its last), a block's backward adds its gradients there instead of reduce-scattering
   // them, and the next reduction (the last micro-batch's) reduces their sum with its own
-  // once: DDP's order of sums. DropHeld() clears the sums (a step not taken, a retry).
-  // No collective.
+  // once: DDP's order of sums. No collective.
   void HoldGradients();
   void set_holding(bool on) { holding_ = on; }
-  void DropHeld();
+  // Before clearing the gradients of a step not taken or retried (after Settle): drops the
+  // held sums and what a backward that did not end counted of its blocks' gradients.
+  void DropAccumulated();
   int64_t held_bytes() const;  // the buffers HoldGradients allocates (or did)
   bool holds_gradients() const;
   // The frozen parameters (params[i] in block block_of[i], or -1) of the blocks that have
