@@ -131,6 +131,7 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   pos.lr_scale = 0.5;
   pos.scaler = ScalerState{1024.0, 7};
   pos.max_tokens = 4096;
+  pos.accumulate_gradients = "whole";
   pos.train_seconds = 1.5;
   pos.tokens_seen = 123456789012;
   pos.rng_cpu = GetCpuRngState();
@@ -151,6 +152,7 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   EXPECT_EQ(loaded.scaler.scale, 1024.0);
   EXPECT_EQ(loaded.scaler.growth_tracker, 7);
   EXPECT_EQ(loaded.max_tokens, 4096);
+  EXPECT_EQ(loaded.accumulate_gradients, "whole");
   EXPECT_EQ(loaded.train_seconds, 1.5);
   EXPECT_EQ(loaded.tokens_seen, 123456789012);
   EXPECT_EQ(loaded.fingerprint, "seed=1;test");
