@@ -76,14 +76,26 @@ Status Provisioner::Pass() {
   for (const AllocationNeed& n : needs) need_of[n.job_id] = &n;
   std::map<std::pair<std::string, int>, const Allocation*> of_attempt;
   Status first;
+  const Clock::TimePoint now = options_.clock->Now();
+  std::set<std::string> over_now;
   for (const Allocation& a : *listed) {
     auto n = need_of.find(a.job_id);
     const bool wanted = n != need_of.end() && n->second->attempt == a.attempt;
     if (wanted) {
       const Allocation*& slot = of_attempt[{a.job_id, a.attempt}];
       if (slot == nullptr || slot->phase == Allocation::Phase::kEnded) slot = &a;  // a live one first
-    } else if ((a.phase != Allocation::Phase::kEnded || cluster_->KeepsEndedAllocations()) &&
-               cancelled_.insert(a.id).second) {
+      continue;
+    }
+    if ((a.phase != Allocation::Phase::kEnded || cluster_->KeepsEndedAllocations()) && !cancelled_.count(a.id)) {
+      // A running one's workers are told to release and exit, and it ends on its own
+      // (completed, not cancelled, in the cluster's records): cancelled only if it still
+      // runs after the grace.
+      if (a.phase == Allocation::Phase::kRunning) {
+        over_now.insert(a.id);
+        const Clock::TimePoint since = over_since_.try_emplace(a.id, now).first->second;
+        if (now - since < std::chrono::duration<double>(options_.release_grace_seconds)) continue;
+      }
+      cancelled_.insert(a.id);
       NS_INFO("provisioner: cancelling " << cluster_->name() << " job " << a.id << " (" << a.job_id << " attempt "
                                          << a.attempt << " is over)");
       if (Status s = cluster_->Cancel(a.id); !s.ok()) {
@@ -108,6 +120,8 @@ Status Provisioner::Pass() {
   }
   for (auto it = unrecorded_.begin(); it != unrecorded_.end();)  // their attempts moved on
     it = unlisted.count(it->first) ? std::next(it) : unrecorded_.erase(it);
+  for (auto it = over_since_.begin(); it != over_since_.end();)  // ended, or cancelled
+    it = over_now.count(it->first) && !cancelled_.count(it->first) ? std::next(it) : over_since_.erase(it);
   return first;
 }
 

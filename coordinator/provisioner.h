@@ -16,7 +16,9 @@
 //   for them up to ProvisionerOptions::record_wait_seconds. One pending again while
 //   its attempt runs (Kueue suspended it, Slurm requeued it) as preempted;
 // - an allocation whose attempt is over (the job finished, was cancelled or moved to a
-//   new attempt) is cancelled.
+//   new attempt) is cancelled: at once while pending, after
+//   ProvisionerOptions::release_grace_seconds while running (its workers, released, end
+//   it themselves first).
 // Nothing is submitted while the cluster cannot be listed, and an allocation of the
 // current attempt that the cluster lists is adopted, so a coordinator restart between a
 // submission and its record submits nothing twice. The workers' side: the scheduler
@@ -53,6 +55,9 @@ struct ProvisionerOptions {
   // how it ended, from the first pass that missed it; asked each pass until then, after
   // which it counts as any other end.
   double record_wait_seconds = 300;
+  // How long a running allocation whose attempt is over may take to end on its own (its
+  // workers exit when told to release) before it is cancelled.
+  double release_grace_seconds = 10;
   const Clock* clock = Clock::Real();  // not owned; outlives the provisioner
 };
 
@@ -81,6 +86,8 @@ class Provisioner {
   std::set<std::string> cancelled_;  // allocations already cancelled (not cancelled again)
   // Allocations unlisted with no ended record: when a pass first missed each.
   std::map<std::string, Clock::TimePoint> unrecorded_;
+  // Running allocations whose attempts are over: when a pass first saw each so.
+  std::map<std::string, Clock::TimePoint> over_since_;
   // An allocation of `need` the cluster no longer lists: followed to the end its record
   // says, waited for, or ended as gone.
   Status Unlisted(const AllocationNeed& need);

@@ -90,6 +90,7 @@ class ProvisionerTest : public testing::Test {
     p.coordinator_address = "198.18.0.1:7070";
     p.tokens = &tokens_;
     p.record_wait_seconds = 3;
+    p.release_grace_seconds = 5;
     p.clock = &clock_;
     provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
   }
@@ -570,6 +571,12 @@ TEST_F(ProvisionerTest, AWorkerOfAnAllocationIsReleasedOnlyWhenItsAttemptIsOverA
   EXPECT_FALSE(c_->Heartbeat(n1, {running})->release);  // still holds a rank
   EXPECT_TRUE(c_->Heartbeat(n1, {})->release);
   EXPECT_FALSE(c_->Heartbeat("ordinary", {})->release);  // ours are never released
+  // Still running: its released workers get release_grace_seconds (5 here) to end it.
+  Pass();
+  clock_.Advance(std::chrono::milliseconds(4999));
+  Pass();
+  EXPECT_TRUE(cluster_.cancelled.empty());
+  clock_.Advance(std::chrono::milliseconds(1));
   Pass();
   EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
 }

@@ -376,7 +376,8 @@ bool HasEvent(const v1::Job& job, const std::string& text) {
 
 TEST_F(SlurmE2eTest, ACoordinatorOnSlurmRunsATwoNodeJobInOneAllocationOfItsOwnWorkers) {
   CoordinatorOnSlurm c(InController({}), options_.env, state_.at("ctl").at("addr"), /*ranks_per_node=*/1);
-  const std::string id = c.Submit("on-slurm", 2, 30);
+  // 200 steps: a few seconds, so a pass (every 2 s) sees the allocation running.
+  const std::string id = c.Submit("on-slurm", 2, 200);
   const v1::Job job = c.WaitForEnd(id, 300);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << "\n" << job.error() << "\ncoordinator:\n" << c.log();
   // One attempt, in one Slurm job of both nodes, on the two workers started in it.
@@ -409,7 +410,7 @@ TEST_F(SlurmE2eTest, ACoordinatorOnSlurmRunsATwoNodeJobInOneAllocationOfItsOwnWo
   loopback.StartCoordinator();
   loopback.StartWorker("w1", 2);
   v1::Job local;
-  ASSERT_TRUE(loopback.Submit(SpecYaml("on-loopback", c.data(), 2, 30), &local).ok());
+  ASSERT_TRUE(loopback.Submit(SpecYaml("on-loopback", c.data(), 2, 200), &local).ok());
   local = loopback.WaitForEnd(local.id(), 300);
   ASSERT_EQ(local.state(), v1::SUCCEEDED) << local.DebugString();
   const std::string weights = "/model/model.safetensors";
