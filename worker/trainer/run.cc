@@ -578,16 +578,18 @@ void CheckModelStateFits(Run& run) {
 void ChooseGradientAccumulation(Run& run, bool resumed) {
   const std::string& mode = run.cfg.data_parallel.accumulate_gradients;
   if (!run.full || run.cfg.train.accumulate_steps < 2 || mode == "sharded") return;
-  bool fits = mode == "whole" || (resumed && run.position.accumulate_gradients == "whole");
-  if (mode == "auto" && !(resumed && !run.position.accumulate_gradients.empty())) {
+  bool whole = mode == "whole";
+  if (mode == "auto" && resumed && !run.position.accumulate_gradients.empty()) {
+    whole = run.position.accumulate_gradients == "whole";  // as the run began
+  } else if (mode == "auto") {
     const double need = StateBytes(run).total() + double(run.full->held_bytes());
     const double limit = double(MemoryLimit(
         run.device, run.device.is_cpu() ? RankMemoryLimit(run) : run.rank.memory_limit_bytes, run.rank.local_world_size));
-    fits = need <= 0.5 * limit;
-    fits = run.ddp ? !run.ddp->AnyRank(!fits) : fits;
+    whole = need <= 0.5 * limit;
+    if (run.ddp) whole = !run.ddp->AnyRank(!whole);
   }
-  run.position.accumulate_gradients = fits ? "whole" : "sharded";
-  if (!fits) return;
+  run.position.accumulate_gradients = whole ? "whole" : "sharded";
+  if (!whole) return;
   run.full->HoldGradients();
   Log("sharding full: the blocks' gradients summed whole over the %d micro-batches of a step (%s; %s of them)",
       run.cfg.train.accumulate_steps, mode.c_str(), GiB(double(run.full->held_bytes())).c_str());

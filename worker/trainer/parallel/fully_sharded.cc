@@ -349,8 +349,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     if (held_any_) {  // the earlier micro-batches' sum, then this one's added, in float32
       Hold();
       reduce_from_.copy_(held_);
-      held_.zero_();
-      held_any_ = false;
+      DropAccumulated();
     } else {
       reduce_from_.zero_();  // the padding between parameters, and any without a gradient
       for (size_t i = 0; i < params_.size(); ++i)
@@ -400,7 +399,6 @@ class FullyShardedAdamW::Unit : public BlockParams {
     accumulated_ = 0;
     if (owner_->holding_ && held_.defined()) {
       Hold();
-      for (torch::Tensor& p : params_) p.mutable_grad().reset();
     } else {
       owner_->Reducing(this);
       StartReduce(*owner_->group_);
@@ -417,7 +415,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
   // Gradients accumulated since the last reduction (0 between backwards).
   size_t pending() const { return accumulated_; }
   // HoldGradients: the whole gradients' float32 buffer (padded, as the flat range); Hold()
-  // adds the parameters' gradients into it.
+  // moves the parameters' gradients into it (added, then freed).
   void AllocateHeld() { held_ = torch::zeros({padded_numel()}, shard_.options()); }
   bool held_defined() const { return held_.defined(); }
   bool held_any() const { return held_any_; }
@@ -426,6 +424,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
     for (size_t i = 0; i < params_.size(); ++i)
       if (params_[i].grad().defined())
         held_.narrow(0, offsets_[i], params_[i].numel()).add_(params_[i].grad().reshape({-1}));
+    for (torch::Tensor& p : params_) p.mutable_grad().reset();
     held_any_ = true;
   }
   // The gradients of a backward that did not end (an out-of-memory error inside it) leave
