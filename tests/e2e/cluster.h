@@ -20,6 +20,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,12 +147,21 @@ class Cluster {
     in >> port;
     address_ = host + ":" + std::to_string(port);
     auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    std::lock_guard<std::mutex> lock(stubs_mu_);
     jobs_ = v1::JobService::NewStub(channel);
     admin_ = v1::AdminService::NewStub(channel);
   }
   Process& coordinator() { return coordinator_; }
-  v1::AdminService::Stub* admin() { return admin_.get(); }
-  v1::JobService::Stub* jobs() { return jobs_.get(); }
+  // Shared: a test's threads may call them while another restarts the coordinator, which
+  // replaces them; a call holds the stub it began with.
+  std::shared_ptr<v1::AdminService::Stub> admin() {
+    std::lock_guard<std::mutex> lock(stubs_mu_);
+    return admin_;
+  }
+  std::shared_ptr<v1::JobService::Stub> jobs() {
+    std::lock_guard<std::mutex> lock(stubs_mu_);
+    return jobs_;
+  }
 
   // Starts a worker (inside test host `host`, after UseHosts); returns its index for worker(i).
   size_t StartWorker(const std::string& name, int slots, const std::map<std::string, std::string>& env = {},
@@ -182,14 +193,14 @@ class Cluster {
     req.set_spec_yaml(yaml);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return jobs_->SubmitJob(&ctx, req, job);
+    return jobs()->SubmitJob(&ctx, req, job);
   }
   grpc::Status Get(const std::string& id, v1::Job* job) {
     v1::GetJobRequest req;
     req.set_id(id);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return jobs_->GetJob(&ctx, req, job);
+    return jobs()->GetJob(&ctx, req, job);
   }
   // Polls until the job is in a terminal state or `seconds` pass; returns the last view.
   v1::Job WaitForEnd(const std::string& id, int seconds) {
@@ -295,8 +306,9 @@ class Cluster {
   Process coordinator_;
   bool shared_checkpoints_ = true;
   std::vector<Process> workers_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::mutex stubs_mu_;  // guards jobs_ and admin_
+  std::shared_ptr<v1::JobService::Stub> jobs_;
+  std::shared_ptr<v1::AdminService::Stub> admin_;
 };
 
 }  // namespace nightshift::testing_e2e
