@@ -63,6 +63,8 @@ class Attempts {
 
   // Tick's checks of one job, at clock time `now`.
   void ReapStopping(JobEntry* entry, Clock::TimePoint now);     // parts on gone workers; stop timeout
+  // Neither fires while the attempt's allocation awaits its record (kAllocationUnlisted):
+  // the provisioner ends the attempt as the cluster's records say.
   bool DetectHang(JobEntry* entry, Clock::TimePoint now);       // RUNNING -> STUCK; whether it did
   void FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now); // an active part on a gone worker
 

@@ -111,6 +111,13 @@ enum class AllocationEnd {
   kOther,      // ended before the attempt did (its workers exited or never came): a restart (counted)
 };
 
+// ClusterAllocation.state of an allocation the cluster no longer lists and whose end its
+// records do not show yet: the provisioner waits for them (a bounded time) to end the
+// attempt as they say. Meanwhile the attempt's lost workers (the cluster killed them)
+// fail nothing by themselves, so a preemption the records are late to show (or that
+// happened while the coordinator was down) is not counted as a restart.
+inline constexpr char kAllocationUnlisted[] = "UNLISTED";
+
 // Who registers a worker, as the service saw the call.
 struct RegistrationSource {
   std::string peer_host;  // IP the call came from ("" when unknown: no address rules)

@@ -138,10 +138,16 @@ Status Provisioner::Unlisted(const AllocationNeed& n) {
   // The records unreachable, or not yet showing the end: asked again next pass, a while.
   const bool later = ours || record.status().code() == Status::kUnavailable;
   const Clock::TimePoint now = options_.clock->Now(), since = unrecorded_.try_emplace(id, now).first->second;
-  if (later && now - since < std::chrono::duration<double>(options_.record_wait_seconds)) return Status::OK();
+  if (later && now - since < std::chrono::duration<double>(options_.record_wait_seconds)) {
+    v1::ClusterAllocation waiting = n.allocation;
+    waiting.set_state(kAllocationUnlisted);
+    waiting.set_reason("its end is not in " + std::string(cluster_->name()) + "'s records yet");
+    return coordinator_->NoteAllocation(n.job_id, waiting);
+  }
   unrecorded_.erase(id);
   v1::ClusterAllocation gone = n.allocation;
   gone.set_state("GONE");
+  gone.clear_reason();
   std::string why = record.ok() ? "" : " (" + record.status().message() + ")";
   if (ours) why = " (its record still says " + record->state + ")";
   return coordinator_->AllocationEnded(n.job_id, gone, AllocationEnd::kOther,

@@ -13,7 +13,8 @@
 //   cluster stopped listing ends as the cluster's records say (ClusterAllocator::Lookup:
 //   Slurm's accounting), or, with no record of it, as any other end; while the records
 //   are unreachable (Unavailable) or still show it running (accounting lags), it waits
-//   for them up to ProvisionerOptions::record_wait_seconds. One pending again while
+//   for them up to ProvisionerOptions::record_wait_seconds, noted UNLISTED on the job
+//   (kAllocationUnlisted: its lost workers fail nothing meanwhile). One pending again while
 //   its attempt runs (Kueue suspended it, Slurm requeued it) as preempted;
 // - an allocation whose attempt is over (the job finished, was cancelled or moved to a
 //   new attempt) is cancelled: at once while pending, after

@@ -89,7 +89,7 @@ class ProvisionerTest : public testing::Test {
     p.worker_command = {"/opt/nightshift/bin/nightshift-worker", "--work-dir=/scratch/ns"};
     p.coordinator_address = "198.18.0.1:7070";
     p.tokens = &tokens_;
-    p.record_wait_seconds = 3;
+    p.record_wait_seconds = record_wait_seconds_;
     p.release_grace_seconds = 5;
     p.clock = &clock_;
     provisioner_ = std::make_unique<Provisioner>(p, c_.get(), &cluster_);
@@ -146,6 +146,17 @@ class ProvisionerTest : public testing::Test {
     ASSERT_EQ(Get(job).state(), v1::SCHEDULED) << Get(job).reason();
   }
 
+  // `seconds` pass in which only an ordinary worker, "bystander", reaches the coordinator:
+  // the other workers' leases (10 s) run out, and it is no outage of the coordinator's own.
+  void OnlyABystanderBeatsFor(int seconds) {
+    if (!c_->Heartbeat("bystander", {}).ok()) RegisterWorker("bystander", 1);
+    for (int i = 0; i < seconds; ++i) {
+      clock_.Advance(std::chrono::seconds(1));
+      ASSERT_TRUE(c_->Heartbeat("bystander", {}).ok());
+      c_->Tick();
+    }
+  }
+
   // Allocation `id` of (job, attempt) ended by Slurm's NODE_FAIL, `failed` down.
   void FailNode(const std::string& job, int attempt, const std::string& id, const std::string& failed) {
     Allocation& a = cluster_.Show(id, job, attempt, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
@@ -153,6 +164,7 @@ class ProvisionerTest : public testing::Test {
     a.failed_nodes = failed;
   }
 
+  double record_wait_seconds_ = 3;  // Open's ProvisionerOptions::record_wait_seconds
   FakeClock clock_;
   const AllocationTokens tokens_{std::string(64, 'a')};
   std::string dir_;
@@ -517,6 +529,53 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   EXPECT_EQ(job.attempt(), 2);
   EXPECT_EQ(job.restarts(), 1);
   EXPECT_NE(job.reason().find("its record still says RUNNING"), std::string::npos) << job.reason();
+}
+
+// The workers of a preempted allocation are killed with it, and their leases (10 s) run out
+// while the records are late to show the preemption (here 60 s allowed), before or after
+// a coordinator restart: the attempt is not failed for it (a restart counted) nor judged
+// stuck, and ends as the record says once it does.
+TEST_F(ProvisionerTest, LostWorkersOfAnAllocationAwaitingItsRecordFailNothingByThemselves) {
+  record_wait_seconds_ = 60;
+  Restart();
+  const std::string id = Submit(2, "cpu", /*max_restarts=*/0);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  cluster_.listed.clear();
+  Allocation record;
+  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kRunning;
+  record.state = "RUNNING";
+  cluster_.records["100"] = record;
+  Pass();
+  EXPECT_EQ(Get(id).allocation().state(), kAllocationUnlisted);
+  OnlyABystanderBeatsFor(12);
+  EXPECT_EQ(Get(id).attempt(), 0) << Get(id).reason();
+  EXPECT_EQ(Get(id).state(), v1::SCHEDULED) << Get(id).reason();
+  Restart();  // the allocation's workers do not register again: gone one lease after the start
+  Pass();
+  OnlyABystanderBeatsFor(12);
+  EXPECT_EQ(Get(id).attempt(), 0) << Get(id).reason();
+  record.phase = Allocation::Phase::kEnded, record.state = "PREEMPTED", record.end = Allocation::End::kPreempted;
+  cluster_.records["100"] = record;
+  Pass();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::QUEUED) << job.reason();
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.reason().find("slurm job 100 PREEMPTED"), std::string::npos) << job.reason();
+}
+
+// Still listed as running, a lost worker fails its attempt as any other's.
+TEST_F(ProvisionerTest, ALostWorkerOfAListedAllocationFailsItsAttempt) {
+  const std::string id = Submit(2);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  Pass();
+  OnlyABystanderBeatsFor(12);
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_TRUE(HasEvent(job, "j-000001-a0-n1 lost: no heartbeat"));
 }
 
 // A sweep's paused trial (Coordinator::Hold) gives its allocation back and gets none while
