@@ -60,6 +60,7 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
     j.owner = job.owner();  // per-user fair share (scheduler.h)
     j.expected_seconds = ExpectedSeconds(job);  // backfill (scheduler.h)
     j.needs_gpu = job.spec().resources().device() == "cuda";
+    j.memory_gb = job.spec().resources().memory_gb();
     j.holders = NewestHolders(id);
     j.allocated_only = allocated_only_;
     if (allocated_only_) j.allocation_wait = AllocationWait(job);
@@ -79,6 +80,9 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
     s.any_late |= late;
     s.workers.push_back({name, w.info.slots(), late ? 0 : std::max(0, w.info.slots() - jobs_->UsedSlots(name)),
                          w.info.gpus_size() > 0, reserved_for});
+    // An allocation's worker was sized by the cluster for its job (--mem): not checked.
+    if (reserved_for.empty() && w.info.slots() > 0)
+      s.workers.back().memory_gb_per_slot = static_cast<double>(w.info.memory_bytes()) / w.info.slots() / (1 << 30);
   }
   for (const auto& [id, entry] : jobs_->entries()) {
     const v1::Job& job = entry.job;

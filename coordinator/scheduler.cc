@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <set>
@@ -10,8 +11,19 @@
 namespace nightshift {
 namespace {
 
+// Whether `w` has the memory per slot `job`'s ranks need (scheduler.h).
+bool HoldsRank(const SchedJob& job, const SchedWorker& w) {
+  return job.memory_gb <= 0 || w.memory_gb_per_slot <= 0 || job.memory_gb <= w.memory_gb_per_slot;
+}
+
 // Whether `job` may run on `w`.
-bool Eligible(const SchedJob& job, const SchedWorker& w) { return !job.needs_gpu || w.gpus; }
+bool Eligible(const SchedJob& job, const SchedWorker& w) { return (!job.needs_gpu || w.gpus) && HoldsRank(job, w); }
+
+std::string Gib(double gb) {
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.3g", gb);
+  return s;
+}
 
 // Places all ranks of `job` onto the eligible `workers` (which must have enough free
 // slots in all).
@@ -82,7 +94,9 @@ class Pass {
 
   // Places `job` now, or records why it waits; whether it was placed.
   bool Consider(const SchedJob& job) {
-    if (job.needs_gpu) return ConsiderGpu(job);
+    const bool everywhere = std::all_of(workers_.begin(), workers_.end(),
+                                        [&](const SchedWorker& w) { return HoldsRank(job, w); });
+    if (job.needs_gpu || !everywhere) return ConsiderSome(job);
     if (job.world_size > total_) {
       result_.waiting[job.id] = "needs " + std::to_string(job.world_size) + " slots; the cluster has " +
                                 std::to_string(total_);
@@ -107,21 +121,41 @@ class Pass {
   ScheduleResult TakeResult() { return std::move(result_); }
 
  private:
-  // A GPU job: only GPU workers count, and it never reserves or preempts (the reservation
-  // arithmetic is over all slots); it backfills like any job once a reservation exists.
-  bool ConsiderGpu(const SchedJob& job) {
-    int gpu_total = 0, gpu_free = 0;
-    for (const auto& w : workers_)
-      if (w.gpus) gpu_total += w.total_slots, gpu_free += w.free_slots;
-    if (job.world_size > gpu_total) {
-      result_.waiting[job.id] = gpu_total == 0 ? "resources.device is cuda but no ready worker has GPUs"
-                                               : "needs " + std::to_string(job.world_size) +
-                                                     " GPU slots; the cluster has " + std::to_string(gpu_total);
+  // A job only some workers may run (a GPU job: GPU workers; one with resources.memory_gb:
+  // those with that much per slot): only their slots count, and it never reserves or
+  // preempts (the reservation arithmetic is over all slots); it backfills like any job
+  // once a reservation exists.
+  bool ConsiderSome(const SchedJob& job) {
+    int total = 0, free = 0, of_kind = 0;  // of_kind: workers with GPUs where it needs them
+    bool short_of_memory = false;          // some of those lack resources.memory_gb per slot
+    double most = 0;                       // GiB per slot, the most among those
+    for (const auto& w : workers_) {
+      if (job.needs_gpu && !w.gpus) continue;
+      ++of_kind;
+      most = std::max(most, w.memory_gb_per_slot);
+      if (HoldsRank(job, w)) total += w.total_slots, free += w.free_slots;
+      else short_of_memory = true;
+    }
+    const std::string kind = (job.needs_gpu ? " GPU slots" : " slots") +
+                             (short_of_memory ? " with " + Gib(job.memory_gb) + " GiB" : std::string());
+    if (job.needs_gpu && of_kind == 0) {
+      result_.waiting[job.id] = "resources.device is cuda but no ready worker has GPUs";
       return false;
     }
-    if (job.world_size > gpu_free || !SparesReservation(job)) {
-      result_.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free GPU slots (" +
-                                std::to_string(gpu_free) + " free now)";
+    if (total == 0) {
+      result_.waiting[job.id] = "resources.memory_gb is " + Gib(job.memory_gb) +
+                                " per rank, but no ready worker has that much per slot (the most: " + Gib(most) +
+                                " GiB, its memory over its slots)";
+      return false;
+    }
+    if (job.world_size > total) {
+      result_.waiting[job.id] = "needs " + std::to_string(job.world_size) + kind + "; the cluster has " +
+                                std::to_string(total);
+      return false;
+    }
+    if (job.world_size > free || !SparesReservation(job)) {
+      result_.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
+                                std::to_string(free) + " free now)";
       return false;
     }
     PlaceNow(job);

@@ -13,6 +13,10 @@
 //   checkpoint on their own disk (SchedJob::holders) come first.
 // - A job that needs more slots than the whole cluster has is skipped with a reason and
 //   holds nothing up.
+// - Memory: a job's rank goes only to a worker whose memory per slot
+//   (SchedWorker::memory_gb_per_slot) holds its resources.memory_gb; a job some workers
+//   cannot hold counts only the others' slots, as a GPU job counts only GPU workers', and
+//   waits naming resources.memory_gb and the most any worker has per slot when none can.
 // - Backfill with a reservation (EASY backfill): the first job that cannot be placed
 //   gets a reservation at the earliest time enough slots free up, computed from the
 //   running jobs' estimated ends (unknown = never, as far as the plan goes). A later job
@@ -46,6 +50,9 @@ struct SchedWorker {
   int free_slots = 0;
   bool gpus = false;  // its slots are GPUs (jobs with resources.device cuda go only here)
   std::string reserved_for;  // a job id: a worker of that job's allocation, for it alone
+  // The memory one rank here may use, GiB: the worker's memory over its slots. 0: unknown
+  // (or sized by the cluster for its job: an allocation's worker), where any job fits.
+  double memory_gb_per_slot = 0;
 };
 
 struct SchedJob {
@@ -57,6 +64,8 @@ struct SchedJob {
   double expected_seconds = kUnknownSeconds;  // run time once started, if known
   bool needs_gpu = false;  // resources.device cuda: placed on GPU workers only; such a job
                            // waits without a reservation or preemption when they are full
+  double memory_gb = 0;    // resources.memory_gb, per rank (0: none): placed where it fits
+                           // per slot; waits as a GPU job does when some workers lack it
   // Workers whose own disk holds the job's newest checkpoint (no shared checkpoint root):
   // preferred, so that a rank there resumes from it and sends it to the others.
   std::vector<std::string> holders;

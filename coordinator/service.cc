@@ -393,6 +393,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* ctx, const v1::Reg
   v1::WorkerInfo worker;
   worker.set_name(req->name());
   worker.set_slots(req->slots());
+  worker.set_memory_bytes(req->memory_bytes());
   worker.set_log_address(req->log_address());
   *worker.mutable_gpus() = req->gpus();
   for (const auto& t : req->tasks()) *worker.add_tasks() = t.task();

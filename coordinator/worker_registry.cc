@@ -74,6 +74,7 @@ Status WorkerRegistry::Register(const v1::WorkerInfo& worker, const Registration
   w.info.set_name(worker.name());
   w.info.set_state(v1::WORKER_READY);
   w.info.set_slots(worker.slots());
+  w.info.set_memory_bytes(worker.memory_bytes());
   w.info.set_log_address(worker.log_address());
   w.info.mutable_gpus()->CopyFrom(worker.gpus());
   if (worker.has_allocation()) *w.info.mutable_allocation() = worker.allocation();

@@ -103,6 +103,7 @@ bool Agent::Register() {
   v1::RegisterRequest req;
   req.set_name(options_.name);
   req.set_slots(Slots());
+  req.set_memory_bytes(options_.memory_bytes);
   for (const auto& g : options_.gpus) *req.add_gpus() = g;
   req.set_log_address(options_.log_address);
   if (!options_.allocation.job_id().empty()) *req.mutable_allocation() = options_.allocation;

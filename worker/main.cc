@@ -18,6 +18,7 @@
 #include "worker/confinement.h"
 #include "worker/coordinator_client.h"
 #include "worker/gpu_inventory.h"
+#include "worker/host_memory.h"
 #include "worker/launcher.h"
 #include "worker/file_service.h"
 #include "worker/worker_options.h"
@@ -35,6 +36,7 @@ struct Flags {
   std::string metrics_port_file;  // where to write the metrics port
   std::string allocation_job, allocation_id;  // --allocation-job, --allocation-id
   int allocation_attempt = 0;
+  double memory_gb = 0;  // --memory-gb; 0: HostMemoryBytes()
 };
 
 // --allocation-job: the worker serves one attempt of one job inside a cluster
@@ -111,6 +113,11 @@ void AddFlags(CLI::App* app, Flags* f) {
   app->add_option("--work-dir", o.work_dir, "data cache, job configs and rank logs")->required();
   app->add_option("--cpu-slots", o.cpu_slots, "ranks to run at once when there is no GPU")
       ->check(CLI::Range(0, 1024));
+  app->add_option("--memory-gb", f->memory_gb,
+                  "host memory, in GiB, this worker's ranks may use together: the coordinator places a job's "
+                  "rank here only if its resources.memory_gb fits in this over the slots (default: the host's "
+                  "memory, or this process's cgroup limit where lower)")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--checkpoint-root", o.checkpoint_root,
                   "where jobs' checkpoints go (share it between workers so a job can move)");
   app->add_option("--advertise-host", o.advertise_host, "address other workers reach our ranks on");
@@ -257,6 +264,8 @@ int Main(Flags& flags) {
   auto log_server = ServeFiles(&logs, &options);
   if (!log_server.ok()) return Fail(log_server.status());
   if (Status s = FindGpus(&options); !s.ok()) return Fail(s);
+  options.memory_bytes = flags.memory_gb > 0 ? static_cast<int64_t>(flags.memory_gb * (int64_t{1} << 30))
+                                             : HostMemoryBytes();
   Agent agent(options, cache.value().get(), std::move(coordinator.value()), &file_auth);
   agent_ptr = &agent;
   std::unique_ptr<MetricsServer> metrics;

@@ -34,6 +34,10 @@ struct WorkerOptions {
   std::string trainer_path;      // default: nightshift-trainer beside this binary
   int cpu_slots = 1;             // ranks this worker runs at once (no GPUs)
   std::vector<v1::GpuInfo> gpus; // found at start (NVML); one slot each when present
+  // Memory the ranks may use together, told the coordinator (--memory-gb; default
+  // HostMemoryBytes()): the scheduler places a rank here only if resources.memory_gb
+  // fits in memory_bytes / slots. 0: unknown, no check.
+  int64_t memory_bytes = 0;
   int prep_threads = 2;          // threads for tokenization
   int64_t max_prep_bytes = int64_t{64} << 30;  // bytes data preparation reads for one job
                                                // (PrepOptions::max_input_bytes); 64 GiB

@@ -70,10 +70,11 @@ class PartsTest : public testing::Test {
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     return job.ok() ? jobs_->Find(job->id()) : nullptr;
   }
-  void Register(const std::string& name, int slots = 1, int gpus = 0) {
+  void Register(const std::string& name, int slots = 1, int gpus = 0, int64_t memory_bytes = 0) {
     v1::WorkerInfo w;
     w.set_name(name);
     w.set_slots(slots);
+    w.set_memory_bytes(memory_bytes);
     w.set_log_address(name + ":7000");
     for (int i = 0; i < gpus; ++i) w.add_gpus();
     EXPECT_TRUE(workers_->Register(w, RegistrationSource{}, "key-" + name).ok());

@@ -266,6 +266,25 @@ TEST_F(PlacerTest, ASchedulingPassPlacesAndSaysWhyTheOthersWait) {
   EXPECT_EQ(too_big->version, version);  // the same reason is not written again
 }
 
+// The memory a worker registered with, over its slots, is what one rank there may use
+// (scheduler.h): a job whose resources.memory_gb is more waits naming it.
+TEST_F(PlacerTest, AWorkersMemoryPerSlotBoundsTheRanksItTakes) {
+  Register("w1", 2, 0, int64_t{16} << 30);
+  v1::JobSpec fits = Spec(2), too_big = Spec(1);
+  fits.mutable_resources()->set_memory_gb(8);
+  too_big.mutable_resources()->set_memory_gb(8.5);
+  JobEntry* a = Submit(too_big);
+  JobEntry* b = Submit(fits);
+  Placer::Snapshot s = placer_->SnapshotForScheduler(clock_.Now());
+  ASSERT_EQ(s.workers.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.workers[0].memory_gb_per_slot, 8);
+  EXPECT_DOUBLE_EQ(s.pending[0].memory_gb, 8.5);
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{});
+  EXPECT_EQ(a->job.state(), v1::QUEUED);
+  EXPECT_NE(a->job.reason().find("resources.memory_gb is 8.5 per rank"), std::string::npos) << a->job.reason();
+  EXPECT_EQ(b->job.state(), v1::SCHEDULED) << b->job.reason();
+}
+
 TEST_F(PlacerTest, AHigherPriorityJobPreemptsAndIsPlacedOnceTheVictimStopped) {
   Register("w1", 1);
   JobEntry* low = Submit(Spec(1));

@@ -38,6 +38,51 @@ TEST(SchedulerTest, GpuJobsGoToGpuWorkersOnly) {
   EXPECT_EQ(r.waiting.at("g"), "resources.device is cuda but no ready worker has GPUs");
 }
 
+// A worker with 16 GiB over 2 slots holds ranks of up to 8 GiB (resources.memory_gb);
+// one that says nothing of its memory (0) holds any.
+SchedWorker WithMemory(SchedWorker w, double gb_per_slot) {
+  w.memory_gb_per_slot = gb_per_slot;
+  return w;
+}
+
+TEST(SchedulerTest, ARankGoesOnlyWhereItsMemoryFitsPerSlot) {
+  SchedJob big{"big", 2, 0, 1};
+  big.memory_gb = 12;
+  const std::vector<SchedWorker> workers = {WithMemory({"small", 4, 4}, 8), WithMemory({"large", 2, 2}, 16)};
+  // Best fit would take "large" anyway; a 3-rank job shows the small worker is skipped.
+  SchedJob three = big;
+  three.id = "three", three.world_size = 3;
+  auto r = Schedule({big, {"c", 4, 0, 2}}, workers);
+  ASSERT_TRUE(r.placed.count("big"));
+  EXPECT_EQ(r.placed.at("big")[0].worker, "large");
+  ASSERT_TRUE(r.placed.count("c"));  // no memory_gb: any worker
+  EXPECT_EQ(r.placed.at("c")[0].worker, "small");
+  r = Schedule({three}, workers);
+  EXPECT_FALSE(r.placed.count("three"));
+  EXPECT_EQ(r.waiting.at("three"), "needs 3 slots with 12 GiB; the cluster has 2");
+  // The large worker busy: it waits for it, and the others go on.
+  r = Schedule({big, {"c", 1, 0, 2}}, {WithMemory({"small", 4, 4}, 8), WithMemory({"large", 2, 1}, 16)});
+  EXPECT_EQ(r.waiting.at("big"), "waiting for 2 free slots with 12 GiB (1 free now)");
+  EXPECT_TRUE(r.placed.count("c"));
+  // 8 GiB per rank fits both: placed as any job (across them).
+  three.memory_gb = 8;
+  r = Schedule({three}, {WithMemory({"small", 2, 2}, 8), WithMemory({"large", 2, 2}, 16)});
+  EXPECT_EQ(RanksPlaced(r.placed.at("three")), 3);
+  // A worker of unknown memory takes it; none large enough: the reason names the field.
+  r = Schedule({big}, {{"unknown", 2, 2}});
+  EXPECT_TRUE(r.placed.count("big"));
+  r = Schedule({big}, {WithMemory({"small", 4, 4}, 8)});
+  EXPECT_EQ(r.waiting.at("big"),
+            "resources.memory_gb is 12 per rank, but no ready worker has that much per slot (the most: 8 GiB, its "
+            "memory over its slots)");
+  // A GPU job counts the GPU workers' memory only.
+  big.needs_gpu = true;
+  r = Schedule({big}, {WithMemory({"cpu", 4, 4}, 64), WithMemory({"gpu", 2, 2, true}, 8)});
+  EXPECT_EQ(r.waiting.at("big"),
+            "resources.memory_gb is 12 per rank, but no ready worker has that much per slot (the most: 8 GiB, its "
+            "memory over its slots)");
+}
+
 TEST(SchedulerTest, GangIsAllOrNothing) {
   auto r = Schedule({{"big", 3, 0, 1}}, {{"w1", 2, 1}, {"w2", 2, 1}});
   EXPECT_TRUE(r.placed.empty());

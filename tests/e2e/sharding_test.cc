@@ -1,7 +1,9 @@
 // Sharded data parallelism through the service (issue 43): a job whose parameters,
 // gradients and AdamW state do not fit in resources.memory_gb per rank fails unsharded,
 // before its first step, naming the limit; the same job with resources.sharding: full on
-// 4 ranks keeps a quarter of that state per rank and succeeds under the same limit.
+// 4 ranks keeps a quarter of that state per rank and succeeds under the same limit. The
+// scheduler places those ranks only on a worker with 2 GiB per slot (--memory-gb over
+// --cpu-slots).
 #include <gtest/gtest.h>
 
 #include "tests/e2e/cluster.h"
@@ -30,10 +32,17 @@ TEST(ShardingE2E, AStateOverTheLimitFailsUnshardedAndFitsShardedFullOnFourRanks)
   Cluster cluster("sharding-memory");
   const std::string data = cluster.MakeData(8);
   cluster.StartCoordinator();
-  cluster.StartWorker("w1", 4);
+  cluster.StartWorker("small", 4, {}, {"--memory-gb", "4"});
   v1::Job job;
   ASSERT_TRUE(cluster.Submit(Spec(data, "none"), &job).ok());
+  job = cluster.WaitFor(job.id(), 30, [](const v1::Job& j) { return j.reason().find("memory_gb") != std::string::npos; });
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.reason(), "resources.memory_gb is 2 per rank, but no ready worker has that much per slot (the most: "
+                          "1 GiB, its memory over its slots)");
+  cluster.StartWorker("w1", 4, {}, {"--memory-gb", "8"});
   job = cluster.WaitForEnd(job.id(), 240);
+  ASSERT_GT(job.placements_size(), 0);
+  EXPECT_EQ(job.placements(0).worker(), "w1");
   EXPECT_EQ(job.state(), v1::FAILED) << job.error();
   EXPECT_EQ(job.restarts(), 0) << job.error();  // what a retry would meet again is not retried
   EXPECT_NE(job.error().find("resources.memory_gb: rank"), std::string::npos) << job.error();

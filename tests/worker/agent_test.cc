@@ -111,6 +111,7 @@ class AgentTest : public testing::Test {
 };
 
 TEST_F(AgentTest, RegistersUntilItCanAndAgainWhenTheCoordinatorForgetsIt) {
+  options_.memory_bytes = int64_t{12} << 30;
   auto agent = NewAgent();
   fake_->register_statuses = {Status::Unavailable("coordinator down")};
   agent->RunOnce();
@@ -119,6 +120,7 @@ TEST_F(AgentTest, RegistersUntilItCanAndAgainWhenTheCoordinatorForgetsIt) {
   EXPECT_TRUE(fake_->heartbeats.empty());  // no heartbeat before a registration succeeds
   EXPECT_EQ(fake_->registers[1].name(), "w1");
   EXPECT_EQ(fake_->registers[1].slots(), 2);
+  EXPECT_EQ(fake_->registers[1].memory_bytes(), int64_t{12} << 30);
   EXPECT_EQ(fake_->registers[1].log_address(), "127.0.0.1:7000");
 
   agent->RunOnce();
