@@ -563,6 +563,10 @@ void CheckModelStateFits(Run& run) {
                                " ranks would keep " + GiB(b.optimizer_state / world) + " of optimizer state instead, " +
                                GiB(sharded) + " in all"
                          : "";
+  if (run.full && run.full->holds_gradients())  // whole forced (auto holds them only where they fit)
+    hint = "; with resources.accumulate_gradients: sharded it would not hold the blocks' gradients whole between "
+           "micro-batches (" + GiB(double(run.full->held_bytes())) + " of them), " +
+           GiB(b.total() - double(run.full->held_bytes())) + " in all";
   throw PermanentError("resources.memory_gb: rank " + std::to_string(run.rank.rank) + " needs " + GiB(b.total()) +
                        " for its parameters (" + GiB(b.parameters) + "), their gradients (" + GiB(b.gradients) +
                        ") and AdamW's state (" + GiB(b.optimizer_state) + ") before any activation, more than its " +

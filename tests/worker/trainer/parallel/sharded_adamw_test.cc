@@ -191,6 +191,11 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
       const auto starts = Train(sharded, world, sharding);
       ASSERT_EQ(starts.size(), static_cast<size_t>(world));
       ASSERT_EQ(ddp_starts.size(), static_cast<size_t>(world));
+      if (sharding == "full") {  // the choice, as the run's checkpoint keeps it
+        RunPosition position;
+        ASSERT_TRUE(CheckpointManager(CheckpointOptions{sharded.checkpoint_dir}).PeekLatest(&position));
+        EXPECT_EQ(position.accumulate_gradients, llama ? "whole" : "");  // the BERT's: the spec's sharded
+      }
       const std::vector<torch::Tensor> final_params = Final(sharded);
       std::vector<std::string> names;
       for (const auto& p : hf::JobModel(sharded, /*load_weights=*/false)->named_parameters()) names.push_back(p.key());
@@ -529,10 +534,17 @@ TEST_F(ShardedAdamWTest, ATokenBudgetProbedInLockstepTrainsAsDataParallelWithIt)
 // A limit between what a rank's parameters, gradients and AdamW state need unsharded and
 // sharded over 4 ranks: unsharded, every rank fails before its first step (permanent, the
 // message naming resources.memory_gb and what sharding would keep); sharded, the run ends.
-// The same between sharding optimizer and full.
+// The same between sharding optimizer and full; and under full with two micro-batches a
+// step, between the blocks' gradients reduce-scattered at each (sharded) and held whole
+// (forced: the message names resources.accumulate_gradients).
 TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFitsSharded) {
-  auto run = [](const std::string& sharding, int64_t limit, std::vector<MemoryProgressSink>* progress) {
-    TrainConfig c = testing::TinyConfig(testing::FreshDir("zero_limit_" + sharding), /*n_train=*/64);
+  auto run = [](const std::string& sharding, int64_t limit, std::vector<MemoryProgressSink>* progress,
+                const std::string& accumulate = "") {
+    TrainConfig c = testing::TinyConfig(testing::FreshDir("zero_limit_" + sharding + accumulate), /*n_train=*/64);
+    if (!accumulate.empty()) {
+      c.train.accumulate_steps = 2;
+      c.data_parallel.accumulate_gradients = accumulate;
+    }
     c.model.dropout = 0;
     c.model.layers = 4;  // most of the model in blocks, as in any real one
     c.model.d_model = 32;
@@ -580,6 +592,19 @@ TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFit
   const int64_t tight = static_cast<int64_t>((full + sharded) / 2);
   EXPECT_EQ(run("optimizer", tight, &progress), std::vector<int>(4, kExitPermanent));
   EXPECT_EQ(run("full", tight, &progress), std::vector<int>(4, kExitOk));
+  ASSERT_EQ(run("full", 0, &progress, "sharded"), std::vector<int>(4, kExitOk));
+  double reduced = 0;
+  for (int r = 0; r < 4; ++r) reduced = std::max(reduced, need(r));
+  ASSERT_EQ(run("full", 0, &progress, "whole"), std::vector<int>(4, kExitOk));
+  double held = 0;
+  for (int r = 0; r < 4; ++r) held = std::max(held, need(r));
+  ASSERT_LT(reduced, held);
+  const int64_t between = static_cast<int64_t>((reduced + held) / 2);
+  EXPECT_EQ(run("full", between, &progress, "whole"), std::vector<int>(4, kExitPermanent));
+  const std::string message = progress[0].records.back().String("message");
+  EXPECT_NE(message.find("with resources.accumulate_gradients: sharded it would not hold"), std::string::npos)
+      << message;
+  EXPECT_EQ(run("full", between, &progress, "sharded"), std::vector<int>(4, kExitOk));
 }
 
 // The pieces of the layout, reduce-scatter and clipping against the whole computation: on
