@@ -6,9 +6,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace nightshift::io {
@@ -101,18 +104,29 @@ size_t ReadUpTo(int fd, char* to, size_t n) {
   return at;
 }
 
-// Reads the open file `fd` (closed here) into *out if it is a regular file of at most
-// `max_bytes`; "" or what is wrong with `path`.
-std::string ReadOpenFile(int fd, const std::string& path, uint64_t max_bytes, std::string* out) {
+// Reads the open file `fd` (closed here), if it is a regular file of at most `max_bytes`,
+// into `chunk` a piece at a time (into *out whole: `chunk` null); "" or what is wrong
+// with `path`.
+std::string ReadOpenFile(int fd, const std::string& path, uint64_t max_bytes, std::string* out,
+                         const std::function<void(std::string_view)>& chunk = nullptr) {
   struct stat st {};
   std::string err;
   if (::fstat(fd, &st) != 0) err = "cannot stat " + path + ": " + std::strerror(errno);
   else if (!S_ISREG(st.st_mode)) err = path + " is not a regular file";
   else if (static_cast<uint64_t>(st.st_size) > max_bytes)
     err = path + " holds " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " allowed";
-  if (err.empty()) {
+  if (err.empty() && !chunk) {
     out->resize(static_cast<size_t>(st.st_size));
     if (ReadUpTo(fd, out->data(), out->size()) != out->size()) err = "cannot read " + path + " whole";
+  }
+  if (err.empty() && chunk) {
+    std::string piece(size_t{1} << 20, '\0');
+    uint64_t left = static_cast<uint64_t>(st.st_size);
+    while (left > 0 && err.empty()) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(left, piece.size()));
+      if (ReadUpTo(fd, piece.data(), want) != want) err = "cannot read " + path + " whole";
+      else chunk(std::string_view(piece.data(), want)), left -= want;
+    }
   }
   ::close(fd);
   return err;
@@ -176,6 +190,15 @@ std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::st
   const int fd = OpenFileBeneath(roots, path, &error);
   if (fd < 0) return error;
   return ReadOpenFile(fd, path, max_bytes, out);
+}
+
+std::string ScanFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
+                            const std::function<void(std::string_view)>& chunk) {
+  std::string error;
+  const int fd = roots.empty() ? ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                               : OpenFileBeneath(roots, path, &error);
+  if (fd < 0) return roots.empty() ? OpenError(path, errno) : error;
+  return ReadOpenFile(fd, path, max_bytes, nullptr, chunk);
 }
 
 std::string ReadFilePrefixBeneath(const std::vector<std::string>& roots, const std::string& path,

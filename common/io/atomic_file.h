@@ -5,7 +5,9 @@
 #define NIGHTSHIFT_COMMON_IO_ATOMIC_FILE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace nightshift::io {
@@ -61,6 +63,12 @@ int OpenFileBeneath(const std::vector<std::string>& roots, const std::string& pa
 // wrong, naming the path.
 std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
                             std::string* out);
+
+// As ReadFileBeneath (with empty `roots`: as ReadRegularFile), but the bytes go to `chunk`
+// a piece (1 MiB) at a time, in order, never the whole file in memory (a digest of a
+// model's weights).
+std::string ScanFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
+                            const std::function<void(std::string_view)>& chunk);
 
 // As ReadFileBeneath, but a file longer than `max_bytes` is not an error: *out is its
 // first `max_bytes` (a data sample's text). Returns "" or what is wrong, naming the path.

@@ -134,7 +134,7 @@ std::string Predictor::OpenNative(const std::string& dir, const nlohmann::json& 
     for (int64_t i = 0; i < num_classes_; ++i) labels_.push_back(std::to_string(i));
   try {
     model_ = BuildSequenceModel(model_config_, vocab_size_, num_classes_, pad_id_);
-    LoadExportTensors(model_config_.arch, ReadSafetensors(dir + "/model.safetensors"), *model_);
+    LoadExportTensors(model_config_.arch, HfWeights::OpenFile(dir + "/model.safetensors"), *model_);
   } catch (const std::exception& e) {
     return dir + ": " + e.what();
   }

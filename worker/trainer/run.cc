@@ -631,9 +631,10 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   BuildModel(*run);
   std::string resumed_from = Resume(*run);
   if (resumed_from.empty() && !cfg.model.init_from.empty()) {  // a resumed run has its own weights
-    if (run->full) run->full->Reopen();  // written whole, then cut again
-    InitFromExport(cfg.model.init_from, cfg, *run->model);
-    if (run->full) run->full->Shard();
+    std::function<void(const torch::Tensor&)> reopen;  // sharding full: written a block at a time
+    if (run->full) reopen = [&](const torch::Tensor& p) { run->full->ReopenFor(p); };
+    InitFromExport(cfg.model.init_from, cfg, *run->model, reopen);
+    if (run->full) run->full->EndReopen();
     Log("initialised from %s", cfg.model.init_from.c_str());
   }
   JoinDataParallel(*run, &resumed_from);

@@ -182,16 +182,17 @@ void CopyTokenizerFiles(const std::string& source, const std::vector<std::string
   if (!tokenizer) throw std::runtime_error("export: " + source + " has neither tokenizer.json nor tokenizer.model");
 }
 
-// Copies tensors[name] (stored [in, out] when transposed) into `param`, checking its shape.
-void CopyTensor(const std::map<std::string, torch::Tensor>& tensors, const std::string& name, bool transposed,
-                torch::Tensor& param) {
-  const auto it = tensors.find(name);
-  if (it == tensors.end()) throw std::runtime_error("model.safetensors has no tensor " + name);
-  const torch::Tensor t = transposed ? it->second.t() : it->second;
-  if (t.sizes() != param.sizes())
-    throw std::runtime_error("model.safetensors: " + name + " has shape " + c10::str(it->second.sizes()) +
+// Copies tensor `name` of `weights` (stored [in, out] when transposed) into `param`,
+// checking its shape.
+void CopyTensor(const HfWeights& weights, const std::string& name, bool transposed, torch::Tensor& param) {
+  if (!weights.contains(name)) throw std::runtime_error("model.safetensors has no tensor " + name);
+  std::vector<int64_t> shape = weights.shape(name);
+  if (transposed && shape.size() == 2) std::swap(shape[0], shape[1]);
+  if (c10::IntArrayRef(shape) != param.sizes())
+    throw std::runtime_error("model.safetensors: " + name + " has shape " + c10::str(c10::IntArrayRef(weights.shape(name))) +
                              " but the model's is " + c10::str(param.sizes()));
-  param.copy_(t);
+  torch::Tensor into = transposed ? param.t() : param;
+  weights.CopyTo(name, into);
 }
 
 }  // namespace
@@ -216,18 +217,19 @@ std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, Sequ
   return out;
 }
 
-void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
-                       SequenceModel& model) {
+void LoadExportTensors(const std::string& arch, const HfWeights& weights, SequenceModel& model,
+                       const std::function<void(const torch::Tensor&)>& before) {
   torch::NoGradGuard no_grad;
   size_t used = 0;
   for (auto& p : model.named_parameters()) {
     Gpt2Name g = arch == "gpt_lm" ? ToGpt2(p.key()) : Gpt2Name{p.key()};
     if (g.name.empty()) continue;  // tied
-    CopyTensor(tensors, g.name, g.transposed, p.value());
+    if (before) before(p.value());
+    CopyTensor(weights, g.name, g.transposed, p.value());
     ++used;
   }
-  if (used != tensors.size()) {
-    for (const auto& [name, t] : tensors) {
+  if (used != weights.names().size()) {
+    for (const std::string& name : weights.names()) {
       bool known = false;
       for (const auto& p : model.named_parameters())
         known |= (arch == "gpt_lm" ? ToGpt2(p.key()).name : p.key()) == name;
@@ -310,15 +312,22 @@ std::string VerifyModelFolder(const std::string& dir, const std::vector<std::str
       if (!format::IsPlainFileName(name) || name == "checksums.json")
         return dir + "/checksums.json lists '" + name + "', which is not a plain file name in the folder";
       const std::string path = dir + "/" + name;
-      std::string bytes;
       const uint64_t size = f.at("bytes").get<uint64_t>();
-      if (std::string err = roots.empty() ? io::ReadRegularFile(path, size, &bytes)
-                                          : io::ReadFileBeneath(roots, path, size, &bytes);
-          !err.empty())
+      // SHA-256 as the file streams in (a model's weights are never in memory whole);
+      // SHA-1 (c10's, of the whole bytes) only for folders written before it.
+      std::string bytes;
+      crypto::Sha256 sha;
+      uint64_t read = 0;
+      const auto chunk = [&](std::string_view piece) {
+        read += piece.size();
+        if (algorithm == "sha1") bytes.append(piece);
+        else sha.Update(piece);
+      };
+      if (std::string err = io::ScanFileBeneath(roots, path, size, chunk); !err.empty())
         return err + " (by checksums.json)";
-      if (bytes.size() != size)
-        return path + " has " + std::to_string(bytes.size()) + " bytes, checksums.json says " + f.at("bytes").dump();
-      if (DigestHex(algorithm, bytes) != f.at(algorithm).get<std::string>())
+      if (read != size)
+        return path + " has " + std::to_string(read) + " bytes, checksums.json says " + f.at("bytes").dump();
+      if ((algorithm == "sha1" ? DigestHex(algorithm, bytes) : sha.HexDigest()) != f.at(algorithm).get<std::string>())
         return path + " does not match its " + algorithm + " in checksums.json";
     }
   } catch (const std::exception& e) {
@@ -327,7 +336,8 @@ std::string VerifyModelFolder(const std::string& dir, const std::vector<std::str
   return "";
 }
 
-void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model) {
+void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model,
+                    const std::function<void(const torch::Tensor&)>& before) {
   const std::string what = "model.init_from " + dir;
   const std::vector<std::string>& roots = config.model.data_roots;
   if (std::string err = VerifyModelFolder(dir, roots); !err.empty()) throw PermanentError(what + ": " + err);
@@ -355,13 +365,15 @@ void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceM
       throw PermanentError(what + ": spec." + field + " is " + std::to_string(ours) +
                                " but the exported model's " + key + " is " + c.at(key).dump());
   }
-  const std::map<std::string, torch::Tensor> tensors = ReadSafetensors(dir + "/model.safetensors", roots);
-  if (!trunk_only) return LoadExportTensors(source, tensors, model);
+  // The file mapped: each tensor read as it is copied (its pages dropped after).
+  const HfWeights weights = HfWeights::OpenFile(dir + "/model.safetensors", roots);
+  if (!trunk_only) return LoadExportTensors(source, weights, model, before);
   torch::NoGradGuard no_grad;  // the classifier's trunk from GPT-2's names; its head stays new
   for (auto& p : model.named_parameters()) {
     if (StartsWith(p.key(), "head.")) continue;
     const Gpt2Name g = ToGpt2(p.key());
-    CopyTensor(tensors, g.name, g.transposed, p.value());
+    if (before) before(p.value());
+    CopyTensor(weights, g.name, g.transposed, p.value());
   }
 }
 

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "worker/trainer/config.h"
+#include "worker/trainer/models/hf_weights.h"
 #include "worker/trainer/models/lora.h"
 #include "worker/trainer/models/model.h"
 
@@ -92,10 +93,12 @@ struct ExportEntry {
 std::vector<ExportEntry> ExportEntries(const std::string& arch, SequenceModel& model);
 // The tensors of `model` under their export names, on the CPU, contiguous.
 std::map<std::string, torch::Tensor> ExportTensors(const std::string& arch, SequenceModel& model);
-// Copies export-named tensors into `model`'s parameters (the inverse of ExportTensors).
+// Copies export-named tensors into `model`'s parameters (the inverse of ExportTensors), in
+// the model's order, calling `before` (when set) with each parameter just before it is
+// written (sharding full reopens the blocks one at a time: FullyShardedAdamW::ReopenFor).
 // Throws naming the first missing, extra or mis-shaped tensor.
-void LoadExportTensors(const std::string& arch, const std::map<std::string, torch::Tensor>& tensors,
-                       SequenceModel& model);
+void LoadExportTensors(const std::string& arch, const HfWeights& weights, SequenceModel& model,
+                       const std::function<void(const torch::Tensor&)>& before = {});
 
 // safetensors: F32, BF16 and F16 tensors out in their own dtype (exports are float32), and
 // any file back as float32 tensors (hf_weights.h reads it, beneath `roots`). WriteSafetensors writes `path`
@@ -118,9 +121,12 @@ std::map<std::string, torch::Tensor> ReadSafetensors(const std::string& path,
 // model.init_from: verifies the folder and loads its weights into `model` (built from
 // `config`). An arch pretrained export is refused (model.pretrained reads it). Its config.json sizes must equal the spec's (a mismatch names the spec field);
 // the architecture must be the same, or a transformer_classifier may start from a gpt_lm's
-// trunk (its head stays as initialised). Its files are opened beneath config.model.data_roots.
+// trunk (its head stays as initialised). Its files are opened beneath config.model.data_roots,
+// its checksums computed as they are read (no file whole in memory) and its tensors read
+// from the file's mapping one at a time, each after `before(param)` (LoadExportTensors).
 // Throws std::runtime_error with the reason.
-void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model);
+void InitFromExport(const std::string& dir, const TrainConfig& config, SequenceModel& model,
+                    const std::function<void(const torch::Tensor&)>& before = {});
 
 // `nightshift job artifacts --step N`: exports the complete checkpoint at `step` of the run
 // `config` describes (config.checkpoint_dir) to `dir`, as the final model is exported but

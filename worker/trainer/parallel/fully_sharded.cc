@@ -653,6 +653,40 @@ void FullyShardedAdamW::Reopen() {
   sharded_ = false;
 }
 
+void FullyShardedAdamW::ReopenFor(const torch::Tensor& param) {
+  if (!sharded_) throw std::logic_error("FullyShardedAdamW: ReopenFor needs the blocks sharded");
+  if (reopen_ == 0 && reopened_ == nullptr && group_ != nullptr) Settle();
+  for (size_t u = reopen_; u < units_.size(); ++u) {
+    if (!units_[u]->block() || !units_[u]->Holds(param)) continue;
+    CutReopened();
+    units_[u]->Allocate();  // its own storage only: the frozen units stay cut, as in Reopen
+    reopened_ = units_[u].get();
+    reopen_ = u + 1;
+    return;
+  }
+}
+
+void FullyShardedAdamW::EndReopen() {
+  CutReopened();
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    torch::Tensor shard = shards_[u];
+    if (!units_[u]->block()) units_[u]->Cut(rank_, shard);  // resident: stays whole, its shard taken again
+  }
+  reopen_ = 0;
+}
+
+void FullyShardedAdamW::CutReopened() {
+  if (reopened_ == nullptr) return;
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].get() != reopened_) continue;
+    torch::Tensor shard = shards_[u];
+    reopened_->Cut(rank_, shard);
+  }
+  reopened_ = nullptr;
+}
+
 void FullyShardedAdamW::MoveTo(torch::Device device) {
   torch::NoGradGuard no_grad;
   if (group_ != nullptr) Settle();

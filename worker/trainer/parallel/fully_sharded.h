@@ -147,6 +147,15 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // resume after joining); Shard() cuts them again. An adapter's frozen base stays cut
   // (no checkpoint holds it). The whole model is on this rank for that time.
   void Reopen();
+  // No collective. The same for a load that writes the parameters in the model's order,
+  // a block at a time (model.init_from at start-up): ReopenFor(p), before writing p, cuts
+  // the block reopened last (its shard taken from what the load wrote) and allocates the
+  // block that holds p whole, unwritten, if it was not yet; EndReopen() cuts the last and
+  // takes the resident units' shards from what the load wrote into them. The load must
+  // write every trainable parameter of each block it reopens; a block it does not reach
+  // keeps its shards. One block is whole at a time. Sharded, before and after.
+  void ReopenFor(const torch::Tensor& param);
+  void EndReopen();
   // No collective. Every unit, shard and moment onto `device` (the parameters stay the same
   // tensors): a model built and cut on the host, then placed, is never whole on the device
   // (sharded: a freed block's parameters pass through it one at a time, unwritten).
@@ -240,6 +249,9 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // The walk: gathers the blocks among units_[walk_, end), each freeing the one before.
   void WalkTo(size_t end);
   size_t cut_ = 0;           // ShardBefore: the blocks before this unit are cut
+  size_t reopen_ = 0;        // ReopenFor: the next unit it may reopen
+  Unit* reopened_ = nullptr; // the block it reopened last, whole until cut
+  void CutReopened();
   size_t walk_ = 0;          // the next unit the walk may gather
   Unit* walked_ = nullptr;   // the block it gathered last, whole until the next
 };

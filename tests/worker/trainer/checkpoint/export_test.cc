@@ -66,7 +66,7 @@ TEST(ExportTest, EachArchitectureRoundTripsExactly) {
     std::shared_ptr<SequenceModel> trained = Model(c, 1), fresh = Model(c, 2);
     ExportModel(dir + "/model", c, *trained, ExportInfo{"j-1", 42, {{"val_accuracy", 0.75}}, ""});
     ASSERT_EQ(VerifyModelFolder(dir + "/model"), "") << arch;
-    LoadExportTensors(arch, ReadSafetensors(dir + "/model/model.safetensors"), *fresh);
+    LoadExportTensors(arch, HfWeights::OpenFile(dir + "/model/model.safetensors"), *fresh);
     const auto a = trained->named_parameters(), b = fresh->named_parameters();
     for (const auto& p : a) EXPECT_TRUE(torch::equal(p.value(), b[p.key()])) << arch << " " << p.key();
     trained->eval();
@@ -218,8 +218,8 @@ TEST(ExportTest, AKeptCheckpointExportsWithItsStepsWeights) {
   EXPECT_EQ(config["labels"], json::array({"ham", "spam"}));
   std::shared_ptr<SequenceModel> at3 = Model(c, 7), exported = Model(c, 8), final_model = Model(c, 9);
   CheckpointManager(CheckpointOptions{c.checkpoint_dir}).LoadModelAt(3, *at3);
-  LoadExportTensors(c.model.arch, ReadSafetensors(dir + "/step-3/model.safetensors"), *exported);
-  LoadExportTensors(c.model.arch, ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors"), *final_model);
+  LoadExportTensors(c.model.arch, HfWeights::OpenFile(dir + "/step-3/model.safetensors"), *exported);
+  LoadExportTensors(c.model.arch, HfWeights::OpenFile(c.checkpoint_dir + "/model/model.safetensors"), *final_model);
   const auto want = at3->named_parameters(), got = exported->named_parameters(), last = final_model->named_parameters();
   bool differs_from_final = false;
   for (const auto& p : want) {
@@ -260,7 +260,7 @@ TEST(ExportTest, AJobInitialisedFromAnExportStartsAtItsLoss) {
     if (r.event == "step" && r.Number("step") == 1) reported = r.Number("loss");
 
   std::shared_ptr<SequenceModel> model = Model(a, 5);
-  LoadExportTensors(a.model.arch, ReadSafetensors(exported + "/model.safetensors"), *model);
+  LoadExportTensors(a.model.arch, HfWeights::OpenFile(exported + "/model.safetensors"), *model);
   format::ShardReader shard;
   ASSERT_EQ(shard.Open(b.data.train_shard, false), "");
   std::vector<uint32_t> lengths(shard.num_samples());

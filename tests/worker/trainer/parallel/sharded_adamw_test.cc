@@ -230,6 +230,32 @@ TEST_F(ShardedAdamWTest, TwentyStepsEqualDataParallelOnTwoAndFourRanks) {
   }
 }
 
+// model.init_from under sharding full: the export's weights written into the shards a block
+// at a time (FullyShardedAdamW::ReopenFor), and 20 steps on 2 ranks of the run started from
+// them end where the same start under DDP ends; both differ from a start without it.
+TEST_F(ShardedAdamWTest, AnInitFromExportLoadsIntoTheShardsAndEqualsDataParallel) {
+  auto config = [](const std::string& name, int steps) {
+    TrainConfig c = testing::TinyConfig(testing::FreshDir(name), 64);
+    c.model.layers = 3;
+    c.model.dropout = 0;
+    Until(&c, steps);
+    return c;
+  };
+  const TrainConfig source = config("init_from_source", 6);
+  ASSERT_EQ(Train(source, 1, "none").size(), 1u);
+  std::map<std::string, std::vector<torch::Tensor>> final_params;
+  for (const std::string start : {"none", "full", "full without"}) {
+    TrainConfig c = config("init_from_" + std::to_string(final_params.size()), 20);
+    if (start != "full without") c.model.init_from = source.checkpoint_dir + "/model";
+    c.train.seed = 11;  // another initialisation and data order than the source's
+    ASSERT_EQ(Train(c, 2, start.substr(0, 4)).size(), 2u) << start;
+    final_params[start] = testing::LatestCheckpointParameters(
+        *BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id), c.checkpoint_dir);
+  }
+  ExpectClose(final_params["full"], final_params["none"], "init_from: full against none");
+  EXPECT_FALSE(torch::allclose(final_params["full"][0], final_params["full without"][0])) << "the export was not used";
+}
+
 // resources.reduce_precision bf16: each rank's gradients rounded to bf16, summed and
 // averaged in bf16, then float32 for the update. On 2 ranks that is one rounding whatever
 // the collective (the sum of two bf16 values, then an exact halving), so none, optimizer
@@ -1025,6 +1051,56 @@ TEST(ShardedAdamWUnitTest, ALoadInTheModelsOrderCutsOneBlockAtATime) {
     opt->Unshard();
     for (size_t i = 0; i < params.size(); ++i)
       EXPECT_TRUE(torch::equal(params[i].detach(), initial(i))) << "rank " << r << " tensor " << i;
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(most_whole[r], 1) << "rank " << r;
+}
+
+// A load into the sharded model (model.init_from at start-up), on 3 ranks: the load writes
+// new values in the model's order, each block reopened whole just before its first
+// parameter (ReopenFor) and cut again when the load moves on, so a rank holds at most one
+// block whole; after EndReopen every block is freed, gathered again every tensor has the
+// new value, and each rank's shard of a resident unit (outside the blocks: whole on every
+// rank) is its slice of the new values.
+TEST(ShardedAdamWUnitTest, AReloadInTheModelsOrderReopensOneBlockAtATime) {
+  const int world = 3;
+  const std::vector<std::vector<int64_t>> shapes = {{6}, {5, 3}, {4, 4}, {7}, {4, 2}, {9}, {4, 4}, {3}};
+  const std::vector<int64_t> block_of = {-1, 0, 0, 0, 1, 2, 2, -1};
+  auto values = [&](size_t i, double offset) {
+    return torch::linspace(-1, 1, c10::multiply_integers(shapes[i])).view(shapes[i]).add(double(i) + offset);
+  };
+  const int port = testing::FreePort();
+  std::vector<int> most_whole(world, 0);
+  testing::RunRanks(world, [&](int r) {
+    auto group = ProcessGroup::Create(testing::Options(r, world, port));
+    std::vector<torch::Tensor> params;
+    for (size_t i = 0; i < shapes.size(); ++i) params.push_back(values(i, 0).requires_grad_(true));
+    auto opt = FullyShardedAdamW::Create(params, block_of, torch::optim::AdamWOptions(1e-2), r, world);
+    opt->set_group(group.get());
+    opt->Shard();
+    auto whole_blocks = [&] {
+      std::set<int64_t> whole;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (block_of[i] >= 0 && params[i].storage().nbytes() > 0) whole.insert(block_of[i]);
+      return static_cast<int>(whole.size());
+    };
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      opt->ReopenFor(params[i]);
+      most_whole[r] = std::max(most_whole[r], whole_blocks());
+      params[i].copy_(values(i, 100));
+    }
+    opt->EndReopen();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_EQ(params[i].storage().nbytes() == 0, block_of[i] >= 0) << "rank " << r << " tensor " << i;
+    for (size_t u : {size_t{0}, opt->shards().size() - 1}) {  // the resident units: tensors 0 and 7
+      const size_t i = u == 0 ? 0 : shapes.size() - 1;
+      const torch::Tensor shard = opt->shards()[u];
+      const torch::Tensor flat = torch::cat({values(i, 100).flatten(), torch::zeros({world * shard.numel() - params[i].numel()})});
+      EXPECT_TRUE(torch::equal(shard, flat.narrow(0, r * shard.numel(), shard.numel()))) << "rank " << r << " unit " << u;
+    }
+    opt->Unshard();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[i].detach(), values(i, 100))) << "rank " << r << " tensor " << i;
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(most_whole[r], 1) << "rank " << r;
 }
