@@ -87,8 +87,10 @@ std::string WorkerStateText(const v1::WorkerInfo& w) {
 std::string WorkerRow(const v1::WorkerInfo& w, int state_width) {
   std::string tasks;
   for (const auto& t : w.tasks()) tasks += (tasks.empty() ? "" : ",") + t.job_id();
-  return Sprintf("%-16s %-*s %-6d %-6d %s", w.name().c_str(), state_width, WorkerStateText(w).c_str(),
-                 w.slots(), w.used_slots(), tasks.c_str());
+  // The memory its ranks may use together (the scheduler's per-slot check: scheduler.h).
+  const std::string memory = w.memory_bytes() > 0 ? Sprintf("%.1fG", double(w.memory_bytes()) / (1 << 30)) : "-";
+  return Sprintf("%-16s %-*s %-6d %-6d %-7s %s", w.name().c_str(), state_width, WorkerStateText(w).c_str(),
+                 w.slots(), w.used_slots(), memory.c_str(), tasks.c_str());
 }
 
 namespace {

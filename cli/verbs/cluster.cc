@@ -17,7 +17,7 @@ namespace {
 // the slots of READY workers that are not cordoned, U the used slots of every worker.
 void PrintWorkers(const v1::ListWorkersResponse& workers) {
   int total = 0, used = 0, ready = 0;
-  std::printf("%-16s %-18s %-6s %-6s %s\n", "WORKER", "STATE", "SLOTS", "USED", "JOBS");
+  std::printf("%-16s %-18s %-6s %-6s %-7s %s\n", "WORKER", "STATE", "SLOTS", "USED", "MEMORY", "JOBS");
   for (const auto& w : workers.workers()) {
     std::printf("%s\n", WorkerRow(w, 18).c_str());
     if (w.state() == v1::WORKER_READY) {

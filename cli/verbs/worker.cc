@@ -21,7 +21,7 @@ int List(const Session& s) {
     std::printf("%s\n", ToJson(out).c_str());
     return kExitOk;
   }
-  std::printf("%-16s %-14s %-6s %-6s %s\n", "NAME", "STATE", "SLOTS", "USED", "TASKS");
+  std::printf("%-16s %-14s %-6s %-6s %-7s %s\n", "NAME", "STATE", "SLOTS", "USED", "MEMORY", "TASKS");
   for (const auto& w : out.workers()) std::printf("%s\n", WorkerRow(w, 14).c_str());
   return kExitOk;
 }

@@ -119,6 +119,7 @@ inline std::vector<v1::WorkerInfo> SampleWorkers() {
   workers[0].set_state(v1::WORKER_READY);
   workers[0].set_slots(4);
   workers[0].set_used_slots(2);
+  workers[0].set_memory_bytes(int64_t{48} << 30);
   workers[0].add_tasks()->set_job_id("j1");
   workers[1].set_name("w2");
   workers[1].set_state(v1::WORKER_READY);

@@ -73,19 +73,20 @@ TEST(FormatTest, WorkerStateSaysCordonedOrDraining) {
   EXPECT_EQ(WorkerStateText(w), "WORKER_LOST");
 }
 
-TEST(FormatTest, WorkerRowHasNameStateSlotsAndTasks) {
+TEST(FormatTest, WorkerRowHasNameStateSlotsMemoryAndTasks) {
   v1::WorkerInfo w;
   w.set_name("w1");
   w.set_state(v1::WORKER_READY);
   w.set_slots(4);
   w.set_used_slots(2);
-  EXPECT_EQ(WorkerRow(w, 14), "w1               WORKER_READY   4      2      ");
+  EXPECT_EQ(WorkerRow(w, 14), "w1               WORKER_READY   4      2      -       ");  // memory unknown
+  w.set_memory_bytes(int64_t{24683772} * 1024);
   w.add_tasks()->set_job_id("j1");
   w.add_tasks()->set_job_id("j2");
-  EXPECT_EQ(WorkerRow(w, 18), "w1               WORKER_READY       4      2      j1,j2");
+  EXPECT_EQ(WorkerRow(w, 18), "w1               WORKER_READY       4      2      23.5G   j1,j2");
   // Columns widen for long values rather than cut them.
   w.set_name(std::string(600, 'n'));
-  EXPECT_EQ(WorkerRow(w, 14), std::string(600, 'n') + " WORKER_READY   4      2      j1,j2");
+  EXPECT_EQ(WorkerRow(w, 14), std::string(600, 'n') + " WORKER_READY   4      2      23.5G   j1,j2");
 }
 
 TEST(FormatTest, TerminalStatesAreTheThreeFinalOnes) {

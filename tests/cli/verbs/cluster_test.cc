@@ -15,11 +15,11 @@ TEST(ClusterVerbsTest, StatusShowsWorkersSlotsUnfinishedJobsAndTheQueue) {
   EXPECT_EQ(r.code, 0) << r.err;
   // Schedulable slots: READY and not cordoned (w1's 4); used: every worker's (w1 2 + w4 2).
   EXPECT_EQ(r.out,
-            "WORKER           STATE              SLOTS  USED   JOBS\n"
-            "w1               WORKER_READY       4      2      j1\n"
-            "w2               WORKER_READY,CORDONED 2      0      \n"
-            "w3               WORKER_LOST        8      0      \n"
-            "w4               WORKER_READY,DRAINING 2      2      j6,j7\n"
+            "WORKER           STATE              SLOTS  USED   MEMORY  JOBS\n"
+            "w1               WORKER_READY       4      2      48.0G   j1\n"
+            "w2               WORKER_READY,CORDONED 2      0      -       \n"
+            "w3               WORKER_LOST        8      0      -       \n"
+            "w4               WORKER_READY,DRAINING 2      2      -       j6,j7\n"
             "\n"
             "3 workers ready, 4 of 4 schedulable slots in use\n"
             "PREEMPTED: 1  QUEUED: 1  RUNNING: 1  \n"

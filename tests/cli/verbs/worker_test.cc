@@ -14,11 +14,11 @@ TEST(WorkerVerbsTest, ListHasOneRowPerWorkerWithItsStateAndTasks) {
   auto r = RunCli({"worker", "list"}, fake.Channel());
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out,
-            "NAME             STATE          SLOTS  USED   TASKS\n"
-            "w1               WORKER_READY   4      2      j1\n"
-            "w2               WORKER_READY,CORDONED 2      0      \n"
-            "w3               WORKER_LOST    8      0      \n"
-            "w4               WORKER_READY,DRAINING 2      2      j6,j7\n");
+            "NAME             STATE          SLOTS  USED   MEMORY  TASKS\n"
+            "w1               WORKER_READY   4      2      48.0G   j1\n"
+            "w2               WORKER_READY,CORDONED 2      0      -       \n"
+            "w3               WORKER_LOST    8      0      -       \n"
+            "w4               WORKER_READY,DRAINING 2      2      -       j6,j7\n");
   r = RunCli({"worker", "list", "-o", "json"}, fake.Channel());
   EXPECT_NE(r.out.find("\"draining\": true"), std::string::npos) << r.out;
 }
