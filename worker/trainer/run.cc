@@ -492,6 +492,7 @@ void ComposeTechniques(Run& run, bool resumed) {
   oom.vote = [agreement](bool o, bool u, double loss) { return agreement->Vote(o, u, loss); };
   const torch::Device device = run.device;
   oom.release_memory = [device] { ReleaseCachedMemory(device); };
+  oom.split = run.full == nullptr;  // full: fails at once (oom.h)
   run.micro_batches = std::make_unique<MicroBatchRunner>(std::move(oom));
   run.stage_batch = NewBatchStager(run.device);  // runs on the loader's thread
 }

@@ -6,6 +6,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "worker/trainer/errors.h"
+
 namespace nightshift::trainer {
 namespace {
 
@@ -88,6 +90,13 @@ MicroBatchResult MicroBatchRunner::Run(const std::vector<Batch>& batches, const 
       }
     } catch (const std::exception& e) {
       if (!IsOutOfMemory(e)) throw;
+      if (!options_.split)
+        throw PermanentError(
+            "out of memory in a training step under resources.sharding: full (micro-batches of up to " +
+            std::to_string(largest) + " padded tokens): full does not split a batch and retry it in place (its "
+            "ranks are inside the blocks' collectives); lower train.batching.max_tokens or batch_size, or let "
+            "train.batching.max_tokens: auto probe it in lockstep, or use train.activation_checkpointing or more "
+            "ranks (" + e.what() + ")");
       oom = true;
     }
     bool at_one_sample = true;

@@ -54,6 +54,13 @@ struct OomOptions {
       [](bool oom, bool unsplittable, double) { return OomVote{oom, unsplittable}; };
   // Called after an out-of-memory attempt, before the retry (e.g. empty CUDA caches).
   std::function<void()> release_memory = [] {};
+  // Whether a batch that ran out of memory is split and retried in place. Off under
+  // sharding full, whose ranks are inside the blocks' collectives when one runs out (the
+  // others go on with them, so a vote cannot be reached): the error is then a
+  // PermanentError (errors.h) naming what to change, thrown at once, so the ranks fail
+  // together instead of waiting out the collective timeout, and no restart meets the same
+  // batch again.
+  bool split = true;
 };
 
 // What Run() did with one batch.

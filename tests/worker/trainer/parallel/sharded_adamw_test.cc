@@ -5,6 +5,7 @@
 // for the model tests (tests/support/hf_decoders_reference.py, hf_models_reference.py).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -631,6 +632,38 @@ TEST(ShardedAdamWUnitTest, AStateOverTheMemoryLimitFailsBeforeTheFirstStepAndFit
   EXPECT_NE(message.find("with resources.accumulate_gradients: sharded it would not hold"), std::string::npos)
       << message;
   EXPECT_EQ(run("full", between, &progress, "sharded"), std::vector<int>(4, kExitOk));
+}
+
+// Sharding full does not split a batch and retry it in place after an out-of-memory error:
+// the rank that ran out is inside its blocks' collectives, which the others go on with. It
+// fails at once, naming the setting and what to change, not retried (the same batch would
+// run out again); the other rank, left in a collective, fails with it well within the
+// collective timeout (120 s here).
+TEST(ShardedAdamWUnitTest, AnOutOfMemoryErrorUnderFullEndsTheRunAtOnceNamingTheRemedy) {
+  TrainConfig c = testing::TinyConfig(testing::FreshDir("full_oom"), /*n_train=*/64);
+  c.model.layers = 2;
+  c.model.dropout = 0;
+  c.model.max_len = 32;
+  c.train.max_steps = 4;
+  c.data_parallel.world_size = 2;
+  c.data_parallel.timeout_seconds = 120;
+  c.data_parallel.sharding = "full";
+  const int port = testing::FreePort();
+  std::vector<MemoryProgressSink> progress(2);
+  std::vector<int> codes(2, -1);
+  const auto start = std::chrono::steady_clock::now();
+  testing::RunRanks(2, [&](int r) {
+    RankInfo rank = testing::LoopbackRank(r, 2, port);
+    if (r == 1) rank.faults.oom_above_tokens = 24;  // rank 1 runs out above 24 padded tokens
+    codes[r] = RunTraining(c, rank, progress[r]);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 60) << "the other rank waited for the collective timeout";
+  EXPECT_EQ(codes[1], kExitPermanent);
+  const std::string message = progress[1].records.back().String("message");
+  EXPECT_NE(message.find("resources.sharding: full"), std::string::npos) << message;
+  EXPECT_NE(message.find("train.batching.max_tokens: auto"), std::string::npos) << message;
+  EXPECT_NE(codes[0], kExitOk);
 }
 
 // The pieces of the layout, reduce-scatter and clipping against the whole computation: on
