@@ -156,10 +156,24 @@ class Pass {
     if (job.world_size > free || !SparesReservation(job)) {
       result_.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
                                 std::to_string(free) + " free now)";
+      HoldFor(job);
       return false;
     }
     PlaceNow(job);
     return true;
+  }
+
+  // The first such job that waits keeps the free slots of the workers it may use from the
+  // jobs considered after it in this pass (as a reservation keeps slots), so that smaller
+  // jobs cannot take them one by one for ever; it does not preempt.
+  void HoldFor(const SchedJob& job) {
+    if (!held_for_.empty()) return;
+    held_for_ = job.id;
+    for (auto& w : workers_) {
+      if (!Eligible(job, w)) continue;
+      free_total_ -= w.free_slots;
+      w.free_slots = 0;
+    }
   }
 
   std::string ShortOf(const SchedJob& job) const {
@@ -270,6 +284,7 @@ class Pass {
   std::vector<int> held_;                   // slots running_[i] holds on workers_
   int total_ = 0, free_total_ = 0;          // slots on workers_
   bool reserved_ = false;                   // once set, later jobs only backfill
+  std::string held_for_;                    // HoldFor's job: its workers' free slots are kept
   double reserve_at_ = 0;                   // seconds from now
   int shadow_extra_ = 0;                    // slots free at reserve_at_ beyond what the holder needs
   ScheduleResult result_;

@@ -60,9 +60,18 @@ TEST(SchedulerTest, ARankGoesOnlyWhereItsMemoryFitsPerSlot) {
   r = Schedule({three}, workers);
   EXPECT_FALSE(r.placed.count("three"));
   EXPECT_EQ(r.waiting.at("three"), "needs 3 slots with 12 GiB; the cluster has 2");
-  // The large worker busy: it waits for it, and the others go on.
+  // The large worker busy: it waits for it, keeping its free slot (best fit would have
+  // put the later job there), and the others go on elsewhere.
   r = Schedule({big, {"c", 1, 0, 2}}, {WithMemory({"small", 4, 4}, 8), WithMemory({"large", 2, 1}, 16)});
   EXPECT_EQ(r.waiting.at("big"), "waiting for 2 free slots with 12 GiB (1 free now)");
+  ASSERT_TRUE(r.placed.count("c"));
+  EXPECT_EQ(r.placed.at("c")[0].worker, "small");
+  r = Schedule({big, {"c", 1, 0, 2}}, {WithMemory({"small", 4, 0}, 8), WithMemory({"large", 2, 1}, 16)});
+  EXPECT_FALSE(r.placed.count("c"));
+  // A job that cannot fit even when its workers are free keeps nothing.
+  SchedJob huge = big;
+  huge.id = "huge", huge.world_size = 3;
+  r = Schedule({huge, {"c", 1, 0, 2}}, {WithMemory({"small", 4, 0}, 8), WithMemory({"large", 2, 1}, 16)});
   EXPECT_TRUE(r.placed.count("c"));
   // 8 GiB per rank fits both: placed as any job (across them).
   three.memory_gb = 8;
