@@ -146,16 +146,18 @@ void Attempts::ReapStopping(JobEntry* entry, Clock::TimePoint now) {
 namespace {
 
 // The attempt's allocation left the cluster's list and the provisioner awaits its record
-// (kAllocationUnlisted): its end decides the attempt's, not its workers' silence.
-bool AwaitingAllocationRecord(const v1::Job& job) {
-  return job.allocation().attempt() == job.attempt() && job.allocation().state() == kAllocationUnlisted;
+// (kAllocationUnlisted): its end decides the attempt's, not its workers' silence. Only
+// while a provisioner runs (a coordinator restarted without --cluster leaves the mark).
+bool AwaitingAllocationRecord(const v1::Job& job, bool cluster_allocates) {
+  return cluster_allocates && job.allocation().attempt() == job.attempt() &&
+         job.allocation().state() == kAllocationUnlisted;
 }
 
 }  // namespace
 
 bool Attempts::DetectHang(JobEntry* entry, Clock::TimePoint now) {
   const v1::Job& job = entry->job;
-  if (job.state() != v1::RUNNING || AwaitingAllocationRecord(job)) return false;
+  if (job.state() != v1::RUNNING || AwaitingAllocationRecord(job, options_.cluster_allocates)) return false;
   double limit = job.spec().restart().hang_seconds();
   if (limit <= 0) limit = std::max(300.0, 10 * job.progress().step_seconds());
   const double idle = std::chrono::duration<double>(now - entry->last_advance).count();
@@ -168,7 +170,7 @@ bool Attempts::DetectHang(JobEntry* entry, Clock::TimePoint now) {
 }
 
 void Attempts::FailIfWorkerGone(JobEntry* entry, Clock::TimePoint now) {
-  if (!IsActive(entry->job.state()) || AwaitingAllocationRecord(entry->job)) return;
+  if (!IsActive(entry->job.state()) || AwaitingAllocationRecord(entry->job, options_.cluster_allocates)) return;
   for (const auto& p : entry->job.placements()) {
     if (!workers_->Gone(p.worker(), now)) continue;
     FailAttempt(entry, "worker " + p.worker() + " lost: no heartbeat for " +

@@ -21,7 +21,7 @@ bool Eligible(const SchedJob& job, const SchedWorker& w) { return (!job.needs_gp
 
 std::string Gib(double gb) {
   char s[32];
-  std::snprintf(s, sizeof(s), "%.3g", gb);
+  std::snprintf(s, sizeof(s), "%.4g", gb);
   return s;
 }
 

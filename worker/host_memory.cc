@@ -33,9 +33,13 @@ std::vector<CgroupLimit> CgroupLimits(const std::string& proc, const std::string
   std::string line;
   std::vector<CgroupLimit> limits;
   while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) == 0) limits.push_back({root, line.substr(3), "memory.max"});
-    const size_t at = line.find(":memory:");
-    if (at != std::string::npos) limits.push_back({root + "/memory", line.substr(at + 8), "memory.limit_in_bytes"});
+    // "ID:CONTROLLERS:PATH", the controllers comma-separated (v1 may join them: "cpu,memory")
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",", path = line.substr(b + 1);
+    if (line.rfind("0::", 0) == 0) limits.push_back({root, path, "memory.max"});
+    else if (controllers.find(",memory,") != std::string::npos)
+      limits.push_back({root + "/memory", path, "memory.limit_in_bytes"});
   }
   return limits;
 }

@@ -9,9 +9,10 @@
 
 namespace nightshift {
 
-// The host's MemTotal, or the lowest cgroup v2 `memory.max` on the way from this
-// process's cgroup up to the root where that is lower (a worker in a container, or in a
-// Slurm or Kubernetes allocation, sees its own limit); 0 when neither can be read.
+// The host's MemTotal, or the lowest cgroup limit on the way from this process's cgroup up
+// to the root where that is lower (v2's `memory.max`, v1's memory controller's
+// `memory.limit_in_bytes`: a worker in a container, or in a Slurm or Kubernetes
+// allocation, sees its own limit); 0 when none can be read.
 // `proc` and `cgroup_root` are where /proc and /sys/fs/cgroup are (tests pass folders).
 int64_t HostMemoryBytes(const std::string& proc = "/proc", const std::string& cgroup_root = "/sys/fs/cgroup");
 

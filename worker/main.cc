@@ -117,7 +117,7 @@ void AddFlags(CLI::App* app, Flags* f) {
                   "host memory, in GiB, this worker's ranks may use together: the coordinator places a job's "
                   "rank here only if its resources.memory_gb fits in this over the slots (default: the host's "
                   "memory, or this process's cgroup limit where lower)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1048576.0));  // up to 1 PiB: no overflow in bytes
   app->add_option("--checkpoint-root", o.checkpoint_root,
                   "where jobs' checkpoints go (share it between workers so a job can move)");
   app->add_option("--advertise-host", o.advertise_host, "address other workers reach our ranks on");

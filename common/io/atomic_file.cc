@@ -122,10 +122,15 @@ std::string ReadOpenFile(int fd, const std::string& path, uint64_t max_bytes, st
   if (err.empty() && chunk) {
     std::string piece(size_t{1} << 20, '\0');
     uint64_t left = static_cast<uint64_t>(st.st_size);
-    while (left > 0 && err.empty()) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(left, piece.size()));
-      if (ReadUpTo(fd, piece.data(), want) != want) err = "cannot read " + path + " whole";
-      else chunk(std::string_view(piece.data(), want)), left -= want;
+    try {
+      while (left > 0 && err.empty()) {
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(left, piece.size()));
+        if (ReadUpTo(fd, piece.data(), want) != want) err = "cannot read " + path + " whole";
+        else chunk(std::string_view(piece.data(), want)), left -= want;
+      }
+    } catch (...) {  // from `chunk`
+      ::close(fd);
+      throw;
     }
   }
   ::close(fd);

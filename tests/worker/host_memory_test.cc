@@ -48,7 +48,7 @@ TEST_F(HostMemoryTest, TheLowestLimitOnTheWayToTheRootOnCgroupV2) {
 }
 
 TEST_F(HostMemoryTest, TheMemoryControllersLimitOnAHybridCgroupV1Host) {
-  Write("proc/self/cgroup", "4:memory:/process_api/abc\n0::/\n");
+  Write("proc/self/cgroup", "4:cpu,memory:/process_api/abc\n0::/\n");
   Write("cgroup/memory/process_api/abc/memory.limit_in_bytes", "9223372036854771712\n");  // none
   Write("cgroup/memory/process_api/memory.limit_in_bytes", "4294967296\n");
   EXPECT_EQ(Bytes(), int64_t{4} << 30);

@@ -564,7 +564,7 @@ void CheckModelStateFits(Run& run) {
                                " ranks would keep " + GiB(b.optimizer_state / world) + " of optimizer state instead, " +
                                GiB(sharded) + " in all"
                          : "";
-  if (run.full && run.full->holds_gradients())  // whole forced (auto holds them only where they fit)
+  if (run.full && run.full->holds_gradients())  // forced, or auto's choice kept from the run's start
     hint = "; with resources.accumulate_gradients: sharded it would not hold the blocks' gradients whole between "
            "micro-batches (" + GiB(double(run.full->held_bytes())) + " of them), " +
            GiB(b.total() - double(run.full->held_bytes())) + " in all";

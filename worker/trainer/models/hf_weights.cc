@@ -190,11 +190,22 @@ void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
                          ", the model built from config.json needs " + c10::str(dst.sizes()));
   const char* bytes = file.data + t.begin;
   const size_t n = t.end - t.begin, element = format::DTypeSize(t.dtype);
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // Drops the pages of [from, from + len) from this process once copied. Once the file has
+  // views (Mapping), only the pages wholly inside: a page it shares with a neighbour may
+  // hold what a view of that neighbour wrote.
+  const auto drop = [&](const char* from, size_t len) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(from), last = first + len;
+    const uintptr_t begin = file.has_views ? (first + page - 1) / page * page : first / page * page;
+    const uintptr_t end = file.has_views ? last / page * page : (last + page - 1) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  };
   torch::NoGradGuard no_grad;
   if (reinterpret_cast<uintptr_t>(bytes) % element != 0 || !dst.is_contiguous()) {  // alignment is not promised
     torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(type));
     std::memcpy(src.data_ptr(), bytes, n);
-    dst.copy_(src);  // converts to dst's dtype and device
+    drop(bytes, n);
+    dst.copy_(src);  // converts to dst's dtype and device (a transposed view: GPT-2's Conv1D)
     return;
   }
   // Views of the mapped bytes (read only), copied in chunks whose pages are dropped from
@@ -204,17 +215,11 @@ void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
   constexpr size_t kChunk = size_t{16} << 20;  // bytes
   const int64_t count = static_cast<int64_t>(n / element), per_chunk = static_cast<int64_t>(kChunk / element);
   torch::Tensor flat = dst.view({-1});
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   for (int64_t at = 0; at < count; at += per_chunk) {
     const int64_t len = std::min(per_chunk, count - at);
     const char* from = bytes + at * static_cast<int64_t>(element);
     flat.narrow(0, at, len).copy_(torch::from_blob(const_cast<char*>(from), {len}, torch::TensorOptions().dtype(type)));
-    // Once the file has views (Mapping), only the pages wholly inside this tensor's bytes:
-    // a page it shares with a neighbour may hold what a view of that neighbour wrote.
-    const uintptr_t first = reinterpret_cast<uintptr_t>(from), last = first + len * element;
-    const uintptr_t begin = file.has_views ? (first + page - 1) / page * page : first / page * page;
-    const uintptr_t end = file.has_views ? last / page * page : (last + page - 1) / page * page;
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    drop(from, static_cast<size_t>(len) * element);
   }
 }
 

@@ -664,6 +664,9 @@ void FullyShardedAdamW::ReopenFor(const torch::Tensor& param) {
     reopen_ = u + 1;
     return;
   }
+  for (size_t u = 0; u < reopen_; ++u)  // a block already cut again: its storage is empty
+    if (units_[u]->block() && units_[u].get() != reopened_ && units_[u]->Holds(param))
+      throw std::logic_error("FullyShardedAdamW: ReopenFor out of the model's order");
 }
 
 void FullyShardedAdamW::EndReopen() {

@@ -142,9 +142,8 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // written of the blocks after it: models/common.h's DeferInit).
   void ShardBefore(const torch::Tensor& param);
   // No collective. Every block's trainable unit allocated whole again, unwritten, for a
-  // load that writes all of them (a checkpoint written without sharding full, or
-  // model.init_from, before the group has gathered anything: at start-up and in the
-  // resume after joining); Shard() cuts them again. An adapter's frozen base stays cut
+  // load that writes all of them (a checkpoint written without sharding full, at start-up
+  // and in a roll-back); Shard() cuts them again. An adapter's frozen base stays cut
   // (no checkpoint holds it). The whole model is on this rank for that time.
   void Reopen();
   // No collective. The same for a load that writes the parameters in the model's order,
@@ -152,8 +151,9 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   // the block reopened last (its shard taken from what the load wrote) and allocates the
   // block that holds p whole, unwritten, if it was not yet; EndReopen() cuts the last and
   // takes the resident units' shards from what the load wrote into them. The load must
-  // write every trainable parameter of each block it reopens; a block it does not reach
-  // keeps its shards. One block is whole at a time. Sharded, before and after.
+  // write every trainable parameter of each block it reopens (std::logic_error for one of
+  // a block already cut again); a block it does not reach keeps its shards. One block is
+  // whole at a time. Sharded, before and after.
   void ReopenFor(const torch::Tensor& param);
   void EndReopen();
   // No collective. Every unit, shard and moment onto `device` (the parameters stay the same
