@@ -1088,6 +1088,15 @@ TEST(ShardedAdamWUnitTest, ALoadInTheModelsOrderCutsOneBlockAtATime) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(most_whole[r], 1) << "rank " << r;
 }
 
+// How many blocks (block_of[i] >= 0: params[i]'s) hold a parameter whose storage is
+// allocated: whole on this rank.
+int WholeBlocks(const std::vector<torch::Tensor>& params, const std::vector<int64_t>& block_of) {
+  std::set<int64_t> whole;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (block_of[i] >= 0 && params[i].storage().nbytes() > 0) whole.insert(block_of[i]);
+  return static_cast<int>(whole.size());
+}
+
 // A load into the sharded model (model.init_from at start-up), on 3 ranks: the load writes
 // new values in the model's order, each block reopened whole just before its first
 // parameter (ReopenFor) and cut again when the load moves on, so a rank holds at most one
@@ -1110,12 +1119,7 @@ TEST(ShardedAdamWUnitTest, AReloadInTheModelsOrderReopensOneBlockAtATime) {
     auto opt = FullyShardedAdamW::Create(params, block_of, torch::optim::AdamWOptions(1e-2), r, world);
     opt->set_group(group.get());
     opt->Shard();
-    auto whole_blocks = [&] {
-      std::set<int64_t> whole;
-      for (size_t i = 0; i < params.size(); ++i)
-        if (block_of[i] >= 0 && params[i].storage().nbytes() > 0) whole.insert(block_of[i]);
-      return static_cast<int>(whole.size());
-    };
+    auto whole_blocks = [&] { return WholeBlocks(params, block_of); };
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
       opt->ReopenFor(params[i]);
@@ -1156,12 +1160,7 @@ TEST(ShardedAdamWUnitTest, TheExportWalkGathersOneBlockAtATime) {
     auto opt = FullyShardedAdamW::Create(params, block_of, torch::optim::AdamWOptions(1e-2), r, world);
     opt->set_group(group.get());
     opt->Shard();
-    auto whole_blocks = [&] {
-      std::set<int64_t> whole;
-      for (size_t i = 0; i < params.size(); ++i)
-        if (block_of[i] >= 0 && params[i].storage().nbytes() > 0) whole.insert(block_of[i]);
-      return static_cast<int>(whole.size());
-    };
+    auto whole_blocks = [&] { return WholeBlocks(params, block_of); };
     if (r == 0) {
       for (const torch::Tensor& p : params) {
         opt->GatherFor(p);
