@@ -1,10 +1,12 @@
 #include "coordinator/provisioner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <utility>
 
 #include "common/log.h"
+#include "common/time_util.h"
 
 namespace nightshift {
 namespace {
@@ -135,19 +137,30 @@ Status Provisioner::Unlisted(const AllocationNeed& n) {
     unrecorded_.erase(id);
     return Follow(n, *record);
   }
-  // The records unreachable, or not yet showing the end: asked again next pass, a while.
+  // The records unreachable, or not yet showing the end: asked again next pass, a while,
+  // counted from the first pass that missed it, before a coordinator restart too (the
+  // job's allocation keeps when: unlisted_since).
   const bool later = ours || record.status().code() == Status::kUnavailable;
-  const Clock::TimePoint now = options_.clock->Now(), since = unrecorded_.try_emplace(id, now).first->second;
-  if (later && now - since < std::chrono::duration<double>(options_.record_wait_seconds)) {
+  const Clock::TimePoint now = options_.clock->Now();
+  auto [first, fresh] = unrecorded_.try_emplace(id, now);
+  const bool noted = n.allocation.state() == kAllocationUnlisted && n.allocation.has_unlisted_since();
+  if (fresh && noted) {
+    const double ago = std::min(SecondsSince(n.allocation.unlisted_since(), options_.clock->WallNow()),
+                                options_.record_wait_seconds);  // a wall clock may jump
+    first->second = now - std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(std::max(ago, 0.0)));
+  }
+  if (later && now - first->second < std::chrono::duration<double>(options_.record_wait_seconds)) {
     v1::ClusterAllocation waiting = n.allocation;
     waiting.set_state(kAllocationUnlisted);
     waiting.set_reason("its end is not in " + std::string(cluster_->name()) + "'s records yet");
+    if (!noted) *waiting.mutable_unlisted_since() = ToTimestamp(options_.clock->WallNow());
     return coordinator_->NoteAllocation(n.job_id, waiting);
   }
   unrecorded_.erase(id);
   v1::ClusterAllocation gone = n.allocation;
   gone.set_state("GONE");
   gone.clear_reason();
+  gone.clear_unlisted_since();
   std::string why = record.ok() ? "" : " (" + record.status().message() + ")";
   if (ours) why = " (its record still says " + record->state + ")";
   return coordinator_->AllocationEnded(n.job_id, gone, AllocationEnd::kOther,

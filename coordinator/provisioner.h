@@ -85,7 +85,8 @@ class Provisioner {
   // their allocations (job.excluded_nodes) was impossible. Until a node fails again.
   std::set<std::string> every_node_;
   std::set<std::string> cancelled_;  // allocations already cancelled (not cancelled again)
-  // Allocations unlisted with no ended record: when a pass first missed each.
+  // Allocations unlisted with no ended record: when a pass first missed each (from the
+  // job's ClusterAllocation.unlisted_since after a restart).
   std::map<std::string, Clock::TimePoint> unrecorded_;
   // Running allocations whose attempts are over: when a pass first saw each so.
   std::map<std::string, Clock::TimePoint> over_since_;

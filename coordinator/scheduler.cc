@@ -154,8 +154,9 @@ class Pass {
       return false;
     }
     if (job.world_size > free || !SparesReservation(job)) {
-      result_.waiting[job.id] = "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
-                                std::to_string(free) + " free now)";
+      result_.waiting[job.id] = job.world_size > free ? "waiting for " + std::to_string(job.world_size) + " free" +
+                                                            kind + " (" + std::to_string(free) + " free now)"
+                                                      : "queued behind " + result_.reserved_for;
       HoldFor(job);
       return false;
     }

@@ -531,6 +531,32 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   EXPECT_NE(job.reason().find("its record still says RUNNING"), std::string::npos) << job.reason();
 }
 
+// The wait for a record counts from the first pass that missed the allocation, across a
+// coordinator restart (kept on the job: ClusterAllocation.unlisted_since), not afresh from
+// each start: 2 s before the restart and 1.5 s after end the 3 s wait.
+TEST_F(ProvisionerTest, TheWaitForARecordDoesNotStartAgainAfterACoordinatorRestart) {
+  const std::string id = Submit(2);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  cluster_.listed.clear();
+  Allocation record;
+  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kRunning;
+  record.state = "RUNNING";
+  cluster_.records["100"] = record;
+  Pass();
+  EXPECT_TRUE(Get(id).allocation().has_unlisted_since());
+  clock_.Advance(std::chrono::seconds(2));
+  Restart();
+  Pass();
+  EXPECT_EQ(Get(id).attempt(), 0) << "2 s of the 3 waited";
+  clock_.Advance(std::chrono::milliseconds(1500));
+  Pass();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_TRUE(HasEvent(job, "its record still says RUNNING")) << job.reason();
+}
+
 // The workers of a preempted allocation are killed with it, and their leases (10 s) run out
 // while the records are late to show the preemption (here 60 s allowed), before or after
 // a coordinator restart: the attempt is not failed for it (a restart counted) nor judged

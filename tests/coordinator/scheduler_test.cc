@@ -68,6 +68,10 @@ TEST(SchedulerTest, ARankGoesOnlyWhereItsMemoryFitsPerSlot) {
   EXPECT_EQ(r.placed.at("c")[0].worker, "small");
   r = Schedule({big, {"c", 1, 0, 2}}, {WithMemory({"small", 4, 0}, 8), WithMemory({"large", 2, 1}, 16)});
   EXPECT_FALSE(r.placed.count("c"));
+  // Its slots free but a reservation before it (an earlier 3-rank job): queued behind it.
+  r = Schedule({{"first", 3, 0, 0}, big}, {WithMemory({"small", 4, 0}, 8), WithMemory({"large", 2, 2}, 16)});
+  EXPECT_EQ(r.reserved_for, "first");
+  EXPECT_EQ(r.waiting.at("big"), "queued behind first");
   // A job that cannot fit even when its workers are free keeps nothing.
   SchedJob huge = big;
   huge.id = "huge", huge.world_size = 3;
