@@ -122,9 +122,10 @@ class Pass {
 
  private:
   // A job only some workers may run (a GPU job: GPU workers; one with resources.memory_gb:
-  // those with that much per slot): only their slots count, and it never reserves or
-  // preempts (the reservation arithmetic is over all slots); it backfills like any job
-  // once a reservation exists.
+  // those with that much per slot): only their slots count. It does not take the
+  // reservation or preempt (their arithmetic is over all slots), but the first such job
+  // that waits keeps its workers' free slots (HoldFor); it backfills like any job once a
+  // reservation exists.
   bool ConsiderSome(const SchedJob& job) {
     int total = 0, free = 0, of_kind = 0;  // of_kind: workers with GPUs where it needs them
     bool short_of_memory = false;          // some of those lack resources.memory_gb per slot
