@@ -157,6 +157,22 @@ class ProvisionerTest : public testing::Test {
     }
   }
 
+  // Allocation `id` of (job, attempt) gone from the cluster's list while its record (Slurm's
+  // accounting) still says it runs, as when the accounting lags; returns that record.
+  Allocation UnlistedButRecordedRunning(const std::string& job, int attempt, const std::string& id) {
+    cluster_.listed.clear();
+    Allocation record;
+    record.id = id, record.job_id = job, record.attempt = attempt, record.phase = Allocation::Phase::kRunning;
+    record.state = "RUNNING";
+    cluster_.records[id] = record;
+    return record;
+  }
+  // The record of `record`'s allocation now says PREEMPTED.
+  void RecordPreempted(Allocation record) {
+    record.phase = Allocation::Phase::kEnded, record.state = "PREEMPTED", record.end = Allocation::End::kPreempted;
+    cluster_.records[record.id] = record;
+  }
+
   // Allocation `id` of (job, attempt) ended by Slurm's NODE_FAIL, `failed` down.
   void FailNode(const std::string& job, int attempt, const std::string& id, const std::string& failed) {
     Allocation& a = cluster_.Show(id, job, attempt, Allocation::Phase::kEnded, "NODE_FAIL", "", "n[1-2]");
@@ -500,14 +516,10 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   Pass();
   EXPECT_EQ(Get(id).attempt(), 0) << "waiting for the records";
   cluster_.lookup_error = Status::OK();
-  Allocation record;
-  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kRunning;
-  record.state = "RUNNING";
-  cluster_.records["100"] = record;
+  const Allocation record = UnlistedButRecordedRunning(id, 0, "100");
   Pass();
   EXPECT_EQ(Get(id).attempt(), 0) << "its record still says running";
-  record.phase = Allocation::Phase::kEnded, record.state = "PREEMPTED", record.end = Allocation::End::kPreempted;
-  cluster_.records["100"] = record;
+  RecordPreempted(record);
   Pass();
   v1::Job job = Get(id);
   EXPECT_EQ(job.attempt(), 1);
@@ -516,9 +528,7 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   Pass();
   ASSERT_EQ(cluster_.requests.size(), 2u);
   RunOnAllocation(id, 1, "101");
-  cluster_.listed.clear();
-  record.id = "101", record.attempt = 1, record.phase = Allocation::Phase::kRunning, record.state = "RUNNING";
-  cluster_.records["101"] = record;
+  UnlistedButRecordedRunning(id, 1, "101");
   Pass();
   clock_.Advance(std::chrono::milliseconds(2999));
   Pass();
@@ -538,11 +548,7 @@ TEST_F(ProvisionerTest, TheWaitForARecordDoesNotStartAgainAfterACoordinatorResta
   const std::string id = Submit(2);
   Pass();
   RunOnAllocation(id, 0, "100");
-  cluster_.listed.clear();
-  Allocation record;
-  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kRunning;
-  record.state = "RUNNING";
-  cluster_.records["100"] = record;
+  UnlistedButRecordedRunning(id, 0, "100");
   Pass();
   EXPECT_TRUE(Get(id).allocation().has_unlisted_since());
   clock_.Advance(std::chrono::seconds(2));
@@ -567,11 +573,7 @@ TEST_F(ProvisionerTest, LostWorkersOfAnAllocationAwaitingItsRecordFailNothingByT
   const std::string id = Submit(2, "cpu", /*max_restarts=*/0);
   Pass();
   RunOnAllocation(id, 0, "100");
-  cluster_.listed.clear();
-  Allocation record;
-  record.id = "100", record.job_id = id, record.attempt = 0, record.phase = Allocation::Phase::kRunning;
-  record.state = "RUNNING";
-  cluster_.records["100"] = record;
+  const Allocation record = UnlistedButRecordedRunning(id, 0, "100");
   Pass();
   EXPECT_EQ(Get(id).allocation().state(), kAllocationUnlisted);
   OnlyABystanderBeatsFor(12);
@@ -581,8 +583,7 @@ TEST_F(ProvisionerTest, LostWorkersOfAnAllocationAwaitingItsRecordFailNothingByT
   Pass();
   OnlyABystanderBeatsFor(12);
   EXPECT_EQ(Get(id).attempt(), 0) << Get(id).reason();
-  record.phase = Allocation::Phase::kEnded, record.state = "PREEMPTED", record.end = Allocation::End::kPreempted;
-  cluster_.records["100"] = record;
+  RecordPreempted(record);
   Pass();
   const v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::QUEUED) << job.reason();
