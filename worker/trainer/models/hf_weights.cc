@@ -76,6 +76,18 @@ uint64_t FileFingerprint(const struct stat& st, const char* data, size_t size) {
   return std::hash<std::string>{}(identity);
 }
 
+// Drops the mapped pages of [from, from + len) from this process (the page cache keeps
+// them). `whole_only`: only the pages wholly inside, where a page shared with a neighbour
+// may hold what a view of that neighbour wrote (a file with views); else every page it
+// touches.
+void DropPages(const void* from, size_t len, bool whole_only) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(from), last = first + len;
+  const uintptr_t begin = whole_only ? (first + page - 1) / page * page : first / page * page;
+  const uintptr_t end = whole_only ? last / page * page : (last + page - 1) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace
 
 void HfWeights::AddFile(const std::string& path, const std::vector<std::string>& roots,
@@ -190,16 +202,9 @@ void HfWeights::CopyTo(const std::string& name, torch::Tensor& dst) const {
                          ", the model built from config.json needs " + c10::str(dst.sizes()));
   const char* bytes = file.data + t.begin;
   const size_t n = t.end - t.begin, element = format::DTypeSize(t.dtype);
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  // Drops the pages of [from, from + len) from this process once copied. Once the file has
-  // views (Mapping), only the pages wholly inside: a page it shares with a neighbour may
-  // hold what a view of that neighbour wrote.
-  const auto drop = [&](const char* from, size_t len) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(from), last = first + len;
-    const uintptr_t begin = file.has_views ? (first + page - 1) / page * page : first / page * page;
-    const uintptr_t end = file.has_views ? last / page * page : (last + page - 1) / page * page;
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  };
+  // Once copied, its pages leave this process (only those wholly inside once the file has
+  // views: Mapping).
+  const auto drop = [&](const char* from, size_t len) { DropPages(from, len, file.has_views); };
   torch::NoGradGuard no_grad;
   if (reinterpret_cast<uintptr_t>(bytes) % element != 0 || !dst.is_contiguous()) {  // alignment is not promised
     torch::Tensor src = torch::empty(t.shape, torch::TensorOptions().dtype(type));
@@ -266,10 +271,7 @@ bool HfWeights::ShareOrCopyTo(const std::string& name, torch::Tensor& param) con
 
 void DropMappedPages(const torch::Tensor& t) {
   if (!MappedWeightFingerprint(t)) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto from = reinterpret_cast<uintptr_t>(t.data_ptr());
-  const uintptr_t begin = (from + page - 1) / page * page, end = (from + t.nbytes()) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  DropPages(t.data_ptr(), t.nbytes(), /*whole_only=*/true);
 }
 
 std::optional<uint64_t> MappedWeightFingerprint(const torch::Tensor& t) {
