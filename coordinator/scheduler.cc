@@ -73,16 +73,19 @@ std::string Join(const std::vector<std::string>& v) {
 class Pass {
  public:
   Pass(std::vector<SchedWorker> workers, const std::vector<SchedRunning>& running, const ScheduleOptions& options)
-      : workers_(std::move(workers)), running_(running), options_(options), held_(running.size(), 0) {
-    std::unordered_map<std::string, int> known;  // worker name -> index
+      : workers_(std::move(workers)),
+        running_(running),
+        options_(options),
+        held_(running.size(), 0),
+        preempting_(running.size(), false) {
     for (size_t i = 0; i < workers_.size(); ++i) {
-      known[workers_[i].name] = static_cast<int>(i);
+      index_[workers_[i].name] = i;
       total_ += workers_[i].total_slots;
       free_total_ += workers_[i].free_slots;
     }
     for (size_t i = 0; i < running_.size(); ++i)
       for (const auto& p : running_[i].parts)
-        if (known.count(p.worker)) held_[i] += p.num_ranks;
+        if (index_.count(p.worker)) held_[i] += p.num_ranks;
   }
 
   // Slots each owner's running jobs hold on the workers that count (fair share).
@@ -123,9 +126,10 @@ class Pass {
  private:
   // A job only some workers may run (a GPU job: GPU workers; one with resources.memory_gb:
   // those with that much per slot): only their slots count. It does not take the
-  // reservation or preempt (their arithmetic is over all slots), but the first such job
-  // that waits keeps its workers' free slots (HoldFor); it backfills like any job once a
-  // reservation exists.
+  // reservation (its arithmetic is over all slots), but the first such job that waits
+  // keeps its workers' free slots (HoldFor) and preempts lower-priority jobs on those
+  // workers when stopping them frees enough there (PreemptOn); it backfills like any job
+  // once a reservation exists.
   bool ConsiderSome(const SchedJob& job) {
     int total = 0, free = 0, of_kind = 0;  // of_kind: workers with GPUs where it needs them
     bool short_of_memory = false;          // some of those lack resources.memory_gb per slot
@@ -155,9 +159,11 @@ class Pass {
       return false;
     }
     if (job.world_size > free || !SparesReservation(job)) {
-      result_.waiting[job.id] = job.world_size > free ? "waiting for " + std::to_string(job.world_size) + " free" +
-                                                            kind + " (" + std::to_string(free) + " free now)"
-                                                      : "queued behind " + result_.reserved_for;
+      const bool short_now = job.world_size > free;
+      result_.waiting[job.id] = short_now ? "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
+                                                std::to_string(free) + " free now)"
+                                          : "queued behind " + result_.reserved_for;
+      if (short_now && held_for_.empty() && options_.preemption) PreemptOn(job, free);
       HoldFor(job);
       return false;
     }
@@ -167,7 +173,7 @@ class Pass {
 
   // The first such job that waits keeps the free slots of the workers it may use from the
   // jobs considered after it in this pass (as a reservation keeps slots), so that smaller
-  // jobs cannot take them one by one for ever; it does not preempt.
+  // jobs cannot take them one by one for ever (and preempts for them: PreemptOn).
   void HoldFor(const SchedJob& job) {
     if (!held_for_.empty()) return;
     held_for_ = job.id;
@@ -198,63 +204,86 @@ class Pass {
     free_total_ -= job.world_size;
   }
 
+  // The first restricted job that waits (ConsiderSome), with `free` of its slots free:
+  // the victims Preempt chooses among the jobs on the workers it may use, counting only
+  // their slots there, when the jobs already stopping there do not free enough. Those
+  // slots are kept for it (HoldFor) as they free up.
+  void PreemptOn(const SchedJob& job, int free) {
+    std::vector<int> held(running_.size(), 0);  // slots running_[i] holds where `job` may run
+    for (size_t i = 0; i < running_.size(); ++i)
+      for (const auto& p : running_[i].parts) {
+        const auto w = index_.find(p.worker);
+        if (w != index_.end() && Eligible(job, workers_[w->second])) held[i] += p.num_ranks;
+      }
+    int soon = free;
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].stopping) soon += held[i];
+    if (soon < job.world_size) Preempt(job, job.world_size - soon, held);
+  }
+
   // The first job that does not fit gets the reservation, at the earliest time enough
   // slots free up (preempting lower-priority jobs if that is allowed and helps).
   void Reserve(const SchedJob& job) {
     reserved_ = true;
     result_.reserved_for = job.id;
-    // Slots that free up soon: jobs already stopping, plus victims chosen now.
-    std::vector<bool> ends_now(running_.size(), false);
+    // Slots that free up soon: jobs already stopping, plus victims chosen now (not those
+    // a restricted job chose before it in this pass: their slots are kept for that job).
     int soon = free_total_;
     for (size_t i = 0; i < running_.size(); ++i)
-      if (running_[i].stopping) ends_now[i] = true, soon += held_[i];
-    if (options_.preemption && soon < job.world_size) Preempt(job, job.world_size - soon, &ends_now);
+      if (running_[i].stopping) soon += held_[i];
+    std::vector<bool> ends_now(running_.size(), false);
+    if (options_.preemption && soon < job.world_size) ends_now = Preempt(job, job.world_size - soon, held_);
+    for (size_t i = 0; i < running_.size(); ++i) ends_now[i] = ends_now[i] || running_[i].stopping;
     SetReservationTime(job, ends_now);
     if (!result_.waiting.count(job.id)) result_.waiting[job.id] = ShortOf(job);
   }
 
-  // Whether `job` may stop running_[i]: a lower priority, and either the same owner or
-  // the best-effort class (ScheduleOptions::preemptible_below).
-  bool MayPreempt(const SchedJob& job, size_t i) const {
+  // Whether `job` may stop running_[i], which holds held[i] slots where it counts: a
+  // lower priority, and either the same owner or the best-effort class
+  // (ScheduleOptions::preemptible_below); not one already stopping or chosen in this pass.
+  bool MayPreempt(const SchedJob& job, size_t i, const std::vector<int>& held) const {
     const SchedRunning& r = running_[i];
-    if (r.stopping || held_[i] == 0 || r.priority >= job.priority) return false;
+    if (r.stopping || preempting_[i] || held[i] == 0 || r.priority >= job.priority) return false;
     return r.owner == job.owner || r.priority < options_.preemptible_below;
   }
 
   // Chooses the fewest, lowest-priority running jobs that `job` may preempt (MayPreempt)
-  // that free `need` slots, if there are enough; marks them in *ends_now.
-  void Preempt(const SchedJob& job, int need, std::vector<bool>* ends_now) {
+  // that free `need` slots (running_[i] frees held[i]), if there are enough; returns them
+  // marked (none, if there are not enough).
+  std::vector<bool> Preempt(const SchedJob& job, int need, const std::vector<int>& held) {
+    std::vector<bool> victims(running_.size(), false);
     std::vector<size_t> cand;
     for (size_t i = 0; i < running_.size(); ++i)
-      if (MayPreempt(job, i)) cand.push_back(i);
+      if (MayPreempt(job, i, held)) cand.push_back(i);
     // Lowest priority first; among equals the biggest (fewest victims), then the youngest.
     std::sort(cand.begin(), cand.end(), [&](size_t a, size_t b) {
       const SchedRunning &x = running_[a], &y = running_[b];
-      return std::make_tuple(x.priority, -held_[a], -static_cast<int64_t>(x.submit_seq)) <
-             std::make_tuple(y.priority, -held_[b], -static_cast<int64_t>(y.submit_seq));
+      return std::make_tuple(x.priority, -held[a], -static_cast<int64_t>(x.submit_seq)) <
+             std::make_tuple(y.priority, -held[b], -static_cast<int64_t>(y.submit_seq));
     });
     std::vector<size_t> chosen;
     int got = 0;
     for (size_t i : cand) {
       if (got >= need) break;
       chosen.push_back(i);
-      got += held_[i];
+      got += held[i];
     }
-    if (got < need) return;
+    if (got < need) return victims;
     // Drop victims that turned out unnecessary, most valuable first.
     for (size_t k = chosen.size(); k-- > 0;) {
-      if (got - held_[chosen[k]] >= need) {
-        got -= held_[chosen[k]];
+      if (got - held[chosen[k]] >= need) {
+        got -= held[chosen[k]];
         chosen.erase(chosen.begin() + static_cast<long>(k));
       }
     }
     std::vector<std::string> names;
     for (size_t i : chosen) {
-      (*ends_now)[i] = true;
+      victims[i] = preempting_[i] = true;
       names.push_back(running_[i].id);
       result_.preempt.push_back(running_[i].id);
     }
     result_.waiting[job.id] = "preempting " + Join(names) + " (lower priority) to start";
+    return victims;
   }
 
   // When enough slots are expected to be free for `job`, from the running jobs' ends
@@ -284,6 +313,8 @@ class Pass {
   const std::vector<SchedRunning>& running_;
   const ScheduleOptions options_;
   std::vector<int> held_;                   // slots running_[i] holds on workers_
+  std::vector<bool> preempting_;            // running_[i] chosen as a victim in this pass
+  std::unordered_map<std::string, size_t> index_;  // worker name -> its index in workers_
   int total_ = 0, free_total_ = 0;          // slots on workers_
   bool reserved_ = false;                   // once set, later jobs only backfill
   std::string held_for_;                    // HoldFor's job: its workers' free slots are kept

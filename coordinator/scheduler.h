@@ -18,14 +18,16 @@
 //   cannot hold counts only the others' slots, as a GPU job counts only GPU workers', and
 //   waits naming resources.memory_gb and the most any worker has per slot when none can.
 //   The first such job (or GPU job) that waits while enough of those slots exist keeps
-//   their free slots from the jobs after it in the pass; it does not preempt.
+//   their free slots from the jobs after it in the pass, and preempts as below, choosing
+//   only among the jobs on those workers and counting only their slots there.
 // - Backfill with a reservation (EASY backfill): the first job that cannot be placed
 //   gets a reservation at the earliest time enough slots free up, computed from the
 //   running jobs' estimated ends (unknown = never, as far as the plan goes). A later job
 //   may start ahead of it only if it fits in the free slots now and either is expected
 //   to end before the reservation time or fits in the slots the reservation does not
 //   need at that time. So large jobs are never starved, and small jobs still use holes.
-// - Preemption: if the reservation holder has a higher priority than some running jobs
+// - Preemption: if the reservation holder (or the first GPU or memory_gb job that waits,
+//   above) has a higher priority than some running jobs
 //   and enough slots would free up by stopping them, the scheduler names the fewest,
 //   lowest-priority such jobs in `preempt`. It does not place the holder in the same
 //   pass: the victims must stop first (they are passed back as `stopping`). Across

@@ -298,6 +298,49 @@ TEST(SchedulerTest, AUsersPriorityPreemptsOnlyTheirOwnJobsOrTheBestEffortClass) 
   EXPECT_EQ(r.preempt, std::vector<std::string>{"alices"});
 }
 
+// A GPU job, or one with resources.memory_gb, preempts as the reservation holder does,
+// but only jobs on the workers it may use and as many as free its slots there: a larger,
+// lower-priority CPU job is left running, and the slots it frees are kept for it.
+TEST(SchedulerTest, ARestrictedJobPreemptsOnlyOnTheWorkersItMayUse) {
+  SchedJob gpu{"g", 2, 10, 5};
+  gpu.needs_gpu = true;
+  const std::vector<SchedWorker> workers = {{"cpu1", 4, 0}, {"gpu1", 3, 1, /*gpus=*/true}};
+  std::vector<SchedRunning> running = {{"cpu-low", 0, 1, "", {{"cpu1", 0, 4}}},
+                                       {"gpu-low", 1, 2, "", {{"gpu1", 0, 1}}},
+                                       {"gpu-lower", 0, 3, "", {{"gpu1", 0, 1}}}};
+  auto r = Schedule({gpu, {"c", 1, 0, 6}}, workers, running);
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"gpu-lower"});  // one more GPU slot is enough
+  EXPECT_EQ(r.waiting.at("g"), "preempting gpu-lower (lower priority) to start");
+  EXPECT_FALSE(r.placed.count("g"));    // the victim stops first
+  EXPECT_FALSE(r.placed.count("c"));    // the free GPU slot is kept for it
+  // Next pass: the victim is stopping; nothing more is preempted.
+  running[2].stopping = true;
+  r = Schedule({gpu}, workers, running);
+  EXPECT_TRUE(r.preempt.empty());
+  EXPECT_EQ(r.waiting.at("g"), "waiting for 2 free GPU slots (1 free now)");
+  // Both GPU jobs needed: the lowest priority first, the CPU job never.
+  running[2].stopping = false;
+  r = Schedule({gpu}, {{"cpu1", 4, 0}, {"gpu1", 2, 0, true}}, running);
+  EXPECT_EQ(r.preempt, (std::vector<std::string>{"gpu-lower", "gpu-low"}));
+  // Not enough even with both stopped, or preemption off: none.
+  SchedJob three = gpu;
+  three.world_size = 3;
+  r = Schedule({three}, {{"cpu1", 4, 0}, {"gpu1", 3, 0, true}}, {running[0], running[2]});
+  EXPECT_TRUE(r.preempt.empty());
+  r = Schedule({gpu}, workers, running, ScheduleOptions{false});
+  EXPECT_TRUE(r.preempt.empty());
+  // Memory: a 12 GiB rank preempts on the 16 GiB worker only.
+  SchedJob big{"big", 2, 5, 7};
+  big.memory_gb = 12;
+  r = Schedule({big}, {WithMemory({"small", 4, 0}, 8), WithMemory({"large", 2, 0}, 16)},
+               {{"small-low", 0, 1, "", {{"small", 0, 4}}}, {"large-low", 0, 2, "", {{"large", 0, 2}}}});
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"large-low"});
+  // Another owner's job above the best-effort class is not its to stop.
+  big.owner = "bob";
+  r = Schedule({big}, {WithMemory({"large", 2, 0}, 16)}, {{"alices", 0, 2, "alice", {{"large", 0, 2}}}});
+  EXPECT_TRUE(r.preempt.empty());
+}
+
 TEST(SchedulerTest, PreemptionNotNeededWhenOnlyCapacityIsMissing) {
   // Not enough even with every lower-priority job stopped: no victims.
   std::vector<SchedRunning> running = {{"low", 0, 1, "", {{"w1", 0, 1}}}};
