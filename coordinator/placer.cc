@@ -104,7 +104,7 @@ Placer::Snapshot Placer::SnapshotForScheduler(Clock::TimePoint now) const {
 void Placer::ApplySchedule(const ScheduleResult& result) {
   for (const auto& victim_id : result.preempt) {
     JobEntry* victim = jobs_->Find(victim_id);
-    const v1::Job& holder = jobs_->Find(result.reserved_for)->job;
+    const v1::Job& holder = jobs_->Find(result.preempted_by.at(victim_id))->job;
     attempts_->BeginStopping(victim, v1::PREEMPTED,
                              "preempted by " + holder.id() + " (priority " + std::to_string(holder.spec().priority()) +
                                  " > " + std::to_string(victim->job.spec().priority()) + ")");

@@ -163,7 +163,7 @@ class Pass {
       result_.waiting[job.id] = short_now ? "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
                                                 std::to_string(free) + " free now)"
                                           : "queued behind " + result_.reserved_for;
-      if (short_now && held_for_.empty() && options_.preemption) PreemptOn(job, free);
+      if (short_now && held_for_.empty() && options_.preemption && SparesReservation(job)) PreemptOn(job, free);
       HoldFor(job);
       return false;
     }
@@ -174,14 +174,25 @@ class Pass {
   // The first such job that waits keeps the free slots of the workers it may use from the
   // jobs considered after it in this pass (as a reservation keeps slots), so that smaller
   // jobs cannot take them one by one for ever (and preempts for them: PreemptOn).
+  // The slots the running jobs hold on those workers no longer count for the
+  // reservation either (Reserve, SetReservationTime, Preempt): they are kept for this job
+  // as they free up.
   void HoldFor(const SchedJob& job) {
     if (!held_for_.empty()) return;
     held_for_ = job.id;
-    for (auto& w : workers_) {
+    std::vector<bool> kept(workers_.size(), false);
+    for (size_t k = 0; k < workers_.size(); ++k) {
+      SchedWorker& w = workers_[k];
       if (!Eligible(job, w)) continue;
+      kept[k] = true;
       free_total_ -= w.free_slots;
       w.free_slots = 0;
     }
+    for (size_t i = 0; i < running_.size(); ++i)
+      for (const auto& p : running_[i].parts) {
+        const auto w = index_.find(p.worker);
+        if (w != index_.end() && kept[w->second]) held_[i] -= p.num_ranks;
+      }
   }
 
   std::string ShortOf(const SchedJob& job) const {
@@ -281,6 +292,7 @@ class Pass {
       victims[i] = preempting_[i] = true;
       names.push_back(running_[i].id);
       result_.preempt.push_back(running_[i].id);
+      result_.preempted_by[running_[i].id] = job.id;
     }
     result_.waiting[job.id] = "preempting " + Join(names) + " (lower priority) to start";
     return victims;
@@ -312,7 +324,7 @@ class Pass {
   std::vector<SchedWorker> workers_;        // free_slots drop as jobs are placed
   const std::vector<SchedRunning>& running_;
   const ScheduleOptions options_;
-  std::vector<int> held_;                   // slots running_[i] holds on workers_
+  std::vector<int> held_;                   // slots running_[i] holds on workers_ (not kept: HoldFor)
   std::vector<bool> preempting_;            // running_[i] chosen as a victim in this pass
   std::unordered_map<std::string, size_t> index_;  // worker name -> its index in workers_
   int total_ = 0, free_total_ = 0;          // slots on workers_

@@ -67,7 +67,8 @@ struct SchedJob {
   std::string owner;                          // fair share is per owner ("" is one owner)
   double expected_seconds = kUnknownSeconds;  // run time once started, if known
   bool needs_gpu = false;  // resources.device cuda: placed on GPU workers only; such a job
-                           // waits without a reservation or preemption when they are full
+                           // waits without a reservation when they are full (it keeps
+                           // their free slots and may preempt: above)
   double memory_gb = 0;    // resources.memory_gb, per rank (0: none): placed where it fits
                            // per slot; waits as a GPU job does when some workers lack it
   // Workers whose own disk holds the job's newest checkpoint (no shared checkpoint root):
@@ -109,6 +110,7 @@ struct ScheduleResult {
   std::map<std::string, std::vector<SchedPart>> placed;  // job id -> parts, rank order
   std::map<std::string, std::string> waiting;            // job id -> why it waits
   std::vector<std::string> preempt;   // running jobs to stop (checkpoint and requeue)
+  std::map<std::string, std::string> preempted_by;  // each of those -> the job it stops for
   std::string reserved_for;           // the job holding the reservation; "" if none
   double reserved_in_seconds = 0;     // when its slots should be free (kUnknownSeconds)
 };

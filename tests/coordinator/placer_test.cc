@@ -300,5 +300,21 @@ TEST_F(PlacerTest, AHigherPriorityJobPreemptsAndIsPlacedOnceTheVictimStopped) {
   EXPECT_EQ(high->job.state(), v1::QUEUED);
 }
 
+// A GPU job preempts with no reservation in the pass (scheduler.h): the victim names it.
+TEST_F(PlacerTest, AGpuJobPreemptsOnAGpuWorkerAndTheVictimNamesIt) {
+  Register("gpu1", 1, /*gpus=*/1);
+  Register("cpu1", 1);
+  JobEntry* low = Submit(Spec(1));
+  RunOn(low, {"gpu1"});
+  v1::JobSpec urgent = Spec(1);
+  urgent.set_priority(5);
+  urgent.mutable_resources()->set_device("cuda");
+  JobEntry* high = Submit(urgent);
+  placer_->SchedulingPass(clock_.Now(), ScheduleOptions{});
+  EXPECT_EQ(low->job.state(), v1::PREEMPTED);
+  EXPECT_EQ(low->job.reason(), "preempted by " + high->job.id() + " (priority 5 > 0)");
+  EXPECT_EQ(high->job.state(), v1::QUEUED);
+}
+
 }  // namespace
 }  // namespace nightshift

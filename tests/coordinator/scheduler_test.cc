@@ -308,8 +308,11 @@ TEST(SchedulerTest, ARestrictedJobPreemptsOnlyOnTheWorkersItMayUse) {
   std::vector<SchedRunning> running = {{"cpu-low", 0, 1, "", {{"cpu1", 0, 4}}},
                                        {"gpu-low", 1, 2, "", {{"gpu1", 0, 1}}},
                                        {"gpu-lower", 0, 3, "", {{"gpu1", 0, 1}}}};
-  auto r = Schedule({gpu, {"c", 1, 0, 6}}, workers, running);
-  EXPECT_EQ(r.preempt, std::vector<std::string>{"gpu-lower"});  // one more GPU slot is enough
+  // "c" (priority 1) then takes the reservation: it may not count or choose gpu-lower
+  // (its slot is kept for "g"), and stops the CPU job for its one slot instead.
+  auto r = Schedule({gpu, {"c", 1, 1, 6}}, workers, running);
+  EXPECT_EQ(r.preempt, (std::vector<std::string>{"gpu-lower", "cpu-low"}));  // one more GPU slot is enough
+  EXPECT_EQ(r.preempted_by, (std::map<std::string, std::string>{{"gpu-lower", "g"}, {"cpu-low", "c"}}));
   EXPECT_EQ(r.waiting.at("g"), "preempting gpu-lower (lower priority) to start");
   EXPECT_FALSE(r.placed.count("g"));    // the victim stops first
   EXPECT_FALSE(r.placed.count("c"));    // the free GPU slot is kept for it
@@ -329,6 +332,21 @@ TEST(SchedulerTest, ARestrictedJobPreemptsOnlyOnTheWorkersItMayUse) {
   EXPECT_TRUE(r.preempt.empty());
   r = Schedule({gpu}, workers, running, ScheduleOptions{false});
   EXPECT_TRUE(r.preempt.empty());
+  // Queued behind a reservation it could not start before anyway: it stops nobody.
+  r = Schedule({{"first", 6, 20, 1}, gpu}, workers, running);
+  EXPECT_EQ(r.reserved_for, "first");
+  EXPECT_EQ(r.preempt, (std::vector<std::string>{"cpu-low", "gpu-lower"}));  // first's; not gpu-low for g
+  EXPECT_EQ(r.preempted_by.at("gpu-lower"), "first");
+  // The victim stopping in the next pass frees a slot kept for g: the reservation of a
+  // job after it neither counts it nor backfills a job into it.
+  running[2].stopping = true;
+  SchedJob after{"after", 4, 5, 8};
+  r = Schedule({gpu, after, {"small", 1, 1, 9}}, {{"cpu1", 4, 1}, {"gpu1", 3, 1, true}},
+               {{"cpu-high", 50, 1, "", {{"cpu1", 0, 3}}, 100}, running[1], running[2]});
+  EXPECT_EQ(r.reserved_for, "after");
+  EXPECT_EQ(r.reserved_in_seconds, 100);  // when cpu-high ends, not at once
+  EXPECT_FALSE(r.placed.count("small"));  // no spare slot at 100: it would delay "after"
+  running[2].stopping = false;
   // Memory: a 12 GiB rank preempts on the 16 GiB worker only.
   SchedJob big{"big", 2, 5, 7};
   big.memory_gb = 12;
