@@ -143,6 +143,13 @@ std::string OpenError(const std::string& path, int error) {
                            : "cannot open " + path + ": " + std::strerror(error);
 }
 
+// ReadRegularFile's open: a link as the last component is refused, not followed.
+int OpenNotFollowing(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) *error = OpenError(path, errno);
+  return fd;
+}
+
 }  // namespace
 
 bool PathWithin(const std::string& root, const std::string& path) {
@@ -151,8 +158,9 @@ bool PathWithin(const std::string& root, const std::string& path) {
 }
 
 std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::string* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return OpenError(path, errno);
+  std::string error;
+  const int fd = OpenNotFollowing(path, &error);
+  if (fd < 0) return error;
   return ReadOpenFile(fd, path, max_bytes, out);
 }
 
@@ -200,9 +208,8 @@ std::string ReadFileBeneath(const std::vector<std::string>& roots, const std::st
 std::string ScanFileBeneath(const std::vector<std::string>& roots, const std::string& path, uint64_t max_bytes,
                             const std::function<void(std::string_view)>& chunk) {
   std::string error;
-  const int fd = roots.empty() ? ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-                               : OpenFileBeneath(roots, path, &error);
-  if (fd < 0) return roots.empty() ? OpenError(path, errno) : error;
+  const int fd = roots.empty() ? OpenNotFollowing(path, &error) : OpenFileBeneath(roots, path, &error);
+  if (fd < 0) return error;
   return ReadOpenFile(fd, path, max_bytes, nullptr, chunk);
 }
 
