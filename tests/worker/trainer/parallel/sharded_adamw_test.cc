@@ -144,19 +144,20 @@ class ShardedAdamWTest : public ::testing::Test {
   static std::vector<torch::Tensor> Final(const TrainConfig& c) {
     return testing::LatestCheckpointParameters(*hf::JobModel(c, /*load_weights=*/false), c.checkpoint_dir);
   }
-  // Every tensor of `got` within 1e-5 of `want` relative to the tensor's largest value;
+  // Every tensor of `got` within `tolerance` (1e-5) of `want` relative to the tensor's largest value;
   // `loose` (names) within 1e-3: BERT's attention key biases, whose true gradient is zero
   // (a bias added to every key shifts a query's scores alike, which softmax ignores), so
   // theirs is rounding noise that Adam scales up to steps of the learning rate's size; a
   // different order of the same float32 sums (4 ranks' reduce-scatter against their
   // all-reduce) changes that noise, and the biases drift by about 1e-4 of their size.
   static void ExpectClose(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
-                          const std::string& what, const std::vector<std::string>& names = {}) {
+                          const std::string& what, const std::vector<std::string>& names = {},
+                          double tolerance = 1e-5) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < want.size(); ++i) {
       const bool loose = i < names.size() && names[i].find("attention.self.key.bias") != std::string::npos;
       EXPECT_LE((got[i] - want[i]).abs().max().item<double>(),
-                (loose ? 1e-3 : 1e-5) * std::max(want[i].abs().max().item<double>(), 1e-6))
+                (loose ? 1e-3 : tolerance) * std::max(want[i].abs().max().item<double>(), 1e-6))
           << what << ": parameter " << i << (i < names.size() ? " " + names[i] : "");
     }
   }
@@ -307,9 +308,13 @@ TEST_F(ShardedAdamWTest, Bf16ReductionTakesTheSameStepsWithEverySharding) {
 // order of sums. GPT-2 has directions whose gradient is rounding noise (below), which
 // AdamW turns into whole steps: reduce-scattered at each micro-batch (sharded, another
 // order of sums) they end farther than 1e-5 from DDP's, which the held sum's extra bytes
-// avoid.
+// avoid. Sharded is held to 5e-4 instead, the keys' columns of c_attn's weight left out
+// too (a bias added to every position's input moves every key alike: the weight's
+// gradient along the inputs' mean is noise as well): measured, 2.2e-5 at most but for the
+// second block's c_attn (8.4e-5 and 3.7e-5), where the noise of the first has added up; a
+// gradient summed wrong moves the parameters by a part in a hundred.
 TEST_F(ShardedAdamWTest, AGpt2RunWithComputeCopiesEqualsDataParallel) {
-  const auto expect_close = [](const TrainConfig& sharded, const TrainConfig& ddp) {
+  const auto expect_close = [](const TrainConfig& sharded, const TrainConfig& ddp, bool reordered) {
     std::vector<std::string> names;
     for (const auto& p : hf::JobModel(sharded, /*load_weights=*/false)->named_parameters()) names.push_back(p.key());
     std::vector<torch::Tensor> got = Final(sharded), want = Final(ddp);
@@ -322,8 +327,11 @@ TEST_F(ShardedAdamWTest, AGpt2RunWithComputeCopiesEqualsDataParallel) {
       if (names[i].find("attn.c_attn.bias") != std::string::npos) {
         const int64_t d = got[i].numel() / 3;
         for (auto* t : {&got[i], &want[i]}) *t = torch::cat({t->narrow(0, 0, d), t->narrow(0, 2 * d, d)});
+      } else if (reordered && names[i].find("attn.c_attn.weight") != std::string::npos) {  // [in, 3d]
+        const int64_t d = got[i].size(1) / 3;
+        for (auto* t : {&got[i], &want[i]}) *t = torch::cat({t->narrow(1, 0, d), t->narrow(1, 2 * d, d)}, 1);
       }
-    ExpectClose(got, want, "gpt2 full against none", names);
+    ExpectClose(got, want, "gpt2 full against none", names, reordered ? 5e-4 : 1e-5);
   };
   double held_gradient_bytes = 0;  // rank 0's gradient bytes with the sum held whole
   for (const int accumulate : {1, 2})
@@ -340,14 +348,13 @@ TEST_F(ShardedAdamWTest, AGpt2RunWithComputeCopiesEqualsDataParallel) {
       const TrainConfig sharded = config("gpt2_full");
       const auto starts = Train(sharded, 2, "full");
       ASSERT_EQ(starts.size(), 2u);
-      if (mode == "sharded") {  // farther than 1e-5 from DDP (above): not compared
+      if (mode == "sharded")
         EXPECT_GT(held_gradient_bytes, starts[0].Number("gradient_bytes")) << "the held sum counted";
-        continue;
-      }
-      if (accumulate == 2) held_gradient_bytes = starts[0].Number("gradient_bytes");
+      else if (accumulate == 2)
+        held_gradient_bytes = starts[0].Number("gradient_bytes");
       const TrainConfig ddp = config("gpt2_none");
       ASSERT_EQ(Train(ddp, 2, "none").size(), 2u);
-      expect_close(sharded, ddp);
+      expect_close(sharded, ddp, /*reordered=*/mode == "sharded");
     }
 }
 
