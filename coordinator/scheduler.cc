@@ -127,9 +127,9 @@ class Pass {
   // A job only some workers may run (a GPU job: GPU workers; one with resources.memory_gb:
   // those with that much per slot): only their slots count. It does not take the
   // reservation (its arithmetic is over all slots), but the first such job that waits
-  // keeps its workers' free slots (HoldFor) and preempts lower-priority jobs on those
-  // workers when stopping them frees enough there (PreemptOn); it backfills like any job
-  // once a reservation exists.
+  // keeps its workers' free slots (HoldFor) and, while no job holds the reservation,
+  // preempts lower-priority jobs on those workers when stopping them frees enough there
+  // (PreemptOn); it backfills like any job once a reservation exists.
   bool ConsiderSome(const SchedJob& job) {
     int total = 0, free = 0, of_kind = 0;  // of_kind: workers with GPUs where it needs them
     bool short_of_memory = false;          // some of those lack resources.memory_gb per slot
@@ -163,7 +163,7 @@ class Pass {
       result_.waiting[job.id] = short_now ? "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
                                                 std::to_string(free) + " free now)"
                                           : "queued behind " + result_.reserved_for;
-      if (short_now && held_for_.empty() && options_.preemption && SparesReservation(job)) PreemptOn(job, free);
+      if (short_now && held_for_.empty() && options_.preemption && !reserved_) PreemptOn(job, free);
       HoldFor(job);
       return false;
     }
@@ -215,10 +215,12 @@ class Pass {
     free_total_ -= job.world_size;
   }
 
-  // The first restricted job that waits (ConsiderSome), with `free` of its slots free:
-  // the victims Preempt chooses among the jobs on the workers it may use, counting only
-  // their slots there, when the jobs already stopping there do not free enough. Those
-  // slots are kept for it (HoldFor) as they free up.
+  // The first restricted job that waits (ConsiderSome), with `free` of its slots free,
+  // while no job holds the reservation (the holder, first in the next pass, would count
+  // the victims' slots as free at once and could take them): the victims Preempt chooses
+  // among the jobs on the workers it may use, counting only their slots there, when the
+  // jobs already stopping there do not free enough. Those slots are kept for it (HoldFor)
+  // as they free up.
   void PreemptOn(const SchedJob& job, int free) {
     std::vector<int> held(running_.size(), 0);  // slots running_[i] holds where `job` may run
     for (size_t i = 0; i < running_.size(); ++i)
@@ -237,14 +239,15 @@ class Pass {
   void Reserve(const SchedJob& job) {
     reserved_ = true;
     result_.reserved_for = job.id;
-    // Slots that free up soon: jobs already stopping, plus victims chosen now (not those
-    // a restricted job chose before it in this pass: their slots are kept for that job).
+    // Slots that free up soon: jobs already stopping or chosen by a restricted job before
+    // it in this pass (held_ leaves out their slots kept for that job: HoldFor), plus
+    // victims chosen now.
     int soon = free_total_;
     for (size_t i = 0; i < running_.size(); ++i)
-      if (running_[i].stopping) soon += held_[i];
+      if (running_[i].stopping || preempting_[i]) soon += held_[i];
     std::vector<bool> ends_now(running_.size(), false);
     if (options_.preemption && soon < job.world_size) ends_now = Preempt(job, job.world_size - soon, held_);
-    for (size_t i = 0; i < running_.size(); ++i) ends_now[i] = ends_now[i] || running_[i].stopping;
+    for (size_t i = 0; i < running_.size(); ++i) ends_now[i] = ends_now[i] || running_[i].stopping || preempting_[i];
     SetReservationTime(job, ends_now);
     if (!result_.waiting.count(job.id)) result_.waiting[job.id] = ShortOf(job);
   }

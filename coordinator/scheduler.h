@@ -18,8 +18,9 @@
 //   cannot hold counts only the others' slots, as a GPU job counts only GPU workers', and
 //   waits naming resources.memory_gb and the most any worker has per slot when none can.
 //   The first such job (or GPU job) that waits while enough of those slots exist keeps
-//   their free slots from the jobs after it in the pass, and preempts as below, choosing
-//   only among the jobs on those workers and counting only their slots there.
+//   their free slots from the jobs after it in the pass, and, while no job holds the
+//   reservation, preempts as below, choosing only among the jobs on those workers and
+//   counting only their slots there.
 // - Backfill with a reservation (EASY backfill): the first job that cannot be placed
 //   gets a reservation at the earliest time enough slots free up, computed from the
 //   running jobs' estimated ends (unknown = never, as far as the plan goes). A later job

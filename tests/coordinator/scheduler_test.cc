@@ -347,6 +347,25 @@ TEST(SchedulerTest, ARestrictedJobPreemptsOnlyOnTheWorkersItMayUse) {
   EXPECT_EQ(r.reserved_in_seconds, 100);  // when cpu-high ends, not at once
   EXPECT_FALSE(r.placed.count("small"));  // no spare slot at 100: it would delay "after"
   running[2].stopping = false;
+  // A reservation held (here by another owner's job, which may not stop gpu-lower): g
+  // stops nobody, even where it would start before it, since the holder, first in the
+  // next pass, would count the victim's slots as free at once and take them.
+  SchedJob theirs{"theirs", 2, 20, 1};
+  theirs.owner = "bob";
+  gpu.expected_seconds = 50;
+  r = Schedule({theirs, gpu}, {{"cpu1", 4, 0}, {"gpu1", 2, 0, true}},
+               {{"cpu-high", 30, 1, "bob", {{"cpu1", 0, 4}}, 200}, {"gpu-lower", 0, 3, "", {{"gpu1", 0, 2}}, 100}});
+  EXPECT_EQ(r.reserved_for, "theirs");
+  EXPECT_TRUE(r.preempt.empty());
+  gpu.expected_seconds = kUnknownSeconds;
+  // A victim of g's on both kinds of workers: its CPU slots count as freed for the
+  // reservation after g (no second victim), its GPU slot is kept for g.
+  r = Schedule({{"g1", 1, 10, 5, "", kUnknownSeconds, true}, {"cpu-job", 2, 5, 6}}, {{"cpu1", 4, 0}, {"gpu1", 2, 0, true}},
+               {{"x", 0, 1, "", {{"cpu1", 0, 2}}}, {"w", 0, 2, "", {{"gpu1", 0, 1}}},
+                {"v", 0, 3, "", {{"gpu1", 1, 1}, {"cpu1", 2, 2}}}});
+  EXPECT_EQ(r.preempt, std::vector<std::string>{"v"});
+  EXPECT_EQ(r.reserved_for, "cpu-job");
+  EXPECT_EQ(r.reserved_in_seconds, 0);
   // Memory: a 12 GiB rank preempts on the 16 GiB worker only.
   SchedJob big{"big", 2, 5, 7};
   big.memory_gb = 12;
