@@ -180,19 +180,24 @@ class Pass {
   void HoldFor(const SchedJob& job) {
     if (!held_for_.empty()) return;
     held_for_ = job.id;
-    std::vector<bool> kept(workers_.size(), false);
-    for (size_t k = 0; k < workers_.size(); ++k) {
-      SchedWorker& w = workers_[k];
+    for (auto& w : workers_) {
       if (!Eligible(job, w)) continue;
-      kept[k] = true;
       free_total_ -= w.free_slots;
       w.free_slots = 0;
     }
+    const std::vector<int> kept = HeldWhere(job);
+    for (size_t i = 0; i < running_.size(); ++i) held_[i] -= kept[i];
+  }
+
+  // The slots each running job holds on the workers `job` may use.
+  std::vector<int> HeldWhere(const SchedJob& job) const {
+    std::vector<int> held(running_.size(), 0);
     for (size_t i = 0; i < running_.size(); ++i)
       for (const auto& p : running_[i].parts) {
         const auto w = index_.find(p.worker);
-        if (w != index_.end() && kept[w->second]) held_[i] -= p.num_ranks;
+        if (w != index_.end() && Eligible(job, workers_[w->second])) held[i] += p.num_ranks;
       }
+    return held;
   }
 
   std::string ShortOf(const SchedJob& job) const {
@@ -222,12 +227,7 @@ class Pass {
   // jobs already stopping there do not free enough. Those slots are kept for it (HoldFor)
   // as they free up.
   void PreemptOn(const SchedJob& job, int free) {
-    std::vector<int> held(running_.size(), 0);  // slots running_[i] holds where `job` may run
-    for (size_t i = 0; i < running_.size(); ++i)
-      for (const auto& p : running_[i].parts) {
-        const auto w = index_.find(p.worker);
-        if (w != index_.end() && Eligible(job, workers_[w->second])) held[i] += p.num_ranks;
-      }
+    const std::vector<int> held = HeldWhere(job);
     int soon = free;
     for (size_t i = 0; i < running_.size(); ++i)
       if (running_[i].stopping) soon += held[i];
@@ -245,9 +245,9 @@ class Pass {
     int soon = free_total_;
     for (size_t i = 0; i < running_.size(); ++i)
       if (running_[i].stopping || preempting_[i]) soon += held_[i];
+    if (options_.preemption && soon < job.world_size) Preempt(job, job.world_size - soon, held_);
     std::vector<bool> ends_now(running_.size(), false);
-    if (options_.preemption && soon < job.world_size) ends_now = Preempt(job, job.world_size - soon, held_);
-    for (size_t i = 0; i < running_.size(); ++i) ends_now[i] = ends_now[i] || running_[i].stopping || preempting_[i];
+    for (size_t i = 0; i < running_.size(); ++i) ends_now[i] = running_[i].stopping || preempting_[i];
     SetReservationTime(job, ends_now);
     if (!result_.waiting.count(job.id)) result_.waiting[job.id] = ShortOf(job);
   }
@@ -262,10 +262,9 @@ class Pass {
   }
 
   // Chooses the fewest, lowest-priority running jobs that `job` may preempt (MayPreempt)
-  // that free `need` slots (running_[i] frees held[i]), if there are enough; returns them
-  // marked (none, if there are not enough).
-  std::vector<bool> Preempt(const SchedJob& job, int need, const std::vector<int>& held) {
-    std::vector<bool> victims(running_.size(), false);
+  // that free `need` slots (running_[i] frees held[i]), if there are enough; marks them
+  // in preempting_.
+  void Preempt(const SchedJob& job, int need, const std::vector<int>& held) {
     std::vector<size_t> cand;
     for (size_t i = 0; i < running_.size(); ++i)
       if (MayPreempt(job, i, held)) cand.push_back(i);
@@ -282,7 +281,7 @@ class Pass {
       chosen.push_back(i);
       got += held[i];
     }
-    if (got < need) return victims;
+    if (got < need) return;
     // Drop victims that turned out unnecessary, most valuable first.
     for (size_t k = chosen.size(); k-- > 0;) {
       if (got - held[chosen[k]] >= need) {
@@ -292,13 +291,12 @@ class Pass {
     }
     std::vector<std::string> names;
     for (size_t i : chosen) {
-      victims[i] = preempting_[i] = true;
+      preempting_[i] = true;
       names.push_back(running_[i].id);
       result_.preempt.push_back(running_[i].id);
       result_.preempted_by[running_[i].id] = job.id;
     }
     result_.waiting[job.id] = "preempting " + Join(names) + " (lower priority) to start";
-    return victims;
   }
 
   // When enough slots are expected to be free for `job`, from the running jobs' ends
