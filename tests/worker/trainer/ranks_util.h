@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "worker/trainer/parallel/ddp.h"
+#include "worker/trainer/progress_sink.h"
+#include "worker/trainer/train.h"
 
 namespace nightshift::trainer::testing {
 
@@ -67,6 +69,20 @@ inline void RunRanks(int world, const std::function<void(int)>& body) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// Trains `c` on progress->size() loopback ranks, rank r's RankInfo first given to `adjust`
+// (its faults, its memory limit), its progress into (*progress)[r]; the ranks' exit codes.
+inline std::vector<int> TrainRanks(const TrainConfig& c, std::vector<MemoryProgressSink>* progress,
+                                   const std::function<void(int, RankInfo&)>& adjust) {
+  const int world = static_cast<int>(progress->size()), port = FreePort();
+  std::vector<int> codes(world, -1);
+  RunRanks(world, [&](int r) {
+    RankInfo rank = LoopbackRank(r, world, port);
+    adjust(r, rank);
+    codes[r] = RunTraining(c, rank, (*progress)[r]);
+  });
+  return codes;
 }
 
 }  // namespace nightshift::trainer::testing

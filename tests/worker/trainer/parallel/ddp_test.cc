@@ -31,6 +31,7 @@ using testing::FreePort;
 using testing::LoopbackRank;
 using testing::Options;
 using testing::RunRanks;
+using testing::TrainRanks;
 
 namespace F = torch::nn::functional;
 
@@ -369,14 +370,10 @@ TEST_F(DdpTest, TwoTrainerRanksAgreeOnTheBudgetAndOnSplitting) {
   c.train.epochs = 4;
   c.train.max_steps = 4;
   c.checkpoint.every_steps = 2;
-  const int port = FreePort();
   std::vector<MemoryProgressSink> progress(2);
-  std::vector<int> exit_codes(2, -1);
-  RunRanks(2, [&](int r) {
-    RankInfo rank = LoopbackRank(r, 2, port);
+  const std::vector<int> exit_codes = TrainRanks(c, &progress, [](int r, RankInfo& rank) {
     rank.memory_limit_bytes = int64_t{2} << 30;
     if (r == 1) rank.faults.oom_above_tokens = 24;  // only rank 1 runs out (above 24 tokens)
-    exit_codes[r] = RunTraining(c, rank, progress[r]);
   });
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(exit_codes[r], kExitOk) << "rank " << r << ": " << progress[r].records.back().String("message");

@@ -551,13 +551,9 @@ TEST_F(ShardedAdamWTest, ATokenBudgetProbedInLockstepTrainsAsDataParallelWithIt)
   full.data_parallel.world_size = 2;
   full.data_parallel.timeout_seconds = 60;
   full.data_parallel.sharding = "full";
-  const int port = testing::FreePort();
   std::vector<MemoryProgressSink> progress(2);
-  std::vector<int> exit_codes(2, -1);
-  testing::RunRanks(2, [&](int r) {
-    RankInfo rank = testing::LoopbackRank(r, 2, port);
+  const std::vector<int> exit_codes = testing::TrainRanks(full, &progress, [](int r, RankInfo& rank) {
     if (r == 1) rank.faults.probe_oom_above_tokens = 5 * kLmLen;
-    exit_codes[r] = RunTraining(full, rank, progress[r]);
   });
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(exit_codes[r], kExitOk) << "rank " << r << ": " << progress[r].records.back().String("message");
@@ -660,14 +656,10 @@ TEST(ShardedAdamWUnitTest, AnOutOfMemoryErrorUnderFullEndsTheRunAtOnceNamingTheR
   c.data_parallel.world_size = 2;
   c.data_parallel.timeout_seconds = 120;
   c.data_parallel.sharding = "full";
-  const int port = testing::FreePort();
   std::vector<MemoryProgressSink> progress(2);
-  std::vector<int> codes(2, -1);
   const auto start = std::chrono::steady_clock::now();
-  testing::RunRanks(2, [&](int r) {
-    RankInfo rank = testing::LoopbackRank(r, 2, port);
+  const std::vector<int> codes = testing::TrainRanks(c, &progress, [](int r, RankInfo& rank) {
     if (r == 1) rank.faults.oom_above_tokens = 24;  // rank 1 runs out above 24 padded tokens
-    codes[r] = RunTraining(c, rank, progress[r]);
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 60) << "the other rank waited for the collective timeout";
