@@ -50,6 +50,8 @@ inline constexpr StepMetric kStepMetrics[] = {
     {"oom_recoveries", "nightshift_trainer_oom_recoveries_total", true,
      "Batches split into micro-batches after an out-of-memory error"},
     {"micro_batches", nullptr, false, "Micro-batches of the last batch"},
+    {"stand_ins", nullptr, true,
+     "Micro-batches of one row weighed 0, run to match another rank's count (sharding full, after a split)"},
     {"grad_scale", nullptr, false, "fp16 loss scale (1 otherwise)"},
 };
 

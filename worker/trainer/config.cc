@@ -368,6 +368,9 @@ std::string ReadRankInfo(RankInfo* info) {
   if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_ABORT_AT_STEP", 0, kI64, &r.faults.abort_at_step);
   if (err.empty())
     err = read_int("NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", 0, kI64, &r.faults.oom_above_tokens);
+  int64_t in_backward = 0;
+  if (err.empty()) err = read_int("NIGHTSHIFT_FAULT_OOM_IN_BACKWARD", 0, 1, &in_backward);
+  r.faults.oom_in_backward = in_backward != 0;
   if (err.empty())
     err = read_int("NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS", 0, kI64, &r.faults.probe_oom_above_tokens);
   if (err.empty())

@@ -15,12 +15,27 @@ void FaultInjector::BeforeStep(int64_t step) const {
 }
 
 void FaultInjector::BeforeMicroBatch(int64_t padded_tokens) const {
-  if (plan_.oom_above_tokens > 0 && padded_tokens > plan_.oom_above_tokens)
+  tokens_ = padded_tokens;
+  probing_ = false;
+  if (plan_.oom_above_tokens > 0 && padded_tokens > plan_.oom_above_tokens && !plan_.oom_in_backward)
     ThrowInjectedOutOfMemory(padded_tokens, plan_.oom_above_tokens);
 }
 
+void FaultInjector::BeforeProbe(int64_t padded_tokens) const {
+  tokens_ = padded_tokens;
+  probing_ = true;
+}
+
+void FaultInjector::InBackward() const {
+  const int64_t limit = probing_ ? plan_.probe_oom_above_tokens : plan_.oom_above_tokens;
+  if (plan_.oom_in_backward && limit > 0 && tokens_ > limit)
+    ThrowInjectedOutOfMemory(tokens_, limit,
+                             probing_ ? "NIGHTSHIFT_FAULT_OOM_IN_BACKWARD=1, NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS"
+                                      : "NIGHTSHIFT_FAULT_OOM_IN_BACKWARD=1, NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS");
+}
+
 void FaultInjector::AfterProbe(int64_t padded_tokens) const {
-  if (plan_.probe_oom_above_tokens > 0 && padded_tokens > plan_.probe_oom_above_tokens)
+  if (plan_.probe_oom_above_tokens > 0 && padded_tokens > plan_.probe_oom_above_tokens && !plan_.oom_in_backward)
     ThrowInjectedOutOfMemory(padded_tokens, plan_.probe_oom_above_tokens, "NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS");
 }
 

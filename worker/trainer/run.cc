@@ -398,10 +398,27 @@ void PlaceShardedModel(Run& run) {
     if (b.device() != run.device) b.set_data(b.to(run.device));
 }
 
+// Fault injection (oom_in_backward): the injected out-of-memory error thrown halfway through
+// a backward, as the gradient of the middle trainable parameter is computed.
+void HookBackwardFault(Run& run) {
+  std::vector<torch::Tensor> trainable;
+  for (const torch::Tensor& p : run.model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  const FaultInjector* faults = &run.faults;
+  if (!trainable.empty()) trainable[trainable.size() / 2].register_hook([faults](const torch::Tensor&) { faults->InBackward(); });
+}
+
+// Sharding full's lockstep (oom.h) on the run's group.
+Lockstep GroupLockstep(ProcessGroup* group) {
+  return Lockstep{[group](int64_t n) { return -group->MinOverRanks(-n); }, [group] { return group->issued(); },
+                  [group](int64_t n) { group->Skip(n); }, [group] { return group->skipping(); }};
+}
+
 // max_tokens: auto, probed once (a resumed run keeps the budget it started with). Under
 // data parallelism every rank probes its own device and all take the smallest; with
 // sharding full the ranks probe in lockstep (each probe gathers and reduces the blocks as
-// a training step does, compute copies too).
+// a training step does, compute copies too; a rank whose probe ran out of memory inside
+// them catches up, as a training step's attempt does: oom.h).
 void ChooseTokenBudget(Run& run, bool resumed) {
   const TrainConfig& cfg = run.cfg;
   if (!cfg.train.max_tokens_auto) return;
@@ -419,18 +436,29 @@ void ChooseTokenBudget(Run& run, bool resumed) {
   probe.cap_tokens = static_cast<int64_t>(run.train_shard.num_samples()) * max_len;
   if (run.full) probe.agree = [&run](bool yes) { return !run.ddp->AnyRank(!yes); };
   ProbeResult r;
-  // Under data parallelism every rank reaches MinOverRanks; in lockstep (full) an error on
-  // one rank leaves the others in the probe's collectives: it ends the run.
+  // Under data parallelism every rank reaches MinOverRanks; in lockstep (full) an error
+  // other than running out of memory leaves the others in the probe's collectives: it ends
+  // the run.
   std::string probe_error;
   try {
     const int64_t token = (cfg.data.pad_id + 1) % cfg.data.vocab_size;
     r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
       ComputeGathers compute_copies(run.full);
+      const auto probe_rows = [&](int64_t n) {
+        run.faults.BeforeProbe(n * max_len);
+        run.BatchLossSum(ToDevice(WorstCaseBatch(n, max_len, token), run.device)).backward();
+      };
+      const int64_t issued = run.full ? run.ddp->group().issued() : 0;
       try {
-        run.BatchLossSum(ToDevice(WorstCaseBatch(rows, max_len, token), run.device)).backward();
+        probe_rows(rows);
         run.faults.AfterProbe(rows * max_len);
-      } catch (...) {  // an out-of-memory error too: no gradient, count or sum left behind
+      } catch (const std::exception& e) {  // an out-of-memory error too: no gradient, count or sum left behind
         run.ZeroGrad();
+        if (run.full && IsOutOfMemory(e))  // the others are in the blocks' collectives: issue them first
+          CatchUp(GroupLockstep(&run.ddp->group()), run.ddp->group().issued() - issued, "a max_tokens auto probe", [&] {
+            probe_rows(1);
+            run.ZeroGrad();
+          });
         throw;
       }
       run.ZeroGrad();
@@ -492,7 +520,7 @@ void ComposeTechniques(Run& run, bool resumed) {
   oom.vote = [agreement](bool o, bool u, double loss) { return agreement->Vote(o, u, loss); };
   const torch::Device device = run.device;
   oom.release_memory = [device] { ReleaseCachedMemory(device); };
-  oom.split = run.full == nullptr;  // full: fails at once (oom.h)
+  if (run.full) oom.lockstep = GroupLockstep(&run.ddp->group());  // a micro-batch's blocks are collectives
   run.micro_batches = std::make_unique<MicroBatchRunner>(std::move(oom));
   run.stage_batch = NewBatchStager(run.device);  // runs on the loader's thread
 }
@@ -643,6 +671,7 @@ std::unique_ptr<Run> BuildRun(const TrainConfig& cfg, const RankInfo& rank, Prog
   const bool resumed = !resumed_from.empty();
   ChooseGradientAccumulation(*run, resumed);
   CheckModelStateFits(*run);
+  if (run->faults.oom_in_backward()) HookBackwardFault(*run);
   ChooseTokenBudget(*run, resumed);
   CheckMetrics(*run);
   PlanSteps(*run);
@@ -747,16 +776,18 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
   ComputeGathers compute_copies(full);
   const MicroBatchResult fb = micro_batches->Run(
       step.batches,
-      [&](const Batch& micro, bool last) {
+      [&](const Batch& micro, bool last, bool stand_in) {
         faults.BeforeMicroBatch(micro.padded_tokens);
         NoSync accumulate_only(last ? nullptr : ddp.get());
         if (full) full->set_holding(!last);  // summed whole until the last, where held
         torch::Tensor loss = BatchLossSum(micro) / loss_count;
+        if (stand_in) loss = loss * 0;  // keeps this rank in its blocks' collectives, adding nothing
         scaler->Scale(loss).backward();
         return loss.item<double>();
       },
       [&] { ZeroGrad(); });
   oom_recoveries += fb.oom_recoveries;
+  stand_ins += fb.stand_ins;
   return fb;
 }
 

@@ -139,6 +139,7 @@ class Run {
   RunPosition position;   // changes every step
   EvalMetrics last_eval;  // changes every evaluation
   int64_t oom_recoveries = 0;
+  int64_t stand_ins = 0;  // MicroBatchResult::stand_ins, summed
   std::string stop_early;  // why train.early_stopping ended the run ("": it did not)
 
  private:

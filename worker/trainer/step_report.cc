@@ -63,6 +63,7 @@ void StepReporter::Emit(const StepBatches& last, const MicroBatchResult& fb, dou
        {"allreduce_hidden_fraction", w.allreduce_hidden / w.steps},
        {"skipped_steps", double(run_.nan_guard.skipped_steps())},
        {"oom_recoveries", double(run_.oom_recoveries)}, {"micro_batches", double(fb.micro_batches)},
+       {"stand_ins", double(run_.stand_ins)},
        {"grad_scale", run_.scaler->scale()}},
       {{"precision", run_.cfg.train.precision}}});
   if (Seconds(last_log_) >= 10 || pos.step == first_step_ + 1) {

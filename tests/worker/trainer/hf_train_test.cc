@@ -187,7 +187,7 @@ std::vector<torch::Tensor> OneStep(const std::string& folder, MicroBatchRunner& 
   batch.real_tokens = (~pad).sum().item<int64_t>();
   *result = runner.Run(
       batch,
-      [&](const Batch& micro, bool) {
+      [&](const Batch& micro, bool, bool) {
         faults.BeforeMicroBatch(micro.padded_tokens);
         torch::Tensor loss = F::cross_entropy(model->forward(micro.tokens, micro.pad_mask), micro.labels,
                                               F::CrossEntropyFuncOptions().reduction(torch::kSum)) / 4.0;

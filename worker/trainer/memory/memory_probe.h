@@ -57,7 +57,8 @@ struct ProbeOptions {
   // when all said true). Every rank calls it for each row count (once when it may not run,
   // twice when it ran), in the same order, so all run the same probes. Default: this
   // rank's answer. A probe that runs out of memory inside a collective on one rank in
-  // lockstep leaves the others there.
+  // lockstep must issue the rest of them before it throws (the trainer's probe does:
+  // oom.h's CatchUp), or it leaves the others there.
   std::function<bool(bool)> agree = [](bool yes) { return yes; };
 };
 

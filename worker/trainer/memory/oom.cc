@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <c10/util/Exception.h>
 
@@ -78,26 +79,24 @@ MicroBatchResult MicroBatchRunner::Run(const std::vector<Batch>& batches, const 
     micro.insert(micro.end(), cut.begin(), cut.end());
   }
   for (;;) {
+    size_t stand_ins = 0;
+    AgreeCount(micro_batch_tokens_ > 0 || result.oom_recoveries > 0, &micro, &stand_ins);
     zero_grad();
     double loss = 0;
     int64_t largest = 0;
     bool oom = false;
+    const int64_t issued = options_.lockstep ? options_.lockstep->issued() : 0;
     try {
       for (size_t i = 0; i < micro.size(); ++i) {
-        const Batch& m = micro[i];
-        largest = std::max(largest, m.padded_tokens);
-        loss += forward_backward(m, i + 1 == micro.size());
+        const bool stand_in = i + stand_ins >= micro.size();
+        if (!stand_in) largest = std::max(largest, micro[i].padded_tokens);
+        const double weighted = forward_backward(micro[i], i + 1 == micro.size(), stand_in);
+        if (!stand_in) loss += weighted;
       }
     } catch (const std::exception& e) {
       if (!IsOutOfMemory(e)) throw;
-      if (!options_.split)
-        throw PermanentError(
-            "out of memory in a training step under resources.sharding: full (micro-batches of up to " +
-            std::to_string(largest) + " padded tokens): full does not split a batch and retry it in place (its "
-            "ranks are inside the blocks' collectives); lower train.batching.max_tokens or batch_size, or let "
-            "train.batching.max_tokens: auto probe it in lockstep, or use train.activation_checkpointing or more "
-            "ranks (" + e.what() + ")");
       oom = true;
+      if (options_.lockstep) CatchUp(micro, options_.lockstep->issued() - issued, forward_backward, zero_grad);
     }
     bool at_one_sample = true;
     for (size_t i = 0; i < batches.size(); ++i) at_one_sample = at_one_sample && pieces[i] >= batches[i].rows();
@@ -105,7 +104,8 @@ MicroBatchResult MicroBatchRunner::Run(const std::vector<Batch>& batches, const 
     const OomVote vote = options_.vote(oom, unsplittable, loss);
     if (!vote.any_oom) {
       result.loss = loss;
-      result.micro_batches = static_cast<int64_t>(micro.size());
+      result.micro_batches = static_cast<int64_t>(micro.size() - stand_ins);
+      result.stand_ins = static_cast<int64_t>(stand_ins);
       if (result.oom_recoveries > 0) micro_batch_tokens_ = largest;  // later batches: this size
       return result;
     }
@@ -126,6 +126,43 @@ MicroBatchResult MicroBatchRunner::Run(const std::vector<Batch>& batches, const 
     ++result.oom_recoveries;
     ++total_recoveries_;
   }
+}
+
+void MicroBatchRunner::AgreeCount(bool cut, std::vector<Batch>* micro, size_t* stand_ins) const {
+  *stand_ins = 0;
+  if (!options_.lockstep || !cut) return;  // uncut: every rank runs one per batch
+  const int64_t most = options_.lockstep->most(static_cast<int64_t>(micro->size()));
+  if (static_cast<int64_t>(micro->size()) >= most) return;
+  const Batch stand_in = SliceBatch(micro->back(), 0, 1);
+  for (; static_cast<int64_t>(micro->size()) < most; ++*stand_ins) micro->push_back(stand_in);
+}
+
+void MicroBatchRunner::CatchUp(const std::vector<Batch>& micro, int64_t issued, const StepFn& forward_backward,
+                               const std::function<void()>& zero_grad) const {
+  trainer::CatchUp(*options_.lockstep, issued, "a training step", [&] {
+    zero_grad();  // waits for what the attempt left under way (issued: the others issue it too), frees it
+    options_.release_memory();
+    for (size_t i = 0; i < micro.size(); ++i) forward_backward(SliceBatch(micro[i], 0, 1), i + 1 == micro.size(), true);
+  });
+}
+
+void CatchUp(const Lockstep& lockstep, int64_t issued, const std::string& what, const std::function<void()>& rerun) {
+  try {
+    lockstep.skip(issued);
+    rerun();
+  } catch (const std::exception& e) {
+    lockstep.skip(0);
+    if (!IsOutOfMemory(e)) throw;  // a lost peer, say: as it is
+    throw PermanentError("resources.sharding: full: out of memory in " + what +
+                         ", then again while issuing its remaining collectives on one row (" + e.what() +
+                         "): lower model.max_len or the model size, or use more ranks");
+  }
+  const int64_t left = lockstep.skipping();
+  lockstep.skip(0);
+  if (left != 0)
+    throw PermanentError("resources.sharding: full: after an out-of-memory error in " + what + " its rerun issued " +
+                         std::to_string(issued - left) + " of the " + std::to_string(issued) +
+                         " collectives it had issued: its collectives depend on its data");
 }
 
 }  // namespace nightshift::trainer

@@ -11,7 +11,8 @@
 //   batch is cut into micro-batches does. A micro-batch is a contiguous run of the
 //   batch's rows, trimmed to its longest sample.
 // - Fails (std::runtime_error with the reason) only when a micro-batch of one sample
-//   runs out of memory: that sample cannot fit (on every rank at once, when on any). A
+//   runs out of memory: that sample cannot fit (on every rank at once, when on any); or,
+//   in lockstep, with a PermanentError (below). A
 //   rank already at one sample per micro-batch that retries for another rank reruns as
 //   it is.
 // - Data parallel: every rank calls `vote` exactly once per attempt (success or not),
@@ -22,6 +23,24 @@
 //   voting, so every rank enters the same collectives whether its attempt failed or not
 //   (StepAgreement in step_agreement.h). Ranks may cut their batches into different numbers of
 //   micro-batches.
+// - Lockstep (sharding full, OomOptions::lockstep): every micro-batch's forward and
+//   backward are collectives (the blocks' gathers and reductions), so every rank runs the
+//   same number of micro-batches, and one that runs out of memory in the middle of them
+//   must still issue the rest before it can vote. Before an attempt whose batches any
+//   rank may have cut (after a recovery), the ranks agree on the largest count; a rank with
+//   fewer micro-batches runs stand-ins for the rest: one sample of its last micro-batch, its
+//   loss weighed 0 (the step function is told), so its gradients add exact zeros. A rank
+//   whose attempt runs out of memory catches up: it clears what the attempt left (zero_grad,
+//   release_memory), then runs the attempt again on stand-ins (one sample of each of its
+//   micro-batches, with the same `last`) with the collectives it had issued skipped
+//   (Lockstep::skip), so it issues each of the attempt's collectives once, as the other
+//   ranks do, and votes with them. The sequence of collectives must not depend on the
+//   data (it depends on the blocks, the micro-batch count and `last`). The rerun computes
+//   on blocks whose skipped gathers left them unwritten, and its reductions add that to
+//   every rank's gradients: harmless, as every rank clears them for the retry. Running out
+//   of memory again while catching up, or a rerun that issues fewer collectives than were
+//   skipped, is a PermanentError (errors.h): the other ranks are left in a collective until
+//   its timeout.
 // Units: tokens are padded tokens (rows x longest row).
 #ifndef NIGHTSHIFT_WORKER_TRAINER_MEMORY_OOM_H_
 #define NIGHTSHIFT_WORKER_TRAINER_MEMORY_OOM_H_
@@ -29,6 +48,8 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "worker/trainer/data/batching.h"
@@ -45,6 +66,20 @@ struct OomVote {
   bool any_unsplittable = false;  // some rank ran out with one sample per micro-batch: all fail
 };
 
+// A process group as a lockstep catch-up needs it (ProcessGroup, ddp.h, behind these).
+struct Lockstep {
+  std::function<int64_t(int64_t)> most;  // the largest of every rank's value (a collective)
+  std::function<int64_t()> issued;       // collectives this rank has issued so far
+  std::function<void(int64_t)> skip;     // the next n return at once, unissued (0: none)
+  std::function<int64_t()> skipping;     // of those n, not reached yet
+};
+
+// The catch-up (see the header comment): `rerun` (the attempt again, on stand-ins, after
+// clearing what it left) with the attempt's first `issued` collectives skipped. What
+// `rerun` throws is rethrown, an out-of-memory error as a PermanentError naming `what`
+// ("a training step"); so is a rerun that issued fewer than `issued`.
+void CatchUp(const Lockstep& lockstep, int64_t issued, const std::string& what, const std::function<void()>& rerun);
+
 struct OomOptions {
   // The ranks' decision after an attempt, given this rank's answers (it ran out of
   // memory; it did so with one sample per micro-batch; the attempt's loss, meaningless
@@ -54,13 +89,9 @@ struct OomOptions {
       [](bool oom, bool unsplittable, double) { return OomVote{oom, unsplittable}; };
   // Called after an out-of-memory attempt, before the retry (e.g. empty CUDA caches).
   std::function<void()> release_memory = [] {};
-  // Whether a batch that ran out of memory is split and retried in place. Off under
-  // sharding full, whose ranks are inside the blocks' collectives when one runs out (the
-  // others go on with them, so a vote cannot be reached): the error is then a
-  // PermanentError (errors.h) naming what to change, thrown at once, so the ranks fail
-  // together instead of waiting out the collective timeout, and no restart meets the same
-  // batch again.
-  bool split = true;
+  // Sharding full: the ranks run in lockstep (see the header comment); unset: each rank
+  // cuts its own batches and its micro-batches issue no collective before the last.
+  std::optional<Lockstep> lockstep;
 };
 
 // What Run() did with one batch.
@@ -68,6 +99,7 @@ struct MicroBatchResult {
   double loss = 0;            // sum of the step function's returns (the batch's mean loss)
   int64_t micro_batches = 1;  // micro-batches of the final, successful attempt
   int64_t oom_recoveries = 0; // out-of-memory attempts survived in this batch
+  int64_t stand_ins = 0;      // lockstep: stand-ins of the final attempt (to another rank's count)
 };
 
 // Rows [begin, end) of `batch`, trimmed to their longest sample (padding at the end).
@@ -77,10 +109,11 @@ std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces);
 
 class MicroBatchRunner {
  public:
-  // forward_backward(micro, last): forward, the micro-batch's weighted loss, backward;
-  // returns that weighted loss's value. `last`: the attempt's final micro-batch (the one
-  // whose backward may synchronise gradients). zero_grad(): clears the gradients.
-  using StepFn = std::function<double(const Batch& micro, bool last)>;
+  // forward_backward(micro, last, stand_in): forward, the micro-batch's weighted loss,
+  // backward; returns that weighted loss's value. `last`: the attempt's final micro-batch
+  // (the one whose backward may synchronise gradients). `stand_in` (lockstep only): a
+  // stand-in, whose loss must be weighed 0. zero_grad(): clears the gradients.
+  using StepFn = std::function<double(const Batch& micro, bool last, bool stand_in)>;
 
   explicit MicroBatchRunner(OomOptions options) : options_(std::move(options)) {}
 
@@ -99,6 +132,14 @@ class MicroBatchRunner {
   int64_t total_recoveries() const { return total_recoveries_; }
 
  private:
+  // Lockstep: pads `micro` with stand-ins to the ranks' largest count (`stand_ins` of
+  // them at its end), when a rank may have cut its batches (`cut`).
+  void AgreeCount(bool cut, std::vector<Batch>* micro, size_t* stand_ins) const;
+  // Lockstep, after this rank's attempt on `micro` ran out of memory having issued
+  // `issued` collectives: clears it and reruns it on stand-ins, those skipped.
+  void CatchUp(const std::vector<Batch>& micro, int64_t issued, const StepFn& forward_backward,
+               const std::function<void()>& zero_grad) const;
+
   const OomOptions options_;
   int64_t micro_batch_tokens_ = 0;
   int64_t total_recoveries_ = 0;

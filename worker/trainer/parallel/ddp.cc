@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <string_view>
 
 #include "common/io/net.h"
 #include "worker/trainer/compat.h"
@@ -121,8 +122,14 @@ ProcessGroup::~ProcessGroup() = default;
 std::shared_ptr<ProcessGroup::Pending> ProcessGroup::Launch(const char* what,
                                                             const std::function<void(Pending&)>& start) {
   auto pending = std::make_shared<Pending>();
+  for (int64_t left = skip_.load(); left > 0;) {
+    if (std::string_view(what) != "all-gather" && std::string_view(what) != "reduce-scatter")
+      throw std::logic_error(std::string(what) + " while skipping the blocks' collectives (ProcessGroup::Skip)");
+    if (skip_.compare_exchange_weak(left, left - 1)) return pending;  // issued before: no work
+  }
   try {
     start(*pending);
+    ++issued_;
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string(what) + " failed in the " + impl_->where + ": " + Message(e));
   }
@@ -139,6 +146,7 @@ std::shared_ptr<ProcessGroup::Pending> ProcessGroup::AllReduceSumAsync(torch::Te
 }
 
 void ProcessGroup::Wait(const std::shared_ptr<Pending>& pending) {
+  if (!pending->work) return;  // skipped (Skip)
   try {
     pending->work->wait();
   } catch (const std::exception& e) {

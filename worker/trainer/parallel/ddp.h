@@ -91,12 +91,23 @@ class ProcessGroup {
   std::shared_ptr<Pending> AllReduceSumAsync(torch::Tensor& tensor, std::function<void()> done);
   void Wait(const std::shared_ptr<Pending>& pending);
 
+  // Lockstep catch-up (oom.h, sharding full): how many collectives this rank has issued
+  // (started, on any thread) since the group was made; Skip(n): the next n return at once
+  // without communicating (outputs untouched, unwritten: Wait returns), for a rank that
+  // reruns a step whose first n collectives it had issued already (Skip(0) ends it); only
+  // the blocks' all-gathers and reduce-scatters may be skipped (another kind meanwhile is a
+  // std::logic_error: its result would be this rank's own). skipping(): of those n, not
+  // reached yet.
+  int64_t issued() const { return issued_.load(); }
+  void Skip(int64_t n) { skip_.store(n); }
+  int64_t skipping() const { return skip_.load(); }
+
  private:
   struct Impl;
   ProcessGroup(int rank, int size, std::unique_ptr<Impl> impl);
   void AllReduceMax(torch::Tensor& tensor);  // in place, blocking
-  // Starts a collective (`start` sets the Pending's work); one that cannot start throws
-  // std::runtime_error naming `what` and the group.
+  // Starts a collective (`start` sets the Pending's work), or skips it (Skip); one that
+  // cannot start throws std::runtime_error naming `what` and the group.
   std::shared_ptr<Pending> Launch(const char* what, const std::function<void(Pending&)>& start);
   // std::invalid_argument naming `what` unless both tensors are on the group's device.
   void RequireGroupDevice(const char* what, const torch::Tensor& a, const torch::Tensor& b) const;
@@ -104,6 +115,7 @@ class ProcessGroup {
   void OnGroupDevice(torch::Tensor& tensor, const std::function<void(torch::Tensor&)>& collective);
   const int rank_, size_;
   std::unique_ptr<Impl> impl_;
+  std::atomic<int64_t> issued_{0}, skip_{0};
 };
 
 struct GradientSyncOptions {

@@ -750,6 +750,9 @@ void FullyShardedAdamW::HoldGradients() {
 
 void FullyShardedAdamW::DropAccumulated() {
   for (const auto& unit : units_) unit->DropAccumulated();
+  if (!sharded_) return;
+  for (const auto& unit : units_)  // whole after a forward or backward that did not end
+    if (unit->block()) unit->Free();
 }
 
 int64_t FullyShardedAdamW::held_bytes() const {

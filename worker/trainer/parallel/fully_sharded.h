@@ -120,7 +120,9 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void HoldGradients();
   void set_holding(bool on) { holding_ = on; }
   // Before clearing the gradients of a step not taken or retried (after Settle): drops the
-  // held sums and what a backward that did not end counted of its blocks' gradients.
+  // held sums and what a backward that did not end counted of its blocks' gradients, and
+  // frees the blocks a forward or backward that did not end (an out-of-memory error) left
+  // whole. No collective.
   void DropAccumulated();
   int64_t held_bytes() const;  // the buffers HoldGradients allocates (or did)
   bool holds_gradients() const;

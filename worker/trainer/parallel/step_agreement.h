@@ -1,4 +1,5 @@
-// The one collective of a training step (besides the gradients' own all-reduce).
+// The one collective of a training step (besides the gradients' own all-reduce, and under
+// sharding full, after an out-of-memory recovery, oom.h's agreement on a micro-batch count).
 //
 // After each forward/backward attempt MicroBatchRunner (oom.h) calls Vote: it finishes
 // this rank's gradient synchronisation (or, after an out-of-memory error, discards it),

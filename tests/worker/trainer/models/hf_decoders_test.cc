@@ -334,7 +334,7 @@ TEST_F(HfDecodersTest, OutOfMemorySplitOfPackedRowsTakesTheSameStep) {
     MicroBatchRunner runner{OomOptions{}};
     *result = runner.Run(
         packed,
-        [&](const Batch& micro, bool) {
+        [&](const Batch& micro, bool, bool) {
           faults.BeforeMicroBatch(micro.padded_tokens);
           torch::Tensor loss = ComputeLossSum(Logits(*model, micro), micro, true).sum / count;
           loss.backward();

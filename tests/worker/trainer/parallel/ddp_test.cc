@@ -332,7 +332,7 @@ TEST_F(DdpTest, OutOfMemoryOnOneRankSplitsOnEveryRankAndKeepsTheUpdate) {
       const Batch mine = as_batch(all.Slice(r * b, b));
       (*results)[r] = runner.Run(
           mine,
-          [&](const Batch& m, bool last) {
+          [&](const Batch& m, bool last, bool) {
             faults.BeforeMicroBatch(m.padded_tokens);
             NoSync accumulate_only(last ? nullptr : &sync);
             torch::Tensor loss = F::cross_entropy(model->forward(m.tokens, m.pad_mask), m.labels,
