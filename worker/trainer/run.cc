@@ -437,28 +437,34 @@ void ChooseTokenBudget(Run& run, bool resumed) {
   if (run.full) probe.agree = [&run](bool yes) { return !run.ddp->AnyRank(!yes); };
   ProbeResult r;
   // Under data parallelism every rank reaches MinOverRanks; in lockstep (full) an error
-  // other than running out of memory leaves the others in the probe's collectives: it ends
-  // the run.
+  // other than running out of memory (or running out again while catching up) leaves the
+  // others in the probe's collectives: it ends the run.
   std::string probe_error;
   try {
     const int64_t token = (cfg.data.pad_id + 1) % cfg.data.vocab_size;
     r = ProbeMaxTokens(probe, *meter, [&](int64_t rows) {
       ComputeGathers compute_copies(run.full);
-      const auto probe_rows = [&](int64_t n) {
-        run.faults.BeforeProbe(n * max_len);
-        run.BatchLossSum(ToDevice(WorstCaseBatch(n, max_len, token), run.device)).backward();
+      const auto probe_rows = [&](int64_t n, int64_t len) {
+        run.faults.BeforeProbe(n * len);
+        run.BatchLossSum(ToDevice(WorstCaseBatch(n, len, token), run.device)).backward();
       };
       const int64_t issued = run.full ? run.ddp->group().issued() : 0;
       try {
-        probe_rows(rows);
+        probe_rows(rows, max_len);
         run.faults.AfterProbe(rows * max_len);
       } catch (const std::exception& e) {  // an out-of-memory error too: no gradient, count or sum left behind
-        run.ZeroGrad();
-        if (run.full && IsOutOfMemory(e))  // the others are in the blocks' collectives: issue them first
-          CatchUp(GroupLockstep(&run.ddp->group()), run.ddp->group().issued() - issued, "a max_tokens auto probe", [&] {
-            probe_rows(1);
-            run.ZeroGrad();
-          });
+        if (!run.full || !IsOutOfMemory(e)) {
+          run.ZeroGrad();
+          throw;
+        }
+        // The others are in the blocks' collectives: this rank issues the rest first, on a
+        // stand-in of one short row (oom.h).
+        CatchUp(GroupLockstep(&run.ddp->group()), run.ddp->group().issued() - issued, "a max_tokens auto probe", [&] {
+          run.ZeroGrad();
+          ReleaseCachedMemory(run.device);
+          probe_rows(1, std::min<int64_t>(max_len, 2));
+          run.ZeroGrad();
+        });
         throw;
       }
       run.ZeroGrad();

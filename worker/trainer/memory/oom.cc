@@ -48,6 +48,21 @@ Batch SliceBatch(const Batch& batch, int64_t begin, int64_t end) {
   return out;
 }
 
+Batch StandIn(const Batch& batch) {
+  Batch one = SliceBatch(batch, 0, 1);
+  const int64_t l = std::min<int64_t>(one.tokens.size(1), 2);
+  auto cut = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(1, 0, l).contiguous() : t; };
+  one.tokens = cut(one.tokens);
+  one.pad_mask = cut(one.pad_mask);
+  one.target_mask = cut(one.target_mask);
+  one.segments = cut(one.segments);
+  one.positions = cut(one.positions);
+  one.real_tokens = one.pad_mask.logical_not().sum().item<int64_t>();
+  one.padded_tokens = l;
+  one.samples = 1;
+  return one;
+}
+
 std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces) {
   if (pieces <= 1) return {batch};
   pieces = std::min(pieces, batch.rows());
@@ -133,7 +148,7 @@ void MicroBatchRunner::AgreeCount(bool cut, std::vector<Batch>* micro, size_t* s
   if (!options_.lockstep || !cut) return;  // uncut: every rank runs one per batch
   const int64_t most = options_.lockstep->most(static_cast<int64_t>(micro->size()));
   if (static_cast<int64_t>(micro->size()) >= most) return;
-  const Batch stand_in = SliceBatch(micro->back(), 0, 1);
+  const Batch stand_in = StandIn(micro->back());
   for (; static_cast<int64_t>(micro->size()) < most; ++*stand_ins) micro->push_back(stand_in);
 }
 
@@ -142,7 +157,7 @@ void MicroBatchRunner::CatchUp(const std::vector<Batch>& micro, int64_t issued, 
   trainer::CatchUp(*options_.lockstep, issued, "a training step", [&] {
     zero_grad();  // waits for what the attempt left under way (issued: the others issue it too), frees it
     options_.release_memory();
-    for (size_t i = 0; i < micro.size(); ++i) forward_backward(SliceBatch(micro[i], 0, 1), i + 1 == micro.size(), true);
+    for (size_t i = 0; i < micro.size(); ++i) forward_backward(StandIn(micro[i]), i + 1 == micro.size(), true);
   });
 }
 
@@ -154,7 +169,7 @@ void CatchUp(const Lockstep& lockstep, int64_t issued, const std::string& what, 
     lockstep.skip(0);
     if (!IsOutOfMemory(e)) throw;  // a lost peer, say: as it is
     throw PermanentError("resources.sharding: full: out of memory in " + what +
-                         ", then again while issuing its remaining collectives on one row (" + e.what() +
+                         ", then again while issuing its remaining collectives on stand-ins of two tokens (" + e.what() +
                          "): lower model.max_len or the model size, or use more ranks");
   }
   const int64_t left = lockstep.skipping();

@@ -28,11 +28,12 @@
 //   same number of micro-batches, and one that runs out of memory in the middle of them
 //   must still issue the rest before it can vote. Before an attempt whose batches any
 //   rank may have cut (after a recovery), the ranks agree on the largest count; a rank with
-//   fewer micro-batches runs stand-ins for the rest: one sample of its last micro-batch, its
-//   loss weighed 0 (the step function is told), so its gradients add exact zeros. A rank
-//   whose attempt runs out of memory catches up: it clears what the attempt left (zero_grad,
-//   release_memory), then runs the attempt again on stand-ins (one sample of each of its
-//   micro-batches, with the same `last`) with the collectives it had issued skipped
+//   fewer micro-batches runs stand-ins for the rest (StandIn: two tokens of its last
+//   micro-batch's first row), their loss weighed 0 (the step function is told), so their
+//   gradients add exact zeros. A rank whose attempt runs out of memory catches up: it
+//   clears what the attempt left (zero_grad, release_memory), then runs the attempt again
+//   on stand-ins (one of each of its micro-batches, with the same `last`) with the
+//   collectives it had issued skipped
 //   (Lockstep::skip), so it issues each of the attempt's collectives once, as the other
 //   ranks do, and votes with them. The sequence of collectives must not depend on the
 //   data (it depends on the blocks, the micro-batch count and `last`). The rerun computes
@@ -104,6 +105,9 @@ struct MicroBatchResult {
 
 // Rows [begin, end) of `batch`, trimmed to their longest sample (padding at the end).
 Batch SliceBatch(const Batch& batch, int64_t begin, int64_t end);
+// Lockstep's stand-in for a micro-batch: its first row cut to its first two tokens (the same
+// blocks and collectives as any micro-batch, at almost no memory or time).
+Batch StandIn(const Batch& batch);
 // `pieces` (1 <= pieces <= batch.samples) contiguous slices with sizes as even as possible.
 std::vector<Batch> SplitBatch(const Batch& batch, int64_t pieces);
 

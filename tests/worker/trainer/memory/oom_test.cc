@@ -204,14 +204,14 @@ TEST(OomTest, InLockstepFewerMicroBatchesThanAnotherRankRunStandInsThatAddNothin
 }
 
 // Lockstep: a rank that runs out of memory halfway through an attempt's collectives reruns
-// the attempt on one-row stand-ins with the collectives it had issued skipped, so it has
+// the attempt on two-token stand-ins with the collectives it had issued skipped, so it has
 // issued each collective of the attempt once when it votes (here three per micro-batch:
 // one before the point where memory runs out, two after); then every rank retries.
 TEST(OomTest, InLockstepARankThatRunsOutCatchesUpOnStandInsBeforeItVotes) {
   const Batch whole = MakeBatch();                    // 8 rows of lengths 3..10: 80 padded tokens
   const Batch small = SliceBatch(whole, 0, 4);        // lengths 3..6: 24
   const std::vector<Batch> step_batches = {small, whole};  // one step of two accumulated batches
-  for (const int64_t limit : {30, 2}) {
+  for (const int64_t limit : {30, 1}) {
     SCOPED_TRACE("out of memory above " + std::to_string(limit) + " tokens");
     FakeGroup group;
     std::vector<int64_t> at_votes;  // the collectives issued when each attempt votes
@@ -232,7 +232,7 @@ TEST(OomTest, InLockstepARankThatRunsOutCatchesUpOnStandInsBeforeItVotes) {
       group.Issue();
       return 1.0;
     };
-    if (limit == 2) {  // a stand-in runs out too: nothing is left to do in step with the others
+    if (limit == 1) {  // a stand-in (two tokens) runs out too: nothing is left to do in step with the others
       try {
         runner.Run(step_batches, step, [&] { ++zeroed; });
         FAIL() << "expected an error";
