@@ -161,15 +161,21 @@ std::vector<int64_t> BlockOf(SequenceModel& model, const std::vector<torch::Tens
 // the device only once cut).
 bool ShardsFully(const Run& run) { return run.cfg.data_parallel.sharding == "full" && run.rank.world_size > 1; }
 
+// The model's trainable parameters, in its order.
+std::vector<torch::Tensor> Trainable(const Run& run) {
+  std::vector<torch::Tensor> trainable;
+  for (const torch::Tensor& p : run.model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  return trainable;
+}
+
 // The fused AdamW over the trainable parameters: whole, or cut across the ranks as
 // resources.sharding says.
 void BuildOptimizer(Run& run) {
   const TrainConfig& cfg = run.cfg;
   // Only what trains has optimizer state (with an adapter: its A and B and the modules to
   // save; the frozen base has neither gradients nor moments).
-  std::vector<torch::Tensor> trainable;
-  for (const torch::Tensor& p : run.model->parameters())
-    if (p.requires_grad()) trainable.push_back(p);
+  const std::vector<torch::Tensor> trainable = Trainable(run);
   const auto adamw = torch::optim::AdamWOptions(cfg.train.lr).weight_decay(cfg.train.weight_decay);
   if (cfg.data_parallel.sharding == "optimizer" && run.rank.world_size > 1) {
     auto sharded = ShardedAdamW::Create(trainable, adamw, run.rank.rank, run.rank.world_size,
@@ -401,9 +407,7 @@ void PlaceShardedModel(Run& run) {
 // Fault injection (oom_in_backward): the injected out-of-memory error thrown halfway through
 // a backward, as the gradient of the middle trainable parameter is computed.
 void HookBackwardFault(Run& run) {
-  std::vector<torch::Tensor> trainable;
-  for (const torch::Tensor& p : run.model->parameters())
-    if (p.requires_grad()) trainable.push_back(p);
+  const std::vector<torch::Tensor> trainable = Trainable(run);
   const FaultInjector* faults = &run.faults;
   if (!trainable.empty()) trainable[trainable.size() / 2].register_hook([faults](const torch::Tensor&) { faults->InBackward(); });
 }

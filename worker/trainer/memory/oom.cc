@@ -170,7 +170,7 @@ void CatchUp(const Lockstep& lockstep, int64_t issued, const std::string& what, 
     if (!IsOutOfMemory(e)) throw;  // a lost peer, say: as it is
     throw PermanentError("resources.sharding: full: out of memory in " + what +
                          ", then again while issuing its remaining collectives on stand-ins of two tokens (" + e.what() +
-                         "): lower model.max_len or the model size, or use more ranks");
+                         "): a block's parameters do not fit beside what it holds; a smaller model or more ranks");
   }
   const int64_t left = lockstep.skipping();
   lockstep.skip(0);
