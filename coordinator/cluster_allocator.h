@@ -53,6 +53,7 @@ struct Allocation {
   std::string nodes;   // its nodes, in the cluster's notation
   std::string failed_nodes;  // once ended kNodeFail: those of its nodes the cluster has down ("": unknown)
   int exit_code = 0;   // once ended
+  std::string user;    // the cluster user it runs as ("": the cluster does not say)
 };
 
 class ClusterAllocator {
@@ -74,6 +75,10 @@ class ClusterAllocator {
   // Whether an ended allocation stays until Cancel deletes it (a Kubernetes Job, with its
   // Service and Secret), rather than leaving the list by itself (Slurm's MinJobAge).
   virtual bool KeepsEndedAllocations() const { return false; }
+  // The cluster user an allocation of a job of `owner` runs as (Submit's), as List names it
+  // (Allocation::user): List may show any user's allocations named as ours, and only those
+  // that run as this are ours. "": List shows ours alone (Kubernetes: our namespace's).
+  virtual std::string RunsAs(const std::string& owner) const { return ""; }
 };
 
 }  // namespace nightshift

@@ -305,6 +305,7 @@ class TrackingLoop {
     std::string& uri = f->mlflow.base;
     while (!uri.empty() && uri.back() == '/') uri.pop_back();
     if (uri.empty()) return std::unique_ptr<TrackingLoop>();
+    NS_RETURN_IF_ERROR(CheckOwnerPermission(f->mlflow_experiment, f->mlflow_owner_permission));
     // The experiments' seal key (tracking.h), derived from the coordinator's secret: the
     // same across restarts, known to no one else.
     StatusOr<AllocationTokens> secret = AllocationTokens::Open(f->options.data_dir + "/allocation-secret");

@@ -204,6 +204,10 @@ void Placer::AddResumeSources(v1::Assignment* a) const {
 }
 
 void Placer::AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply) {
+  // Under a cluster a job resumes only on its next allocation's workers, and a worker of an
+  // allocation serves its attempt alone: another job's checkpoints (and the key to read
+  // them) never go to it.
+  if (allocated_only_) return;
   for (auto& [id, entry] : jobs_->entries()) {
     const v1::Job& job = entry.job;
     if (job.state() != v1::RUNNING || job.placements_size() != 1) continue;

@@ -73,6 +73,7 @@ class Placer {
   // cuda job; the one holding the job's newest copy already, else the first by name) and
   // does not hold that step yet.
   // Each copy is remembered (the job's copies_ordered) until `target` claims the step.
+  // None under a cluster (allocated_only): its workers are other jobs' allocations.
   void AddCheckpointCopies(const std::string& target, Clock::TimePoint now, HeartbeatReply* reply);
 
  private:

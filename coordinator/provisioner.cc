@@ -82,6 +82,7 @@ Status Provisioner::Pass() {
   std::set<std::string> over_now;
   for (const Allocation& a : *listed) {
     auto n = need_of.find(a.job_id);
+    if (!RunsAsSubmitted(a, n != need_of.end() ? &n->second->owner : nullptr)) continue;  // another user's
     const bool wanted = n != need_of.end() && n->second->attempt == a.attempt;
     if (wanted) {
       const Allocation*& slot = of_attempt[{a.job_id, a.attempt}];
@@ -125,6 +126,19 @@ Status Provisioner::Pass() {
   for (auto it = over_since_.begin(); it != over_since_.end();)  // ended, or cancelled
     it = over_now.count(it->first) && !cancelled_.count(it->first) ? std::next(it) : over_since_.erase(it);
   return first;
+}
+
+bool Provisioner::RunsAsSubmitted(const Allocation& a, const std::string* owner) const {
+  std::string job_owner;
+  if (owner == nullptr) {  // a job with no allocation needed now: its owner from its record
+    StatusOr<v1::Job> job = coordinator_->Get(a.job_id);
+    if (job.ok()) job_owner = job->owner();
+    owner = &job_owner;
+  }
+  const std::string runs_as = cluster_->RunsAs(*owner);
+  // A cluster that does not name the user (no Slurm version's JSON leaves it out) cannot
+  // tell: taken as ours, or each pass would submit the attempt again.
+  return runs_as.empty() || a.user.empty() || a.user == runs_as;
 }
 
 // Ours, and no longer listed: it ended and left the list before we saw how. The cluster's

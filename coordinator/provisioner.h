@@ -76,6 +76,10 @@ class Provisioner {
 
  private:
   Status Follow(const AllocationNeed& need, const Allocation& a);
+  // Whether `a` runs as the user the cluster runs allocations of its job as (`owner`'s; or,
+  // null, its job's owner as the coordinator has it): another user's job named like ours
+  // is neither followed nor cancelled.
+  bool RunsAsSubmitted(const Allocation& a, const std::string* owner) const;
   Status Start(const AllocationNeed& need);
 
   const ProvisionerOptions options_;

@@ -1,6 +1,8 @@
 #include "coordinator/slurm.h"
 
 #include <nlohmann/json.hpp>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -16,6 +18,14 @@ namespace {
 using nlohmann::json;
 
 constexpr char kNamePrefix[] = "nightshift-";
+
+// The name of the process's effective uid ("" when it has no passwd entry).
+std::string EffectiveUserName() {
+  std::vector<char> buffer(16384);
+  struct passwd pw, *found = nullptr;
+  if (getpwuid_r(geteuid(), &pw, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return "";
+  return pw.pw_name;
+}
 
 // A number as Slurm 22.05 writes it (plain) or as 23.02+ does ({"set", "infinite",
 // "number"}); `fallback` when unset or absent.
@@ -75,6 +85,8 @@ Status ReadJobIdentity(const json& j, const std::string& command, SlurmJob* job)
   job->name = j.value("name", "");
   job->nodes = j.contains("nodes") ? SlurmString(j["nodes"]) : "";
   job->partition = j.contains("partition") ? SlurmString(j["partition"]) : "";
+  const char* user = j.contains("user_name") ? "user_name" : "user";  // squeue's; sacct's
+  job->user = j.contains(user) && j[user].is_string() ? j[user].get<std::string>() : "";
   return Status::OK();
 }
 
@@ -221,7 +233,11 @@ StatusOr<std::vector<SlurmJob>> ParseSacctJson(const std::string& text) {
 }
 
 SlurmCluster::SlurmCluster(SlurmOptions options, CommandRunner* runner)
-    : options_(std::move(options)), runner_(runner) {}
+    : options_(std::move(options)), runner_(runner), self_(EffectiveUserName()) {}
+
+std::string SlurmCluster::RunsAs(const std::string& owner) const {
+  return options_.submit_as_owner && !owner.empty() ? owner : self_;
+}
 
 StatusOr<CommandResult> SlurmCluster::Run(const std::string& program, const std::vector<std::string>& args,
                                           const std::string& input) {
@@ -372,6 +388,7 @@ Allocation SlurmCluster::AllocationOf(const SlurmJob& job) {
   a.reason = job.reason;
   a.nodes = job.nodes;
   a.exit_code = job.exit_code;
+  a.user = job.user;
   switch (job.state) {
     case SlurmState::kPending: a.phase = Allocation::Phase::kPending; break;
     // A state this code does not know counts as running: never taken for an end.

@@ -76,6 +76,7 @@ struct SlurmJob {
   std::string reason;       // state_reason ("Resources", "Priority", "None", ...)
   std::string nodes;        // Slurm's host list ("n[1-2]"), empty while pending
   std::string partition;
+  std::string user;         // who submitted it (user_name; sacct's user)
   int exit_code = 0;        // the batch script's; 128 + N when killed by signal N
   bool exit_code_known = true;  // false: sacct --json of 22.05, whose exit codes are all 0
   int64_t start_time = 0, end_time = 0;  // Unix seconds; 0: not yet (or not given)
@@ -113,6 +114,9 @@ class SlurmCluster : public ClusterAllocator {
   // "accounting storage is disabled"), without a whole record of it (until slurmctld has
   // sent its start, sacct names the job "allocation"), and when sacct cannot be run.
   StatusOr<Allocation> Lookup(const std::string& slurm_id) override;
+  // The owner under submit_as_owner, else the coordinator's own user: squeue lists every
+  // user's jobs, and any user may name one nightshift-<job>-a<attempt>.
+  std::string RunsAs(const std::string& owner) const override;
 
  private:
   Allocation AllocationOf(const SlurmJob& job);
@@ -123,6 +127,7 @@ class SlurmCluster : public ClusterAllocator {
   std::string DownNodes(const std::string& nodes);
   const SlurmOptions options_;
   CommandRunner* const runner_;
+  const std::string self_;  // the coordinator's user name (its effective uid's)
 };
 
 }  // namespace nightshift

@@ -33,8 +33,26 @@ YAML::Node WithField(const YAML::Node& root, const std::string& field, const std
   }
 }
 
+// A copy of `node` in which no two places share a node. yaml-cpp keeps an alias (*a) as the
+// very node of its anchor (&a), Clone too: setting one would set the other, and a searched
+// field aliased to `priority` or `model.arch` would set those (PermitSpec checked the base's).
+YAML::Node Unshared(const YAML::Node& node) {
+  if (node.IsScalar()) return YAML::Node(node.Scalar());
+  if (node.IsSequence()) {
+    YAML::Node out(YAML::NodeType::Sequence);
+    for (const YAML::Node& item : node) out.push_back(Unshared(item));
+    return out;
+  }
+  if (node.IsMap()) {
+    YAML::Node out(YAML::NodeType::Map);
+    for (const auto& kv : node) out.force_insert(Unshared(kv.first), Unshared(kv.second));
+    return out;
+  }
+  return YAML::Node(node.Type());
+}
+
 StatusOr<v1::JobSpec> SpecWith(const std::string& base_yaml, const std::map<std::string, std::string>& params) {
-  YAML::Node root = YAML::Load(base_yaml);
+  YAML::Node root = Unshared(YAML::Load(base_yaml));
   for (const auto& [field, value] : params) root = WithField(root, field, value);
   YAML::Emitter out;
   out << root;

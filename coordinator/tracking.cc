@@ -125,25 +125,36 @@ std::string TrackingReporter::Seal(const std::string& name, const std::string& o
   return seal_key_.empty() ? "" : crypto::HmacSha256Hex(seal_key_, name + "\n" + owner);
 }
 
+Status CheckOwnerPermission(const std::string& pattern, const std::string& permission) {
+  if (permission.empty() || pattern.find("{owner}") != std::string::npos) return Status::OK();
+  return Status::InvalidArgument("--mlflow-owner-permission " + permission + ": --mlflow-experiment '" + pattern +
+                                 "' names no {owner}, so every job's run goes to one experiment and every owner "
+                                 "would be granted it");
+}
+
 StatusOr<std::string> TrackingReporter::ExperimentOf(const v1::Job& job) {
   const std::string name = ExperimentName(experiment_, job.owner());
-  const auto known = experiment_ids_.find(name);
+  const bool own = experiment_.find("{owner}") != std::string::npos;  // one per owner
+  const std::string owner = own ? job.owner() : "";
+  const auto known = experiment_ids_.find({name, owner});
   if (known != experiment_ids_.end()) return known->second;
-  const std::string seal = Seal(name, job.owner());
-  std::vector<MlflowPair> tags = {{"nightshift.owner", job.owner()}};
+  const std::string seal = Seal(name, owner);
+  std::vector<MlflowPair> tags = {{"nightshift.owner", owner}};
   if (!seal.empty()) tags.push_back({kSealTag, seal});
   StatusOr<MlflowExperiment> e = mlflow_->Experiment(name, tags);
   if (!e.ok()) return e.status();
-  if (!owner_permission_.empty() && !job.owner().empty()) {
-    // Shared with its owner only if this coordinator made it for them: any MLflow user may
-    // make (or rename one of theirs to) `name` first, and would read what goes there.
-    std::string found;
-    for (const MlflowPair& t : e->tags)
-      if (t.key == kSealTag) found = t.value;
-    if (seal.empty() || !crypto::ConstantTimeEqual(found, seal))
-      return Status::InvalidArgument("MLflow experiment " + name + " was not made by this coordinator for " +
-                                     job.owner() + " (no valid " + kSealTag + " tag): " + job.owner() +
-                                     "'s runs are not reported there");
+  // Used only if this coordinator made it (for that owner): any MLflow user may make (or
+  // rename one of theirs to) `name` first, and would read what goes there.
+  std::string found;
+  for (const MlflowPair& t : e->tags)
+    if (t.key == kSealTag) found = t.value;
+  const bool grants = !owner_permission_.empty() && own && !job.owner().empty();
+  if (seal.empty() ? grants : !crypto::ConstantTimeEqual(found, seal))  // no key: shared with no one
+    return Status::InvalidArgument("MLflow experiment " + name + " was not made by this coordinator" +
+                                   (own ? " for " + job.owner() : std::string()) + " (no valid " + kSealTag +
+                                   " tag): " + (own ? job.owner() + "'s runs are" : std::string("runs are")) +
+                                   " not reported there");
+  if (grants) {
     const Status s = mlflow_->Grant(e->id, job.owner(), owner_permission_);
     if (s.code() == Status::kNotFound) {
       // Not yet an MLflow user: the runs go there all the same (readable by admins); the
@@ -153,7 +164,7 @@ StatusOr<std::string> TrackingReporter::ExperimentOf(const v1::Job& job) {
     }
     if (!s.ok()) return s;
   }
-  experiment_ids_.emplace(name, e->id);
+  experiment_ids_.emplace(std::make_pair(name, owner), e->id);
   return e->id;
 }
 

@@ -24,8 +24,9 @@
 // experiment (and so may manage it) and, with --mlflow-owner-permission, grants the MLflow
 // user of the owner's name that permission on it, once per experiment and process: each
 // user reads their own runs and no one else's. Each experiment it makes carries a seal
-// (kSealTag); an owner's experiment found without a valid one was made (or renamed) by
-// someone else: that owner's runs are given up, not put there.
+// (kSealTag); an experiment found without a valid one was made (or renamed) by someone
+// else, who could read what goes there: the runs meant for it are given up, not put there
+// (with grants or without).
 #ifndef NIGHTSHIFT_COORDINATOR_TRACKING_H_
 #define NIGHTSHIFT_COORDINATOR_TRACKING_H_
 
@@ -51,6 +52,10 @@ std::vector<MlflowMetric> NewPoints(const v1::JobMetrics& metrics, int64_t fallb
 // The experiment a job of `owner` goes to: `pattern` with every "{owner}" replaced by the
 // owner, or by "anonymous" for a job without one (insecure mode).
 std::string ExperimentName(const std::string& pattern, const std::string& owner);
+// Whether --mlflow-owner-permission may go with the pattern: INVALID_ARGUMENT naming both
+// flags when `permission` is set and `pattern` names no {owner} (every owner would be
+// granted the one experiment every job goes to).
+Status CheckOwnerPermission(const std::string& pattern, const std::string& permission);
 
 class TrackingReporter {
  public:
@@ -66,8 +71,9 @@ class TrackingReporter {
         seal_key_(std::move(seal_key)) {}
 
   // The tag that marks an experiment this coordinator made for an owner:
-  // HMAC-SHA256(seal key, name "\n" owner) as hex. Nobody without the key can make one that
-  // verifies, and a renamed experiment's no longer does.
+  // HMAC-SHA256(seal key, name "\n" owner) as hex, the owner "" where the pattern names none
+  // (one experiment for every job). Nobody without the key can make one that verifies, and
+  // a renamed experiment's no longer does.
   static constexpr char kSealTag[] = "nightshift.seal";
 
   // Brings every job's run up to date, in submit order. UNAVAILABLE or UNAUTHENTICATED
@@ -82,7 +88,7 @@ class TrackingReporter {
   // A run (or experiment) deleted on the server is forgotten and made again next pass.
   Status Report(const v1::Job& job, v1::TrackedRun* run);
   Status ReportTo(const v1::Job& job, v1::TrackedRun* run);
-  // The id of `job`'s experiment, made (and shared with its owner) when new. Shared:
+  // The id of `job`'s experiment, made (and shared with its owner) when new;
   // INVALID_ARGUMENT for one this coordinator did not make for that owner (no valid seal).
   StatusOr<std::string> ExperimentOf(const v1::Job& job);
   std::string Seal(const std::string& name, const std::string& owner) const;
@@ -90,7 +96,9 @@ class TrackingReporter {
   Coordinator* const coordinator_;
   MlflowClient* const mlflow_;
   const std::string experiment_, owner_permission_, seal_key_;
-  std::map<std::string, std::string> experiment_ids_;  // name -> id, once known (and shared)
+  // (name, owner sealed for) -> id, once known (and shared): owner "" and owner "anonymous"
+  // share a name, and each is checked against its own seal.
+  std::map<std::pair<std::string, std::string>, std::string> experiment_ids_;
 };
 
 }  // namespace nightshift

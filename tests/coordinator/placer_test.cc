@@ -188,6 +188,18 @@ TEST_F(PlacerTest, NoCopyGoesWhereTheJobCouldNotResume) {
   EXPECT_EQ(CopiesFor("d-gpu").size(), 1u);
 }
 
+// Under a cluster every worker is some attempt's allocation: a copy there would hand one
+// job's checkpoint, and the key to read it, to another job's worker.
+TEST_F(PlacerTest, UnderAClusterNoCopyGoesToAnotherAllocationsWorker) {
+  RunningOnW1WithCheckpoint(50);
+  Register("w2");
+  ASSERT_EQ(CopiesFor("w2").size(), 1u);  // our own workers: w2 keeps a copy
+  Placer allocated(jobs_.get(), workers_.get(), attempts_.get(), /*allocated_only=*/true);
+  HeartbeatReply reply;
+  allocated.AddCheckpointCopies("w2", clock_.Now(), &reply);
+  EXPECT_TRUE(reply.copy_checkpoints.empty());
+}
+
 TEST_F(PlacerTest, AJobOnTwoWorkersHasNoCopyPlanned) {
   Register("w1");
   Register("w2");

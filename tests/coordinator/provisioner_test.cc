@@ -24,6 +24,8 @@ class FakeCluster : public ClusterAllocator {
  public:
   const char* name() const override { return "slurm"; }
   bool KeepsEndedAllocations() const override { return keeps_ended; }
+  // As Slurm submitting as the owner: the owner, or for a job without one the coordinator's.
+  std::string RunsAs(const std::string& owner) const override { return owner.empty() ? "nightshift" : owner; }
   StatusOr<std::string> Submit(const AllocationRequest& request) override {
     if (!submit_error.ok()) return submit_error;
     requests.push_back(request);
@@ -188,6 +190,30 @@ class ProvisionerTest : public testing::Test {
   FakeCluster cluster_;
   std::unique_ptr<Provisioner> provisioner_;
 };
+
+// squeue lists every user's jobs, and any user may name one like ours: an allocation that
+// does not run as the user its job's are submitted as is not that attempt's (the attempt
+// gets its own) and is never cancelled; one of a job the coordinator does not know runs as
+// the coordinator's user if ours.
+TEST_F(ProvisionerTest, AnotherUsersJobNamedLikeOursIsNeitherFollowedNorCancelled) {
+  auto spec = LoadJobSpec("model: {arch: transformer_classifier}\ndata: {path: /data}\n");
+  ASSERT_TRUE(spec.ok());
+  auto job = c_->Submit(*spec, "alice");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string id = job->id();
+  cluster_.Show("7", id, 0, Allocation::Phase::kPending, "PENDING", "JobHeldUser").user = "mallory";
+  cluster_.Show("8", "j-000999", 0, Allocation::Phase::kRunning, "RUNNING").user = "mallory";
+  cluster_.Show("9", "j-000998", 0, Allocation::Phase::kRunning, "RUNNING").user = "nightshift";
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 1u);  // "7" is not attempt 0's allocation: it asks for one
+  EXPECT_EQ(Get(id).allocation().id(), "100");
+  EXPECT_EQ(Get(id).allocation().reason(), "");  // not mallory's "JobHeldUser"
+  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "PENDING", "Priority").user = "alice";
+  clock_.Advance(std::chrono::seconds(6));  // past the release grace
+  Pass();
+  EXPECT_EQ(Get(id).allocation().reason(), "Priority");
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"9"});  // ours, its job unknown: over
+}
 
 TEST_F(ProvisionerTest, AQueuedJobGetsOneAllocationOfItsNodesAndRunsOnlyOnItsWorkers) {
   const std::string id = Submit(3);

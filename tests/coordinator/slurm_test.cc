@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -109,6 +110,7 @@ TEST(SlurmTest, Squeue2205JsonParses) {
     EXPECT_EQ(j.slurm_state, "RUNNING");
     EXPECT_FALSE(j.nodes.empty());
     EXPECT_FALSE(j.partition.empty());
+    EXPECT_EQ(j.user, "root");  // user_name: who submitted it (the fixture's runs were root's)
   }
   EXPECT_TRUE(found) << "a running job of ours in the fixture";
   StatusOr<std::vector<SlurmJob>> pending = ParseSqueueJson(Fixture("squeue-22.05-pending.json"));
@@ -176,6 +178,7 @@ TEST(SlurmTest, Sacct2205JsonParses) {
     EXPECT_EQ(j.name.rfind("nightshift-j-acct-a", 0), 0u) << j.name;
     EXPECT_FALSE(j.nodes.empty());
     EXPECT_EQ(j.partition, "low");
+    EXPECT_EQ(j.user, "root");  // sacct's user (a string; the association's is an object)
     EXPECT_FALSE(j.exit_code_known);
     EXPECT_GT(j.start_time, 0);
     EXPECT_GE(j.end_time, j.start_time);
@@ -281,7 +284,7 @@ TEST(SlurmTest, ANodeFailureNamesTheNodesSlurmHasDown) {
   FakeRunner fake;
   SlurmCluster cluster(SlurmOptions{}, &fake);
   fake.answers = {CommandResult{0, R"({"jobs": [{"job_id": 9, "name": "nightshift-j-1-a0", "job_state": "NODE_FAIL", "nodes": "n[1-2]"},
-                                                {"job_id": 10, "name": "nightshift-j-2-a0", "job_state": "RUNNING", "nodes": "n3"}]})", ""},
+                                                {"job_id": 10, "name": "nightshift-j-2-a0", "job_state": "RUNNING", "nodes": "n3", "user_name": "bob"}]})", ""},
                   CommandResult{0, "n2\n", ""}};
   StatusOr<std::vector<Allocation>> listed = cluster.List();
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
@@ -293,6 +296,8 @@ TEST(SlurmTest, ANodeFailureNamesTheNodesSlurmHasDown) {
   EXPECT_EQ(failed.failed_nodes, "n2");
   EXPECT_EQ(failed.job_id, "j-1");
   EXPECT_EQ(running.phase, Allocation::Phase::kRunning);
+  EXPECT_EQ(running.user, "bob");  // whose it is: the provisioner's to judge
+  EXPECT_EQ(failed.user, "");
   ASSERT_EQ(fake.calls.size(), 2u);  // sinfo only for the failed one
   EXPECT_EQ(fake.calls[1], (std::vector<std::string>{"sinfo", "--noheader", "--nodes=n[1-2]",
                                                      "--states=down,drain,fail,no_respond", "--format=%N"}));
@@ -387,6 +392,11 @@ TEST(SlurmTest, AnAllocationIsSubmittedAsItsOwnerThroughSudo) {
   r.owner = "";
   ASSERT_TRUE(cluster.Submit(r).ok());
   EXPECT_EQ(fake.calls[1][0], "sbatch");
+  // What List's allocations must run as to be ours (provisioner.h): the owner, else us.
+  EXPECT_EQ(cluster.RunsAs("alice"), "alice");
+  const std::string self = getpwuid(geteuid())->pw_name;
+  EXPECT_EQ(cluster.RunsAs(""), self);
+  EXPECT_EQ(SlurmCluster(SlurmOptions(), &fake).RunsAs("alice"), self);
 }
 
 }  // namespace

@@ -131,5 +131,36 @@ TEST(SweepSpecTest, ASearchSpaceOutsideTheSpecsRulesIsRefusedNamingTheKey) {
   EXPECT_EQ(no_base.status().message().rfind("base:", 0), 0u) << no_base.status().message();
 }
 
+// An alias in the base shares its anchor's node: a search of the aliased field must not
+// carry its values into the anchor (priority, model.arch: what SubmitSweep permits on the
+// base alone).
+TEST(SweepSpecTest, AnAliasInTheBaseCannotCarryASearchIntoPriorityOrArch) {
+  StatusOr<v1::SweepSpec> priority = LoadSweepSpec(
+      "base:\n"
+      "  priority: &p 0\n"
+      "  model: {arch: transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 48}\n"
+      "  data: {path: /data/x, tokenizer: {vocab_size: 64}}\n"
+      "  train: {max_steps: 400, warmup_steps: *p, batching: {batch_size: 8}}\n"
+      "search:\n  train.warmup_steps: {choices: [0, 1000000]}\nmethod: grid\nmetric: val_loss\n");
+  ASSERT_TRUE(priority.ok()) << priority.status().ToString();
+  StatusOr<v1::JobSpec> trial = TrialSpec(*priority, TrialParams(*priority, 1));
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();
+  EXPECT_EQ(trial->train().warmup_steps(), 1000000);
+  EXPECT_EQ(trial->priority(), 0);
+
+  StatusOr<v1::SweepSpec> arch = LoadSweepSpec(
+      "base:\n"
+      "  model: {arch: &a transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 48}\n"
+      "  data: {path: /data/x, text_field: *a, tokenizer: {vocab_size: 64}}\n"
+      "  train: {max_steps: 400, batching: {batch_size: 8}}\n"
+      "search:\n  data.text_field: {choices: [transformer_classifier, torchscript]}\nmethod: grid\n"
+      "metric: val_loss\n");
+  ASSERT_TRUE(arch.ok()) << arch.status().ToString();
+  trial = TrialSpec(*arch, TrialParams(*arch, 1));
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();
+  EXPECT_EQ(trial->data().text_field(), "torchscript");
+  EXPECT_EQ(trial->model().arch(), "transformer_classifier");
+}
+
 }  // namespace
 }  // namespace nightshift

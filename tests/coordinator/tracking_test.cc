@@ -32,6 +32,18 @@ TEST(TrackingTest, EachOwnerHasAnExperimentOfTheirName) {
   EXPECT_EQ(ExperimentName("shared", "alice"), "shared");
 }
 
+// A grant on the one experiment of a pattern without {owner} would let every owner read
+// every job's run: the two flags are refused together, naming both.
+TEST(TrackingTest, AnOwnersPermissionNeedsAnExperimentPerOwner) {
+  EXPECT_TRUE(CheckOwnerPermission("nightshift/{owner}", "READ").ok());
+  EXPECT_TRUE(CheckOwnerPermission("shared", "").ok());
+  const Status refused = CheckOwnerPermission("shared", "READ");
+  EXPECT_EQ(refused.code(), Status::kInvalidArgument);
+  EXPECT_NE(refused.message().find("--mlflow-owner-permission READ: --mlflow-experiment 'shared' names no {owner}"),
+            std::string::npos)
+      << refused.ToString();
+}
+
 v1::TrainPoint Point(int64_t step, double loss, int64_t time_ms) {
   v1::TrainPoint t;
   t.set_step(step);

@@ -173,6 +173,10 @@ TEST_F(SlurmE2eTest, AnAllocationSubmittedAsItsOwnerRunsAsThatUserOnEveryNode) {
   EXPECT_EQ(done.exit_code, 0) << "the allocation's output:\n" << Read(out / ("slurm-" + *id + ".out"));
   EXPECT_EQ(Read(out / "user-0"), user + "\n");
   EXPECT_EQ(Read(out / "user-1"), user + "\n");
+  // squeue names the owner as its user: what the provisioner takes for ours (RunsAs).
+  EXPECT_EQ(done.user, user);
+  EXPECT_EQ(as_owner.RunsAs(user), user);
+  EXPECT_EQ(cluster_->RunsAs(user), "root");  // not as the owner: the coordinator's user
 }
 
 TEST_F(SlurmE2eTest, ARunningAllocationIsCancelledAndANodeCommandsExitCodeFailsIt) {

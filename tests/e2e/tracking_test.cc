@@ -115,6 +115,73 @@ std::string Param(const json& run, const std::string& key) {
   return "";
 }
 
+// A server behind MLflow's basic-auth app with `users` (password "<user>-password-1"), the
+// coordinator's user "nightshift" among them, its file in dir/mlflow-user, and a token file
+// dir/tokens for the Nightshift users `owners` ("<owner>-secret").
+void MakeUsers(const Cluster& cluster, const MlflowServer& mlflow, const std::vector<std::string>& users,
+               const std::vector<std::string>& owners) {
+  for (const std::string& user : users)
+    ASSERT_FALSE(mlflow.Call("POST", "users/create", {{"username", user}, {"password", user + "-password-1"}}).is_null())
+        << user;
+  std::ofstream(cluster.dir() + "/mlflow-user") << "nightshift:nightshift-password-1\n";
+  std::ofstream tokens(cluster.dir() + "/tokens");
+  for (const std::string& owner : owners) tokens << crypto::Sha256Hex(owner + "-secret") << " user " << owner << "\n";
+}
+
+// bob makes experiment `name` and lets the coordinator's MLflow user manage it; its id.
+std::string Squat(const MlflowServer& mlflow, const std::string& name) {
+  int made = 0;
+  const json squatted = mlflow.Call("POST", "experiments/create", {{"name", name}}, &made, "bob:bob-password-1");
+  EXPECT_EQ(made, 200);
+  mlflow.Call("POST", "/api/3.0/mlflow/users/permissions/grant",
+              {{"username", "nightshift"}, {"resource_type", "experiment"},
+               {"resource_id", squatted.value("experiment_id", "")}, {"permission", "MANAGE"}},
+              &made, "bob:bob-password-1");
+  EXPECT_EQ(made, 200);
+  return squatted.value("experiment_id", "");
+}
+
+// The job service as `user` ("<user>-secret").
+std::unique_ptr<v1::JobService::Stub> StubOf(const Cluster& cluster, const std::string& user) {
+  auto channel = MakeChannel(ClientOptions{cluster.address(), user + "-secret", "", "", "", ""});
+  EXPECT_TRUE(channel.ok()) << channel.status().ToString();
+  return channel.ok() ? v1::JobService::NewStub(*channel) : nullptr;
+}
+
+// Submits a job as `user` (never able to run: no worker needed for its run to be reported).
+std::string SubmitAs(v1::JobService::Stub* stub, const std::string& user) {
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml("name: " + user + "s\nmodel: {arch: transformer_classifier}\ndata: {path: /nonexistent}\n");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::Job job;
+  const grpc::Status s = stub->SubmitJob(&ctx, req, &job);
+  EXPECT_TRUE(s.ok()) << user << ": " << s.error_message();
+  EXPECT_EQ(job.owner(), user);
+  return job.id();
+}
+
+// Job `id` once its run was given up (tracked_run.error set), or as it is after 10 s.
+v1::Job GivenUp(v1::JobService::Stub* stub, const std::string& id) {
+  v1::Job job;
+  for (int i = 0; i < 100 && job.tracked_run().error().empty(); ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetJobRequest req;
+    req.set_id(id);
+    EXPECT_TRUE(stub->GetJob(&ctx, req, &job).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return job;
+}
+
+// The runs of experiment `id` (the admin's view).
+size_t RunsIn(const MlflowServer& mlflow, const std::string& id) {
+  json found = mlflow.Call("POST", "runs/search", {{"experiment_ids", {id}}});
+  EXPECT_FALSE(found.is_null());
+  return found.is_null() ? 0 : found.value("runs", json::array()).size();
+}
+
 TEST(TrackingE2E, EveryJobIsARunEqualToItsMetricsAndAServerDownDelaysNothing) {
   Cluster cluster("tracking");
   const std::string data = cluster.MakeData(150);
@@ -237,23 +304,8 @@ TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
   Cluster cluster("tracking-auth");
   MlflowServer mlflow(cluster.dir() + "/mlflow", FreePort(), "admin-password-1");
   ASSERT_TRUE(mlflow.Start()) << "mlflow server did not start; see " << cluster.dir() << "/mlflow/mlflow.log";
-  for (const char* user : {"nightshift", "alice", "bob", "dave"})
-    ASSERT_FALSE(mlflow.Call("POST", "users/create", {{"username", user}, {"password", std::string(user) + "-password-1"}})
-                     .is_null())
-        << user;
-  std::ofstream(cluster.dir() + "/mlflow-user") << "nightshift:nightshift-password-1\n";
-  std::ofstream(cluster.dir() + "/tokens") << crypto::Sha256Hex("alice-secret") << " user alice\n"
-                                           << crypto::Sha256Hex("bob-secret") << " user bob\n"
-                                           << crypto::Sha256Hex("carol-secret") << " user carol\n"
-                                           << crypto::Sha256Hex("dave-secret") << " user dave\n";
-  int made = 0;
-  const json squatted = mlflow.Call("POST", "experiments/create", {{"name", "nightshift/dave"}}, &made, "bob:bob-password-1");
-  ASSERT_EQ(made, 200);
-  mlflow.Call("POST", "/api/3.0/mlflow/users/permissions/grant",
-              {{"username", "nightshift"}, {"resource_type", "experiment"},
-               {"resource_id", squatted["experiment_id"]}, {"permission", "MANAGE"}},
-              &made, "bob:bob-password-1");
-  ASSERT_EQ(made, 200);
+  MakeUsers(cluster, mlflow, {"nightshift", "alice", "bob", "dave"}, {"alice", "bob", "carol", "dave"});
+  const std::string squatted = Squat(mlflow, "nightshift/dave");
   cluster.StartCoordinator({"--token-file", cluster.dir() + "/tokens", "--mlflow-uri", mlflow.url(), "--mlflow-user-file",
                             cluster.dir() + "/mlflow-user", "--mlflow-owner-permission", "READ", "--mlflow-poll-seconds",
                             "0.3"});
@@ -261,18 +313,9 @@ TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
   std::map<std::string, std::string> job_of;
   std::map<std::string, std::unique_ptr<v1::JobService::Stub>> stub_of;
   for (const char* user : {"alice", "bob", "carol", "dave"}) {
-    auto channel = MakeChannel(ClientOptions{cluster.address(), std::string(user) + "-secret", "", "", "", ""});
-    ASSERT_TRUE(channel.ok()) << channel.status().ToString();
-    v1::SubmitJobRequest req;
-    req.set_spec_yaml("name: " + std::string(user) + "s\nmodel: {arch: transformer_classifier}\ndata: {path: /nonexistent}\n");
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::Job job;
-    stub_of[user] = v1::JobService::NewStub(*channel);
-    const grpc::Status s = stub_of[user]->SubmitJob(&ctx, req, &job);
-    ASSERT_TRUE(s.ok()) << user << ": " << s.error_message();
-    ASSERT_EQ(job.owner(), user);
-    job_of[user] = job.id();
+    stub_of[user] = StubOf(cluster, user);
+    ASSERT_NE(stub_of[user], nullptr);
+    job_of[user] = SubmitAs(stub_of[user].get(), user);
   }
   std::map<std::string, json> run_of;
   for (int i = 0; i < 300 && run_of.size() < 3; ++i) {
@@ -317,22 +360,39 @@ TEST(TrackingE2E, EachUserReadsTheirOwnRunsOnlyBehindMlflowsBasicAuth) {
   EXPECT_EQ(Tag(run_of["alice"], "nightshift.owner"), "alice");
 
   // dave's run is given up, with the reason in his job; bob's experiment holds nothing.
-  v1::Job dave;
-  for (int i = 0; i < 100 && dave.tracked_run().error().empty(); ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::GetJobRequest req;
-    req.set_id(job_of["dave"]);
-    ASSERT_TRUE(stub_of["dave"]->GetJob(&ctx, req, &dave).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const v1::Job dave = GivenUp(stub_of["dave"].get(), job_of["dave"]);
   EXPECT_NE(dave.tracked_run().error().find("nightshift/dave was not made by this coordinator for dave"),
             std::string::npos)
       << dave.tracked_run().DebugString();
   EXPECT_TRUE(dave.tracked_run().run_id().empty());
-  json in_bobs = mlflow.Call("POST", "runs/search", {{"experiment_ids", {squatted["experiment_id"]}}});
-  ASSERT_FALSE(in_bobs.is_null());
-  EXPECT_TRUE(in_bobs.value("runs", json::array()).empty()) << in_bobs.dump();
+  EXPECT_EQ(RunsIn(mlflow, squatted), 0u);
+}
+
+// Without --mlflow-owner-permission a squatted experiment is refused all the same: its
+// maker (bob, MANAGE as its creator) would read erin's runs there. Erin's job is given up
+// with the reason; frank's, in the experiment the coordinator made, is reported.
+TEST(TrackingE2E, WithoutGrantsAnExperimentSomeoneElseMadeIsRefusedToo) {
+  Cluster cluster("tracking-squat");
+  MlflowServer mlflow(cluster.dir() + "/mlflow", FreePort(), "admin-password-1");
+  ASSERT_TRUE(mlflow.Start()) << "mlflow server did not start; see " << cluster.dir() << "/mlflow/mlflow.log";
+  MakeUsers(cluster, mlflow, {"nightshift", "bob"}, {"erin", "frank"});
+  const std::string squatted = Squat(mlflow, "nightshift/erin");
+  cluster.StartCoordinator({"--token-file", cluster.dir() + "/tokens", "--mlflow-uri", mlflow.url(), "--mlflow-user-file",
+                            cluster.dir() + "/mlflow-user", "--mlflow-poll-seconds", "0.3"});
+  auto erin = StubOf(cluster, "erin"), frank = StubOf(cluster, "frank");
+  ASSERT_TRUE(erin != nullptr && frank != nullptr);
+  const std::string erins = SubmitAs(erin.get(), "erin"), franks = SubmitAs(frank.get(), "frank");
+  const v1::Job given_up = GivenUp(erin.get(), erins);
+  EXPECT_NE(given_up.tracked_run().error().find("nightshift/erin was not made by this coordinator for erin"),
+            std::string::npos)
+      << given_up.tracked_run().DebugString();
+  EXPECT_EQ(RunsIn(mlflow, squatted), 0u);
+  json run;
+  for (int i = 0; i < 100 && run.is_null(); ++i) {
+    run = mlflow.RunOf(franks, "nightshift/frank");
+    if (run.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_FALSE(run.is_null()) << "frank's run; see " << cluster.dir() << "/coordinator.log";
 }
 
 }  // namespace
