@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace nightshift {
 namespace {
 
-constexpr size_t kChunkBytes = 1 << 20;
+constexpr uint64_t kMaxChecksumsBytes = 16 << 20;  // a listing, not weights
 
 StatusOr<std::string> ReadWhole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -155,40 +155,43 @@ int64_t ModelFolderStep(const std::string& dir) {
   return step != config.end() && step->is_number_integer() ? step->get<int64_t>() : -1;
 }
 
-Status SendModelFolder(const std::string& dir, int64_t step,
+Status SendModelFolder(const std::string& dir, const std::string& beneath, int64_t step,
                        const std::function<bool(const v1::ArtifactChunk&)>& write) {
-  auto text = ReadWhole(dir + "/" + kChecksumsFile);
-  if (!text.ok()) return Status::NotFound("no model folder at " + dir + " (" + kChecksumsFile + " missing)");
-  auto sums = ParseChecksums(text.value());
+  std::string text;
+  if (const std::string error = io::ReadFileBeneath({beneath}, dir + "/" + kChecksumsFile, kMaxChecksumsBytes, &text);
+      !error.empty())
+    return Status::NotFound("no model folder at " + dir + " (" + error + ")");
+  auto sums = ParseChecksums(text);
   if (!sums.ok()) return sums.status();
   v1::ArtifactChunk first;
-  first.set_checksums_json(text.value());
+  first.set_checksums_json(text);
   first.set_step(step);
   if (!write(first)) return Status::Cancelled("reader left");
-  std::vector<char> buf(kChunkBytes);
   for (const auto& [name, sum] : sums.value()) {
     const std::string path = dir + "/" + name;
-    // Regular files only, never through a link out of the folder.
-    if (fs::is_symlink(path) || !fs::is_regular_file(path))
-      return Status::Corruption(name + " in " + dir + " is not a regular file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Status::IOError("cannot read " + path);
+    // Regular files only, never through a link out of the job's folder.
+    if (!fs::is_regular_file(path)) return Status::Corruption(name + " in " + dir + " is not a regular file");
     int64_t offset = 0;
-    bool sent = false;
-    while (true) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      const std::streamsize got = in.gcount();
-      if (got <= 0 && sent) break;
-      v1::ArtifactChunk chunk;
-      chunk.set_file(name);
-      chunk.set_offset(offset);
-      chunk.set_data(buf.data(), static_cast<size_t>(std::max<std::streamsize>(got, 0)));
-      if (!write(chunk)) return Status::Cancelled("reader left");
-      sent = true;
-      offset += got;
-      if (got < static_cast<std::streamsize>(buf.size())) break;
+    v1::ArtifactChunk chunk;
+    chunk.set_file(name);
+    struct ReaderLeft {};
+    std::string error;
+    try {
+      error = io::ScanFileBeneath({beneath}, path, UINT64_MAX, [&](std::string_view piece) {
+        chunk.set_offset(offset);
+        chunk.set_data(piece.data(), piece.size());
+        if (!write(chunk)) throw ReaderLeft{};  // the rest of the file is not read
+        offset += static_cast<int64_t>(piece.size());
+      });
+    } catch (const ReaderLeft&) {
+      return Status::Cancelled("reader left");
     }
-    if (in.bad()) return Status::IOError("cannot read " + path);
+    if (!error.empty()) return Status::IOError(error);
+    if (offset == 0) {  // an empty file: one chunk says so
+      chunk.set_offset(0);
+      chunk.clear_data();
+      if (!write(chunk)) return Status::Cancelled("reader left");
+    }
   }
   return Status::OK();
 }

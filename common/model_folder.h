@@ -55,7 +55,10 @@ int64_t ModelFolderStep(const std::string& dir);
 // as it is on disk) and `step`, then every file it lists, in name order. The files are
 // sent as they are (the receiver verifies). `write` returns false when the reader left
 // (then this returns Cancelled). NotFound when dir/checksums.json is not there.
-Status SendModelFolder(const std::string& dir, int64_t step,
+// `beneath`: an absolute folder that holds `dir` (the job's checkpoint folder), which no
+// job can replace: every file is opened beneath it (openat2 RESOLVE_BENEATH), so `dir` or
+// a file in it made a link by the job's code (another job's model) is refused, not read.
+Status SendModelFolder(const std::string& dir, const std::string& beneath, int64_t step,
                        const std::function<bool(const v1::ArtifactChunk&)>& write);
 
 }  // namespace nightshift

@@ -154,14 +154,17 @@ int Placer::JudgeClaims(const std::string& worker) {
       if (order != entry->copies_ordered.end() && order->second == std::make_pair(step, digest)) {
         entry->copies_ordered.erase(order);  // the copier verified the digest: a holder now
         if (RecordHolder(&job, worker, step, digest, /*copied=*/true)) jobs_->Persist(entry, /*sync=*/false);
-      } else if (step > NewestRecordedStep(job) && Wrote(job, worker) && RecordHolder(&job, worker, step, digest)) {
+      } else if (step > NewestRecordedStep(job) &&
+                 (Wrote(job, worker) || (HoldsSlots(job.state()) && RanksOn(job, worker) > 0)) &&
+                 RecordHolder(&job, worker, step, digest)) {
+        // The writer (of earlier steps, or of the attempt it runs): its trainer's report of
+        // the step may come a beat later, or never (the worker restarted and the ranks died
+        // with it), and the next attempt would set the step aside.
         NS_INFO("job " << id << ": worker " << worker << ", which wrote its checkpoints, holds step " << step
                        << ", newer than any it reported: recorded");
         jobs_->Persist(entry, /*sync=*/false);
       }
       if (Vouched(job, worker, step, digest)) continue;
-      // Its own running attempt's newer step: the trainer's report may come a beat later.
-      if (HoldsSlots(job.state()) && RanksOn(job, worker) > 0 && step > NewestRecordedStep(job)) continue;
     }
     ignored.insert({id, step, digest});
   }

@@ -82,7 +82,8 @@ Status Provisioner::Pass() {
   std::set<std::string> over_now;
   for (const Allocation& a : *listed) {
     auto n = need_of.find(a.job_id);
-    if (!RunsAsSubmitted(a, n != need_of.end() ? &n->second->owner : nullptr)) continue;  // another user's
+    const bool recorded = n != need_of.end() && n->second->allocation.id() == a.id;  // sbatch told us its id
+    if (!recorded && !RunsAsSubmitted(a, n != need_of.end() ? &n->second->owner : nullptr)) continue;  // another user's
     const bool wanted = n != need_of.end() && n->second->attempt == a.attempt;
     if (wanted) {
       const Allocation*& slot = of_attempt[{a.job_id, a.attempt}];

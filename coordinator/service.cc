@@ -322,12 +322,12 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   if (!where.ok()) return timer.Done(ToGrpc(where.status()));
   auto write = [&](const v1::ArtifactChunk& chunk) { return !ctx->IsCancelled() && writer->Write(chunk); };
   // The shared checkpoint root first: no worker needed.
-  if (!checkpoint_root_.empty()) {
-    const std::string job_dir = checkpoint_root_ + "/" + req->id();
+  if (!checkpoint_root_.empty() && !std::filesystem::is_symlink(checkpoint_root_ + "/" + req->id())) {
+    const std::string job_dir = checkpoint_root_ + "/" + req->id();  // a job's code cannot replace it: the root's
     for (const std::string& dir : {job_dir + "/" + ModelStepFolderName(req->step()), job_dir + "/model"}) {
       if (!std::filesystem::exists(dir + "/" + kChecksumsFile) || (req->step() > 0 && ModelFolderStep(dir) != req->step()))
         continue;
-      return timer.Done(ToGrpc(SendModelFolder(dir, where->model.step(), write)));
+      return timer.Done(ToGrpc(SendModelFolder(dir, job_dir, where->model.step(), write)));
     }
   }
   if (!where->worker_error.ok()) return timer.Done(ToGrpc(where->worker_error));

@@ -5,6 +5,7 @@
 
 #include <grpcpp/security/credentials.h>
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -60,7 +61,9 @@ class JobServiceImpl final : public v1::JobService::Service {
       : c_(c),
         metrics_(metrics),
         auth_(auth),
-        checkpoint_root_(std::move(options.checkpoint_root)),
+        checkpoint_root_(options.checkpoint_root.empty()
+                             ? std::string()
+                             : std::filesystem::absolute(options.checkpoint_root).lexically_normal().string()),
         faults_(options.faults),
         policy_(std::move(options.policy)),
         worker_credentials_(std::move(options.worker_credentials)),

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/log.h"
 #include "coordinator/allocation_tokens.h"
 
 namespace nightshift {
@@ -233,7 +234,11 @@ StatusOr<std::vector<SlurmJob>> ParseSacctJson(const std::string& text) {
 }
 
 SlurmCluster::SlurmCluster(SlurmOptions options, CommandRunner* runner)
-    : options_(std::move(options)), runner_(runner), self_(EffectiveUserName()) {}
+    : options_(std::move(options)), runner_(runner), self_(EffectiveUserName()) {
+  if (self_.empty())
+    NS_ERROR("slurm: uid " << geteuid() << " has no user name: squeue's jobs named like ours are taken as ours "
+                           "whoever submitted them (give this uid a passwd entry)");
+}
 
 std::string SlurmCluster::RunsAs(const std::string& owner) const {
   return options_.submit_as_owner && !owner.empty() ? owner : self_;

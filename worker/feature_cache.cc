@@ -101,22 +101,20 @@ StatusOr<std::unique_ptr<FeatureCache>> FeatureCache::Open(const FeatureCacheOpt
 Status FeatureCache::HashFile(const InputFile& file, std::string* hash) {
   struct stat st;
   if (::stat(file.path.c_str(), &st) != 0) return Status::NotFound("cannot stat " + file.path);
-  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  // The file as it is now: its size, its mtime and its ctime, which its writer cannot set
+  // back (utimensat sets the mtime, and moves the ctime to now), on that device and inode.
+  const auto ns = [](const timespec& t) { return std::to_string(int64_t{t.tv_sec} * 1000000000 + t.tv_nsec); };
+  const std::string seen = "v2 " + std::to_string(st.st_size) + " " + ns(st.st_mtim) + " " + ns(st.st_ctim) + " " +
+                           std::to_string(st.st_dev) + " " + std::to_string(st.st_ino) + " ";
   const std::string db_key = kFilePrefix + file.path;
   std::string stored;
-  if (db_->Get(rocksdb::ReadOptions(), db_key, &stored).ok()) {
-    std::istringstream in(stored);
-    int64_t size = -1, mtime = -1;
-    std::string h;
-    in >> size >> mtime >> h;
-    if (size == st.st_size && mtime == mtime_ns && !h.empty()) {
-      *hash = h;
-      return Status::OK();
-    }
+  if (db_->Get(rocksdb::ReadOptions(), db_key, &stored).ok() && stored.size() > seen.size() &&
+      stored.compare(0, seen.size(), seen) == 0) {
+    *hash = stored.substr(seen.size());
+    return Status::OK();
   }
   NS_RETURN_IF_ERROR(HashContents(file.path, hash, nullptr));
-  db_->Put(rocksdb::WriteOptions(), db_key,
-           std::to_string(st.st_size) + " " + std::to_string(mtime_ns) + " " + *hash);
+  db_->Put(rocksdb::WriteOptions(), db_key, seen + *hash);
   return Status::OK();
 }
 

@@ -107,7 +107,8 @@ grpc::Status FileServiceImpl::ReadModel(grpc::ServerContext* ctx, const v1::Read
   if (!dir.ok()) return ToGrpc(dir.status());
   if (fs::is_symlink(dir.value()))
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "the model folder of job " + req->job_id() + " is a link");
-  Status s = SendModelFolder(dir.value(), req->step(), [&](const v1::ArtifactChunk& chunk) {
+  Status s = SendModelFolder(dir.value(), (fs::path(checkpoint_root_) / req->job_id()).string(), req->step(),
+                             [&](const v1::ArtifactChunk& chunk) {
     return !ctx->IsCancelled() && writer->Write(chunk);
   });
   return ToGrpc(s);

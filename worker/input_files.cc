@@ -120,6 +120,26 @@ Status ResolveRoots(std::vector<std::string>* roots) {
   return Status::OK();
 }
 
+Status OutsideOwnFolders(const std::string& what, const std::string& path, const std::string& real,
+                         const std::vector<std::string>& own) {
+  for (const std::string& folder : own)
+    if (io::PathWithin(folder, real))
+      return Status::InvalidArgument(what + " '" + path + "' resolves to " + real + ", inside this worker's own " +
+                                     folder + " (other jobs' checkpoints, models and data); copy what you need "
+                                     "under a data root");
+  return Status::OK();
+}
+
+Status RootsApartFromOwnFolders(const std::vector<std::string>& roots, const std::vector<std::string>& own) {
+  for (const std::string& root : roots)
+    for (const std::string& folder : own)
+      if (root != "/" && (io::PathWithin(root, folder) || io::PathWithin(folder, root)))
+        return Status::InvalidArgument("--data-root " + root + " and the worker's own " + folder +
+                                       " overlap: every job could read the others' checkpoints and data there; "
+                                       "give data roots apart from --work-dir and --checkpoint-root");
+  return Status::OK();
+}
+
 Status ConfinePath(const std::string& what, const std::string& path, const std::vector<std::string>& roots,
                    std::string* resolved) {
   std::error_code ec;

@@ -96,6 +96,16 @@ Status ConfinePath(const std::string& what, const std::string& path, const std::
 // Resolves each root to its real path; a root that does not exist is an error.
 Status ResolveRoots(std::vector<std::string>* roots);
 
+// The worker's own folders (its work dir: jobs' configs, logs, the feature cache; its
+// checkpoint root: every job's checkpoints and exports), resolved: a job's path resolved
+// to `real` inside one is INVALID_ARGUMENT naming `what` (another job's model is there),
+// even inside a data root or under --allow-any-path.
+Status OutsideOwnFolders(const std::string& what, const std::string& path, const std::string& real,
+                         const std::vector<std::string>& own);
+// INVALID_ARGUMENT naming both when a data root (resolved; not "/", --allow-any-path's)
+// holds one of `own` or lies inside one: each job could read the others' files.
+Status RootsApartFromOwnFolders(const std::vector<std::string>& roots, const std::vector<std::string>& own);
+
 // The input files in a stable order (sorted by id). With options.roots, data.path and
 // every file in it (symlinks followed) must lie inside a root. A missing path is NOT_FOUND naming
 // it (resolved against the current directory); an empty or malformed layout is

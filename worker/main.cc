@@ -151,8 +151,8 @@ Status CheckOptions(WorkerOptions* o) {
   std::error_code ec;
   std::filesystem::create_directories(o->work_dir, ec);
   if (ec) return Status::InvalidArgument("cannot create --work-dir " + o->work_dir + ": " + ec.message());
-  o->work_dir = std::filesystem::absolute(o->work_dir).string();
-  return Status::OK();
+  o->work_dir = std::filesystem::absolute(o->work_dir).lexically_normal().string();  // no "/./": opened beneath
+  return RootsApartFromOwnFolders(o->data_roots, OwnFolders(*o));
 }
 
 // Serves the rank logs to the coordinator (which relays them to `nightshift job logs`);

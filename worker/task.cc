@@ -146,7 +146,9 @@ std::string Task::Refusal() const {
       return std::string(field) + " '" + path + "': worker " + options_.name +
              " has no --data-root, so it reads no path a job names (its operator gives --data-root DIR, or "
              "--allow-any-path on a single-user machine)";
-    Status confined = ConfinePath(field, path, options_.data_roots);
+    std::string real;
+    Status confined = ConfinePath(field, path, options_.data_roots, &real);
+    if (confined.ok()) confined = OutsideOwnFolders(field, path, real, OwnFolders(options_));
     if (!confined.ok()) return confined.message();
   }
   return "";

@@ -58,7 +58,20 @@ struct WorkerOptions {
 inline std::string CheckpointRoot(const WorkerOptions& options) {
   return std::filesystem::absolute(options.checkpoint_root.empty() ? options.work_dir + "/checkpoints"
                                                                    : options.checkpoint_root)
+      .lexically_normal()  // files are opened beneath it (io::OpenFileBeneath wants no "." or "..")
       .string();
+}
+
+// The work dir and the checkpoint root, every link resolved (as far as they exist): no
+// job reads inside them (input_files.h's OutsideOwnFolders).
+inline std::vector<std::string> OwnFolders(const WorkerOptions& options) {
+  std::error_code ec;
+  std::vector<std::string> own;
+  for (const std::string& folder : {options.work_dir, CheckpointRoot(options)}) {
+    const std::filesystem::path real = std::filesystem::weakly_canonical(std::filesystem::absolute(folder), ec);
+    own.push_back(ec ? folder : real.string());
+  }
+  return own;
 }
 
 }  // namespace nightshift

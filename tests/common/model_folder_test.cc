@@ -84,5 +84,34 @@ TEST(ModelFolderTest, AChecksumsJsonOfTheWrongShapeIsCorruptionNamingWhatIsWrong
   EXPECT_EQ(ok->at("a").bytes, 0);
 }
 
+// GetArtifacts sends a job's model folder from the shared checkpoint root, where the job's
+// own code could write: its `model` made a link to another job's model, or a file in it a
+// link to another job's file, is not sent; the folder as written is, every byte of it.
+TEST(ModelFolderTest, SendModelFolderReadsNothingThroughALinkOutOfTheJobsFolder) {
+  const std::string root = FreshDir("send");
+  const std::map<std::string, std::string> files = testing_model::WriteModelFolder(root + "/j-000002/model");
+  fs::create_directories(root + "/j-000001");
+  const auto send = [&](const std::string& dir, std::map<std::string, std::string>* got) {
+    return SendModelFolder(dir, root + "/j-000001", 7, [&](const v1::ArtifactChunk& c) {
+      if (!c.file().empty()) (*got)[c.file()] += c.data();
+      return true;
+    });
+  };
+  std::map<std::string, std::string> got;
+  fs::create_directory_symlink(root + "/j-000002/model", root + "/j-000001/model");
+  EXPECT_EQ(send(root + "/j-000001/model", &got).code(), Status::kNotFound);
+  EXPECT_TRUE(got.empty());
+  fs::remove(root + "/j-000001/model");
+  fs::copy(root + "/j-000002/model", root + "/j-000001/model");
+  ASSERT_TRUE(send(root + "/j-000001/model", &got).ok());
+  for (const auto& [name, bytes] : files) EXPECT_EQ(got[name], bytes) << name;
+  got.clear();
+  fs::remove(root + "/j-000001/model/config.json");
+  fs::create_symlink(root + "/j-000002/model/config.json", root + "/j-000001/model/config.json");
+  EXPECT_FALSE(send(root + "/j-000001/model", &got).ok());
+  EXPECT_EQ(got.count("config.json"), 0u);
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace nightshift

@@ -110,6 +110,23 @@ TEST_F(PlacerTest, TheWritersClaimOfANewerStepIsRecordedAndNoOneElses) {
   EXPECT_EQ(observer_.claims_ignored, 2);
 }
 
+// A job's first checkpoint, committed on the worker running it, which restarted before its
+// trainer reported the step: the worker's claim records it (the next attempt resumes from
+// it, not from step 0). Another worker's claim does not.
+TEST_F(PlacerTest, TheRunningWorkersClaimOfTheFirstCheckpointIsRecorded) {
+  Register("w1");
+  Register("w2");
+  JobEntry* entry = Submit();
+  const std::string id = entry->job.id();
+  RunOn(entry, {"w1"});
+  Beat("w2", {{id, 60}});
+  EXPECT_EQ(NewestRecordedStep(entry->job), 0);
+  Beat("w1", {{id, 50}});
+  EXPECT_TRUE(Vouched(entry->job, "w1", 50, Digest(50)));
+  EXPECT_EQ(NewestRecordedStep(entry->job), 50);
+  EXPECT_EQ(observer_.claims_ignored, 1);  // w2's
+}
+
 // A restart placed where no worker of the attempt holds the newest recorded step is told
 // every recorded digest and where to fetch that step from (a ready, vouched holder);
 // placed on the holder itself, it fetches nothing.

@@ -194,7 +194,7 @@ class ProvisionerTest : public testing::Test {
 // squeue lists every user's jobs, and any user may name one like ours: an allocation that
 // does not run as the user its job's are submitted as is not that attempt's (the attempt
 // gets its own) and is never cancelled; one of a job the coordinator does not know runs as
-// the coordinator's user if ours.
+// the coordinator's user if ours; the one whose id sbatch gave is ours.
 TEST_F(ProvisionerTest, AnotherUsersJobNamedLikeOursIsNeitherFollowedNorCancelled) {
   auto spec = LoadJobSpec("model: {arch: transformer_classifier}\ndata: {path: /data}\n");
   ASSERT_TRUE(spec.ok());
@@ -208,7 +208,8 @@ TEST_F(ProvisionerTest, AnotherUsersJobNamedLikeOursIsNeitherFollowedNorCancelle
   ASSERT_EQ(cluster_.requests.size(), 1u);  // "7" is not attempt 0's allocation: it asks for one
   EXPECT_EQ(Get(id).allocation().id(), "100");
   EXPECT_EQ(Get(id).allocation().reason(), "");  // not mallory's "JobHeldUser"
-  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "PENDING", "Priority").user = "alice";
+  // The id sbatch gave is ours whatever user Slurm names (a wrapper, a renamed account).
+  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "PENDING", "Priority").user = "alice@slurm";
   clock_.Advance(std::chrono::seconds(6));  // past the release grace
   Pass();
   EXPECT_EQ(Get(id).allocation().reason(), "Priority");

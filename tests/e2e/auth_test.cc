@@ -541,6 +541,43 @@ TEST(PathConfinementTest, DataOutsideTheRootsFailsTheJobWithoutRetries) {
   }
 }
 
+// Another job's checkpoints and export sit in the worker's checkpoint root: a job that
+// names that export (or a folder of the worker's work dir) fails at once naming it, even on
+// a worker that allows any path; a worker whose data root holds its checkpoint root
+// refuses to start.
+TEST(PathConfinementTest, AJobNamingAnotherJobsExportOrTheWorkDirIsRefused) {
+  Cluster cluster("confine-own");
+  const std::string data = cluster.MakeData(8);
+  cluster.StartCoordinator();
+  cluster.StartWorker("node1", 1);  // --allow-any-path
+  const std::string tiny = "model: {arch: transformer_classifier, layers: 1, d_model: 16, heads: 2, ffn: 32, max_len: 32";
+  v1::Job source;
+  ASSERT_TRUE(cluster.Submit(tiny + "}\ndata: {path: " + data + ", tokenizer: {vocab_size: 64}}\n"
+                             "train: {epochs: 1, threads: 1}\n", &source).ok());
+  source = cluster.WaitForEnd(source.id(), 120);
+  ASSERT_EQ(source.state(), v1::SUCCEEDED) << source.error();
+  const std::string model = cluster.dir() + "/checkpoints/" + source.id() + "/model";
+  ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << model;
+  for (const std::string& spec : {tiny + ", init_from: " + model + "}\ndata: {path: " + data + "}\n",
+                                  tiny + "}\ndata: {path: " + cluster.dir() + "/node1}\n"}) {
+    v1::Job job;
+    ASSERT_TRUE(cluster.Submit(spec + "restart: {max_restarts: 3}\n", &job).ok());
+    job = cluster.WaitForEnd(job.id(), 60);
+    EXPECT_EQ(job.state(), v1::FAILED) << spec;
+    EXPECT_EQ(job.restarts(), 0) << spec;
+    EXPECT_NE(job.error().find("inside this worker's own"), std::string::npos) << job.error();
+  }
+  std::string out;
+  EXPECT_NE(Cluster::Shell("timeout 20 " + cluster.Bin("nightshift-worker") + " --coordinator " + cluster.address() +
+                               " --name node2 --work-dir " + cluster.dir() + "/node2 --checkpoint-root " +
+                               cluster.dir() + "/checkpoints --data-root " + cluster.dir() + " 2>&1",
+                           &out),
+            0);
+  EXPECT_NE(out.find("--data-root " + fs::canonical(cluster.dir()).string() + " and the worker's own"),
+            std::string::npos)
+      << out;
+}
+
 // A worker started with no --data-root (the default) reads no path a job names: a job
 // pointing at the worker's own files (its work dir, where caches and configs live) fails
 // at once naming --data-root, where before it would have read them and handed them back

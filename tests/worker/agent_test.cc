@@ -31,7 +31,9 @@ class AgentTest : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = testdirs::FreshTestDir("agent");
-    testdirs::WriteTinyCorpus(dir_ + "/data", 2);
+    data_ = dir_ + "-data";  // outside the work dir: a job reads nothing inside the worker's own folders
+    fs::remove_all(data_);
+    testdirs::WriteTinyCorpus(data_, 2);
     auto cache = FeatureCache::Open({dir_ + "/cache", 0});
     ASSERT_TRUE(cache.ok()) << cache.status().ToString();
     cache_ = std::move(cache.value());
@@ -43,7 +45,10 @@ class AgentTest : public testing::Test {
     options_.data_roots = {"/"};  // what --allow-any-path gives: the test's data is in a temporary folder
     options_.stop_grace_seconds = 5;
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    fs::remove_all(data_);
+  }
 
   std::unique_ptr<Agent> NewAgent() {
     auto fake = std::make_unique<FakeCoordinatorClient>();
@@ -57,7 +62,7 @@ class AgentTest : public testing::Test {
     a.set_first_rank(0);
     a.set_num_ranks(ranks);
     a.set_world_size(ranks);
-    a.mutable_spec()->mutable_data()->set_path(dir_ + "/data");
+    a.mutable_spec()->mutable_data()->set_path(data_);
     a.mutable_spec()->mutable_data()->set_format("text_dir");
     return a;
   }
@@ -104,7 +109,7 @@ class AgentTest : public testing::Test {
     return s.str();
   }
 
-  std::string dir_;
+  std::string dir_, data_;
   WorkerOptions options_;
   std::unique_ptr<FeatureCache> cache_;
   FakeCoordinatorClient* fake_ = nullptr;  // owned by the agent
@@ -187,7 +192,7 @@ TEST_F(AgentTest, CallsWaitAtMostHalfTheCoordinatorsLease) {
 
 TEST_F(AgentTest, CacheEvictionsAreCarriedOutAndTheNextHeartbeatReportsThem) {
   PrepOptions a, b;
-  a.path = b.path = dir_ + "/data";
+  a.path = b.path = data_;
   b.vocab_size = a.vocab_size + 1;
   const std::string key_a = CacheEntryFor(a), key_b = CacheEntryFor(b);
   ASSERT_NE(key_a, key_b);

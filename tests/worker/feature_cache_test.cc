@@ -1,6 +1,8 @@
 #include "worker/feature_cache.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -93,6 +95,27 @@ TEST_F(FeatureCacheTest, OptionsOrOneInputFileChangeTheKey) {
   PrepOptions copy = options_;
   copy.path = dir_ + "/copy";
   EXPECT_EQ(cache->KeyFor(copy).value(), key);
+}
+
+// A writer who rewrites a file with other bytes of the same size and sets its mtime back
+// to the nanosecond (utimensat: anyone who may write the file may) cannot make the stat
+// shortcut keep the old bytes' hash: the ctime moved, and the file is hashed again.
+TEST_F(FeatureCacheTest, AFileRewrittenKeepingSizeAndMtimeIsHashedAgain) {
+  auto cache = Open();
+  const std::string path = dir_ + "/data/spam/3";
+  const std::string key = cache->KeyFor(options_).value();
+  struct stat before;
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  std::ofstream(path) << "spam9";  // the same size
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  struct stat after;
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  ASSERT_EQ(after.st_size, before.st_size);
+  ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  ASSERT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  const std::string rewritten = cache->KeyFor(options_).value();
+  EXPECT_NE(rewritten, key);
 }
 
 TEST_F(FeatureCacheTest, FlippedByteIsDetectedAndRebuilt) {

@@ -52,6 +52,38 @@ TEST_F(ConfineTest, DotDotSymlinksAndPrefixTricksAreRefused) {
   EXPECT_EQ(ConfinePath("data.path", (dir_ / "root/missing").string(), roots_).code(), Status::kNotFound);
 }
 
+// The worker's own folders (work dir, checkpoint root) hold other jobs' checkpoints and
+// models: a path into them is refused even where a root (or --allow-any-path's "/") would
+// allow it, and a data root overlapping them keeps the worker from starting.
+TEST_F(ConfineTest, TheWorkersOwnFoldersAreNoJobsInputAndNoDataRoot) {
+  fs::create_directories(dir_ / "root/checkpoints/j-000002/model");
+  const std::vector<std::string> own = {(dir_ / "work").string(), fs::canonical(dir_ / "root/checkpoints").string()};
+  const std::string model = (dir_ / "root/checkpoints/j-000002/model").string();
+  std::string real;
+  ASSERT_TRUE(ConfinePath("model.init_from", model, roots_, &real).ok());  // inside the root
+  const Status refused = OutsideOwnFolders("model.init_from", model, real, own);
+  EXPECT_EQ(refused.code(), Status::kInvalidArgument);
+  EXPECT_NE(refused.message().find("model.init_from '" + model + "' resolves to " + real + ", inside this worker's own " +
+                                   own[1]),
+            std::string::npos)
+      << refused.ToString();
+  fs::create_directory_symlink(dir_ / "root/checkpoints/j-000002", dir_ / "root/data/mine");
+  ASSERT_TRUE(ConfinePath("model.init_from", (dir_ / "root/data/mine/model").string(), roots_, &real).ok());
+  EXPECT_EQ(OutsideOwnFolders("model.init_from", (dir_ / "root/data/mine/model").string(), real, own).code(),
+            Status::kInvalidArgument);  // a link into them, resolved
+  ASSERT_TRUE(ConfinePath("data.path", (dir_ / "root/data/ham").string(), roots_, &real).ok());
+  EXPECT_TRUE(OutsideOwnFolders("data.path", (dir_ / "root/data/ham").string(), real, own).ok());
+
+  const Status overlap = RootsApartFromOwnFolders(roots_, own);  // the root holds the checkpoint root
+  EXPECT_EQ(overlap.code(), Status::kInvalidArgument);
+  EXPECT_NE(overlap.message().find("--data-root " + roots_[0] + " and the worker's own " + own[1] + " overlap"),
+            std::string::npos)
+      << overlap.ToString();
+  EXPECT_EQ(RootsApartFromOwnFolders({own[1] + "/j-000002"}, own).code(), Status::kInvalidArgument);  // inside
+  EXPECT_TRUE(RootsApartFromOwnFolders({(dir_ / "secret").string()}, own).ok());
+  EXPECT_TRUE(RootsApartFromOwnFolders({"/"}, own).ok());  // --allow-any-path: the paths are checked instead
+}
+
 TEST_F(ConfineTest, ListInputsRefusesFilesThatLeadOutOfTheRoots) {
   PrepOptions o;
   o.path = (dir_ / "root/data").string();

@@ -15,6 +15,14 @@ struct ScalerState {
   int64_t growth_tracker = 0;  // finite steps in a row since the scale last changed
 };
 
+// The NaN guard's counts (optim/amp.h NanGuard), so a streak of non-finite losses and its
+// one roll-back go on across a resume as in an uninterrupted run.
+struct NanGuardState {
+  int consecutive = 0;        // non-finite losses in a row so far
+  int rollbacks = 0;          // roll-backs so far (one, then a streak fails the run)
+  int64_t skipped_steps = 0;  // steps not applied, every cause
+};
+
 struct RunPosition {
   int64_t step = 0;            // optimizer steps done (skipped ones included)
   int64_t epoch = 0;           // current epoch, 0-based
@@ -25,6 +33,7 @@ struct RunPosition {
   int64_t world_size = 0;
   double lr_scale = 1.0;       // multiplies the schedule; each NaN roll-back halves it
   ScalerState scaler;
+  NanGuardState nan_guard;
   // Padded tokens per batch the run trains with; with max_tokens: auto, what the probe
   // chose, so a resumed run keeps its batches. 0: fixed batch_size, or not probed yet.
   int64_t max_tokens = 0;

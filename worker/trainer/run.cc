@@ -307,6 +307,7 @@ std::string Resume(Run& run) {
   if (!loaded) return "";
   ToThisWorldSize(&run.position, run.rank.world_size, path);
   SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
+  run.nan_guard.Restore(run.position.nan_guard);  // not in a roll-back: its count must stand
   Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
   return path;
 }
@@ -904,6 +905,7 @@ void Run::SaveCheckpoint() {
   }
   position.rng_cpu = GetCpuRngState();
   position.scaler = ScalerState{scaler->scale(), scaler->growth_tracker()};
+  position.nan_guard = nan_guard.state();
   position.train_seconds = TrainSeconds();
   position.fingerprint = fingerprint;
   position.world_size = rank.world_size;
@@ -976,11 +978,21 @@ void Run::Finish() {
   if (full && !walk) full->Unshard(/*only_rank=*/0);
   if (!stop_early.empty()) Warn(progress, stop_early);
   if (rank.rank == 0) {
-    if (best_elsewhere) {
+    if (best_elsewhere && checkpoints->HasComplete(position.best_step)) {
       // export.best: the best evaluated step's model (its checkpoint was kept for this).
       checkpoints->LoadModelAt(position.best_step, *model);
       Log("export.best: exporting step %lld (%s %.6g)", static_cast<long long>(position.best_step),
           cfg.export_best.c_str(), position.best_metric);
+    } else if (best_elsewhere) {
+      // Its checkpoint is not here: the run resumed on a worker that got the newest step
+      // only, or one that set the best aside (the coordinator keeps the records of the 8
+      // newest). As transformers' Trainer when the best checkpoint is gone: the final model,
+      // said in a warning and in the export's step and metrics.
+      Warn(progress, "export.best: the checkpoint of the best step (" + std::to_string(position.best_step) + ", " +
+                         cfg.export_best + " " + std::to_string(position.best_metric) +
+                         ") is not on this worker; exporting the final model (step " + std::to_string(position.step) +
+                         ")");
+      position.best_step = -1;  // Export describes the model it exports
     }
     if (walk) {
       try {

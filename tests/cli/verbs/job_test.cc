@@ -309,7 +309,7 @@ TEST_F(JobVerbsTest, ErrorsExit3WhenRefusedAnd4WhenNobodyAnswers) {
 // The chunks GetArtifacts would send for a model folder in `dir` (SendModelFolder).
 std::vector<v1::ArtifactChunk> ChunksOf(const std::string& dir) {
   std::vector<v1::ArtifactChunk> chunks;
-  Status s = SendModelFolder(dir, 40, [&](const v1::ArtifactChunk& c) {
+  Status s = SendModelFolder(dir, dir, 40, [&](const v1::ArtifactChunk& c) {
     chunks.push_back(c);
     return true;
   });

@@ -179,5 +179,46 @@ TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
     EXPECT_TRUE(torch::equal(t, exported.at(name))) << name;
 }
 
+// export.best after a resume on a worker without the best step's checkpoint (the newest
+// alone was fetched, or the best set aside): the job ends with the final model, as
+// transformers' Trainer does when the best checkpoint is gone, and a warning says so;
+// before, it failed at the end, at every retry.
+TEST(RecipeTest, ExportBestWhoseCheckpointIsGoneExportsTheFinalModelWithAWarning) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto best_config = [](const std::string& name) {
+    TrainConfig c = Config(name);
+    c.train.lr = 0.3;
+    c.train.grad_clip = 0;
+    c.train.epochs = 5;  // 25 steps
+    c.eval_every_steps = 2;
+    c.export_best = "val_loss";
+    c.checkpoint.keep_last = 1;
+    c.checkpoint.every_steps = 2;
+    return c;
+  };
+  MemoryProgressSink whole;
+  ASSERT_EQ(RunTraining(best_config("recipe_best_whole"), RankInfo{}, whole), kExitOk);
+  ASSERT_LT(Events(whole, "export")[0].Number("step"), 24) << "the best must come before the last checkpoint";
+  TrainConfig c = best_config("recipe_best_gone");
+  EXPECT_DEATH(testing::RunUntilAbort(c, 25), "fault injection: aborting at step 25");
+  std::vector<std::string> kept = CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete();
+  ASSERT_EQ(kept.size(), 2u) << "the best and the newest (24)";
+  fs::remove_all(kept.front());  // the best's
+  MemoryProgressSink p;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
+  const auto exports = Events(p, "export");
+  ASSERT_EQ(exports.size(), 1u);
+  EXPECT_EQ(exports[0].Number("step"), 25);
+  bool warned = false;
+  for (const auto& w : Events(p, "warning"))
+    warned = warned || w.String("message").find("export.best: the checkpoint of the best step") != std::string::npos;
+  EXPECT_TRUE(warned);
+  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  CheckpointManager(CheckpointOptions{c.checkpoint_dir}).LoadModelAt(25, *model);
+  const auto exported = ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors");
+  for (const auto& [name, t] : ExportTensors(c.model.arch, *model))
+    EXPECT_TRUE(torch::equal(t, exported.at(name))) << name;
+}
+
 }  // namespace
 }  // namespace nightshift::trainer

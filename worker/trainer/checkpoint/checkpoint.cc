@@ -143,6 +143,9 @@ json PositionToJson(const RunPosition& p) {
           {"lr_scale", p.lr_scale},
           {"grad_scale", p.scaler.scale},
           {"grad_scale_growth_tracker", p.scaler.growth_tracker},
+          {"nan_consecutive", p.nan_guard.consecutive},
+          {"nan_rollbacks", p.nan_guard.rollbacks},
+          {"skipped_steps", p.nan_guard.skipped_steps},
           {"max_tokens", p.max_tokens},
           {"accumulate_gradients", p.accumulate_gradients},
           {"train_seconds", p.train_seconds},
@@ -176,6 +179,9 @@ RunPosition PositionFromJson(const json& j) {
   p.has_stop_best = j.value("has_stop_best", false);
   p.stop_best = j.value("stop_best", 0.0);
   p.evals_without_improvement = j.value("evals_without_improvement", int64_t{0});
+  p.nan_guard.consecutive = j.value("nan_consecutive", 0);  // absent before 2026-12-07: none
+  p.nan_guard.rollbacks = j.value("nan_rollbacks", 0);
+  p.nan_guard.skipped_steps = j.value("skipped_steps", int64_t{0});
   return p;
 }
 
@@ -317,7 +323,7 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
   last_save_ = std::chrono::steady_clock::now();
   saved.seconds = std::chrono::duration<double>(last_save_ - t0).count();
   CheckFence();  // a claim that came in the window after the first check: no pruning
-  Prune();
+  Prune(position.step);
   return saved;
 }
 
@@ -366,13 +372,17 @@ std::vector<std::string> CheckpointManager::ListComplete() const {
   return out;
 }
 
-void CheckpointManager::Prune() {
-  std::vector<std::string> complete = ListComplete();
+void CheckpointManager::Prune(int64_t saved) {
+  // Those up to the one just saved: one after it is there only because the resume could
+  // not load it (LoadLatest went past it), and counting it would remove the good ones.
+  std::vector<std::string> complete;
+  for (std::string& dir : ListComplete())
+    if (format::StepOfDirName(fs::path(dir).filename().string()) <= saved) complete.push_back(std::move(dir));
   const size_t keep = static_cast<size_t>(std::max(options_.keep_last, 1));
   for (size_t i = 0; i + keep < complete.size(); ++i)
     if (format::StepOfDirName(fs::path(complete[i]).filename().string()) != kept_step_) RemoveCheckpoint(complete[i]);
-  // Leftovers of saves that crashed before their marker, older than the newest checkpoint.
-  const int64_t newest = complete.empty() ? -1 : format::StepOfDirName(fs::path(complete.back()).filename().string());
+  // Leftovers of saves that crashed before their marker, older than the one just saved.
+  const int64_t newest = saved;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
     const int64_t step = format::StepOfDirName(entry.path().filename().string());
@@ -523,6 +533,12 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
 }
 
 }  // namespace
+
+bool CheckpointManager::HasComplete(int64_t step) const {
+  for (const std::string& dir : ListComplete())
+    if (format::StepOfDirName(fs::path(dir).filename().string()) == step) return true;
+  return false;
+}
 
 RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& model) const {
   std::string kept;

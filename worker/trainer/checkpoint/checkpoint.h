@@ -156,6 +156,8 @@ class CheckpointManager {
   // verifies) onto the model's device and returns its position. Throws naming the step
   // and the steps kept when there is none at `step`.
   RunPosition LoadModelAt(int64_t step, torch::nn::Module& model) const;
+  // Whether a complete checkpoint of `step` is here (ListComplete's).
+  bool HasComplete(int64_t step) const;
 
   // Writes `files` (ReadCheckpointFiles of another rank's checkpoint) as the complete
   // checkpoint of `step` here: verified as a load verifies, then the marker. Returns its
@@ -170,7 +172,9 @@ class CheckpointManager {
   std::vector<std::string> ListComplete() const;
 
  private:
-  void Prune();
+  // After the checkpoint of step `saved` committed: keep_last of those up to it (and
+  // Keep's), the rest removed; none after it (an unloadable one a resume went past) counts.
+  void Prune(int64_t saved);
   int FenceHolder() const;  // FENCE's attempt; -1 when there is none
   bool WrittenByALaterAttempt(const std::string& dir) const;
 

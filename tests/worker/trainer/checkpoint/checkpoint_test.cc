@@ -293,6 +293,28 @@ TEST(CheckpointManagerTest, DamagedNewestFallsBackToTheOneBefore) {
   }
 }
 
+// A resume that went past a damaged newest checkpoint saves steps older than it: keep_last
+// counts those, not the damaged one (which had the step just saved, and the one it resumed
+// from, removed, leaving nothing loadable).
+TEST(CheckpointManagerTest, ADamagedNewerCheckpointDoesNotCountAgainstKeepLast) {
+  const std::string dir = FreshDir("prune-damaged");
+  torch::nn::Linear model(4, 3);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager writer(CheckpointOptions{dir, 1, 0, 5});
+  writer.Save(At(1), *model, optimizer);
+  const SavedCheckpoint third = writer.Save(At(3), *model, optimizer);
+  fs::resize_file(third.path + "/model.pt", fs::file_size(third.path + "/model.pt") / 2);
+  CheckpointManager resumed(CheckpointOptions{dir, 1, 0, 1});
+  RunPosition loaded;
+  ASSERT_TRUE(resumed.LoadLatest(*model, optimizer, &loaded));
+  ASSERT_EQ(loaded.step, 1);
+  resumed.Save(At(2), *model, optimizer);  // keep_last 1: step 1 goes, step 2 stays
+  EXPECT_TRUE(fs::exists(dir + "/step-00000002/COMPLETE"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000001"));
+  ASSERT_TRUE(resumed.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 2);
+}
+
 // Running out of memory while loading the newest checkpoint says nothing about it: the
 // error is the allocation's, not "none is loadable (delete them)", and no older checkpoint
 // is loaded in its place (that would lose the steps since). In a child process whose

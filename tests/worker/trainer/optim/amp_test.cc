@@ -146,5 +146,36 @@ TEST(AmpTest, NonFiniteLossesRollBackOnceThenFail) {
   EXPECT_NE(progress.records.back().String("message").find("again after rolling back"), std::string::npos);
 }
 
+// The guard's counts are in the checkpoint: a run that rolled back once, then died and
+// resumed, fails at its next streak as the uninterrupted run would, without a second
+// roll-back (before, a resume forgot the first and rolled back again).
+TEST(AmpTest, ARollBackIsRememberedAcrossAResume) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TrainConfig c = TinyConfig(FreshDir("nan-resume"));  // 5 batches an epoch
+  c.train.epochs = 5;
+  c.checkpoint.every_steps = 2;
+  const auto roll_back_then_die = [](const TrainConfig& config) {
+    rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    RankInfo rank;
+    rank.faults.nan_loss_from_step = 4;  // steps 4-8: a streak of 5, rolled back once
+    rank.faults.nan_losses = 5;
+    rank.faults.abort_at_step = 14;
+    MemoryProgressSink p;
+    RunTraining(config, rank, p);
+  };
+  EXPECT_DEATH(roll_back_then_die(c), "fault injection: aborting at step 14");
+  RankInfo rank;
+  rank.faults.nan_loss_from_step = 13;  // every step from the resumed one on
+  MemoryProgressSink progress;
+  EXPECT_EQ(RunTraining(c, rank, progress), kExitError);
+  int rolled_back = 0;
+  for (const auto& r : progress.records)
+    if (r.event == "warning" && r.String("message").find("rolled back") != std::string::npos) ++rolled_back;
+  EXPECT_EQ(rolled_back, 0);
+  ASSERT_EQ(progress.records.back().event, "error");
+  EXPECT_NE(progress.records.back().String("message").find("again after rolling back"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace nightshift::trainer
