@@ -16,11 +16,11 @@ struct ScalerState {
 };
 
 // The NaN guard's counts (optim/amp.h NanGuard), so a streak of non-finite losses and its
-// one roll-back go on across a resume as in an uninterrupted run.
+// one roll-back go on across a resume as in an uninterrupted run. (Its skipped steps are
+// not: they are a counter of the trainer process, nightshift_trainer_skipped_steps_total.)
 struct NanGuardState {
-  int consecutive = 0;        // non-finite losses in a row so far
-  int rollbacks = 0;          // roll-backs so far (one, then a streak fails the run)
-  int64_t skipped_steps = 0;  // steps not applied, every cause
+  int consecutive = 0;  // non-finite losses in a row so far
+  int rollbacks = 0;    // roll-backs so far (one, then a streak fails the run)
 };
 
 struct RunPosition {

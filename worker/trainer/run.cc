@@ -978,21 +978,26 @@ void Run::Finish() {
   if (full && !walk) full->Unshard(/*only_rank=*/0);
   if (!stop_early.empty()) Warn(progress, stop_early);
   if (rank.rank == 0) {
-    if (best_elsewhere && checkpoints->HasComplete(position.best_step)) {
-      // export.best: the best evaluated step's model (its checkpoint was kept for this).
-      checkpoints->LoadModelAt(position.best_step, *model);
-      Log("export.best: exporting step %lld (%s %.6g)", static_cast<long long>(position.best_step),
-          cfg.export_best.c_str(), position.best_metric);
-    } else if (best_elsewhere) {
-      // Its checkpoint is not here: the run resumed on a worker that got the newest step
-      // only, or one that set the best aside (the coordinator keeps the records of the 8
-      // newest). As transformers' Trainer when the best checkpoint is gone: the final model,
-      // said in a warning and in the export's step and metrics.
-      Warn(progress, "export.best: the checkpoint of the best step (" + std::to_string(position.best_step) + ", " +
-                         cfg.export_best + " " + std::to_string(position.best_metric) +
-                         ") is not on this worker; exporting the final model (step " + std::to_string(position.step) +
-                         ")");
-      position.best_step = -1;  // Export describes the model it exports
+    if (best_elsewhere) {
+      try {
+        // export.best: the best evaluated step's model (its checkpoint was kept for this).
+        checkpoints->LoadModelAt(position.best_step, *model);
+        Log("export.best: exporting step %lld (%s %.6g)", static_cast<long long>(position.best_step),
+            cfg.export_best.c_str(), position.best_metric);
+      } catch (const std::exception& e) {
+        if (IsOutOfMemory(e)) throw;
+        // Not here (the run resumed on a worker that got the newest step only, or that set
+        // the best aside: the coordinator keeps the 8 newest records), or unreadable. As
+        // transformers' Trainer when the best checkpoint is gone: the final model (the step
+        // just saved, read again: a failed load may have written part of the model), said
+        // in a warning and in the export's step and metrics.
+        Warn(progress, "export.best: the checkpoint of the best step (" + std::to_string(position.best_step) + ", " +
+                           cfg.export_best + " " + std::to_string(position.best_metric) + ") cannot be read here (" +
+                           std::string(e.what()).substr(0, 300) + "); exporting the final model (step " +
+                           std::to_string(position.step) + ")");
+        checkpoints->LoadModelAt(position.step, *model);
+        position.best_step = -1;  // Export describes the model it exports
+      }
     }
     if (walk) {
       try {

@@ -180,9 +180,9 @@ TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
 }
 
 // export.best after a resume on a worker without the best step's checkpoint (the newest
-// alone was fetched, or the best set aside): the job ends with the final model, as
-// transformers' Trainer does when the best checkpoint is gone, and a warning says so;
-// before, it failed at the end, at every retry.
+// alone was fetched, or the best set aside; an unreadable one goes the same way): the job
+// ends with the final model, as transformers' Trainer does when the best checkpoint is
+// gone, and a warning says so; before, it failed at the end, at every retry.
 TEST(RecipeTest, ExportBestWhoseCheckpointIsGoneExportsTheFinalModelWithAWarning) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto best_config = [](const std::string& name) {

@@ -145,7 +145,6 @@ json PositionToJson(const RunPosition& p) {
           {"grad_scale_growth_tracker", p.scaler.growth_tracker},
           {"nan_consecutive", p.nan_guard.consecutive},
           {"nan_rollbacks", p.nan_guard.rollbacks},
-          {"skipped_steps", p.nan_guard.skipped_steps},
           {"max_tokens", p.max_tokens},
           {"accumulate_gradients", p.accumulate_gradients},
           {"train_seconds", p.train_seconds},
@@ -179,9 +178,10 @@ RunPosition PositionFromJson(const json& j) {
   p.has_stop_best = j.value("has_stop_best", false);
   p.stop_best = j.value("stop_best", 0.0);
   p.evals_without_improvement = j.value("evals_without_improvement", int64_t{0});
-  p.nan_guard.consecutive = j.value("nan_consecutive", 0);  // absent before 2026-12-07: none
-  p.nan_guard.rollbacks = j.value("nan_rollbacks", 0);
-  p.nan_guard.skipped_steps = j.value("skipped_steps", int64_t{0});
+  // Absent before 2026-12-07: a streak not counted; a roll-back said by the halved rate
+  // (only RollBack halves lr_scale).
+  p.nan_guard.consecutive = j.value("nan_consecutive", 0);
+  p.nan_guard.rollbacks = j.value("nan_rollbacks", p.lr_scale < 1.0 ? 1 : 0);
   return p;
 }
 
@@ -200,6 +200,7 @@ RunPosition PositionFromVersion1(const json& m) {
   p.max_tokens = static_cast<int64_t>(metrics.value("max_tokens", 0.0));
   p.train_seconds = metrics.value("train_seconds", 0.0);
   p.tokens_seen = static_cast<int64_t>(metrics.value("tokens_seen", 0.0));
+  p.nan_guard.rollbacks = p.lr_scale < 1.0 ? 1 : 0;  // only a roll-back halves the rate
   return p;
 }
 
@@ -533,12 +534,6 @@ RunPosition LoadCheckpoint(const fs::path& dir, torch::nn::Module& model, torch:
 }
 
 }  // namespace
-
-bool CheckpointManager::HasComplete(int64_t step) const {
-  for (const std::string& dir : ListComplete())
-    if (format::StepOfDirName(fs::path(dir).filename().string()) == step) return true;
-  return false;
-}
 
 RunPosition CheckpointManager::LoadModelAt(int64_t step, torch::nn::Module& model) const {
   std::string kept;

@@ -156,8 +156,6 @@ class CheckpointManager {
   // verifies) onto the model's device and returns its position. Throws naming the step
   // and the steps kept when there is none at `step`.
   RunPosition LoadModelAt(int64_t step, torch::nn::Module& model) const;
-  // Whether a complete checkpoint of `step` is here (ListComplete's).
-  bool HasComplete(int64_t step) const;
 
   // Writes `files` (ReadCheckpointFiles of another rank's checkpoint) as the complete
   // checkpoint of `step` here: verified as a load verifies, then the marker. Returns its

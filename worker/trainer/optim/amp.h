@@ -90,11 +90,10 @@ class NanGuard {
   void CountSkipped() { ++skipped_steps_; }                 // a skip for another reason (fp16)
   int rollbacks() const { return rollbacks_; }
   int max_consecutive() const { return max_consecutive_; }
-  NanGuardState state() const { return {consecutive_, rollbacks_, skipped_steps_}; }
+  NanGuardState state() const { return {consecutive_, rollbacks_}; }
   void Restore(const NanGuardState& s) {
     consecutive_ = s.consecutive;
     rollbacks_ = s.rollbacks;
-    skipped_steps_ = s.skipped_steps;
   }
 
  private:

@@ -136,6 +136,7 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   pos.tokens_seen = 123456789012;
   pos.rng_cpu = GetCpuRngState();
   pos.fingerprint = "seed=1;test";
+  pos.nan_guard = NanGuardState{2, 1};
   torch::Tensor expected = torch::rand({4});
   SavedCheckpoint saved = manager.Save(pos, *model, optimizer);
   EXPECT_TRUE(fs::exists(saved.path + "/COMPLETE"));
@@ -156,8 +157,19 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   EXPECT_EQ(loaded.train_seconds, 1.5);
   EXPECT_EQ(loaded.tokens_seen, 123456789012);
   EXPECT_EQ(loaded.fingerprint, "seed=1;test");
+  EXPECT_EQ(loaded.nan_guard.consecutive, 2);
+  EXPECT_EQ(loaded.nan_guard.rollbacks, 1);
   SetCpuRngState(loaded.rng_cpu);
   EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
+  // Written before the guard's counts were saved: a halved rate says a roll-back was made
+  // (only a roll-back halves it), so the next streak fails the run as it would have.
+  nlohmann::json older = nlohmann::json::parse(std::ifstream(saved.path + "/manifest.json"));
+  older["position"].erase("nan_consecutive");
+  older["position"].erase("nan_rollbacks");
+  std::ofstream(saved.path + "/manifest.json", std::ios::trunc) << older.dump(2);
+  ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.nan_guard.consecutive, 0);
+  EXPECT_EQ(loaded.nan_guard.rollbacks, 1);
 }
 
 RunPosition At(int64_t step) {
@@ -396,6 +408,7 @@ TEST(CheckpointManagerTest, Version1ManifestStillResumes) {
   EXPECT_EQ(loaded.scaler.growth_tracker, 3);
   EXPECT_EQ(loaded.fingerprint, "seed=1");
   EXPECT_EQ(loaded.rng_cpu, pos.rng_cpu);
+  EXPECT_EQ(loaded.nan_guard.rollbacks, 1);  // lr_scale 0.5: rolled back once
 }
 
 // A manifest version this trainer does not read is refused naming it, not skipped for an
