@@ -26,6 +26,10 @@ class QuickstartFailureTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="nightshift-quickstart-")
         self.run_dir = os.path.join(self.tmp.name, "run")
+        # The worker's data root, apart from its run dir (a worker refuses a data root that
+        # holds its own folders).
+        self.data_root = os.path.join(self.tmp.name, "data")
+        os.makedirs(self.data_root)
         self.session = 0  # the quickstart's session: everything it starts is in it
 
     def tearDown(self):
@@ -39,7 +43,7 @@ class QuickstartFailureTest(unittest.TestCase):
         returns (exit code, stdout + stderr)."""
         env = dict(os.environ, NIGHTSHIFT_RUN_DIR=self.run_dir,
                    NIGHTSHIFT_BUILD_DIR=build_dir or os.path.dirname(BIN_DIR),
-                   NIGHTSHIFT_DATA_ROOT=self.tmp.name)  # the worker reads the tests' data here
+                   NIGHTSHIFT_DATA_ROOT=self.data_root)  # the worker reads the tests' data here
         env.pop("NIGHTSHIFT_COORDINATOR", None)
         proc = subprocess.Popen([os.path.join(SOURCE_DIR, "deploy/local/quickstart.sh"), "--skip-build", *args],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -133,7 +137,7 @@ class QuickstartFailureTest(unittest.TestCase):
         self.assert_nothing_left()  # the rank died with its worker; the coordinator and the watch were stopped
 
     def test_a_job_that_fails_names_the_coordinators_the_workers_and_the_trainers_logs(self):
-        rc, out = self.quickstart(self.write_spec(os.path.join(self.tmp.name, "no-such-folder")))
+        rc, out = self.quickstart(self.write_spec(os.path.join(self.data_root, "no-such-folder")))
         self.assertNotEqual(rc, 0, out)
         self.assertRegex(out, r"FAILED at step 'train job [^']+' \(exit code \d+\); logs: "
                          + os.path.join(self.run_dir, "coordinator.log") + " "
