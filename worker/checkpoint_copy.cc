@@ -50,6 +50,19 @@ StatusOr<std::string> ReadFile(const fs::path& path) {
 
 void RemoveCheckpoint(const fs::path& dir) { format::RemoveCheckpoint(dir.string()); }
 
+// <job_dir>/step-N/manifest.json's text, read as ManifestDigest says; "" when it cannot be.
+std::string ManifestText(const std::string& job_dir, int64_t step) {
+  // The job's ranks can write its folder: a step folder or manifest that is a link, a
+  // FIFO or a huge file is not a checkpoint, and is not followed, waited on or read whole.
+  const fs::path dir = fs::path(job_dir) / format::StepDirName(step);
+  std::error_code ec;
+  if (fs::is_symlink(dir, ec)) return "";
+  std::string manifest;
+  if (!io::ReadRegularFile((dir / format::kCheckpointManifest).string(), kMaxManifestBytes, &manifest).empty())
+    return "";
+  return manifest;
+}
+
 }  // namespace
 
 std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root) {
@@ -71,25 +84,38 @@ std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root) {
 }
 
 std::string ManifestDigest(const std::string& job_dir, int64_t step) {
-  // The job's ranks can write its folder: a step folder or manifest that is a link, a
-  // FIFO or a huge file is not a checkpoint, and is not followed, waited on or read whole.
-  const fs::path dir = fs::path(job_dir) / format::StepDirName(step);
-  std::error_code ec;
-  if (fs::is_symlink(dir, ec)) return "";
-  std::string manifest;
-  if (!io::ReadRegularFile((dir / format::kCheckpointManifest).string(), kMaxManifestBytes, &manifest).empty())
-    return "";
-  return crypto::Sha256Hex(manifest);
+  const std::string manifest = ManifestText(job_dir, step);
+  return manifest.empty() ? "" : crypto::Sha256Hex(manifest);
 }
 
-std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified) {
-  std::vector<int64_t> moved;
-  for (const int64_t step : format::CompleteSteps(job_dir)) {
-    const std::string digest = ManifestDigest(job_dir, step);
-    const bool vouched = !digest.empty() && std::any_of(verified.begin(), verified.end(), [&](const auto& v) {
+v1::HeldCheckpoint BestNamedBy(const std::string& job_dir, int64_t step) {
+  v1::HeldCheckpoint best;
+  format::CheckpointManifest m;
+  if (!format::ParseManifest(ManifestText(job_dir, step), &m).empty() || m.best_step <= 0) return best;
+  best.set_step(m.best_step);
+  best.set_manifest_sha256(m.best_manifest_sha256);
+  return best;
+}
+
+std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& records) {
+  const std::vector<int64_t> steps = format::CompleteSteps(job_dir);
+  std::map<int64_t, std::string> digest_of;
+  for (const int64_t step : steps) digest_of[step] = ManifestDigest(job_dir, step);
+  const auto listed = [&](const std::vector<v1::HeldCheckpoint>& list, int64_t step) {
+    const std::string& digest = digest_of[step];
+    return !digest.empty() && std::any_of(list.begin(), list.end(), [&](const auto& v) {
       return v.step() == step && crypto::ConstantTimeEqual(v.manifest_sha256(), digest);
     });
-    if (vouched) continue;
+  };
+  // export.best's checkpoint, named with its digest by a vouched one (one level: the
+  // one it names vouches for nothing more).
+  std::vector<v1::HeldCheckpoint> verified = records;
+  for (const int64_t step : steps)
+    if (listed(records, step))
+      if (v1::HeldCheckpoint best = BestNamedBy(job_dir, step); best.step() > 0) verified.push_back(best);
+  std::vector<int64_t> moved;
+  for (const int64_t step : steps) {
+    if (listed(verified, step)) continue;
     const fs::path aside = fs::path(job_dir) / "unverified" / format::StepDirName(step);
     std::error_code ec;
     fs::remove_all(aside, ec);
@@ -354,6 +380,19 @@ class StallWatchdog {
 
 Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) { return CopyInto(copy, /*own_task=*/false); }
 
+Status CheckpointCopier::Fetch(const v1::CheckpointCopy& copy) {
+  NS_RETURN_IF_ERROR(CopyInto(copy, /*own_task=*/true));
+  const v1::HeldCheckpoint best = BestNamedBy((fs::path(options_.root) / copy.job_id()).string(), copy.step());
+  if (best.step() <= 0 || best.step() >= copy.step()) return Status::OK();
+  v1::CheckpointCopy older = copy;
+  older.set_step(best.step());
+  older.set_manifest_sha256(best.manifest_sha256());
+  if (const Status s = CopyInto(older, /*own_task=*/true); !s.ok())
+    NS_WARN("export.best's checkpoint, " << CopyName(older) << ", not fetched from worker " << copy.source_worker()
+                                          << ": " << s.ToString());
+  return Status::OK();
+}
+
 Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task) {
   if (!format::IsJobId(copy.job_id())) return Status::InvalidArgument("job_id: not a job id");
   const fs::path job_dir = fs::path(options_.root) / copy.job_id();
@@ -361,7 +400,9 @@ Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task)
   if (!own_task && options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job runs on this worker");
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
-  if (!held.empty() && held.back() >= copy.step()) return Status::OK();
+  // The job's own task asks for a step it lacks, maybe older than one it holds (export.best's).
+  if (own_task ? std::count(held.begin(), held.end(), copy.step()) > 0 : !held.empty() && held.back() >= copy.step())
+    return Status::OK();
 
   StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());
   if (!incoming.ok()) return incoming.status();
@@ -452,6 +493,7 @@ Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& 
     return Status::IOError(err);
   }
   io::SyncDirectory(job_dir.string());
+  if (own_task) return Status::OK();  // its trainer prunes by keep_last, and keeps export.best's
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
   for (size_t i = 0; i + options_.keep < held.size(); ++i) RemoveCheckpoint(job_dir / format::StepDirName(held[i]));
   return Status::OK();

@@ -45,11 +45,18 @@ namespace nightshift {
 std::vector<v1::HeldCheckpoint> NewestCheckpoints(const std::string& root);
 
 // Moves every complete checkpoint in `job_dir` whose (step, manifest SHA-256) is not in
-// `verified` into <job_dir>/unverified/ (replacing an older one there), where neither the
+// `records` into <job_dir>/unverified/ (replacing an older one there), where neither the
 // trainer nor NewestCheckpoints looks: the coordinator vouches only for the checkpoints a
 // worker of the job reported writing and the copies it ordered (coordinator/
-// checkpoint_records.h), and a job resumes from nothing else. The steps moved, ascending.
-std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& verified);
+// checkpoint_records.h), and a job resumes from nothing else. One more is kept: the
+// export.best checkpoint a kept one names with its digest (BestNamedBy), which the
+// coordinator's records (the newest few) need not hold. The steps moved, ascending.
+std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& records);
+
+// The older checkpoint that <job_dir>/step-N/manifest.json names as export.best's, with
+// its manifest's digest (format::CheckpointManifest::best_step); step 0 when none, or
+// when the manifest cannot be read.
+v1::HeldCheckpoint BestNamedBy(const std::string& job_dir, int64_t step);
 
 // The SHA-256 (hex) of <job_dir>/step-N/manifest.json; "" when it cannot be read, or is
 // not a regular file of at most 16 MiB in a folder that is not a link.
@@ -87,8 +94,11 @@ class CheckpointCopier {
   // nothing for options.stall.
   Status Copy(const v1::CheckpointCopy& copy);
   // The same for the job's own task, before its ranks start (Assignment.fetch_checkpoint):
-  // no FailedPrecondition for the job running here.
-  Status Fetch(const v1::CheckpointCopy& copy) { return CopyInto(copy, /*own_task=*/true); }
+  // no FailedPrecondition for the job running here, and nothing pruned (its trainer
+  // prunes). Then the export.best checkpoint the fetched one names (BestNamedBy), from the
+  // same worker, unless held here: the coordinator's records hold only the newest few. Its
+  // failure is logged, not returned (the trainer then exports its final model, and says so).
+  Status Fetch(const v1::CheckpointCopy& copy);
 
   int64_t copies() const;  // completed so far
   int64_t bytes() const;   // their bytes

@@ -138,6 +138,7 @@ std::string Task::Refusal() const {
                                                          {"model.init_from", spec.model().init_from()},
                                                          {"model.pretrained", spec.model().pretrained()},
                                                          {"model.adapter.init_from", spec.model().adapter().init_from()}};
+  const std::vector<std::string> own = OwnFolders(options_);
   for (const auto& [field, path] : inputs) {
     if (path.empty()) continue;
     // Confinement by default: with no root, no user path (ConfinePath's empty list means
@@ -148,7 +149,7 @@ std::string Task::Refusal() const {
              "--allow-any-path on a single-user machine)";
     std::string real;
     Status confined = ConfinePath(field, path, options_.data_roots, &real);
-    if (confined.ok()) confined = OutsideOwnFolders(field, path, real, OwnFolders(options_));
+    if (confined.ok()) confined = OutsideOwnFolders(field, path, real, own);
     if (!confined.ok()) return confined.message();
   }
   return "";

@@ -47,6 +47,7 @@ std::string ManifestText(const CheckpointManifest& m) {
               {"fingerprint", m.fingerprint},
               {"files", files}};
   if (m.attempt >= 0) doc["attempt"] = m.attempt;
+  if (m.best_step > 0) doc["best"] = {{"step", m.best_step}, {"manifest_sha256", m.best_manifest_sha256}};
   return doc.dump(2) + "\n";
 }
 
@@ -123,6 +124,15 @@ std::string ParseManifest(const std::string& text, CheckpointManifest* out) {
   m.fingerprint = fingerprint.get<std::string>();
   if (doc.contains("files"))
     if (std::string err = ParseFiles(doc["files"], &m.files); !err.empty()) return err;
+  if (doc.contains("best")) {
+    const json& best = doc["best"];
+    const json step = best.is_object() ? best.value("step", json()) : json();
+    const json sha = best.is_object() ? best.value("manifest_sha256", json()) : json();
+    if (!step.is_number_integer() || step.get<int64_t>() <= 0 || !sha.is_string() || !crypto::IsLowerHex(sha.get<std::string>(), 64))
+      return "manifest.json: best is not {\"step\": a positive step, \"manifest_sha256\": 64 lower-case hex digits}";
+    m.best_step = step.get<int64_t>();
+    m.best_manifest_sha256 = sha.get<std::string>();
+  }
   *out = std::move(m);
   return "";
 }

@@ -8,6 +8,9 @@
 //    "position": the trainer's RunPosition (worker/trainer/position.h),
 //    "fingerprint": what a run must match to resume from it,
 //    "attempt": the job attempt that wrote it (absent before fencing),
+//    "best": {"step": B, "manifest_sha256": "hex"}: the older checkpoint export.best will
+//            export, and its manifest's SHA-256 when this one was written (absent when
+//            there is none; a worker vouches for it by this manifest: worker/checkpoint_copy.h),
 //    "files": {name: {"bytes": N, "sha256": "hex"}}}
 //
 // Version 1 had the position's fields at the top level and may lack "files"; versions 1
@@ -57,6 +60,8 @@ struct CheckpointManifest {
   nlohmann::json position;
   std::string fingerprint;
   int attempt = -1;  // -1: absent
+  int64_t best_step = 0;             // "best": 0 when absent
+  std::string best_manifest_sha256;  // lower-case hex, 64 digits, with best_step
   std::map<std::string, ManifestFile> files;  // every file but manifest.json and COMPLETE
 };
 

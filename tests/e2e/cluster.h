@@ -54,6 +54,28 @@ inline std::string ReadAll(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// GetJob of `id` through `stub`, with a 10 s deadline.
+inline grpc::Status GetJobFrom(v1::JobService::Stub* stub, const std::string& id, v1::Job* job) {
+  v1::GetJobRequest req;
+  req.set_id(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return stub->GetJob(&ctx, req, job);
+}
+
+// The job read by `get(&job)` every 100 ms until `done(job)` holds or `seconds` pass; the
+// last view.
+template <typename Get, typename Pred>
+v1::Job PollJob(Get get, int seconds, Pred done) {
+  v1::Job job;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (get(&job).ok() && done(job)) return job;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return job;
+}
+
 class Process {
  public:
   Process() = default;
@@ -195,24 +217,10 @@ class Cluster {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return jobs()->SubmitJob(&ctx, req, job);
   }
-  grpc::Status Get(const std::string& id, v1::Job* job) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return jobs()->GetJob(&ctx, req, job);
-  }
+  grpc::Status Get(const std::string& id, v1::Job* job) { return GetJobFrom(jobs().get(), id, job); }
   // Polls until the job is in a terminal state or `seconds` pass; returns the last view.
   v1::Job WaitForEnd(const std::string& id, int seconds) {
-    v1::Job job;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Get(id, &job).ok() &&
-          IsTerminal(job.state()))
-        return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return job;
+    return WaitFor(id, seconds, [](const v1::Job& job) { return IsTerminal(job.state()); });
   }
   const std::string& address() const { return address_; }
   std::string Bin(const std::string& name) const { return std::string(NIGHTSHIFT_BIN_DIR) + "/" + name; }
@@ -220,13 +228,8 @@ class Cluster {
   // Polls until `done(job)` holds or `seconds` pass; returns the last view.
   template <typename Pred>
   v1::Job WaitFor(const std::string& id, int seconds, Pred done) {
-    v1::Job job;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Get(id, &job).ok() && done(job)) return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return job;
+    // Get each time: another thread may restart the coordinator on a new port.
+    return PollJob([&](v1::Job* job) { return Get(id, job); }, seconds, done);
   }
 
   // The pid of a process whose command line mentions both `binary` and `needle`, or -1.

@@ -193,6 +193,42 @@ TEST_F(FaultToleranceTest, HighPriorityPreemptsAndTheVictimResumes) {
             low.events(low.events_size() - 1).time().seconds() + 1);
 }
 
+// export.best's checkpoint outlives the coordinator's records of the job's checkpoints
+// (the 8 newest steps), which are all a restarted attempt resumes from: the newest names it
+// with its manifest's digest, so the worker keeps it, and the job exports it. Before, it
+// was set aside as unvouched and the job exported its final model. A learning rate too
+// small to move any float32 weight keeps every evaluation's val_loss the same, so the best
+// is the first evaluation's, step 2.
+TEST_F(FaultToleranceTest, ExportBestsCheckpointSurvivesARestartPastTheRecordsKept) {
+  Cluster cluster("ft-best");
+  const std::string data = cluster.MakeData(60);
+  cluster.StartCoordinator();
+  cluster.UseOwnDisks();  // a shared root is trusted: nothing there is set aside
+  cluster.StartWorker("w1", 1);
+  v1::Job job;
+  ASSERT_TRUE(cluster
+                  .Submit("name: e2e-best\n"
+                          "model: {arch: transformer_classifier, layers: 1, d_model: 32, heads: 2, ffn: 64, max_len: 32}\n"
+                          "data: {format: text_dir, path: " + data + ", validation_fraction: 0.2, tokenizer: {vocab_size: 64}}\n"
+                          "train: {epochs: 1000, max_steps: 600, lr: 1.0e-30, seed: 7, batching: {batch_size: 8}, threads: 1}\n"
+                          "eval: {every_steps: 2}\nexport: {best: val_loss}\n"
+                          "checkpoint: {every_steps: 2, keep_last: 1}\nrestart: {max_restarts: 1}\n",
+                          &job)
+                  .ok());
+  job = cluster.WaitFor(job.id(), 60, [](const v1::Job& j) {
+    return Running(j) && j.committed_checkpoints_size() == 8 && j.committed_checkpoints(0).step() > 2;
+  });
+  ASSERT_GT(job.committed_checkpoints_size() > 0 ? job.committed_checkpoints(0).step() : 0, 2)
+      << "the records still name step 2: " << v1::JobState_Name(job.state());
+  const pid_t trainer = cluster.TrainerOf(job.id());
+  ASSERT_GT(trainer, 0);
+  ::kill(trainer, SIGKILL);
+  job = cluster.WaitFor(job.id(), 90, Ended);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_EQ(job.model().step(), 2) << "the final model was exported, not export.best's";
+}
+
 TEST_F(FaultToleranceTest, HungTrainerIsStuckAndRestarted) {
   Cluster cluster("ft-hang");
   const std::string data = cluster.MakeData(60);

@@ -163,16 +163,8 @@ std::string SubmitAs(v1::JobService::Stub* stub, const std::string& user) {
 
 // Job `id` once its run was given up (tracked_run.error set), or as it is after 10 s.
 v1::Job GivenUp(v1::JobService::Stub* stub, const std::string& id) {
-  v1::Job job;
-  for (int i = 0; i < 100 && job.tracked_run().error().empty(); ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::GetJobRequest req;
-    req.set_id(id);
-    EXPECT_TRUE(stub->GetJob(&ctx, req, &job).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return job;
+  return PollJob([&](v1::Job* job) { return GetJobFrom(stub, id, job); }, 10,
+                 [](const v1::Job& job) { return !job.tracked_run().error().empty(); });
 }
 
 // The runs of experiment `id` (the admin's view).

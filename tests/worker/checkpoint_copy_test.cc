@@ -38,8 +38,9 @@ std::string Read(const fs::path& path) {
 }
 
 // A checkpoint as the trainer writes one: files, manifest.json with their sums, COMPLETE.
-// model.pt spans several 1 MiB chunks.
-void WriteCheckpoint(const fs::path& job_dir, int64_t step) {
+// model.pt spans several 1 MiB chunks. `best`: the step export.best would export, named
+// with its manifest's digest as the trainer names it (CheckpointManager::Keep).
+void WriteCheckpoint(const fs::path& job_dir, int64_t step, int64_t best = 0) {
   const fs::path dir = job_dir / format::StepDirName(step);
   fs::create_directories(dir);
   std::string model(2'500'000, '\0');
@@ -49,6 +50,10 @@ void WriteCheckpoint(const fs::path& job_dir, int64_t step) {
   for (const auto& [name, bytes] : files) {
     std::ofstream(dir / name, std::ios::binary) << bytes;
     manifest.files[name] = format::FileEntry(bytes);
+  }
+  if (best > 0) {
+    manifest.best_step = best;
+    manifest.best_manifest_sha256 = ManifestDigest(job_dir.string(), best);
   }
   std::ofstream(dir / format::kCheckpointManifest) << format::ManifestText(manifest);
   std::ofstream(dir / format::kCheckpointComplete) << step << "\n";
@@ -263,6 +268,45 @@ TEST_F(CheckpointCopyTest, LocalCheckpointsWhoseManifestNoRecordVouchesForAreSet
   EXPECT_TRUE(SetAsideUnverified(job, verified).empty());  // nothing more to move
   EXPECT_EQ(SetAsideUnverified(job, {}), std::vector<int64_t>{40});  // nothing recorded: nothing kept
   EXPECT_TRUE(format::CompleteSteps(job).empty());
+}
+
+// export.best's checkpoint is older than every step the coordinator keeps a record of
+// (the 8 newest) once the run went on long enough: a vouched checkpoint that names it with
+// its manifest's digest keeps it from being set aside, and a task that fetches the newest
+// fetches it too (a later step held is no reason to skip it, and nothing is pruned). A
+// best whose manifest changed since is set aside as any unvouched one.
+TEST_F(CheckpointCopyTest, ExportBestsCheckpointNamedByAVouchedOneIsKeptAndFetchedWithIt) {
+  const std::string job = copier_job();
+  WriteCheckpoint(job, 20);
+  WriteCheckpoint(job, 30);
+  WriteCheckpoint(job, 90, /*best=*/20);
+  std::vector<v1::HeldCheckpoint> newest(1);
+  newest[0].set_step(90);
+  newest[0].set_manifest_sha256(ManifestDigest(job, 90));
+  EXPECT_EQ(BestNamedBy(job, 90).step(), 20);
+  EXPECT_EQ(BestNamedBy(job, 90).manifest_sha256(), ManifestDigest(job, 20));
+  EXPECT_EQ(SetAsideUnverified(job, newest), std::vector<int64_t>{30});
+  EXPECT_EQ(format::CompleteSteps(job), (std::vector<int64_t>{20, 90}));
+  std::ofstream(fs::path(job) / format::StepDirName(20) / format::kCheckpointManifest, std::ios::app) << " ";
+  EXPECT_EQ(SetAsideUnverified(job, newest), std::vector<int64_t>{20});
+
+  // Another worker's task: it holds step 10 and fetches 90, which brings the best 90 names.
+  fs::remove_all(job);
+  WriteCheckpoint(job, 10);
+  WriteCheckpoint(holder_job(), 20);
+  WriteCheckpoint(holder_job(), 90, /*best=*/20);
+  runs_here_ = true;
+  CheckpointCopier copier(Options());  // keep 2: for copies made while the job runs elsewhere
+  const Status s = copier.Fetch(Order(90));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(format::CompleteSteps(job), (std::vector<int64_t>{10, 20, 90}));
+  EXPECT_EQ(ManifestDigest(job, 20), ManifestDigest(holder_job(), 20));
+  EXPECT_EQ(copier.copies(), 2);
+  // A holder without it (a copy's holder keeps the newest two): the newest comes all the same.
+  fs::remove_all(job);
+  fs::remove_all(holder_job() + "/" + format::StepDirName(20));
+  EXPECT_TRUE(copier.Fetch(Order(90)).ok());
+  EXPECT_EQ(format::CompleteSteps(job), std::vector<int64_t>{90});
 }
 
 // The job's ranks can write their checkpoint folder, which the worker reads as root to

@@ -28,10 +28,15 @@ struct RunPosition {
   int64_t epoch = 0;           // current epoch, 0-based
   int64_t batch_in_epoch = 0;  // batches of that epoch's plan already trained, per rank
   // The ranks of the run that wrote it (0: a checkpoint older than this field, taken as
-  // the resuming run's). Rank r trains the epoch's global batches r, r + world_size, ...,
-  // so batch_in_epoch * world_size batches of the epoch are done whatever the world size.
+  // the resuming run's). Rank r trains the epoch's global batches r, r + world_size, ...;
+  // another world size deals other batches, and goes on after the same samples
+  // (BatchesDoneOnResize).
   int64_t world_size = 0;
   double lr_scale = 1.0;       // multiplies the schedule; each NaN roll-back halves it
+  // Optimizer steps taken: the schedule's step, as transformers' Trainer steps its
+  // scheduler only when the optimizer stepped (an fp16 overflow, or a non-finite loss the
+  // NaN guard skips, does not advance the rate). Below `step` by the skipped steps.
+  int64_t lr_steps = 0;
   ScalerState scaler;
   NanGuardState nan_guard;
   // Padded tokens per batch the run trains with; with max_tokens: auto, what the probe
@@ -48,6 +53,9 @@ struct RunPosition {
   // export.best: the step of the best evaluation so far and its value (-1: none yet).
   int64_t best_step = -1;
   double best_metric = 0;
+  // The step of the last evaluation (-1: none). Below `step` when a stop saved before an
+  // evaluation eval.every_steps asked for at it: the resumed run evaluates first.
+  int64_t evaluated_step = -1;
   // train.early_stopping: the best value of its metric so far (has_stop_best: one was
   // seen) and the evaluations since one improved on it by more than min_delta.
   bool has_stop_best = false;

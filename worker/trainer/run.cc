@@ -265,18 +265,23 @@ void BuildModel(Run& run) {
   run.fingerprint = FingerprintOf(run);
 }
 
-// A checkpoint written by another number of ranks: the epoch's batches done stay the
-// same global batches (position.h), so each rank's count is rescaled; a count the new
-// world size does not divide would land mid-way through a step, and is refused.
-void ToThisWorldSize(RunPosition* p, int world_size, const std::string& path) {
+// A checkpoint written by another number of ranks: the epoch goes on after the samples
+// trained (BatchesDoneOnResize: the deals differ); where no step of every new rank ends
+// there, the resume is refused (it would train a sample twice or skip one).
+void ToThisWorldSize(const Run& run, RunPosition* p, const std::string& path) {
+  const int world_size = run.rank.world_size;
   if (p->world_size > 0 && p->world_size != world_size) {
-    const int64_t done = p->batch_in_epoch * p->world_size;
-    if (done % world_size != 0)
+    BatchPlanOptions options = run.plan_options;
+    if (p->max_tokens > 0) options.max_tokens = p->max_tokens;  // what the writer's run planned with
+    const int64_t done = BatchesDoneOnResize(run.train_lengths, options, run.cfg.train.seed, p->epoch,
+                                             static_cast<int>(p->world_size), p->batch_in_epoch, world_size);
+    if (done < 0)
       throw PermanentError("checkpoint " + path + " was written by " + std::to_string(p->world_size) +
-                           " ranks after " + std::to_string(done) + " batches of epoch " + std::to_string(p->epoch) +
-                           ", which " + std::to_string(world_size) +
-                           " ranks cannot split evenly: resume on a number of ranks that divides it");
-    p->batch_in_epoch = done / world_size;
+                           " ranks after " + std::to_string(p->batch_in_epoch) + " batches each of epoch " +
+                           std::to_string(p->epoch) + "; " + std::to_string(world_size) +
+                           " ranks cut that epoch's batches so that no batch of each of them ends where those did: "
+                           "resume on " + std::to_string(p->world_size) + " ranks (or from a checkpoint at an epoch's end)");
+    p->batch_in_epoch = done;
   }
   p->world_size = world_size;
 }
@@ -305,7 +310,7 @@ std::string Resume(Run& run) {
     run.full->Shard();
   }
   if (!loaded) return "";
-  ToThisWorldSize(&run.position, run.rank.world_size, path);
+  ToThisWorldSize(run, &run.position, path);
   SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
   run.nan_guard.Restore(run.position.nan_guard);  // not in a roll-back: its count must stand
   Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
@@ -741,7 +746,8 @@ bool Run::WritesCheckpoints() const {
 }
 
 double Run::SetLearningRate() {
-  const double lr = position.lr_scale * LearningRate(cfg.train.schedule, position.step, cfg.train.warmup_steps, total_steps, cfg.train.lr);
+  const double lr =
+      position.lr_scale * LearningRate(cfg.train.schedule, position.lr_steps, cfg.train.warmup_steps, total_steps, cfg.train.lr);
   for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   return lr;
 }
@@ -831,6 +837,7 @@ void Run::ClipAndStep() {
     ClipGradNorm(stepped, cfg.train.grad_clip,
                  cut ? [this](double local) { return ddp->group().SumOverRanks(local); } : std::function<double(double)>());
   optimizer->step();
+  ++position.lr_steps;
 }
 
 void Run::Advance(const StepBatches& step) {
@@ -860,7 +867,7 @@ bool Run::AwaitJudgement(bool epoch_end) {
     Warn(progress, "no judgement of the evaluation at step " + std::to_string(step) + " within " +
                        std::to_string(seconds) + " s: going on");
   const bool stop = ddp ? ddp->group().SumOverRanks(StopRequested() ? 1.0 : 0.0) > 0 : StopRequested();
-  if (stop && last_saved_step_ != step) SaveCheckpoint();
+  if (stop) SaveCheckpoint();
   return stop;
 }
 
@@ -887,7 +894,12 @@ void Run::RollBack() {
     throw std::runtime_error("the loss was not finite for " + times +
                              " steps in a row and there is no checkpoint to roll back to; lower "
                              "spec.train.lr or use precision fp32");
-  ToThisWorldSize(&position, rank.world_size, path);
+  // Folders per worker: a rank whose newest copy is damaged loaded an older step. The
+  // ranks must stand at one; a restart puts them there (AdoptNewestCheckpoint).
+  if (ddp && ddp->AnyRank(ddp->group().MinOverRanks(position.step) != position.step))
+    throw std::runtime_error("rolling back, the ranks loaded checkpoints of different steps (this rank: " + path +
+                             "): a damaged copy on one worker; the restart resumes every rank from the newest");
+  ToThisWorldSize(*this, &position, path);
   if (full) full->Shard();
   SetCpuRngState(position.rng_cpu);
   position.lr_scale *= 0.5;
@@ -895,7 +907,14 @@ void Run::RollBack() {
                      " and halved the learning rate");
 }
 
+bool Run::EvaluateMissed() {
+  if (position.step == 0 || !EvalDue() || position.evaluated_step == position.step) return false;
+  Evaluate();
+  return AwaitJudgement();
+}
+
 void Run::SaveCheckpoint() {
+  if (last_saved_step_ == position.step) return;  // the same ranks saw the same steps: all return
   if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
   if (!WritesCheckpoints()) {  // full: the blocks' values travel in the shards, never gathered
@@ -923,6 +942,7 @@ void Run::Evaluate() {
   last_eval = trainer::Evaluate(*model, val_shard, val_plan, cfg.model.max_len, cfg.data.pad_id,
                                 cfg.data.num_classes, next_token, ddp ? &ddp->group() : nullptr, full != nullptr);
   last_eval_step_ = position.step;
+  position.evaluated_step = position.step;
   progress.Emit(ProgressRecord{"eval",
                                {{"step", double(position.step)}, {"epoch", double(position.epoch)},
                                 {"val_loss", last_eval.loss}, {"val_accuracy", last_eval.accuracy},
@@ -941,7 +961,7 @@ void Run::TrackBest() {
   if (position.best_step >= 0 && !Better(cfg.export_best, v, position.best_metric)) return;
   position.best_step = position.step;
   position.best_metric = v;
-  if (last_saved_step_ != position.step) SaveCheckpoint();  // the model export.best will export
+  SaveCheckpoint();  // the model export.best will export
 }
 
 // As transformers' EarlyStoppingCallback: an evaluation better than the best so far by
@@ -969,7 +989,7 @@ void Run::TrackEarlyStopping() {
 
 void Run::Finish() {
   if (last_eval_step_ != position.step) Evaluate();
-  if (last_saved_step_ != position.step) SaveCheckpoint();
+  SaveCheckpoint();
   const bool best_elsewhere = position.best_step >= 0 && position.best_step != position.step;
   // Sharding full: the model is exported a block at a time, rank 0 writing each block the
   // walk gathers, the others taking part in the same gathers. Another step's model
@@ -986,8 +1006,8 @@ void Run::Finish() {
             cfg.export_best.c_str(), position.best_metric);
       } catch (const std::exception& e) {
         if (IsOutOfMemory(e)) throw;
-        // Not here (the run resumed on a worker that got the newest step only, or that set
-        // the best aside: the coordinator keeps the 8 newest records), or unreadable. As
+        // Not here (the run resumed on a worker that could not fetch it with the newest
+        // step: worker/checkpoint_copy.h), or unreadable. As
         // transformers' Trainer when the best checkpoint is gone: the final model (the step
         // just saved, read again: a failed load may have written part of the model), said
         // in a warning and in the export's step and metrics.

@@ -80,7 +80,8 @@ class Run {
   void Advance(const StepBatches& step);
   // Back to the newest complete checkpoint with half the learning rate (NaN guard).
   void RollBack();
-  // Data parallel: every rank calls it; the writers (WritesCheckpoints) write.
+  // Data parallel: every rank calls it; the writers (WritesCheckpoints) write. Nothing
+  // when this step was saved already (or is the one the run resumed from).
   void SaveCheckpoint();
   // Whether this rank writes checkpoint_dir: rank 0 when it is shared
   // (cfg.checkpoint_dir_shared), else the first rank on each worker (local rank 0).
@@ -98,6 +99,9 @@ class Run {
   // `epoch_end`: after an epoch's end's evaluation (position.epoch already counts that
   // epoch), at one of cfg.await_epochs instead.
   bool AwaitJudgement(bool epoch_end = false);
+  // A run resumed from a step whose due evaluation never ran (a stop saved before it):
+  // it runs now, and then AwaitJudgement. Whether to stop.
+  bool EvaluateMissed();
   // After the last step: evaluates and saves unless done at this step, exports the model
   // (rank 0: checkpoint_dir/model, export.h, that of the best step with export.best; an
   // `export` event); the `done` event (with the early stop's reason).

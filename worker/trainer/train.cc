@@ -37,14 +37,15 @@ double Seconds(Clock::time_point since) {
 
 // The loop: BuildRun composes the parts (run.h); each step is batches (accumulate_steps of
 // them) -> forward/backward (micro-batches after an out-of-memory error) ending in the
-// ranks' one vote -> NaN guard -> unscale/clip/step -> report -> checkpoint (and stop on
-// SIGTERM) -> evaluation every eval.every_steps, else at every epoch's end (early
-// stopping ends the run there). All state that outlives a step is run->position.
+// ranks' one vote -> NaN guard -> unscale/clip/step -> report -> evaluation every
+// eval.every_steps (early stopping ends the run there) -> checkpoint (and stop on
+// SIGTERM, before the evaluation: the resumed run makes it first) -> else an evaluation at
+// every epoch's end. All state that outlives a step is run->position.
 int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) {
   const std::unique_ptr<Run> run = BuildRun(cfg, rank, progress);
   RunPosition& pos = run->position;
   StepReporter report(*run);
-  bool stopped = false;
+  bool stopped = run->EvaluateMissed();
   while (!stopped && run->stop_early.empty() && pos.epoch < cfg.train.epochs && !run->StepLimitReached()) {
     run->OpenEpoch();
     bool rolled_back = false;
@@ -69,11 +70,10 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
       run->Advance(batches);
       report.Add(batches, fb, lr, wait, Seconds(t_step));
       stopped = agreed.stop;
+      const bool eval = !stopped && run->EvalDue();
+      if (eval) run->Evaluate();  // eval.every_steps (may stop early): before the checkpoint, which keeps its outcome
       if (agreed.stop || agreed.save) run->SaveCheckpoint();
-      if (!stopped && run->EvalDue()) {
-        run->Evaluate();                   // eval.every_steps (may stop early)
-        stopped = run->AwaitJudgement();  // at an ASHA trial's rung: go on, or stop here
-      }
+      if (eval) stopped = run->AwaitJudgement();  // at an ASHA trial's rung: go on, or stop here
     }
     if (stopped || rolled_back || !run->EpochDone()) continue;  // a roll-back resumes mid-epoch
     if (cfg.eval_every_steps == 0) run->Evaluate();

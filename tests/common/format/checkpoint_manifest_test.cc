@@ -45,6 +45,15 @@ TEST(CheckpointManifestTest, WhatIsWrittenReadsBackTheSame) {
   EXPECT_EQ(ManifestText(no_attempt).find("\"attempt\""), std::string::npos);
   ASSERT_EQ(ParseManifest(ManifestText(no_attempt), &back), "");
   EXPECT_EQ(back.attempt, -1);
+  EXPECT_EQ(back.best_step, 0);
+  EXPECT_EQ(ManifestText(no_attempt).find("\"best\""), std::string::npos);
+
+  CheckpointManifest best = Example();  // export.best's older checkpoint, named with its digest
+  best.best_step = 20;
+  best.best_manifest_sha256 = crypto::Sha256Hex("step 20's manifest");
+  ASSERT_EQ(ParseManifest(ManifestText(best), &back), "");
+  EXPECT_EQ(back.best_step, 20);
+  EXPECT_EQ(back.best_manifest_sha256, best.best_manifest_sha256);
 }
 
 TEST(CheckpointManifestTest, AVersionOneDocumentParsesWithItsPositionAtTheTop) {
@@ -104,6 +113,12 @@ TEST(CheckpointManifestTest, DamageAndNamesOutsideTheFolderAreRefusedNamingWhatI
       {R"({"magic": "nightshift-checkpoint", "version": 3, "attempt": 4294967297})",
        "attempt 4294967297 is not an attempt number"},
       {R"({"magic": "nightshift-checkpoint", "version": 2, "attempt": -2})", "attempt -2 is not an attempt number"},
+      {R"({"magic": "nightshift-checkpoint", "version": 3, "best": {"step": 0, "manifest_sha256": ")" +
+           std::string(64, 'a') + R"("}})",
+       "best is not {\"step\": a positive step"},
+      {R"({"magic": "nightshift-checkpoint", "version": 3, "best": {"step": 20, "manifest_sha256": "ABC"}})",
+       "best is not {\"step\": a positive step"},
+      {R"({"magic": "nightshift-checkpoint", "version": 3, "best": 20})", "best is not {\"step\": a positive step"},
       // 200,000 deep, a magic overflowed the stack where it was copied to be compared
       // (manifest_fuzz, run on that input).
       {R"({"magic": )" + std::string(200000, '[') + std::string(200000, ']') + "}",

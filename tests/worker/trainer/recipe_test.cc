@@ -148,17 +148,32 @@ TEST(RecipeTest, EvaluatesEveryNStepsAndStopsEarlyWithTheReason) {
   EXPECT_EQ(q.records.back().String("stop_reason"), "");
 }
 
-// export.best: the exported model is the checkpoint of the evaluation with the lowest
-// val_loss, kept although keep_last 1 prunes every other; a high learning rate makes the
-// loss rise after its best.
-TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
-  TrainConfig c = Config("recipe_best");
+// export.best by val_loss, evaluated every 2 steps, keep_last 1; a high learning rate makes
+// the loss rise after its best.
+TrainConfig BestConfig(const std::string& name, int epochs) {
+  TrainConfig c = Config(name);
   c.train.lr = 0.3;
   c.train.grad_clip = 0;
-  c.train.epochs = 4;
+  c.train.epochs = epochs;
   c.eval_every_steps = 2;
   c.export_best = "val_loss";
   c.checkpoint.keep_last = 1;
+  return c;
+}
+
+// The exported folder holds the parameters of the checkpoint of `step`.
+void ExpectExportedIsStep(const TrainConfig& c, int64_t step) {
+  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  CheckpointManager(CheckpointOptions{c.checkpoint_dir}).LoadModelAt(step, *model);
+  const auto exported = ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors");
+  for (const auto& [name, t] : ExportTensors(c.model.arch, *model))
+    EXPECT_TRUE(torch::equal(t, exported.at(name))) << name;
+}
+
+// export.best: the exported model is the checkpoint of the evaluation with the lowest
+// val_loss, kept although keep_last 1 prunes every other.
+TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
+  const TrainConfig c = BestConfig("recipe_best", 4);
   MemoryProgressSink p;
   ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
   double best = 1e300;
@@ -169,14 +184,8 @@ TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
   const auto exports = Events(p, "export");
   ASSERT_EQ(exports.size(), 1u);
   EXPECT_EQ(exports[0].Number("step"), best_step);
-  // The folder holds the best step's parameters: those of its kept checkpoint.
-  CheckpointManager manager(CheckpointOptions{c.checkpoint_dir});
-  EXPECT_EQ(manager.ListComplete().size(), 2u);  // the last, and the best
-  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
-  manager.LoadModelAt(best_step, *model);
-  const auto exported = ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors");
-  for (const auto& [name, t] : ExportTensors(c.model.arch, *model))
-    EXPECT_TRUE(torch::equal(t, exported.at(name))) << name;
+  EXPECT_EQ(CheckpointManager(CheckpointOptions{c.checkpoint_dir}).ListComplete().size(), 2u);  // the last, and the best
+  ExpectExportedIsStep(c, best_step);
 }
 
 // export.best after a resume on a worker without the best step's checkpoint (the newest
@@ -186,13 +195,7 @@ TEST(RecipeTest, ExportBestExportsTheBestEvaluatedStep) {
 TEST(RecipeTest, ExportBestWhoseCheckpointIsGoneExportsTheFinalModelWithAWarning) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto best_config = [](const std::string& name) {
-    TrainConfig c = Config(name);
-    c.train.lr = 0.3;
-    c.train.grad_clip = 0;
-    c.train.epochs = 5;  // 25 steps
-    c.eval_every_steps = 2;
-    c.export_best = "val_loss";
-    c.checkpoint.keep_last = 1;
+    TrainConfig c = BestConfig(name, 5);  // 25 steps
     c.checkpoint.every_steps = 2;
     return c;
   };
@@ -213,11 +216,60 @@ TEST(RecipeTest, ExportBestWhoseCheckpointIsGoneExportsTheFinalModelWithAWarning
   for (const auto& w : Events(p, "warning"))
     warned = warned || w.String("message").find("export.best: the checkpoint of the best step") != std::string::npos;
   EXPECT_TRUE(warned);
-  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
-  CheckpointManager(CheckpointOptions{c.checkpoint_dir}).LoadModelAt(25, *model);
-  const auto exported = ReadSafetensors(c.checkpoint_dir + "/model/model.safetensors");
-  for (const auto& [name, t] : ExportTensors(c.model.arch, *model))
-    EXPECT_TRUE(torch::equal(t, exported.at(name))) << name;
+  ExpectExportedIsStep(c, 25);
+}
+
+// The evaluation at a checkpoint step is in that checkpoint (it runs first): a run that
+// dies right after a new best resumes knowing it, and exports the step an uninterrupted
+// run does. Before, the checkpoint held the best before it, and the run exported another.
+TEST(RecipeTest, TheEvaluationAtACheckpointStepIsInItsCheckpoint) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto config = [](const std::string& name) {
+    TrainConfig c = BestConfig(name, 5);  // 25 steps
+    c.checkpoint.every_steps = 2;
+    return c;
+  };
+  MemoryProgressSink whole;
+  ASSERT_EQ(RunTraining(config("recipe_eval_saved_whole"), RankInfo{}, whole), kExitOk);
+  const int64_t best = static_cast<int64_t>(Events(whole, "export")[0].Number("step"));
+  ASSERT_LT(best, 24) << "the best must come before the last checkpoint";
+  TrainConfig c = config("recipe_eval_saved_cut");
+  EXPECT_DEATH(testing::RunUntilAbort(c, best + 1), "fault injection: aborting at step");
+  MemoryProgressSink p;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
+  EXPECT_EQ(Events(p, "export")[0].Number("step"), best);
+  ExpectExportedIsStep(c, best);
+}
+
+// A stop (SIGTERM) saves before the evaluation due at its step: the resumed run makes it
+// first, with the values an uninterrupted run had there, and every evaluation comes once.
+TEST(RecipeTest, AnEvaluationAStopSavedBeforeRunsFirstOnResume) {
+  const auto config = [](const std::string& name) {
+    TrainConfig c = Config(name);
+    c.eval_every_steps = 1;
+    return c;
+  };
+  MemoryProgressSink whole;
+  ASSERT_EQ(RunTraining(config("recipe_stop_eval_whole"), RankInfo{}, whole), kExitOk);
+  TrainConfig c = config("recipe_stop_eval_cut");
+  RequestStop();  // seen after the first step
+  MemoryProgressSink stopped;
+  EXPECT_EQ(RunTraining(c, RankInfo{}, stopped), kExitStopped);
+  ClearStopRequest();
+  EXPECT_TRUE(Events(stopped, "eval").empty());
+  MemoryProgressSink resumed;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, resumed), kExitOk) << resumed.records.back().String("message");
+  const auto evals = Events(resumed, "eval"), reference = Events(whole, "eval");
+  ASSERT_EQ(evals.size(), reference.size());
+  for (size_t i = 0; i < evals.size(); ++i) {
+    EXPECT_EQ(evals[i].Number("step"), static_cast<double>(i + 1));
+    EXPECT_EQ(evals[i].Number("val_loss"), reference[i].Number("val_loss")) << "step " << i + 1;
+  }
+  for (const auto& r : resumed.records) {  // step 1's evaluation before step 2 trains
+    if (r.event != "eval" && r.event != "step") continue;
+    EXPECT_EQ(r.event, "eval");
+    break;
+  }
 }
 
 }  // namespace

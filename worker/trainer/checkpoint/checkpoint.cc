@@ -141,6 +141,7 @@ json PositionToJson(const RunPosition& p) {
           {"batch_in_epoch", p.batch_in_epoch},
           {"world_size", p.world_size},
           {"lr_scale", p.lr_scale},
+          {"lr_steps", p.lr_steps},
           {"grad_scale", p.scaler.scale},
           {"grad_scale_growth_tracker", p.scaler.growth_tracker},
           {"nan_consecutive", p.nan_guard.consecutive},
@@ -152,6 +153,7 @@ json PositionToJson(const RunPosition& p) {
           {"rng_cpu", Hex(p.rng_cpu)},
           {"best_step", p.best_step},
           {"best_metric", p.best_metric},
+          {"evaluated_step", p.evaluated_step},
           {"has_stop_best", p.has_stop_best},
           {"stop_best", p.stop_best},
           {"evals_without_improvement", p.evals_without_improvement}};
@@ -175,6 +177,9 @@ RunPosition PositionFromJson(const json& j) {
   p.world_size = j.value("world_size", int64_t{0});  // absent before sharding (issue 43)
   p.accumulate_gradients = j.value("accumulate_gradients", std::string());  // absent before it
   p.best_metric = j.value("best_metric", 0.0);
+  // Absent before 2026-12-07: taken as evaluated (as those runs went on).
+  p.evaluated_step = j.value("evaluated_step", p.step);
+  p.lr_steps = j.value("lr_steps", p.step);  // the same: the rate was the step's
   p.has_stop_best = j.value("has_stop_best", false);
   p.stop_best = j.value("stop_best", 0.0);
   p.evals_without_improvement = j.value("evals_without_improvement", int64_t{0});
@@ -201,6 +206,7 @@ RunPosition PositionFromVersion1(const json& m) {
   p.train_seconds = metrics.value("train_seconds", 0.0);
   p.tokens_seen = static_cast<int64_t>(metrics.value("tokens_seen", 0.0));
   p.nan_guard.rollbacks = p.lr_scale < 1.0 ? 1 : 0;  // only a roll-back halves the rate
+  p.lr_steps = p.evaluated_step = p.step;
   return p;
 }
 
@@ -306,6 +312,7 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
   manifest.position = PositionToJson(position);
   manifest.fingerprint = position.fingerprint;
   manifest.attempt = options_.attempt;
+  NameKeptStep(position.step, &manifest);
   const std::string text = format::ManifestText(manifest);
   Check(io::WriteFileAtomically((dir / format::kCheckpointManifest).string(), text));
   try {
@@ -326,6 +333,19 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
   CheckFence();  // a claim that came in the window after the first check: no pruning
   Prune(position.step);
   return saved;
+}
+
+void CheckpointManager::NameKeptStep(int64_t step, format::CheckpointManifest* manifest) const {
+  if (kept_step_ <= 0 || kept_step_ == step) return;
+  const fs::path kept = fs::path(options_.dir) / format::StepDirName(kept_step_);
+  std::error_code ec;
+  if (!fs::exists(kept / kComplete, ec)) return;  // not here (resumed on a worker that lacks it)
+  std::ifstream in(kept / format::kCheckpointManifest, std::ios::binary);
+  if (!in.is_open()) return;
+  std::ostringstream text;
+  text << in.rdbuf();
+  manifest->best_step = kept_step_;
+  manifest->best_manifest_sha256 = crypto::Sha256Hex(text.str());
 }
 
 int CheckpointManager::FenceHolder() const {

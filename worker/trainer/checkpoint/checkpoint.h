@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/format/checkpoint_manifest.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/position.h"
 
@@ -163,6 +164,8 @@ class CheckpointManager {
   std::string Install(int64_t step, const std::map<std::string, std::string>& files);
 
   // Prune keeps the checkpoint of `step` whatever keep_last says (export.best's); -1: none.
+  // Save names it, with its manifest's SHA-256, in every later manifest ("best"): a worker
+  // that resumes from one of those keeps it, and fetches it with it (worker/checkpoint_copy.h).
   void Keep(int64_t step) { kept_step_ = step; }
 
   // Step directories with their COMPLETE marker, oldest first. Fenced, without those
@@ -173,6 +176,9 @@ class CheckpointManager {
   // After the checkpoint of step `saved` committed: keep_last of those up to it (and
   // Keep's), the rest removed; none after it (an unloadable one a resume went past) counts.
   void Prune(int64_t saved);
+  // Sets manifest->best to Keep's step and its manifest's digest when that checkpoint is
+  // complete here and is not `step`, the one being written.
+  void NameKeptStep(int64_t step, format::CheckpointManifest* manifest) const;
   int FenceHolder() const;  // FENCE's attempt; -1 when there is none
   bool WrittenByALaterAttempt(const std::string& dir) const;
 

@@ -161,6 +161,42 @@ BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions
   return mine;
 }
 
+namespace {
+
+// The epoch's batches in the global order that `world` ranks deal them.
+BatchPlan GlobalPlan(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options, uint64_t seed,
+                     int64_t epoch, int world) {
+  std::vector<BatchPlan> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(PlanEpoch(lengths, options, seed, epoch, r, world));
+  BatchPlan all;
+  for (size_t b = 0; b < ranks[0].size(); ++b)
+    for (int r = 0; r < world; ++r) all.push_back(std::move(ranks[r][b]));
+  return all;
+}
+
+}  // namespace
+
+int64_t BatchesDoneOnResize(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options, uint64_t seed,
+                            int64_t epoch, int from_world, int64_t done, int to_world) {
+  const BatchPlan before = GlobalPlan(lengths, options, seed, epoch, std::max(from_world, 1));
+  const BatchPlan after = GlobalPlan(lengths, options, seed, epoch, std::max(to_world, 1));
+  std::vector<bool> trained(lengths.size(), false);
+  size_t count = 0;
+  for (size_t b = 0; b < std::min(before.size(), static_cast<size_t>(std::max<int64_t>(done, 0) * from_world)); ++b)
+    for (uint32_t i : before[b]) {
+      count += trained[i] ? 0 : 1;
+      trained[i] = true;
+    }
+  size_t n = 0, covered = 0;
+  for (; n < after.size() && covered < count; ++n)
+    for (uint32_t i : after[n]) {
+      if (!trained[i]) return -1;  // a batch that straddles what was trained and what was not
+      ++covered;
+    }
+  if (covered != count || n % static_cast<size_t>(std::max(to_world, 1)) != 0) return -1;
+  return static_cast<int64_t>(n) / std::max(to_world, 1);
+}
+
 BatchPlan PlanEval(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options) {
   std::vector<uint32_t> order(lengths.size());
   std::iota(order.begin(), order.end(), 0u);

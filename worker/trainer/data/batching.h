@@ -39,6 +39,15 @@ using BatchPlan = std::vector<std::vector<uint32_t>>;  // batches of sample indi
 BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
                     uint64_t seed, int64_t epoch, int rank, int world_size);
 
+// A run resumed mid-epoch on another number of ranks: the batches each of `to_world` ranks
+// has done once each of `from_world` ranks did `done` of `epoch` (PlanEpoch's). The deals
+// differ (the batches halved to divide by the world size depend on it), so this is the
+// prefix of the new global list (batch b of rank r is its r + b x world) that holds
+// exactly the samples the old one's first done x from_world batches held; -1 when no
+// prefix does, or when it does not end on a step of every rank.
+int64_t BatchesDoneOnResize(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options, uint64_t seed,
+                            int64_t epoch, int from_world, int64_t done, int to_world);
+
 // Evaluation batches: every sample once, in length order (no shuffle, little padding).
 BatchPlan PlanEval(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options);
 

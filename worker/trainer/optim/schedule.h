@@ -12,8 +12,9 @@
 namespace nightshift::trainer {
 
 // `schedule`: linear | cosine | constant (the spec's rules checked it; anything else
-// throws std::invalid_argument). `step`: 0-based index of the step about to run;
-// `total`: the run's optimizer steps.
+// throws std::invalid_argument). `step`: 0-based index of the optimizer step about to run
+// (RunPosition::lr_steps: a skipped step does not count, as Trainer does not step its
+// scheduler when optimizer_step_was_skipped); `total`: the run's steps.
 double LearningRate(const std::string& schedule, int64_t step, int64_t warmup, int64_t total, double peak);
 
 }  // namespace nightshift::trainer

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/format/checkpoint_layout.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/models/model.h"
 #include "worker/trainer/train.h"
@@ -325,6 +326,33 @@ TEST(CheckpointManagerTest, ADamagedNewerCheckpointDoesNotCountAgainstKeepLast) 
   EXPECT_FALSE(fs::exists(dir + "/step-00000001"));
   ASSERT_TRUE(resumed.LoadLatest(*model, optimizer, &loaded));
   EXPECT_EQ(loaded.step, 2);
+}
+
+// The kept step (export.best's) is named, with its manifest's SHA-256, in every manifest
+// written after it, which a worker vouches for it by (worker/checkpoint_copy.h); not in its
+// own, nor in any once it is gone from the folder.
+TEST(CheckpointManagerTest, EveryLaterManifestNamesTheKeptStepWithItsDigest) {
+  const std::string dir = FreshDir("keep-named");
+  torch::nn::Linear model(4, 3);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager manager(CheckpointOptions{dir, 1, 0, 1});
+  manager.Keep(2);
+  manager.Save(At(2), *model, optimizer);
+  for (int64_t step : {4, 6}) manager.Save(At(step), *model, optimizer);
+  const auto manifest_of = [&](int64_t step) {
+    format::CheckpointManifest m;
+    EXPECT_EQ(format::ReadManifest(dir + "/" + format::StepDirName(step), &m), "");
+    return m;
+  };
+  EXPECT_EQ(manifest_of(2).best_step, 0);
+  std::ifstream in(dir + "/step-00000002/manifest.json", std::ios::binary);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(manifest_of(6).best_step, 2);
+  EXPECT_EQ(manifest_of(6).best_manifest_sha256, crypto::Sha256Hex(kept));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000004"));  // keep_last 1 and the kept one
+  fs::remove_all(dir + "/step-00000002");
+  manager.Save(At(8), *model, optimizer);
+  EXPECT_EQ(manifest_of(8).best_step, 0);
 }
 
 // Running out of memory while loading the newest checkpoint says nothing about it: the

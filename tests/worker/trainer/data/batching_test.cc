@@ -98,6 +98,27 @@ TEST(PlanEpochTest, RanksGetDisjointSamplesAndEqualBatchCountsAndNoneIsDropped) 
     }
 }
 
+// 36 samples in batches of 8: one rank deals [8 8 8 8 4], two halve the first to divide
+// by 2 ([4 4 8 8 8 4]), four halve two more ([4 4 4 4 4 4 8 4]). A resume on another number
+// of ranks goes on after the samples trained, not after as many batches: two ranks' first
+// step each (two batches of 4) is one rank's first batch; four ranks' first step (16
+// samples) is three batches of two ranks', which no whole step of each of them ends at.
+TEST(PlanEpochTest, AResumeOnAnotherWorldSizeGoesOnAfterTheSamplesTrained) {
+  const std::vector<uint32_t> lengths(36, 5);
+  BatchPlanOptions options;
+  options.batch_size = 8;
+  ASSERT_EQ(PlanEpoch(lengths, options, 3, 0, 0, 2).size(), 3u);
+  EXPECT_EQ(BatchesDoneOnResize(lengths, options, 3, 0, /*from=*/2, /*done=*/1, /*to=*/1), 1);  // not 2
+  EXPECT_EQ(BatchesDoneOnResize(lengths, options, 3, 0, 1, 1, 2), 1);
+  EXPECT_EQ(BatchesDoneOnResize(lengths, options, 3, 0, 4, 1, 2), -1);  // 16 samples: 3 batches of 2 ranks'
+  EXPECT_EQ(BatchesDoneOnResize(lengths, options, 3, 0, 4, 2, 2), 3);   // the whole epoch
+  EXPECT_EQ(BatchesDoneOnResize(lengths, options, 3, 0, 2, 3, 1), 5);   // the same
+  EXPECT_EQ(BatchesDoneOnResize(lengths, options, 3, 0, 2, 0, 4), 0);
+  const std::vector<uint32_t> even(32, 5);  // 4 batches whatever the ranks: as many batches
+  EXPECT_EQ(BatchesDoneOnResize(even, options, 3, 0, 4, 1, 2), 2);
+  EXPECT_EQ(BatchesDoneOnResize(even, options, 3, 0, 2, 1, 4), -1);  // 2 batches: half a step of 4
+}
+
 TEST(PlanEvalTest, EverySampleOnceWithinBudget) {
   auto lengths = RandomLengths(300, 2);
   BatchPlanOptions options;

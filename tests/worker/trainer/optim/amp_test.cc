@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tests/worker/trainer/test_util.h"
+#include "worker/trainer/optim/schedule.h"
 #include "worker/trainer/train.h"
 
 namespace nightshift::trainer {
@@ -144,6 +145,29 @@ TEST(AmpTest, NonFiniteLossesRollBackOnceThenFail) {
   EXPECT_GE(skipped, 5);
   ASSERT_EQ(progress.records.back().event, "error");
   EXPECT_NE(progress.records.back().String("message").find("again after rolling back"), std::string::npos);
+}
+
+// A skipped step does not advance the schedule, as transformers' Trainer steps its
+// scheduler only when the optimizer stepped (optimizer_step_was_skipped: an fp16 overflow,
+// which a non-finite loss is too): steps 3 and 4 skipped, step 5 trains at step 3's rate.
+TEST(AmpTest, ASkippedStepDoesNotAdvanceTheSchedule) {
+  TrainConfig c = TinyConfig(FreshDir("nan-schedule"));  // 5 batches an epoch, 2 epochs
+  c.train.schedule = "linear";
+  c.train.warmup_steps = 4;
+  RankInfo rank;
+  rank.faults.nan_loss_from_step = 3;
+  rank.faults.nan_losses = 2;
+  MemoryProgressSink progress;
+  ASSERT_EQ(RunTraining(c, rank, progress), kExitOk) << progress.records.back().String("message");
+  int checked = 0;
+  for (const auto& r : progress.records) {
+    if (r.event != "step") continue;
+    const int64_t step = static_cast<int64_t>(r.Number("step"));
+    const int64_t optimizer_steps = step - 1 - (step > 3) - (step > 4);
+    EXPECT_DOUBLE_EQ(r.Number("lr"), LearningRate("linear", optimizer_steps, 4, 10, c.train.lr)) << "step " << step;
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
 }
 
 // The guard's counts are in the checkpoint: a run that rolled back once, then died and

@@ -491,6 +491,43 @@ TEST_F(DdpTest, EveryWorkerKeepsItsOwnCompleteCheckpointsAndAnyOneResumesTheJob)
   }
 }
 
+// A NaN roll-back with a folder per worker: rank 0's copy of the newest checkpoint (step 9)
+// is damaged as soon as it is written, so rank 0 rolls back to step 6 and rank 1 to step 9.
+// Both stop with an error saying so (before, each trained on from its own step, the ranks'
+// parameters apart); the restart resumes both from step 9, which rank 1 sends rank 0.
+TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) {
+  const std::string dir = testing::FreshDir("ddp_rollback_apart");
+  TrainConfig c = CheckpointingTwoRanks(dir);  // saves every 3 steps, 6 steps an epoch
+  c.checkpoint_dir_shared = false;
+  struct DamagingSink : MemoryProgressSink {
+    std::string folder;
+    void Emit(const format::ProgressRecord& r) override {
+      MemoryProgressSink::Emit(r);
+      if (!folder.empty() && r.event == "checkpoint" && r.Number("step") == 9) fs::resize_file(folder + "/step-00000009/model.pt", 10);
+    }
+  };
+  const int port = FreePort();
+  std::vector<DamagingSink> progress(2);
+  progress[0].folder = dir + "/rank0";
+  std::vector<int> exit_codes(2, -1);
+  RunRanks(2, [&](int r) {
+    TrainConfig mine = c;
+    mine.checkpoint_dir = dir + "/rank" + std::to_string(r);
+    RankInfo rank = LoopbackRank(r, 2, port);
+    rank.faults.nan_loss_from_step = 7;  // steps 7-11: the fifth in a row rolls back
+    rank.faults.nan_losses = 5;
+    exit_codes[r] = RunTraining(mine, rank, progress[r]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(exit_codes[r], kExitError) << "rank " << r;
+    EXPECT_NE(progress[r].records.back().String("message").find("the ranks loaded checkpoints of different steps"),
+              std::string::npos)
+        << progress[r].records.back().String("message");
+  }
+  const auto starts = TrainTwoRanks(c, {dir + "/rank0", dir + "/rank1"});
+  for (const auto& start : starts) EXPECT_EQ(start.Number("resumed_step"), 9);
+}
+
 // Evaluation under data parallelism: each rank takes every other batch, and the summed
 // metrics equal one rank evaluating the whole set.
 TEST_F(DdpTest, ShardedEvaluationEqualsTheWholeSet) {
