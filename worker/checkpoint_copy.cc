@@ -114,10 +114,15 @@ std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::v
     if (listed(records, step))
       if (v1::HeldCheckpoint best = BestNamedBy(job_dir, step); best.step() > 0) verified.push_back(best);
   std::vector<int64_t> moved;
+  const fs::path unverified = fs::path(job_dir) / "unverified";
+  std::error_code ec;
+  // The job's ranks can write the folder: an `unverified` that is a link or a file goes
+  // (a link would have the moves below write, as root, where it points).
+  if (fs::is_symlink(unverified, ec) || (fs::exists(unverified, ec) && !fs::is_directory(unverified, ec)))
+    fs::remove(unverified, ec);
   for (const int64_t step : steps) {
     if (listed(verified, step)) continue;
-    const fs::path aside = fs::path(job_dir) / "unverified" / format::StepDirName(step);
-    std::error_code ec;
+    const fs::path aside = unverified / format::StepDirName(step);
     fs::remove_all(aside, ec);
     fs::create_directories(aside.parent_path(), ec);
     fs::rename(fs::path(job_dir) / format::StepDirName(step), aside, ec);
@@ -378,30 +383,31 @@ class StallWatchdog {
 
 }  // namespace
 
-Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) { return CopyInto(copy, /*own_task=*/false); }
+Status CheckpointCopier::Copy(const v1::CheckpointCopy& copy) { return CopyWithBest(copy, /*own_task=*/false); }
 
-Status CheckpointCopier::Fetch(const v1::CheckpointCopy& copy) {
-  NS_RETURN_IF_ERROR(CopyInto(copy, /*own_task=*/true));
+Status CheckpointCopier::Fetch(const v1::CheckpointCopy& copy) { return CopyWithBest(copy, /*own_task=*/true); }
+
+Status CheckpointCopier::CopyWithBest(const v1::CheckpointCopy& copy, bool own_task) {
+  NS_RETURN_IF_ERROR(CopyInto(copy, own_task, /*exact=*/own_task));
   const v1::HeldCheckpoint best = BestNamedBy((fs::path(options_.root) / copy.job_id()).string(), copy.step());
   if (best.step() <= 0 || best.step() >= copy.step()) return Status::OK();
   v1::CheckpointCopy older = copy;
   older.set_step(best.step());
   older.set_manifest_sha256(best.manifest_sha256());
-  if (const Status s = CopyInto(older, /*own_task=*/true); !s.ok())
-    NS_WARN("export.best's checkpoint, " << CopyName(older) << ", not fetched from worker " << copy.source_worker()
+  if (const Status s = CopyInto(older, own_task, /*exact=*/true); !s.ok())
+    NS_WARN("export.best's checkpoint, " << CopyName(older) << ", not copied from worker " << copy.source_worker()
                                           << ": " << s.ToString());
   return Status::OK();
 }
 
-Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task) {
+Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task, bool exact) {
   if (!format::IsJobId(copy.job_id())) return Status::InvalidArgument("job_id: not a job id");
   const fs::path job_dir = fs::path(options_.root) / copy.job_id();
   const std::string what = CopyName(copy);
   if (!own_task && options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job runs on this worker");
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
-  // The job's own task asks for a step it lacks, maybe older than one it holds (export.best's).
-  if (own_task ? std::count(held.begin(), held.end(), copy.step()) > 0 : !held.empty() && held.back() >= copy.step())
+  if (exact ? std::count(held.begin(), held.end(), copy.step()) > 0 : !held.empty() && held.back() >= copy.step())
     return Status::OK();
 
   StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());
@@ -495,7 +501,9 @@ Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& 
   io::SyncDirectory(job_dir.string());
   if (own_task) return Status::OK();  // its trainer prunes by keep_last, and keeps export.best's
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
-  for (size_t i = 0; i + options_.keep < held.size(); ++i) RemoveCheckpoint(job_dir / format::StepDirName(held[i]));
+  const int64_t best = held.empty() ? 0 : BestNamedBy(job_dir.string(), held.back()).step();
+  for (size_t i = 0; i + options_.keep < held.size(); ++i)
+    if (held[i] != best) RemoveCheckpoint(job_dir / format::StepDirName(held[i]));
   return Status::OK();
 }
 

@@ -95,9 +95,10 @@ class CheckpointCopier {
   Status Copy(const v1::CheckpointCopy& copy);
   // The same for the job's own task, before its ranks start (Assignment.fetch_checkpoint):
   // no FailedPrecondition for the job running here, and nothing pruned (its trainer
-  // prunes). Then the export.best checkpoint the fetched one names (BestNamedBy), from the
-  // same worker, unless held here: the coordinator's records hold only the newest few. Its
-  // failure is logged, not returned (the trainer then exports its final model, and says so).
+  // prunes). Both, then, copy the export.best checkpoint the copied one names
+  // (BestNamedBy), from the same worker, unless held here (the coordinator's records hold
+  // only the newest few), and a copy's pruning keeps it; that copy's failure is logged, not
+  // returned (the trainer then exports its final model, and says so).
   Status Fetch(const v1::CheckpointCopy& copy);
 
   int64_t copies() const;  // completed so far
@@ -105,7 +106,11 @@ class CheckpointCopier {
 
  private:
   void Loop();
-  Status CopyInto(const v1::CheckpointCopy& copy, bool own_task);
+  // CopyInto, then the export.best checkpoint the copied one names, unless held here; that
+  // one's failure logged, not returned.
+  Status CopyWithBest(const v1::CheckpointCopy& copy, bool own_task);
+  // `exact`: OK at once only when that step is held (else also when a later one is).
+  Status CopyInto(const v1::CheckpointCopy& copy, bool own_task, bool exact);
   // Reads the holder's stream, handing each chunk to on_chunk (which stops it with an
   // error); cancellable by the destructor, cancelled after options_.stall without data.
   Status Receive(const v1::CheckpointCopy& copy, const std::function<Status(const v1::ArtifactChunk&)>& on_chunk);

@@ -36,6 +36,10 @@ int64_t StepOfDirName(const std::string& name) {
 
 void RemoveCheckpoint(const std::string& step_dir) {
   std::error_code ec;
+  if (fs::is_symlink(step_dir, ec)) {  // the job's ranks made it: the link goes, nothing it points to
+    fs::remove(step_dir, ec);
+    return;
+  }
   fs::remove(fs::path(step_dir) / kCheckpointComplete, ec);
   io::SyncDirectory(step_dir);
   fs::remove_all(step_dir, ec);

@@ -30,7 +30,8 @@ int64_t StepOfDirName(const std::string& name);
 std::vector<int64_t> CompleteSteps(const std::string& job_dir);
 
 // Removes one checkpoint directory. Deletion mirrors writing: the COMPLETE marker goes
-// first (and is synced), so a half-deleted checkpoint is none.
+// first (and is synced), so a half-deleted checkpoint is none. A step folder that is a
+// link (a job's ranks can make one) loses the link only.
 void RemoveCheckpoint(const std::string& step_dir);
 
 }  // namespace nightshift::format

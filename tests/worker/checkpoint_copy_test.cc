@@ -302,11 +302,23 @@ TEST_F(CheckpointCopyTest, ExportBestsCheckpointNamedByAVouchedOneIsKeptAndFetch
   EXPECT_EQ(format::CompleteSteps(job), (std::vector<int64_t>{10, 20, 90}));
   EXPECT_EQ(ManifestDigest(job, 20), ManifestDigest(holder_job(), 20));
   EXPECT_EQ(copier.copies(), 2);
-  // A holder without it (a copy's holder keeps the newest two): the newest comes all the same.
+  // A holder without it: the newest comes all the same.
   fs::remove_all(job);
   fs::remove_all(holder_job() + "/" + format::StepDirName(20));
   EXPECT_TRUE(copier.Fetch(Order(90)).ok());
   EXPECT_EQ(format::CompleteSteps(job), std::vector<int64_t>{90});
+
+  // The background copies (the job runs elsewhere) bring it too, and keep it beyond `keep`
+  // while the newest names it: the worker a failover lands on holds it.
+  fs::remove_all(job);
+  WriteCheckpoint(holder_job(), 20);
+  runs_here_ = false;
+  for (int64_t step : {100, 110, 120}) {
+    WriteCheckpoint(holder_job(), step, /*best=*/20);
+    ASSERT_TRUE(copier.Copy(Order(step)).ok()) << step;
+  }
+  EXPECT_EQ(format::CompleteSteps(job), (std::vector<int64_t>{20, 110, 120}));
+  EXPECT_EQ(ManifestDigest(job, 20), ManifestDigest(holder_job(), 20));
 }
 
 // The job's ranks can write their checkpoint folder, which the worker reads as root to
@@ -329,6 +341,20 @@ TEST_F(CheckpointCopyTest, AManifestThatIsALinkOrAFifoHasNoDigestAndIsNotFollowe
   EXPECT_EQ(ManifestDigest(job.string(), 50), "");  // returns at once: no writer needed
   EXPECT_EQ(ManifestDigest(job.string(), 60), "");
   EXPECT_TRUE(NewestCheckpoints(dir_ + "/copier/checkpoints").empty());
+
+  // An `unverified` that is a link: setting aside (as root) neither empties nor fills
+  // where it points; removing a step folder that is a link removes the link only.
+  fs::create_directories(dir_ + "/outside/" + format::StepDirName(40));
+  std::ofstream(dir_ + "/outside/" + format::StepDirName(40) + "/keep") << "theirs";
+  fs::create_directory_symlink(dir_ + "/outside", job / "unverified");
+  EXPECT_EQ(SetAsideUnverified(job.string(), {}), (std::vector<int64_t>{40, 50, 60}));
+  EXPECT_FALSE(fs::is_symlink(job / "unverified"));
+  EXPECT_EQ(Read(dir_ + "/outside/" + format::StepDirName(40) + "/keep"), "theirs");
+  EXPECT_FALSE(fs::exists(dir_ + "/outside/" + format::StepDirName(50)));
+  fs::create_directory_symlink(dir_ + "/elsewhere/" + format::StepDirName(60), job / format::StepDirName(70));
+  format::RemoveCheckpoint((job / format::StepDirName(70)).string());
+  EXPECT_FALSE(fs::exists(job / format::StepDirName(70)));
+  EXPECT_TRUE(fs::exists(dir_ + "/elsewhere/" + format::StepDirName(60) + "/" + format::kCheckpointComplete));
 }
 
 // The background path: Request returns at once, the copier's thread copies.

@@ -873,32 +873,42 @@ bool Run::AwaitJudgement(bool epoch_end) {
 
 void Run::RollBack() {
   const std::string times = std::to_string(nan_guard.max_consecutive());
-  std::string path;
+  std::string path, failed;  // failed: this rank's load threw (data parallel: told to all first)
   bool loaded = false, whole = false;
-  try {  // sharding full: each rank reads its shards, no block gathered
-    loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
-  } catch (const WholeParametersNeeded& e) {  // a checkpoint written unsharded: loaded whole, cut again
-    Log("%s", e.what());
-    whole = true;
-  }
+  const auto load = [&] {
+    try {
+      loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
+    } catch (const WholeParametersNeeded& e) {  // sharding full, a checkpoint written unsharded
+      if (whole) throw;
+      Log("%s", e.what());
+      whole = true;
+    } catch (const std::exception& e) {
+      if (!ddp) throw;
+      failed = e.what();
+    }
+  };
+  load();  // sharding full: each rank reads its shards, no block gathered
   // Every rank loads whole if one must (its copy of the newest checkpoint may be damaged,
   // and the one before it unsharded), so that all load the same checkpoint the same way.
   if (full && ddp) whole = ddp->group().SumOverRanks(whole ? 1.0 : 0.0) > 0;
   std::string gathered;
-  if (whole) {  // no gather: the load writes every block whole (Reopen), Shard() cuts them again
+  if (whole && failed.empty()) {  // no gather: the load writes every block whole (Reopen), Shard() cuts them again
     gathered = " (written without sharding full: loaded whole on each rank, then cut again)";
     full->Reopen();
-    loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
+    load();
   }
+  // Folders per worker: a rank whose newest copy is damaged loaded an older step, or none.
+  // The ranks must stand at one; a restart puts them there (AdoptNewestCheckpoint).
+  const int64_t at = loaded ? position.step : -1;
+  if (ddp && ddp->AnyRank(ddp->group().MinOverRanks(at) != at))
+    throw std::runtime_error("rolling back, the ranks loaded checkpoints of different steps (this rank: " +
+                             (failed.empty() ? path.empty() ? std::string("none") : path : failed) +
+                             "): a damaged copy on one worker; the restart resumes every rank from the newest");
   if (!loaded)
     throw std::runtime_error("the loss was not finite for " + times +
                              " steps in a row and there is no checkpoint to roll back to; lower "
                              "spec.train.lr or use precision fp32");
-  // Folders per worker: a rank whose newest copy is damaged loaded an older step. The
-  // ranks must stand at one; a restart puts them there (AdoptNewestCheckpoint).
-  if (ddp && ddp->AnyRank(ddp->group().MinOverRanks(position.step) != position.step))
-    throw std::runtime_error("rolling back, the ranks loaded checkpoints of different steps (this rank: " + path +
-                             "): a damaged copy on one worker; the restart resumes every rank from the newest");
+  last_saved_step_ = position.step;  // a newer one (damaged, or a later save) is written again
   ToThisWorldSize(*this, &position, path);
   if (full) full->Shard();
   SetCpuRngState(position.rng_cpu);
@@ -938,7 +948,7 @@ void Run::SaveCheckpoint() {
       static_cast<long long>(saved.bytes), saved.seconds);
 }
 
-void Run::Evaluate() {
+void Run::Evaluate(bool track) {
   last_eval = trainer::Evaluate(*model, val_shard, val_plan, cfg.model.max_len, cfg.data.pad_id,
                                 cfg.data.num_classes, next_token, ddp ? &ddp->group() : nullptr, full != nullptr);
   last_eval_step_ = position.step;
@@ -951,8 +961,9 @@ void Run::Evaluate() {
   Log("eval step %lld epoch %lld: val_loss %.4f val_accuracy %.4f val_f1 %.4f",
       static_cast<long long>(position.step), static_cast<long long>(position.epoch), last_eval.loss,
       last_eval.accuracy, last_eval.f1);
+  if (!track) return;
+  TrackEarlyStopping();  // first: a new best saves at once (TrackBest), with this count
   TrackBest();
-  TrackEarlyStopping();
 }
 
 void Run::TrackBest() {
@@ -988,7 +999,9 @@ void Run::TrackEarlyStopping() {
 }
 
 void Run::Finish() {
-  if (last_eval_step_ != position.step) Evaluate();
+  // Resumed at the last step (an export cut short): evaluated again for the export's
+  // metrics, not counted again (early stopping would count it twice).
+  if (last_eval_step_ != position.step) Evaluate(/*track=*/position.evaluated_step != position.step);
   SaveCheckpoint();
   const bool best_elsewhere = position.best_step >= 0 && position.best_step != position.step;
   // Sharding full: the model is exported a block at a time, rank 0 writing each block the

@@ -88,9 +88,10 @@ class Run {
   bool WritesCheckpoints() const;
   // Whether eval.every_steps asks for an evaluation after this step.
   bool EvalDue() const { return cfg.eval_every_steps > 0 && position.step % cfg.eval_every_steps == 0; }
-  // The validation split; an `eval` event. Then export.best's bookkeeping (a better value
-  // is checkpointed at once and kept) and train.early_stopping's (sets stop_early).
-  void Evaluate();
+  // The validation split; an `eval` event. Then, with `track`, train.early_stopping's
+  // bookkeeping (sets stop_early) and export.best's (a better value is checkpointed at
+  // once and kept).
+  void Evaluate(bool track = true);
   // After the evaluation at one of cfg.await_steps (an ASHA trial's rung; not its last
   // step): waits, polling cfg.judged_file, until it holds this step or more (the sweep let
   // the trial go on) or a stop is requested (it paused the trial), for at most

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "common/format/checkpoint_layout.h"
 #include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/checkpoint/checkpoint.h"
@@ -148,6 +149,24 @@ TEST(RecipeTest, EvaluatesEveryNStepsAndStopsEarlyWithTheReason) {
   EXPECT_EQ(q.records.back().String("stop_reason"), "");
 }
 
+// A finished run started again (its export was cut short) evaluates its last step again
+// for the export, and does not count that evaluation again: four evaluations without
+// improvement under patience 5 stay four (before, the fifth ended a complete run as
+// "early stopping").
+TEST(RecipeTest, AFinishedRunStartedAgainDoesNotCountItsLastEvaluationTwice) {
+  TrainConfig c = Config("recipe_finished_again");
+  c.eval_every_steps = 2;  // evaluations at 2, 4, 6, 8, 10: counts 0 to 4
+  c.train.early_stopping.metric = "val_loss";
+  c.train.early_stopping.patience = 5;
+  c.train.early_stopping.min_delta = 1e9;
+  MemoryProgressSink first, again;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, first), kExitOk);
+  EXPECT_EQ(first.records.back().String("stop_reason"), "");
+  ASSERT_EQ(RunTraining(c, RankInfo{}, again), kExitOk);
+  EXPECT_EQ(Events(again, "eval").size(), 1u);
+  EXPECT_EQ(again.records.back().String("stop_reason"), "");
+}
+
 // export.best by val_loss, evaluated every 2 steps, keep_last 1; a high learning rate makes
 // the loss rise after its best.
 TrainConfig BestConfig(const std::string& name, int epochs) {
@@ -222,11 +241,14 @@ TEST(RecipeTest, ExportBestWhoseCheckpointIsGoneExportsTheFinalModelWithAWarning
 // The evaluation at a checkpoint step is in that checkpoint (it runs first): a run that
 // dies right after a new best resumes knowing it, and exports the step an uninterrupted
 // run does. Before, the checkpoint held the best before it, and the run exported another.
+// Early stopping's count is in it too (counted before the new best's save).
 TEST(RecipeTest, TheEvaluationAtACheckpointStepIsInItsCheckpoint) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto config = [](const std::string& name) {
     TrainConfig c = BestConfig(name, 5);  // 25 steps
     c.checkpoint.every_steps = 2;
+    c.train.early_stopping.metric = "val_loss";
+    c.train.early_stopping.patience = 100;  // counts, never stops
     return c;
   };
   MemoryProgressSink whole;
@@ -235,6 +257,12 @@ TEST(RecipeTest, TheEvaluationAtACheckpointStepIsInItsCheckpoint) {
   ASSERT_LT(best, 24) << "the best must come before the last checkpoint";
   TrainConfig c = config("recipe_eval_saved_cut");
   EXPECT_DEATH(testing::RunUntilAbort(c, best + 1), "fault injection: aborting at step");
+  format::CheckpointManifest saved;
+  ASSERT_EQ(format::ReadManifest(c.checkpoint_dir + "/" + format::StepDirName(best), &saved), "");
+  EXPECT_EQ(saved.position.at("evaluated_step").get<int64_t>(), best);
+  EXPECT_EQ(saved.position.at("evals_without_improvement").get<int64_t>(), 0);
+  for (const auto& e : Events(whole, "eval"))
+    if (e.Number("step") == best) EXPECT_EQ(saved.position.at("stop_best").get<double>(), e.Number("val_loss"));
   MemoryProgressSink p;
   ASSERT_EQ(RunTraining(c, RankInfo{}, p), kExitOk) << p.records.back().String("message");
   EXPECT_EQ(Events(p, "export")[0].Number("step"), best);

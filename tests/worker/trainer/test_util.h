@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/format/checkpoint_layout.h"
 #include "common/format/shard.h"
 #include "worker/trainer/checkpoint/checkpoint.h"
 #include "worker/trainer/config.h"
@@ -115,6 +116,19 @@ inline std::vector<torch::Tensor> LatestCheckpointParameters(torch::nn::Module& 
   for (const auto& p : model.parameters()) params.push_back(p.detach().clone());
   return params;
 }
+
+// Records, and truncates <folder>/step-N/model.pt the first time the checkpoint of step
+// `damaged` is reported: a disk's damage after the save ("" folder: none).
+struct DamagingProgressSink : MemoryProgressSink {
+  std::string folder;
+  int64_t damaged = 0;
+  void Emit(const format::ProgressRecord& r) override {
+    MemoryProgressSink::Emit(r);
+    if (folder.empty() || r.event != "checkpoint" || r.Number("step") != damaged) return;
+    std::filesystem::resize_file(folder + "/" + format::StepDirName(damaged) + "/model.pt", 10);
+    damaged = 0;
+  }
+};
 
 // Trains `c` with NIGHTSHIFT_FAULT_ABORT_AT_STEP's effect: never returns (abort(), no core
 // file). For EXPECT_DEATH.

@@ -100,10 +100,10 @@ std::vector<std::vector<uint32_t>> PackRowsBestFit(std::vector<uint32_t> order, 
   return rows;
 }
 
-}  // namespace
-
-BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
-                    uint64_t seed, int64_t epoch, int rank, int world_size) {
+// The epoch's batches in the global order that `world_size` ranks deal them (batch b of
+// rank r is its r + b x world_size).
+BatchPlan GlobalPlan(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options, uint64_t seed,
+                     int64_t epoch, int world_size) {
   std::mt19937_64 rng(SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(epoch))));
   std::vector<uint32_t> order(lengths.size());
   std::iota(order.begin(), order.end(), 0u);
@@ -154,27 +154,22 @@ BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions
     most->erase(half, most->end());
     all.insert(most + 1, std::move(second));
   }
+  all.resize(all.size() / world * world);  // every batch one sample: the remainder is dropped
+  return all;
+}
+
+}  // namespace
+
+BatchPlan PlanEpoch(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options,
+                    uint64_t seed, int64_t epoch, int rank, int world_size) {
+  BatchPlan all = GlobalPlan(lengths, options, seed, epoch, world_size);
+  const size_t world = static_cast<size_t>(std::max(world_size, 1));
   const size_t per_rank = all.size() / world;
   BatchPlan mine;
   mine.reserve(per_rank);
   for (size_t b = 0; b < per_rank; ++b) mine.push_back(std::move(all[b * world + rank]));
   return mine;
 }
-
-namespace {
-
-// The epoch's batches in the global order that `world` ranks deal them.
-BatchPlan GlobalPlan(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options, uint64_t seed,
-                     int64_t epoch, int world) {
-  std::vector<BatchPlan> ranks;
-  for (int r = 0; r < world; ++r) ranks.push_back(PlanEpoch(lengths, options, seed, epoch, r, world));
-  BatchPlan all;
-  for (size_t b = 0; b < ranks[0].size(); ++b)
-    for (int r = 0; r < world; ++r) all.push_back(std::move(ranks[r][b]));
-  return all;
-}
-
-}  // namespace
 
 int64_t BatchesDoneOnResize(const std::vector<uint32_t>& lengths, const BatchPlanOptions& options, uint64_t seed,
                             int64_t epoch, int from_world, int64_t done, int to_world) {

@@ -170,6 +170,27 @@ TEST(AmpTest, ASkippedStepDoesNotAdvanceTheSchedule) {
   EXPECT_GE(checked, 2);
 }
 
+// A roll-back past a damaged newest checkpoint (step 8, damaged once written: back to 6)
+// writes step 8 again when the run gets there (before, that save was taken as done and the
+// damaged one stayed the newest).
+TEST(AmpTest, ARollBackPastADamagedCheckpointWritesItsStepAgain) {
+  TrainConfig c = TinyConfig(FreshDir("nan-damaged"));  // 5 batches an epoch, 2 epochs
+  c.checkpoint.every_steps = 2;
+  c.checkpoint.keep_last = 10;
+  RankInfo rank;
+  rank.faults.nan_loss_from_step = 5;  // steps 5-9: the fifth in a row rolls back
+  rank.faults.nan_losses = 5;
+  testing::DamagingProgressSink progress;
+  progress.folder = c.checkpoint_dir;
+  progress.damaged = 8;
+  ASSERT_EQ(RunTraining(c, rank, progress), kExitOk) << progress.records.back().String("message");
+  int saves_of_8 = 0;
+  for (const auto& r : progress.records) saves_of_8 += r.event == "checkpoint" && r.Number("step") == 8;
+  EXPECT_EQ(saves_of_8, 2);
+  auto model = BuildSequenceModel(c.model, c.data.vocab_size, c.data.num_classes, c.data.pad_id);
+  EXPECT_NO_THROW(CheckpointManager(CheckpointOptions{c.checkpoint_dir}).LoadModelAt(8, *model));
+}
+
 // The guard's counts are in the checkpoint: a run that rolled back once, then died and
 // resumed, fails at its next streak as the uninterrupted run would, without a second
 // roll-back (before, a resume forgot the first and rolled back again).

@@ -499,16 +499,10 @@ TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) 
   const std::string dir = testing::FreshDir("ddp_rollback_apart");
   TrainConfig c = CheckpointingTwoRanks(dir);  // saves every 3 steps, 6 steps an epoch
   c.checkpoint_dir_shared = false;
-  struct DamagingSink : MemoryProgressSink {
-    std::string folder;
-    void Emit(const format::ProgressRecord& r) override {
-      MemoryProgressSink::Emit(r);
-      if (!folder.empty() && r.event == "checkpoint" && r.Number("step") == 9) fs::resize_file(folder + "/step-00000009/model.pt", 10);
-    }
-  };
   const int port = FreePort();
-  std::vector<DamagingSink> progress(2);
+  std::vector<testing::DamagingProgressSink> progress(2);
   progress[0].folder = dir + "/rank0";
+  progress[0].damaged = 9;
   std::vector<int> exit_codes(2, -1);
   RunRanks(2, [&](int r) {
     TrainConfig mine = c;
