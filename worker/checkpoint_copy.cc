@@ -407,7 +407,10 @@ Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task,
   if (!own_task && options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job runs on this worker");
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
-  if (exact ? std::count(held.begin(), held.end(), copy.step()) > 0 : !held.empty() && held.back() >= copy.step())
+  // `exact`: that step, with that manifest (a roll-back writes a step number again).
+  if (exact ? std::count(held.begin(), held.end(), copy.step()) > 0 &&
+                  ManifestDigest(job_dir.string(), copy.step()) == copy.manifest_sha256()
+            : !held.empty() && held.back() >= copy.step())
     return Status::OK();
 
   StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());
@@ -489,7 +492,7 @@ Status CheckpointCopier::Commit(const v1::CheckpointCopy& copy, const fs::path& 
   const fs::path job_dir = incoming.parent_path();
   const fs::path dir = job_dir / format::StepDirName(copy.step());
   std::error_code ec;
-  if (fs::exists(dir, ec)) RemoveCheckpoint(dir);  // incomplete: Copy returned early for COMPLETE steps
+  if (fs::exists(dir, ec)) RemoveCheckpoint(dir);  // incomplete, or (exact) of another manifest
   fs::rename(incoming, dir, ec);
   if (ec) return Status::IOError("cannot rename " + incoming.string() + ": " + ec.message());
   if (std::string err = io::WriteFileAtomically((dir / format::kCheckpointComplete).string(),

@@ -319,6 +319,11 @@ TEST_F(CheckpointCopyTest, ExportBestsCheckpointNamedByAVouchedOneIsKeptAndFetch
   }
   EXPECT_EQ(format::CompleteSteps(job), (std::vector<int64_t>{20, 110, 120}));
   EXPECT_EQ(ManifestDigest(job, 20), ManifestDigest(holder_job(), 20));
+  // Step 20 written again (after a roll-back): the copy held is another manifest's, replaced.
+  std::ofstream(holder_job() + "/" + format::StepDirName(20) + "/" + format::kCheckpointManifest, std::ios::app) << " ";
+  WriteCheckpoint(holder_job(), 130, /*best=*/20);
+  ASSERT_TRUE(copier.Copy(Order(130)).ok());
+  EXPECT_EQ(ManifestDigest(job, 20), ManifestDigest(holder_job(), 20));
 }
 
 // The job's ranks can write their checkpoint folder, which the worker reads as root to

@@ -873,18 +873,20 @@ bool Run::AwaitJudgement(bool epoch_end) {
 
 void Run::RollBack() {
   const std::string times = std::to_string(nan_guard.max_consecutive());
-  std::string path, failed;  // failed: this rank's load threw (data parallel: told to all first)
+  std::string path;
+  std::exception_ptr failed;  // this rank's load threw: data parallel, rethrown after the vote
   bool loaded = false, whole = false;
   const auto load = [&] {
+    loaded = false;
     try {
       loaded = checkpoints->LoadLatest(*model, *optimizer, &position, &path);
     } catch (const WholeParametersNeeded& e) {  // sharding full, a checkpoint written unsharded
       if (whole) throw;
       Log("%s", e.what());
       whole = true;
-    } catch (const std::exception& e) {
+    } catch (...) {
       if (!ddp) throw;
-      failed = e.what();
+      failed = std::current_exception();
     }
   };
   load();  // sharding full: each rank reads its shards, no block gathered
@@ -892,18 +894,25 @@ void Run::RollBack() {
   // and the one before it unsharded), so that all load the same checkpoint the same way.
   if (full && ddp) whole = ddp->group().SumOverRanks(whole ? 1.0 : 0.0) > 0;
   std::string gathered;
-  if (whole && failed.empty()) {  // no gather: the load writes every block whole (Reopen), Shard() cuts them again
+  if (whole && !failed) {  // no gather: the load writes every block whole (Reopen), Shard() cuts them again
     gathered = " (written without sharding full: loaded whole on each rank, then cut again)";
     full->Reopen();
     load();
   }
-  // Folders per worker: a rank whose newest copy is damaged loaded an older step, or none.
-  // The ranks must stand at one; a restart puts them there (AdoptNewestCheckpoint).
-  const int64_t at = loaded ? position.step : -1;
-  if (ddp && ddp->AnyRank(ddp->group().MinOverRanks(at) != at))
-    throw std::runtime_error("rolling back, the ranks loaded checkpoints of different steps (this rank: " +
-                             (failed.empty() ? path.empty() ? std::string("none") : path : failed) +
-                             "): a damaged copy on one worker; the restart resumes every rank from the newest");
+  // Data parallel, every rank votes before any throws (-2: its load failed; -1: nothing to
+  // load). Folders per worker: a rank whose newest copy is damaged loaded an older step; the
+  // ranks must stand at one, and a restart puts them there (AdoptNewestCheckpoint).
+  const int64_t at = failed ? -2 : loaded ? position.step : -1;
+  const int64_t lowest = ddp ? ddp->group().MinOverRanks(at) : at;
+  if (ddp && ddp->AnyRank(lowest != at)) {
+    if (failed) std::rethrow_exception(failed);
+    throw std::runtime_error(lowest == -2 ? "rolling back, another rank could not load its checkpoint (its log says why)"
+                                          : "rolling back, the ranks loaded checkpoints of different steps (this rank: " +
+                                                (path.empty() ? std::string("none") : path) +
+                                                "): a damaged copy on one worker; the restart resumes every rank "
+                                                "from the newest");
+  }
+  if (failed) std::rethrow_exception(failed);  // every rank's load failed
   if (!loaded)
     throw std::runtime_error("the loss was not finite for " + times +
                              " steps in a row and there is no checkpoint to roll back to; lower "
@@ -917,8 +926,10 @@ void Run::RollBack() {
                      " and halved the learning rate");
 }
 
-bool Run::EvaluateMissed() {
-  if (position.step == 0 || !EvalDue() || position.evaluated_step == position.step) return false;
+bool Run::CatchUp() {
+  StopIfPatienceRanOut();  // an early stop whose export was cut short
+  if (!stop_early.empty() || position.step == 0 || !EvalDue() || position.evaluated_step == position.step)
+    return false;
   Evaluate();
   return AwaitJudgement();
 }
@@ -988,7 +999,12 @@ void Run::TrackEarlyStopping() {
     ++position.evals_without_improvement;
   if (!position.has_stop_best || Better(es.metric, v, position.stop_best)) position.stop_best = v;
   position.has_stop_best = true;
-  if (position.evals_without_improvement < es.patience) return;
+  StopIfPatienceRanOut();
+}
+
+void Run::StopIfPatienceRanOut() {
+  const auto& es = cfg.train.early_stopping;
+  if (es.metric.empty() || !position.has_stop_best || position.evals_without_improvement < es.patience) return;
   char text[256];
   std::snprintf(text, sizeof text,
                 "early stopping at step %lld: %s has not improved on its best (%.6g) by more than %g for %lld "

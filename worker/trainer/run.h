@@ -100,9 +100,10 @@ class Run {
   // `epoch_end`: after an epoch's end's evaluation (position.epoch already counts that
   // epoch), at one of cfg.await_epochs instead.
   bool AwaitJudgement(bool epoch_end = false);
-  // A run resumed from a step whose due evaluation never ran (a stop saved before it):
-  // it runs now, and then AwaitJudgement. Whether to stop.
-  bool EvaluateMissed();
+  // Once, before the first step. A run resumed from an early stop (its export cut short)
+  // stops again (stop_early); from a step whose due evaluation never ran (a stop saved
+  // before it), that evaluation runs now, then AwaitJudgement. Whether to stop.
+  bool CatchUp();
   // After the last step: evaluates and saves unless done at this step, exports the model
   // (rank 0: checkpoint_dir/model, export.h, that of the best step with export.best; an
   // `export` event); the `done` event (with the early stop's reason).
@@ -150,6 +151,7 @@ class Run {
  private:
   void TrackBest();           // export.best
   void TrackEarlyStopping();  // train.early_stopping
+  void StopIfPatienceRanOut();  // sets stop_early when the count reached the patience
   friend std::unique_ptr<Run> BuildRun(const TrainConfig&, const RankInfo&, ProgressSink&);
 
   Clock::time_point started_ = Clock::now();

@@ -45,7 +45,7 @@ int Train(const TrainConfig& cfg, const RankInfo& rank, ProgressSink& progress) 
   const std::unique_ptr<Run> run = BuildRun(cfg, rank, progress);
   RunPosition& pos = run->position;
   StepReporter report(*run);
-  bool stopped = run->EvaluateMissed();
+  bool stopped = run->CatchUp();
   while (!stopped && run->stop_early.empty() && pos.epoch < cfg.train.epochs && !run->StepLimitReached()) {
     run->OpenEpoch();
     bool rolled_back = false;

@@ -140,6 +140,11 @@ TEST(RecipeTest, EvaluatesEveryNStepsAndStopsEarlyWithTheReason) {
   EXPECT_NE(p.records.back().String("stop_reason").find("early stopping at step 6: val_loss has not improved"),
             std::string::npos)
       << p.records.back().String("stop_reason");
+  // Started again (its export cut short): it stops there again, training nothing.
+  MemoryProgressSink again;
+  ASSERT_EQ(RunTraining(c, RankInfo{}, again), kExitOk);
+  EXPECT_TRUE(Events(again, "step").empty());
+  EXPECT_EQ(again.records.back().String("stop_reason"), p.records.back().String("stop_reason"));
   // Without early stopping, the same evaluations come every 2 steps to the end (10).
   TrainConfig plain = Config("recipe_every");
   plain.eval_every_steps = 2;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <string>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -117,16 +118,16 @@ inline std::vector<torch::Tensor> LatestCheckpointParameters(torch::nn::Module& 
   return params;
 }
 
-// Records, and truncates <folder>/step-N/model.pt the first time the checkpoint of step
-// `damaged` is reported: a disk's damage after the save ("" folder: none).
+// Records, and truncates <folder>/step-N/model.pt the first time the checkpoint of a step
+// in `damaged` is reported: a disk's damage after the save ("" folder: none).
 struct DamagingProgressSink : MemoryProgressSink {
   std::string folder;
-  int64_t damaged = 0;
+  std::set<int64_t> damaged;
   void Emit(const format::ProgressRecord& r) override {
     MemoryProgressSink::Emit(r);
-    if (folder.empty() || r.event != "checkpoint" || r.Number("step") != damaged) return;
-    std::filesystem::resize_file(folder + "/" + format::StepDirName(damaged) + "/model.pt", 10);
-    damaged = 0;
+    const int64_t step = r.event == "checkpoint" ? static_cast<int64_t>(r.Number("step")) : -1;
+    if (folder.empty() || damaged.erase(step) == 0) return;
+    std::filesystem::resize_file(folder + "/" + format::StepDirName(step) + "/model.pt", 10);
   }
 };
 

@@ -182,7 +182,7 @@ TEST(AmpTest, ARollBackPastADamagedCheckpointWritesItsStepAgain) {
   rank.faults.nan_losses = 5;
   testing::DamagingProgressSink progress;
   progress.folder = c.checkpoint_dir;
-  progress.damaged = 8;
+  progress.damaged = {8};
   ASSERT_EQ(RunTraining(c, rank, progress), kExitOk) << progress.records.back().String("message");
   int saves_of_8 = 0;
   for (const auto& r : progress.records) saves_of_8 += r.event == "checkpoint" && r.Number("step") == 8;

@@ -502,7 +502,7 @@ TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) 
   const int port = FreePort();
   std::vector<testing::DamagingProgressSink> progress(2);
   progress[0].folder = dir + "/rank0";
-  progress[0].damaged = 9;
+  progress[0].damaged = {9};
   std::vector<int> exit_codes(2, -1);
   RunRanks(2, [&](int r) {
     TrainConfig mine = c;
@@ -520,6 +520,29 @@ TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) 
   }
   const auto starts = TrainTwoRanks(c, {dir + "/rank0", dir + "/rank1"});
   for (const auto& start : starts) EXPECT_EQ(start.Number("resumed_step"), 9);
+
+  // Every copy on rank 0's disk damaged: its load throws, and it says why (a checkpoint
+  // none of which loads); rank 1 stops too instead of waiting in a collective.
+  const std::string again = testing::FreshDir("ddp_rollback_none");
+  std::vector<testing::DamagingProgressSink> told(2);
+  told[0].folder = again + "/rank0";
+  told[0].damaged = {3, 6, 9};
+  const int port2 = FreePort();
+  RunRanks(2, [&](int r) {
+    TrainConfig mine = c;
+    mine.checkpoint_dir = again + "/rank" + std::to_string(r);
+    RankInfo rank = LoopbackRank(r, 2, port2);
+    rank.faults.nan_loss_from_step = 7;
+    rank.faults.nan_losses = 5;
+    exit_codes[r] = RunTraining(mine, rank, told[r]);
+  });
+  EXPECT_EQ(exit_codes[0], kExitError);
+  EXPECT_NE(told[0].records.back().String("message").find("none of the 3 checkpoints"), std::string::npos)
+      << told[0].records.back().String("message");
+  EXPECT_EQ(exit_codes[1], kExitError);
+  EXPECT_NE(told[1].records.back().String("message").find("another rank could not load its checkpoint"),
+            std::string::npos)
+      << told[1].records.back().String("message");
 }
 
 // Evaluation under data parallelism: each rank takes every other batch, and the summed
