@@ -407,10 +407,12 @@ Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task,
   if (!own_task && options_.runs_here && options_.runs_here(copy.job_id()))
     return Status::FailedPrecondition(what + ": the job runs on this worker");
   const std::vector<int64_t> held = format::CompleteSteps(job_dir.string());
-  // `exact`: that step, with that manifest (a roll-back writes a step number again).
-  if (exact ? std::count(held.begin(), held.end(), copy.step()) > 0 &&
-                  ManifestDigest(job_dir.string(), copy.step()) == copy.manifest_sha256()
-            : !held.empty() && held.back() >= copy.step())
+  // That step held with that manifest (a roll-back writes a step number again), or, unless
+  // `exact`, a later one.
+  const std::string digest =
+      std::count(held.begin(), held.end(), copy.step()) > 0 ? ManifestDigest(job_dir.string(), copy.step()) : "";
+  if ((!digest.empty() && (copy.manifest_sha256().empty() || digest == copy.manifest_sha256())) ||
+      (!exact && !held.empty() && held.back() > copy.step()))
     return Status::OK();
 
   StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());

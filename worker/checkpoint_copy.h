@@ -109,8 +109,8 @@ class CheckpointCopier {
   // CopyInto, then the export.best checkpoint the copied one names, unless held here; that
   // one's failure logged, not returned.
   Status CopyWithBest(const v1::CheckpointCopy& copy, bool own_task);
-  // `exact`: OK at once only when that step is held with the copy's manifest digest
-  // (else also when a later step is held).
+  // OK at once when that step is held with the copy's manifest digest, or, unless `exact`,
+  // a later step is held.
   Status CopyInto(const v1::CheckpointCopy& copy, bool own_task, bool exact);
   // Reads the holder's stream, handing each chunk to on_chunk (which stops it with an
   // error); cancellable by the destructor, cancelled after options_.stall without data.

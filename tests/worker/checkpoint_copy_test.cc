@@ -324,6 +324,10 @@ TEST_F(CheckpointCopyTest, ExportBestsCheckpointNamedByAVouchedOneIsKeptAndFetch
   WriteCheckpoint(holder_job(), 130, /*best=*/20);
   ASSERT_TRUE(copier.Copy(Order(130)).ok());
   EXPECT_EQ(ManifestDigest(job, 20), ManifestDigest(holder_job(), 20));
+  // So is the newest step itself, held under its number with another manifest.
+  std::ofstream(holder_job() + "/" + format::StepDirName(130) + "/" + format::kCheckpointManifest, std::ios::app) << " ";
+  ASSERT_TRUE(copier.Copy(Order(130)).ok());
+  EXPECT_EQ(ManifestDigest(job, 130), ManifestDigest(holder_job(), 130));
 }
 
 // The job's ranks can write their checkpoint folder, which the worker reads as root to

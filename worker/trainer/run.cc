@@ -871,6 +871,24 @@ bool Run::AwaitJudgement(bool epoch_end) {
   return stop;
 }
 
+namespace {
+
+// A roll-back load's failure as the ranks vote it (the lowest wins): -4 permanent, -3 out
+// of memory, -2 any other; -1 is nothing to load.
+int64_t FailureVote(const std::exception_ptr& failed) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const PermanentError&) {
+    return -4;
+  } catch (const std::exception& e) {
+    return IsOutOfMemory(e) ? -3 : -2;
+  } catch (...) {
+    return -2;
+  }
+}
+
+}  // namespace
+
 void Run::RollBack() {
   const std::string times = std::to_string(nan_guard.max_consecutive());
   std::string path;
@@ -899,18 +917,21 @@ void Run::RollBack() {
     full->Reopen();
     load();
   }
-  // Data parallel, every rank votes before any throws (-2: its load failed; -1: nothing to
-  // load). Folders per worker: a rank whose newest copy is damaged loaded an older step; the
-  // ranks must stand at one, and a restart puts them there (AdoptNewestCheckpoint).
-  const int64_t at = failed ? -2 : loaded ? position.step : -1;
+  // Data parallel, every rank votes before any throws (FailureVote). Folders per worker: a
+  // rank whose newest copy is damaged loaded an older step; the ranks must stand at one,
+  // and a restart puts them there (AdoptNewestCheckpoint). The others fail as the failed
+  // rank does (permanent, out of memory), whichever exits first.
+  const int64_t at = failed ? FailureVote(failed) : loaded ? position.step : -1;
   const int64_t lowest = ddp ? ddp->group().MinOverRanks(at) : at;
   if (ddp && ddp->AnyRank(lowest != at)) {
     if (failed) std::rethrow_exception(failed);
-    throw std::runtime_error(lowest == -2 ? "rolling back, another rank could not load its checkpoint (its log says why)"
-                                          : "rolling back, the ranks loaded checkpoints of different steps (this rank: " +
-                                                (path.empty() ? std::string("none") : path) +
-                                                "): a damaged copy on one worker; the restart resumes every rank "
-                                                "from the newest");
+    const std::string another = "rolling back, another rank could not load its checkpoint";
+    if (lowest == -4) throw PermanentError(another + ", and no restart can (its log says why)");
+    if (lowest == -3) throw std::runtime_error(another + ": out of memory (its log says more)");
+    if (lowest == -2) throw std::runtime_error(another + " (its log says why)");
+    throw std::runtime_error("rolling back, the ranks loaded checkpoints of different steps (this rank: " +
+                             (path.empty() ? std::string("none") : path) +
+                             "): a damaged copy on one worker; the restart resumes every rank from the newest");
   }
   if (failed) std::rethrow_exception(failed);  // every rank's load failed
   if (!loaded)

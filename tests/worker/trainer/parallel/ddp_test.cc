@@ -522,23 +522,34 @@ TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) 
   for (const auto& start : starts) EXPECT_EQ(start.Number("resumed_step"), 9);
 
   // Every copy on rank 0's disk damaged: its load throws, and it says why (a checkpoint
-  // none of which loads); rank 1 stops too instead of waiting in a collective.
-  const std::string again = testing::FreshDir("ddp_rollback_none");
-  std::vector<testing::DamagingProgressSink> told(2);
-  told[0].folder = again + "/rank0";
-  told[0].damaged = {3, 6, 9};
-  const int port2 = FreePort();
-  RunRanks(2, [&](int r) {
-    TrainConfig mine = c;
-    mine.checkpoint_dir = again + "/rank" + std::to_string(r);
-    RankInfo rank = LoopbackRank(r, 2, port2);
-    rank.faults.nan_loss_from_step = 7;
-    rank.faults.nan_losses = 5;
-    exit_codes[r] = RunTraining(mine, rank, told[r]);
-  });
+  // none of which loads); rank 1 stops too instead of waiting in a collective. Every copy
+  // on both disks damaged: each says why (before: "no checkpoint to roll back to").
+  const auto damaged_run = [&](const std::string& name, int ranks_damaged) {
+    const std::string again = testing::FreshDir(name);
+    std::vector<testing::DamagingProgressSink> told(2);
+    for (int r = 0; r < ranks_damaged; ++r) {
+      told[r].folder = again + "/rank" + std::to_string(r);
+      told[r].damaged = {3, 6, 9};
+    }
+    const int port2 = FreePort();
+    RunRanks(2, [&](int r) {
+      TrainConfig mine = c;
+      mine.checkpoint_dir = again + "/rank" + std::to_string(r);
+      RankInfo rank = LoopbackRank(r, 2, port2);
+      rank.faults.nan_loss_from_step = 7;
+      rank.faults.nan_losses = 5;
+      exit_codes[r] = RunTraining(mine, rank, told[r]);
+    });
+    return told;
+  };
+  for (const auto& both : damaged_run("ddp_rollback_none_both", 2)) {
+    EXPECT_EQ(both.records.back().String("message").rfind("checkpoint: none of the 3 checkpoints", 0), 0u)
+        << both.records.back().String("message");
+  }
+  const auto told = damaged_run("ddp_rollback_none", 1);
   EXPECT_EQ(exit_codes[0], kExitError);
-  EXPECT_NE(told[0].records.back().String("message").find("none of the 3 checkpoints"), std::string::npos)
-      << told[0].records.back().String("message");
+  EXPECT_EQ(told[0].records.back().String("message").rfind("checkpoint: none of the 3 checkpoints", 0), 0u)
+      << told[0].records.back().String("message");  // its own error, not a vote's
   EXPECT_EQ(exit_codes[1], kExitError);
   EXPECT_NE(told[1].records.back().String("message").find("another rank could not load its checkpoint"),
             std::string::npos)
