@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/format/checkpoint_layout.h"
 #include "worker/trainer/compat.h"
 #include "worker/trainer/errors.h"
 #include "worker/trainer/checkpoint/export.h"
@@ -40,6 +41,7 @@ bool Better(const std::string& metric, double a, double b) {
   return metric == "val_loss" || metric == "val_perplexity" ? a < b : a > b;
 }
 
+namespace fs = std::filesystem;
 using format::ProgressRecord;
 
 double Seconds(Run::Clock::time_point since) {
@@ -353,6 +355,41 @@ void BroadcastFiles(ProcessGroup& group, int root, std::map<std::string, std::st
   }
 }
 
+// After AdoptNewestCheckpoint sent the newest step from rank `source`: the export.best
+// step it names (format::CheckpointManifest::best_step), sent the same way to each writer
+// that lacks it, so that rank 0 can export it. Optional: nothing when the source cannot
+// read it, and a writer that cannot install it goes on without it (the export then says so).
+void SendBestStep(Run& run, int source, const std::string& newest_dir) {
+  ProcessGroup& group = run.ddp->group();
+  const auto dir_of = [&](int64_t step) { return fs::path(run.cfg.checkpoint_dir) / format::StepDirName(step); };
+  const auto held = [&](int64_t step) {
+    std::error_code ec;
+    return fs::exists(dir_of(step) / format::kCheckpointComplete, ec);
+  };
+  std::map<std::string, std::string> files;
+  torch::Tensor best = torch::zeros({1}, torch::kInt64);
+  if (format::CheckpointManifest m; group.rank() == source && format::ReadManifest(newest_dir, &m).empty() &&
+                                    m.best_step > 0 && held(m.best_step)) {
+    try {
+      files = ReadCheckpointFiles(dir_of(m.best_step).string());
+      best[0] = m.best_step;
+    } catch (const std::exception& e) {
+      Log("export.best's step %lld not sent: %s", static_cast<long long>(m.best_step), e.what());
+    }
+  }
+  group.Broadcast(best, source);
+  const int64_t step = best[0].item<int64_t>();
+  if (step <= 0 || !group.AnyRank(run.WritesCheckpoints() && !held(step))) return;
+  BroadcastFiles(group, source, &files);
+  if (!run.WritesCheckpoints() || held(step)) return;
+  try {
+    Log("received export.best's step %lld from rank %d into %s", static_cast<long long>(step), source,
+        run.checkpoints->Install(step, files).c_str());
+  } catch (const std::exception& e) {
+    Log("export.best's step %lld not installed: %s", static_cast<long long>(step), e.what());
+  }
+}
+
 // Without a shared checkpoint folder the ranks may have resumed from different steps
 // (each worker's writer keeps the checkpoints it saved, or one copied to its disk; a new
 // worker has none). Every rank learns each one's step; when they differ, the lowest rank
@@ -376,6 +413,7 @@ void AdoptNewestCheckpoint(Run& run, std::string* resumed_from) {
     Log("received the checkpoint of step %lld from rank %d into %s", static_cast<long long>(newest), source,
         installed.c_str());
   }
+  SendBestStep(run, source, group.rank() == source ? *resumed_from : "");
   group.Barrier();  // a folder's other ranks load what its writer installed
   // Every rank loads it, those that had it too: joining copied rank 0's older parameters.
   *resumed_from = Resume(run);

@@ -459,6 +459,44 @@ TEST_F(DdpTest, RanksWithoutSharedStorageResumeFromTheNewestCheckpointAnyHolds) 
   for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << i;
 }
 
+// export.best with folders per worker: rank 0's worker replaced (its disk empty), rank 1's
+// holding steps up to 9 and the best before them. Rank 0 receives step 9 and the best step
+// it names, and exports that step, as the uninterrupted run does (before, the final model,
+// with a warning). A rate too small to move a float32 weight keeps every evaluation's
+// val_loss the same: the best is the first evaluation's, step 3.
+TEST_F(DdpTest, ARankThatReceivesTheNewestStepReceivesExportBestsStepToo) {
+  const std::string dir = testing::FreshDir("ddp_best_sent");
+  TrainConfig c = CheckpointingTwoRanks(dir);  // 12 steps, saves every 3
+  c.checkpoint_dir_shared = false;
+  c.train.lr = 1e-30;
+  c.eval_every_steps = 3;
+  c.export_best = "val_loss";
+  const auto run = [&]() {
+    const int port = FreePort();
+    std::vector<MemoryProgressSink> progress(2);
+    RunRanks(2, [&](int r) {
+      TrainConfig mine = c;
+      mine.checkpoint_dir = dir + "/rank" + std::to_string(r);
+      EXPECT_EQ(RunTraining(mine, LoopbackRank(r, 2, port), progress[r]), kExitOk) << r;
+    });
+    return progress[0];
+  };
+  const auto export_step = [](const MemoryProgressSink& p) {
+    for (const auto& r : p.records)
+      if (r.event == "export") return static_cast<int64_t>(r.Number("step"));
+    return int64_t{-1};
+  };
+  const int64_t best = export_step(run());
+  ASSERT_EQ(best, 3);
+  fs::remove_all(dir + "/rank0");
+  for (const std::string& kept : CheckpointManager(CheckpointOptions{dir + "/rank1"}).ListComplete())
+    if (fs::path(kept).filename().string() > "step-00000009") fs::remove_all(kept);
+  const MemoryProgressSink resumed = run();
+  EXPECT_EQ(export_step(resumed), best);
+  for (const auto& r : resumed.records)
+    if (r.event == "warning") EXPECT_EQ(r.String("message").find("export.best"), std::string::npos) << r.String("message");
+}
+
 // Issue 18: without a shared folder every worker's first rank writes a complete
 // checkpoint of its own (checkpoint_dir_shared false), in step with the others. When rank
 // 0's worker is lost with its disk, rank 1's copy alone resumes the job, bit-identical to
