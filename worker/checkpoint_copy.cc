@@ -88,19 +88,30 @@ std::string ManifestDigest(const std::string& job_dir, int64_t step) {
   return manifest.empty() ? "" : crypto::Sha256Hex(manifest);
 }
 
-v1::HeldCheckpoint BestNamedBy(const std::string& job_dir, int64_t step) {
+namespace {
+
+// The checkpoint a manifest's text names as export.best's ("best"): step 0 when none.
+v1::HeldCheckpoint BestIn(const std::string& manifest) {
   v1::HeldCheckpoint best;
   format::CheckpointManifest m;
-  if (!format::ParseManifest(ManifestText(job_dir, step), &m).empty() || m.best_step <= 0) return best;
+  if (!format::ParseManifest(manifest, &m).empty() || m.best_step <= 0) return best;
   best.set_step(m.best_step);
   best.set_manifest_sha256(m.best_manifest_sha256);
   return best;
 }
 
+}  // namespace
+
+v1::HeldCheckpoint BestNamedBy(const std::string& job_dir, int64_t step) { return BestIn(ManifestText(job_dir, step)); }
+
 std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::vector<v1::HeldCheckpoint>& records) {
   const std::vector<int64_t> steps = format::CompleteSteps(job_dir);
-  std::map<int64_t, std::string> digest_of;
-  for (const int64_t step : steps) digest_of[step] = ManifestDigest(job_dir, step);
+  // Each manifest read once: the bytes digested are the bytes whose "best" is believed.
+  std::map<int64_t, std::string> text_of, digest_of;
+  for (const int64_t step : steps) {
+    text_of[step] = ManifestText(job_dir, step);
+    digest_of[step] = text_of[step].empty() ? "" : crypto::Sha256Hex(text_of[step]);
+  }
   const auto listed = [&](const std::vector<v1::HeldCheckpoint>& list, int64_t step) {
     const std::string& digest = digest_of[step];
     return !digest.empty() && std::any_of(list.begin(), list.end(), [&](const auto& v) {
@@ -112,7 +123,7 @@ std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::v
   std::vector<v1::HeldCheckpoint> verified = records;
   for (const int64_t step : steps)
     if (listed(records, step))
-      if (v1::HeldCheckpoint best = BestNamedBy(job_dir, step); best.step() > 0) verified.push_back(best);
+      if (v1::HeldCheckpoint best = BestIn(text_of[step]); best.step() > 0) verified.push_back(best);
   std::vector<int64_t> moved;
   const fs::path unverified = fs::path(job_dir) / "unverified";
   std::error_code ec;

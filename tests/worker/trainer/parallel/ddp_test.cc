@@ -537,19 +537,27 @@ TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) 
   const std::string dir = testing::FreshDir("ddp_rollback_apart");
   TrainConfig c = CheckpointingTwoRanks(dir);  // saves every 3 steps, 6 steps an epoch
   c.checkpoint_dir_shared = false;
-  const int port = FreePort();
-  std::vector<testing::DamagingProgressSink> progress(2);
-  progress[0].folder = dir + "/rank0";
-  progress[0].damaged = {9};
   std::vector<int> exit_codes(2, -1);
-  RunRanks(2, [&](int r) {
-    TrainConfig mine = c;
-    mine.checkpoint_dir = dir + "/rank" + std::to_string(r);
-    RankInfo rank = LoopbackRank(r, 2, port);
-    rank.faults.nan_loss_from_step = 7;  // steps 7-11: the fifth in a row rolls back
-    rank.faults.nan_losses = 5;
-    exit_codes[r] = RunTraining(mine, rank, progress[r]);
-  });
+  // Both ranks through a roll-back (steps 7-11 not finite: the fifth in a row rolls back),
+  // in <root>/rank<r>, each rank's copies of the steps in damaged[r] damaged once written.
+  const auto damaged_run = [&](const std::string& root, const std::vector<std::set<int64_t>>& damaged) {
+    std::vector<testing::DamagingProgressSink> told(2);
+    for (int r = 0; r < 2; ++r) {
+      told[r].folder = root + "/rank" + std::to_string(r);
+      told[r].damaged = damaged[r];
+    }
+    const int port = FreePort();
+    RunRanks(2, [&](int r) {
+      TrainConfig mine = c;
+      mine.checkpoint_dir = root + "/rank" + std::to_string(r);
+      RankInfo rank = LoopbackRank(r, 2, port);
+      rank.faults.nan_loss_from_step = 7;
+      rank.faults.nan_losses = 5;
+      exit_codes[r] = RunTraining(mine, rank, told[r]);
+    });
+    return told;
+  };
+  const auto progress = damaged_run(dir, {{9}, {}});
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(exit_codes[r], kExitError) << "rank " << r;
     EXPECT_NE(progress[r].records.back().String("message").find("the ranks loaded checkpoints of different steps"),
@@ -562,29 +570,11 @@ TEST_F(DdpTest, ARollBackToDifferentStepsStopsTheRanksAndTheRestartRejoinsThem) 
   // Every copy on rank 0's disk damaged: its load throws, and it says why (a checkpoint
   // none of which loads); rank 1 stops too instead of waiting in a collective. Every copy
   // on both disks damaged: each says why (before: "no checkpoint to roll back to").
-  const auto damaged_run = [&](const std::string& name, int ranks_damaged) {
-    const std::string again = testing::FreshDir(name);
-    std::vector<testing::DamagingProgressSink> told(2);
-    for (int r = 0; r < ranks_damaged; ++r) {
-      told[r].folder = again + "/rank" + std::to_string(r);
-      told[r].damaged = {3, 6, 9};
-    }
-    const int port2 = FreePort();
-    RunRanks(2, [&](int r) {
-      TrainConfig mine = c;
-      mine.checkpoint_dir = again + "/rank" + std::to_string(r);
-      RankInfo rank = LoopbackRank(r, 2, port2);
-      rank.faults.nan_loss_from_step = 7;
-      rank.faults.nan_losses = 5;
-      exit_codes[r] = RunTraining(mine, rank, told[r]);
-    });
-    return told;
-  };
-  for (const auto& both : damaged_run("ddp_rollback_none_both", 2)) {
+  for (const auto& both : damaged_run(testing::FreshDir("ddp_rollback_none_both"), {{3, 6, 9}, {3, 6, 9}})) {
     EXPECT_EQ(both.records.back().String("message").rfind("checkpoint: none of the 3 checkpoints", 0), 0u)
         << both.records.back().String("message");
   }
-  const auto told = damaged_run("ddp_rollback_none", 1);
+  const auto told = damaged_run(testing::FreshDir("ddp_rollback_none"), {{3, 6, 9}, {}});
   EXPECT_EQ(exit_codes[0], kExitError);
   EXPECT_EQ(told[0].records.back().String("message").rfind("checkpoint: none of the 3 checkpoints", 0), 0u)
       << told[0].records.back().String("message");  // its own error, not a vote's
