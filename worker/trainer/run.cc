@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -231,6 +232,10 @@ std::string FingerprintOf(const Run& run) {
 // checkpoint manager, and the fingerprint a checkpoint must match to be resumed.
 void BuildModel(Run& run) {
   const TrainConfig& cfg = run.cfg;
+  // The build seeds the process-wide generator and draws from it to its end: ranks that
+  // share a process (threads, in tests) take turns, or their draws would interleave.
+  static std::mutex generator;
+  std::lock_guard<std::mutex> draws(generator);
   torch::manual_seed(cfg.train.seed);
   SetDropoutStream(static_cast<uint64_t>(run.rank.rank));  // ranks draw different dropout masks
   hf::DeferredWeights folder;  // sharding full: the folder's weights, loaded into the shards
@@ -314,6 +319,7 @@ std::string Resume(Run& run) {
   if (!loaded) return "";
   ToThisWorldSize(run, &run.position, path);
   SetCpuRngState(run.position.rng_cpu);  // dropout continues where the saved run was
+  SetDeviceRngState(run.device, run.position.rng_device);
   run.nan_guard.Restore(run.position.nan_guard);  // not in a roll-back: its count must stand
   Log("resumed from %s (step %lld)", path.c_str(), static_cast<long long>(run.position.step));
   return path;
@@ -476,6 +482,7 @@ void ChooseTokenBudget(Run& run, bool resumed) {
   }
   const int64_t max_len = cfg.model.max_len;
   const std::string rng = GetCpuRngState();  // the probe must not change dropout's draws
+  const std::string device_rng = GetDeviceRngState(run.device);
   NoSync probe_only(run.ddp.get());          // nor reach the other ranks' gradients
   std::unique_ptr<MemoryMeter> meter = NewMemoryMeter(run.device);
   ProbeOptions probe;
@@ -522,6 +529,7 @@ void ChooseTokenBudget(Run& run, bool resumed) {
     probe_error = e.what();
   }
   SetCpuRngState(rng);
+  SetDeviceRngState(run.device, device_rng);
   run.plan_options.max_tokens = run.ddp ? run.ddp->group().MinOverRanks(r.max_tokens) : r.max_tokens;
   if (run.plan_options.max_tokens <= 0)
     throw std::runtime_error("max_tokens auto: " +
@@ -980,6 +988,7 @@ void Run::RollBack() {
   ToThisWorldSize(*this, &position, path);
   if (full) full->Shard();
   SetCpuRngState(position.rng_cpu);
+  SetDeviceRngState(device, position.rng_device);
   position.lr_scale *= 0.5;
   Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path + gathered +
                      " and halved the learning rate");
@@ -1003,6 +1012,7 @@ void Run::SaveCheckpoint() {
     return;
   }
   position.rng_cpu = GetCpuRngState();
+  position.rng_device = GetDeviceRngState(device);
   position.scaler = ScalerState{scaler->scale(), scaler->growth_tracker()};
   position.nan_guard = nan_guard.state();
   position.train_seconds = TrainSeconds();
