@@ -48,6 +48,7 @@ struct RunPosition {
   double train_seconds = 0;    // wall time of training so far, every attempt included
   int64_t tokens_seen = 0;     // real (unpadded) training tokens so far, this rank
   std::string rng_cpu;         // the CPU generator's state (bytes): dropout continues exactly
+  std::string rng_device;      // the accelerator's (GetDeviceRngState; "" on the CPU)
   std::string fingerprint;     // RunFingerprint() of the run that wrote it ("": not checked)
   int attempt = -1;            // the job attempt that wrote it (-1: written before fencing)
   // export.best: the step of the best evaluation so far and its value (-1: none yet).

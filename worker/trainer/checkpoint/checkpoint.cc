@@ -123,13 +123,14 @@ std::string Hex(const std::string& bytes) {
   return out;
 }
 
-std::string Unhex(const std::string& hex) {
-  auto v = [](char c) -> int {
+// `field`: the manifest's, named in the error.
+std::string Unhex(const std::string& hex, const std::string& field = "rng_cpu") {
+  auto v = [&](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    throw std::runtime_error("checkpoint: bad hex in manifest rng_cpu");
+    throw std::runtime_error("checkpoint: bad hex in manifest " + field);
   };
-  if (hex.size() % 2) throw std::runtime_error("checkpoint: bad hex in manifest rng_cpu");
+  if (hex.size() % 2) throw std::runtime_error("checkpoint: bad hex in manifest " + field);
   std::string out;
   for (size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(v(hex[i]) * 16 + v(hex[i + 1])));
   return out;
@@ -151,6 +152,7 @@ json PositionToJson(const RunPosition& p) {
           {"train_seconds", p.train_seconds},
           {"tokens_seen", p.tokens_seen},
           {"rng_cpu", Hex(p.rng_cpu)},
+          {"rng_device", Hex(p.rng_device)},
           {"best_step", p.best_step},
           {"best_metric", p.best_metric},
           {"evaluated_step", p.evaluated_step},
@@ -172,6 +174,8 @@ RunPosition PositionFromJson(const json& j) {
   p.train_seconds = j.at("train_seconds").get<double>();
   p.tokens_seen = j.at("tokens_seen").get<int64_t>();
   p.rng_cpu = Unhex(j.at("rng_cpu").get<std::string>());
+  // Absent before 2026-12-07: the device's dropout draws from its seed's start again.
+  p.rng_device = Unhex(j.value("rng_device", std::string()), "rng_device");
   // Absent in checkpoints written before export.best and early stopping.
   p.best_step = j.value("best_step", int64_t{-1});
   p.world_size = j.value("world_size", int64_t{0});  // absent before sharding (issue 43)
@@ -642,20 +646,35 @@ std::string RunFingerprint(uint64_t seed, int64_t batch_size, int64_t max_tokens
   return f + ";" + model_description;
 }
 
-std::string GetCpuRngState() {
-  auto gen = at::detail::getDefaultCPUGenerator();
+namespace {
+
+// A generator's state as bytes (get_state: a CPU uint8 tensor, whatever the device), and back.
+std::string StateBytes(at::Generator gen) {
   std::lock_guard<std::mutex> lock(gen.mutex());
   at::Tensor state = gen.get_state().contiguous();
   return std::string(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()),
                      static_cast<size_t>(state.numel()));
 }
 
-void SetCpuRngState(const std::string& bytes) {
+void SetStateBytes(at::Generator gen, const std::string& bytes) {
   auto state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
   std::memcpy(state.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-  auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
+}
+
+}  // namespace
+
+std::string GetCpuRngState() { return StateBytes(at::detail::getDefaultCPUGenerator()); }
+
+void SetCpuRngState(const std::string& bytes) { SetStateBytes(at::detail::getDefaultCPUGenerator(), bytes); }
+
+std::string GetDeviceRngState(const torch::Device& device) {
+  return device.is_cpu() ? std::string() : StateBytes(at::globalContext().defaultGenerator(device));
+}
+
+void SetDeviceRngState(const torch::Device& device, const std::string& bytes) {
+  if (!device.is_cpu() && !bytes.empty()) SetStateBytes(at::globalContext().defaultGenerator(device), bytes);
 }
 
 }  // namespace nightshift::trainer

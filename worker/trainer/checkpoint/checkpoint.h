@@ -8,7 +8,7 @@
 //                  with resources.sharding optimizer, instead one file per rank
 //                  (optimizer_shards.h), read back by any number of ranks
 //   manifest.json  common/format/checkpoint_manifest.h: the RunPosition (position.h;
-//                  rng_cpu as hex), the run's fingerprint, the attempt, and every
+//                  rng_cpu and rng_device as hex), the run's fingerprint, the attempt, and every
 //                  file's size and FNV-1a 64, checked before a load
 //   COMPLETE       written last: a checkpoint without it does not exist.
 // Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
@@ -201,6 +201,11 @@ std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_d
 // The CPU generator's state (dropout, init) as bytes, and back.
 std::string GetCpuRngState();
 void SetCpuRngState(const std::string& state);
+// The generator of an accelerator `device` (CUDA: its seed and offset, which dropout's
+// masks there draw from) as bytes, and back: "" for the CPU, and "" is not set (a
+// checkpoint written on the CPU, or before this was saved).
+std::string GetDeviceRngState(const torch::Device& device);
+void SetDeviceRngState(const torch::Device& device, const std::string& state);
 
 }  // namespace nightshift::trainer
 

@@ -119,6 +119,24 @@ TEST(CheckpointManagerTest, KeepsOnlyTheLastComplete) {
   EXPECT_TRUE(fs::exists(c.checkpoint_dir + "/model/model.safetensors")) << "pruning keeps the model";
 }
 
+// The accelerator's generator (dropout's masks on a GPU) saved and set back draws the same
+// again; the CPU has none apart from GetCpuRngState's. The CUDA half runs where a GPU is
+// (bench/gpu/check.sh runs these tests there); here it is skipped, saying so.
+TEST(CheckpointManagerTest, TheDevicesGeneratorRoundTrips) {
+  EXPECT_EQ(GetDeviceRngState(torch::kCPU), "");
+  const std::string cpu = GetCpuRngState();
+  SetDeviceRngState(torch::kCPU, "ignored");  // nothing to set on the CPU
+  EXPECT_EQ(GetCpuRngState(), cpu);
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the CUDA generator's round trip not checked here";
+  const torch::Device cuda(torch::kCUDA, 0);
+  const std::string state = GetDeviceRngState(cuda);
+  ASSERT_FALSE(state.empty());
+  const torch::Tensor first = torch::dropout(torch::ones({1024}, cuda), 0.5, /*train=*/true);
+  EXPECT_NE(GetDeviceRngState(cuda), state);  // the draw moved it on
+  SetDeviceRngState(cuda, state);
+  EXPECT_TRUE(torch::equal(torch::dropout(torch::ones({1024}, cuda), 0.5, true), first));
+}
+
 TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   const std::string dir = FreshDir("manifest");
   torch::manual_seed(7);
@@ -136,6 +154,7 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   pos.train_seconds = 1.5;
   pos.tokens_seen = 123456789012;
   pos.rng_cpu = GetCpuRngState();
+  pos.rng_device = std::string("\x01\x00\xff\x7f", 4);  // a CUDA generator's bytes, say
   pos.fingerprint = "seed=1;test";
   pos.nan_guard = NanGuardState{2, 1};
   torch::Tensor expected = torch::rand({4});
@@ -160,6 +179,7 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   EXPECT_EQ(loaded.fingerprint, "seed=1;test");
   EXPECT_EQ(loaded.nan_guard.consecutive, 2);
   EXPECT_EQ(loaded.nan_guard.rollbacks, 1);
+  EXPECT_EQ(loaded.rng_device, pos.rng_device);
   SetCpuRngState(loaded.rng_cpu);
   EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
   // Written before the guard's counts were saved: a halved rate says a roll-back was made
@@ -167,10 +187,12 @@ TEST(CheckpointManagerTest, ManifestAndRngRoundTrip) {
   nlohmann::json older = nlohmann::json::parse(std::ifstream(saved.path + "/manifest.json"));
   older["position"].erase("nan_consecutive");
   older["position"].erase("nan_rollbacks");
+  older["position"].erase("rng_device");  // nor the device's generator: none set
   std::ofstream(saved.path + "/manifest.json", std::ios::trunc) << older.dump(2);
   ASSERT_TRUE(manager.LoadLatest(*model, optimizer, &loaded));
   EXPECT_EQ(loaded.nan_guard.consecutive, 0);
   EXPECT_EQ(loaded.nan_guard.rollbacks, 1);
+  EXPECT_EQ(loaded.rng_device, "");
 }
 
 RunPosition At(int64_t step) {
