@@ -75,7 +75,11 @@ Status Provisioner::Pass() {
   StatusOr<std::vector<Allocation>> listed = cluster_->List();
   if (!listed.ok()) return listed.status();  // nothing submitted blind
   std::map<std::string, const AllocationNeed*> need_of;
-  for (const AllocationNeed& n : needs) need_of[n.job_id] = &n;
+  for (const AllocationNeed& n : needs) need_of[n.job_id] = &n, owners_[n.job_id] = n.owner;
+  std::set<std::string> listed_jobs;
+  for (const Allocation& a : *listed) listed_jobs.insert(a.job_id);
+  for (auto it = owners_.begin(); it != owners_.end();)  // neither needed nor listed: forgotten
+    it = need_of.count(it->first) || listed_jobs.count(it->first) ? std::next(it) : owners_.erase(it);
   std::map<std::pair<std::string, int>, const Allocation*> of_attempt;
   Status first;
   const Clock::TimePoint now = options_.clock->Now();
@@ -133,7 +137,9 @@ bool Provisioner::RunsAsSubmitted(const Allocation& a, const std::string* owner)
   std::string job_owner;
   if (owner == nullptr) {  // a job with no allocation needed now: its owner from its record
     StatusOr<v1::Job> job = coordinator_->Get(a.job_id);
+    auto seen = owners_.find(a.job_id);
     if (job.ok()) job_owner = job->owner();
+    else if (seen != owners_.end()) job_owner = seen->second;  // deleted since a pass saw it
     owner = &job_owner;
   }
   const std::string runs_as = cluster_->RunsAs(*owner);
