@@ -190,9 +190,10 @@ Status Coordinator::Hold(const std::string& id, const std::string& why) {
   entry->job.set_held_by(why);
   if (IsActive(entry->job.state()))
     attempts_->BeginStopping(entry, v1::PREEMPTED, why);  // ranks checkpoint and stop; then QUEUED, held
-  else if (entry->job.state() == v1::QUEUED && options_.cluster_allocates && !entry->job.allocation().id().empty() &&
-           entry->job.allocation().attempt() == entry->job.attempt())
-    attempts_->Requeue(entry, Clock::Duration::zero(), why);  // a new attempt: the provisioner cancels this one's allocation
+  else if (entry->job.state() == v1::QUEUED && options_.cluster_allocates)
+    // A new attempt: the provisioner cancels this one's allocation, even one it is
+    // submitting now or adopts after a restart, unrecorded yet (its record comes too late).
+    attempts_->Requeue(entry, Clock::Duration::zero(), why);
   else if (entry->job.state() == v1::QUEUED)
     jobs_->SetState(entry, v1::QUEUED, why, entry->job.checkpoint_step());
   else

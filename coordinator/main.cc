@@ -352,6 +352,7 @@ class ProvisionerLoop {
     f->slurm.priorities = *rows;
     if (f->cluster == "kubernetes" && f->kubernetes.image.empty())
       return Status::InvalidArgument("--cluster kubernetes needs --kubernetes-image");
+    if (f->cluster == "slurm") NS_RETURN_IF_ERROR(SlurmCluster::CheckUserName());
     ProvisionerOptions& o = f->provisioner;
     if (o.coordinator_address.empty()) {
       const std::string host = f->listen.substr(0, f->listen.rfind(':'));

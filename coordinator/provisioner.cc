@@ -27,6 +27,8 @@ v1::ClusterAllocation ToProto(const char* cluster, const Allocation& a) {
 
 AllocationEnd EndOf(const Allocation& a) {
   if (a.end == Allocation::End::kTimeLimit) return AllocationEnd::kTimeLimit;  // its workers exit 143 too
+  // The survivors of a failed node are stopped by SIGTERM too: a node failure still.
+  if (a.end == Allocation::End::kNodeFail) return AllocationEnd::kNodeFail;
   // Its workers exit 143 when the cluster's SIGTERM stopped them (before the time limit,
   // or a preemption's grace) after their ranks checkpointed: the cluster took it back.
   if (a.exit_code == kStoppedByCluster) return AllocationEnd::kPreempted;
@@ -137,6 +139,7 @@ bool Provisioner::RunsAsSubmitted(const Allocation& a, const std::string* owner)
   std::string job_owner;
   if (owner == nullptr) {  // a job with no allocation needed now: its owner from its record
     StatusOr<v1::Job> job = coordinator_->Get(a.job_id);
+    if (job.ok() && job->allocation().id() == a.id) return true;  // sbatch told us its id
     auto seen = owners_.find(a.job_id);
     if (job.ok()) job_owner = job->owner();
     else if (seen != owners_.end()) job_owner = seen->second;  // deleted since a pass saw it
@@ -177,13 +180,17 @@ Status Provisioner::Unlisted(const AllocationNeed& n) {
     if (!noted) *waiting.mutable_unlisted_since() = ToTimestamp(options_.clock->WallNow());
     return coordinator_->NoteAllocation(n.job_id, waiting);
   }
+  std::string why = record.ok() ? "" : " (" + record.status().message() + ")";
+  if (ours) {  // alive as far as the records say, hidden from the list: not left to run beside the next attempt
+    why = " (its record still says " + record->state + ")";
+    if (Status s = cluster_->Cancel(id); !s.ok()) return s;  // the attempt ends once it is cancelled
+    cancelled_.insert(id);
+  }
   unrecorded_.erase(id);
   v1::ClusterAllocation gone = n.allocation;
   gone.set_state("GONE");
   gone.clear_reason();
   gone.clear_unlisted_since();
-  std::string why = record.ok() ? "" : " (" + record.status().message() + ")";
-  if (ours) why = " (its record still says " + record->state + ")";
   return coordinator_->AllocationEnded(n.job_id, gone, AllocationEnd::kOther,
                                        "no longer listed by " + std::string(cluster_->name()) + why);
 }

@@ -234,10 +234,13 @@ StatusOr<std::vector<SlurmJob>> ParseSacctJson(const std::string& text) {
 }
 
 SlurmCluster::SlurmCluster(SlurmOptions options, CommandRunner* runner)
-    : options_(std::move(options)), runner_(runner), self_(EffectiveUserName()) {
-  if (self_.empty())
-    NS_ERROR("slurm: uid " << geteuid() << " has no user name: squeue's jobs named like ours are taken as ours "
-                           "whoever submitted them (give this uid a passwd entry)");
+    : options_(std::move(options)), runner_(runner), self_(EffectiveUserName()) {}
+
+Status SlurmCluster::CheckUserName() {
+  if (!EffectiveUserName().empty()) return Status::OK();
+  return Status::FailedPrecondition("--cluster slurm: uid " + std::to_string(geteuid()) +
+                                    " has no user name (no passwd entry): squeue names jobs' users by name, and the "
+                                    "coordinator tells its allocations from other users' by it; give the uid one");
 }
 
 std::string SlurmCluster::RunsAs(const std::string& owner) const {
@@ -355,7 +358,11 @@ StatusOr<std::vector<Allocation>> SlurmCluster::List() {
 
 StatusOr<Allocation> SlurmCluster::Lookup(const std::string& slurm_id) {
   StatusOr<CommandResult> r = Run(options_.sacct, {"--json", "--jobs=" + slurm_id});
-  if (!r.ok()) return Status::NotFound("sacct: " + r.status().message());
+  // sacct not installed: no records to wait for. A timeout (slurmdbd busy) or a failed
+  // fork may pass: waited for (record_wait_seconds), as a preemption's record may come.
+  if (!r.ok())
+    return r.status().code() == Status::kNotFound ? Status::NotFound("sacct: " + r.status().message())
+                                                  : Status::Unavailable("sacct: " + r.status().message());
   // Without accounting (AccountingStorageType none) sacct exits 1: "Slurm accounting
   // storage is disabled": no record to wait for. Any other failure (slurmdbd down or
   // restarting: "Problem talking to the database") may pass.
@@ -365,7 +372,7 @@ StatusOr<Allocation> SlurmCluster::Lookup(const std::string& slurm_id) {
     return Status::Unavailable("sacct --json: " + r->err);
   }
   StatusOr<std::vector<SlurmJob>> jobs = ParseSacctJson(r->out);
-  if (!jobs.ok()) return Status::NotFound(jobs.status().message());
+  if (!jobs.ok()) return Status::Unavailable(jobs.status().message());  // cut short, say: asked again
   const SlurmJob* last = nullptr;  // a requeued job has a record per run: the newest is last
   for (const SlurmJob& job : *jobs) {
     std::string id;
@@ -379,7 +386,7 @@ StatusOr<Allocation> SlurmCluster::Lookup(const std::string& slurm_id) {
                                                      "--format=ExitCode", "--jobs=" + slurm_id});
     int code = 0, signal = 0;
     if (!e.ok() || e->exit_code != 0 || std::sscanf(e->out.c_str(), "%d:%d", &code, &signal) != 2)
-      return Status::NotFound("sacct --format=ExitCode: no exit code for job " + slurm_id);
+      return Status::Unavailable("sacct --format=ExitCode: no exit code for job " + slurm_id + " yet");
     job.exit_code = signal > 0 ? 128 + signal : code;
   }
   return AllocationOf(job);

@@ -112,11 +112,16 @@ class SlurmCluster : public ClusterAllocator {
   // the newest record of a requeued job; on 22.05 the exit code from sacct's text
   // format), mapped as List maps squeue's. NOT_FOUND without accounting (sacct exits 1:
   // "accounting storage is disabled"), without a whole record of it (until slurmctld has
-  // sent its start, sacct names the job "allocation"), and when sacct cannot be run.
+  // sent its start, sacct names the job "allocation"), and when sacct is not installed;
+  // UNAVAILABLE (asked again) when it fails otherwise, times out or is cut short.
   StatusOr<Allocation> Lookup(const std::string& slurm_id) override;
   // The owner under submit_as_owner, else the coordinator's own user: squeue lists every
   // user's jobs, and any user may name one nightshift-<job>-a<attempt>.
   std::string RunsAs(const std::string& owner) const override;
+  // FAILED_PRECONDITION where the process's effective uid has no user name (no passwd
+  // entry, as in a container given an arbitrary uid): squeue names jobs' users by name,
+  // and ours are told from other users' (named like ours) by it. Checked at start-up.
+  static Status CheckUserName();
 
  private:
   Allocation AllocationOf(const SlurmJob& job);

@@ -28,10 +28,12 @@ class FakeCluster : public ClusterAllocator {
   std::string RunsAs(const std::string& owner) const override { return owner.empty() ? "nightshift" : owner; }
   StatusOr<std::string> Submit(const AllocationRequest& request) override {
     if (!submit_error.ok()) return submit_error;
+    if (during_submit) during_submit();
     requests.push_back(request);
     return std::to_string(next_id++);
   }
   Status Cancel(const std::string& id) override {
+    if (!cancel_error.ok()) return cancel_error;
     cancelled.push_back(id);
     return Status::OK();
   }
@@ -63,7 +65,8 @@ class FakeCluster : public ClusterAllocator {
   std::vector<std::string> cancelled;
   std::vector<Allocation> listed;
   std::map<std::string, Allocation> records;  // Lookup's: the accounting's records of ended ones
-  Status submit_error, list_error, lookup_error;
+  Status submit_error, list_error, lookup_error, cancel_error;
+  std::function<void()> during_submit;  // called inside Submit (sbatch takes seconds)
   int next_id = 100;
   bool keeps_ended = false;  // as Kubernetes' Jobs
 };
@@ -214,6 +217,10 @@ TEST_F(ProvisionerTest, AnotherUsersJobNamedLikeOursIsNeitherFollowedNorCancelle
   Pass();
   EXPECT_EQ(Get(id).allocation().reason(), "Priority");
   EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"9"});  // ours, its job unknown: over
+  // Still ours once the job is over (cancelled): the id is its record's.
+  ASSERT_TRUE(c_->Cancel(id, "not needed").ok());
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, (std::vector<std::string>{"9", "100"}));
 }
 
 // A job cancelled and deleted before a pass cancelled its pending allocation, submitted as
@@ -393,6 +400,7 @@ TEST_F(ProvisionerTest, APreemptedAllocationStartsANewAttemptUncountedANodeFailu
   // Attempt 1 loses node n2: a counted restart, and attempt 2 keeps away from n2.
   RunOnAllocation(id, 1, "101");
   FailNode(id, 1, "101", "n2");
+  cluster_.listed.back().exit_code = 143;  // the survivors stopped by SIGTERM: a node failure still
   Pass();
   job = Get(id);
   EXPECT_EQ(job.attempt(), 2);
@@ -574,6 +582,7 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   const Allocation record = UnlistedButRecordedRunning(id, 0, "100");
   Pass();
   EXPECT_EQ(Get(id).attempt(), 0) << "its record still says running";
+  EXPECT_TRUE(cluster_.cancelled.empty());
   RecordPreempted(record);
   Pass();
   v1::Job job = Get(id);
@@ -589,8 +598,15 @@ TEST_F(ProvisionerTest, AnUnlistedAllocationWaitsABoundedTimeForItsRecord) {
   Pass();
   EXPECT_EQ(Get(id).attempt(), 1) << "2.999 s waited";
   clock_.Advance(std::chrono::milliseconds(1));
+  // Given up on while its record says it runs (hidden from squeue, say): cancelled, not
+  // left beside the next attempt's; the attempt ends once the cancel went through.
+  cluster_.cancel_error = Status::Unavailable("scancel: slurmctld busy");
+  EXPECT_FALSE(provisioner_->Pass().ok());
+  EXPECT_EQ(Get(id).attempt(), 1);
+  cluster_.cancel_error = Status::OK();
   Pass();
   job = Get(id);
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"101"});
   EXPECT_EQ(job.attempt(), 2);
   EXPECT_EQ(job.restarts(), 1);
   EXPECT_NE(job.reason().find("its record still says RUNNING"), std::string::npos) << job.reason();
@@ -662,6 +678,35 @@ TEST_F(ProvisionerTest, ALostWorkerOfAListedAllocationFailsItsAttempt) {
 
 // A sweep's paused trial (Coordinator::Hold) gives its allocation back and gets none while
 // held; released, its next attempt gets one.
+// Held while its allocation is being submitted (a sweep pausing the trial during sbatch):
+// the attempt moves on, so the allocation recorded late is not the attempt's and is
+// cancelled, not kept idle to its time limit. The same for one adopted after a restart.
+TEST_F(ProvisionerTest, AJobHeldWhileItsAllocationIsSubmittedGivesThatAllocationBack) {
+  const std::string id = Submit(2);
+  cluster_.during_submit = [&] { ASSERT_TRUE(c_->Hold(id, "sweep s-000001: paused at rung 0").ok()); };
+  Pass();
+  cluster_.during_submit = nullptr;
+  ASSERT_EQ(cluster_.requests.size(), 1u);
+  EXPECT_EQ(Get(id).attempt(), 1);
+  EXPECT_TRUE(Get(id).allocation().id().empty());
+  cluster_.Show("100", id, 0, Allocation::Phase::kPending, "PENDING", "Priority");
+  Pass();
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
+  EXPECT_EQ(cluster_.requests.size(), 1u);  // held: none asked for
+  EXPECT_EQ(Get(id).restarts(), 0);
+  // Unrecorded (the coordinator died after sbatch), held before the first pass.
+  const std::string other = Submit(2);
+  cluster_.listed.clear();  // "100" gone from squeue
+  cluster_.Show("77", other, 0, Allocation::Phase::kPending, "PENDING", "Priority");
+  Restart();
+  ASSERT_TRUE(c_->Hold(other, "sweep s-000001: paused at rung 0").ok());
+  Pass();
+  Pass();
+  EXPECT_EQ(cluster_.cancelled, (std::vector<std::string>{"100", "77"}));
+  EXPECT_EQ(Get(other).restarts(), 0);
+}
+
 TEST_F(ProvisionerTest, AHeldJobGivesItsAllocationBackAndGetsNoneUntilReleased) {
   const std::string id = Submit(2);
   Pass();

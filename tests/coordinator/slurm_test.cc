@@ -9,6 +9,7 @@
 #include <map>
 
 #include <pwd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -239,6 +240,37 @@ class FakeRunner : public CommandRunner {
   std::vector<StatusOr<CommandResult>> answers;
 };
 
+// A coordinator whose uid has no user name cannot tell its allocations from other users'
+// (squeue names users by name): it refuses to start on Slurm. A uid with a name passes.
+TEST(SlurmTest, ACoordinatorWithoutAUserNameRefusesSlurm) {
+  EXPECT_TRUE(SlurmCluster::CheckUserName().ok());  // this test's user (root in CI) has one
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become a uid without a passwd entry";
+  const uid_t nameless = 54321;
+  ASSERT_EQ(::getpwuid(nameless), nullptr) << "uid " << nameless << " has a passwd entry here";
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // only async-signal-safe-ish work, then _exit
+    ::close(fds[0]);
+    if (::setresuid(nameless, nameless, nameless) != 0) ::_exit(2);
+    const Status s = SlurmCluster::CheckUserName();
+    const std::string m = s.message();
+    if (::write(fds[1], m.data(), m.size()) < 0) ::_exit(2);
+    ::_exit(s.code() == Status::kFailedPrecondition ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << message;
+  EXPECT_NE(message.find("uid 54321 has no user name"), std::string::npos) << message;
+}
+
 TEST(SlurmTest, TheClusterSubmitsCancelsAndPollsItsOwnJobsOnly) {
   FakeRunner fake;
   SlurmOptions o;
@@ -339,7 +371,8 @@ TEST(SlurmTest, TheTimeLimitsWarningOrTimeoutEndsAnAllocationAsItsTimeLimit) {
 
 // An allocation that left squeue: sacct's record says how it ended, mapped as squeue's
 // are (on 22.05 with the exit code from the text format); without accounting, or without a
-// record of it, NOT_FOUND.
+// record of it, NOT_FOUND; sacct timing out, cut short, or without the exit code yet,
+// UNAVAILABLE (waited for: a preemption's record may come).
 TEST(SlurmTest, AnAllocationThatLeftSqueueIsLookedUpInTheAccounting) {
   FakeRunner fake;
   SlurmCluster cluster(SlurmOptions{}, &fake);
@@ -364,6 +397,15 @@ TEST(SlurmTest, AnAllocationThatLeftSqueueIsLookedUpInTheAccounting) {
   EXPECT_EQ(cluster.Lookup("5").status().code(), Status::kNotFound);  // accounting disabled
   EXPECT_EQ(cluster.Lookup("999999").status().code(), Status::kNotFound);
   EXPECT_EQ(fake.calls.size(), 6u);
+  fake.answers = {Status::DeadlineExceeded("command `sacct --json --jobs=5` ran past 30 s"),
+                  CommandResult{0, "{\"jobs\": [{\"job_id\"", ""},
+                  CommandResult{0, Fixture("sacct-22.05-preempted.json"), ""},
+                  CommandResult{1, "", "sacct: error: Problem talking to the database\n"},
+                  Status::NotFound("command `sacct` could not be run (not installed, or not in PATH)")};
+  EXPECT_EQ(cluster.Lookup("5").status().code(), Status::kUnavailable);  // timed out
+  EXPECT_EQ(cluster.Lookup("5").status().code(), Status::kUnavailable);  // cut short
+  EXPECT_EQ(cluster.Lookup("5").status().code(), Status::kUnavailable);  // no exit code yet
+  EXPECT_EQ(cluster.Lookup("5").status().code(), Status::kNotFound);     // no sacct at all
 }
 
 // --slurm-submit-as-owner: sbatch runs as the job's owner through sudo, with the
