@@ -5,7 +5,10 @@
 #include <cmath>
 #include <sstream>
 
+#include <google/protobuf/util/time_util.h>
+
 #include "common/log.h"
+#include "common/time_util.h"
 #include "coordinator/allocation_tokens.h"
 
 namespace nightshift {
@@ -15,6 +18,9 @@ using nlohmann::json;
 
 constexpr char kManagedBy[] = "app.kubernetes.io/managed-by";
 constexpr char kAllocationLabel[] = "nightshift.io/allocation";
+// On a Job without a queue: its time limit in seconds, set as its deadline once it runs.
+constexpr char kTimeLimitAnnotation[] = "nightshift.io/time-limit-seconds";
+constexpr size_t kDeletedKept = 1000;  // deleted Jobs' last states kept for Lookup
 
 const KubernetesPriorityRow* RowFor(int priority, const std::vector<KubernetesPriorityRow>& rows) {
   const KubernetesPriorityRow* row = nullptr;
@@ -76,6 +82,7 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
   container["securityContext"] = {{"allowPrivilegeEscalation", false},
                                   {"capabilities", {{"drop", json::array({"ALL"})}}}};
   json spec = {{"restartPolicy", "Never"},
+               {"automountServiceAccountToken", false},  // the pods never call the API (training code runs there)
                {"subdomain", name},  // the headless Service: <job>-<index>.<name> resolves
                {"terminationGracePeriodSeconds", o.termination_grace_seconds},
                {"securityContext",
@@ -138,12 +145,14 @@ std::vector<json> KubernetesObjects(const AllocationRequest& r, const Kubernetes
                       {{"action", "Ignore"},
                        {"onPodConditions", json::array({{{"type", "DisruptionTarget"}, {"status", "True"}}})}}})}}},
       {"template", {{"metadata", {{"labels", labels}}}, {"spec", PodSpec(r, o, name, row)}}}};
+  json job_meta = {{"name", name}, {"namespace", o.namespace_name}, {"labels", job_labels}};
   if (queued) job_spec["suspend"] = true;  // Kueue admits it by unsuspending
-  if (r.time_limit_minutes > 0) job_spec["activeDeadlineSeconds"] = r.time_limit_minutes * 60;
-  json job = {{"apiVersion", "batch/v1"},
-              {"kind", "Job"},
-              {"metadata", {{"name", name}, {"namespace", o.namespace_name}, {"labels", job_labels}}},
-              {"spec", job_spec}};
+  // A Job's deadline counts from its start: Kueue's admission (unsuspended, with room for
+  // it), else its creation, so without a queue it is set once its pods run (List).
+  if (r.time_limit_minutes > 0 && queued) job_spec["activeDeadlineSeconds"] = r.time_limit_minutes * 60;
+  if (r.time_limit_minutes > 0 && !queued)
+    job_meta["annotations"] = {{kTimeLimitAnnotation, std::to_string(r.time_limit_minutes * 60)}};
+  json job = {{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", job_meta}, {"spec", job_spec}};
   objects.push_back(std::move(service));
   objects.push_back(std::move(job));
   return objects;
@@ -220,9 +229,10 @@ std::string ApiMessage(const HttpResponse& r) {
 
 Status Refusal(const std::string& what, const HttpResponse& r) {
   const std::string message = what + ": HTTP " + std::to_string(r.status) + ": " + ApiMessage(r);
-  // Malformed, forbidden or invalid objects (a quota's or an admission webhook's refusal
-  // included) are not a retry's business.
-  if (r.status == 400 || r.status == 403 || r.status == 422) return Status::InvalidArgument(message);
+  // Malformed or invalid objects are not a retry's business. Forbidden (403) is retried:
+  // a namespace's ResourceQuota ("exceeded quota") clears as other Jobs end, and a role
+  // that lacks a verb is the coordinator's to fix; the job waits QUEUED, saying why.
+  if (r.status == 400 || r.status == 422) return Status::InvalidArgument(message);
   return Status::Unavailable(message);
 }
 
@@ -258,11 +268,11 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
                                  " (the coordinator's role needs create, patch and delete on secrets: "
                                  "apply deploy/kubernetes/rbac.yaml)");
     if (r->status != 201 && r->status != 200) {
-      const Status refused = Refusal("creating " + path, *r);
-      // Refused for good (the job fails): what was made before it would never be listed,
-      // so never deleted. Best effort; a transient refusal keeps them for the retry.
-      if (refused.code() == Status::kInvalidArgument) Cancel(name);
-      return refused;
+      // Refused (for good, or until a retry the job may never get: cancelled meanwhile):
+      // what was made before it would never be listed, so never deleted. Best effort; the
+      // retry makes them again. (Unanswered, above: the Job may exist, so they stay.)
+      Cancel(name);
+      return Refusal("creating " + path, *r);
     }
     if (object["kind"] == "Job")
       job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
@@ -346,7 +356,11 @@ Status KubernetesCluster::Watch() {
     }
     const std::string name = object.value("metadata", json::object()).value("name", "");
     if (type == "ADDED" || type == "MODIFIED") jobs_[name] = object;
-    if (type == "DELETED") jobs_.erase(name);
+    if (type == "DELETED") {
+      jobs_.erase(name);
+      if (deleted_.size() >= kDeletedKept) deleted_.erase(deleted_.begin());
+      deleted_[name] = object;
+    }
     const std::string version = object.value("metadata", json::object()).value("resourceVersion", "");
     if (!version.empty()) resource_version_ = version;  // BOOKMARK events carry only this
   }
@@ -378,8 +392,52 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     it = it->second.empty() ? unowned_.erase(it) : std::next(it);
   }
   std::vector<Allocation> allocations;
-  for (const auto& [name, job] : jobs_) allocations.push_back(AllocationOfJob(job));
+  for (auto& [name, job] : jobs_) {
+    StartDeadline(&job);
+    allocations.push_back(AllocationOfJob(job));
+  }
   return allocations;
+}
+
+void KubernetesCluster::StartDeadline(json* job) {
+  const json& meta = job->value("metadata", json::object());
+  const std::string limit = meta.value("annotations", json::object()).value(kTimeLimitAnnotation, "");
+  const json& spec = job->value("spec", json::object());
+  const json& status = job->value("status", json::object());
+  if (limit.empty() || spec.contains("activeDeadlineSeconds") || !status.contains("startTime") ||
+      status.value("ready", 0) < spec.value("parallelism", 1))
+    return;
+  google::protobuf::Timestamp start;
+  if (!google::protobuf::util::TimeUtil::FromString(status.value("startTime", ""), &start)) return;
+  const int64_t deadline = static_cast<int64_t>(std::ceil(std::max(0.0, SecondsSince(start, std::chrono::system_clock::now())))) +
+                           std::atoll(limit.c_str());
+  const std::string path = CollectionPath(options_, "Job") + "/" + meta.value("name", "");
+  const json patch = {{"spec", {{"activeDeadlineSeconds", deadline}}}};
+  StatusOr<HttpResponse> r = api_->Call("PATCH", path, patch.dump(), options_.call_timeout_seconds);
+  const json patched = r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
+  if (!patched.is_object()) {  // tried again at the next List
+    NS_WARN("kubernetes: " << path << ": its time limit not started: "
+                           << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString()));
+    return;
+  }
+  NS_INFO("kubernetes: " << path << " runs: its deadline is " << deadline << " s from its start");
+  *job = patched;
+}
+
+StatusOr<Allocation> KubernetesCluster::Lookup(const std::string& id) {
+  auto gone = deleted_.find(id);
+  if (gone != deleted_.end()) {
+    const Allocation a = AllocationOfJob(gone->second);
+    if (a.phase == Allocation::Phase::kEnded) deleted_.erase(gone);  // followed to its end now
+    return a;
+  }
+  const std::string path = CollectionPath(options_, "Job") + "/" + id;
+  StatusOr<HttpResponse> r = api_->Call("GET", path, "", options_.call_timeout_seconds);
+  if (!r.ok()) return Status::Unavailable("reading " + path + ": " + r.status().message());
+  if (r->status == 404) return Status::NotFound("no Job " + id + " (deleted, not by the coordinator)");
+  const json job = r->status == 200 ? json::parse(r->body, nullptr, false) : json();
+  if (!job.is_object()) return Status::Unavailable("reading " + path + ": HTTP " + std::to_string(r->status));
+  return AllocationOfJob(job);
 }
 
 std::unique_ptr<HttpApi> MakeKubernetesApi(const KubernetesOptions& options) {

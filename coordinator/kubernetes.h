@@ -77,9 +77,10 @@ class KubernetesCluster : public ClusterAllocator {
   const char* name() const override { return "kubernetes"; }
   bool KeepsEndedAllocations() const override { return true; }
   // Creates the Secret, the Service and the Job (KubernetesObjects); one that exists
-  // already (409) is adopted. The API's refusal of the objects (400, 403, 422) is
-  // INVALID_ARGUMENT with its message, and what was created before it is deleted; a 403
-  // on the Secret is the coordinator's role's, UNAVAILABLE. Then the Secret and the
+  // already (409) is adopted. The API's refusal of the objects (400, 422) is
+  // INVALID_ARGUMENT with its message; any other answer (403: a quota, or the
+  // coordinator's role) UNAVAILABLE, retried; either way what was created before it is
+  // deleted (the retry makes it again). Then the Secret and the
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
   // Kubernetes deletes them with it; a failed patch does not fail the submission (the Job
   // runs; Cancel still deletes them): it is tried again at each List while the Job is
@@ -89,8 +90,14 @@ class KubernetesCluster : public ClusterAllocator {
   // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
   Status Cancel(const std::string& id) override;
   // Our Jobs: listed once, then followed with a watch from the last resourceVersion;
-  // a 410 (the version is gone) lists again.
+  // a 410 (the version is gone) lists again. A Job with a time limit and no queue gets
+  // its deadline once all its pods are ready (activeDeadlineSeconds counts from the Job's
+  // start, which without Kueue is its creation: the wait for nodes would count): PATCHed
+  // to the time since its start plus the limit (nightshift.io/time-limit-seconds).
   StatusOr<std::vector<Allocation>> List() override;
+  // A Job the list does not show (the watch behind, deleted): as the API has it now, or
+  // as its deletion's event last showed it; NOT_FOUND when neither has it.
+  StatusOr<Allocation> Lookup(const std::string& id) override;
 
  private:
   Status Relist();
@@ -98,6 +105,8 @@ class KubernetesCluster : public ClusterAllocator {
   // PATCHes `kind`'s object of attempt `name` to be owned by the Job of uid `uid`; true
   // when it is (or is gone), else logged once per attempt and kind.
   bool OwnByJob(const std::string& name, const std::string& uid, const std::string& kind);
+  // Starts the time limit of `job` (in jobs_) once its pods are all ready (List).
+  void StartDeadline(nlohmann::json* job);
   // The attempts whose Secret or Service is not owned yet, and those kinds (Submit);
   // tried again while their Job is listed, forgotten when owned or cancelled.
   std::map<std::string, std::set<std::string>> unowned_;
@@ -105,6 +114,8 @@ class KubernetesCluster : public ClusterAllocator {
   const KubernetesOptions options_;
   HttpApi* const api_;
   std::map<std::string, nlohmann::json> jobs_;  // by name, as last seen
+  // Jobs the watch saw deleted, as last seen (how they ended: Lookup); until looked up ended.
+  std::map<std::string, nlohmann::json> deleted_;
   std::string resource_version_;                // "" : list first
 };
 

@@ -102,7 +102,7 @@ StatusOr<std::vector<v1::GpuInfo>> VisibleGpus(const std::vector<v1::GpuInfo>& a
     start = comma + 1;
     auto it = std::find_if(all.begin(), all.end(), [&](const v1::GpuInfo& g) { return std::to_string(g.index()) == entry; });
     if (it == all.end())
-      return Status::InvalidArgument("CUDA_VISIBLE_DEVICES: '" + entry + "' is not the index of a GPU here (" +
+      return Status::FailedPrecondition("CUDA_VISIBLE_DEVICES: '" + entry + "' is not the index of a GPU here (" +
                                      std::to_string(all.size()) + " found)");
     kept.push_back(*it);
   }

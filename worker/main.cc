@@ -150,7 +150,8 @@ Status CheckOptions(WorkerOptions* o) {
   }
   std::error_code ec;
   std::filesystem::create_directories(o->work_dir, ec);
-  if (ec) return Status::InvalidArgument("cannot create --work-dir " + o->work_dir + ": " + ec.message());
+  // The node's disk (full, read-only), not the flag: exit 1, another try elsewhere.
+  if (ec) return Status::IOError("cannot create --work-dir " + o->work_dir + ": " + ec.message());
   o->work_dir = std::filesystem::absolute(o->work_dir).lexically_normal().string();  // no "/./": opened beneath
   return RootsApartFromOwnFolders(o->data_roots, OwnFolders(*o));
 }

@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -67,7 +69,7 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret
   EXPECT_EQ(spec["backoffLimit"], 0);
   EXPECT_EQ(spec["suspend"], true);  // Kueue admits it
   EXPECT_EQ(job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "urgent");
-  EXPECT_EQ(spec["activeDeadlineSeconds"], 7200);
+  EXPECT_EQ(spec["activeDeadlineSeconds"], 7200);  // from Kueue's admission
   const json& rules = spec["podFailurePolicy"]["rules"];
   EXPECT_EQ(rules[0]["action"], "FailJob");
   EXPECT_EQ(rules[0]["onExitCodes"]["values"], json::array({2}));
@@ -75,6 +77,7 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret
   EXPECT_EQ(rules[1]["onPodConditions"][0]["type"], "DisruptionTarget");
   const json& pod = spec["template"]["spec"];
   EXPECT_EQ(pod["restartPolicy"], "Never");
+  EXPECT_EQ(pod["automountServiceAccountToken"], false);  // no API token where training code runs
   EXPECT_EQ(pod["subdomain"], "nightshift-j-000007-a3");
   EXPECT_EQ(pod["priorityClassName"], "high-priority");
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
@@ -106,12 +109,15 @@ TEST(KubernetesTest, TheObjectsAreAnIndexedJobAHeadlessServiceAndTheTokensSecret
   localhost.seccomp_profile = "Localhost:profiles/nightshift-worker.json";
   EXPECT_EQ(KubernetesObjects(Request(), localhost)[2]["spec"]["template"]["spec"]["securityContext"]["seccompProfile"],
             json({{"type", "Localhost"}, {"localhostProfile", "profiles/nightshift-worker.json"}}));
-  // Without a queue: not suspended, no label.
+  // Without a queue: not suspended, no label; the Job starts when it is made, so its
+  // deadline waits for its pods (List), the limit in an annotation.
   KubernetesOptions plain = Options();
   plain.priorities.clear();
   const json unqueued = KubernetesObjects(Request(), plain)[2];
   EXPECT_FALSE(unqueued["spec"].contains("suspend"));
   EXPECT_FALSE(unqueued["metadata"]["labels"].contains("kueue.x-k8s.io/queue-name"));
+  EXPECT_FALSE(unqueued["spec"].contains("activeDeadlineSeconds"));
+  EXPECT_EQ(unqueued["metadata"]["annotations"]["nightshift.io/time-limit-seconds"], "7200");
   // Without tokens (no --token-file): no Secret, no env.
   AllocationRequest tokenless = Request();
   tokenless.token.clear();
@@ -339,11 +345,12 @@ TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi
   EXPECT_EQ(forbidden.code(), Status::kUnavailable) << forbidden.ToString();
   EXPECT_NE(forbidden.message().find("deploy/kubernetes/rbac.yaml"), std::string::npos) << forbidden.ToString();
   EXPECT_EQ(Call("POST", "/_test/forbid/secrets", "").status, 200);
-  // A Job refused for good (403: a quota or an admission webhook) fails the job, and the
-  // Secret and Service made before it are deleted (they would never be listed).
+  // A Job forbidden (403: a namespace's quota, say) is retried, not the job's failure; the
+  // Secret and Service made before it are deleted (the retry makes them again; a job
+  // cancelled meanwhile would leave them unlisted for ever).
   EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
   const Status refused = cluster.Submit(Request()).status();
-  EXPECT_EQ(refused.code(), Status::kInvalidArgument) << refused.ToString();
+  EXPECT_EQ(refused.code(), Status::kUnavailable) << refused.ToString();
   EXPECT_EQ(Call("GET", secret, "").status, 404);
   EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
   EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
@@ -374,6 +381,79 @@ TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi
 // is someone else too) takes its Secret and Service with it: the fake API server does
 // the garbage collector's work by ownerReferences' uid, so this holds only if ours name
 // the Job that was made, also when it was adopted (made before: 409, read back).
+// RFC 3339 in whole seconds, as the API writes status.startTime.
+std::string ApiTime(std::chrono::system_clock::time_point t) {
+  const std::time_t s = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char out[32];
+  std::strftime(out, sizeof(out), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+// Without Kueue a Job starts when it is made, and its pods may wait for nodes: the time
+// limit (2 h) becomes its deadline only once every pod is ready, counted from then (the
+// deadline counts from the Job's start: 100 s before, here), set once.
+TEST_F(KubernetesApiTest, AJobWithoutAQueueStartsItsTimeLimitOnceItsPodsRun) {
+  KubernetesOptions plain = o;
+  plain.priorities.clear();
+  KubernetesCluster unqueued{plain, api.get()};
+  ASSERT_TRUE(unqueued.List().ok());
+  StatusOr<std::string> id = unqueued.Submit(Request());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const std::string object = "/_test/objects/jobs/ml/" + *id, status = "/_test/jobs/ml/" + *id + "/status";
+  const std::string started = ApiTime(std::chrono::system_clock::now() - std::chrono::seconds(100));
+  ASSERT_TRUE(unqueued.List().ok());
+  EXPECT_EQ(Call("POST", status, R"({"active": 2, "ready": 1, "startTime": ")" + started + "\"}").status, 200);
+  ASSERT_TRUE(unqueued.List().ok());
+  EXPECT_FALSE(CallJson("GET", object)["spec"].contains("activeDeadlineSeconds")) << "one pod waits for a node";
+  const int patches = Patches();
+  EXPECT_EQ(Call("POST", status, R"({"active": 2, "ready": 2, "startTime": ")" + started + "\"}").status, 200);
+  ASSERT_TRUE(unqueued.List().ok());
+  const int64_t deadline = CallJson("GET", object)["spec"].value("activeDeadlineSeconds", int64_t{0});
+  EXPECT_GE(deadline, 7200 + 100);
+  EXPECT_LE(deadline, 7200 + 100 + 5);
+  EXPECT_EQ(Patches(), patches + 1);
+  ASSERT_TRUE(unqueued.List().ok());
+  ASSERT_TRUE(unqueued.List().ok());
+  EXPECT_EQ(Patches(), patches + 1) << "set once";
+}
+
+// A Job the list does not show is looked up: as its deletion's event last showed it (one
+// deleted from outside after its deadline: a time limit, not an unseen end), else as the
+// API has it now (a watch behind: running, so waited for), else NOT_FOUND.
+TEST_F(KubernetesApiTest, AJobTheListDoesNotShowIsLookedUp) {
+  ASSERT_TRUE(cluster.List().ok());
+  StatusOr<std::string> id = cluster.Submit(Request());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE(cluster.List().ok());
+  EXPECT_EQ(Call("POST", "/_test/jobs/ml/" + *id + "/status",
+                 R"({"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]})")
+                .status,
+            200);
+  EXPECT_EQ(Call("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id).status, 200);  // a person's kubectl
+  StatusOr<std::vector<Allocation>> listed = cluster.List();  // MODIFIED then DELETED, in one watch
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty());
+  StatusOr<Allocation> record = cluster.Lookup(*id);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(record->phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(record->end, Allocation::End::kTimeLimit);
+  EXPECT_EQ(record->attempt, 3);
+  EXPECT_EQ(cluster.Lookup(*id).status().code(), Status::kNotFound);  // followed to its end once
+  // Made, but not yet seen by this cluster's watch: read from the API.
+  AllocationRequest next = Request();
+  next.attempt = 4;
+  StatusOr<std::string> made = cluster.Submit(next);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  KubernetesCluster fresh{o, api.get()};
+  record = fresh.Lookup(*made);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(record->phase, Allocation::Phase::kPending);
+  EXPECT_EQ(record->attempt, 4);
+  EXPECT_EQ(fresh.Lookup("nightshift-j-000007-a9").status().code(), Status::kNotFound);
+}
+
 TEST_F(KubernetesApiTest, TheSecretAndServiceGoWithTheirJob) {
   ASSERT_TRUE(cluster.Submit(Request()).ok());
   StatusOr<std::string> id = cluster.Submit(Request());  // all three adopted, patched again

@@ -86,7 +86,8 @@ namespace {
 
 // Slurm's gres plugin sets CUDA_VISIBLE_DEVICES to the allocation's GPUs by index: only
 // those are offered; unset means all, empty none, and an index the node lacks is an error
-// naming the variable.
+// naming the variable: the node's (FAILED_PRECONDITION: the worker exits 1, tried again
+// elsewhere), not a bad flag's (exit 2, which fails a Kubernetes Job for good).
 TEST(GpuInventoryTest, OnlyTheGpusCudaVisibleDevicesNamesAreOffered) {
   std::vector<v1::GpuInfo> all(4);
   for (int i = 0; i < 4; ++i) all[i].set_index(i);
@@ -98,7 +99,7 @@ TEST(GpuInventoryTest, OnlyTheGpusCudaVisibleDevicesNamesAreOffered) {
   EXPECT_EQ(VisibleGpus(all, nullptr)->size(), 4u);
   EXPECT_TRUE(VisibleGpus(all, "")->empty());
   const Status bad = VisibleGpus(all, "0,7").status();
-  EXPECT_EQ(bad.code(), Status::kInvalidArgument);
+  EXPECT_EQ(bad.code(), Status::kFailedPrecondition);
   EXPECT_NE(bad.message().find("CUDA_VISIBLE_DEVICES: '7'"), std::string::npos) << bad.ToString();
 }
 
