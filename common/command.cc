@@ -59,12 +59,13 @@ std::string InChildPath(const std::string& name, const std::vector<std::string>&
 
 // Feeds `input` to the child's stdin and drains its stdout and stderr together (a large
 // output never blocks the child while we write, nor a large input while it writes),
-// until both outputs end or the time is up (true). Closes the three descriptors.
+// until both outputs end or the time is up (true). Closes the three descriptors. Each
+// output keeps its first kMaxOutput bytes; *cut says stdout had more.
 // Writes never block, and a child that exits without reading all of its input is EPIPE,
 // not a SIGPIPE that kills this process: SIGPIPE is blocked on this thread meanwhile,
 // and a pending one taken back.
 bool Exchange(int to_child, int out, int err, const std::string& input, double timeout_seconds,
-              CommandResult* result) {
+              CommandResult* result, bool* cut) {
   ::fcntl(to_child, F_SETFL, ::fcntl(to_child, F_GETFL) | O_NONBLOCK);
   sigset_t pipe_signal, old_mask;
   sigemptyset(&pipe_signal);
@@ -102,7 +103,9 @@ bool Exchange(int to_child, int out, int err, const std::string& input, double t
       const ssize_t r = ::read(fds[i].fd, buf, sizeof(buf));
       std::string& into = fds[i].fd == out ? result->out : result->err;
       if (r > 0) {
-        if (into.size() < kMaxOutput) into.append(buf, static_cast<size_t>(r));
+        const size_t room = kMaxOutput - into.size();  // into never grows past kMaxOutput
+        into.append(buf, std::min(room, static_cast<size_t>(r)));
+        if (static_cast<size_t>(r) > room && &into == &result->out) *cut = true;
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
@@ -153,7 +156,8 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
   }
   ::close(in[0]), ::close(out[1]), ::close(err[1]);
   CommandResult result;
-  const bool timed_out = Exchange(in[1], out[0], err[0], input, timeout_seconds, &result);
+  bool cut = false;
+  const bool timed_out = Exchange(in[1], out[0], err[0], input, timeout_seconds, &result, &cut);
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -163,6 +167,9 @@ StatusOr<CommandResult> SubprocessRunner::Run(const std::vector<std::string>& ar
                                     " s and was killed");
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && result.out.empty())
     return Status::NotFound("command `" + argv[0] + "` could not be run (not installed, or not in PATH)");
+  if (cut)  // a cut output read as whole would mislead (a JSON list cut short does not parse)
+    return Status::ResourceExhausted("command `" + Joined(argv) + "` wrote more than " +
+                                     std::to_string(kMaxOutput >> 20) + " MiB to its output: not read");
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }

@@ -29,7 +29,7 @@ class CommandRunner {
 };
 
 // The real one: fork and exec, pipes for the three streams (at most 16 MiB of each output
-// is kept).
+// is kept: more on stdout is RESOURCE_EXHAUSTED, more on stderr is cut).
 class SubprocessRunner : public CommandRunner {
  public:
   StatusOr<CommandResult> Run(const std::vector<std::string>& argv, const std::string& input,

@@ -305,14 +305,16 @@ bool KubernetesCluster::OwnByJob(const std::string& name, const std::string& uid
 }
 
 Status KubernetesCluster::Cancel(const std::string& id) {
-  unowned_.erase(id);
-  for (const std::string& path : {CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background",
-                                  CollectionPath(options_, "Service") + "/" + id,
-                                  CollectionPath(options_, "Secret") + "/" + id}) {
+  // The Job last: a failure before it leaves it listed, so the cancel is tried again;
+  // once it is gone, nothing would list what it left.
+  for (const std::string& path : {CollectionPath(options_, "Service") + "/" + id,
+                                  CollectionPath(options_, "Secret") + "/" + id,
+                                  CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background"}) {
     StatusOr<HttpResponse> r = api_->Call("DELETE", path, "", options_.call_timeout_seconds);
     if (!r.ok()) return r.status();
     if (r->status != 200 && r->status != 202 && r->status != 404) return Refusal("deleting " + path, *r);
   }
+  unowned_.erase(id);
   return Status::OK();
 }
 

@@ -87,7 +87,8 @@ class KubernetesCluster : public ClusterAllocator {
   // listed, and, after a coordinator's restart (which forgets which failed), once for
   // every Job of the first List.
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
-  // Deletes the Job (its pods get SIGTERM and the grace period), the Service and the Secret.
+  // Deletes the Service, the Secret, then the Job (its pods get SIGTERM and the grace
+  // period): a failure leaves the Job listed, so the cancel is tried again.
   Status Cancel(const std::string& id) override;
   // Our Jobs: listed once, then followed with a watch from the last resourceVersion;
   // a 410 (the version is gone) lists again. A Job with a time limit and no queue gets

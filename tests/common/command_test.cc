@@ -32,5 +32,21 @@ TEST(CommandTest, AProgramThatIsNotThereIsNotFoundAndOnePastItsTimeIsKilled) {
   EXPECT_EQ(killed->exit_code, 128 + 9);
 }
 
+// squeue --json of a busy cluster past 16 MiB: an error saying so, never the cut text
+// (which the caller would fail to parse, or worse, read as fewer jobs). Exactly 16 MiB
+// passes; more on stderr is cut without an error.
+TEST(CommandTest, AnOutputPastItsLimitIsAnErrorNotACutResult) {
+  SubprocessRunner runner;
+  StatusOr<CommandResult> big = runner.Run({"head", "-c", "16777217", "/dev/zero"}, "", {}, 30);
+  EXPECT_EQ(big.status().code(), Status::kResourceExhausted) << big.status().ToString();
+  EXPECT_NE(big.status().message().find("more than 16 MiB"), std::string::npos) << big.status().ToString();
+  StatusOr<CommandResult> exact = runner.Run({"head", "-c", "16777216", "/dev/zero"}, "", {}, 30);
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  EXPECT_EQ(exact->out.size(), size_t{16} << 20);
+  StatusOr<CommandResult> noisy = runner.Run({"sh", "-c", "head -c 16777300 /dev/zero >&2"}, "", {}, 30);
+  ASSERT_TRUE(noisy.ok()) << noisy.status().ToString();
+  EXPECT_EQ(noisy->err.size(), size_t{16} << 20);
+}
+
 }  // namespace
 }  // namespace nightshift

@@ -473,6 +473,19 @@ TEST_F(KubernetesApiTest, TheSecretAndServiceGoWithTheirJob) {
   EXPECT_EQ(status("GET", "/_test/objects/secrets/ml/" + *id), 404);
   EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
   EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
+
+  // A cancel that cannot delete the Service fails with the Job still there (listed, so
+  // cancelled again), never with the Job gone and the rest left unlisted for ever.
+  insecure.attempt = 6;
+  id = cluster.Submit(insecure);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(status("POST", "/_test/forbid-delete/services"), 200);
+  EXPECT_FALSE(cluster.Cancel(*id).ok());
+  EXPECT_EQ(status("GET", "/_test/objects/jobs/ml/" + *id), 200);
+  EXPECT_EQ(status("POST", "/_test/forbid-delete/services"), 200);
+  EXPECT_TRUE(cluster.Cancel(*id).ok());
+  EXPECT_EQ(status("GET", "/_test/objects/jobs/ml/" + *id), 404);
+  EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
 }
 
 // A failed ownerReferences patch (a role without patch, a moment's error) does not fail

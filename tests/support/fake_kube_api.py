@@ -29,6 +29,7 @@ Every change takes the next resourceVersion. Test controls (not Kubernetes):
   GET  /_test/objects/KIND/NS/NAME   the stored object (KIND: jobs, services, secrets), or 404
   POST /_test/forbid/KIND             creating KIND answers 403 from now on (again: not)
   POST /_test/forbid-patch/KIND       patching KIND answers 403 from now on (again: not)
+  POST /_test/forbid-delete/KIND      deleting KIND answers 403 from now on (again: not)
   GET  /_test/requests              every request so far, as [method, path, body]
 """
 
@@ -47,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOCK = threading.Condition()
 TOKENS: list = []  # --token: the bearer tokens accepted (none: any request)
 STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": [], "forbidden": set(),
-         "forbidden_patch": set()}
+         "forbidden_patch": set(), "forbidden_delete": set()}
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -141,6 +142,8 @@ class Handler(BaseHTTPRequestHandler):
                 _bump(obj, "MODIFIED")
                 return self._send(200, obj)
             if method == "DELETE" and name is not None:
+                if kind in STATE["forbidden_delete"]:
+                    return self._send(403, _status(403, "Forbidden", f'{kind} "{name}" is forbidden: cannot delete'))
                 obj = STATE["objects"].pop((kind, ns, name), None)
                 if obj is None:
                     return self._send(404, _status(404, "NotFound", f'{kind} "{name}" not found'))
@@ -185,8 +188,9 @@ class Handler(BaseHTTPRequestHandler):
             if parts[1] == "objects" and len(parts) == 5:
                 obj = STATE["objects"].get((parts[2], parts[3], parts[4]))
                 return self._send(200, obj) if obj is not None else self._send(404, _status(404, "NotFound", parts[4]))
-            if parts[1] in ("forbid", "forbid-patch") and len(parts) == 3:
-                STATE["forbidden" if parts[1] == "forbid" else "forbidden_patch"].symmetric_difference_update({parts[2]})
+            if parts[1] in ("forbid", "forbid-patch", "forbid-delete") and len(parts) == 3:
+                key = {"forbid": "forbidden", "forbid-patch": "forbidden_patch", "forbid-delete": "forbidden_delete"}
+                STATE[key[parts[1]]].symmetric_difference_update({parts[2]})
                 return self._send(200, {})
             if parts[1] == "compact":
                 STATE["compacted"] = STATE["rv"] + 1
