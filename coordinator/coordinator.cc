@@ -193,7 +193,8 @@ Status Coordinator::Hold(const std::string& id, const std::string& why) {
   else if (entry->job.state() == v1::QUEUED && options_.cluster_allocates)
     // A new attempt: the provisioner cancels this one's allocation, even one it is
     // submitting now or adopts after a restart, unrecorded yet (its record comes too late).
-    attempts_->Requeue(entry, Clock::Duration::zero(), why);
+    // A restart's backoff still runs.
+    attempts_->Requeue(entry, std::max(Clock::Duration::zero(), entry->not_before - clock_->Now()), why);
   else if (entry->job.state() == v1::QUEUED)
     jobs_->SetState(entry, v1::QUEUED, why, entry->job.checkpoint_step());
   else

@@ -229,10 +229,11 @@ std::string ApiMessage(const HttpResponse& r) {
 
 Status Refusal(const std::string& what, const HttpResponse& r) {
   const std::string message = what + ": HTTP " + std::to_string(r.status) + ": " + ApiMessage(r);
-  // Malformed or invalid objects are not a retry's business. Forbidden (403) is retried:
-  // a namespace's ResourceQuota ("exceeded quota") clears as other Jobs end, and a role
-  // that lacks a verb is the coordinator's to fix; the job waits QUEUED, saying why.
-  if (r.status == 400 || r.status == 422) return Status::InvalidArgument(message);
+  // Malformed, forbidden (an admission webhook's denial) or invalid objects are not a
+  // retry's business; but a namespace's ResourceQuota ("exceeded quota", also 403) clears
+  // as other Jobs end: retried.
+  const bool quota = r.status == 403 && message.find("exceeded quota") != std::string::npos;
+  if ((r.status == 400 || r.status == 403 || r.status == 422) && !quota) return Status::InvalidArgument(message);
   return Status::Unavailable(message);
 }
 
@@ -268,11 +269,12 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
                                  " (the coordinator's role needs create, patch and delete on secrets: "
                                  "apply deploy/kubernetes/rbac.yaml)");
     if (r->status != 201 && r->status != 200) {
-      // Refused (for good, or until a retry the job may never get: cancelled meanwhile):
-      // what was made before it would never be listed, so never deleted. Best effort; the
-      // retry makes them again. (Unanswered, above: the Job may exist, so they stay.)
-      Cancel(name);
-      return Refusal("creating " + path, *r);
+      const Status refused = Refusal("creating " + path, *r);
+      // Refused for good (the job fails): what was made before it would never be listed,
+      // so never deleted. Best effort. A transient refusal (a quota, a 5xx that may have
+      // made the Job after all) keeps them for the retry, which adopts them (409).
+      if (refused.code() == Status::kInvalidArgument) Cancel(name);
+      return refused;
     }
     if (object["kind"] == "Job")
       job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
@@ -304,18 +306,40 @@ bool KubernetesCluster::OwnByJob(const std::string& name, const std::string& uid
   return false;
 }
 
-Status KubernetesCluster::Cancel(const std::string& id) {
-  // The Job last: a failure before it leaves it listed, so the cancel is tried again;
-  // once it is gone, nothing would list what it left.
-  for (const std::string& path : {CollectionPath(options_, "Service") + "/" + id,
-                                  CollectionPath(options_, "Secret") + "/" + id,
-                                  CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background"}) {
-    StatusOr<HttpResponse> r = api_->Call("DELETE", path, "", options_.call_timeout_seconds);
-    if (!r.ok()) return r.status();
-    if (r->status != 200 && r->status != 202 && r->status != 404) return Refusal("deleting " + path, *r);
-  }
-  unowned_.erase(id);
+namespace {
+// DELETEs `path`; gone already (404) is done.
+Status DeleteObject(HttpApi* api, const std::string& path, double timeout_seconds) {
+  StatusOr<HttpResponse> r = api->Call("DELETE", path, "", timeout_seconds);
+  if (!r.ok()) return r.status();
+  if (r->status != 200 && r->status != 202 && r->status != 404) return Refusal("deleting " + path, *r);
   return Status::OK();
+}
+}  // namespace
+
+Status KubernetesCluster::Cancel(const std::string& id) {
+  // The Job first: its pods stop whatever else fails. Its Service and Secret (which the
+  // garbage collector takes with it once they are its own) are deleted here too, and
+  // again at each List until they are gone (once the Job is, nothing lists them).
+  NS_RETURN_IF_ERROR(DeleteObject(api_, CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background",
+                                  options_.call_timeout_seconds));
+  unowned_.erase(id);
+  leftovers_.insert(id);
+  DeleteLeftovers(id);
+  return Status::OK();
+}
+
+bool KubernetesCluster::DeleteLeftovers(const std::string& id) {
+  for (const char* kind : {"Service", "Secret"}) {
+    const Status s = DeleteObject(api_, CollectionPath(options_, kind) + "/" + id, options_.call_timeout_seconds);
+    if (s.ok()) continue;
+    if (!warned_.count("leftover " + id))
+      NS_WARN("kubernetes: the " << kind << " of cancelled " << id << " is not deleted yet (again at each list): " << s.ToString());
+    warned_.insert("leftover " + id);
+    return false;
+  }
+  leftovers_.erase(id);
+  warned_.erase("leftover " + id);
+  return true;
 }
 
 namespace {
@@ -393,6 +417,10 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     }
     it = it->second.empty() ? unowned_.erase(it) : std::next(it);
   }
+  for (auto it = leftovers_.begin(); it != leftovers_.end();) {
+    const std::string id = *it++;  // DeleteLeftovers may erase it
+    DeleteLeftovers(id);
+  }
   std::vector<Allocation> allocations;
   for (auto& [name, job] : jobs_) {
     StartDeadline(&job);
@@ -417,20 +445,29 @@ void KubernetesCluster::StartDeadline(json* job) {
   const json patch = {{"spec", {{"activeDeadlineSeconds", deadline}}}};
   StatusOr<HttpResponse> r = api_->Call("PATCH", path, patch.dump(), options_.call_timeout_seconds);
   const json patched = r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
-  if (!patched.is_object()) {  // tried again at the next List
-    NS_WARN("kubernetes: " << path << ": its time limit not started: "
-                           << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString()));
+  if (!patched.is_object()) {  // tried again at the next List; said once
+    if (warned_.insert("deadline " + path).second)
+      NS_WARN("kubernetes: " << path << ": its time limit not started (tried again at each list): "
+                             << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
+                             << (r.ok() && r->status == 403 ? " (the role needs patch on jobs: apply deploy/kubernetes/rbac.yaml)" : ""));
     return;
   }
+  warned_.erase("deadline " + path);
   NS_INFO("kubernetes: " << path << " runs: its deadline is " << deadline << " s from its start");
   *job = patched;
 }
 
 StatusOr<Allocation> KubernetesCluster::Lookup(const std::string& id) {
   auto gone = deleted_.find(id);
-  if (gone != deleted_.end()) {
-    const Allocation a = AllocationOfJob(gone->second);
-    if (a.phase == Allocation::Phase::kEnded) deleted_.erase(gone);  // followed to its end now
+  if (gone != deleted_.end()) {  // deleted: over, however its last state read
+    Allocation a = AllocationOfJob(gone->second);
+    deleted_.erase(gone);
+    if (a.phase != Allocation::Phase::kEnded) {  // deleted while it ran or waited (a person's kubectl)
+      a.phase = Allocation::Phase::kEnded;
+      a.end = Allocation::End::kDone;
+      a.state = "Deleted";
+      a.reason = "the Job was deleted, not by the coordinator";
+    }
     return a;
   }
   const std::string path = CollectionPath(options_, "Job") + "/" + id;

@@ -77,18 +77,20 @@ class KubernetesCluster : public ClusterAllocator {
   const char* name() const override { return "kubernetes"; }
   bool KeepsEndedAllocations() const override { return true; }
   // Creates the Secret, the Service and the Job (KubernetesObjects); one that exists
-  // already (409) is adopted. The API's refusal of the objects (400, 422) is
-  // INVALID_ARGUMENT with its message; any other answer (403: a quota, or the
-  // coordinator's role) UNAVAILABLE, retried; either way what was created before it is
-  // deleted (the retry makes it again). Then the Secret and the
+  // already (409) is adopted. The API's refusal of the objects (400, 403, 422) is
+  // INVALID_ARGUMENT with its message, and what was created before it is deleted; a
+  // namespace's quota (403 "exceeded quota") and any other answer are UNAVAILABLE, retried
+  // (what was made is kept for the retry); a 403 on the Secret is the coordinator's
+  // role's, UNAVAILABLE. Then the Secret and the
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
   // Kubernetes deletes them with it; a failed patch does not fail the submission (the Job
   // runs; Cancel still deletes them): it is tried again at each List while the Job is
   // listed, and, after a coordinator's restart (which forgets which failed), once for
   // every Job of the first List.
   StatusOr<std::string> Submit(const AllocationRequest& request) override;
-  // Deletes the Service, the Secret, then the Job (its pods get SIGTERM and the grace
-  // period): a failure leaves the Job listed, so the cancel is tried again.
+  // Deletes the Job (its pods get SIGTERM and the grace period), then its Service and
+  // Secret: an error only when the Job could not be deleted (tried again while it is
+  // listed); those two are deleted again at each List until they are gone.
   Status Cancel(const std::string& id) override;
   // Our Jobs: listed once, then followed with a watch from the last resourceVersion;
   // a 410 (the version is gone) lists again. A Job with a time limit and no queue gets
@@ -96,8 +98,9 @@ class KubernetesCluster : public ClusterAllocator {
   // start, which without Kueue is its creation: the wait for nodes would count): PATCHed
   // to the time since its start plus the limit (nightshift.io/time-limit-seconds).
   StatusOr<std::vector<Allocation>> List() override;
-  // A Job the list does not show (the watch behind, deleted): as the API has it now, or
-  // as its deletion's event last showed it; NOT_FOUND when neither has it.
+  // A Job the list does not show (the watch behind, deleted): as its deletion's event
+  // last showed it (ended however it read: deleted is over), else as the API has it now;
+  // NOT_FOUND when neither has it.
   StatusOr<Allocation> Lookup(const std::string& id) override;
 
  private:
@@ -108,6 +111,8 @@ class KubernetesCluster : public ClusterAllocator {
   bool OwnByJob(const std::string& name, const std::string& uid, const std::string& kind);
   // Starts the time limit of `job` (in jobs_) once its pods are all ready (List).
   void StartDeadline(nlohmann::json* job);
+  // Deletes cancelled `id`'s Service and Secret; true once both are gone (leftovers_).
+  bool DeleteLeftovers(const std::string& id);
   // The attempts whose Secret or Service is not owned yet, and those kinds (Submit);
   // tried again while their Job is listed, forgotten when owned or cancelled.
   std::map<std::string, std::set<std::string>> unowned_;
@@ -115,8 +120,11 @@ class KubernetesCluster : public ClusterAllocator {
   const KubernetesOptions options_;
   HttpApi* const api_;
   std::map<std::string, nlohmann::json> jobs_;  // by name, as last seen
-  // Jobs the watch saw deleted, as last seen (how they ended: Lookup); until looked up ended.
+  // Jobs the watch saw deleted, as last seen (how they ended: Lookup), until looked up;
+  // at most kDeletedKept (ours, cancelled, are never looked up: the first by name go).
   std::map<std::string, nlohmann::json> deleted_;
+  std::set<std::string> leftovers_;  // cancelled attempts whose Service or Secret is not deleted yet
+  std::set<std::string> warned_;     // what was warned about once ("deadline PATH", "leftover ID")
   std::string resource_version_;                // "" : list first
 };
 

@@ -114,7 +114,11 @@ Status ResolveRoots(std::vector<std::string>* roots) {
   for (std::string& r : *roots) {
     std::error_code ec;
     fs::path real = fs::canonical(r, ec);
-    if (ec) return Status::InvalidArgument("--data-root " + r + ": " + ec.message());
+    // Not there: the flag's (a typo; the same on every node). Anything else (a stale or
+    // failing mount: ESTALE, EIO) is the node's: the worker exits 1, tried again elsewhere.
+    if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory)
+      return Status::InvalidArgument("--data-root " + r + ": " + ec.message());
+    if (ec) return Status::IOError("--data-root " + r + ": " + ec.message());
     r = real.string();
   }
   return Status::OK();

@@ -93,7 +93,8 @@ struct InputFile {
 Status ConfinePath(const std::string& what, const std::string& path, const std::vector<std::string>& roots,
                    std::string* resolved = nullptr);
 
-// Resolves each root to its real path; a root that does not exist is an error.
+// Resolves each root to its real path; a root that does not exist is INVALID_ARGUMENT (the
+// flag's), one that cannot be resolved otherwise an I/O error (the node's: a stale mount).
 Status ResolveRoots(std::vector<std::string>* roots);
 
 // The worker's own folders (its work dir: jobs' configs, logs, the feature cache; its

@@ -345,15 +345,23 @@ TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi
   EXPECT_EQ(forbidden.code(), Status::kUnavailable) << forbidden.ToString();
   EXPECT_NE(forbidden.message().find("deploy/kubernetes/rbac.yaml"), std::string::npos) << forbidden.ToString();
   EXPECT_EQ(Call("POST", "/_test/forbid/secrets", "").status, 200);
-  // A Job forbidden (403: a namespace's quota, say) is retried, not the job's failure; the
-  // Secret and Service made before it are deleted (the retry makes them again; a job
-  // cancelled meanwhile would leave them unlisted for ever).
+  // A Job refused for good (403: an admission webhook) fails the job, and the Secret and
+  // Service made before it are deleted (they would never be listed).
   EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
   const Status refused = cluster.Submit(Request()).status();
-  EXPECT_EQ(refused.code(), Status::kUnavailable) << refused.ToString();
+  EXPECT_EQ(refused.code(), Status::kInvalidArgument) << refused.ToString();
   EXPECT_EQ(Call("GET", secret, "").status, 404);
   EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
   EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
+  // A namespace's quota (403 "exceeded quota") clears as other Jobs end: retried, what
+  // was made kept for the retry, which adopts it.
+  EXPECT_EQ(Call("POST", "/_test/quota/jobs", "").status, 200);
+  const Status quota = cluster.Submit(Request()).status();
+  EXPECT_EQ(quota.code(), Status::kUnavailable) << quota.ToString();
+  EXPECT_NE(quota.message().find("exceeded quota"), std::string::npos) << quota.ToString();
+  EXPECT_EQ(Call("GET", secret, "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/quota/jobs", "").status, 200);
+  EXPECT_TRUE(cluster.Submit(Request()).ok());
 
   // Objects the API refuses (422) are the job's error, not a retry.
   AllocationRequest bad = Request();
@@ -407,8 +415,14 @@ TEST_F(KubernetesApiTest, AJobWithoutAQueueStartsItsTimeLimitOnceItsPodsRun) {
   EXPECT_EQ(Call("POST", status, R"({"active": 2, "ready": 1, "startTime": ")" + started + "\"}").status, 200);
   ASSERT_TRUE(unqueued.List().ok());
   EXPECT_FALSE(CallJson("GET", object)["spec"].contains("activeDeadlineSeconds")) << "one pod waits for a node";
-  const int patches = Patches();
+  // A role without patch on jobs (from before it was needed): not set, tried again.
+  EXPECT_EQ(Call("POST", "/_test/forbid-patch/jobs").status, 200);
   EXPECT_EQ(Call("POST", status, R"({"active": 2, "ready": 2, "startTime": ")" + started + "\"}").status, 200);
+  ASSERT_TRUE(unqueued.List().ok());
+  ASSERT_TRUE(unqueued.List().ok());
+  EXPECT_FALSE(CallJson("GET", object)["spec"].contains("activeDeadlineSeconds"));
+  EXPECT_EQ(Call("POST", "/_test/forbid-patch/jobs").status, 200);
+  const int patches = Patches();
   ASSERT_TRUE(unqueued.List().ok());
   const int64_t deadline = CallJson("GET", object)["spec"].value("activeDeadlineSeconds", int64_t{0});
   EXPECT_GE(deadline, 7200 + 100);
@@ -441,6 +455,19 @@ TEST_F(KubernetesApiTest, AJobTheListDoesNotShowIsLookedUp) {
   EXPECT_EQ(record->end, Allocation::End::kTimeLimit);
   EXPECT_EQ(record->attempt, 3);
   EXPECT_EQ(cluster.Lookup(*id).status().code(), Status::kNotFound);  // followed to its end once
+  // Deleted while it ran: over (its last state said running; nothing will change it).
+  AllocationRequest running = Request();
+  running.attempt = 5;
+  StatusOr<std::string> ran = cluster.Submit(running);
+  ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+  ASSERT_TRUE(cluster.List().ok());
+  EXPECT_EQ(Call("POST", "/_test/jobs/ml/" + *ran + "/status", R"({"active": 2, "ready": 2})").status, 200);
+  EXPECT_EQ(Call("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *ran).status, 200);
+  ASSERT_TRUE(cluster.List().ok());
+  record = cluster.Lookup(*ran);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(record->phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(record->state, "Deleted");
   // Made, but not yet seen by this cluster's watch: read from the API.
   AllocationRequest next = Request();
   next.attempt = 4;
@@ -474,17 +501,22 @@ TEST_F(KubernetesApiTest, TheSecretAndServiceGoWithTheirJob) {
   EXPECT_EQ(status("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *id), 200);
   EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
 
-  // A cancel that cannot delete the Service fails with the Job still there (listed, so
-  // cancelled again), never with the Job gone and the rest left unlisted for ever.
+  // A cancel whose Service cannot be deleted (not owned yet, so the garbage collector
+  // would not take it) still deletes the Job (its pods stop), and deletes the Service at a
+  // later List once it can (nothing else would: the Job is gone).
   insecure.attempt = 6;
+  EXPECT_EQ(status("POST", "/_test/forbid-patch/services"), 200);  // left unowned
   id = cluster.Submit(insecure);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  EXPECT_EQ(status("POST", "/_test/forbid-delete/services"), 200);
-  EXPECT_FALSE(cluster.Cancel(*id).ok());
-  EXPECT_EQ(status("GET", "/_test/objects/jobs/ml/" + *id), 200);
+  EXPECT_EQ(status("POST", "/_test/forbid-patch/services"), 200);
   EXPECT_EQ(status("POST", "/_test/forbid-delete/services"), 200);
   EXPECT_TRUE(cluster.Cancel(*id).ok());
   EXPECT_EQ(status("GET", "/_test/objects/jobs/ml/" + *id), 404);
+  EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 200);
+  ASSERT_TRUE(cluster.List().ok());
+  EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 200);  // still forbidden
+  EXPECT_EQ(status("POST", "/_test/forbid-delete/services"), 200);
+  ASSERT_TRUE(cluster.List().ok());
   EXPECT_EQ(status("GET", "/_test/objects/services/ml/" + *id), 404);
 }
 

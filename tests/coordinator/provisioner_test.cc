@@ -83,7 +83,7 @@ class ProvisionerTest : public testing::Test {
   void Open() {
     CoordinatorOptions options;
     options.data_dir = dir_;
-    options.restart_backoff_seconds = 0;
+    options.restart_backoff_seconds = restart_backoff_seconds_;
     options.cluster_allocates = true;
     options.clock = &clock_;
     auto c = Coordinator::Open(options);
@@ -186,6 +186,7 @@ class ProvisionerTest : public testing::Test {
   }
 
   double record_wait_seconds_ = 3;  // Open's ProvisionerOptions::record_wait_seconds
+  double restart_backoff_seconds_ = 0;  // Open's CoordinatorOptions::restart_backoff_seconds
   FakeClock clock_;
   const AllocationTokens tokens_{std::string(64, 'a')};
   std::string dir_;
@@ -705,6 +706,28 @@ TEST_F(ProvisionerTest, AJobHeldWhileItsAllocationIsSubmittedGivesThatAllocation
   Pass();
   EXPECT_EQ(cluster_.cancelled, (std::vector<std::string>{"100", "77"}));
   EXPECT_EQ(Get(other).restarts(), 0);
+}
+
+// A job waiting out a restart's backoff, held and released: still waits it out (the hold's
+// new attempt does not start it at once).
+TEST_F(ProvisionerTest, AHoldDoesNotCutARestartsBackoffShort) {
+  restart_backoff_seconds_ = 60;
+  Restart();
+  const std::string id = Submit(2);
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 1u);
+  Pass();  // recorded, then gone from the list with no record: a counted restart
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.attempt(), 1) << job.reason();
+  ASSERT_EQ(job.restarts(), 1);
+  ASSERT_TRUE(c_->Hold(id, "sweep s-000001: paused at rung 0").ok());
+  ASSERT_TRUE(c_->Release(id).ok());
+  Pass();
+  EXPECT_EQ(cluster_.requests.size(), 1u) << "in the backoff";
+  clock_.Advance(std::chrono::seconds(61));
+  Pass();
+  ASSERT_EQ(cluster_.requests.size(), 2u);
+  EXPECT_EQ(cluster_.requests[1].attempt, 2);
 }
 
 TEST_F(ProvisionerTest, AHeldJobGivesItsAllocationBackAndGetsNoneUntilReleased) {

@@ -30,6 +30,7 @@ Every change takes the next resourceVersion. Test controls (not Kubernetes):
   POST /_test/forbid/KIND             creating KIND answers 403 from now on (again: not)
   POST /_test/forbid-patch/KIND       patching KIND answers 403 from now on (again: not)
   POST /_test/forbid-delete/KIND      deleting KIND answers 403 from now on (again: not)
+  POST /_test/quota/KIND              creating KIND answers 403 "exceeded quota" (again: not)
   GET  /_test/requests              every request so far, as [method, path, body]
 """
 
@@ -48,7 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOCK = threading.Condition()
 TOKENS: list = []  # --token: the bearer tokens accepted (none: any request)
 STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": [], "forbidden": set(),
-         "forbidden_patch": set(), "forbidden_delete": set()}
+         "forbidden_patch": set(), "forbidden_delete": set(), "quota": set()}
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -115,6 +116,9 @@ class Handler(BaseHTTPRequestHandler):
                 key = (kind, ns, obj["metadata"]["name"])
                 if kind in STATE["forbidden"]:
                     return self._send(403, _status(403, "Forbidden", f'{kind} is forbidden: cannot create {kind}'))
+                if kind in STATE["quota"]:
+                    return self._send(403, _status(403, "Forbidden", f'{kind} "{key[2]}" is forbidden: exceeded quota: '
+                                                                     f'{ns}-quota, requested: count/{kind}.batch=1'))
                 if kind == "jobs" and "template" not in obj.get("spec", {}):
                     return self._send(422, _status(422, "Invalid", "Job.batch is invalid: spec.template: Required value"))
                 if key in STATE["objects"]:
@@ -188,8 +192,9 @@ class Handler(BaseHTTPRequestHandler):
             if parts[1] == "objects" and len(parts) == 5:
                 obj = STATE["objects"].get((parts[2], parts[3], parts[4]))
                 return self._send(200, obj) if obj is not None else self._send(404, _status(404, "NotFound", parts[4]))
-            if parts[1] in ("forbid", "forbid-patch", "forbid-delete") and len(parts) == 3:
-                key = {"forbid": "forbidden", "forbid-patch": "forbidden_patch", "forbid-delete": "forbidden_delete"}
+            if parts[1] in ("forbid", "forbid-patch", "forbid-delete", "quota") and len(parts) == 3:
+                key = {"forbid": "forbidden", "forbid-patch": "forbidden_patch", "forbid-delete": "forbidden_delete",
+                       "quota": "quota"}
                 STATE[key[parts[1]]].symmetric_difference_update({parts[2]})
                 return self._send(200, {})
             if parts[1] == "compact":
