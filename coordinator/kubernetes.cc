@@ -181,6 +181,8 @@ Allocation AllocationOfJob(const json& job) {
     if (type == "Failed") {
       a.state = "Failed";
       a.reason = reason + (c.contains("message") ? ": " + c.value("message", "") : "");
+      if (reason == "DeadlineExceeded") a.end = Allocation::End::kTimeLimit;
+      if (reason == "PodFailurePolicy") a.end = Allocation::End::kRefused;
       // Over once its pods are gone (a deadline's SIGTERM is no warning: they checkpoint in
       // their grace period, and the next attempt must resume from that checkpoint).
       if (active + terminating > 0) {
@@ -189,8 +191,6 @@ Allocation AllocationOfJob(const json& job) {
         return a;
       }
       a.phase = Allocation::Phase::kEnded;
-      if (reason == "DeadlineExceeded") a.end = Allocation::End::kTimeLimit;
-      if (reason == "PodFailurePolicy") a.end = Allocation::End::kRefused;
       return a;
     }
     if (type == "Suspended") {
@@ -229,11 +229,17 @@ std::string ApiMessage(const HttpResponse& r) {
 
 Status Refusal(const std::string& what, const HttpResponse& r) {
   const std::string message = what + ": HTTP " + std::to_string(r.status) + ": " + ApiMessage(r);
-  // Malformed, forbidden (an admission webhook's denial) or invalid objects are not a
-  // retry's business; but a namespace's ResourceQuota ("exceeded quota", also 403) clears
-  // as other Jobs end: retried.
-  const bool quota = r.status == 403 && message.find("exceeded quota") != std::string::npos;
-  if ((r.status == 400 || r.status == 403 || r.status == 422) && !quota) return Status::InvalidArgument(message);
+  // Malformed, invalid or denied objects (an admission webhook's 403) are not a retry's
+  // business. Other 403s pass: a namespace's ResourceQuota ("exceeded quota: ...", or
+  // "status unknown for quota: ..." before its usage is counted) clears as other Jobs end,
+  // and RBAC's ("User ... cannot create resource ...") is the coordinator's role to fix.
+  const bool quota = message.find("exceeded quota") != std::string::npos ||
+                     message.find("status unknown for quota") != std::string::npos;
+  const bool role = message.find("cannot ") != std::string::npos && message.find(" resource \"") != std::string::npos;
+  if (r.status == 403 && role)
+    return Status::Unavailable(message + " (the coordinator's role needs create, patch and delete on jobs, services "
+                                         "and secrets: apply deploy/kubernetes/rbac.yaml)");
+  if (r.status == 400 || r.status == 422 || (r.status == 403 && !quota)) return Status::InvalidArgument(message);
   return Status::Unavailable(message);
 }
 
@@ -262,20 +268,14 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
       if (!r.ok()) return r.status();
       if (r->status != 200) return Status::Unavailable("reading " + path + "/" + name + ": HTTP " + std::to_string(r->status));
     }
-    // Forbidden to make the token's Secret: the coordinator's role, not the job (a role from
-    // before Secrets were made): retried, never the job's error.
-    if (r->status == 403 && object["kind"] == "Secret")
-      return Status::Unavailable("creating " + path + ": HTTP 403: " + ApiMessage(*r) +
-                                 " (the coordinator's role needs create, patch and delete on secrets: "
-                                 "apply deploy/kubernetes/rbac.yaml)");
     if (r->status != 201 && r->status != 200) {
-      const Status refused = Refusal("creating " + path, *r);
-      // Refused for good (the job fails): what was made before it would never be listed,
-      // so never deleted. Best effort. A transient refusal (a quota, a 5xx that may have
-      // made the Job after all) keeps them for the retry, which adopts them (409).
-      if (refused.code() == Status::kInvalidArgument) Cancel(name);
-      return refused;
+      // Refused, for good or until a retry the job may never get (held, cancelled
+      // meanwhile): what was made before it would never be listed, so never deleted. Best
+      // effort; a retry makes them again. (Unanswered, above: the Job may exist, so they stay.)
+      Cancel(name);
+      return Refusal("creating " + path, *r);
     }
+    if (object["kind"] == "Job") deleted_.erase(name);  // an earlier copy's deletion is not this one's
     if (object["kind"] == "Job")
       job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
   }
@@ -323,23 +323,21 @@ Status KubernetesCluster::Cancel(const std::string& id) {
   NS_RETURN_IF_ERROR(DeleteObject(api_, CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background",
                                   options_.call_timeout_seconds));
   unowned_.erase(id);
-  leftovers_.insert(id);
+  leftovers_[id] = {"Service", "Secret"};
   DeleteLeftovers(id);
   return Status::OK();
 }
 
-bool KubernetesCluster::DeleteLeftovers(const std::string& id) {
-  for (const char* kind : {"Service", "Secret"}) {
-    const Status s = DeleteObject(api_, CollectionPath(options_, kind) + "/" + id, options_.call_timeout_seconds);
-    if (s.ok()) continue;
-    if (!warned_.count("leftover " + id))
-      NS_WARN("kubernetes: the " << kind << " of cancelled " << id << " is not deleted yet (again at each list): " << s.ToString());
-    warned_.insert("leftover " + id);
-    return false;
+void KubernetesCluster::DeleteLeftovers(const std::string& id) {
+  std::set<std::string>& kinds = leftovers_[id];
+  for (auto kind = kinds.begin(); kind != kinds.end();) {
+    const Status s = DeleteObject(api_, CollectionPath(options_, *kind) + "/" + id, options_.call_timeout_seconds);
+    if (!s.ok() && warned_.insert("leftover " + *kind + " " + id).second)
+      NS_WARN("kubernetes: the " << *kind << " of cancelled " << id << " is not deleted yet (again at each list): " << s.ToString());
+    if (s.ok()) warned_.erase("leftover " + *kind + " " + id);
+    kind = s.ok() ? kinds.erase(kind) : std::next(kind);
   }
-  leftovers_.erase(id);
-  warned_.erase("leftover " + id);
-  return true;
+  if (kinds.empty()) leftovers_.erase(id);
 }
 
 namespace {
@@ -418,9 +416,11 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     it = it->second.empty() ? unowned_.erase(it) : std::next(it);
   }
   for (auto it = leftovers_.begin(); it != leftovers_.end();) {
-    const std::string id = *it++;  // DeleteLeftovers may erase it
+    const std::string id = (it++)->first;  // DeleteLeftovers may erase it
     DeleteLeftovers(id);
   }
+  for (auto it = warned_.begin(); it != warned_.end();)  // said of a Job no longer listed: forgotten
+    it = it->rfind("deadline ", 0) == 0 && !jobs_.count(it->substr(9)) ? warned_.erase(it) : std::next(it);
   std::vector<Allocation> allocations;
   for (auto& [name, job] : jobs_) {
     StartDeadline(&job);
@@ -445,14 +445,15 @@ void KubernetesCluster::StartDeadline(json* job) {
   const json patch = {{"spec", {{"activeDeadlineSeconds", deadline}}}};
   StatusOr<HttpResponse> r = api_->Call("PATCH", path, patch.dump(), options_.call_timeout_seconds);
   const json patched = r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
+  const std::string said = "deadline " + meta.value("name", "");
   if (!patched.is_object()) {  // tried again at the next List; said once
-    if (warned_.insert("deadline " + path).second)
+    if (warned_.insert(said).second)
       NS_WARN("kubernetes: " << path << ": its time limit not started (tried again at each list): "
                              << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
                              << (r.ok() && r->status == 403 ? " (the role needs patch on jobs: apply deploy/kubernetes/rbac.yaml)" : ""));
     return;
   }
-  warned_.erase("deadline " + path);
+  warned_.erase(said);
   NS_INFO("kubernetes: " << path << " runs: its deadline is " << deadline << " s from its start");
   *job = patched;
 }
@@ -463,10 +464,9 @@ StatusOr<Allocation> KubernetesCluster::Lookup(const std::string& id) {
     Allocation a = AllocationOfJob(gone->second);
     deleted_.erase(gone);
     if (a.phase != Allocation::Phase::kEnded) {  // deleted while it ran or waited (a person's kubectl)
-      a.phase = Allocation::Phase::kEnded;
-      a.end = Allocation::End::kDone;
+      a.phase = Allocation::Phase::kEnded;  // a.end as its state said: a deadline's failure still stopping stays one
+      a.reason = "the Job was deleted, not by the coordinator (last " + a.state + (a.reason.empty() ? "" : ": " + a.reason) + ")";
       a.state = "Deleted";
-      a.reason = "the Job was deleted, not by the coordinator";
     }
     return a;
   }

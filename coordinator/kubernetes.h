@@ -77,11 +77,11 @@ class KubernetesCluster : public ClusterAllocator {
   const char* name() const override { return "kubernetes"; }
   bool KeepsEndedAllocations() const override { return true; }
   // Creates the Secret, the Service and the Job (KubernetesObjects); one that exists
-  // already (409) is adopted. The API's refusal of the objects (400, 403, 422) is
-  // INVALID_ARGUMENT with its message, and what was created before it is deleted; a
-  // namespace's quota (403 "exceeded quota") and any other answer are UNAVAILABLE, retried
-  // (what was made is kept for the retry); a 403 on the Secret is the coordinator's
-  // role's, UNAVAILABLE. Then the Secret and the
+  // already (409) is adopted. The API's refusal of the objects (400, 422, a webhook's
+  // 403) is INVALID_ARGUMENT with its message; a namespace's quota (403 "exceeded quota"),
+  // the coordinator's role (RBAC's 403) and any other answer are UNAVAILABLE, retried;
+  // either way what was created before it is deleted (a retry makes it again). Then the
+  // Secret and the
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
   // Kubernetes deletes them with it; a failed patch does not fail the submission (the Job
   // runs; Cancel still deletes them): it is tried again at each List while the Job is
@@ -111,8 +111,8 @@ class KubernetesCluster : public ClusterAllocator {
   bool OwnByJob(const std::string& name, const std::string& uid, const std::string& kind);
   // Starts the time limit of `job` (in jobs_) once its pods are all ready (List).
   void StartDeadline(nlohmann::json* job);
-  // Deletes cancelled `id`'s Service and Secret; true once both are gone (leftovers_).
-  bool DeleteLeftovers(const std::string& id);
+  // Deletes what of cancelled `id`'s Service and Secret is left (leftovers_).
+  void DeleteLeftovers(const std::string& id);
   // The attempts whose Secret or Service is not owned yet, and those kinds (Submit);
   // tried again while their Job is listed, forgotten when owned or cancelled.
   std::map<std::string, std::set<std::string>> unowned_;
@@ -123,8 +123,10 @@ class KubernetesCluster : public ClusterAllocator {
   // Jobs the watch saw deleted, as last seen (how they ended: Lookup), until looked up;
   // at most kDeletedKept (ours, cancelled, are never looked up: the first by name go).
   std::map<std::string, nlohmann::json> deleted_;
-  std::set<std::string> leftovers_;  // cancelled attempts whose Service or Secret is not deleted yet
-  std::set<std::string> warned_;     // what was warned about once ("deadline PATH", "leftover ID")
+  // Cancelled attempts' kinds (Service, Secret) not deleted yet; in memory only: a
+  // coordinator restart forgets them (left where their Job did not own them).
+  std::map<std::string, std::set<std::string>> leftovers_;
+  std::set<std::string> warned_;  // said once: "deadline JOB", "leftover KIND ID"
   std::string resource_version_;                // "" : list first
 };
 

@@ -338,29 +338,29 @@ TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_TRUE(listed->empty());
 
-  // A role that may not make Secrets (one from before they were made): the coordinator's
-  // trouble, retried (UNAVAILABLE naming rbac.yaml), never the job's error.
-  EXPECT_EQ(Call("POST", "/_test/forbid/secrets", "").status, 200);
-  const Status forbidden = cluster.Submit(Request()).status();
-  EXPECT_EQ(forbidden.code(), Status::kUnavailable) << forbidden.ToString();
-  EXPECT_NE(forbidden.message().find("deploy/kubernetes/rbac.yaml"), std::string::npos) << forbidden.ToString();
-  EXPECT_EQ(Call("POST", "/_test/forbid/secrets", "").status, 200);
-  // A Job refused for good (403: an admission webhook) fails the job, and the Secret and
-  // Service made before it are deleted (they would never be listed).
-  EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
+  // A role that may not make Secrets or Jobs (RBAC's 403: a role from before they were
+  // made): the coordinator's trouble, retried (UNAVAILABLE naming rbac.yaml), never the
+  // job's error. So is a namespace's quota (403 "exceeded quota": it clears as other Jobs
+  // end). Either way what the attempt made is deleted (a retry makes it again; a job held
+  // or cancelled meanwhile would leave it unlisted).
+  for (const std::string control : {"forbid/secrets", "forbid/jobs", "quota/jobs"}) {
+    EXPECT_EQ(Call("POST", "/_test/" + control, "").status, 200);
+    const Status passing = cluster.Submit(Request()).status();
+    EXPECT_EQ(passing.code(), Status::kUnavailable) << control << ": " << passing.ToString();
+    const std::string says = control == "quota/jobs" ? "exceeded quota" : "deploy/kubernetes/rbac.yaml";
+    EXPECT_NE(passing.message().find(says), std::string::npos) << passing.ToString();
+    EXPECT_EQ(Call("GET", secret, "").status, 404) << control;
+    EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404) << control;
+    EXPECT_EQ(Call("POST", "/_test/" + control, "").status, 200);
+  }
+  // A Job denied for good (an admission webhook's 403) fails the job, what was made deleted.
+  EXPECT_EQ(Call("POST", "/_test/deny/jobs", "").status, 200);
   const Status refused = cluster.Submit(Request()).status();
   EXPECT_EQ(refused.code(), Status::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find("denied the request"), std::string::npos) << refused.ToString();
   EXPECT_EQ(Call("GET", secret, "").status, 404);
   EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
-  EXPECT_EQ(Call("POST", "/_test/forbid/jobs", "").status, 200);
-  // A namespace's quota (403 "exceeded quota") clears as other Jobs end: retried, what
-  // was made kept for the retry, which adopts it.
-  EXPECT_EQ(Call("POST", "/_test/quota/jobs", "").status, 200);
-  const Status quota = cluster.Submit(Request()).status();
-  EXPECT_EQ(quota.code(), Status::kUnavailable) << quota.ToString();
-  EXPECT_NE(quota.message().find("exceeded quota"), std::string::npos) << quota.ToString();
-  EXPECT_EQ(Call("GET", secret, "").status, 200);
-  EXPECT_EQ(Call("POST", "/_test/quota/jobs", "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/deny/jobs", "").status, 200);
   EXPECT_TRUE(cluster.Submit(Request()).ok());
 
   // Objects the API refuses (422) are the job's error, not a retry.
@@ -468,6 +468,22 @@ TEST_F(KubernetesApiTest, AJobTheListDoesNotShowIsLookedUp) {
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(record->phase, Allocation::Phase::kEnded);
   EXPECT_EQ(record->state, "Deleted");
+  EXPECT_EQ(record->end, Allocation::End::kDone);  // an attempt ended, counted
+  // Deleted past its deadline while its pods were still stopping: a time slice still.
+  running.attempt = 6;
+  ran = cluster.Submit(running);
+  ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+  ASSERT_TRUE(cluster.List().ok());
+  EXPECT_EQ(Call("POST", "/_test/jobs/ml/" + *ran + "/status",
+                 R"({"terminating": 2, "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]})")
+                .status,
+            200);
+  EXPECT_EQ(Call("DELETE", "/apis/batch/v1/namespaces/ml/jobs/" + *ran).status, 200);
+  ASSERT_TRUE(cluster.List().ok());
+  record = cluster.Lookup(*ran);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(record->phase, Allocation::Phase::kEnded);
+  EXPECT_EQ(record->end, Allocation::End::kTimeLimit);
   // Made, but not yet seen by this cluster's watch: read from the API.
   AllocationRequest next = Request();
   next.attempt = 4;

@@ -27,7 +27,8 @@ Every change takes the next resourceVersion. Test controls (not Kubernetes):
   POST /_test/jobs/NS/NAME/status   body: a Job status object (sets it, a MODIFIED event)
   POST /_test/compact               forgets the history: older watches get 410
   GET  /_test/objects/KIND/NS/NAME   the stored object (KIND: jobs, services, secrets), or 404
-  POST /_test/forbid/KIND             creating KIND answers 403 from now on (again: not)
+  POST /_test/forbid/KIND             creating KIND answers RBAC's 403 from now on (again: not)
+  POST /_test/deny/KIND               creating KIND answers an admission webhook's 403 (again: not)
   POST /_test/forbid-patch/KIND       patching KIND answers 403 from now on (again: not)
   POST /_test/forbid-delete/KIND      deleting KIND answers 403 from now on (again: not)
   POST /_test/quota/KIND              creating KIND answers 403 "exceeded quota" (again: not)
@@ -49,7 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOCK = threading.Condition()
 TOKENS: list = []  # --token: the bearer tokens accepted (none: any request)
 STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": [], "forbidden": set(),
-         "forbidden_patch": set(), "forbidden_delete": set(), "quota": set()}
+         "forbidden_patch": set(), "forbidden_delete": set(), "quota": set(), "denied": set()}
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -114,8 +115,13 @@ class Handler(BaseHTTPRequestHandler):
             if method == "POST" and name is None:
                 obj = json.loads(body)
                 key = (kind, ns, obj["metadata"]["name"])
-                if kind in STATE["forbidden"]:
-                    return self._send(403, _status(403, "Forbidden", f'{kind} is forbidden: cannot create {kind}'))
+                if kind in STATE["forbidden"]:  # as RBAC words it
+                    return self._send(403, _status(403, "Forbidden", f'{kind} is forbidden: User "system:serviceaccount:'
+                                                                     f'{ns}:nightshift-coordinator" cannot create resource '
+                                                                     f'"{kind}" in API group "" in the namespace "{ns}"'))
+                if kind in STATE["denied"]:  # as an admission webhook words it
+                    return self._send(403, _status(403, "Forbidden", f'admission webhook "policy.example.com" denied the '
+                                                                     f'request: {kind} must set a cost-center label'))
                 if kind in STATE["quota"]:
                     return self._send(403, _status(403, "Forbidden", f'{kind} "{key[2]}" is forbidden: exceeded quota: '
                                                                      f'{ns}-quota, requested: count/{kind}.batch=1'))
@@ -192,9 +198,9 @@ class Handler(BaseHTTPRequestHandler):
             if parts[1] == "objects" and len(parts) == 5:
                 obj = STATE["objects"].get((parts[2], parts[3], parts[4]))
                 return self._send(200, obj) if obj is not None else self._send(404, _status(404, "NotFound", parts[4]))
-            if parts[1] in ("forbid", "forbid-patch", "forbid-delete", "quota") and len(parts) == 3:
+            if parts[1] in ("forbid", "forbid-patch", "forbid-delete", "quota", "deny") and len(parts) == 3:
                 key = {"forbid": "forbidden", "forbid-patch": "forbidden_patch", "forbid-delete": "forbidden_delete",
-                       "quota": "quota"}
+                       "quota": "quota", "deny": "denied"}
                 STATE[key[parts[1]]].symmetric_difference_update({parts[2]})
                 return self._send(200, {})
             if parts[1] == "compact":
