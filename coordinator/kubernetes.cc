@@ -228,14 +228,17 @@ std::string ApiMessage(const HttpResponse& r) {
 }
 
 Status Refusal(const std::string& what, const HttpResponse& r) {
-  const std::string message = what + ": HTTP " + std::to_string(r.status) + ": " + ApiMessage(r);
-  // Malformed, invalid or denied objects (an admission webhook's 403) are not a retry's
-  // business. Other 403s pass: a namespace's ResourceQuota ("exceeded quota: ...", or
-  // "status unknown for quota: ..." before its usage is counted) clears as other Jobs end,
-  // and RBAC's ("User ... cannot create resource ...") is the coordinator's role to fix.
-  const bool quota = message.find("exceeded quota") != std::string::npos ||
-                     message.find("status unknown for quota") != std::string::npos;
-  const bool role = message.find("cannot ") != std::string::npos && message.find(" resource \"") != std::string::npos;
+  const std::string api = ApiMessage(r), message = what + ": HTTP " + std::to_string(r.status) + ": " + api;
+  // Malformed, invalid or denied objects (an admission webhook's or policy's 403) are not
+  // a retry's business. Two 403s pass, told by the words the API server puts right after
+  // "is forbidden: " (a webhook's own text comes later, or after "admission webhook"): a
+  // namespace's ResourceQuota ("exceeded quota: ...", or "status unknown for quota: ..."
+  // before its usage is counted) clears as other Jobs end, and the authorizer's
+  // ("User \"...\" cannot create resource ...") is the coordinator's role to fix.
+  const size_t at = api.rfind("admission webhook", 0) == 0 ? std::string::npos : api.find("is forbidden: ");
+  const std::string after = at == std::string::npos ? "" : api.substr(at + 14);
+  const bool quota = after.rfind("exceeded quota: ", 0) == 0 || after.rfind("status unknown for quota: ", 0) == 0;
+  const bool role = after.rfind("User \"", 0) == 0;
   if (r.status == 403 && role)
     return Status::Unavailable(message + " (the coordinator's role needs create, patch and delete on jobs, services "
                                          "and secrets: apply deploy/kubernetes/rbac.yaml)");
@@ -256,29 +259,31 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
   if (options_.image.empty()) return Status::InvalidArgument("kubernetes: no worker image (--kubernetes-image)");
   const std::string name = KubernetesName(request.job_id, request.attempt);
   std::string job_uid;
-  std::vector<std::string> owned_kinds;  // the Secret (with tokens) and the Service
+  std::vector<std::string> owned_kinds;  // the Secret (with tokens) and the Service, made or adopted
   for (const json& object : KubernetesObjects(request, options_)) {  // the Job last: its pods need the rest
-    if (object["kind"] != "Job") owned_kinds.push_back(object["kind"]);
-    const std::string path = CollectionPath(options_, object["kind"]);
+    const std::string kind = object["kind"], path = CollectionPath(options_, kind);
     StatusOr<HttpResponse> r = api_->Call("POST", path, object.dump(), options_.call_timeout_seconds);
-    if (!r.ok()) return r.status();
-    if (r->status == 409) {  // made before (our restart between create and record): adopted
-      if (object["kind"] != "Job") continue;
-      r = api_->Call("GET", path + "/" + name, "", options_.call_timeout_seconds);
-      if (!r.ok()) return r.status();
-      if (r->status != 200) return Status::Unavailable("reading " + path + "/" + name + ": HTTP " + std::to_string(r->status));
+    if (!r.ok()) return r.status();  // unanswered: the Job may exist; what was made stays for the retry
+    if (r->status == 409 && kind != "Job") r->status = 200;  // made before (a retry, a restart): adopted
+    if (kind == "Job" && r->status != 201 && r->status < 500) {
+      // Made before (409), or refused again though it exists (admission, a quota's 403,
+      // comes before the store finds it does): a Job that exists is adopted.
+      StatusOr<HttpResponse> got = api_->Call("GET", path + "/" + name, "", options_.call_timeout_seconds);
+      if (!got.ok()) return got.status();
+      if (got->status == 200) r = got;
+      if (r->status == 409) return Status::Unavailable("reading " + path + "/" + name + ": HTTP " + std::to_string(got->status));
     }
-    if (r->status != 201 && r->status != 200) {
-      // Refused, for good or until a retry the job may never get (held, cancelled
-      // meanwhile): what was made before it would never be listed, so never deleted. Best
-      // effort; a retry makes them again. (Unanswered, above: the Job may exist, so they stay.)
-      Cancel(name);
-      return Refusal("creating " + path, *r);
+    if (r->status != 201 && r->status != 200) return Refused(name, Refusal("creating " + path, *r));
+    if (kind != "Job") {
+      owned_kinds.push_back(kind);
+      auto left = leftovers_.find(name);  // this attempt's now: not deleted as a cancelled one's
+      if (left != leftovers_.end() && left->second.erase(kind) && left->second.empty()) leftovers_.erase(left);
+      continue;
     }
-    if (object["kind"] == "Job") deleted_.erase(name);  // an earlier copy's deletion is not this one's
-    if (object["kind"] == "Job")
-      job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
+    deleted_.erase(name);  // an earlier copy's deletion is not this one's
+    job_uid = json::parse(r->body, nullptr, false).value("metadata", json::object()).value("uid", "");
   }
+  refused_.erase(name);
   // The Secret and Service become the Job's (ownerReferences): Kubernetes' garbage
   // collector deletes them with it, whoever deletes it (a person, or after a coordinator
   // that never came back); Cancel deletes them anyway. The Job runs either way, and once
@@ -287,6 +292,20 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
   for (const std::string& kind : owned_kinds)
     if (!OwnByJob(name, job_uid, kind)) unowned_[name].insert(kind);
   return name;
+}
+
+Status KubernetesCluster::Refused(const std::string& name, const Status& refused) {
+  if (refused.code() == Status::kInvalidArgument) {  // for good: what the attempt made goes
+    refused_.erase(name);
+    leftovers_[name] = {"Service", "Secret"};
+    DeleteLeftovers(name);
+  } else {
+    // Passing (a quota, the role, a 5xx after which the Job may exist): kept for the retry,
+    // which adopts them (no churn of writes each pass); deleted by List once no retry
+    // came for a while (the job held or cancelled meanwhile).
+    refused_[name] = std::chrono::steady_clock::now();
+  }
+  return refused;
 }
 
 bool KubernetesCluster::OwnByJob(const std::string& name, const std::string& uid, const std::string& kind) {
@@ -414,6 +433,19 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
         kind = OwnByJob(it->first, uid, *kind) ? it->second.erase(kind) : std::next(kind);
     }
     it = it->second.empty() ? unowned_.erase(it) : std::next(it);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = refused_.begin(); it != refused_.end();) {  // refusals no retry followed
+    const std::string id = it->first;
+    const bool over = now - it->second >= std::chrono::duration<double>(options_.refused_kept_seconds);
+    if (!jobs_.count(id) && !over) {
+      ++it;
+      continue;
+    }
+    it = refused_.erase(it);
+    if (jobs_.count(id)) continue;  // its Job exists after all (a 5xx that made it): followed
+    leftovers_[id] = {"Service", "Secret"};
+    DeleteLeftovers(id);
   }
   for (auto it = leftovers_.begin(); it != leftovers_.end();) {
     const std::string id = (it++)->first;  // DeleteLeftovers may erase it

@@ -13,6 +13,7 @@
 #ifndef NIGHTSHIFT_COORDINATOR_KUBERNETES_H_
 #define NIGHTSHIFT_COORDINATOR_KUBERNETES_H_
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -58,6 +59,9 @@ struct KubernetesOptions {
   std::vector<KubernetesPriorityRow> priorities;
   double call_timeout_seconds = 30;
   double watch_seconds = 1;          // each List follows the watch this long
+  // What a passing refusal (a quota, the role) left is kept for the retry, and deleted
+  // once no retry of it came this long (the provisioner asks each pass while it wants it).
+  double refused_kept_seconds = 60;
 };
 
 // The allocation's name (Job, Service and Secret): "nightshift-<job>-a<attempt>", lower case.
@@ -77,11 +81,12 @@ class KubernetesCluster : public ClusterAllocator {
   const char* name() const override { return "kubernetes"; }
   bool KeepsEndedAllocations() const override { return true; }
   // Creates the Secret, the Service and the Job (KubernetesObjects); one that exists
-  // already (409) is adopted. The API's refusal of the objects (400, 422, a webhook's
-  // 403) is INVALID_ARGUMENT with its message; a namespace's quota (403 "exceeded quota"),
-  // the coordinator's role (RBAC's 403) and any other answer are UNAVAILABLE, retried;
-  // either way what was created before it is deleted (a retry makes it again). Then the
-  // Secret and the
+  // already (409; a Job refused again though it exists, by a quota's admission) is
+  // adopted. The API's refusal of the objects (400, 422, a webhook's 403) is
+  // INVALID_ARGUMENT with its message, and what the attempt made is deleted; a
+  // namespace's quota (403 "exceeded quota"), the coordinator's role (RBAC's 403) and any
+  // other answer are UNAVAILABLE, retried, what was made kept for the retry (deleted by
+  // List once none came for refused_kept_seconds). Then the Secret and the
   // Service are patched to be owned by the Job (ownerReferences with its uid), so that
   // Kubernetes deletes them with it; a failed patch does not fail the submission (the Job
   // runs; Cancel still deletes them): it is tried again at each List while the Job is
@@ -113,6 +118,9 @@ class KubernetesCluster : public ClusterAllocator {
   void StartDeadline(nlohmann::json* job);
   // Deletes what of cancelled `id`'s Service and Secret is left (leftovers_).
   void DeleteLeftovers(const std::string& id);
+  // After the API refused attempt `name`'s objects (`refused`, returned): for good, what
+  // it made is deleted; passing, it is kept in refused_ for the retry.
+  Status Refused(const std::string& name, const Status& refused);
   // The attempts whose Secret or Service is not owned yet, and those kinds (Submit);
   // tried again while their Job is listed, forgotten when owned or cancelled.
   std::map<std::string, std::set<std::string>> unowned_;
@@ -127,6 +135,8 @@ class KubernetesCluster : public ClusterAllocator {
   // coordinator restart forgets them (left where their Job did not own them).
   std::map<std::string, std::set<std::string>> leftovers_;
   std::set<std::string> warned_;  // said once: "deadline JOB", "leftover KIND ID"
+  // Attempts whose creation a passing refusal stopped, and when (options_.refused_kept_seconds).
+  std::map<std::string, std::chrono::steady_clock::time_point> refused_;
   std::string resource_version_;                // "" : list first
 };
 

@@ -341,19 +341,20 @@ TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi
   // A role that may not make Secrets or Jobs (RBAC's 403: a role from before they were
   // made): the coordinator's trouble, retried (UNAVAILABLE naming rbac.yaml), never the
   // job's error. So is a namespace's quota (403 "exceeded quota": it clears as other Jobs
-  // end). Either way what the attempt made is deleted (a retry makes it again; a job held
-  // or cancelled meanwhile would leave it unlisted).
+  // end). What was made is kept for the retry, which adopts it (no writes each pass).
   for (const std::string control : {"forbid/secrets", "forbid/jobs", "quota/jobs"}) {
     EXPECT_EQ(Call("POST", "/_test/" + control, "").status, 200);
     const Status passing = cluster.Submit(Request()).status();
     EXPECT_EQ(passing.code(), Status::kUnavailable) << control << ": " << passing.ToString();
     const std::string says = control == "quota/jobs" ? "exceeded quota" : "deploy/kubernetes/rbac.yaml";
     EXPECT_NE(passing.message().find(says), std::string::npos) << passing.ToString();
-    EXPECT_EQ(Call("GET", secret, "").status, 404) << control;
-    EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404) << control;
     EXPECT_EQ(Call("POST", "/_test/" + control, "").status, 200);
   }
-  // A Job denied for good (an admission webhook's 403) fails the job, what was made deleted.
+  ASSERT_TRUE(cluster.List().ok());
+  EXPECT_EQ(Call("GET", secret, "").status, 200);  // kept (the retry comes within a minute)
+  EXPECT_EQ(Call("GET", "/_test/objects/jobs/ml/" + *id, "").status, 404);
+  // A Job denied for good (an admission webhook's 403, whatever its words say) fails the
+  // job, and what the attempt made is deleted.
   EXPECT_EQ(Call("POST", "/_test/deny/jobs", "").status, 200);
   const Status refused = cluster.Submit(Request()).status();
   EXPECT_EQ(refused.code(), Status::kInvalidArgument) << refused.ToString();
@@ -362,6 +363,15 @@ TEST_F(KubernetesApiTest, TheClusterCreatesWatchesRelistsAndDeletesThroughTheApi
   EXPECT_EQ(Call("GET", "/_test/objects/services/ml/" + *id, "").status, 404);
   EXPECT_EQ(Call("POST", "/_test/deny/jobs", "").status, 200);
   EXPECT_TRUE(cluster.Submit(Request()).ok());
+  // Submitted again while it exists (its record lost) in a namespace at its quota: the
+  // quota's admission refuses before the store finds it exists; the Job is adopted, never
+  // taken for refused (and its objects deleted under its running pods).
+  EXPECT_EQ(Call("POST", "/_test/quota/jobs", "").status, 200);
+  StatusOr<std::string> adopted = cluster.Submit(Request());
+  EXPECT_TRUE(adopted.ok()) << adopted.status().ToString();
+  EXPECT_EQ(Call("GET", "/_test/objects/jobs/ml/" + *id, "").status, 200);
+  EXPECT_EQ(Call("GET", secret, "").status, 200);
+  EXPECT_EQ(Call("POST", "/_test/quota/jobs", "").status, 200);
 
   // Objects the API refuses (422) are the job's error, not a retry.
   AllocationRequest bad = Request();
@@ -495,6 +505,35 @@ TEST_F(KubernetesApiTest, AJobTheListDoesNotShowIsLookedUp) {
   EXPECT_EQ(record->phase, Allocation::Phase::kPending);
   EXPECT_EQ(record->attempt, 4);
   EXPECT_EQ(fresh.Lookup("nightshift-j-000007-a9").status().code(), Status::kNotFound);
+}
+
+// What a passing refusal left (a quota's) is deleted once no retry came for
+// refused_kept_seconds (0 here: at the next list; the job held or cancelled meanwhile),
+// a Service that cannot be deleted again at each list; but once the same attempt is
+// submitted again, what it adopts is its own, never deleted as left over.
+TEST_F(KubernetesApiTest, WhatAPassingRefusalLeftGoesUnlessItsRetryComes) {
+  KubernetesOptions quick = o;
+  quick.refused_kept_seconds = 0;
+  KubernetesCluster refusing{quick, api.get()};
+  ASSERT_TRUE(refusing.List().ok());
+  const std::string name = KubernetesName(Request().job_id, Request().attempt);
+  const std::string secret = "/_test/objects/secrets/ml/" + name, service = "/_test/objects/services/ml/" + name;
+  EXPECT_EQ(Call("POST", "/_test/quota/jobs").status, 200);
+  EXPECT_EQ(refusing.Submit(Request()).status().code(), Status::kUnavailable);
+  EXPECT_EQ(Call("GET", secret).status, 200);
+  EXPECT_EQ(Call("POST", "/_test/forbid-delete/services").status, 200);
+  ASSERT_TRUE(refusing.List().ok());
+  EXPECT_EQ(Call("GET", secret).status, 404);
+  EXPECT_EQ(Call("GET", service).status, 200);  // its delete refused: again at each list
+  EXPECT_EQ(Call("POST", "/_test/quota/jobs").status, 200);
+  StatusOr<std::string> id = refusing.Submit(Request());  // the Service adopted (409): its own
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(Call("POST", "/_test/forbid-delete/services").status, 200);
+  ASSERT_TRUE(refusing.List().ok());
+  ASSERT_TRUE(refusing.List().ok());
+  EXPECT_EQ(Call("GET", service).status, 200);
+  EXPECT_EQ(Call("GET", secret).status, 200);
+  EXPECT_EQ(Call("GET", "/_test/objects/jobs/ml/" + name).status, 200);
 }
 
 TEST_F(KubernetesApiTest, TheSecretAndServiceGoWithTheirJob) {

@@ -121,7 +121,8 @@ class Handler(BaseHTTPRequestHandler):
                                                                      f'"{kind}" in API group "" in the namespace "{ns}"'))
                 if kind in STATE["denied"]:  # as an admission webhook words it
                     return self._send(403, _status(403, "Forbidden", f'admission webhook "policy.example.com" denied the '
-                                                                     f'request: {kind} must set a cost-center label'))
+                                                                     f'request: {kind} is forbidden: User "x" cannot create '
+                                                                     f'resource "gpus" past exceeded quota: team'))
                 if kind in STATE["quota"]:
                     return self._send(403, _status(403, "Forbidden", f'{kind} "{key[2]}" is forbidden: exceeded quota: '
                                                                      f'{ns}-quota, requested: count/{kind}.batch=1'))
