@@ -237,7 +237,10 @@ Status Refusal(const std::string& what, const HttpResponse& r) {
   // ("User \"...\" cannot create resource ...") is the coordinator's role to fix.
   const size_t at = api.rfind("admission webhook", 0) == 0 ? std::string::npos : api.find("is forbidden: ");
   const std::string after = at == std::string::npos ? "" : api.substr(at + 14);
-  const bool quota = after.rfind("exceeded quota: ", 0) == 0 || after.rfind("status unknown for quota: ", 0) == 0;
+  // A namespace being deleted ("unable to create new content in namespace ... because it
+  // is being terminated") is the operator's, passing too.
+  const bool quota = after.rfind("exceeded quota: ", 0) == 0 || after.rfind("status unknown for quota: ", 0) == 0 ||
+                     after.rfind("unable to create new content in namespace ", 0) == 0;
   const bool role = after.rfind("User \"", 0) == 0;
   if (r.status == 403 && role)
     return Status::Unavailable(message + " (the coordinator's role needs create, patch and delete on jobs, services "
@@ -263,21 +266,24 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
   for (const json& object : KubernetesObjects(request, options_)) {  // the Job last: its pods need the rest
     const std::string kind = object["kind"], path = CollectionPath(options_, kind);
     StatusOr<HttpResponse> r = api_->Call("POST", path, object.dump(), options_.call_timeout_seconds);
-    if (!r.ok()) return r.status();  // unanswered: the Job may exist; what was made stays for the retry
+    if (!r.ok()) return Refused(name, r.status());  // unanswered: the Job may exist; kept for the retry
     if (r->status == 409 && kind != "Job") r->status = 200;  // made before (a retry, a restart): adopted
     if (kind == "Job" && r->status != 201 && r->status < 500) {
       // Made before (409), or refused again though it exists (admission, a quota's 403,
-      // comes before the store finds it does): a Job that exists is adopted.
+      // comes before the store finds it does): a Job that exists is adopted. A GET that
+      // cannot tell decides nothing.
       StatusOr<HttpResponse> got = api_->Call("GET", path + "/" + name, "", options_.call_timeout_seconds);
-      if (!got.ok()) return got.status();
+      if (!got.ok()) return Refused(name, got.status());
       if (got->status == 200) r = got;
-      if (r->status == 409) return Status::Unavailable("reading " + path + "/" + name + ": HTTP " + std::to_string(got->status));
+      if (got->status != 200 && (got->status != 404 || r->status == 409))
+        return Refused(name, Status::Unavailable("reading " + path + "/" + name + ": HTTP " + std::to_string(got->status)));
     }
     if (r->status != 201 && r->status != 200) return Refused(name, Refusal("creating " + path, *r));
     if (kind != "Job") {
       owned_kinds.push_back(kind);
       auto left = leftovers_.find(name);  // this attempt's now: not deleted as a cancelled one's
       if (left != leftovers_.end() && left->second.erase(kind) && left->second.empty()) leftovers_.erase(left);
+      warned_.erase("leftover " + kind + " " + name);
       continue;
     }
     deleted_.erase(name);  // an earlier copy's deletion is not this one's
@@ -443,7 +449,10 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
       continue;
     }
     it = refused_.erase(it);
-    if (jobs_.count(id)) continue;  // its Job exists after all (a 5xx that made it): followed
+    if (jobs_.count(id)) {  // its Job exists after all (a 5xx that made it): followed, and
+      unowned_[id].insert({"Secret", "Service"});  // its Secret and Service made its own (below)
+      continue;
+    }
     leftovers_[id] = {"Service", "Secret"};
     DeleteLeftovers(id);
   }

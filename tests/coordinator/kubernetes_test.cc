@@ -534,6 +534,22 @@ TEST_F(KubernetesApiTest, WhatAPassingRefusalLeftGoesUnlessItsRetryComes) {
   EXPECT_EQ(Call("GET", service).status, 200);
   EXPECT_EQ(Call("GET", secret).status, 200);
   EXPECT_EQ(Call("GET", "/_test/objects/jobs/ml/" + name).status, 200);
+  // A Job made though its POST was answered 500: what it needs is kept, not swept, and
+  // made its own once it is listed (the coordinator follows it, never submitting again).
+  AllocationRequest lost = Request();
+  lost.attempt = 9;
+  const std::string made = KubernetesName(lost.job_id, lost.attempt);
+  EXPECT_EQ(Call("POST", "/_test/fail/jobs").status, 200);
+  EXPECT_EQ(refusing.Submit(lost).status().code(), Status::kUnavailable);
+  EXPECT_EQ(Call("POST", "/_test/fail/jobs").status, 200);
+  ASSERT_TRUE(refusing.List().ok());
+  ASSERT_TRUE(refusing.List().ok());
+  const json job = CallJson("GET", "/_test/objects/jobs/ml/" + made);
+  for (const std::string kind : {"secrets", "services"}) {
+    const json owned = CallJson("GET", "/_test/objects/" + kind + "/ml/" + made);
+    ASSERT_TRUE(owned.is_object() && owned.contains("metadata")) << kind << " swept";
+    EXPECT_EQ(owned["metadata"]["ownerReferences"][0]["uid"], job["metadata"]["uid"]) << kind;
+  }
 }
 
 TEST_F(KubernetesApiTest, TheSecretAndServiceGoWithTheirJob) {

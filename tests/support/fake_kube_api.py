@@ -29,6 +29,7 @@ Every change takes the next resourceVersion. Test controls (not Kubernetes):
   GET  /_test/objects/KIND/NS/NAME   the stored object (KIND: jobs, services, secrets), or 404
   POST /_test/forbid/KIND             creating KIND answers RBAC's 403 from now on (again: not)
   POST /_test/deny/KIND               creating KIND answers an admission webhook's 403 (again: not)
+  POST /_test/fail/KIND               creating KIND stores it, then answers 500 (again: not)
   POST /_test/forbid-patch/KIND       patching KIND answers 403 from now on (again: not)
   POST /_test/forbid-delete/KIND      deleting KIND answers 403 from now on (again: not)
   POST /_test/quota/KIND              creating KIND answers 403 "exceeded quota" (again: not)
@@ -50,7 +51,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOCK = threading.Condition()
 TOKENS: list = []  # --token: the bearer tokens accepted (none: any request)
 STATE = {"rv": 100, "objects": {}, "events": [], "compacted": 0, "requests": [], "forbidden": set(),
-         "forbidden_patch": set(), "forbidden_delete": set(), "quota": set(), "denied": set()}
+         "forbidden_patch": set(), "forbidden_delete": set(), "quota": set(), "denied": set(), "failing": set()}
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -134,6 +135,8 @@ class Handler(BaseHTTPRequestHandler):
                 obj["metadata"]["uid"] = str(uuid.uuid4())
                 STATE["objects"][key] = obj
                 _bump(obj, "ADDED")
+                if kind in STATE["failing"]:  # made, but the answer lost to an error
+                    return self._send(500, _status(500, "InternalError", "etcdserver: request timed out"))
                 return self._send(201, obj)
             if method == "GET" and name is not None:
                 obj = STATE["objects"].get((kind, ns, name))
@@ -199,9 +202,9 @@ class Handler(BaseHTTPRequestHandler):
             if parts[1] == "objects" and len(parts) == 5:
                 obj = STATE["objects"].get((parts[2], parts[3], parts[4]))
                 return self._send(200, obj) if obj is not None else self._send(404, _status(404, "NotFound", parts[4]))
-            if parts[1] in ("forbid", "forbid-patch", "forbid-delete", "quota", "deny") and len(parts) == 3:
+            if parts[1] in ("forbid", "forbid-patch", "forbid-delete", "quota", "deny", "fail") and len(parts) == 3:
                 key = {"forbid": "forbidden", "forbid-patch": "forbidden_patch", "forbid-delete": "forbidden_delete",
-                       "quota": "quota", "deny": "denied"}
+                       "quota": "quota", "deny": "denied", "fail": "failing"}
                 STATE[key[parts[1]]].symmetric_difference_update({parts[2]})
                 return self._send(200, {})
             if parts[1] == "compact":
