@@ -450,7 +450,7 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     }
     it = refused_.erase(it);
     if (jobs_.count(id)) {  // its Job exists after all (a 5xx that made it): followed, and
-      unowned_[id].insert({"Secret", "Service"});  // its Secret and Service made its own (below)
+      unowned_[id].insert({"Secret", "Service"});  // its Secret and Service made its own (next List)
       continue;
     }
     leftovers_[id] = {"Service", "Secret"};
