@@ -283,7 +283,7 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
       owned_kinds.push_back(kind);
       auto left = leftovers_.find(name);  // this attempt's now: not deleted as a cancelled one's
       if (left != leftovers_.end() && left->second.erase(kind) && left->second.empty()) leftovers_.erase(left);
-      warned_.erase("leftover " + kind + " " + name);
+      leftover_warned_.erase(kind + " " + name);
       continue;
     }
     deleted_.erase(name);  // an earlier copy's deletion is not this one's
@@ -303,8 +303,7 @@ StatusOr<std::string> KubernetesCluster::Submit(const AllocationRequest& request
 Status KubernetesCluster::Refused(const std::string& name, const Status& refused) {
   if (refused.code() == Status::kInvalidArgument) {  // for good: what the attempt made goes
     refused_.erase(name);
-    leftovers_[name] = {"Service", "Secret"};
-    DeleteLeftovers(name);
+    DeleteServiceAndSecret(name);
   } else {
     // Passing (a quota, the role, a 5xx after which the Job may exist): kept for the retry,
     // which adopts them (no churn of writes each pass); deleted by List once no retry
@@ -348,18 +347,22 @@ Status KubernetesCluster::Cancel(const std::string& id) {
   NS_RETURN_IF_ERROR(DeleteObject(api_, CollectionPath(options_, "Job") + "/" + id + "?propagationPolicy=Background",
                                   options_.call_timeout_seconds));
   unowned_.erase(id);
+  DeleteServiceAndSecret(id);
+  return Status::OK();
+}
+
+void KubernetesCluster::DeleteServiceAndSecret(const std::string& id) {
   leftovers_[id] = {"Service", "Secret"};
   DeleteLeftovers(id);
-  return Status::OK();
 }
 
 void KubernetesCluster::DeleteLeftovers(const std::string& id) {
   std::set<std::string>& kinds = leftovers_[id];
   for (auto kind = kinds.begin(); kind != kinds.end();) {
     const Status s = DeleteObject(api_, CollectionPath(options_, *kind) + "/" + id, options_.call_timeout_seconds);
-    if (!s.ok() && warned_.insert("leftover " + *kind + " " + id).second)
+    if (!s.ok() && leftover_warned_.insert(*kind + " " + id).second)
       NS_WARN("kubernetes: the " << *kind << " of cancelled " << id << " is not deleted yet (again at each list): " << s.ToString());
-    if (s.ok()) warned_.erase("leftover " + *kind + " " + id);
+    if (s.ok()) leftover_warned_.erase(*kind + " " + id);
     kind = s.ok() ? kinds.erase(kind) : std::next(kind);
   }
   if (kinds.empty()) leftovers_.erase(id);
@@ -453,15 +456,14 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
       unowned_[id].insert({"Secret", "Service"});  // its Secret and Service made its own (next List)
       continue;
     }
-    leftovers_[id] = {"Service", "Secret"};
-    DeleteLeftovers(id);
+    DeleteServiceAndSecret(id);
   }
   for (auto it = leftovers_.begin(); it != leftovers_.end();) {
     const std::string id = (it++)->first;  // DeleteLeftovers may erase it
     DeleteLeftovers(id);
   }
-  for (auto it = warned_.begin(); it != warned_.end();)  // said of a Job no longer listed: forgotten
-    it = it->rfind("deadline ", 0) == 0 && !jobs_.count(it->substr(9)) ? warned_.erase(it) : std::next(it);
+  for (auto it = deadline_warned_.begin(); it != deadline_warned_.end();)  // Jobs no longer listed: forgotten
+    it = jobs_.count(*it) ? std::next(it) : deadline_warned_.erase(it);
   std::vector<Allocation> allocations;
   for (auto& [name, job] : jobs_) {
     StartDeadline(&job);
@@ -486,15 +488,14 @@ void KubernetesCluster::StartDeadline(json* job) {
   const json patch = {{"spec", {{"activeDeadlineSeconds", deadline}}}};
   StatusOr<HttpResponse> r = api_->Call("PATCH", path, patch.dump(), options_.call_timeout_seconds);
   const json patched = r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
-  const std::string said = "deadline " + meta.value("name", "");
   if (!patched.is_object()) {  // tried again at the next List; said once
-    if (warned_.insert(said).second)
+    if (deadline_warned_.insert(meta.value("name", "")).second)
       NS_WARN("kubernetes: " << path << ": its time limit not started (tried again at each list): "
                              << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
                              << (r.ok() && r->status == 403 ? " (the role needs patch on jobs: apply deploy/kubernetes/rbac.yaml)" : ""));
     return;
   }
-  warned_.erase(said);
+  deadline_warned_.erase(meta.value("name", ""));
   NS_INFO("kubernetes: " << path << " runs: its deadline is " << deadline << " s from its start");
   *job = patched;
 }

@@ -116,6 +116,8 @@ class KubernetesCluster : public ClusterAllocator {
   bool OwnByJob(const std::string& name, const std::string& uid, const std::string& kind);
   // Starts the time limit of `job` (in jobs_) once its pods are all ready (List).
   void StartDeadline(nlohmann::json* job);
+  // Deletes attempt `id`'s Service and Secret, and again at each List until both are gone.
+  void DeleteServiceAndSecret(const std::string& id);
   // Deletes what of cancelled `id`'s Service and Secret is left (leftovers_).
   void DeleteLeftovers(const std::string& id);
   // After the API refused attempt `name`'s objects (`refused`, returned): for good, what
@@ -134,7 +136,8 @@ class KubernetesCluster : public ClusterAllocator {
   // Cancelled attempts' kinds (Service, Secret) not deleted yet; in memory only: a
   // coordinator restart forgets them (left where their Job did not own them).
   std::map<std::string, std::set<std::string>> leftovers_;
-  std::set<std::string> warned_;  // said once: "deadline JOB", "leftover KIND ID"
+  std::set<std::string> deadline_warned_;  // Jobs whose deadline patch failed (said once)
+  std::set<std::string> leftover_warned_;  // "KIND ID" of leftovers whose delete failed (said once)
   // Attempts whose creation a passing refusal stopped, and when (options_.refused_kept_seconds).
   std::map<std::string, std::chrono::steady_clock::time_point> refused_;
   std::string resource_version_;                // "" : list first

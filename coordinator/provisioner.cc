@@ -26,19 +26,15 @@ v1::ClusterAllocation ToProto(const char* cluster, const Allocation& a) {
 }
 
 AllocationEnd EndOf(const Allocation& a) {
-  if (a.end == Allocation::End::kTimeLimit) return AllocationEnd::kTimeLimit;  // its workers exit 143 too
-  // The survivors of a failed node are stopped by SIGTERM too: a node failure still.
-  if (a.end == Allocation::End::kNodeFail) return AllocationEnd::kNodeFail;
-  // Its workers exit 143 when the cluster's SIGTERM stopped them (before the time limit,
-  // or a preemption's grace) after their ranks checkpointed: the cluster took it back.
-  if (a.exit_code == kStoppedByCluster) return AllocationEnd::kPreempted;
   switch (a.end) {
     case Allocation::End::kPreempted: return AllocationEnd::kPreempted;
-    case Allocation::End::kTimeLimit: return AllocationEnd::kTimeLimit;
-    case Allocation::End::kNodeFail: return AllocationEnd::kNodeFail;
+    case Allocation::End::kTimeLimit: return AllocationEnd::kTimeLimit;  // its workers exit 143 too
+    case Allocation::End::kNodeFail: return AllocationEnd::kNodeFail;    // its survivors exit 143 too
     case Allocation::End::kDone: case Allocation::End::kRefused: break;
   }
-  return AllocationEnd::kOther;
+  // Its workers exit 143 when the cluster's SIGTERM stopped them (before the time limit,
+  // or a preemption's grace) after their ranks checkpointed: the cluster took it back.
+  return a.exit_code == kStoppedByCluster ? AllocationEnd::kPreempted : AllocationEnd::kOther;
 }
 
 }  // namespace

@@ -149,9 +149,8 @@ std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::v
 
 Status SendCheckpoint(const std::string& step_dir, int64_t step,
                       const std::function<bool(const v1::ArtifactChunk&)>& write) {
+  if (!format::IsComplete(step_dir)) return Status::NotFound("no complete checkpoint at " + step_dir);
   std::error_code ec;
-  if (!fs::exists(fs::path(step_dir) / format::kCheckpointComplete, ec))
-    return Status::NotFound("no complete checkpoint at " + step_dir);
   auto manifest = ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
   if (!manifest.ok()) return manifest.status();
   format::CheckpointManifest parsed;

@@ -103,7 +103,7 @@ StatusOr<std::vector<v1::GpuInfo>> VisibleGpus(const std::vector<v1::GpuInfo>& a
     auto it = std::find_if(all.begin(), all.end(), [&](const v1::GpuInfo& g) { return std::to_string(g.index()) == entry; });
     if (it == all.end())
       return Status::FailedPrecondition("CUDA_VISIBLE_DEVICES: '" + entry + "' is not the index of a GPU here (" +
-                                     std::to_string(all.size()) + " found)");
+                                        std::to_string(all.size()) + " found)");
     kept.push_back(*it);
   }
   return kept;

@@ -45,12 +45,17 @@ void RemoveCheckpoint(const std::string& step_dir) {
   fs::remove_all(step_dir, ec);
 }
 
+bool IsComplete(const std::string& step_dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(step_dir) / kCheckpointComplete, ec);
+}
+
 std::vector<int64_t> CompleteSteps(const std::string& job_dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
   for (const auto& d : fs::directory_iterator(job_dir, ec)) {
     const int64_t step = StepOfDirName(d.path().filename().string());
-    if (step >= 0 && fs::exists(d.path() / kCheckpointComplete, ec)) steps.push_back(step);
+    if (step >= 0 && IsComplete(d.path().string())) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;

@@ -25,6 +25,9 @@ inline constexpr char kCheckpointManifest[] = "manifest.json";
 std::string StepDirName(int64_t step);
 int64_t StepOfDirName(const std::string& name);
 
+// Whether `step_dir` holds its COMPLETE marker (a checkpoint that exists); false on any error.
+bool IsComplete(const std::string& step_dir);
+
 // The steps of the checkpoints in `job_dir` that have their COMPLETE marker, ascending
 // (empty when there is no such folder).
 std::vector<int64_t> CompleteSteps(const std::string& job_dir);

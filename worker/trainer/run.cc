@@ -367,17 +367,14 @@ void BroadcastFiles(ProcessGroup& group, int root, std::map<std::string, std::st
 // read it, and a writer that cannot install it goes on without it (the export then says so).
 void SendBestStep(Run& run, int source, const std::string& newest_dir) {
   ProcessGroup& group = run.ddp->group();
-  const auto dir_of = [&](int64_t step) { return fs::path(run.cfg.checkpoint_dir) / format::StepDirName(step); };
-  const auto held = [&](int64_t step) {
-    std::error_code ec;
-    return fs::exists(dir_of(step) / format::kCheckpointComplete, ec);
-  };
+  const auto dir_of = [&](int64_t step) { return (fs::path(run.cfg.checkpoint_dir) / format::StepDirName(step)).string(); };
+  const auto held = [&](int64_t step) { return format::IsComplete(dir_of(step)); };
   std::map<std::string, std::string> files;
   torch::Tensor best = torch::zeros({1}, torch::kInt64);
   if (format::CheckpointManifest m; group.rank() == source && format::ReadManifest(newest_dir, &m).empty() &&
                                     m.best_step > 0 && held(m.best_step)) {
     try {
-      files = ReadCheckpointFiles(dir_of(m.best_step).string());
+      files = ReadCheckpointFiles(dir_of(m.best_step));
       best[0] = m.best_step;
     } catch (const std::exception& e) {
       Log("export.best's step %lld not sent: %s", static_cast<long long>(m.best_step), e.what());

@@ -342,8 +342,7 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
 void CheckpointManager::NameKeptStep(int64_t step, format::CheckpointManifest* manifest) const {
   if (kept_step_ <= 0 || kept_step_ == step) return;
   const fs::path kept = fs::path(options_.dir) / format::StepDirName(kept_step_);
-  std::error_code ec;
-  if (!fs::exists(kept / kComplete, ec)) return;  // not here (resumed on a worker that lacks it)
+  if (!format::IsComplete(kept.string())) return;  // not here (resumed on a worker that lacks it)
   std::ifstream in(kept / format::kCheckpointManifest, std::ios::binary);
   if (!in.is_open()) return;
   std::ostringstream text;
