@@ -118,7 +118,7 @@ class KubernetesCluster : public ClusterAllocator {
   void StartDeadline(nlohmann::json* job);
   // Deletes attempt `id`'s Service and Secret, and again at each List until both are gone.
   void DeleteServiceAndSecret(const std::string& id);
-  // Deletes what of cancelled `id`'s Service and Secret is left (leftovers_).
+  // Deletes what of attempt `id`'s Service and Secret is left (leftovers_).
   void DeleteLeftovers(const std::string& id);
   // After the API refused attempt `name`'s objects (`refused`, returned): for good, what
   // it made is deleted; passing, it is kept in refused_ for the retry.
@@ -133,8 +133,9 @@ class KubernetesCluster : public ClusterAllocator {
   // Jobs the watch saw deleted, as last seen (how they ended: Lookup), until looked up;
   // at most kDeletedKept (ours, cancelled, are never looked up: the first by name go).
   std::map<std::string, nlohmann::json> deleted_;
-  // Cancelled attempts' kinds (Service, Secret) not deleted yet; in memory only: a
-  // coordinator restart forgets them (left where their Job did not own them).
+  // Attempts' kinds (Service, Secret) not deleted yet (cancelled, refused for good, or
+  // refused with no retry since); in memory only: a coordinator restart forgets them
+  // (left where their Job did not own them).
   std::map<std::string, std::set<std::string>> leftovers_;
   std::set<std::string> deadline_warned_;  // Jobs whose deadline patch failed (said once)
   std::set<std::string> leftover_warned_;  // "KIND ID" of leftovers whose delete failed (said once)
