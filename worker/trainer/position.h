@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace nightshift::trainer {
 
@@ -45,6 +46,10 @@ struct RunPosition {
   // Sharding full with resources.accumulate_gradients auto: what was chosen (whole or
   // sharded), so a resumed run sums in the same order. "": not chosen (or not asked).
   std::string accumulate_gradients;
+  // After an out-of-memory error: each rank's padded tokens per micro-batch since its
+  // last recovery (MicroBatchRunner::micro_batch_tokens, index = rank), so a resumed run
+  // cuts its batches as the uninterrupted run would. Empty: no rank has recovered.
+  std::vector<int64_t> micro_batch_tokens;
   double train_seconds = 0;    // wall time of training so far, every attempt included
   int64_t tokens_seen = 0;     // real (unpadded) training tokens so far, this rank
   std::string rng_cpu;         // the CPU generator's state (bytes): dropout continues exactly

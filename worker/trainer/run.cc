@@ -581,6 +581,10 @@ void ComposeTechniques(Run& run, bool resumed) {
   oom.release_memory = [device] { ReleaseCachedMemory(device); };
   if (run.full) oom.lockstep = GroupLockstep(&run.ddp->group());  // a micro-batch's blocks are collectives
   run.micro_batches = std::make_unique<MicroBatchRunner>(std::move(oom));
+  // This rank's own where the world size is the writer's; else the smallest any rank kept.
+  const std::vector<int64_t>& kept = run.position.micro_batch_tokens;
+  if (resumed && kept.size() == static_cast<size_t>(run.rank.world_size)) run.micro_batches->Resume(kept[run.rank.rank]);
+  else if (resumed && !kept.empty()) run.micro_batches->Resume(*std::min_element(kept.begin(), kept.end()));
   run.stage_batch = NewBatchStager(run.device);  // runs on the loader's thread
 }
 
@@ -848,7 +852,29 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
       [&] { ZeroGrad(); });
   oom_recoveries += fb.oom_recoveries;
   stand_ins += fb.stand_ins;
+  if (ddp && micro_batches->micro_batch_tokens() > 0) AgreeGenerators();
   return fb;
+}
+
+void Run::AgreeGenerators() {
+  const std::string cpu = GetCpuRngState(), accelerator = GetDeviceRngState(device);  // sizes alike on every rank
+  torch::Tensor bytes = torch::empty({static_cast<int64_t>(cpu.size() + accelerator.size())}, torch::kUInt8);
+  char* b = static_cast<char*>(bytes.data_ptr());
+  std::memcpy(b, cpu.data(), cpu.size());
+  std::memcpy(b + cpu.size(), accelerator.data(), accelerator.size());
+  ddp->group().Broadcast(bytes);
+  b = static_cast<char*>(bytes.data_ptr());
+  SetCpuRngState(std::string(b, cpu.size()));
+  SetDeviceRngState(device, std::string(b + cpu.size(), accelerator.size()));
+}
+
+std::vector<int64_t> Run::MicroBatchTokensOfRanks() {
+  if (micro_batches->micro_batch_tokens() == 0) return {};  // every rank's is 0 (oom.h)
+  torch::Tensor all = torch::zeros({rank.world_size}, torch::kLong);
+  all[rank.rank] = micro_batches->micro_batch_tokens();
+  if (ddp) ddp->group().AllReduceSum(all);
+  const int64_t* t = all.data_ptr<int64_t>();
+  return std::vector<int64_t>(t, t + all.numel());
 }
 
 void Run::ZeroGrad() {
@@ -1003,6 +1029,7 @@ void Run::SaveCheckpoint() {
   if (last_saved_step_ == position.step) return;  // the same ranks saw the same steps: all return
   if (ddp) ddp->group().Barrier();  // every rank is done with this step; the writers write
   last_saved_step_ = position.step;
+  position.micro_batch_tokens = MicroBatchTokensOfRanks();
   if (!WritesCheckpoints()) {  // full: the blocks' values travel in the shards, never gathered
     if (auto* cut = dynamic_cast<ShardedOptimizerState*>(optimizer.get()))
       cut->ExchangeShards(nullptr);  // the writers' Save receives them

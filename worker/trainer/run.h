@@ -152,6 +152,14 @@ class Run {
   void TrackBest();           // export.best
   void TrackEarlyStopping();  // train.early_stopping
   void StopIfPatienceRanOut();  // sets stop_early when the count reached the patience
+  // Data parallel, once any rank has recovered from an out-of-memory error: every rank
+  // takes rank 0's generators (CPU, accelerator), as the ranks drew dropout's seeds in
+  // different numbers (their micro-batches, stand-ins, a failed attempt's forward); so the
+  // state a writer saves is every rank's, and a resume goes on exactly. One broadcast.
+  void AgreeGenerators();
+  // Every rank's micro-batch size for the checkpoint (RunPosition::micro_batch_tokens):
+  // one all-reduce, only once some rank has recovered (empty before).
+  std::vector<int64_t> MicroBatchTokensOfRanks();
   friend std::unique_ptr<Run> BuildRun(const TrainConfig&, const RankInfo&, ProgressSink&);
 
   Clock::time_point started_ = Clock::now();

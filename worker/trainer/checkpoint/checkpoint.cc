@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -100,6 +102,7 @@ void LoadModel(torch::nn::Module& module, torch::serialize::InputArchive& archiv
 }
 
 constexpr const char* kComplete = format::kCheckpointComplete;
+const std::string kStaging = ".staging-";  // + step-00000123.attempt4: FreshStagingDir
 constexpr char kFence[] = "FENCE";
 
 void Check(const std::string& err) {
@@ -149,6 +152,7 @@ json PositionToJson(const RunPosition& p) {
           {"nan_rollbacks", p.nan_guard.rollbacks},
           {"max_tokens", p.max_tokens},
           {"accumulate_gradients", p.accumulate_gradients},
+          {"micro_batch_tokens", p.micro_batch_tokens},
           {"train_seconds", p.train_seconds},
           {"tokens_seen", p.tokens_seen},
           {"rng_cpu", Hex(p.rng_cpu)},
@@ -180,6 +184,7 @@ RunPosition PositionFromJson(const json& j) {
   p.best_step = j.value("best_step", int64_t{-1});
   p.world_size = j.value("world_size", int64_t{0});  // absent before sharding (issue 43)
   p.accumulate_gradients = j.value("accumulate_gradients", std::string());  // absent before it
+  p.micro_batch_tokens = j.value("micro_batch_tokens", std::vector<int64_t>());  // absent before 2026-12-07
   p.best_metric = j.value("best_metric", 0.0);
   // Absent before 2026-12-07: taken as evaluated (as those runs went on).
   p.evaluated_step = j.value("evaluated_step", p.step);
@@ -274,15 +279,26 @@ class CheckpointFiles : public ShardedOptimizerState::ShardSink {
   format::FileHasher hasher_;
 };
 
-// The step's directory, empty (a leftover of a crashed save is removed first).
-fs::path FreshStepDir(const std::string& root, int64_t step) {
-  const fs::path dir = fs::path(root) / StepDirName(step);
+// Where a save or an install of `step` by `attempt` writes before it commits: a folder of
+// the attempt's own beside the step's (a name that is no step's), made empty.
+fs::path FreshStagingDir(const std::string& root, int64_t step, int attempt) {
+  const fs::path dir = fs::path(root) / (kStaging + StepDirName(step) + ".attempt" + std::to_string(attempt));
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (fs::exists(dir)) RemoveCheckpoint(dir);
+  fs::remove_all(dir, ec);  // a crashed save's
   if (!fs::create_directories(dir, ec))
     throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
   return dir;
+}
+
+// The attempt of a staging folder's name (FreshStagingDir); nullopt for any other name.
+std::optional<int> StagingAttempt(const std::string& name) {
+  const size_t at = name.rfind(".attempt");
+  if (name.rfind(kStaging, 0) != 0 || at == std::string::npos) return std::nullopt;
+  char* end = nullptr;
+  const long attempt = std::strtol(name.c_str() + at + 8, &end, 10);
+  if (end == name.c_str() + at + 8 || *end != '\0') return std::nullopt;
+  return static_cast<int>(attempt);
 }
 
 // model.pt (only the trainable parameters of a model with frozen ones), and optimizer.pt
@@ -308,7 +324,8 @@ void WriteModelAndOptimizer(torch::nn::Module& model, torch::optim::Optimizer& o
 SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::Module& model,
                                         torch::optim::Optimizer& optimizer) {
   const auto t0 = std::chrono::steady_clock::now();
-  const fs::path dir = FreshStepDir(options_.dir, position.step);
+  CheckFence();  // a superseded attempt writes nothing
+  const fs::path dir = FreshStagingDir(options_.dir, position.step, options_.attempt);
   CheckpointFiles files(dir);
   WriteModelAndOptimizer(model, optimizer, &files);
 
@@ -319,18 +336,11 @@ SavedCheckpoint CheckpointManager::Save(const RunPosition& position, torch::nn::
   NameKeptStep(position.step, &manifest);
   const std::string text = format::ManifestText(manifest);
   Check(io::WriteFileAtomically((dir / format::kCheckpointManifest).string(), text));
-  try {
-    CheckFence();
-  } catch (const FencedError&) {
-    RemoveCheckpoint(dir);  // never committed
-    throw;
-  }
   const std::string complete = std::to_string(position.step) + "\n";
   Check(io::WriteFileAtomically((dir / kComplete).string(), complete));
-  Check(io::SyncDirectory(options_.dir));
 
   SavedCheckpoint saved;
-  saved.path = dir.string();
+  saved.path = Commit(dir, position.step);
   saved.bytes = files.bytes() + static_cast<int64_t>(text.size() + complete.size());
   last_save_ = std::chrono::steady_clock::now();
   saved.seconds = std::chrono::duration<double>(last_save_ - t0).count();
@@ -405,13 +415,20 @@ void CheckpointManager::Prune(int64_t saved) {
   const size_t keep = static_cast<size_t>(std::max(options_.keep_last, 1));
   for (size_t i = 0; i + keep < complete.size(); ++i)
     if (format::StepOfDirName(fs::path(complete[i]).filename().string()) != kept_step_) RemoveCheckpoint(complete[i]);
-  // Leftovers of saves that crashed before their marker, older than the one just saved.
+  // Leftovers of saves that crashed before their marker, older than the one just saved;
+  // staging folders of this attempt and earlier ones (a superseded attempt's save then fails).
   const int64_t newest = saved;
   std::error_code ec;
+  std::vector<fs::path> leftovers;
   for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
-    const int64_t step = format::StepOfDirName(entry.path().filename().string());
-    if (step >= 0 && step < newest && !fs::exists(entry.path() / kComplete)) fs::remove_all(entry.path(), ec);
+    const std::string name = entry.path().filename().string();
+    const int64_t step = format::StepOfDirName(name);
+    const std::optional<int> staged_by = StagingAttempt(name);
+    if ((step >= 0 && step < newest && !fs::exists(entry.path() / kComplete)) ||
+        (staged_by && *staged_by <= options_.attempt))
+      leftovers.push_back(entry.path());
   }
+  for (const fs::path& leftover : leftovers) fs::remove_all(leftover, ec);
   Check(io::SyncDirectory(options_.dir));
 }
 
@@ -582,11 +599,9 @@ std::map<std::string, std::string> ReadCheckpointFiles(const std::string& step_d
 }
 
 std::string CheckpointManager::Install(int64_t step, const std::map<std::string, std::string>& files) {
-  const fs::path dir = fs::path(options_.dir) / StepDirName(step);
+  CheckFence();
+  const fs::path dir = FreshStagingDir(options_.dir, step, options_.attempt);
   std::error_code ec;
-  if (fs::exists(dir)) RemoveCheckpoint(dir);
-  if (!fs::create_directories(dir, ec))
-    throw std::runtime_error("checkpoint: cannot create " + dir.string() + ": " + ec.message());
   try {
     for (const auto& [file, bytes] : files) {
       if (!format::IsPlainFileName(file) || file == kComplete)
@@ -595,12 +610,33 @@ std::string CheckpointManager::Install(int64_t step, const std::map<std::string,
     }
     if (ReadCheckpoint(dir).step != step)
       throw std::runtime_error("checkpoint: the received checkpoint is not of step " + std::to_string(step));
-    CheckFence();
   } catch (...) {
-    RemoveCheckpoint(dir);
+    fs::remove_all(dir, ec);
     throw;
   }
   Check(io::WriteFileAtomically((dir / kComplete).string(), std::to_string(step) + "\n"));
+  return Commit(dir, step);
+}
+
+std::string CheckpointManager::Commit(const fs::path& staged, int64_t step) {
+  const fs::path dir = fs::path(options_.dir) / StepDirName(step);
+  std::error_code ec;
+  try {
+    CheckFence();
+    if (WrittenByALaterAttempt(dir.string()))  // committed by a successor the fence was not yet showing
+      throw FencedError("attempt " + std::to_string(options_.attempt) + " was superseded: a later attempt wrote " +
+                        dir.string());
+  } catch (const FencedError&) {
+    fs::remove_all(staged, ec);  // never committed
+    throw;
+  }
+  if (fs::exists(fs::symlink_status(dir, ec))) RemoveCheckpoint(dir);  // a crashed or damaged save's, ours or older
+  fs::rename(staged, dir, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove_all(staged, ec);
+    throw std::runtime_error("checkpoint: cannot rename " + staged.string() + " to " + dir.string() + ": " + why);
+  }
   Check(io::SyncDirectory(options_.dir));
   return dir.string();
 }

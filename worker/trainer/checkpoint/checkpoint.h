@@ -11,21 +11,26 @@
 //                  rng_cpu and rng_device as hex), the run's fingerprint, the attempt, and every
 //                  file's size and FNV-1a 64, checked before a load
 //   COMPLETE       written last: a checkpoint without it does not exist.
-// Every file is written to a temporary name, fsynced and renamed. Deletion mirrors
-// writing: the marker goes first, then the rest.
+// Every file is written to a temporary name, fsynced and renamed. A save (or an install
+// of a received checkpoint) writes them into a staging folder of its attempt's own
+// (.staging-step-00000123.attempt4), then renames that, complete, onto the step's folder:
+// an attempt never writes into a step folder another attempt may be reading or
+// committing. Deletion mirrors writing: the marker goes first, then the rest.
 //
 // Fencing (CheckpointOptions::attempt >= 0). The job's folder holds FENCE, the number of
 // the newest attempt that claimed it (Claim, before training). An attempt commits a
 // checkpoint (writes COMPLETE), prunes, and exports only while FENCE holds no later
 // attempt than its own; otherwise it throws FencedError ("fenced by attempt N") and
 // leaves no marker.
-// Loads skip checkpoints written by a later attempt than this one, and Prune never
-// deletes them. What this guarantees: on a local disk (one writer process per folder at
+// Loads skip checkpoints written by a later attempt than this one, and neither Prune nor
+// a save of the same step deletes them (a save checks the fence before it writes and
+// again, with the step folder's writer, before its rename). What this guarantees: on a local disk (one writer process per folder at
 // a time) nothing; it is there for a shared checkpoint root, where a cut-off attempt
 // (the "zombie") keeps running beside its successor. There, once the new attempt's claim
-// is visible, the old one commits nothing more. The window: the check and the rename of
-// COMPLETE are two steps, so an old attempt that read FENCE just before the claim can
-// still commit one checkpoint (and prune) after it. Such a checkpoint is of the same run
+// is visible, the old one commits nothing more; a zombie that wakes in the middle of a
+// save finds its staging folder removed (the successor's Prune) or the fence, and fails.
+// The window: the check and the rename are two steps, so an old attempt that read FENCE
+// just before the claim can still commit one checkpoint (and prune) after it. Such a checkpoint is of the same run
 // (same fingerprint, deterministic training), so resuming from it is still exact.
 // Versions: 2 is written; 1 (step, epoch, batch_in_epoch, rng_cpu and a "metrics" map of
 // train_seconds, tokens_seen, lr_scale, max_tokens, grad_scale, grad_scale_growth_tracker
@@ -39,6 +44,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -181,6 +187,11 @@ class CheckpointManager {
   void NameKeptStep(int64_t step, format::CheckpointManifest* manifest) const;
   int FenceHolder() const;  // FENCE's attempt; -1 when there is none
   bool WrittenByALaterAttempt(const std::string& dir) const;
+  // Renames `staged` (a complete checkpoint of `step`: FreshStagingDir) onto the step's
+  // folder, which an older one of this attempt or an earlier one may hold (removed first);
+  // FencedError, `staged` removed, when a later attempt claimed the folder or wrote that
+  // step. The step's folder.
+  std::string Commit(const std::filesystem::path& staged, int64_t step);
 
   const CheckpointOptions options_;
   std::chrono::steady_clock::time_point last_save_;

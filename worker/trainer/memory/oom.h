@@ -131,8 +131,11 @@ class MicroBatchRunner {
   MicroBatchResult Run(const std::vector<Batch>& batches, const StepFn& forward_backward,
                        const std::function<void()>& zero_grad);
 
-  // Padded tokens per micro-batch since the last recovery; 0: whole batches.
+  // Padded tokens per micro-batch since the last recovery; 0: whole batches. Under data
+  // parallelism every rank's is 0 or none is (every rank cuts after any rank's recovery).
   int64_t micro_batch_tokens() const { return micro_batch_tokens_; }
+  // A resumed run's: what the checkpoint kept (RunPosition::micro_batch_tokens).
+  void Resume(int64_t micro_batch_tokens) { micro_batch_tokens_ = micro_batch_tokens; }
   int64_t total_recoveries() const { return total_recoveries_; }
 
  private:

@@ -92,6 +92,36 @@ TEST(CheckpointResumeTest, SigtermSavesExitsAndResumesBitExact) {
   ExpectBitIdentical(FinalParameters(c), UninterruptedRun("sigterm_reference"));
 }
 
+// After an out-of-memory error the run keeps cutting batches into micro-batches of the size
+// that fitted; the checkpoint keeps that size, so the resumed run cuts its next batch as
+// the uninterrupted run does instead of running out again (in backward, after its forward
+// drew dropout's masks: other masks, other weights).
+TEST(CheckpointResumeTest, AnOutOfMemorySplitResumesWithItsMicroBatchesBitExact) {
+  RankInfo rank;
+  rank.faults.oom_above_tokens = 30;  // batches are 8 x up to 12 tokens
+  rank.faults.oom_in_backward = true;
+  const auto run = [&](const std::string& name, bool stop_first) {
+    TrainConfig c = TinyConfig(FreshDir(name));
+    c.checkpoint.every_steps = 0;
+    if (stop_first) {
+      RequestStop();
+      MemoryProgressSink stopped;
+      EXPECT_EQ(RunTraining(c, rank, stopped), kExitStopped);
+      ClearStopRequest();
+      EXPECT_GE(Find(stopped, "step").Number("oom_recoveries"), 1);
+    }
+    MemoryProgressSink progress;
+    EXPECT_EQ(RunTraining(c, rank, progress), kExitOk);
+    if (stop_first) {
+      const format::ProgressRecord step = Find(progress, "step");
+      EXPECT_EQ(step.Number("oom_recoveries"), 0) << "the resumed run ran out of memory again";
+      EXPECT_GT(step.Number("micro_batches"), 1);
+    }
+    return FinalParameters(c);
+  };
+  ExpectBitIdentical(run("oom_resume", true), run("oom_resume_reference", false));
+}
+
 TEST(CheckpointResumeTest, ResumingAFinishedRunOnlyReportsDone) {
   TrainConfig c = TinyConfig(FreshDir("finished"));
   MemoryProgressSink first, second;
@@ -234,6 +264,29 @@ TEST(CheckpointFencingTest, ALaterAttemptsClaimStopsAnOlderOneCommitting) {
   } catch (const FencedError& e) {
     EXPECT_NE(std::string(e.what()).find("fenced by attempt 1; this is attempt 0"), std::string::npos) << e.what();
   }
+}
+
+// A zombie that passed the fence before its successor's claim showed, and saves a step the
+// successor has committed meanwhile (on a shared root: it hung in the save): its save
+// fails and the successor's checkpoint of that step stays, whole; a save of a step the
+// successor has not reached leaves no staging folder once it failed.
+TEST(CheckpointFencingTest, AZombiesSaveNeverRemovesTheStepALaterAttemptCommitted) {
+  const std::string dir = FreshDir("fence-same-step");
+  torch::nn::Linear model(3, 2);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  CheckpointManager zombie(CheckpointOptions{dir, 1, 0, 10, 0}), successor(CheckpointOptions{dir, 1, 0, 10, 1});
+  zombie.Claim();
+  successor.Save(At(6), *model, optimizer);  // its claim not yet seen by the zombie's fence check
+  EXPECT_THROW(zombie.Save(At(6), *model, optimizer), FencedError);
+  RunPosition loaded;
+  ASSERT_TRUE(successor.LoadLatest(*model, optimizer, &loaded));
+  EXPECT_EQ(loaded.step, 6);
+  EXPECT_EQ(loaded.attempt, 1);
+  successor.Claim();
+  EXPECT_THROW(zombie.Save(At(7), *model, optimizer), FencedError);
+  EXPECT_FALSE(fs::exists(dir + "/step-00000007"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find("staging"), std::string::npos) << e.path();
 }
 
 // Resume only from checkpoints of attempts up to this one: attempt 1 does not see (load,
