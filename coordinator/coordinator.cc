@@ -83,8 +83,16 @@ StatusOr<v1::Job> Coordinator::SubmitTrial(v1::JobSpec spec, const std::string& 
   auto sweep = jobs_->sweeps().find(sweep_id);
   if (sweep == jobs_->sweeps().end() || sweep->second.state() != v1::RUNNING)
     return Status::FailedPrecondition("sweep " + sweep_id + " is not running: no new trial");
-  StatusOr<v1::Job> job = jobs_->Submit(std::move(spec), owner, request_id, options_.max_jobs_per_user);
+  // Tagged in the write that accepts it: a crash never leaves an accepted trial outside its
+  // sweep (missed by CancelSweep, placed with no rungs for its ranks to wait at).
+  v1::Job trial;
+  trial.set_sweep_id(sweep_id);
+  (by_epochs ? trial.mutable_await_epochs() : trial.mutable_await_steps())->Assign(await.begin(), await.end());
+  StatusOr<v1::Job> job =
+      jobs_->Submit(std::move(spec), owner, request_id, options_.max_jobs_per_user, std::move(trial));
   if (!job.ok() || job->sweep_id() == sweep_id) return job;
+  // Found by its request id without the tag: written by an older coordinator, which tagged
+  // a trial in a second write and crashed before it. Tagged now.
   JobEntry* entry = jobs_->Find(job->id());
   entry->job.set_sweep_id(sweep_id);
   (by_epochs ? entry->job.mutable_await_epochs() : entry->job.mutable_await_steps())->Assign(await.begin(), await.end());

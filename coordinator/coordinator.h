@@ -290,7 +290,8 @@ class Coordinator {
   // The sweep runner's write: trials, events, best trial, state and reason. A sweep that
   // ended meanwhile (cancelled) keeps its record; trials made since are added cancelled.
   Status UpdateSweep(const v1::Sweep& sweep);
-  // A trial: Submit with the sweep's id on the job (request_id makes it idempotent);
+  // A trial: Submit with the sweep's id on the job, and its rungs, from the one synced write
+  // that accepts it (request_id makes it idempotent);
   // FAILED_PRECONDITION once the sweep is not RUNNING (CancelSweep cancels every
   // unfinished job with its id, so none runs on after it).
   // `await`: its ASHA rungs, by steps (Job.await_steps) or, with `by_epochs`, by epochs.

@@ -161,7 +161,7 @@ Status JobTable::CheckRequestId(const std::string& id) {
 }
 
 StatusOr<v1::Job> JobTable::Submit(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
-                                   int max_unfinished) {
+                                   int max_unfinished, v1::Job base) {
   if (auto it = by_request_.find({owner, request_id}); !request_id.empty() && it != by_request_.end()) {
     NS_INFO("job " << it->second << ": submitted again with request_id " << request_id);
     return SameSubmission(jobs_.at(it->second).job, spec);
@@ -174,6 +174,8 @@ StatusOr<v1::Job> JobTable::Submit(v1::JobSpec spec, const std::string& owner, c
                                      "); wait for some to end or cancel them");
   JobEntry entry;
   v1::Job& job = entry.job;
+  job = std::move(base);
+  job.clear_events();  // Submit's own: the one below is the first
   const uint64_t seq = next_seq_;
   job.set_id(JobIdFor(seq));
   job.set_submit_seq(seq);

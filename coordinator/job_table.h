@@ -92,8 +92,12 @@ class JobTable {
   // that write fails: not accepted, nothing changed). With a `request_id` the owner
   // already submitted, that job as it is now (INVALID_ARGUMENT for another spec).
   // RESOURCE_EXHAUSTED when `owner` has `max_unfinished` unfinished jobs already.
+  // `base`: fields the job has from that first write on besides those Submit sets (id,
+  // owner, request id, spec, state, times, events: set over it); a sweep's trial carries
+  // its sweep_id and rungs so, and no crash leaves it outside its sweep. Empty for a plain
+  // job; ignored for a retry, whose job is returned as it is.
   StatusOr<v1::Job> Submit(v1::JobSpec spec, const std::string& owner, const std::string& request_id,
-                           int max_unfinished);
+                           int max_unfinished, v1::Job base = v1::Job());
 
   // Null, or NOT_FOUND, when there is no such job.
   JobEntry* Find(const std::string& id);

@@ -150,7 +150,7 @@ struct SweepRunner::SweepPass {
       }
       if (job->state() == v1::SUCCEEDED) t.set_state(v1::TRIAL_COMPLETED);
       if (job->state() == v1::FAILED) t.set_state(v1::TRIAL_FAILED);
-      if (job->state() == v1::CANCELLED) t.set_state(v1::TRIAL_CANCELLED);
+      if (job->state() == v1::CANCELLED) t.set_state(StoppedBySweep(*job) ? v1::TRIAL_STOPPED : v1::TRIAL_CANCELLED);
       if (IsTerminal(job->state()))
         Event(TrialName(t) + " " + v1::TrialState_Name(t.state()) +
               (t.has_value() ? ", " + sweep.spec().metric() + " " + FormatNumber(t.value()) + " at step " +
@@ -236,26 +236,53 @@ struct SweepRunner::SweepPass {
     return Status::OK();
   }
 
-  // The best so far (completed trials first, then any with a finite value: a NaN is never
-  // best); the end once the budget is spent and nothing runs: paused trials are stopped,
-  // their jobs cancelled.
-  Status Finish() {
+  // The best so far: completed trials first, then any with a finite value (a NaN is never
+  // best); null when none has a value.
+  const v1::Trial* Best() const {
     const v1::Trial* best = nullptr;
     for (const v1::Trial& t : sweep.trials()) {
       if (!t.has_value() || !std::isfinite(t.value())) continue;
       const bool done = t.state() == v1::TRIAL_COMPLETED, best_done = best && best->state() == v1::TRIAL_COMPLETED;
       if (!best || (done && !best_done) || (done == best_done && Better(sweep, t.value(), best->value()))) best = &t;
     }
-    if (best) sweep.set_best_job_id(best->job_id());
-    if (sweep.state() != v1::RUNNING || running > 0 || sweep.trials_size() < sweep.spec().max_trials())
-      return Status::OK();
+    return best;
+  }
+
+  // What a paused trial's job is cancelled with when the sweep stops it. Only StopPaused
+  // uses the prefix (StoppedBySweep recognises it).
+  std::string StopPrefix() const { return "sweep " + sweep.id() + ": stopped at rung "; }
+  std::string StopReason(const v1::Trial& t) const {
+    return StopPrefix() + std::to_string(t.rung()) + (sweep.state() == v1::FAILED ? " (the sweep FAILED)" : "");
+  }
+  // Whether this sweep stopped the (cancelled) job: a pass that cancelled it but whose record
+  // was not written (a crash between the two) had decided the trial STOPPED, not cancelled.
+  bool StoppedBySweep(const v1::Job& job) const { return job.reason().rfind(StopPrefix(), 0) == 0; }
+
+  // Every paused trial STOPPED, its job CANCELLED (checkpoints kept): once the sweep ends
+  // none is promoted, and a held job left QUEUED would never run nor finish (counted against
+  // its owner's job limit, out of CancelSweep's reach). The jobs are cancelled before the
+  // record is written: after a crash between, the record still says RUNNING and PAUSED, so
+  // the next pass reads the sweep again and Observe finds those jobs stopped (StoppedBySweep).
+  Status StopPaused() {
     for (v1::Trial& t : *sweep.mutable_trials()) {
       if (t.state() != v1::TRIAL_PAUSED) continue;
-      StatusOr<v1::Job> cancelled =
-          c->Cancel(t.job_id(), "sweep " + sweep.id() + ": stopped at rung " + std::to_string(t.rung()));
+      StatusOr<v1::Job> cancelled = c->Cancel(t.job_id(), StopReason(t));
       if (!cancelled.ok() && cancelled.status().code() != Status::kFailedPrecondition) return cancelled.status();
       t.set_state(v1::TRIAL_STOPPED);
     }
+    return Status::OK();
+  }
+
+  // The best so far; the end once the budget is spent and nothing runs. A sweep that ends,
+  // SUCCEEDED here or FAILED in MakeTrials, stops its paused trials.
+  Status Finish() {
+    const v1::Trial* best = Best();  // into sweep.trials(), which StopPaused adds none to
+    if (best) sweep.set_best_job_id(best->job_id());
+    // Only RUNNING sweeps get a pass (RunningSweeps): one not RUNNING now ended in this one,
+    // and no later pass comes to stop its paused trials.
+    if (sweep.state() != v1::RUNNING) return StopPaused();
+    if (running > 0 || sweep.trials_size() < sweep.spec().max_trials()) return Status::OK();
+    NS_RETURN_IF_ERROR(StopPaused());
     sweep.set_state(v1::SUCCEEDED);
     sweep.set_reason(best ? "best: " + TrialName(*best) + ", " + sweep.spec().metric() + " " + FormatNumber(best->value())
                           : "no trial reported " + sweep.spec().metric());
@@ -273,7 +300,7 @@ Status SweepRunner::Step(v1::Sweep sweep) {
   NS_RETURN_IF_ERROR(pass.MakeTrials());
   NS_RETURN_IF_ERROR(pass.Finish());
   // A sweep that ended (FAILED: a trial it could not make) judges no more: the ranks of
-  // its trials still running wait at no rung.
+  // its trials still running wait at no rung (its paused ones Finish stopped).
   if (pass.sweep.state() != v1::RUNNING)
     for (const v1::Trial& t : pass.sweep.trials())
       if (t.state() == v1::TRIAL_RUNNING) pass.judged.emplace_back(t.job_id(), std::numeric_limits<int64_t>::max());

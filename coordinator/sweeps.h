@@ -16,7 +16,9 @@
 //   `parallelism` run and the budget allows;
 // - ends the sweep SUCCEEDED once the budget is spent and nothing runs or can be promoted:
 //   trials still paused are STOPPED (their jobs CANCELLED, checkpoints kept), and the best
-//   trial is the one with the best final metric.
+//   trial is the one with the best final metric. A sweep that FAILED (a trial it could not
+//   make: its spec invalid, its request id taken) stops its paused trials the same way in
+//   the pass that fails it: no pass comes after, and a held job would stay QUEUED for ever.
 //
 // Everything it decides is in the sweep's record (trials, rung values, the step judged up
 // to), written synced at the end of the pass, so a coordinator killed mid-sweep goes on
@@ -24,7 +26,8 @@
 // held or released jobs already: the next pass makes each job agree with the record again
 // (released if the record says the trial runs, held if it says paused) and judges again,
 // possibly differently (more values may have come); a trial it made is found again by its
-// request id. One sweep's error does not stop the others' passes.
+// request id; a trial whose job the sweep cancelled to stop it is STOPPED. One sweep's
+// error does not stop the others' passes.
 #ifndef NIGHTSHIFT_COORDINATOR_SWEEPS_H_
 #define NIGHTSHIFT_COORDINATOR_SWEEPS_H_
 

@@ -14,7 +14,7 @@
 namespace nightshift {
 
 WorkerRegistry::WorkerRegistry(const CoordinatorOptions& options, Clock* clock)
-    : options_(options), clock_(clock), started_(clock->Now()) {}
+    : options_(options), clock_(clock) {}
 
 Status WorkerRegistry::CheckRegistration(const v1::WorkerInfo& worker) {
   if (worker.name().empty()) return Status::InvalidArgument("name: a worker needs a name");
@@ -57,6 +57,7 @@ bool SameHost(const std::string& host, const std::string& peer) {
 
 Status WorkerRegistry::Register(const v1::WorkerInfo& worker, const RegistrationSource& from,
                                 const std::string& file_key) {
+  if (!serving_since_) serving_since_ = clock_->Now();
   auto it = workers_.find(worker.name());
   const bool known = it != workers_.end() && it->second.info.state() == v1::WORKER_READY;
   if (!from.admin && !from.peer_host.empty() && !worker.log_address().empty() &&
@@ -132,11 +133,12 @@ bool WorkerRegistry::Late(const WorkerEntry& w, Clock::TimePoint now) const {
 
 bool WorkerRegistry::Gone(const std::string& name, Clock::TimePoint now) const {
   auto it = workers_.find(name);
-  if (it == workers_.end()) return now - started_ > Seconds(options_.lease_seconds);
+  if (it == workers_.end()) return serving_since_ && now - *serving_since_ > Seconds(options_.lease_seconds);
   return it->second.info.state() == v1::WORKER_LOST;
 }
 
 bool WorkerRegistry::ExpireLeases(Clock::TimePoint now) {
+  if (!serving_since_) serving_since_ = now;
   for (auto it = workers_.begin(); it != workers_.end();) {
     const bool forget = it->second.info.state() == v1::WORKER_LOST &&
                         now - it->second.last_seen > Seconds(options_.forget_workers_after_seconds);

@@ -11,6 +11,7 @@
 #define NIGHTSHIFT_COORDINATOR_WORKER_REGISTRY_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,7 @@ struct WorkerEntry {
 class WorkerRegistry {
  public:
   // Uses options.lease_seconds, outage_grace_seconds and heartbeat_interval_ms. `clock` is
-  // not owned and must outlive the registry; its now is taken as the coordinator's start
-  // (see Gone).
+  // not owned and must outlive the registry.
   WorkerRegistry(const CoordinatorOptions& options, Clock* clock);
 
   // What a worker says about itself on registration, checked (INVALID_ARGUMENT), sizes
@@ -71,8 +71,10 @@ class WorkerRegistry {
   // Whether `w` is late: silent for three of its usual heartbeat gaps (two heartbeat
   // intervals at least, half a lease at most). Not lost, but offered no new work.
   bool Late(const WorkerEntry& w, Clock::TimePoint now) const;
-  // Whether `name` is gone: LOST, or still unknown one lease after we started (after our
-  // own restart, workers get one lease to register again).
+  // Whether `name` is gone: LOST, or still unknown one lease after we began serving (the
+  // first registration or ExpireLeases, a tick: after our own restart, workers get one
+  // lease to register again, counted from then, not from our start: a large store may
+  // load for longer than a lease). Not before either.
   bool Gone(const std::string& name, Clock::TimePoint now) const;
 
   // Forgets workers LOST for options.forget_workers_after_seconds. Marks READY workers
@@ -102,7 +104,8 @@ class WorkerRegistry {
   // Constant after construction.
   const CoordinatorOptions options_;
   Clock* const clock_;  // not owned
-  const Clock::TimePoint started_;
+
+  std::optional<Clock::TimePoint> serving_since_;  // see Gone
 
   std::map<std::string, WorkerEntry> workers_;  // by name
   bool in_outage_ = false;  // ExpireLeases: no worker reached us for half a lease

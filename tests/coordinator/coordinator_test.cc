@@ -229,6 +229,60 @@ TEST_F(CoordinatorTest, AJobKnownToEndBeforeTheReservationBackfills) {
   EXPECT_EQ(StateOf(reserved), v1::QUEUED);
 }
 
+// A FakeJobStore whose job writes (Put) fail once `budget` of them are spent: the disk then
+// holds what a coordinator that crashed after that many writes left.
+class JobWriteBudgetStore : public FakeJobStore {
+ public:
+  JobWriteBudgetStore(std::shared_ptr<Disk> disk, int budget) : FakeJobStore(std::move(disk)), budget_(budget) {}
+  Status Put(const v1::Job& job, bool sync) override {
+    if (budget_-- <= 0) return Status::IOError("cannot write job " + job.id() + ": the coordinator crashed");
+    return FakeJobStore::Put(job, sync);
+  }
+
+ private:
+  int budget_;
+};
+
+// A sweep's trial is accepted by one synced write that already names its sweep and its
+// rungs: a coordinator that crashed right after it leaves no trial outside its sweep
+// (CancelSweep finds it; its ranks wait at its rungs), and a retry by its request id, after
+// the restart, gets that job and writes nothing.
+TEST_F(CoordinatorTest, ATrialIsTaggedWithItsSweepInTheWriteThatAcceptsIt) {
+  auto disk = std::make_shared<FakeJobStore::Disk>();
+  const auto open_over_disk = [&](int job_writes) {
+    c_.reset();
+    auto opened = Coordinator::Open(options_, std::make_unique<JobWriteBudgetStore>(disk, job_writes));
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    c_ = std::move(opened.value());
+  };
+  open_over_disk(1);
+  v1::SweepSpec spec;
+  spec.set_name("lr");
+  spec.set_method("asha");
+  spec.set_max_trials(2);
+  spec.set_parallelism(1);
+  StatusOr<v1::Sweep> sweep = c_->SubmitSweep(spec, "alice");
+  ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
+  StatusOr<v1::Job> trial = c_->SubmitTrial(Spec(), "alice", sweep->id() + "-t0", sweep->id(), {10, 40});
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();  // one job write was enough
+  EXPECT_EQ(trial->sweep_id(), sweep->id());
+  ASSERT_EQ(disk->jobs.count(trial->id()), 1u);
+  EXPECT_EQ(disk->jobs.at(trial->id()).sweep_id(), sweep->id());
+  const auto& await = disk->jobs.at(trial->id()).await_steps();
+  EXPECT_EQ(std::vector<int64_t>(await.begin(), await.end()), (std::vector<int64_t>{10, 40}));
+
+  open_over_disk(0);  // restarted over what was written; no job write allowed
+  StatusOr<v1::Job> again = c_->SubmitTrial(Spec(), "alice", sweep->id() + "-t0", sweep->id(), {10, 40});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id(), trial->id());
+  EXPECT_EQ(again->sweep_id(), sweep->id());
+  ASSERT_TRUE(c_->store_status().ok());
+
+  open_over_disk(1);
+  ASSERT_TRUE(c_->CancelSweep(sweep->id()).ok());
+  EXPECT_EQ(StateOf(trial->id()), v1::CANCELLED);
+}
+
 // A state change whose write fails is never acknowledged: the call that caused it fails,
 // the coordinator stops (fail-stop), and a restart over the same disk shows the last
 // written state, which the worker's repeated report then moves on.
@@ -560,6 +614,26 @@ TEST_F(CoordinatorTest, AHugeCheckpointClaimForAnotherOwnersJobDoesNotAttractItA
   ASSERT_EQ(job.committed_checkpoints_size(), 1);
   ASSERT_EQ(job.committed_checkpoints(0).holders_size(), 1);
   EXPECT_EQ(job.committed_checkpoints(0).holders(0).worker(), "w1");
+}
+
+// After a restart a RUNNING job's worker gets one lease to register again, counted from
+// the first tick, not from when the store began loading: a store that loads for longer
+// than a lease restarts nothing. Once that lease is over, the worker is gone.
+TEST_F(CoordinatorTest, AfterARestartWorkersGetALeaseFromTheFirstTickToRegisterAgain) {
+  const std::string id = RunningJobOnW1();
+  ASSERT_EQ(StateOf(id), v1::RUNNING);
+  Reopen();
+  clock_.Advance(std::chrono::milliseconds(600));  // two leases between the store's load and the first tick
+  c_->Tick();
+  EXPECT_EQ(StateOf(id), v1::RUNNING) << c_->Get(id)->reason();
+  EXPECT_EQ(c_->Get(id)->attempt(), 0);
+  clock_.Advance(std::chrono::milliseconds(400));  // more than a lease since that tick, and w1 silent
+  c_->Tick();
+  const v1::Job job = c_->Get(id).value();
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.attempt(), 1);
+  const std::string why = job.events(job.events_size() - 1).reason();
+  EXPECT_NE(why.find("worker w1 lost"), std::string::npos) << why;
 }
 
 // Issue 18: when no worker at all reaches the coordinator (its own host cut off), none is
@@ -1012,23 +1086,6 @@ TEST_F(CoordinatorTest, AStopThatTakesTooLongIsRequeuedAtTheStopTimeout) {
   EXPECT_EQ(job.state(), v1::QUEUED);
   EXPECT_EQ(job.attempt(), 1);
   EXPECT_EQ(job.restarts(), 0);
-}
-
-// After the coordinator restarts, the workers of running jobs get one lease to register
-// again before their attempts count as lost.
-TEST_F(CoordinatorTest, AfterARestartWorkersHaveOneLeaseToComeBack) {
-  const std::string id = RunningJobOnW1();
-  Reopen();  // w1 is unknown to the new coordinator
-  clock_.Advance(300ms);
-  c_->Tick();
-  EXPECT_EQ(StateOf(id), v1::RUNNING);
-  clock_.Advance(1ms);
-  c_->Tick();
-  auto job = c_->Get(id).value();
-  EXPECT_EQ(job.state(), v1::QUEUED);
-  EXPECT_EQ(job.attempt(), 1);
-  const std::string why = job.events(job.events_size() - 1).reason();
-  EXPECT_NE(why.find("worker w1 lost"), std::string::npos) << why;
 }
 
 // The training curve stays within kMaxTrainPoints however long the run: when full every

@@ -2,7 +2,8 @@
 // (no servers): trials made up to the parallelism and once across a restart; a held job is
 // not placed until released; a cancelled sweep cancels every job it made and makes no more;
 // a Hold or Release whose pass was not written is undone from the record; a trial that
-// trained its last step is not paused.
+// trained its last step is not paused; a sweep that fails stops its paused trials, and a
+// stop whose pass was not written is STOPPED all the same.
 #include "coordinator/sweeps.h"
 
 #include <gtest/gtest.h>
@@ -220,6 +221,73 @@ TEST_F(SweepsTest, AHoldOrReleaseThatThePassDidNotWriteIsUndoneFromTheRecord) {
   ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
   EXPECT_TRUE(c_->Get(jobs[0].id())->held_by().empty());
   EXPECT_EQ(c_->Get(jobs[1].id())->held_by(), "sweep " + sweep.id() + ": paused at rung 0");
+}
+
+// A sweep that fails (a trial it cannot make: here its request id is taken by another of
+// the owner's jobs, with another spec) promotes no paused trial any more: each is STOPPED
+// and its job CANCELLED, not left QUEUED and held for ever (counted against the owner's
+// job limit, and out of CancelSweep's reach once the sweep has ended).
+TEST_F(SweepsTest, AFailedSweepStopsItsPausedTrials) {
+  const v1::Sweep sweep = Submit("asha", 3, 2);
+  const v1::Sweep made = PlaceTrials(sweep.id(), 2);
+  ASSERT_EQ(made.trials_size(), 2);
+  const std::string t0 = made.trials(0).job_id(), t1 = made.trials(1).job_id();
+  StatusOr<v1::JobSpec> other = TrialSpec(sweep.spec(), TrialParams(sweep.spec(), 0));
+  ASSERT_TRUE(other.ok());
+  other->set_name("not-a-trial");
+  ASSERT_TRUE(c_->Submit(*other, "alice", sweep.id() + "-t2").ok());
+  // t0 best at rung 0; t1 worse: paused there, which makes room for trial 2, which fails.
+  ASSERT_TRUE(c_->ReportTask("w1", Report(t0, v1::TASK_RUNNING, 10, 100, {{10, 0.5}})).ok());
+  ASSERT_TRUE(c_->ReportTask("w1", Report(t1, v1::TASK_RUNNING, 10, 100, {{10, 0.7}})).ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  const v1::Sweep after = *c_->GetSweep(sweep.id());
+  EXPECT_EQ(after.state(), v1::FAILED) << after.reason();
+  EXPECT_NE(after.reason().find("request_id"), std::string::npos) << after.reason();
+  ASSERT_EQ(after.trials_size(), 2);
+  EXPECT_EQ(after.trials(0).state(), v1::TRIAL_RUNNING);
+  EXPECT_EQ(c_->Get(t0)->state(), v1::RUNNING);  // a running trial runs on to its end
+  EXPECT_EQ(after.trials(1).state(), v1::TRIAL_STOPPED);
+  const v1::Job stopped = *c_->Get(t1);
+  EXPECT_EQ(stopped.state(), v1::CANCELLED) << stopped.reason();
+  EXPECT_EQ(stopped.reason().rfind("sweep " + sweep.id() + ": stopped at rung 0", 0), 0u) << stopped.reason();
+  // Nothing is left for a later pass (it reads no ended sweep) or CancelSweep (refused).
+  EXPECT_EQ(c_->CancelSweep(sweep.id()).status().code(), Status::kFailedPrecondition);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_EQ(c_->GetSweep(sweep.id())->trials(1).state(), v1::TRIAL_STOPPED);
+}
+
+// The sweep cancels a paused trial's job to stop it before it writes its record: a pass
+// that got only as far as the cancel (a crash) leaves the record RUNNING with the trial
+// PAUSED. The next pass reads that cancel as the stop it was, not as the owner's.
+TEST_F(SweepsTest, AStopWhoseRecordWasNotWrittenIsAStopAfterAll) {
+  const v1::Sweep sweep = Submit("asha", 2, 2);
+  const v1::Sweep made = PlaceTrials(sweep.id(), 2);
+  ASSERT_EQ(made.trials_size(), 2);
+  const std::string t0 = made.trials(0).job_id(), t1 = made.trials(1).job_id();
+  ASSERT_TRUE(c_->ReportTask("w1", Report(t0, v1::TASK_RUNNING, 10, 100, {{10, 0.5}})).ok());
+  ASSERT_TRUE(c_->ReportTask("w1", Report(t1, v1::TASK_RUNNING, 10, 100, {{10, 0.7}})).ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  ASSERT_EQ(c_->GetSweep(sweep.id())->trials(1).state(), v1::TRIAL_PAUSED);
+  ASSERT_TRUE(c_->ReportTask("w1", Report(t0, v1::TASK_SUCCEEDED, 100, 100, {{10, 0.5}, {100, 0.3}})).ok());
+  // What the pass that ended the sweep did before it crashed.
+  ASSERT_TRUE(c_->Cancel(t1, "sweep " + sweep.id() + ": stopped at rung 0").ok());
+  ASSERT_EQ(c_->GetSweep(sweep.id())->trials(1).state(), v1::TRIAL_PAUSED);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  const v1::Sweep after = *c_->GetSweep(sweep.id());
+  EXPECT_EQ(after.trials(0).state(), v1::TRIAL_COMPLETED);
+  EXPECT_EQ(after.trials(1).state(), v1::TRIAL_STOPPED);
+  EXPECT_EQ(after.state(), v1::SUCCEEDED) << after.reason();
+  // The owner's own cancel of a paused trial stays a cancel.
+  const v1::Sweep mine = Submit("asha", 2, 2);
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  const std::string job = c_->GetSweep(mine.id())->trials(0).job_id();
+  v1::Sweep record = *c_->GetSweep(mine.id());
+  record.mutable_trials(0)->set_state(v1::TRIAL_PAUSED);
+  record.mutable_trials(0)->set_rung(0);
+  ASSERT_TRUE(c_->UpdateSweep(record).ok());
+  ASSERT_TRUE(c_->Cancel(job, "not needed").ok());
+  ASSERT_TRUE(SweepRunner(c_.get()).Pass().ok());
+  EXPECT_EQ(c_->GetSweep(mine.id())->trials(0).state(), v1::TRIAL_CANCELLED);
 }
 
 // A trial whose job has trained its last step is not paused: pausing saves no step (its
