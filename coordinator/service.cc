@@ -321,11 +321,14 @@ grpc::Status JobServiceImpl::GetArtifacts(grpc::ServerContext* ctx, const v1::Ge
   auto where = c_->ModelOf(req->id(), req->step());
   if (!where.ok()) return timer.Done(ToGrpc(where.status()));
   auto write = [&](const v1::ArtifactChunk& chunk) { return !ctx->IsCancelled() && writer->Write(chunk); };
-  // The shared checkpoint root first: no worker needed.
-  if (!checkpoint_root_.empty() && !std::filesystem::is_symlink(checkpoint_root_ + "/" + req->id())) {
+  // The shared checkpoint root first: no worker needed. A job folder this user cannot read
+  // (an owner's, mode 0700, under --slurm-submit-as-owner) is not there for it.
+  std::error_code ec;
+  if (!checkpoint_root_.empty() && !std::filesystem::is_symlink(checkpoint_root_ + "/" + req->id(), ec)) {
     const std::string job_dir = checkpoint_root_ + "/" + req->id();  // a job's code cannot replace it: the root's
     for (const std::string& dir : {job_dir + "/" + ModelStepFolderName(req->step()), job_dir + "/model"}) {
-      if (!std::filesystem::exists(dir + "/" + kChecksumsFile) || (req->step() > 0 && ModelFolderStep(dir) != req->step()))
+      if (!std::filesystem::exists(dir + "/" + kChecksumsFile, ec) ||
+          (req->step() > 0 && ModelFolderStep(dir) != req->step()))
         continue;
       return timer.Done(ToGrpc(SendModelFolder(dir, job_dir, where->model.step(), write)));
     }

@@ -273,6 +273,12 @@ StatusOr<std::string> SlurmCluster::Submit(const AllocationRequest& request) {
     if (!unix_name)
       return Status::InvalidArgument("owner '" + request.owner +
                                      "' is not a Unix user name: cannot submit as them (--slurm-submit-as-owner)");
+    // Their allocation would run as root, or as us: it could read the coordinator's secret.
+    if (request.owner == "root" || request.owner == self_)
+      return Status::InvalidArgument("owner '" + request.owner + "' is " +
+                                     (request.owner == "root" ? "root" : "the coordinator's own user") +
+                                     ": no job is submitted as them (--slurm-submit-as-owner); give the job's owner a "
+                                     "token of their own user");
     std::vector<std::string> as_owner = {"-n", "-u", request.owner, "--preserve-env=SLURM_CONF", "--", program};
     args.insert(args.begin(), as_owner.begin(), as_owner.end());
     program = options_.sudo;

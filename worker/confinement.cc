@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -140,15 +141,76 @@ Status GiveTree(int dir, const std::string& path, uid_t uid, gid_t gid, int dept
   return s;
 }
 
-// Creates `path` and gives its tree to uid:gid; `path` itself must not be a link.
-Status GiveFolder(const std::string& path, uid_t uid, gid_t gid) {
+// Whether a job's folder owned by `uid` is the job's: made by this worker's user, or given
+// to the user a root worker runs jobs as (GiveFolder, on an earlier attempt). No other
+// user's: on a shared checkpoint root that would be another owner's planting.
+bool MayOwnJobFolder(uid_t uid) {
+  const Settings& s = Current();
+  return uid == ::geteuid() || (s.switch_user && uid == s.uid);
+}
+
+// " (owner uid U, mode 0MMM)": what a refusal says of the entry with status `st`.
+std::string OwnerAndMode(const struct stat& st) {
+  char mode[16];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return " (owner uid " + std::to_string(st.st_uid) + ", mode " + mode + ")";
+}
+
+// Why the entry at `path` with (lstat's) status `st` is not a job's own folder; "" when it
+// is. Group or others' write would let them put files in it, and rename a step in.
+std::string NotAJobFolder(const std::string& path, const struct stat& st) {
+  const std::string what = path + OwnerAndMode(st);
+  if (S_ISLNK(st.st_mode)) return what + " is a symbolic link, not a folder";
+  if (!S_ISDIR(st.st_mode)) return what + " is not a folder";
+  if (!MayOwnJobFolder(st.st_uid))
+    return what + " belongs to another user, not to this worker's (uid " + std::to_string(::geteuid()) + ")";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return what + " is writable by other users";
+  return "";
+}
+
+Status RefuseJobFolder(const std::string& why) {
+  return Status::PermissionDenied("refusing the job's checkpoint folder " + why +
+                                  ": another user may have made it or put files in it (a worker makes it "
+                                  "mode 0700); its owner or an admin removes it to run the job");
+}
+
+// `path` (a job's folder) made mode 0700 or checked, open: the descriptor, the caller's to
+// close. What it checked is what the descriptor refers to (fstat after an O_NOFOLLOW
+// open), so a folder swapped in after the check is not the one returned.
+StatusOr<int> OpenJobFolder(const std::string& path) {
   std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return Status::IOError("cannot create " + path + ": " + ec.message());
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);  // the root: its mode is the operator's
+  if (ec) return Status::IOError("cannot create " + parent.string() + ": " + ec.message());
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Errno("cannot create " + path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open " + path + " (a link is refused)");
-  Status s = GiveTree(fd, path, uid, gid, 0);
+  struct stat st;
+  if (fd < 0) {
+    const int error = errno;  // a link (ELOOP) or not a folder (ENOTDIR): say what is there
+    const std::string why = ::lstat(path.c_str(), &st) == 0 ? NotAJobFolder(path, st) : "";
+    if (!why.empty()) return RefuseJobFolder(why);
+    errno = error;
+    return Errno("cannot open " + path);
+  }
+  Status s;
+  if (::fstat(fd, &st) != 0) {
+    s = Errno("cannot read the status of " + path);
+  } else if (std::string why = NotAJobFolder(path, st); !why.empty()) {
+    s = RefuseJobFolder(why);
+  } else if ((st.st_mode & 07777) != 0700 && ::fchmod(fd, 0700) != 0) {
+    s = Errno("cannot make " + path + " private (mode 0700)");
+  }
+  if (s.ok()) return fd;
   ::close(fd);
+  return s;
+}
+
+// Makes or checks `path` (OpenJobFolder) and gives its tree to uid:gid.
+Status GiveFolder(const std::string& path, uid_t uid, gid_t gid) {
+  StatusOr<int> fd = OpenJobFolder(path);
+  if (!fd.ok()) return fd.status();
+  Status s = GiveTree(fd.value(), path, uid, gid, 0);
+  ::close(fd.value());
   return s;
 }
 
@@ -302,6 +364,13 @@ std::string DescribeConfinement() {
          ", in a mount namespace of their own, hiding " + hidden + " but for their own folders";
 }
 
+Status MakeJobFolder(const std::string& path) {
+  StatusOr<int> fd = OpenJobFolder(path);
+  if (!fd.ok()) return fd.status();
+  ::close(fd.value());
+  return Status::OK();
+}
+
 StatusOr<ChildSetup> ChildSetup::Prepare(const JobView* view) {
   const Settings& s = Current();
   ChildSetup c;
@@ -327,10 +396,10 @@ Status ChildSetup::PlanView(const JobView& view) {
   for (const auto& [paths, writable] : {std::make_pair(&view.read_only, false), std::make_pair(&view.writable, true)}) {
     for (const std::string& p : *paths) {
       if (p.empty()) continue;
+      // The job's folder as named, not Canonical's (which follows a link put in its place).
+      if (writable) NS_RETURN_IF_ERROR(s.switch_user ? GiveFolder(p, s.uid, s.gid) : MakeJobFolder(p));
       const std::string path = Canonical(p);
       std::error_code ec;
-      if (writable && s.switch_user) NS_RETURN_IF_ERROR(GiveFolder(path, s.uid, s.gid));
-      if (writable && !s.switch_user) fs::create_directories(path, ec);
       if (fs::is_directory(path, ec)) binds[path] = binds[path] || writable;
     }
   }

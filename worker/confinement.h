@@ -57,13 +57,26 @@ void UnconfineChildren();
 // One line for the worker's log: who jobs run as and how they are confined.
 std::string DescribeConfinement();
 
+// Makes a job's own folder beneath a checkpoint root, `path` (<root>/<job id>; the root is
+// made if missing, with the umask's mode), mode 0700, or takes the one there as the job's
+// only if no other user can have put anything in it: a real folder (a link is not
+// followed), owned by this worker's effective user or by the user a root worker runs jobs
+// as (ChildSetup::Prepare gave it to them on an earlier attempt), and writable by its
+// owner alone. A folder taken is made 0700 (one made under an older worker's umask was
+// readable by every user). A shared root is writable by every owner and job ids are
+// predictable, so another user may have made <root>/<job id> first, to plant a checkpoint
+// the job would resume from or to read what it writes: PermissionDenied, naming the
+// folder, its owner and its mode. IOError when it cannot be made or opened.
+Status MakeJobFolder(const std::string& path);
+
 // What one child needs between fork and exec, made before the fork.
 class ChildSetup {
  public:
   // `view`: the job's own folders; null for a process of the worker's own (data
   // preparation), which keeps the worker's user and files and loses only the hidden files.
-  // For a job run as another user, creates each writable folder and gives its whole tree
-  // (links are not followed) to that user.
+  // Each writable folder (the job's checkpoint folder) is made or checked by
+  // MakeJobFolder; for a job run as another user, its whole tree (links are not followed)
+  // is then given to that user.
   static StatusOr<ChildSetup> Prepare(const JobView* view);
 
   // Variables over the worker's environment: the job user's HOME, USER and LOGNAME.

@@ -23,6 +23,7 @@
 #include "tokenizer/folder.h"
 #include "worker/assignment.h"
 #include "worker/checkpoint_copy.h"
+#include "worker/confinement.h"
 #include "worker/data_prep.h"
 #include "worker/launcher.h"
 
@@ -202,6 +203,13 @@ void Task::Run() {
   std::error_code ec;
   fs::create_directories(job_dir, ec);
   if (ec) return Finish(v1::TASK_FAILED, "cannot create " + job_dir + ": " + ec.message(), false);
+  const std::string checkpoint_dir = CheckpointRoot(options_) + "/" + job_id;
+  // Before anything reads or fetches a checkpoint into it: the folder is the job's alone.
+  if (Status own = MakeJobFolder(checkpoint_dir); !own.ok()) {
+    // Every worker sees the same folder of a shared root: another one would refuse it too.
+    const bool retry_cannot_help = own.code() == Status::kPermissionDenied && !options_.checkpoint_root.empty();
+    return Finish(v1::TASK_FAILED, "worker " + options_.name + ": " + own.message(), retry_cannot_help);
+  }
 
   nlohmann::json data;
   bool user_error = false;
@@ -217,13 +225,13 @@ void Task::Run() {
     status_.set_master_addr(options_.advertise_host + ":" + std::to_string(port));
   }
   if (options_.checkpoint_root.empty()) {
-    const std::string note = CheckLocalCheckpoints(CheckpointRoot(options_) + "/" + job_id);
+    const std::string note = CheckLocalCheckpoints(checkpoint_dir);
     std::lock_guard<std::mutex> lock(mu_);
     status_.set_checkpoint_check(note);
     progress_dirty_ = true;
   }
   nlohmann::json config =
-      TrainerConfig(WithResolvedModelFolders(assignment_), data, CheckpointRoot(options_) + "/" + job_id,
+      TrainerConfig(WithResolvedModelFolders(assignment_), data, checkpoint_dir,
                     /*checkpoint_dir_shared=*/!options_.checkpoint_root.empty(), options_.data_roots);
   if (WaitsAtRungs()) {  // an ASHA trial: waits for Judged()
     config["await_steps"] = std::vector<int64_t>(assignment_.await_steps().begin(), assignment_.await_steps().end());

@@ -409,8 +409,9 @@ TEST(SlurmTest, AnAllocationThatLeftSqueueIsLookedUpInTheAccounting) {
 }
 
 // --slurm-submit-as-owner: sbatch runs as the job's owner through sudo, with the
-// cluster's SLURM_CONF kept; an owner that is not a Unix user name is refused before
-// anything runs; a job without an owner goes as the coordinator's user.
+// cluster's SLURM_CONF kept; an owner that is not a Unix user name, root or the
+// coordinator's own user is refused before anything runs; a job without an owner goes as
+// the coordinator's user.
 TEST(SlurmTest, AnAllocationIsSubmittedAsItsOwnerThroughSudo) {
   FakeRunner fake;
   SlurmOptions o;
@@ -430,13 +431,19 @@ TEST(SlurmTest, AnAllocationIsSubmittedAsItsOwnerThroughSudo) {
     EXPECT_EQ(refused.code(), Status::kInvalidArgument) << bad;
     EXPECT_NE(refused.message().find("is not a Unix user name"), std::string::npos) << refused.ToString();
   }
+  const std::string self = getpwuid(geteuid())->pw_name;
+  for (const std::string& privileged : {std::string("root"), self}) {  // would read the coordinator's secret
+    r.owner = privileged;
+    const Status refused = cluster.Submit(r).status();
+    EXPECT_EQ(refused.code(), Status::kInvalidArgument) << privileged;
+    EXPECT_NE(refused.message().find("no job is submitted as them"), std::string::npos) << refused.ToString();
+  }
   EXPECT_EQ(fake.calls.size(), 1u);  // none of those ran
   r.owner = "";
   ASSERT_TRUE(cluster.Submit(r).ok());
   EXPECT_EQ(fake.calls[1][0], "sbatch");
   // What List's allocations must run as to be ours (provisioner.h): the owner, else us.
   EXPECT_EQ(cluster.RunsAs("alice"), "alice");
-  const std::string self = getpwuid(geteuid())->pw_name;
   EXPECT_EQ(cluster.RunsAs(""), self);
   EXPECT_EQ(SlurmCluster(SlurmOptions(), &fake).RunsAs("alice"), self);
 }

@@ -481,5 +481,63 @@ TEST_F(AgentTest, ATrainerThatWouldFailAgainIsReportedAsAUserError) {
   }
 }
 
+// A shared checkpoint root is writable by every owner and job ids are predictable: another
+// user may make <root>/<job id> first (here writable by all, with a checkpoint planted in
+// it) for the job to resume from or write into. The task refuses the folder before data
+// preparation or any rank, naming it with its mode, as an error no other worker of that
+// root could get past (user_error: the job fails without restarts).
+TEST_F(AgentTest, ATaskRefusesACheckpointFolderOtherUsersCanWriteTo) {
+  options_.checkpoint_root = dir_ + "/shared";
+  const std::string job_dir = options_.checkpoint_root + "/job-1";
+  fs::create_directories(job_dir + "/" + format::StepDirName(90));
+  std::ofstream(job_dir + "/" + format::StepDirName(90) + "/COMPLETE") << "90\n";
+  ASSERT_EQ(::chmod(job_dir.c_str(), 0777), 0);
+  const std::string ran = dir_ + "/trainer-ran";
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path) << "#!/bin/sh\ntouch " << ran << "\necho '{\"event\":\"done\"}' >&3\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+  const v1::Assignment a = Assignment("job-1");
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));  // nothing else in the way
+  auto agent = AgentAssigned(a);
+  ASSERT_TRUE(RunUntil(agent.get(), [&] { return !fake_->reports.empty(); }));
+  const v1::TaskStatus& done = fake_->reports.back().status();
+  EXPECT_EQ(done.state(), v1::TASK_FAILED);
+  EXPECT_TRUE(done.user_error());
+  const std::string named = fs::path(job_dir).lexically_normal().string();  // as CheckpointRoot() makes it
+  EXPECT_NE(done.error().find(named + " (owner uid " + std::to_string(::geteuid()) + ", mode 0777)"),
+            std::string::npos)
+      << done.error();
+  EXPECT_FALSE(fs::exists(ran));
+  struct stat st;
+  ASSERT_EQ(::stat(job_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);  // refused as found, not taken over
+}
+
+// The task makes its job's checkpoint folder before its ranks start, mode 0700 whatever
+// the umask: under the usual 022 every other owner sharing the root could read it.
+TEST_F(AgentTest, ATaskMakesItsCheckpointFolderPrivate) {
+  options_.checkpoint_root = dir_ + "/shared";
+  const std::string job_dir = options_.checkpoint_root + "/job-1";
+  v1::Assignment a = Assignment("job-1");
+  CacheEntryFor(PrepOptionsFor(a.spec(), options_.data_roots));
+  const std::string seen = dir_ + "/seen";
+  options_.trainer_path = dir_ + "/fake-trainer";
+  std::ofstream(options_.trainer_path) << "#!/bin/sh\nstat -c %a " << job_dir << " > " << seen
+                                       << "\necho '{\"event\":\"done\"}' >&3\n";
+  ::chmod(options_.trainer_path.c_str(), 0755);
+  const mode_t umask_was = ::umask(022);
+  auto agent = AgentAssigned(a);
+  const bool finished = RunUntil(agent.get(), [&] {
+    return !fake_->reports.empty() && fake_->reports.back().status().state() == v1::TASK_SUCCEEDED;
+  });
+  ::umask(umask_was);
+  ASSERT_TRUE(finished) << (fake_->reports.empty() ? "no report" : fake_->reports.back().status().DebugString());
+  EXPECT_EQ(Read(seen), "700\n");
+  struct stat st;
+  ASSERT_EQ(::lstat(job_dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, ::geteuid());
+}
+
 }  // namespace
 }  // namespace nightshift
