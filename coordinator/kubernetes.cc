@@ -466,6 +466,10 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     it = jobs_.count(*it) ? std::next(it) : deadline_warned_.erase(it);
   std::vector<Allocation> allocations;
   for (auto& [name, job] : jobs_) {
+    Allocation a = AllocationOfJob(job);
+    // Labelled as ours but not named as we name its attempt's Job: another's (anyone who
+    // may make Jobs in the namespace can label one so), neither followed nor cancelled.
+    if (a.id != KubernetesName(a.job_id, a.attempt)) continue;
     StartDeadline(&job);
     allocations.push_back(AllocationOfJob(job));
   }

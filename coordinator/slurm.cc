@@ -273,10 +273,13 @@ StatusOr<std::string> SlurmCluster::Submit(const AllocationRequest& request) {
     if (!unix_name)
       return Status::InvalidArgument("owner '" + request.owner +
                                      "' is not a Unix user name: cannot submit as them (--slurm-submit-as-owner)");
-    // Their allocation would run as root, or as us: it could read the coordinator's secret.
-    if (request.owner == "root" || request.owner == self_)
+    // Their allocation would run as root (any user of uid 0), or as us: it could read the
+    // coordinator's secret.
+    const struct passwd* account = ::getpwnam(request.owner.c_str());
+    const bool as_root = request.owner == "root" || (account != nullptr && account->pw_uid == 0);
+    if (as_root || request.owner == self_ || (account != nullptr && account->pw_uid == ::geteuid()))
       return Status::InvalidArgument("owner '" + request.owner + "' is " +
-                                     (request.owner == "root" ? "root" : "the coordinator's own user") +
+                                     (as_root ? "root" : "the coordinator's own user") +
                                      ": no job is submitted as them (--slurm-submit-as-owner); give the job's owner a "
                                      "token of their own user");
     std::vector<std::string> as_owner = {"-n", "-u", request.owner, "--preserve-env=SLURM_CONF", "--", program};

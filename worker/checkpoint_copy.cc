@@ -18,6 +18,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
+#include "worker/confinement.h"
 
 namespace fs = std::filesystem;
 
@@ -425,6 +426,7 @@ Status CheckpointCopier::CopyInto(const v1::CheckpointCopy& copy, bool own_task,
       (!exact && !held.empty() && held.back() > copy.step()))
     return Status::OK();
 
+  NS_RETURN_IF_ERROR(MakeJobFolder(job_dir.string()));  // the job's own from its first file (confinement.h)
   StatusOr<fs::path> incoming = PrepareIncoming(job_dir, copy.step());
   if (!incoming.ok()) return incoming.status();
   IncomingCheckpoint files(incoming.value(), what, copy.step(), copy.manifest_sha256());

@@ -192,13 +192,17 @@ StatusOr<int> OpenJobFolder(const std::string& path) {
     errno = error;
     return Errno("cannot open " + path);
   }
+  // Under a setgid root its group (the operator's, holding the coordinator's user, which
+  // serves `job artifacts` from it) may read; else the owner alone.
+  struct stat root;
+  const mode_t want = ::stat(parent.empty() ? "." : parent.c_str(), &root) == 0 && (root.st_mode & S_ISGID) ? 0750 : 0700;
   Status s;
   if (::fstat(fd, &st) != 0) {
     s = Errno("cannot read the status of " + path);
   } else if (std::string why = NotAJobFolder(path, st); !why.empty()) {
     s = RefuseJobFolder(why);
-  } else if ((st.st_mode & 07777) != 0700 && ::fchmod(fd, 0700) != 0) {
-    s = Errno("cannot make " + path + " private (mode 0700)");
+  } else if ((st.st_mode & 0777) != want && ::fchmod(fd, want | (st.st_mode & S_ISGID)) != 0) {
+    s = Errno("cannot make " + path + " private (mode 0" + std::to_string(want == 0750 ? 750 : 700) + ")");
   }
   if (s.ok()) return fd;
   ::close(fd);

@@ -63,7 +63,8 @@ std::string DescribeConfinement();
 // followed), owned by this worker's effective user or by the user a root worker runs jobs
 // as (ChildSetup::Prepare gave it to them on an earlier attempt), and writable by its
 // owner alone. A folder taken is made 0700 (one made under an older worker's umask was
-// readable by every user). A shared root is writable by every owner and job ids are
+// readable by every user), or 0750 under a root with the setgid bit (the folder's group,
+// the root's, the operator's for the coordinator's user, which reads `job artifacts`). A shared root is writable by every owner and job ids are
 // predictable, so another user may have made <root>/<job id> first, to plant a checkpoint
 // the job would resume from or to read what it writes: PermissionDenied, naming the
 // folder, its owner and its mode. IOError when it cannot be made or opened.

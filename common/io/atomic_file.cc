@@ -178,9 +178,14 @@ int OpenFileBeneath(const std::vector<std::string>& roots, const std::string& pa
     *error = path + " is not a normalized path under the data roots";
     return -1;
   }
-  const int dir = ::open(root->c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  // The root itself not through a link either (resolved roots have none there): a job's
+  // folder swapped for a link to another's between two reads is not read through.
+  const int dir = ::open(root->c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dir < 0) {
-    *error = OpenError(*root, errno);
+    const int open_errno = errno;
+    struct stat st;
+    const bool link = ::lstat(root->c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+    *error = link ? *root + " is a symbolic link, not the folder it was" : OpenError(*root, open_errno);
     return -1;
   }
   const std::string relative = path.substr(*root == "/" ? 1 : root->size() + 1);

@@ -50,8 +50,8 @@ std::string ReadRegularFile(const std::string& path, uint64_t max_bytes, std::st
 bool PathWithin(const std::string& root, const std::string& path);
 
 // Opens the file at the absolute, normalized `path` under one of `roots` (absolute,
-// resolved) for reading, relative to that root with openat2(2) RESOLVE_BENEATH: symbolic
-// links that stay inside the root are followed (a Hugging Face cache's snapshot folders
+// resolved: a root that is a link now is refused) for reading, relative to that root with
+// openat2(2) RESOLVE_BENEATH: symbolic links that stay inside the root are followed (a Hugging Face cache's snapshot folders
 // link to its blobs), any that lead out are refused at this open. So a path checked once
 // and then swapped for a link to a file outside the roots is not read: whoever opens a
 // user's file opens it here, once, and reads or maps that descriptor. Empty `roots`: no

@@ -412,6 +412,24 @@ std::string ApiTime(std::chrono::system_clock::time_point t) {
 // Without Kueue a Job starts when it is made, and its pods may wait for nodes: the time
 // limit (2 h) becomes its deadline only once every pod is ready, counted from then (the
 // deadline counts from the Job's start: 100 s before, here), set once.
+// A Job someone else made with our labels (the job's and attempt's) is not the attempt's:
+// the one listed is the one named as we name it.
+TEST_F(KubernetesApiTest, AJobLabelledAsOursButNamedOtherwiseIsNotOurs) {
+  ASSERT_TRUE(cluster.List().ok());
+  json impostor = KubernetesObjects(Request(), o).back();
+  ASSERT_EQ(impostor.value("kind", ""), "Job");
+  impostor["metadata"]["name"] = "aaa-impostor";
+  EXPECT_EQ(Call("POST", "/apis/batch/v1/namespaces/ml/jobs", impostor.dump()).status, 201);
+  StatusOr<std::vector<Allocation>> listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty());
+  ASSERT_TRUE(cluster.Submit(Request()).ok());
+  listed = cluster.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id, "nightshift-j-000007-a3");
+}
+
 TEST_F(KubernetesApiTest, AJobWithoutAQueueStartsItsTimeLimitOnceItsPodsRun) {
   KubernetesOptions plain = o;
   plain.priorities.clear();

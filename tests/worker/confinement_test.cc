@@ -55,6 +55,24 @@ TEST_F(ConfinementTest, AJobFolderIsMadeOwnerOnlyWhateverTheUmask) {
   EXPECT_EQ(ModeOf(job_), 0700);
 }
 
+// Under a root with the setgid bit the folder takes the root's group (the operator's, for
+// the coordinator's user, which serves `job artifacts` from the shared root), which may
+// read it: 0750. Another user outside that group still reads nothing.
+TEST_F(ConfinementTest, UnderASetgidRootTheRootsGroupMayReadAJobFolder) {
+  fs::create_directories(root_);
+  ASSERT_EQ(::chmod(root_.c_str(), 03777), 0);
+  const Status made = MakeJobFolder(job_);
+  ASSERT_TRUE(made.ok()) << made.ToString();
+  struct stat st, root;
+  ASSERT_EQ(::lstat(job_.c_str(), &st), 0);
+  ASSERT_EQ(::lstat(root_.c_str(), &root), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  EXPECT_EQ(st.st_gid, root.st_gid);
+  ASSERT_EQ(::chmod(job_.c_str(), 0755), 0);  // an older worker's: tightened to 0750
+  EXPECT_TRUE(MakeJobFolder(job_).ok());
+  EXPECT_EQ(ModeOf(job_) & 0777, 0750);
+}
+
 // A folder an older worker made under the umask (0755: every user could read the job's
 // checkpoints) is the worker's own: taken, and made 0700, its files kept.
 TEST_F(ConfinementTest, AnOwnJobFolderReadableByOthersIsMadeOwnerOnly) {

@@ -115,6 +115,14 @@ TEST(ReadFileBeneathTest, ALinkSwappedInAfterTheCheckIsNotFollowed) {
   ASSERT_EQ(ReadFilePrefixBeneath({root}, root + "/model/tokenizer.model", 2, &out), "");  // a longer file: its start
   EXPECT_EQ(out, "bl");
 
+  // The root itself swapped for a link (a job's folder for another's, between two reads).
+  fs::rename(root, root + ".old");
+  fs::create_directory_symlink(root + ".old", root);
+  err = ReadFileBeneath({root}, root + "/model/tokenizer.model", 100, &out);
+  EXPECT_NE(err.find("is a symbolic link"), std::string::npos) << err;
+  fs::remove(root);
+  fs::rename(root + ".old", root);
+
   // Paths outside every root, or climbing out, are refused without opening anything.
   EXPECT_NE(ReadFileBeneath({root}, outside + "/tokenizer.model", 100, &out).find("not a normalized path under"),
             std::string::npos);

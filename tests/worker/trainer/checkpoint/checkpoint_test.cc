@@ -268,8 +268,8 @@ TEST(CheckpointFencingTest, ALaterAttemptsClaimStopsAnOlderOneCommitting) {
 
 // A zombie that passed the fence before its successor's claim showed, and saves a step the
 // successor has committed meanwhile (on a shared root: it hung in the save): its save
-// fails and the successor's checkpoint of that step stays, whole; a save of a step the
-// successor has not reached leaves no staging folder once it failed.
+// fails at the commit, leaving no staging folder, and the successor's checkpoint of that
+// step stays, whole. Once the claim shows, a save fails before it writes anything.
 TEST(CheckpointFencingTest, AZombiesSaveNeverRemovesTheStepALaterAttemptCommitted) {
   const std::string dir = FreshDir("fence-same-step");
   torch::nn::Linear model(3, 2);
@@ -278,6 +278,8 @@ TEST(CheckpointFencingTest, AZombiesSaveNeverRemovesTheStepALaterAttemptCommitte
   zombie.Claim();
   successor.Save(At(6), *model, optimizer);  // its claim not yet seen by the zombie's fence check
   EXPECT_THROW(zombie.Save(At(6), *model, optimizer), FencedError);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find("staging"), std::string::npos) << e.path();
   RunPosition loaded;
   ASSERT_TRUE(successor.LoadLatest(*model, optimizer, &loaded));
   EXPECT_EQ(loaded.step, 6);
@@ -285,8 +287,6 @@ TEST(CheckpointFencingTest, AZombiesSaveNeverRemovesTheStepALaterAttemptCommitte
   successor.Claim();
   EXPECT_THROW(zombie.Save(At(7), *model, optimizer), FencedError);
   EXPECT_FALSE(fs::exists(dir + "/step-00000007"));
-  for (const auto& e : fs::directory_iterator(dir))
-    EXPECT_EQ(e.path().filename().string().find("staging"), std::string::npos) << e.path();
 }
 
 // Resume only from checkpoints of attempts up to this one: attempt 1 does not see (load,

@@ -431,6 +431,38 @@ TrainConfig CheckpointingTwoRanks(const std::string& dir) {
   return c;
 }
 
+// After an out-of-memory split (rank 1 ran out; both ranks cut their batches since) a
+// checkpoint keeps both ranks' micro-batch sizes, and a run stopped there resumes cutting as
+// the uninterrupted run does instead of running out again: the same weights. (Dropout 0:
+// the ranks are threads sharing one generator, so the agreed generators are not shown here.)
+TEST_F(DdpTest, AResumeAfterAnOutOfMemorySplitCutsAsTheUninterruptedRunDid) {
+  const auto faults = [](int r, RankInfo& rank) {
+    if (r == 1) rank.faults.oom_above_tokens = 30;  // batches are 8 x up to 12 tokens
+  };
+  const auto run = [&](const std::string& name, bool stop_first) {
+    TrainConfig c = CheckpointingTwoRanks(testing::FreshDir(name));
+    c.checkpoint.every_steps = 0;
+    if (stop_first) {
+      RequestStop();
+      std::vector<MemoryProgressSink> stopped(2);
+      EXPECT_EQ(TrainRanks(c, &stopped, faults), std::vector<int>({kExitStopped, kExitStopped}));
+      ClearStopRequest();
+      RunPosition saved;
+      EXPECT_TRUE(CheckpointManager(CheckpointOptions{c.checkpoint_dir}).PeekLatest(&saved));
+      EXPECT_EQ(saved.micro_batch_tokens.size(), 2u);
+      for (const int64_t tokens : saved.micro_batch_tokens) EXPECT_GT(tokens, 0);
+    }
+    std::vector<MemoryProgressSink> progress(2);
+    EXPECT_EQ(TrainRanks(c, &progress, faults), std::vector<int>({kExitOk, kExitOk}));
+    for (const auto& record : progress[1].records)
+      if (stop_first && record.event == "step") EXPECT_EQ(record.Number("oom_recoveries"), 0) << "ran out again";
+    return NewestParameters(c, c.checkpoint_dir);
+  };
+  const std::vector<torch::Tensor> resumed = run("ddp_oom_resume", true), uninterrupted = run("ddp_oom_resume_ref", false);
+  ASSERT_EQ(resumed.size(), uninterrupted.size());
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << i;
+}
+
 // Issue 18: ranks without a shared checkpoint folder resume from the newest checkpoint
 // any of them holds. Rank 0's disk has step 3, rank 1's step 6 (rank 0's worker was
 // replaced, rank 1 sits where rank 0 once ran): both resume from 6, rank 0 receives it
