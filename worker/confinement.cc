@@ -168,8 +168,8 @@ std::string NotAJobFolder(const std::string& path, const struct stat& st) {
   return "";
 }
 
-Status RefuseJobFolder(const std::string& why) {
-  return Status::PermissionDenied("refusing the job's checkpoint folder " + why +
+Status RefuseJobFolder(const std::string& what, const std::string& why) {
+  return Status::PermissionDenied("refusing " + what + " " + why +
                                   ": another user may have made it or put files in it (a worker makes it "
                                   "mode 0700); its owner or an admin removes it to run the job");
 }
@@ -177,7 +177,7 @@ Status RefuseJobFolder(const std::string& why) {
 // `path` (a job's folder) made mode 0700 or checked, open: the descriptor, the caller's to
 // close. What it checked is what the descriptor refers to (fstat after an O_NOFOLLOW
 // open), so a folder swapped in after the check is not the one returned.
-StatusOr<int> OpenJobFolder(const std::string& path) {
+StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what = "the job's checkpoint folder") {
   std::error_code ec;
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);  // the root: its mode is the operator's
@@ -188,7 +188,7 @@ StatusOr<int> OpenJobFolder(const std::string& path) {
   if (fd < 0) {
     const int error = errno;  // a link (ELOOP) or not a folder (ENOTDIR): say what is there
     const std::string why = ::lstat(path.c_str(), &st) == 0 ? NotAJobFolder(path, st) : "";
-    if (!why.empty()) return RefuseJobFolder(why);
+    if (!why.empty()) return RefuseJobFolder(what, why);
     errno = error;
     return Errno("cannot open " + path);
   }
@@ -200,7 +200,7 @@ StatusOr<int> OpenJobFolder(const std::string& path) {
   if (::fstat(fd, &st) != 0) {
     s = Errno("cannot read the status of " + path);
   } else if (std::string why = NotAJobFolder(path, st); !why.empty()) {
-    s = RefuseJobFolder(why);
+    s = RefuseJobFolder(what, why);
   } else if ((st.st_mode & 0777) != want && ::fchmod(fd, want | (st.st_mode & S_ISGID)) != 0) {
     s = Errno("cannot make " + path + " private (mode 0" + std::to_string(want == 0750 ? 750 : 700) + ")");
   }
@@ -368,8 +368,8 @@ std::string DescribeConfinement() {
          ", in a mount namespace of their own, hiding " + hidden + " but for their own folders";
 }
 
-Status MakeJobFolder(const std::string& path) {
-  StatusOr<int> fd = OpenJobFolder(path);
+Status MakeJobFolder(const std::string& path, const std::string& what) {
+  StatusOr<int> fd = OpenJobFolder(path, what);
   if (!fd.ok()) return fd.status();
   ::close(fd.value());
   return Status::OK();

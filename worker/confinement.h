@@ -68,7 +68,11 @@ std::string DescribeConfinement();
 // predictable, so another user may have made <root>/<job id> first, to plant a checkpoint
 // the job would resume from or to read what it writes: PermissionDenied, naming the
 // folder, its owner and its mode. IOError when it cannot be made or opened.
-Status MakeJobFolder(const std::string& path);
+// `what` names the folder in a refusal. An allocation's own work dir (nightshift-worker
+// --allocation-job: <work-dir>/<job>-a<attempt>-<node>, a name foreseeable in a folder
+// every owner may write) is made and checked so too: a feature cache planted there would
+// feed the job.
+Status MakeJobFolder(const std::string& path, const std::string& what = "the job's checkpoint folder");
 
 // What one child needs between fork and exec, made before the fork.
 class ChildSetup {

@@ -149,7 +149,13 @@ Status CheckOptions(WorkerOptions* o) {
     NS_INFO("worker: data confined to " << roots);
   }
   std::error_code ec;
-  std::filesystem::create_directories(o->work_dir, ec);
+  // In an allocation, the work dir of its own (EnterAllocation) made as a job's folder is
+  // (confinement.h): the node's --work-dir may be every owner's.
+  if (!o->allocation.job_id().empty()) {
+    NS_RETURN_IF_ERROR(MakeJobFolder(o->work_dir, "the allocation's work dir"));
+  } else {
+    std::filesystem::create_directories(o->work_dir, ec);
+  }
   // The node's disk (full, read-only), not the flag: exit 1, another try elsewhere.
   if (ec) return Status::IOError("cannot create --work-dir " + o->work_dir + ": " + ec.message());
   o->work_dir = std::filesystem::absolute(o->work_dir).lexically_normal().string();  // no "/./": opened beneath
