@@ -90,6 +90,10 @@ json PodSpec(const AllocationRequest& r, const KubernetesOptions& o, const std::
                  {"runAsUser", o.run_as_user},
                  {"runAsGroup", o.run_as_user},
                  {"fsGroup", o.run_as_user},
+                 // The volume's modes changed only when its root is not the group's yet:
+                 // on every mount the kubelet would add group write to each job's
+                 // folder, which the worker then refuses (worker/confinement.h).
+                 {"fsGroupChangePolicy", "OnRootMismatch"},
                  {"seccompProfile", SeccompProfile(o.seccomp_profile)}}},
                {"containers", json::array({container})},
                {"volumes", volumes}};
@@ -374,6 +378,18 @@ std::string JobsPath(const KubernetesOptions& o) {
 }
 }  // namespace
 
+namespace {
+
+// Labelled as ours, and named as we name the Job of the attempt its labels say: anyone who
+// may make Jobs in the namespace could label one so, and it is then never followed,
+// cancelled, looked up, nor made the owner of a Secret or Service of ours.
+bool NamedAsOurs(const json& job) {
+  const Allocation a = AllocationOfJob(job);
+  return !a.job_id.empty() && a.id == KubernetesName(a.job_id, a.attempt);
+}
+
+}  // namespace
+
 Status KubernetesCluster::Relist() {
   StatusOr<HttpResponse> r = api_->Call("GET", JobsPath(options_), "", options_.call_timeout_seconds);
   if (!r.ok()) return r.status();
@@ -381,7 +397,8 @@ Status KubernetesCluster::Relist() {
   const json list = json::parse(r->body, nullptr, false);
   if (!list.is_object() || !list.contains("items")) return Status::Unavailable("listing jobs: not a list");
   jobs_.clear();
-  for (const json& item : list["items"]) jobs_[item["metadata"].value("name", "")] = item;
+  for (const json& item : list["items"])
+    if (NamedAsOurs(item)) jobs_[item["metadata"].value("name", "")] = item;
   resource_version_ = list["metadata"].value("resourceVersion", "");
   return Status::OK();
 }
@@ -407,8 +424,8 @@ Status KubernetesCluster::Watch() {
       return Status::Unavailable("watching jobs: " + object.value("message", line));
     }
     const std::string name = object.value("metadata", json::object()).value("name", "");
-    if (type == "ADDED" || type == "MODIFIED") jobs_[name] = object;
-    if (type == "DELETED") {
+    if ((type == "ADDED" || type == "MODIFIED") && NamedAsOurs(object)) jobs_[name] = object;
+    if (type == "DELETED" && NamedAsOurs(object)) {
       jobs_.erase(name);
       if (deleted_.size() >= kDeletedKept) deleted_.erase(deleted_.begin());
       deleted_[name] = object;
@@ -466,10 +483,6 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     it = jobs_.count(*it) ? std::next(it) : deadline_warned_.erase(it);
   std::vector<Allocation> allocations;
   for (auto& [name, job] : jobs_) {
-    Allocation a = AllocationOfJob(job);
-    // Labelled as ours but not named as we name its attempt's Job: another's (anyone who
-    // may make Jobs in the namespace can label one so), neither followed nor cancelled.
-    if (a.id != KubernetesName(a.job_id, a.attempt)) continue;
     StartDeadline(&job);
     allocations.push_back(AllocationOfJob(job));
   }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -156,15 +157,27 @@ std::string OwnerAndMode(const struct stat& st) {
   return " (owner uid " + std::to_string(st.st_uid) + ", mode " + mode + ")";
 }
 
+// Whether this process is in group `gid` (its own, or a supplementary one: a Kubernetes
+// pod's fsGroup).
+bool InOurGroups(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  gid_t groups[256];
+  const int n = ::getgroups(256, groups);
+  return std::find(groups, groups + std::max(n, 0), gid) != groups + std::max(n, 0);
+}
+
 // Why the entry at `path` with (lstat's) status `st` is not a job's own folder; "" when it
-// is. Group or others' write would let them put files in it, and rename a step in.
+// is. Others' write, or a group's this process is not in, would let them put files in it,
+// and rename a step in. (A group of ours may: the kubelet gives a pod's fsGroup write on
+// its volume; a user's private group under umask 002.)
 std::string NotAJobFolder(const std::string& path, const struct stat& st) {
   const std::string what = path + OwnerAndMode(st);
   if (S_ISLNK(st.st_mode)) return what + " is a symbolic link, not a folder";
   if (!S_ISDIR(st.st_mode)) return what + " is not a folder";
   if (!MayOwnJobFolder(st.st_uid))
     return what + " belongs to another user, not to this worker's (uid " + std::to_string(::geteuid()) + ")";
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) return what + " is writable by other users";
+  if ((st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && !InOurGroups(st.st_gid)))
+    return what + " is writable by other users";
   return "";
 }
 
@@ -177,12 +190,21 @@ Status RefuseJobFolder(const std::string& what, const std::string& why) {
 // `path` (a job's folder) made mode 0700 or checked, open: the descriptor, the caller's to
 // close. What it checked is what the descriptor refers to (fstat after an O_NOFOLLOW
 // open), so a folder swapped in after the check is not the one returned.
-StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what = "the job's checkpoint folder") {
+// `roots_group_reads`: under a setgid root whose group this process is not in (the
+// operator's, holding the coordinator's user, which serves `job artifacts` from it), that
+// group may read (0750); else, and for every other folder, the owner alone.
+StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what, bool roots_group_reads) {
   std::error_code ec;
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);  // the root: its mode is the operator's
   if (ec) return Status::IOError("cannot create " + parent.string() + ": " + ec.message());
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Errno("cannot create " + path);
+  struct stat root;
+  const bool shared = roots_group_reads && ::stat(parent.empty() ? "." : parent.c_str(), &root) == 0 &&
+                      (root.st_mode & S_ISGID) && !InOurGroups(root.st_gid);
+  const mode_t want = shared ? 0750 : 0700;
+  // Made so, not changed after: a chmod by a user outside the folder's group clears its
+  // setgid bit, and its steps would not take the group.
+  if (::mkdir(path.c_str(), want) != 0 && errno != EEXIST) return Errno("cannot create " + path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (fd < 0) {
@@ -192,10 +214,6 @@ StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what = "
     errno = error;
     return Errno("cannot open " + path);
   }
-  // Under a setgid root its group (the operator's, holding the coordinator's user, which
-  // serves `job artifacts` from it) may read; else the owner alone.
-  struct stat root;
-  const mode_t want = ::stat(parent.empty() ? "." : parent.c_str(), &root) == 0 && (root.st_mode & S_ISGID) ? 0750 : 0700;
   Status s;
   if (::fstat(fd, &st) != 0) {
     s = Errno("cannot read the status of " + path);
@@ -211,7 +229,7 @@ StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what = "
 
 // Makes or checks `path` (OpenJobFolder) and gives its tree to uid:gid.
 Status GiveFolder(const std::string& path, uid_t uid, gid_t gid) {
-  StatusOr<int> fd = OpenJobFolder(path);
+  StatusOr<int> fd = OpenJobFolder(path, "the job's checkpoint folder", /*roots_group_reads=*/true);
   if (!fd.ok()) return fd.status();
   Status s = GiveTree(fd.value(), path, uid, gid, 0);
   ::close(fd.value());
@@ -368,8 +386,15 @@ std::string DescribeConfinement() {
          ", in a mount namespace of their own, hiding " + hidden + " but for their own folders";
 }
 
-Status MakeJobFolder(const std::string& path, const std::string& what) {
-  StatusOr<int> fd = OpenJobFolder(path, what);
+Status MakeJobFolder(const std::string& path) {
+  StatusOr<int> fd = OpenJobFolder(path, "the job's checkpoint folder", /*roots_group_reads=*/true);
+  if (!fd.ok()) return fd.status();
+  ::close(fd.value());
+  return Status::OK();
+}
+
+Status MakeOwnFolder(const std::string& path, const std::string& what) {
+  StatusOr<int> fd = OpenJobFolder(path, what, /*roots_group_reads=*/false);
   if (!fd.ok()) return fd.status();
   ::close(fd.value());
   return Status::OK();

@@ -61,18 +61,21 @@ std::string DescribeConfinement();
 // made if missing, with the umask's mode), mode 0700, or takes the one there as the job's
 // only if no other user can have put anything in it: a real folder (a link is not
 // followed), owned by this worker's effective user or by the user a root worker runs jobs
-// as (ChildSetup::Prepare gave it to them on an earlier attempt), and writable by its
-// owner alone. A folder taken is made 0700 (one made under an older worker's umask was
-// readable by every user), or 0750 under a root with the setgid bit (the folder's group,
-// the root's, the operator's for the coordinator's user, which reads `job artifacts`). A shared root is writable by every owner and job ids are
-// predictable, so another user may have made <root>/<job id> first, to plant a checkpoint
+// as (ChildSetup::Prepare gave it to them on an earlier attempt), and writable by no one
+// else (a group this process is in may: a Kubernetes pod's fsGroup, which the kubelet
+// gives write on the volume). A folder taken is made 0700 (one made under an older
+// worker's umask was readable by every user), or 0750 under a setgid root whose group
+// this process is not in (the operator's, for the coordinator's user, which serves `job
+// artifacts`; a group the owners share would let them read each other's). A shared root
+// is writable by every owner and job ids are predictable, so another user may have made <root>/<job id> first, to plant a checkpoint
 // the job would resume from or to read what it writes: PermissionDenied, naming the
 // folder, its owner and its mode. IOError when it cannot be made or opened.
-// `what` names the folder in a refusal. An allocation's own work dir (nightshift-worker
-// --allocation-job: <work-dir>/<job>-a<attempt>-<node>, a name foreseeable in a folder
-// every owner may write) is made and checked so too: a feature cache planted there would
-// feed the job.
-Status MakeJobFolder(const std::string& path, const std::string& what = "the job's checkpoint folder");
+Status MakeJobFolder(const std::string& path);
+// The same for a folder of this worker's alone, always 0700, `what` naming it in a
+// refusal: an allocation's own work dir (nightshift-worker --allocation-job:
+// <work-dir>/<job>-a<attempt>-<node>, a name foreseeable in a folder every owner may
+// write; a feature cache planted there would feed the job).
+Status MakeOwnFolder(const std::string& path, const std::string& what);
 
 // What one child needs between fork and exec, made before the fork.
 class ChildSetup {

@@ -152,7 +152,7 @@ Status CheckOptions(WorkerOptions* o) {
   // In an allocation, the work dir of its own (EnterAllocation) made as a job's folder is
   // (confinement.h): the node's --work-dir may be every owner's.
   if (!o->allocation.job_id().empty()) {
-    NS_RETURN_IF_ERROR(MakeJobFolder(o->work_dir, "the allocation's work dir"));
+    NS_RETURN_IF_ERROR(MakeOwnFolder(o->work_dir, "the allocation's work dir"));
   } else {
     std::filesystem::create_directories(o->work_dir, ec);
   }

@@ -413,7 +413,9 @@ std::string ApiTime(std::chrono::system_clock::time_point t) {
 // limit (2 h) becomes its deadline only once every pod is ready, counted from then (the
 // deadline counts from the Job's start: 100 s before, here), set once.
 // A Job someone else made with our labels (the job's and attempt's) is not the attempt's:
-// the one listed is the one named as we name it.
+// the one listed is the one named as we name it; nor is a Secret named as that Job made
+// its own when a restarted coordinator makes its Jobs own their objects (deleting the Job
+// would have the Secret collected).
 TEST_F(KubernetesApiTest, AJobLabelledAsOursButNamedOtherwiseIsNotOurs) {
   ASSERT_TRUE(cluster.List().ok());
   json impostor = KubernetesObjects(Request(), o).back();
@@ -428,6 +430,16 @@ TEST_F(KubernetesApiTest, AJobLabelledAsOursButNamedOtherwiseIsNotOurs) {
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].id, "nightshift-j-000007-a3");
+  EXPECT_EQ(Call("POST", "/api/v1/namespaces/ml/secrets",
+                 R"({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aaa-impostor"}})")
+                .status,
+            201);
+  KubernetesCluster restarted{o, api.get()};
+  ASSERT_TRUE(restarted.List().ok());
+  const json secret = CallJson("GET", "/_test/objects/secrets/ml/aaa-impostor");
+  EXPECT_FALSE(secret["metadata"].contains("ownerReferences")) << secret.dump();
+  const json ours = CallJson("GET", "/_test/objects/secrets/ml/nightshift-j-000007-a3");
+  EXPECT_TRUE(ours["metadata"].contains("ownerReferences")) << ours.dump();
 }
 
 TEST_F(KubernetesApiTest, AJobWithoutAQueueStartsItsTimeLimitOnceItsPodsRun) {

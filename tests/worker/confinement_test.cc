@@ -55,22 +55,30 @@ TEST_F(ConfinementTest, AJobFolderIsMadeOwnerOnlyWhateverTheUmask) {
   EXPECT_EQ(ModeOf(job_), 0700);
 }
 
-// Under a root with the setgid bit the folder takes the root's group (the operator's, for
-// the coordinator's user, which serves `job artifacts` from the shared root), which may
-// read it: 0750. Another user outside that group still reads nothing.
-TEST_F(ConfinementTest, UnderASetgidRootTheRootsGroupMayReadAJobFolder) {
+// Under a setgid root whose group this worker is not in (the operator's, for the
+// coordinator's user, which serves `job artifacts` from the shared root) the folder takes
+// that group, which may read it: 0750, the setgid bit kept for its steps. Under a setgid
+// root of a group of the worker's (one the owners may share), the owner alone: 0700.
+TEST_F(ConfinementTest, UnderASetgidRootOfAnotherGroupThatGroupMayReadAJobFolder) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to give the root a group this process is not in)";
   fs::create_directories(root_);
+  ASSERT_EQ(::chown(root_.c_str(), static_cast<uid_t>(-1), 65534), 0);
   ASSERT_EQ(::chmod(root_.c_str(), 03777), 0);
   const Status made = MakeJobFolder(job_);
   ASSERT_TRUE(made.ok()) << made.ToString();
-  struct stat st, root;
+  struct stat st;
   ASSERT_EQ(::lstat(job_.c_str(), &st), 0);
-  ASSERT_EQ(::lstat(root_.c_str(), &root), 0);
   EXPECT_EQ(st.st_mode & 0777, 0750u);
-  EXPECT_EQ(st.st_gid, root.st_gid);
-  ASSERT_EQ(::chmod(job_.c_str(), 0755), 0);  // an older worker's: tightened to 0750
+  EXPECT_TRUE(st.st_mode & S_ISGID);
+  EXPECT_EQ(st.st_gid, 65534u);
+  ASSERT_EQ(::chmod(job_.c_str(), 02755), 0);  // an older worker's: tightened to 0750
   EXPECT_TRUE(MakeJobFolder(job_).ok());
   EXPECT_EQ(ModeOf(job_) & 0777, 0750);
+  fs::remove_all(job_);
+  ASSERT_EQ(::chown(root_.c_str(), static_cast<uid_t>(-1), ::getegid()), 0);
+  ASSERT_EQ(::chmod(root_.c_str(), 03777), 0);
+  ASSERT_TRUE(MakeJobFolder(job_).ok());
+  EXPECT_EQ(ModeOf(job_) & 0777, 0700);
 }
 
 // A folder an older worker made under the umask (0755: every user could read the job's
@@ -84,11 +92,21 @@ TEST_F(ConfinementTest, AnOwnJobFolderReadableByOthersIsMadeOwnerOnly) {
   EXPECT_TRUE(fs::is_directory(job_ + "/step-00000010"));
 }
 
-// Group or others' write lets them put a checkpoint in it, or rename one in: refused as
-// found, whoever owns it (here this worker's user itself).
+// Others' write, or a group's the worker is not in, lets them put a checkpoint in it, or
+// rename one in: refused as found, whoever owns it (here this worker's user itself). Write
+// for a group of the worker's (a pod's fsGroup, which the kubelet gives the volume) is
+// no one else's: taken, and made 0700.
 TEST_F(ConfinementTest, AJobFolderOthersCanWriteToIsRefused) {
+  fs::create_directories(job_);
+  ASSERT_EQ(::chmod(job_.c_str(), 02770), 0);
+  ASSERT_TRUE(MakeJobFolder(job_).ok());
+  EXPECT_EQ(ModeOf(job_) & 0777, 0700);
+  fs::remove_all(job_);
+  const bool root = ::geteuid() == 0;  // can give the folder a group this process is not in
   for (const int mode : {0777, 0770, 0702, 01777}) {
+    if (mode == 0770 && !root) continue;
     fs::create_directories(job_);
+    if (mode == 0770) ASSERT_EQ(::chown(job_.c_str(), static_cast<uid_t>(-1), 65534), 0);
     ASSERT_EQ(::chmod(job_.c_str(), static_cast<mode_t>(mode)), 0);
     const Status refused = MakeJobFolder(job_);
     EXPECT_EQ(refused.code(), Status::kPermissionDenied) << mode << ": " << refused.ToString();
