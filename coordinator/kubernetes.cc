@@ -424,8 +424,11 @@ Status KubernetesCluster::Watch() {
       return Status::Unavailable("watching jobs: " + object.value("message", line));
     }
     const std::string name = object.value("metadata", json::object()).value("name", "");
-    if ((type == "ADDED" || type == "MODIFIED") && NamedAsOurs(object)) jobs_[name] = object;
-    if (type == "DELETED" && NamedAsOurs(object)) {
+    if (type == "ADDED" || type == "MODIFIED") {
+      if (NamedAsOurs(object)) jobs_[name] = object;
+      else jobs_.erase(name);  // relabelled: no longer ours
+    }
+    if (type == "DELETED" && (NamedAsOurs(object) || jobs_.count(name))) {
       jobs_.erase(name);
       if (deleted_.size() >= kDeletedKept) deleted_.erase(deleted_.begin());
       deleted_[name] = object;

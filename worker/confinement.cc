@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <set>
 #include <utility>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -157,27 +158,24 @@ std::string OwnerAndMode(const struct stat& st) {
   return " (owner uid " + std::to_string(st.st_uid) + ", mode " + mode + ")";
 }
 
-// Whether this process is in group `gid` (its own, or a supplementary one: a Kubernetes
-// pod's fsGroup).
+// Whether this process is in group `gid` (its own, or a supplementary one). Unknown (the
+// groups unreadable) counts as in it: the folder is then the owner's alone.
 bool InOurGroups(gid_t gid) {
   if (gid == ::getegid()) return true;
-  gid_t groups[256];
-  const int n = ::getgroups(256, groups);
-  return std::find(groups, groups + std::max(n, 0), gid) != groups + std::max(n, 0);
+  std::vector<gid_t> groups(static_cast<size_t>(std::max(::getgroups(0, nullptr), 0)) + 1);
+  const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
+  return n < 0 || std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
 }
 
 // Why the entry at `path` with (lstat's) status `st` is not a job's own folder; "" when it
-// is. Others' write, or a group's this process is not in, would let them put files in it,
-// and rename a step in. (A group of ours may: the kubelet gives a pod's fsGroup write on
-// its volume; a user's private group under umask 002.)
+// is. Group or others' write would let them put files in it, and rename a step in.
 std::string NotAJobFolder(const std::string& path, const struct stat& st) {
   const std::string what = path + OwnerAndMode(st);
   if (S_ISLNK(st.st_mode)) return what + " is a symbolic link, not a folder";
   if (!S_ISDIR(st.st_mode)) return what + " is not a folder";
   if (!MayOwnJobFolder(st.st_uid))
     return what + " belongs to another user, not to this worker's (uid " + std::to_string(::geteuid()) + ")";
-  if ((st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && !InOurGroups(st.st_gid)))
-    return what + " is writable by other users";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return what + " is writable by other users";
   return "";
 }
 
@@ -229,7 +227,9 @@ StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what, bo
 
 // Makes or checks `path` (OpenJobFolder) and gives its tree to uid:gid.
 Status GiveFolder(const std::string& path, uid_t uid, gid_t gid) {
-  StatusOr<int> fd = OpenJobFolder(path, "the job's checkpoint folder", /*roots_group_reads=*/true);
+  // Its group becomes the job user's (GiveTree): the owner alone may read (this worker
+  // relays `job artifacts`).
+  StatusOr<int> fd = OpenJobFolder(path, "the job's checkpoint folder", /*roots_group_reads=*/false);
   if (!fd.ok()) return fd.status();
   Status s = GiveTree(fd.value(), path, uid, gid, 0);
   ::close(fd.value());

@@ -61,12 +61,14 @@ std::string DescribeConfinement();
 // made if missing, with the umask's mode), mode 0700, or takes the one there as the job's
 // only if no other user can have put anything in it: a real folder (a link is not
 // followed), owned by this worker's effective user or by the user a root worker runs jobs
-// as (ChildSetup::Prepare gave it to them on an earlier attempt), and writable by no one
-// else (a group this process is in may: a Kubernetes pod's fsGroup, which the kubelet
-// gives write on the volume). A folder taken is made 0700 (one made under an older
+// as (ChildSetup::Prepare gave it to them on an earlier attempt), and writable by its
+// owner alone (a Kubernetes pod asks the kubelet to change its volume's modes only while
+// the volume's root is not its group's: fsGroupChangePolicy OnRootMismatch, else each
+// mount would add group write). A folder taken is made 0700 (one made under an older
 // worker's umask was readable by every user), or 0750 under a setgid root whose group
 // this process is not in (the operator's, for the coordinator's user, which serves `job
-// artifacts`; a group the owners share would let them read each other's). A shared root
+// artifacts`; a group the owners share would let them read each other's; under a umask
+// that takes the group's read, 077, the folder's steps lose that group). A shared root
 // is writable by every owner and job ids are predictable, so another user may have made <root>/<job id> first, to plant a checkpoint
 // the job would resume from or to read what it writes: PermissionDenied, naming the
 // folder, its owner and its mode. IOError when it cannot be made or opened.
