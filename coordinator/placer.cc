@@ -144,6 +144,9 @@ std::vector<std::string> Placer::NewestHolders(const std::string& job_id) const 
 int Placer::JudgeClaims(const std::string& worker) {
   const WorkerEntry* w = workers_->Find(worker);
   if (w == nullptr) return 0;
+  // A worker of an allocation whose attempt is over (it still heartbeats while it ends)
+  // writes nothing the job goes on from: its claim of a newer step is no writer's.
+  const bool over = !w->info.allocation().job_id().empty() && !ServesCurrentAttempt(w->info);
   std::set<std::tuple<std::string, int64_t, std::string>> ignored;
   for (const auto& [id, step] : w->held) {
     const std::string digest = w->held_manifest.count(id) ? w->held_manifest.at(id) : "";
@@ -154,7 +157,7 @@ int Placer::JudgeClaims(const std::string& worker) {
       if (order != entry->copies_ordered.end() && order->second == std::make_pair(step, digest)) {
         entry->copies_ordered.erase(order);  // the copier verified the digest: a holder now
         if (RecordHolder(&job, worker, step, digest, /*copied=*/true)) jobs_->Persist(entry, /*sync=*/false);
-      } else if (step > NewestRecordedStep(job) &&
+      } else if (step > NewestRecordedStep(job) && !over &&
                  (Wrote(job, worker) || (HoldsSlots(job.state()) && RanksOn(job, worker) > 0)) &&
                  RecordHolder(&job, worker, step, digest)) {
         // The writer (of earlier steps, or of the attempt it runs): its trainer's report of

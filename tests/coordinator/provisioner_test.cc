@@ -13,6 +13,7 @@
 
 #include "common/spec.h"
 #include "coordinator/allocation_tokens.h"
+#include "coordinator/checkpoint_records.h"
 #include "tests/common/fake_clock.h"
 
 namespace nightshift {
@@ -329,6 +330,40 @@ TEST_F(ProvisionerTest, AnEndedAllocationThatStaysListedIsDeletedOnceItsAttemptI
   Pass();
   Pass();
   EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
+}
+
+// A worker of an attempt that is over, still heartbeating while its allocation ends, wrote
+// the job's checkpoints then; its claim of a newer step than any record is not taken as
+// the writer's (it would become the step the next attempt resumes from, and the holder
+// it fetches from).
+TEST_F(ProvisionerTest, AnOverAttemptsWorkerClaimingANewerStepIsNotRecorded) {
+  const std::string id = Submit(3);
+  Pass();
+  RunOnAllocation(id, 0, "100");
+  v1::TaskStatus s;
+  s.mutable_task()->set_job_id(id);
+  s.mutable_task()->set_attempt(0);
+  s.set_state(v1::TASK_RUNNING);
+  s.set_checkpoint_step(30);
+  std::string writer;
+  const v1::Job placed = Get(id);
+  for (const auto& p : placed.placements())
+    if (p.first_rank() == 0) writer = p.worker();
+  ASSERT_TRUE(c_->ReportTask(writer, s).ok());
+  ASSERT_EQ(Get(id).checkpoint_step(), 30);
+  std::vector<v1::HeldCheckpoint> held(1);
+  held[0].set_job_id(id);
+  held[0].set_step(40);
+  held[0].set_manifest_sha256("manifest-40");
+  ASSERT_TRUE(c_->Heartbeat(writer, {}, nullptr, held).ok());
+  ASSERT_EQ(NewestRecordedStep(Get(id)), 40) << "the running attempt's writer is recorded";
+  cluster_.Show("100", id, 0, Allocation::Phase::kEnded, "PREEMPTED").end = Allocation::End::kPreempted;
+  Pass();
+  ASSERT_EQ(Get(id).attempt(), 1);
+  held[0].set_step(90);
+  held[0].set_manifest_sha256("manifest-90");
+  ASSERT_TRUE(c_->Heartbeat(writer, {}, nullptr, held).ok());
+  EXPECT_EQ(NewestRecordedStep(Get(id)), 40);
 }
 
 // resources.time_limit_minutes is a time slice: an attempt whose limit ends it after a new
