@@ -218,11 +218,18 @@ StatusOr<int> OpenJobFolder(const std::string& path, const std::string& what, bo
   } else if (std::string why = NotAJobFolder(path, st); !why.empty()) {
     s = RefuseJobFolder(what, why);
   } else if ((st.st_mode & 0777) != want && ::fchmod(fd, want | (st.st_mode & S_ISGID)) != 0) {
-    s = Errno("cannot make " + path + " private (mode 0" + std::to_string(want == 0750 ? 750 : 700) + ")");
+    s = Errno("cannot make " + path + " private (mode " + (shared ? "0750" : "0700") + ")");
   }
   if (s.ok()) return fd;
   ::close(fd);
   return s;
+}
+
+// What OpenJobFolder said, its descriptor closed.
+Status Closed(StatusOr<int> fd) {
+  if (!fd.ok()) return fd.status();
+  ::close(fd.value());
+  return Status::OK();
 }
 
 // Makes or checks `path` (OpenJobFolder) and gives its tree to uid:gid.
@@ -387,17 +394,11 @@ std::string DescribeConfinement() {
 }
 
 Status MakeJobFolder(const std::string& path) {
-  StatusOr<int> fd = OpenJobFolder(path, "the job's checkpoint folder", /*roots_group_reads=*/true);
-  if (!fd.ok()) return fd.status();
-  ::close(fd.value());
-  return Status::OK();
+  return Closed(OpenJobFolder(path, "the job's checkpoint folder", /*roots_group_reads=*/true));
 }
 
 Status MakeOwnFolder(const std::string& path, const std::string& what) {
-  StatusOr<int> fd = OpenJobFolder(path, what, /*roots_group_reads=*/false);
-  if (!fd.ok()) return fd.status();
-  ::close(fd.value());
-  return Status::OK();
+  return Closed(OpenJobFolder(path, what, /*roots_group_reads=*/false));
 }
 
 StatusOr<ChildSetup> ChildSetup::Prepare(const JobView* view) {

@@ -862,8 +862,7 @@ void Run::AgreeGenerators() {
   char* b = static_cast<char*>(bytes.data_ptr());
   std::memcpy(b, cpu.data(), cpu.size());
   std::memcpy(b + cpu.size(), accelerator.data(), accelerator.size());
-  ddp->group().Broadcast(bytes);
-  b = static_cast<char*>(bytes.data_ptr());
+  ddp->group().Broadcast(bytes);  // in place
   SetCpuRngState(std::string(b, cpu.size()));
   SetDeviceRngState(device, std::string(b + cpu.size(), accelerator.size()));
 }
