@@ -5,15 +5,22 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <thread>
 
+#include "common/command.h"
 #include "tests/worker/trainer/ranks_util.h"
 #include "tests/worker/trainer/test_util.h"
 #include "worker/trainer/checkpoint/checkpoint.h"
@@ -434,7 +441,8 @@ TrainConfig CheckpointingTwoRanks(const std::string& dir) {
 // After an out-of-memory split (rank 1 ran out; both ranks cut their batches since) a
 // checkpoint keeps both ranks' micro-batch sizes, and a run stopped there resumes cutting as
 // the uninterrupted run does instead of running out again: the same weights. (Dropout 0:
-// the ranks are threads sharing one generator, so the agreed generators are not shown here.)
+// the ranks are threads sharing one generator; DdpProcessTest below shows the agreed
+// generators with rank processes.)
 TEST_F(DdpTest, AResumeAfterAnOutOfMemorySplitCutsAsTheUninterruptedRunDid) {
   const auto faults = [](int r, RankInfo& rank) {
     if (r == 1) rank.faults.oom_above_tokens = 30;  // batches are 8 x up to 12 tokens
@@ -643,6 +651,70 @@ TEST_F(DdpTest, ShardedEvaluationEqualsTheWholeSet) {
     EXPECT_EQ(got[r].accuracy, whole.accuracy) << r;
     EXPECT_EQ(got[r].f1, whole.f1) << r;
   }
+}
+
+// The agreed generators across processes (the threads above share one generator): two
+// nightshift-trainer processes, each with its own CPU generator, train with dropout while
+// rank 1 runs out of memory in its backward (it drew dropout's seeds for the failed attempt
+// and then for more micro-batches than rank 0). A run aborted after its step-4 checkpoint
+// and resumed ends with the uninterrupted run's model, byte for byte: the checkpoint's
+// generator state (rank 0's) is every rank's, as the ranks take rank 0's at each step's end.
+// Without that, rank 1 resumes drawing rank 0's masks instead of its own: other weights.
+TEST(DdpProcessTest, AResumeAfterAnOutOfMemorySplitDrawsTheUninterruptedRunsDropout) {
+  const fs::path trainer = fs::read_symlink("/proc/self/exe").parent_path() / "nightshift-trainer";
+  ASSERT_TRUE(fs::exists(trainer)) << trainer << " (built with trainer_test)";
+  rlimit no_core{0, 0};  // the aborted ranks write no core file
+  setrlimit(RLIMIT_CORE, &no_core);
+  const auto run = [&](const std::string& name, bool abort_first) {
+    const std::string dir = testing::FreshDir(name);
+    testing::WriteSyntheticShard(dir + "/train.shard", 96, 1);
+    testing::WriteSyntheticShard(dir + "/val.shard", 16, 2);
+    const nlohmann::json config = {
+        {"job_id", "j-test"},
+        {"checkpoint_dir", dir + "/checkpoints"},
+        {"spec",
+         {{"model", {{"arch", "transformer_classifier"}, {"layers", 1}, {"d_model", 16}, {"heads", 2}, {"ffn", 32},
+                     {"dropout", 0.1}, {"max_len", 16}}},
+          {"train", {{"epochs", 2}, {"lr", 3e-3}, {"warmup_steps", 2}, {"threads", 1}, {"batching", {{"batch_size", 8}}}}},
+          {"data", {{"path", dir}}},
+          {"resources", {{"world_size", 2}, {"timeout_seconds", 60}}},
+          {"checkpoint", {{"every_steps", 2}, {"keep_last", 10}}}}},
+        {"data",
+         {{"train_shard", dir + "/train.shard"}, {"val_shard", dir + "/val.shard"}, {"vocab_size", testing::kVocab},
+          {"num_classes", 2}, {"pad_id", testing::kPad}, {"bos_id", testing::kBos}, {"eos_id", testing::kEos}}}};
+    std::ofstream(dir + "/config.json") << config.dump();
+    const auto train = [&](bool abort_at_5) {
+      const std::string port = std::to_string(FreePort());
+      std::vector<StatusOr<CommandResult>> results(2, Status::Internal("not run"));
+      RunRanks(2, [&](int r) {
+        std::map<std::string, std::string> env = {
+            {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+            {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+            {"NIGHTSHIFT_PROGRESS_FD", "none"}};
+        if (r == 1) env.insert({{"NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", "30"}, {"NIGHTSHIFT_FAULT_OOM_IN_BACKWARD", "1"}});
+        if (abort_at_5) env["NIGHTSHIFT_FAULT_ABORT_AT_STEP"] = "5";
+        results[r] = SubprocessRunner().Run({trainer.string(), "--config", dir + "/config.json"}, "", env, 120);
+      });
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(results[r].ok()) << results[r].status().ToString();
+        if (abort_at_5) EXPECT_EQ(results[r]->exit_code, 128 + SIGABRT) << "rank " << r << ": " << results[r]->err;
+        else EXPECT_EQ(results[r]->exit_code, 0) << "rank " << r << ": " << results[r]->err;
+      }
+    };
+    if (abort_first) {
+      train(true);
+      RunPosition saved;
+      EXPECT_TRUE(CheckpointManager(CheckpointOptions{dir + "/checkpoints"}).PeekLatest(&saved));
+      EXPECT_EQ(saved.step, 4);
+      EXPECT_EQ(saved.micro_batch_tokens.size(), 2u) << "rank 1 split";
+    }
+    train(false);
+    std::ifstream in(dir + "/checkpoints/model/model.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string resumed = run("ddp_process_oom_resume", true), uninterrupted = run("ddp_process_oom_ref", false);
+  ASSERT_GT(uninterrupted.size(), 1000u);
+  EXPECT_TRUE(resumed == uninterrupted) << "the resumed run's weights differ";
 }
 
 }  // namespace
