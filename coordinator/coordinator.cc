@@ -267,6 +267,10 @@ Status Coordinator::Delete(const std::string& id) {
   if (options_.tracking && !JobTable::TrackingComplete(found.value()->job))
     return Status::FailedPrecondition("job " + id + ": its MLflow run is not complete yet (the tracking server has "
                                       "not taken its last metrics and final state); try again once it has");
+  if (ClusterMayList(id))
+    return Status::FailedPrecondition(
+        "job " + id + ": the cluster still lists an allocation of it (being cancelled), or its queue has not been "
+        "read since the coordinator started; try again once it has left the queue");
   jobs_->Remove(found.value());
   return jobs_->store_error();  // not written: not deleted
 }
@@ -316,6 +320,15 @@ StatusOr<HeartbeatReply> Coordinator::Heartbeat(const std::string& name, std::ve
   reply.release = w != nullptr && w->info.has_allocation() && tasks.empty() && reply.start.empty() &&
                   !placer_->ServesCurrentAttempt(w->info);
   return reply;
+}
+
+void Coordinator::NoteClusterListing(std::set<std::string> job_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cluster_listed_ = std::move(job_ids);
+}
+
+bool Coordinator::ClusterMayList(const std::string& id) const {
+  return options_.cluster_allocates && (!cluster_listed_ || cluster_listed_->count(id) > 0);
 }
 
 std::vector<AllocationNeed> Coordinator::AllocationNeeds() const {
@@ -441,7 +454,10 @@ void Coordinator::Tick() {
   if (options_.retain_finished_days > 0)
     jobs_->RemoveFinishedBefore(clock_->WallNow() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                                         Seconds(options_.retain_finished_days * 86400)),
-                                 options_.tracking);
+                                [&](const v1::Job& job) {
+                                  return (options_.tracking && !JobTable::TrackingComplete(job)) ||
+                                         ClusterMayList(job.id());
+                                });
   const Clock::TimePoint now = clock_->Now();
   // After our own outage hang detection starts over: progress could not reach us.
   if (workers_->ExpireLeases(now))

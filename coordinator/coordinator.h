@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -341,6 +342,12 @@ class Coordinator {
   // The cluster refuses the current attempt's allocation as one it can never run (more
   // nodes than it has, an unknown partition): the job fails with `error`, not retried.
   Status AllocationRefused(const std::string& job_id, int attempt, const std::string& error);
+  // The jobs the cluster lists an allocation of (pending, running, or an ended one it
+  // keeps until we remove it), and those a pass may submit one for: a finished job among
+  // them is neither deleted nor removed at its retention's end, as its record holds the
+  // owner its allocation was submitted as (the provisioner cancels it as that user's).
+  // Until a first pass has told, every job is taken as listed (after a restart).
+  void NoteClusterListing(std::set<std::string> job_ids);
 
   // One pass of the control loop, at clock time Now(): remove finished jobs past their
   // retention; expire worker leases; requeue
@@ -361,6 +368,10 @@ class Coordinator {
   // heartbeat, a report, a Tick) is atomic across all of them. The pointers are constant
   // after construction and never null; what they point to is guarded.
   mutable std::mutex mu_;
+  // NoteClusterListing's jobs; none yet: every job (cluster_allocates only). GUARDED_BY(mu_)
+  std::optional<std::set<std::string>> cluster_listed_;
+  // Whether the cluster may still list an allocation of job `id` (see NoteClusterListing).
+  bool ClusterMayList(const std::string& id) const;
   const std::unique_ptr<JobTable> jobs_;            // PT_GUARDED_BY(mu_)
   const std::unique_ptr<WorkerRegistry> workers_;   // PT_GUARDED_BY(mu_)
   const std::unique_ptr<Attempts> attempts_;        // PT_GUARDED_BY(mu_)

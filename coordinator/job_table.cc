@@ -313,11 +313,12 @@ void JobTable::Remove(JobEntry* entry) {
   changed_.notify_all();  // its watchers see NOT_FOUND
 }
 
-int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff, bool tracked_only) {
+int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff,
+                                   const std::function<bool(const v1::Job&)>& keep) {
   std::vector<JobEntry*> expired;
   for (auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;
-    if (IsTerminal(job.state()) && job.events_size() > 0 && (!tracked_only || TrackingComplete(job)) &&
+    if (IsTerminal(job.state()) && job.events_size() > 0 && !(keep && keep(job)) &&
         SecondsSince(job.events(job.events_size() - 1).time(), cutoff) > 0)
       expired.push_back(&entry);
   }

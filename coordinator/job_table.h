@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -134,9 +135,10 @@ class JobTable {
   void Remove(JobEntry* entry);
   // Removes every finished job that finished (its last event) before `cutoff`, a time of
   // day: the retention period; then every ended sweep whose last event is before it. How
-  // many of both. `tracked_only`: a job whose tracking run is not complete
-  // (TrackingComplete) stays until it is.
-  int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff, bool tracked_only = false);
+  // many of both. A job `keep` holds to (its tracking run not complete, an allocation the
+  // cluster still lists) stays.
+  int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff,
+                           const std::function<bool(const v1::Job&)>& keep = nullptr);
   // Whether the tracking server has all of `job` it will get: its run ended, or given up.
   static bool TrackingComplete(const v1::Job& job) {
     return job.tracked_run().ended() || !job.tracked_run().error().empty();

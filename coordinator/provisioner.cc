@@ -73,11 +73,8 @@ Status Provisioner::Pass() {
   StatusOr<std::vector<Allocation>> listed = cluster_->List();
   if (!listed.ok()) return listed.status();  // nothing submitted blind
   std::map<std::string, const AllocationNeed*> need_of;
-  for (const AllocationNeed& n : needs) need_of[n.job_id] = &n, owners_[n.job_id] = n.owner;
-  std::set<std::string> listed_jobs;
-  for (const Allocation& a : *listed) listed_jobs.insert(a.job_id);
-  for (auto it = owners_.begin(); it != owners_.end();)  // neither needed nor listed: forgotten
-    it = need_of.count(it->first) || listed_jobs.count(it->first) ? std::next(it) : owners_.erase(it);
+  std::set<std::string> listing;  // a job with an allocation listed, or that this pass may submit for
+  for (const AllocationNeed& n : needs) need_of[n.job_id] = &n, listing.insert(n.job_id);
   std::map<std::pair<std::string, int>, const Allocation*> of_attempt;
   Status first;
   const Clock::TimePoint now = options_.clock->Now();
@@ -86,6 +83,7 @@ Status Provisioner::Pass() {
     auto n = need_of.find(a.job_id);
     const bool recorded = n != need_of.end() && n->second->allocation.id() == a.id;  // sbatch told us its id
     if (!recorded && !RunsAsSubmitted(a, n != need_of.end() ? &n->second->owner : nullptr)) continue;  // another user's
+    if (a.phase != Allocation::Phase::kEnded || cluster_->KeepsEndedAllocations()) listing.insert(a.job_id);
     const bool wanted = n != need_of.end() && n->second->attempt == a.attempt;
     if (wanted) {
       const Allocation*& slot = of_attempt[{a.job_id, a.attempt}];
@@ -110,6 +108,7 @@ Status Provisioner::Pass() {
       }
     }
   }
+  coordinator_->NoteClusterListing(std::move(listing));  // kept from deletion: their owners stay known
   std::set<std::string> unlisted;
   for (const AllocationNeed& n : needs) {
     auto a = of_attempt.find({n.job_id, n.attempt});
@@ -136,9 +135,7 @@ bool Provisioner::RunsAsSubmitted(const Allocation& a, const std::string* owner)
   if (owner == nullptr) {  // a job with no allocation needed now: its owner from its record
     StatusOr<v1::Job> job = coordinator_->Get(a.job_id);
     if (job.ok() && job->allocation().id() == a.id) return true;  // sbatch told us its id
-    auto seen = owners_.find(a.job_id);
-    if (job.ok()) job_owner = job->owner();
-    else if (seen != owners_.end()) job_owner = seen->second;  // deleted since a pass saw it
+    if (job.ok()) job_owner = job->owner();  // kept while listed (NoteClusterListing)
     owner = &job_owner;
   }
   const std::string runs_as = cluster_->RunsAs(*owner);

@@ -77,8 +77,9 @@ class Provisioner {
  private:
   Status Follow(const AllocationNeed& need, const Allocation& a);
   // Whether `a` runs as the user the cluster runs allocations of its job as (`owner`'s; or,
-  // null, its job's owner as the coordinator has it, or as owners_ has it once the job is
-  // deleted): another user's job named like ours is neither followed nor cancelled.
+  // null, its job's owner as the coordinator has it: a job is not deleted while the
+  // cluster lists an allocation of it, Coordinator::NoteClusterListing): another user's
+  // job named like ours is neither followed nor cancelled.
   bool RunsAsSubmitted(const Allocation& a, const std::string* owner) const;
   Status Start(const AllocationNeed& need);
 
@@ -94,11 +95,6 @@ class Provisioner {
   std::map<std::string, Clock::TimePoint> unrecorded_;
   // Running allocations whose attempts are over: when a pass first saw each so.
   std::map<std::string, Clock::TimePoint> over_since_;
-  // The owner of each job a pass has seen need an allocation, kept while the cluster lists
-  // one of its allocations: a job cancelled and deleted before its pending allocation was
-  // cancelled leaves that allocation ours to cancel (its record, with the owner, is gone).
-  // Not kept across a coordinator restart.
-  std::map<std::string, std::string> owners_;
   // An allocation of `need` the cluster no longer lists: followed to the end its record
   // says, waited for, or ended as gone.
   Status Unlisted(const AllocationNeed& need);

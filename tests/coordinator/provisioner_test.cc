@@ -9,6 +9,7 @@
 #include <map>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/spec.h"
@@ -225,11 +226,12 @@ TEST_F(ProvisionerTest, AnotherUsersJobNamedLikeOursIsNeitherFollowedNorCancelle
   EXPECT_EQ(cluster_.cancelled, (std::vector<std::string>{"9", "100"}));
 }
 
-// A job cancelled and deleted before a pass cancelled its pending allocation, submitted as
-// its owner: the allocation is still known as ours (the owner a pass saw) and cancelled;
-// another user's named like it is not. (Before, the owner went with the record: it was
-// taken for another user's and left queued.)
-TEST_F(ProvisionerTest, ADeletedJobsPendingAllocationSubmittedAsItsOwnerIsCancelled) {
+// A finished job whose allocation the cluster still lists is not deleted (nor before the
+// queue was read after a restart): its record keeps the owner the allocation runs as, so a
+// pass cancels it, across a coordinator restart too; another user's named like it is not.
+// (Before, a job deleted before its pending allocation was cancelled took its owner with
+// it, and after a restart that allocation was taken for another user's and left queued.)
+TEST_F(ProvisionerTest, AJobIsNotDeletedWhileTheClusterListsAnAllocationOfIt) {
   auto spec = LoadJobSpec("model: {arch: transformer_classifier}\ndata: {path: /data}\n");
   ASSERT_TRUE(spec.ok());
   auto job = c_->Submit(*spec, "alice");
@@ -241,14 +243,22 @@ TEST_F(ProvisionerTest, ADeletedJobsPendingAllocationSubmittedAsItsOwnerIsCancel
   cluster_.Show("7", id, 1, Allocation::Phase::kPending, "PENDING", "Priority").user = "mallory";
   Pass();
   ASSERT_TRUE(c_->Cancel(id, "not needed").ok());
-  ASSERT_TRUE(c_->Delete(id).ok());
+  const Status refused = c_->Delete(id);  // the last pass listed its allocation
+  EXPECT_EQ(refused.code(), Status::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("the cluster still lists an allocation of it"), std::string::npos) << refused.ToString();
+  clock_.Advance(std::chrono::hours(24 * 31));  // past the retention (30 days)
+  c_->Tick();
+  EXPECT_TRUE(c_->Get(id).ok()) << "removed at its retention's end while listed";
+  Restart();
+  EXPECT_EQ(c_->Delete(id).code(), Status::kFailedPrecondition) << "the queue not read since the restart";
   Pass();
-  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
-  // Once a pass lists none of its allocations, the owner is forgotten: one named like it
-  // later is nobody's the coordinator knows (left alone).
-  cluster_.listed.clear();
+  EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});  // alice's, as the record says; not mallory's
+  EXPECT_EQ(c_->Delete(id).code(), Status::kFailedPrecondition) << "still listed as it was cancelled";
+  cluster_.listed.erase(std::remove_if(cluster_.listed.begin(), cluster_.listed.end(),
+                                       [](const Allocation& a) { return a.id == "100"; }),
+                        cluster_.listed.end());
   Pass();
-  cluster_.Show("101", id, 0, Allocation::Phase::kPending, "PENDING", "Priority").user = "alice";
+  EXPECT_TRUE(c_->Delete(id).ok());  // mallory's named like it keeps nothing of ours
   Pass();
   EXPECT_EQ(cluster_.cancelled, std::vector<std::string>{"100"});
 }
