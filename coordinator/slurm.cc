@@ -316,9 +316,14 @@ Status SlurmCluster::Cancel(const std::string& slurm_id) {
 }
 
 StatusOr<std::map<std::string, SlurmJob>> SlurmCluster::Poll() {
-  StatusOr<CommandResult> r = Run(options_.squeue, {"--json"});
+  // --all: jobs in hidden partitions and in partitions the coordinator's group may not
+  // use too (an allocation submitted as its owner may sit in one), which would otherwise
+  // look gone and be cancelled after the wait for their record. 22.05's --json lists a
+  // Hidden partition's jobs to an unprivileged user without it (checked on real daemons);
+  // --all keeps them listed where a version applies squeue's filters to --json.
+  StatusOr<CommandResult> r = Run(options_.squeue, {"--json", "--all"});
   if (!r.ok()) return Status::Unavailable("squeue: " + r.status().message());
-  if (r->exit_code != 0) return Status::Unavailable("squeue --json: " + r->err);
+  if (r->exit_code != 0) return Status::Unavailable("squeue --json --all: " + r->err);
   StatusOr<std::vector<SlurmJob>> jobs = ParseSqueueJson(r->out);
   if (!jobs.ok()) return jobs.status();
   std::map<std::string, SlurmJob> ours;

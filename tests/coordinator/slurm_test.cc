@@ -297,7 +297,7 @@ TEST(SlurmTest, TheClusterSubmitsCancelsAndPollsItsOwnJobsOnly) {
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ(jobs->at("4242").reason, "Resources");
-  EXPECT_EQ(fake.calls[3], (std::vector<std::string>{"squeue", "--json"}));
+  EXPECT_EQ(fake.calls[3], (std::vector<std::string>{"squeue", "--json", "--all"}));
   EXPECT_TRUE(cluster.Cancel("4242").ok());  // already gone
   EXPECT_EQ(cluster.Cancel("4242").code(), Status::kUnavailable);
   EXPECT_EQ(fake.calls[5], (std::vector<std::string>{"scancel", "4242"}));

@@ -63,7 +63,7 @@ def sacct_fixtures() -> int:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 if any(j["job_id"] == int(job) and j["job_state"] == "RUNNING"
-                       for j in json.loads(c.run(["squeue", "--json"]).stdout)["jobs"]):
+                       for j in json.loads(c.run(["squeue", "--json", "--all"]).stdout)["jobs"]):
                     return
                 time.sleep(0.3)
             raise RuntimeError(f"job {job} never ran")
@@ -107,7 +107,7 @@ def main() -> int:
             return c.run(argv, check=check, cwd=jobs)
 
         def squeue():
-            r = run(["squeue", "--json"])
+            r = run(["squeue", "--json", "--all"])
             return r.stdout
 
         def jobs_by_id():
