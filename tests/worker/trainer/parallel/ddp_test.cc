@@ -690,9 +690,9 @@ TEST(DdpProcessTest, AResumeAfterAnOutOfMemorySplitDrawsTheUninterruptedRunsDrop
         std::map<std::string, std::string> env = {
             {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
             {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
-            {"NIGHTSHIFT_PROGRESS_FD", "none"}};
-        if (r == 1) env.insert({{"NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", "30"}, {"NIGHTSHIFT_FAULT_OOM_IN_BACKWARD", "1"}});
-        if (abort_at_5) env["NIGHTSHIFT_FAULT_ABORT_AT_STEP"] = "5";
+            {"NIGHTSHIFT_PROGRESS_FD", "none"}, {"NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", r == 1 ? "30" : "0"},
+            {"NIGHTSHIFT_FAULT_OOM_IN_BACKWARD", r == 1 ? "1" : "0"},
+            {"NIGHTSHIFT_FAULT_ABORT_AT_STEP", abort_at_5 ? "5" : "0"}};
         results[r] = SubprocessRunner().Run({trainer.string(), "--config", dir + "/config.json"}, "", env, 120);
       });
       for (int r = 0; r < 2; ++r) {
