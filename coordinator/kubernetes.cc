@@ -365,7 +365,8 @@ void KubernetesCluster::DeleteLeftovers(const std::string& id) {
   for (auto kind = kinds.begin(); kind != kinds.end();) {
     const Status s = DeleteObject(api_, CollectionPath(options_, *kind) + "/" + id, options_.call_timeout_seconds);
     if (!s.ok() && leftover_warned_.insert(*kind + " " + id).second)
-      NS_WARN("kubernetes: the " << *kind << " of cancelled " << id << " is not deleted yet (again at each list): " << s.ToString());
+      NS_WARN("kubernetes: the " << *kind << " of ended attempt " << id << " is not deleted yet (again at each list): "
+                                 << s.ToString());
     if (s.ok()) leftover_warned_.erase(*kind + " " + id);
     kind = s.ok() ? kinds.erase(kind) : std::next(kind);
   }
@@ -373,8 +374,9 @@ void KubernetesCluster::DeleteLeftovers(const std::string& id) {
 }
 
 namespace {
-std::string JobsPath(const KubernetesOptions& o) {
-  return "/apis/batch/v1/namespaces/" + o.namespace_name + "/jobs?labelSelector=" + kManagedBy + "%3Dnightshift";
+// The objects of `kind` (Job, Service, Secret) labelled as ours, in the options' namespace.
+std::string ListPath(const KubernetesOptions& o, const std::string& kind) {
+  return CollectionPath(o, kind) + "?labelSelector=" + kManagedBy + "%3Dnightshift";
 }
 }  // namespace
 
@@ -391,7 +393,7 @@ bool NamedAsOurs(const json& job) {
 }  // namespace
 
 Status KubernetesCluster::Relist() {
-  StatusOr<HttpResponse> r = api_->Call("GET", JobsPath(options_), "", options_.call_timeout_seconds);
+  StatusOr<HttpResponse> r = api_->Call("GET", ListPath(options_, "Job"), "", options_.call_timeout_seconds);
   if (!r.ok()) return r.status();
   if (r->status != 200) return Status::Unavailable("listing jobs: HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r));
   const json list = json::parse(r->body, nullptr, false);
@@ -407,7 +409,7 @@ Status KubernetesCluster::Relist() {
 Status KubernetesCluster::Watch() {
   const int seconds = std::max(1, static_cast<int>(options_.watch_seconds));
   StatusOr<HttpResponse> r =
-      api_->Call("GET", JobsPath(options_) + "&watch=1&allowWatchBookmarks=true&resourceVersion=" + resource_version_ +
+      api_->Call("GET", ListPath(options_, "Job") + "&watch=1&allowWatchBookmarks=true&resourceVersion=" + resource_version_ +
                             "&timeoutSeconds=" + std::to_string(seconds),
                  "", options_.call_timeout_seconds + seconds);
   if (!r.ok()) return r.status();
@@ -452,6 +454,7 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     owners_checked_ = true;
     for (const auto& [name, job] : jobs_) unowned_[name].insert({"Secret", "Service"});
     if (!jobs_.empty()) NS_INFO("kubernetes: making sure the Secrets and Services of " << jobs_.size() << " listed Jobs are theirs");
+    DeleteOrphans();  // into leftovers_, deleted below
   }
   // Secrets and Services whose ownerReferences patch failed: again while their Job is listed.
   for (auto it = unowned_.begin(); it != unowned_.end();) {
@@ -490,6 +493,43 @@ StatusOr<std::vector<Allocation>> KubernetesCluster::List() {
     allocations.push_back(AllocationOfJob(job));
   }
   return allocations;
+}
+
+void KubernetesCluster::DeleteOrphans() {
+  // Invariant: a Secret or Service is deleted here only when it is labelled and named as
+  // ours, no Job owns it, this process keeps it for no retry (refused_), and its attempt
+  // has no Job: none listed, and a GET of the Job's name answered 404 (one relabelled or
+  // made since counts as there). No Start of this process comes before its first List
+  // (Provisioner::Pass lists first) and one coordinator runs at a time, so no Job is on
+  // its way for such an attempt: its Secret and Service were left by a Submit refused,
+  // cancelled or cut short before a restart, which forgot them (refused_, leftovers_).
+  for (const std::string kind : {"Secret", "Service"}) {
+    const std::string path = ListPath(options_, kind);
+    StatusOr<HttpResponse> r = api_->Call("GET", path, "", options_.call_timeout_seconds);
+    const json list = r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
+    if (!list.is_object() || !list.contains("items")) {  // tried again at the next restart
+      NS_WARN("kubernetes: " << path << ": not listed, so those of Jobs never made are not deleted: "
+                             << (r.ok() ? "HTTP " + std::to_string(r->status) + ": " + ApiMessage(*r) : r.status().ToString())
+                             << (r.ok() && r->status == 403
+                                     ? " (the role needs list on services and secrets: apply deploy/kubernetes/rbac.yaml)"
+                                     : ""));
+      continue;
+    }
+    for (const json& item : list["items"]) {
+      const json& meta = item.value("metadata", json::object());
+      const std::string name = meta.value("name", "");
+      bool owned = false;  // by a Job: the garbage collector's
+      for (const json& owner : meta.value("ownerReferences", json::array())) owned |= owner.value("kind", "") == "Job";
+      if (owned || meta.value("labels", json::object()).value(kManagedBy, "") != "nightshift" || !NamedAsOurs(item) ||
+          jobs_.count(name) || refused_.count(name))
+        continue;
+      StatusOr<HttpResponse> job =
+          api_->Call("GET", CollectionPath(options_, "Job") + "/" + name, "", options_.call_timeout_seconds);
+      if (!job.ok() || job->status != 404) continue;  // its Job is there, or no telling: kept
+      NS_INFO("kubernetes: deleting " << kind << " " << name << ", left by an attempt whose Job was never made");
+      leftovers_[name].insert(kind);  // deleted (404: gone already) at this List and each after until it is
+    }
+  }
 }
 
 void KubernetesCluster::StartDeadline(json* job) {

@@ -102,6 +102,8 @@ class KubernetesCluster : public ClusterAllocator {
   // its deadline once all its pods are ready (activeDeadlineSeconds counts from the Job's
   // start, which without Kueue is its creation: the wait for nodes would count): PATCHed
   // to the time since its start plus the limit (nightshift.io/time-limit-seconds).
+  // The first that lists also deletes the Secrets and Services of ours whose Job was never
+  // made, which a restart forgot (DeleteOrphans).
   StatusOr<std::vector<Allocation>> List() override;
   // A Job the list does not show (the watch behind, deleted): as its deletion's event
   // last showed it (ended however it read: deleted is over), else as the API has it now;
@@ -120,6 +122,10 @@ class KubernetesCluster : public ClusterAllocator {
   void DeleteServiceAndSecret(const std::string& id);
   // Deletes what of attempt `id`'s Service and Secret is left (leftovers_).
   void DeleteLeftovers(const std::string& id);
+  // The first List's: the Secrets and Services labelled as ours that no Job owns and whose
+  // attempt has no Job (what a Submit refused or cancelled before a restart left) become
+  // leftovers_. A failed listing is logged, not an error (tried again at the next restart).
+  void DeleteOrphans();
   // After the API refused attempt `name`'s objects (`refused`, returned): for good, what
   // it made is deleted; passing, it is kept in refused_ for the retry.
   Status Refused(const std::string& name, const Status& refused);
@@ -134,8 +140,8 @@ class KubernetesCluster : public ClusterAllocator {
   // at most kDeletedKept (ours, cancelled, are never looked up: the first by name go).
   std::map<std::string, nlohmann::json> deleted_;
   // Attempts' kinds (Service, Secret) not deleted yet (cancelled, refused for good, or
-  // refused with no retry since); in memory only: a coordinator restart forgets them
-  // (left where their Job did not own them).
+  // refused with no retry since, or found by DeleteOrphans); in memory only: after a
+  // coordinator restart those no Job owns are found again by its first List's DeleteOrphans.
   std::map<std::string, std::set<std::string>> leftovers_;
   std::set<std::string> deadline_warned_;  // Jobs whose deadline patch failed (said once)
   std::set<std::string> leftover_warned_;  // "KIND ID" of leftovers whose delete failed (said once)

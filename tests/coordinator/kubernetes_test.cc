@@ -2,7 +2,8 @@
 // Kubernetes 1.30 to 1.37 (kubernetes-validate, strict: no field a version lacks), a Job's
 // status read as an allocation, and KubernetesCluster through libcurl against a fake API
 // server (tests/support/fake_kube_api.py): create, 409 adopted, 422 refused, a watch
-// that follows changes, a resourceVersion gap (410) listed again, delete and 404.
+// that follows changes, a resourceVersion gap (410) listed again, delete and 404, and what
+// a restart left of attempts whose Job was never made deleted by its first list.
 #include "coordinator/kubernetes.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/command.h"
 
@@ -667,6 +669,74 @@ TEST_F(KubernetesApiTest, AfterARestartTheFirstListMakesEveryListedJobOwnItsObje
   EXPECT_EQ(Patches(), before + 2);  // its Secret and its Service
   ASSERT_TRUE(restarted.List().ok());
   EXPECT_EQ(Patches(), before + 2);
+}
+
+// A restart forgets what it had still to delete (refused_, leftovers_): its first List
+// deletes the Secrets and Services labelled as ours that no Job owns and whose attempt has
+// no Job (attempt 3's: its Submit cut short before the Job). Kept: those of an attempt whose
+// Job exists though it does not own them yet, listed (4) or not (6, relabelled: the API is
+// asked), one a Job owns (5: the garbage collector's), and a Secret not labelled as ours
+// though named as an attempt's. Later Lists delete nothing more.
+TEST_F(KubernetesApiTest, AfterARestartTheFirstListDeletesTheSecretAndServiceOfAJobNeverMade) {
+  const auto post = [&](const json& object) {
+    const std::string kind = object["kind"];
+    const std::string path = kind == "Job"       ? "/apis/batch/v1/namespaces/ml/jobs"
+                             : kind == "Service" ? "/api/v1/namespaces/ml/services"
+                                                 : "/api/v1/namespaces/ml/secrets";
+    EXPECT_EQ(Call("POST", path, object.dump()).status, 201) << object.dump();
+  };
+  const auto attempt = [&](int n) {  // [Secret, Service, Job], as Submit makes them, none owned
+    AllocationRequest r = Request();
+    r.attempt = n;
+    return KubernetesObjects(r, o);
+  };
+  std::vector<json> orphan = attempt(3), made = attempt(4), collected = attempt(5), relabelled = attempt(6);
+  post(orphan[0]);
+  post(orphan[1]);
+  for (const json& object : made) post(object);
+  collected[1]["metadata"]["ownerReferences"] = json::array(
+      {{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", collected[1]["metadata"]["name"]}, {"uid", "a-deleted-job"}}});
+  post(collected[1]);
+  relabelled[2]["metadata"]["labels"] = {{"team", "vision"}};  // a person's relabel: not listed as ours
+  for (const json& object : relabelled) post(object);
+  const json stranger = {{"apiVersion", "v1"},
+                         {"kind", "Secret"},
+                         {"metadata", {{"name", KubernetesName(Request().job_id, 7)}, {"namespace", "ml"}}},
+                         {"stringData", {{"token", "someone else's"}}}};
+  post(stranger);
+
+  KubernetesCluster restarted(o, api.get());
+  ASSERT_TRUE(restarted.List().ok());
+  const auto there = [&](const std::string& kind, const json& object) {
+    return Call("GET", "/_test/objects/" + kind + "/ml/" + object["metadata"].value("name", "")).status == 200;
+  };
+  EXPECT_FALSE(there("secrets", orphan[0])) << "a leaked worker token";
+  EXPECT_FALSE(there("services", orphan[1]));
+  for (const std::vector<json>* kept : {&made, &relabelled}) {
+    EXPECT_TRUE(there("secrets", (*kept)[0])) << (*kept)[2]["metadata"]["name"];
+    EXPECT_TRUE(there("services", (*kept)[1])) << (*kept)[2]["metadata"]["name"];
+    EXPECT_TRUE(there("jobs", (*kept)[2])) << (*kept)[2]["metadata"]["name"];
+  }
+  EXPECT_TRUE(there("services", collected[1]));
+  EXPECT_TRUE(there("secrets", stranger));
+  // Listed by our label (the fake answers every object of the kind: the names and labels
+  // are checked too), and deleted once.
+  std::set<std::string> selected;
+  const auto deletes = [&] {
+    int n = 0;
+    for (const json& r : CallJson("GET", "/_test/requests")) {
+      const std::string path = r[1];
+      n += r[0] == "DELETE" ? 1 : 0;
+      if (r[0] == "GET" && path.find("?labelSelector=app.kubernetes.io/managed-by%3Dnightshift") != std::string::npos)
+        selected.insert(path.substr(0, path.find('?')));
+    }
+    return n;
+  };
+  EXPECT_EQ(deletes(), 2);
+  EXPECT_EQ(selected.count("/api/v1/namespaces/ml/secrets"), 1u);
+  EXPECT_EQ(selected.count("/api/v1/namespaces/ml/services"), 1u);
+  ASSERT_TRUE(restarted.List().ok());
+  EXPECT_EQ(deletes(), 2);
 }
 
 // In a cluster the API server speaks https with a certificate of the cluster's CA and wants
