@@ -342,6 +342,7 @@ class FullyShardedAdamW::Unit : public BlockParams {
   // FinishReduce() adds the result (averaged over ranks) to shard.grad(). One reduction
   // at a time per unit.
   void StartReduce(ProcessGroup& group) {
+    FinishReduce(group);  // one at a time: an earlier one still under way is added first
     torch::NoGradGuard no_grad;
     const auto options = owner_ != nullptr && owner_->reduce_bf16_ ? shard_.options().dtype(torch::kBFloat16) : shard_.options();
     reduce_from_ = block() && owner_ != nullptr ? owner_->TakeReduceBuffer(padded_numel(), options)
@@ -610,7 +611,9 @@ std::vector<BlockParams*> FullyShardedAdamW::block_params(int64_t num_blocks) co
 }
 
 void FullyShardedAdamW::Reducing(Unit* unit) const {
-  if (reducing_ != nullptr && reducing_ != unit) reducing_->FinishReduce(*group_);
+  // The same unit too: with one block, the next micro-batch's reduction is that block's
+  // again, and starting it over the earlier one dropped that one's gradients.
+  if (reducing_ != nullptr) reducing_->FinishReduce(*group_);
   reducing_ = unit;
 }
 

@@ -227,7 +227,7 @@ class FullyShardedAdamW : public FusedAdamW, public ShardedOptimizerState {
   void KeepReduceBuffer(torch::Tensor buffer) const;
   mutable std::vector<torch::Tensor> reduce_spare_;
   // One block's gradient reduction runs beside the next block's backward: `unit` starts
-  // its own, the one before it is finished first.
+  // its own, the one under way (its own earlier one too) is finished first.
   void Reducing(Unit* unit) const;
   mutable Unit* reducing_ = nullptr;
   // The block whose backward ended with its frozen units whole (Unit::Accumulated); freed
