@@ -852,7 +852,10 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
       [&] { ZeroGrad(); });
   oom_recoveries += fb.oom_recoveries;
   stand_ins += fb.stand_ins;
-  if (ddp && micro_batches->micro_batch_tokens() > 0) AgreeGenerators();
+  // On a GPU always: a dropout mask advances the CUDA generator by an amount that grows
+  // with the tensor's size, so ranks with batches of other shapes drift apart (on the CPU
+  // each mask draws one seed, whatever its size).
+  if (ddp && (micro_batches->micro_batch_tokens() > 0 || device.is_cuda())) AgreeGenerators();
   return fb;
 }
 
@@ -1011,6 +1014,7 @@ void Run::RollBack() {
   if (full) full->Shard();
   SetCpuRngState(position.rng_cpu);
   SetDeviceRngState(device, position.rng_device);
+  scaler->Restore(position.scaler.scale, position.scaler.growth_tracker);  // fp16's, as at that step
   position.lr_scale *= 0.5;
   Warn(progress, "the loss was not finite for " + times + " steps in a row: rolled back to " + path + gathered +
                      " and halved the learning rate");

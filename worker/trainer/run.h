@@ -152,10 +152,11 @@ class Run {
   void TrackBest();           // export.best
   void TrackEarlyStopping();  // train.early_stopping
   void StopIfPatienceRanOut();  // sets stop_early when the count reached the patience
-  // Data parallel, once any rank has recovered from an out-of-memory error: every rank
-  // takes rank 0's generators (CPU, accelerator), as the ranks drew dropout's seeds in
-  // different numbers (their micro-batches, stand-ins, a failed attempt's forward); so the
-  // state a writer saves is every rank's, and a resume goes on exactly. One broadcast.
+  // Data parallel, once any rank has recovered from an out-of-memory error, and at every
+  // step on a GPU: every rank takes rank 0's generators (CPU, accelerator), as the ranks
+  // drew dropout's seeds in different numbers (their micro-batches, stand-ins, a failed
+  // attempt's forward) or, on a GPU, advanced its generator by their batches' sizes; so
+  // the state a writer saves is every rank's, and a resume goes on exactly. One broadcast.
   void AgreeGenerators();
   // Every rank's micro-batch size for the checkpoint (RunPosition::micro_batch_tokens):
   // one all-reduce, only once some rank has recovered (empty before).
