@@ -105,9 +105,13 @@ void Placer::ApplySchedule(const ScheduleResult& result) {
   for (const auto& victim_id : result.preempt) {
     JobEntry* victim = jobs_->Find(victim_id);
     const v1::Job& holder = jobs_->Find(result.preempted_by.at(victim_id))->job;
+    const std::string priorities =
+        " (priority " + std::to_string(holder.spec().priority()) + " > " + std::to_string(victim->job.spec().priority()) + ")";
+    NS_INFO("job " << victim_id << " preempted by " << holder.id() << priorities);
+    // Another owner's job is not named to this one's (its id and priority are theirs).
     attempts_->BeginStopping(victim, v1::PREEMPTED,
-                             "preempted by " + holder.id() + " (priority " + std::to_string(holder.spec().priority()) +
-                                 " > " + std::to_string(victim->job.spec().priority()) + ")");
+                             holder.owner() == victim->job.owner() ? "preempted by " + holder.id() + priorities
+                                                                   : "preempted by a job of another user");
   }
   for (const auto& [id, parts] : result.placed) attempts_->Place(jobs_->Find(id), parts);
   for (const auto& [id, reason] : result.waiting) {

@@ -61,6 +61,11 @@ std::vector<SchedPart> Place(const SchedJob& job, std::vector<SchedWorker>* work
   return parts;
 }
 
+// `other` as a job of `reader`'s owner may read of it: its id, or only whose it is not.
+std::string NameFor(const std::string& other, const std::string& other_owner, const SchedJob& reader) {
+  return other_owner == reader.owner ? other : "a job of another user";
+}
+
 std::string Join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -114,7 +119,7 @@ class Pass {
       return false;
     }
     if (!SparesReservation(job)) {
-      result_.waiting[job.id] = "queued behind " + result_.reserved_for;
+      result_.waiting[job.id] = "queued behind " + NameFor(result_.reserved_for, reserved_owner_, job);
       return false;
     }
     PlaceNow(job);
@@ -162,7 +167,7 @@ class Pass {
       const bool short_now = job.world_size > free;
       result_.waiting[job.id] = short_now ? "waiting for " + std::to_string(job.world_size) + " free" + kind + " (" +
                                                 std::to_string(free) + " free now)"
-                                          : "queued behind " + result_.reserved_for;
+                                          : "queued behind " + NameFor(result_.reserved_for, reserved_owner_, job);
       if (short_now && held_for_.empty() && options_.preemption && !reserved_) PreemptOn(job, free);
       HoldFor(job);
       return false;
@@ -239,6 +244,7 @@ class Pass {
   void Reserve(const SchedJob& job) {
     reserved_ = true;
     result_.reserved_for = job.id;
+    reserved_owner_ = job.owner;
     // Slots that free up soon: jobs already stopping or chosen by a restricted job before
     // it in this pass (held_ leaves out their slots kept for that job: HoldFor), plus
     // victims chosen now.
@@ -290,12 +296,15 @@ class Pass {
       }
     }
     std::vector<std::string> names;
+    int others = 0;  // other owners' jobs, counted, not named
     for (size_t i : chosen) {
       preempting_[i] = true;
-      names.push_back(running_[i].id);
+      if (running_[i].owner == job.owner) names.push_back(running_[i].id);
+      else ++others;
       result_.preempt.push_back(running_[i].id);
       result_.preempted_by[running_[i].id] = job.id;
     }
+    if (others > 0) names.push_back(others == 1 ? "a job of another user" : std::to_string(others) + " jobs of other users");
     result_.waiting[job.id] = "preempting " + Join(names) + " (lower priority) to start";
   }
 
@@ -330,6 +339,7 @@ class Pass {
   std::unordered_map<std::string, size_t> index_;  // worker name -> its index in workers_
   int total_ = 0, free_total_ = 0;          // slots on workers_
   bool reserved_ = false;                   // once set, later jobs only backfill
+  std::string reserved_owner_;              // the owner of result_.reserved_for's job
   std::string held_for_;                    // HoldFor's job: its workers' free slots are kept
   double reserve_at_ = 0;                   // seconds from now
   int shadow_extra_ = 0;                    // slots free at reserve_at_ beyond what the holder needs

@@ -329,6 +329,22 @@ TEST_F(PlacerTest, AHigherPriorityJobPreemptsAndIsPlacedOnceTheVictimStopped) {
   EXPECT_EQ(high->job.state(), v1::QUEUED);
 }
 
+// Another owner's job is not named to the victim: its id and priority are that owner's.
+TEST_F(PlacerTest, AVictimIsNotToldWhichOfAnotherUsersJobsPreemptedIt) {
+  Register("w1", 1);
+  JobEntry* low = Submit(Spec(1), "bob");
+  RunOn(low, {"w1"});
+  v1::JobSpec urgent = Spec(1);
+  urgent.set_priority(5);
+  JobEntry* high = Submit(urgent, "alice");
+  ScheduleOptions best_effort_below_1;  // bob's priority 0: preemptible by another owner's job
+  best_effort_below_1.preemptible_below = 1;
+  placer_->SchedulingPass(clock_.Now(), best_effort_below_1);
+  EXPECT_EQ(low->job.state(), v1::PREEMPTED);
+  EXPECT_EQ(low->job.reason(), "preempted by a job of another user");
+  for (const auto& event : low->job.events()) EXPECT_EQ(event.reason().find(high->job.id()), std::string::npos);
+}
+
 // A GPU job preempts with no reservation in the pass (scheduler.h): the victim names it.
 TEST_F(PlacerTest, AGpuJobPreemptsOnAGpuWorkerAndTheVictimNamesIt) {
   Register("gpu1", 1, /*gpus=*/1);

@@ -298,6 +298,25 @@ TEST(SchedulerTest, AUsersPriorityPreemptsOnlyTheirOwnJobsOrTheBestEffortClass) 
   EXPECT_EQ(r.preempt, std::vector<std::string>{"alices"});
 }
 
+// Why a job waits names another owner's job only as one: queued behind alice's
+// reservation, bob's job is not told its id; bob's reservation preempting his own job and
+// two of alice's names his own only.
+TEST(SchedulerTest, TheReasonsNameOnlyTheOwnersOwnJobs) {
+  SchedJob alices{"a-big", 3, 0, 0, "alice"}, bobs{"b-small", 1, 0, 1, "bob"};
+  auto r = Schedule({alices, bobs}, {{"w1", 3, 2}});
+  EXPECT_EQ(r.reserved_for, "a-big");
+  EXPECT_EQ(r.waiting.at("b-small"), "queued behind a job of another user");
+  SchedJob bobs_big{"b-big", 3, 10, 2, "bob"};
+  const std::vector<SchedRunning> running = {{"a-1", 0, 0, "alice", {{"w1", 0, 1}}},
+                                             {"a-2", 0, 1, "alice", {{"w1", 0, 1}}},
+                                             {"b-1", 0, 2, "bob", {{"w1", 0, 1}}}};
+  ScheduleOptions best_effort_below_1;  // alice's priority 0: preemptible by another owner's job
+  best_effort_below_1.preemptible_below = 1;
+  r = Schedule({bobs_big}, {{"w1", 3, 0}}, running, best_effort_below_1);
+  EXPECT_EQ(r.preempt.size(), 3u);
+  EXPECT_EQ(r.waiting.at("b-big"), "preempting b-1, 2 jobs of other users (lower priority) to start");
+}
+
 // A GPU job, or one with resources.memory_gb, preempts as the reservation holder does,
 // but only jobs on the workers it may use and as many as free its slots there: a larger,
 // lower-priority CPU job is left running, and the slots it frees are kept for it.
