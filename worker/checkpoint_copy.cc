@@ -7,8 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/file_access.h"
 #include "common/io/atomic_file.h"
@@ -39,14 +37,6 @@ Status ParseCopyManifest(const std::string& text, format::CheckpointManifest* m)
   if (std::string err = format::ParseManifest(text, m); !err.empty()) return Status::Corruption(err);
   if (m->files.empty()) return Status::Corruption("manifest.json lists no files");
   return Status::OK();
-}
-
-StatusOr<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 void RemoveCheckpoint(const fs::path& dir) { format::RemoveCheckpoint(dir.string()); }
@@ -151,36 +141,44 @@ std::vector<int64_t> SetAsideUnverified(const std::string& job_dir, const std::v
 Status SendCheckpoint(const std::string& step_dir, int64_t step,
                       const std::function<bool(const v1::ArtifactChunk&)>& write) {
   if (!format::IsComplete(step_dir)) return Status::NotFound("no complete checkpoint at " + step_dir);
-  std::error_code ec;
-  auto manifest = ReadFile(fs::path(step_dir) / format::kCheckpointManifest);
-  if (!manifest.ok()) return manifest.status();
+  // Every file is opened once, beneath the job's folder (io::ScanFileBeneath): one the
+  // job's ranks swap for a link out of it (the worker's token, another job's folder) after
+  // any check is not read.
+  const std::string job_dir = fs::path(step_dir).parent_path().string();
+  std::string manifest;
+  if (std::string error = io::ReadFileBeneath({job_dir}, step_dir + "/" + format::kCheckpointManifest,
+                                              kMaxManifestBytes, &manifest);
+      !error.empty())
+    return Status::NotFound(error);
   format::CheckpointManifest parsed;
-  if (Status s = ParseCopyManifest(manifest.value(), &parsed); !s.ok())
-    return Status::Corruption(step_dir + "/" + s.message());
+  if (Status s = ParseCopyManifest(manifest, &parsed); !s.ok()) return Status::Corruption(step_dir + "/" + s.message());
   v1::ArtifactChunk first;
   first.set_file(format::kCheckpointManifest);
-  first.set_data(manifest.value());
+  first.set_data(manifest);
   first.set_step(step);
   if (!write(first)) return Status::Cancelled("the reader left");
-  std::vector<char> buf(kChunkBytes);
   for (const auto& [name, entry] : parsed.files) {
-    const fs::path path = fs::path(step_dir) / name;
-    if (fs::is_symlink(path, ec) || !fs::is_regular_file(path, ec))
-      return Status::NotFound(path.string() + " is not a regular file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Status::IOError("cannot read " + path.string());
+    v1::ArtifactChunk chunk;
+    chunk.set_file(name);
     int64_t offset = 0;
-    do {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      const std::streamsize got = in.gcount();
-      if (got <= 0 && offset > 0) break;
-      v1::ArtifactChunk chunk;
-      chunk.set_file(name);
-      chunk.set_offset(offset);
-      chunk.set_data(buf.data(), static_cast<size_t>(std::max<std::streamsize>(got, 0)));
-      offset += got;
+    struct ReaderLeft {};
+    std::string error;
+    try {
+      error = io::ScanFileBeneath({job_dir}, step_dir + "/" + name, UINT64_MAX, [&](std::string_view piece) {
+        chunk.set_offset(offset);
+        chunk.set_data(piece.data(), piece.size());
+        if (!write(chunk)) throw ReaderLeft{};  // the rest of the file is not read
+        offset += static_cast<int64_t>(piece.size());
+      });
+    } catch (const ReaderLeft&) {
+      return Status::Cancelled("the reader left");
+    }
+    if (!error.empty()) return Status::NotFound(error);
+    if (offset == 0) {  // an empty file: one chunk says so
+      chunk.set_offset(0);
+      chunk.clear_data();
       if (!write(chunk)) return Status::Cancelled("the reader left");
-    } while (in);
+    }
   }
   return Status::OK();
 }

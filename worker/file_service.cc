@@ -123,7 +123,8 @@ grpc::Status FileServiceImpl::ReadCheckpoint(grpc::ServerContext* ctx, const v1:
   if (checkpoint_root_.empty())
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "this worker keeps no checkpoints");
   // The folder is named by the job id and the step alone, and SendCheckpoint sends only
-  // the plain names its manifest lists, regular files, no links: nothing outside it is read.
+  // the plain names its manifest lists, regular files, each opened beneath the job's folder
+  // (a link swapped in after these checks is not followed out of it): nothing outside it is read.
   const fs::path job_dir = fs::path(checkpoint_root_) / req->job_id();
   const fs::path dir = job_dir / format::StepDirName(req->step());
   if (fs::is_symlink(job_dir) || fs::is_symlink(dir))

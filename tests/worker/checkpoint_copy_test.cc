@@ -367,6 +367,29 @@ TEST_F(CheckpointCopyTest, AManifestThatIsALinkOrAFifoHasNoDigestAndIsNotFollowe
 }
 
 // The background path: Request returns at once, the copier's thread copies.
+// SendCheckpoint opens every file beneath the job's folder: a step folder the job's ranks
+// swap, once its manifest was read and checked, for a link to another job's step with the
+// same file names sends nothing of that job's. (Checking each file's own name for a link,
+// then opening it by path, read through the swapped folder.)
+TEST_F(CheckpointCopyTest, AStepFolderSwappedForALinkWhileItIsSentSendsNothingOfAnotherJob) {
+  const fs::path job = holder_job(), other = dir_ + "/holder/checkpoints/j-000008";
+  WriteCheckpoint(job, 40);
+  WriteCheckpoint(other, 40);
+  std::ofstream(other / format::StepDirName(40) / "optimizer.pt", std::ios::binary) << "another job's moments";
+  std::string sent;
+  const Status s = SendCheckpoint((job / format::StepDirName(40)).string(), 40, [&](const v1::ArtifactChunk& chunk) {
+    if (sent.empty()) {  // after the manifest: the folder swapped
+      fs::rename(job / format::StepDirName(40), job / "step-40-moved");
+      fs::create_directory_symlink(other / format::StepDirName(40), job / format::StepDirName(40));
+    }
+    sent += chunk.file() + ":" + chunk.data();
+    return true;
+  });
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(sent.find("another job's moments"), std::string::npos);
+  EXPECT_EQ(sent.find("model.pt:"), std::string::npos) << "nothing read through the link";
+}
+
 TEST_F(CheckpointCopyTest, ARequestIsCopiedInTheBackground) {
   WriteCheckpoint(holder_job(), 40);
   CheckpointCopier copier(Options());
