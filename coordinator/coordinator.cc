@@ -455,6 +455,11 @@ void Coordinator::Tick() {
     jobs_->RemoveFinishedBefore(clock_->WallNow() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                                         Seconds(options_.retain_finished_days * 86400)),
                                 [&](const v1::Job& job) {
+                                  if (options_.cluster_allocates && !cluster_listed_ && !unread_queue_warned_) {
+                                    unread_queue_warned_ = true;
+                                    NS_WARN("coordinator: finished jobs past their retention are kept until the "
+                                            "cluster's queue is read (the provisioner has not listed it since start)");
+                                  }
                                   return (options_.tracking && !JobTable::TrackingComplete(job)) ||
                                          ClusterMayList(job.id());
                                 });

@@ -370,6 +370,7 @@ class Coordinator {
   mutable std::mutex mu_;
   // NoteClusterListing's jobs; none yet: every job (cluster_allocates only). GUARDED_BY(mu_)
   std::optional<std::set<std::string>> cluster_listed_;
+  bool unread_queue_warned_ = false;  // a retention deferred for an unread queue, said once. GUARDED_BY(mu_)
   // Whether the cluster may still list an allocation of job `id` (see NoteClusterListing).
   bool ClusterMayList(const std::string& id) const;
   const std::unique_ptr<JobTable> jobs_;            // PT_GUARDED_BY(mu_)

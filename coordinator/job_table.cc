@@ -318,8 +318,8 @@ int JobTable::RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff,
   std::vector<JobEntry*> expired;
   for (auto& [id, entry] : jobs_) {
     const v1::Job& job = entry.job;
-    if (IsTerminal(job.state()) && job.events_size() > 0 && !(keep && keep(job)) &&
-        SecondsSince(job.events(job.events_size() - 1).time(), cutoff) > 0)
+    if (IsTerminal(job.state()) && job.events_size() > 0 &&
+        SecondsSince(job.events(job.events_size() - 1).time(), cutoff) > 0 && !(keep && keep(job)))
       expired.push_back(&entry);
   }
   for (JobEntry* entry : expired) Remove(entry);

@@ -136,7 +136,7 @@ class JobTable {
   // Removes every finished job that finished (its last event) before `cutoff`, a time of
   // day: the retention period; then every ended sweep whose last event is before it. How
   // many of both. A job `keep` holds to (its tracking run not complete, an allocation the
-  // cluster still lists) stays.
+  // cluster still lists) stays; `keep` is asked of jobs past the cutoff only.
   int RemoveFinishedBefore(std::chrono::system_clock::time_point cutoff,
                            const std::function<bool(const v1::Job&)>& keep = nullptr);
   // Whether the tracking server has all of `job` it will get: its run ended, or given up.

@@ -23,7 +23,6 @@ namespace fs = std::filesystem;
 namespace nightshift {
 namespace {
 
-constexpr size_t kChunkBytes = 1 << 20;
 constexpr uint64_t kMaxManifestBytes = 16 << 20;  // a manifest lists a few files: kilobytes
 
 // "job J step N", for messages.

@@ -366,7 +366,6 @@ TEST_F(CheckpointCopyTest, AManifestThatIsALinkOrAFifoHasNoDigestAndIsNotFollowe
   EXPECT_TRUE(fs::exists(dir_ + "/elsewhere/" + format::StepDirName(60) + "/" + format::kCheckpointComplete));
 }
 
-// The background path: Request returns at once, the copier's thread copies.
 // SendCheckpoint opens every file beneath the job's folder: a step folder the job's ranks
 // swap, once its manifest was read and checked, for a link to another job's step with the
 // same file names sends nothing of that job's. (Checking each file's own name for a link,
@@ -390,6 +389,7 @@ TEST_F(CheckpointCopyTest, AStepFolderSwappedForALinkWhileItIsSentSendsNothingOf
   EXPECT_EQ(sent.find("model.pt:"), std::string::npos) << "nothing read through the link";
 }
 
+// The background path: Request returns at once, the copier's thread copies.
 TEST_F(CheckpointCopyTest, ARequestIsCopiedInTheBackground) {
   WriteCheckpoint(holder_job(), 40);
   CheckpointCopier copier(Options());

@@ -854,7 +854,7 @@ MicroBatchResult Run::ForwardBackward(const StepBatches& step) {
   stand_ins += fb.stand_ins;
   // On a GPU always: a dropout mask advances the CUDA generator by an amount that grows
   // with the tensor's size, so ranks with batches of other shapes drift apart (on the CPU
-  // each mask draws one seed, whatever its size).
+  // our Dropout draws one seed a mask, whatever its size: models/dropout.h).
   if (ddp && (micro_batches->micro_batch_tokens() > 0 || device.is_cuda())) AgreeGenerators();
   return fb;
 }

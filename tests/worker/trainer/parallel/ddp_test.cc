@@ -692,8 +692,12 @@ TEST(DdpProcessTest, AResumeAfterAnOutOfMemorySplitDrawsTheUninterruptedRunsDrop
             {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
             {"NIGHTSHIFT_PROGRESS_FD", "none"}, {"NIGHTSHIFT_FAULT_OOM_ABOVE_TOKENS", r == 1 ? "30" : "0"},
             {"NIGHTSHIFT_FAULT_OOM_IN_BACKWARD", r == 1 ? "1" : "0"},
-            {"NIGHTSHIFT_FAULT_ABORT_AT_STEP", abort_at_5 ? "5" : "0"}};
-        results[r] = SubprocessRunner().Run({trainer.string(), "--config", dir + "/config.json"}, "", env, 120);
+            {"NIGHTSHIFT_FAULT_ABORT_AT_STEP", abort_at_5 ? "5" : "0"},
+            // every other variable ReadRankInfo reads, whatever this process's environment holds
+            {"NIGHTSHIFT_FAULT_PROBE_OOM_ABOVE_TOKENS", "0"}, {"NIGHTSHIFT_FAULT_NAN_LOSS_FROM_STEP", "0"},
+            {"NIGHTSHIFT_FAULT_NAN_LOSSES", "0"}, {"NIGHTSHIFT_MEMORY_LIMIT_BYTES", "0"},
+            {"TORCHELASTIC_RESTART_COUNT", "0"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}};
+        results[r] = SubprocessRunner().Run({trainer.string(), "--config", dir + "/config.json"}, "", env, 80);
       });
       for (int r = 0; r < 2; ++r) {
         ASSERT_TRUE(results[r].ok()) << results[r].status().ToString();
