@@ -110,12 +110,17 @@ Status FillMessage(const YAML::Node& node, const std::string& path, Message* mes
     return Status::InvalidArgument(where + " (" + LineOf(node) + "): expected a mapping of fields");
   }
   const Descriptor* desc = message->GetDescriptor();
+  std::map<const FieldDescriptor*, int> given;  // each field's line here: YAML allows a key once
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
     const std::string field_path = path.empty() ? key : path + "." + key;
     const FieldDescriptor* field = desc->FindFieldByName(key);
     if (field == nullptr) field = desc->FindFieldByCamelcaseName(key);
     if (field == nullptr) return UnknownField(desc, field_path, kv.first);
+    const auto [first, fresh] = given.emplace(field, kv.first.Mark().line + 1);
+    if (!fresh)  // yaml-cpp keeps both: the later would win silently (grad_clip beside gradClip too)
+      return Status::InvalidArgument(field_path + " (" + LineOf(kv.first) + "): given twice (first on line " +
+                                     std::to_string(first->second) + ")");
     (*lines)[field_path] = kv.first.Mark().line + 1;
     const YAML::Node& value = kv.second;
     if (value.IsNull()) continue;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/spec.h"
+#include "common/spec_rules/spec_rules.h"
 
 namespace nightshift {
 namespace {
@@ -206,13 +207,15 @@ std::string FormatNumber(double v) {
   return buf;
 }
 
-StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    return Status::InvalidArgument("sweep does not parse as YAML: line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
-  }
+namespace {
+
+// Whether `name` is one of the metrics an evaluation reports (spec_rules::limits::kMetrics).
+bool IsEvaluationMetric(const std::string& name) {
+  const std::string all = std::string("|") + spec_rules::limits::kMetrics + "|";
+  return !name.empty() && all.find("|" + name + "|") != std::string::npos;
+}
+
+StatusOr<v1::SweepSpec> ReadSweepSpec(const YAML::Node& root) {
   if (!root.IsMap()) return Status::InvalidArgument("sweep: expected a mapping of fields");
   NS_RETURN_IF_ERROR(CheckKeys(root, "", {"name", "base", "search", "method", "metric", "direction", "max_trials",
                                            "parallelism", "seed", "asha"}));
@@ -237,9 +240,25 @@ StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text) {
   spec.set_seed(seed);
 
   NS_RETURN_IF_ERROR(ReadBaseAndSearch(root, &spec));
+  // A misspelt metric is never reported: ASHA would pause nothing and no trial be best.
+  if (!IsEvaluationMetric(metric))
+    return Bad("metric", "'" + metric + "' is not an evaluation metric (" + std::string(spec_rules::limits::kMetrics) + ")");
   NS_RETURN_IF_ERROR(ReadBudget(max_trials, parallelism, &spec));
   NS_RETURN_IF_ERROR(ReadAsha(root, &spec));
   return spec;
+}
+
+}  // namespace
+
+StatusOr<v1::SweepSpec> LoadSweepSpec(const std::string& text) {
+  try {
+    return ReadSweepSpec(YAML::Load(text));
+  } catch (const YAML::ParserException& e) {
+    return Status::InvalidArgument("sweep does not parse as YAML: line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  } catch (const YAML::Exception& e) {  // a key or value of another kind than asked (a list for a field's name)
+    return Status::InvalidArgument("sweep: " + (e.mark.is_null() ? std::string() : "line " + std::to_string(e.mark.line + 1) + ": ") +
+                                   e.msg);
+  }
 }
 
 int64_t GridSize(const v1::SweepSpec& spec) {

@@ -54,18 +54,40 @@ grpc::Status FollowStream(v1::JobService::Stub* stub, const std::string& id, con
   return reader->Finish();
 }
 
+// Whether a watch's stream ended in a refusal that another try meets again (the server
+// cancelling it as it shuts down, or nobody answering, is followed again).
+bool Refused(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Follows a job to its end, reconnecting (up to 30 times, 1 s apart) when the
-// coordinator goes away, then prints its metrics (or the job, -o json) and error.
+// coordinator goes away, then prints its metrics (or the job, -o json) and error. A
+// refusal (not found, not the caller's, too many streams) ends it at once, and a job not
+// ended when the reconnects run out is the last failure's: said as any call's, exit 3 or 4.
 int Watch(const Session& s, const std::string& id) {
   const bool tty = ::isatty(1);
   auto stub = v1::JobService::NewStub(s.channel);
   v1::Job last;
+  grpc::Status status;
   for (int reconnects = 0; reconnects < 30; ++reconnects) {
-    grpc::Status status = FollowStream(stub.get(), id, s, tty, &last);
+    status = FollowStream(stub.get(), id, s, tty, &last);
     if (IsTerminal(last.state())) break;
-    if (status.error_code() == grpc::StatusCode::NOT_FOUND) return CallFailed(status);
+    if (Refused(status)) return CallFailed(status);
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  if (!IsTerminal(last.state()))
+    return CallFailed(status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the job's stream kept ending before it did")
+                                  : status);
   if (tty) std::printf("\n");
   if (s.json) std::printf("%s\n", ToJson(last).c_str());
   else std::fputs(MetricLines(last.metrics()).c_str(), stdout);
@@ -308,9 +330,10 @@ Status Receive(grpc::ClientReader<v1::ArtifactChunk>* reader, const std::string&
 // into place only when every file is whole; otherwise nothing is left behind.
 int Artifacts(const Session& s, const ArtifactsFlags& f) {
   namespace fs = std::filesystem;
-  const fs::path dest = !f.output.empty() ? fs::path(f.output)
-                        : f.step > 0   ? fs::path(f.id + "-model-step-" + std::to_string(f.step))
-                                       : fs::path(f.id + "-model");
+  fs::path dest = !f.output.empty() ? fs::path(f.output)
+                  : f.step > 0   ? fs::path(f.id + "-model-step-" + std::to_string(f.step))
+                                 : fs::path(f.id + "-model");
+  if (dest.filename().empty()) dest = dest.parent_path();  // --output out/: the folder out
   std::error_code ec;
   if (fs::exists(dest, ec))
     return LocalError(Status::InvalidArgument(dest.string() + " already exists: remove it or choose another --output"));
@@ -333,7 +356,9 @@ int Artifacts(const Session& s, const ArtifactsFlags& f) {
   if (!received.ok()) {
     ctx.TryCancel();
     reader->Finish();
-    return LocalError(Status::Corruption("download of job " + f.id + " failed, nothing kept: " + received.message()));
+    const std::string what = "download of job " + f.id + " failed, nothing kept: " + received.message();
+    // Our own disk (full, not writable) is a local error, exit 2; what was sent, exit 5.
+    return LocalError(received.code() == Status::kInternal ? Status::Internal(what) : Status::Corruption(what));
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return CallFailed(status, f.id);

@@ -34,7 +34,8 @@ def parse_checksums(text: str) -> Tuple[str, Dict[str, Tuple[int, str]]]:
         raise DownloadCorrupt(f'{CHECKSUMS_FILE}: "files" must be an object')
     out: Dict[str, Tuple[int, str]] = {}
     for name, f in files.items():
-        if name in ("", ".", "..", CHECKSUMS_FILE) or "/" in name or "\\" in name or "\0" in name:
+        if (name in ("", ".", "..", CHECKSUMS_FILE) or len(name) > 255
+                or any(c in '/\\:\x7f' or ord(c) < 0x20 for c in name)):
             raise DownloadCorrupt(f"{CHECKSUMS_FILE}: '{name}' is not a plain file name")
         size, digest = (f.get("bytes"), f.get(algorithm)) if isinstance(f, dict) else (None, None)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(digest, str):

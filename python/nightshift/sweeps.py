@@ -33,22 +33,33 @@ def sweep_yaml(sweep: SweepLike) -> tuple[str, str]:
     if isinstance(sweep, dict):
         return yaml.safe_dump(sweep, sort_keys=False), ""
     text, path = str(sweep), ""
-    if isinstance(sweep, os.PathLike) or ("\n" not in text and os.path.isfile(text)):
+    if isinstance(sweep, os.PathLike) or ("\n" not in text and (
+            os.path.isfile(text) or text.endswith((".yaml", ".yml", ".json")))):
         path = os.fspath(sweep)
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
             raise SettingsError(f"cannot read sweep file {path}") from e
-    root = yaml.safe_load(text)
-    if isinstance(root, dict) and isinstance(root.get("base"), str):
-        base = os.path.join(os.path.dirname(path), root["base"]) if path else root["base"]
-        try:
-            with open(base, encoding="utf-8") as f:
-                root["base"] = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as e:
-            raise SettingsError(f"base: cannot read the job spec {base}") from e
-        text = yaml.safe_dump(root, sort_keys=False)
+    # Nodes, not values: the base's scalars go as they are written (010, yes, 12:30), as
+    # the CLI sends them, never through PyYAML's YAML 1.1 reading of them.
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        raise SettingsError(f"{path or 'sweep'}: not YAML: {e}") from e
+    if isinstance(root, yaml.MappingNode):
+        for i, (key, value) in enumerate(root.value):
+            if not (isinstance(key, yaml.ScalarNode) and key.value == "base" and isinstance(value, yaml.ScalarNode)
+                    and value.tag == "tag:yaml.org,2002:str"):
+                continue
+            base = os.path.join(os.path.dirname(path), value.value) if path else value.value
+            try:
+                with open(base, encoding="utf-8") as f:
+                    node = yaml.compose(f.read())
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                raise SettingsError(f"base: cannot read the job spec {base}: {e}") from e
+            root.value[i] = (key, node)
+            text = yaml.serialize(root)
     return text, path
 
 

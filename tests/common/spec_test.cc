@@ -110,6 +110,10 @@ TEST(SpecTest, UnknownFieldAndWrongTypeAreRefused) {
   ExpectInvalid(Replace(kGood, "precision: fp32", "precision: fp8"), "train.precision");
   ExpectInvalid("", "empty");
   ExpectInvalid("- a\n- b\n", "mapping");
+  // A field given twice (yaml-cpp keeps both; the later won silently), also in its other spelling.
+  ExpectInvalid(Replace(kGood, "lr: 0.001,", "lr: 0.001, lr: 0.01,"), "train.lr (line 8): given twice (first on line 8)");
+  ExpectInvalid("model: {arch: transformer_classifier}\ndata: {path: /d}\ntrain:\n  grad_clip: 1\n  gradClip: 2\n",
+                "train.gradClip (line 5): given twice (first on line 4)");
 }
 
 // Fields whose 0 is a value are optional: absent means the documented default, an

@@ -120,6 +120,11 @@ TEST(SweepSpecTest, ASearchSpaceOutsideTheSpecsRulesIsRefusedNamingTheKey) {
       {"search:\n  train.lr: {choices: [0.01]}\nmethod: random\nmax_trials: 2\n", "metric:"},
       {"search:\n  train.lr: {choices: [0.01]}\nmethod: random\nmetric: val_loss\nmax_trials: 2\nbudget: 3\n",
        "budget: not a sweep field"},
+      // A misspelt metric (never reported: ASHA would pause nothing, no trial be best).
+      {"search:\n  train.lr: {choices: [0.01]}\nmethod: random\nmetric: val_acuracy\nmax_trials: 2\n",
+       "metric: 'val_acuracy' is not an evaluation metric (val_loss|val_accuracy|val_f1|val_perplexity)"},
+      // A field's values as a mapping without their kind (choices: left out): a key that is a list.
+      {"search:\n  train.lr: {[0.01, 0.1]}\nmethod: random\nmetric: val_loss\nmax_trials: 2\n", "sweep: line "},
   };
   for (const Case& c : cases) {
     StatusOr<v1::SweepSpec> spec = LoadSweepSpec(Sweep(c.rest));

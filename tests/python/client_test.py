@@ -298,6 +298,36 @@ class DownloadTest(unittest.TestCase):
         chunks[0].checksums_json = '{"algorithm": "md5", "files": {}}'
         with self.assertRaisesRegex(errors.DownloadCorrupt, 'algorithm "md5" is neither'):
             self.receive(chunks)
+        # Names a folder join could take out of it elsewhere (a drive, "D:x" on Windows) or
+        # that no file has (control characters), listed in checksums.json itself.
+        for name in ("D:x", "a\x01b", "a" * 256):
+            with self.assertRaisesRegex(errors.DownloadCorrupt, "is not a plain file name"):
+                self.receive(self.chunks({name: b"0123456789"}))
+
+
+class SweepFileTest(unittest.TestCase):
+    """nightshift.sweeps.sweep_yaml: the file's text as the CLI sends it, errors naming the file."""
+
+    def test_a_base_file_goes_as_written_and_bad_files_are_named(self):
+        from nightshift.sweeps import sweep_yaml
+        folder = tempfile.mkdtemp(dir=TMP.name)
+        with open(os.path.join(folder, "job.yaml"), "w") as f:
+            f.write("name: octal\ntrain: {seed: 010, batching: {max_tokens: auto}}\ndata: {path: /d, text_field: yes}\n")
+        sweep = os.path.join(folder, "sweep.yaml")
+        with open(sweep, "w") as f:
+            f.write("base: job.yaml\nsearch: {train.lr: {choices: [0.1]}}\nmethod: grid\nmetric: val_loss\n")
+        text, path = sweep_yaml(sweep)
+        self.assertEqual(path, sweep)
+        # Not PyYAML's YAML 1.1 values (8, True), which the CLI never sends.
+        self.assertIn("seed: 010", text)
+        self.assertIn("text_field: yes", text)
+        self.assertIn("max_tokens: auto", text)
+        with self.assertRaisesRegex(errors.SettingsError, "cannot read sweep file .*/no-such.yaml"):
+            sweep_yaml(os.path.join(folder, "no-such.yaml"))
+        with open(sweep, "w") as f:
+            f.write("search: [unclosed\n")
+        with self.assertRaisesRegex(errors.SettingsError, "sweep.yaml: not YAML"):
+            sweep_yaml(sweep)
 
 
 class MetricsTest(unittest.TestCase):

@@ -292,6 +292,11 @@ TEST_F(JobVerbsTest, ErrorsExit3WhenRefusedAnd4WhenNobodyAnswers) {
   EXPECT_EQ(r.err, "error: PERMISSION_DENIED: alice may not\n");
   r = RunCli({"job", "logs", "j1"}, fake_.Channel());
   EXPECT_EQ(r.code, 3);
+  // A watch refused is said at once (it was retried 30 times in silence, then exit 1).
+  r = RunCli({"job", "watch", "j1"}, fake_.Channel());
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "error: PERMISSION_DENIED: alice may not\n");
+  EXPECT_EQ(fake_.jobs.watches, 1);
   fake_.jobs.fail = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow");
   EXPECT_EQ(RunCli({"job", "submit", WriteSpec("name: x\n"), "--retry-for", "0"}, fake_.Channel()).code, 4);
 
@@ -349,6 +354,16 @@ TEST_F(ArtifactsVerbTest, DownloadsVerifiesAndRenamesIntoPlace) {
   r = RunCli({"job", "artifacts", "j2", "--output", out}, fake_.Channel());
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+}
+
+// --output with a trailing slash names the folder itself (it was downloaded into a
+// hidden sibling named "..partial-PID" inside it, then refused, leaving it empty).
+TEST_F(ArtifactsVerbTest, AnOutputWithATrailingSlashIsThatFolder) {
+  const std::string out = root_ + "/dl/model";
+  auto r = RunCli({"job", "artifacts", "j2", "--output", out + "/"}, fake_.Channel());
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(VerifyModelFolder(out).ok());
+  EXPECT_EQ(Entries(root_ + "/dl"), std::vector<std::string>{"model"});
 }
 
 TEST_F(ArtifactsVerbTest, ACorruptedFileIsAnErrorNamingItAndNothingIsKept) {
