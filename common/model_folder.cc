@@ -171,27 +171,33 @@ Status SendModelFolder(const std::string& dir, const std::string& beneath, int64
     const std::string path = dir + "/" + name;
     // Regular files only, never through a link out of the job's folder.
     if (!fs::is_regular_file(path)) return Status::Corruption(name + " in " + dir + " is not a regular file");
-    int64_t offset = 0;
-    v1::ArtifactChunk chunk;
-    chunk.set_file(name);
-    struct ReaderLeft {};
-    std::string error;
-    try {
-      error = io::ScanFileBeneath({beneath}, path, UINT64_MAX, [&](std::string_view piece) {
-        chunk.set_offset(offset);
-        chunk.set_data(piece.data(), piece.size());
-        if (!write(chunk)) throw ReaderLeft{};  // the rest of the file is not read
-        offset += static_cast<int64_t>(piece.size());
-      });
-    } catch (const ReaderLeft&) {
-      return Status::Cancelled("reader left");
-    }
-    if (!error.empty()) return Status::IOError(error);
-    if (offset == 0) {  // an empty file: one chunk says so
-      chunk.set_offset(0);
-      chunk.clear_data();
-      if (!write(chunk)) return Status::Cancelled("reader left");
-    }
+    NS_RETURN_IF_ERROR(SendFileBeneath(beneath, path, name, write));
+  }
+  return Status::OK();
+}
+
+Status SendFileBeneath(const std::string& beneath, const std::string& path, const std::string& name,
+                       const std::function<bool(const v1::ArtifactChunk&)>& write) {
+  int64_t offset = 0;
+  v1::ArtifactChunk chunk;
+  chunk.set_file(name);
+  struct ReaderLeft {};
+  std::string error;
+  try {
+    error = io::ScanFileBeneath({beneath}, path, UINT64_MAX, [&](std::string_view piece) {
+      chunk.set_offset(offset);
+      chunk.set_data(piece.data(), piece.size());
+      if (!write(chunk)) throw ReaderLeft{};  // the rest of the file is not read
+      offset += static_cast<int64_t>(piece.size());
+    });
+  } catch (const ReaderLeft&) {
+    return Status::Cancelled("reader left");
+  }
+  if (!error.empty()) return Status::IOError(error);
+  if (offset == 0) {  // an empty file: one chunk says so
+    chunk.set_offset(0);
+    chunk.clear_data();
+    if (!write(chunk)) return Status::Cancelled("reader left");
   }
   return Status::OK();
 }

@@ -58,6 +58,12 @@ int64_t ModelFolderStep(const std::string& dir);
 // `beneath`: an absolute folder that holds `dir` (the job's checkpoint folder), which no
 // job can replace: every file is opened beneath it (openat2 RESOLVE_BENEATH), so `dir` or
 // a file in it made a link by the job's code (another job's model) is refused, not read.
+// One file of such a stream: `path`, opened beneath `beneath` as above, as chunks named
+// `name` at increasing offsets (an empty file: one empty chunk). Cancelled when `write`
+// returns false (the rest is not read), IOError naming the path when it cannot be read.
+Status SendFileBeneath(const std::string& beneath, const std::string& path, const std::string& name,
+                       const std::function<bool(const v1::ArtifactChunk&)>& write);
+
 Status SendModelFolder(const std::string& dir, const std::string& beneath, int64_t step,
                        const std::function<bool(const v1::ArtifactChunk&)>& write);
 

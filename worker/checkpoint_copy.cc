@@ -15,6 +15,7 @@
 #include "common/format/shard.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "common/model_folder.h"
 #include "nightshift/v1/cluster.grpc.pb.h"
 #include "worker/confinement.h"
 
@@ -156,29 +157,8 @@ Status SendCheckpoint(const std::string& step_dir, int64_t step,
   first.set_data(manifest);
   first.set_step(step);
   if (!write(first)) return Status::Cancelled("the reader left");
-  for (const auto& [name, entry] : parsed.files) {
-    v1::ArtifactChunk chunk;
-    chunk.set_file(name);
-    int64_t offset = 0;
-    struct ReaderLeft {};
-    std::string error;
-    try {
-      error = io::ScanFileBeneath({job_dir}, step_dir + "/" + name, UINT64_MAX, [&](std::string_view piece) {
-        chunk.set_offset(offset);
-        chunk.set_data(piece.data(), piece.size());
-        if (!write(chunk)) throw ReaderLeft{};  // the rest of the file is not read
-        offset += static_cast<int64_t>(piece.size());
-      });
-    } catch (const ReaderLeft&) {
-      return Status::Cancelled("the reader left");
-    }
-    if (!error.empty()) return Status::NotFound(error);
-    if (offset == 0) {  // an empty file: one chunk says so
-      chunk.set_offset(0);
-      chunk.clear_data();
-      if (!write(chunk)) return Status::Cancelled("the reader left");
-    }
-  }
+  for (const auto& [name, entry] : parsed.files)
+    NS_RETURN_IF_ERROR(SendFileBeneath(job_dir, step_dir + "/" + name, name, write));
   return Status::OK();
 }
 
