@@ -209,12 +209,6 @@ std::string FormatNumber(double v) {
 
 namespace {
 
-// Whether `name` is one of the metrics an evaluation reports (spec_rules::limits::kMetrics).
-bool IsEvaluationMetric(const std::string& name) {
-  const std::string all = std::string("|") + spec_rules::limits::kMetrics + "|";
-  return !name.empty() && all.find("|" + name + "|") != std::string::npos;
-}
-
 StatusOr<v1::SweepSpec> ReadSweepSpec(const YAML::Node& root) {
   if (!root.IsMap()) return Status::InvalidArgument("sweep: expected a mapping of fields");
   NS_RETURN_IF_ERROR(CheckKeys(root, "", {"name", "base", "search", "method", "metric", "direction", "max_trials",
@@ -241,7 +235,7 @@ StatusOr<v1::SweepSpec> ReadSweepSpec(const YAML::Node& root) {
 
   NS_RETURN_IF_ERROR(ReadBaseAndSearch(root, &spec));
   // A misspelt metric is never reported: ASHA would pause nothing and no trial be best.
-  if (!IsEvaluationMetric(metric))
+  if (!spec_rules::IsOneOf(spec_rules::limits::kMetrics, metric))
     return Bad("metric", "'" + metric + "' is not an evaluation metric (" + std::string(spec_rules::limits::kMetrics) + ")");
   NS_RETURN_IF_ERROR(ReadBudget(max_trials, parallelism, &spec));
   NS_RETURN_IF_ERROR(ReadAsha(root, &spec));

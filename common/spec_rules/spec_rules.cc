@@ -77,10 +77,6 @@ std::string ChoicesText(const std::string& choices) {
   return out;
 }
 
-bool IsChoice(const SpecField& f, const std::string& value) {
-  const std::string all = std::string("|") + f.choices + "|";
-  return all.find("|" + value + "|") != std::string::npos;
-}
 
 // Fills the default of `f` where it is absent (or, for kFallback, 0).
 void FillDefault(const SpecField& f, SpecValues* v) {
@@ -116,7 +112,7 @@ Error Check(const SpecField& f, const SpecValues& v) {
       return std::nullopt;
     case FieldType::kString: {
       const std::string x = v.Text(f);
-      if (*f.choices != '\0' && !IsChoice(f, x))
+      if (*f.choices != '\0' && !IsOneOf(f.choices, x))
         return Invalid(f, "unknown " + std::string(f.noun) + " '" + x + "' (expected " + ChoicesText(f.choices) + ")");
       if (x.size() > f.max) return Invalid(f, "longer than " + Num(f.max) + " bytes");
       return std::nullopt;
@@ -295,6 +291,11 @@ Error Train(SpecValues* v) {
 }
 
 }  // namespace
+
+bool IsOneOf(const char* choices, const std::string& value) {
+  const std::string all = std::string("|") + choices + "|";
+  return all.find("|" + value + "|") != std::string::npos;
+}
 
 std::optional<SpecError> ApplySpecRules(SpecValues* v) {
   if (Error e = CheckStrings(*v)) return e;

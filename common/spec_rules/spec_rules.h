@@ -196,6 +196,9 @@ struct SpecError {
 // success every field with a default or a value is set in *values.
 std::optional<SpecError> ApplySpecRules(SpecValues* values);
 
+// Whether `value` is one of `choices` ("a|b|c", a row's choices; "" is none of them).
+bool IsOneOf(const char* choices, const std::string& value);
+
 // train.batching.max_tokens: > 0 a fixed budget, 0 none (batch_size), -1 "auto", -2 not
 // a positive integer in range or auto.
 int64_t ParseMaxTokens(const std::string& text);
